@@ -1,0 +1,65 @@
+/* One backend interface, filled once per backend (CPU in backend_cpu.c, CUDA in
+ * backend_cuda.c). Optional slots are marked; wrappers check them for NULL. */
+#ifndef LAYERBENCH_BACKEND_H
+#define LAYERBENCH_BACKEND_H
+
+#include "layer.h"
+#include "util.h"
+
+typedef struct backend_options {
+    int threads;            /* CPU threads; 0 = every core */
+} backend_options;
+
+typedef struct backend_ops {
+    const char *name;
+    /* Creates the backend's context. On failure err says why in one line
+     * (e.g. "no CUDA device"). */
+    bench_status (*init)(const backend_options *opt, void **ctx, char *err, size_t errlen);
+    void (*free)(void *ctx);
+    /* Memory the backend's layers read and write; NULL on failure. release(NULL) is a no-op. */
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*release)(void *ctx, void *ptr);
+    bench_status (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
+    bench_status (*download)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* Waits for all work queued so far. */
+    bench_status (*sync)(void *ctx);
+    /* A timer around queued work: start, then stop returns the seconds between them
+     * once the work between them has completed; a negative value is an error. */
+    void (*timer_start)(void *ctx);
+    double (*timer_stop)(void *ctx);
+    /* Optional: evicts caches before a cold sample. */
+    void (*flush_cache)(void *ctx);
+    /* Untimed setup for one layer whose weights already live in backend memory.
+     * Sets *state and writes the implementation chosen into impl. Returns
+     * BENCH_ERR_UNSUPPORTED when the backend cannot run this kind. */
+    bench_status (*layer_setup)(void *ctx, const layer *l, const float *weights, void **state,
+                                char *impl, size_t impl_len);
+    /* Queues the layer; no allocation, printing or synchronisation. */
+    void (*layer_run)(void *ctx, void *state, const float *in, const float *in2, float *out);
+    void (*layer_free)(void *ctx, void *state);
+    /* Threads in use (CPU); optional. */
+    int (*thread_count)(void *ctx);
+    /* A JSON object describing the device and libraries, owned by ctx. */
+    const char *(*describe)(void *ctx);
+} backend_ops;
+
+typedef struct backend {
+    const backend_ops *ops;
+    void *ctx;
+} backend;
+
+/* Backends compiled into this binary, NULL-terminated. */
+const backend_ops *const *backend_list(void);
+/* Looks a backend up by name; NULL if it is not compiled in. */
+const backend_ops *backend_find(const char *name);
+
+/* Opens a backend; on failure err holds a one-line reason. backend_close() frees it. */
+bench_status backend_open(const backend_ops *ops, const backend_options *opt, backend *b, char *err,
+                          size_t errlen);
+void backend_close(backend *b);
+int backend_threads(const backend *b);
+
+/* Allocates n floats on the backend and uploads host data into them (host may be NULL). */
+float *backend_alloc_floats(const backend *b, int64_t n, const float *host);
+
+#endif

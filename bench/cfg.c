@@ -1,0 +1,641 @@
+/* The config parser. libyaml's document API gives a tree whose nodes carry their
+ * line and column; every error names the node it is about. */
+#include "cfg.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+typedef struct cfg_ctx {
+    const char *path;
+    yaml_document_t doc;
+    char *err;
+    size_t errlen;
+    unsigned char *seen;       /* per node: visited once already (catches aliases) */
+    model *m;
+    int cap;
+} cfg_ctx;
+
+#define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))
+
+static int fail_at(cfg_ctx *c, yaml_mark_t mark, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail_at(cfg_ctx *c, yaml_mark_t mark, const char *fmt, ...)
+{
+    int off = snprintf(c->err, c->errlen, "%s:%zu:%zu: ", c->path, mark.line + 1, mark.column + 1);
+    va_list ap;
+    va_start(ap, fmt);
+    if (off >= 0 && (size_t)off < c->errlen)
+        vsnprintf(c->err + off, c->errlen - (size_t)off, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+#define fail(c, node, ...) fail_at((c), (node)->start_mark, __VA_ARGS__)
+
+static const char *node_type_name(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE: return "a scalar";
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE: return "a mapping";
+    default: return "nothing";
+    }
+}
+
+static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+/* A scalar written without quotes: numbers and booleans must be plain. */
+static bool is_plain(const yaml_node_t *n)
+{
+    return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* Walks the whole tree once: a node reached twice came through an alias (which
+ * could also form a cycle), and deep nesting is refused before we recurse on it. */
+static int check_tree(cfg_ctx *c, int idx, int depth)
+{
+    yaml_node_t *n = NODE(c, idx);
+    if (depth > CFG_MAX_DEPTH)
+        return fail(c, n, "nesting is deeper than %d levels", CFG_MAX_DEPTH);
+    if (c->seen[idx])
+        return fail(c, n, "this node is reused through an alias; anchors and aliases are not supported (use 'repeat')");
+    c->seen[idx] = 1;
+    if (n->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++)
+            if (check_tree(c, *it, depth + 1))
+                return -1;
+    } else if (n->type == YAML_MAPPING_NODE) {
+        if (n->data.mapping.pairs.top - n->data.mapping.pairs.start > 256)
+            return fail(c, n, "a mapping with more than 256 keys");
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = NODE(c, p->key);
+            if (k->type != YAML_SCALAR_NODE)
+                return fail(c, k, "mapping keys must be plain names, got %s", node_type_name(k));
+            for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++)
+                if (strcmp(scalar(NODE(c, q->key)), scalar(k)) == 0)
+                    return fail(c, k, "duplicate key '%s'", scalar(k));
+            if (check_tree(c, p->key, depth + 1) || check_tree(c, p->value, depth + 1))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- scalar values ---------------------------------------------------------------- */
+
+static int parse_int(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out)
+{
+    const char *s = is_plain(n) ? scalar(n) : NULL;
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno)
+        return fail(c, n, "%s: expected an integer, got %s%s%s", key, s ? "'" : node_type_name(n),
+                    s ? s : "", s ? "'" : "");
+    if (v < min)
+        return fail(c, n, "%s must be at least %lld, got %lld", key, (long long)min, v);
+    if (v > INT32_MAX)
+        return fail(c, n, "%s is too large: %lld (at most %d)", key, v, INT32_MAX);
+    *out = v;
+    return 0;
+}
+
+static int parse_pair(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t out[2])
+{
+    if (n->type != YAML_SEQUENCE_NODE) {
+        if (!is_plain(n))
+            return fail(c, n, "%s: expected an integer or an [h, w] pair, got %s", key, node_type_name(n));
+        if (parse_int(c, key, n, min, &out[0]))
+            return -1;
+        out[1] = out[0];
+        return 0;
+    }
+    yaml_node_item_t *it = n->data.sequence.items.start;
+    if (n->data.sequence.items.top - it != 2)
+        return fail(c, n, "%s: expected an [h, w] pair of 2 integers, got %d items", key,
+                    (int)(n->data.sequence.items.top - it));
+    return parse_int(c, key, NODE(c, it[0]), min, &out[0]) || parse_int(c, key, NODE(c, it[1]), min, &out[1])
+               ? -1 : 0;
+}
+
+static int parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out)
+{
+    static const char *yes[] = {"true", "True", "TRUE"}, *no[] = {"false", "False", "FALSE"};
+    for (int i = 0; is_plain(n) && i < 3; i++) {
+        if (strcmp(scalar(n), yes[i]) == 0)
+            return *out = true, 0;
+        if (strcmp(scalar(n), no[i]) == 0)
+            return *out = false, 0;
+    }
+    return fail(c, n, "%s: expected true or false, got %s%s%s", key, is_plain(n) ? "'" : node_type_name(n),
+                is_plain(n) ? scalar(n) : "", is_plain(n) ? "'" : "");
+}
+
+static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, double *out)
+{
+    const char *s = is_plain(n) ? scalar(n) : NULL;
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || !isfinite(v))
+        return fail(c, n, "%s: expected a number, got %s%s%s", key, s ? "'" : node_type_name(n), s ? s : "",
+                    s ? "'" : "");
+    if (v < 0)
+        return fail(c, n, "%s must not be negative, got %g", key, v);
+    *out = v;
+    return 0;
+}
+
+static int parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out)
+{
+    if (n->type != YAML_SCALAR_NODE || !*scalar(n))
+        return fail(c, n, "%s: expected a non-empty string, got %s", key, node_type_name(n));
+    if (strchr(scalar(n), '.'))
+        return fail(c, n, "%s: '%s' must not contain '.', which separates qualified names", key, scalar(n));
+    *out = scalar(n);
+    return 0;
+}
+
+/* ---- keys ----------------------------------------------------------------------------- */
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 63 || lb >= 63)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t prev = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cur = row[j];
+            size_t best = prev + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+/* "unknown key 'kernal_size' for conv2d (did you mean 'kernel_size'?); expected one of: ..." */
+static int fail_unknown(cfg_ctx *c, yaml_node_t *key, const char *what, const char *const *known, int n)
+{
+    char list[512] = "", hint[96] = "";
+    size_t off = 0, best = 3;
+    for (int i = 0; i < n; i++) {
+        off += (size_t)snprintf(list + off, off < sizeof list ? sizeof list - off : 0, "%s%s", i ? ", " : "", known[i]);
+        size_t d = edit_distance(scalar(key), known[i]);
+        if (d < best) {
+            best = d;
+            snprintf(hint, sizeof hint, " (did you mean '%s'?)", known[i]);
+        }
+    }
+    return fail(c, key, "unknown key '%s' for %s%s; expected one of: %s", scalar(key), what, hint, list);
+}
+
+/* Looks key up in a mapping; NULL if absent. */
+static yaml_node_t *map_get(cfg_ctx *c, yaml_node_t *map, const char *key)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
+        if (strcmp(scalar(NODE(c, p->key)), key) == 0)
+            return NODE(c, p->value);
+    return NULL;
+}
+
+/* Every key of map must be in known[]. */
+static int check_keys(cfg_ctx *c, yaml_node_t *map, const char *what, const char *const *known, int n)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = NODE(c, p->key);
+        int i = 0;
+        while (i < n && strcmp(known[i], scalar(k)) != 0)
+            i++;
+        if (i == n)
+            return fail_unknown(c, k, what, known, n);
+    }
+    return 0;
+}
+
+static yaml_node_t *need_seq(cfg_ctx *c, yaml_node_t *map, const char *key, const char *owner)
+{
+    yaml_node_t *n = map_get(c, map, key);
+    if (!n)
+        fail(c, map, "%s: missing required key '%s'", owner, key);
+    else if (n->type != YAML_SEQUENCE_NODE)
+        fail(c, n, "%s: expected a list of layers, got %s", key, node_type_name(n));
+    else
+        return n;
+    return NULL;
+}
+
+/* ---- layers --------------------------------------------------------------------------- */
+
+static char *qualify(const char *prefix, const char *name)
+{
+    return *prefix ? xasprintf("%s.%s", prefix, name) : xstrdup(name);
+}
+
+static const shape_t *value_shape(cfg_ctx *c, int value)
+{
+    return model_value_shape(c->m, value);
+}
+
+/* Appends a layer whose params are set; infers its shape. Returns its value id or -1. */
+static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, const layer_params *p,
+                     int in, int in2)
+{
+    if (c->m->n_layers >= CFG_MAX_LAYERS) {
+        free(name);
+        return fail(c, at, "the model has more than %d layers", CFG_MAX_LAYERS);
+    }
+    if (c->m->n_layers == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->m->layers = xrealloc(c->m->layers, (size_t)c->cap * sizeof(layer));
+    }
+    layer *l = &c->m->layers[c->m->n_layers];
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->kind = kind;
+    l->p = *p;
+    l->in = *value_shape(c, in);
+    l->input[0] = in;
+    l->input[1] = in2;
+    if (in2 >= 0)
+        l->in2 = *value_shape(c, in2);
+    char why[256];
+    if (layer_desc_get(kind)->infer(l, why, sizeof why)) {
+        fail(c, at, "layer '%s' (%s): %s", name, layer_kind_name(kind), why);
+        free(name);
+        return -1;
+    }
+    int64_t numel = 1;
+    for (int i = 1; i < l->out.rank; i++)
+        if (__builtin_mul_overflow(numel, l->out.d[i], &numel) || numel > ((int64_t)1 << 40)) {
+            fail(c, at, "layer '%s' (%s): its output is larger than 2^40 elements", name, layer_kind_name(kind));
+            free(name);
+            return -1;
+        }
+    layer_desc_get(kind)->count(l);
+    return ++c->m->n_layers;
+}
+
+static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, int *cur);
+
+static const char *const block_keys[] = {"kind", "name", "repeat", "layers"};
+static const char *const residual_keys[] = {"kind", "name", "repeat", "body", "shortcut", "shortcut_name", "after"};
+
+/* Parses a plain layer's parameters from its mapping. */
+static int parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_params *p)
+{
+    const layer_desc *d = layer_desc_get(kind);
+    const char *known[24] = {"kind", "name", "repeat"};
+    int nk = 3;
+    for (const layer_param_spec *s = d->params; s->key; s++)
+        known[nk++] = s->key;
+    if (check_keys(c, item, d->name, known, nk))
+        return -1;
+    memset(p, 0, sizeof *p);
+    if (d->defaults)
+        d->defaults(p);
+    for (const layer_param_spec *s = d->params; s->key; s++) {
+        yaml_node_t *v = map_get(c, item, s->key);
+        char *field = (char *)p + s->offset;
+        if (!v) {
+            if (s->required)
+                return fail(c, item, "%s: missing required key '%s'", d->name, s->key);
+            continue;
+        }
+        int r = s->type == LP_INT    ? parse_int(c, s->key, v, s->min, (int64_t *)field)
+                : s->type == LP_PAIR ? parse_pair(c, s->key, v, s->min, (int64_t *)field)
+                : s->type == LP_BOOL ? parse_bool(c, s->key, v, (bool *)field)
+                                     : parse_float(c, s->key, v, (double *)field);
+        if (r)
+            return -1;
+    }
+    return 0;
+}
+
+/* One copy of an item, named qname (owned by this call). */
+static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, char *qname, int *cur)
+{
+    if (kind >= 0) {
+        layer_params p;
+        if (parse_params(c, item, (layer_kind)kind, &p)) {
+            free(qname);
+            return -1;
+        }
+        int v = add_layer(c, item, qname, (layer_kind)kind, &p, *cur, -1);
+        return v < 0 ? -1 : (*cur = v, 0);
+    }
+    int pos = 0, rc = -1;
+    if (kind == -1) { /* block */
+        yaml_node_t *layers = need_seq(c, item, "layers", "block");
+        rc = layers ? emit_seq(c, layers, qname, &pos, cur) : -1;
+    } else { /* residual */
+        yaml_node_t *body = need_seq(c, item, "body", "residual");
+        yaml_node_t *sc = map_get(c, item, "shortcut"), *scn = map_get(c, item, "shortcut_name");
+        yaml_node_t *after = map_get(c, item, "after");
+        const char *sc_name = "downsample";
+        int in = *cur, body_out = *cur, sc_out = *cur, sc_pos = 0;
+        if (!body || (scn && parse_name(c, "shortcut_name", scn, &sc_name)))
+            goto done;
+        if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
+                    (sc->type == YAML_SCALAR_NODE && strcmp(scalar(sc), "identity") == 0))) {
+            fail(c, sc, "shortcut: expected 'identity' or a list of layers, got %s", node_type_name(sc));
+            goto done;
+        }
+        if (after && after->type != YAML_SEQUENCE_NODE) {
+            fail(c, after, "after: expected a list of layers, got %s", node_type_name(after));
+            goto done;
+        }
+        if (emit_seq(c, body, qname, &pos, &body_out))
+            goto done;
+        if (sc && sc->type == YAML_SEQUENCE_NODE) {
+            char *sc_prefix = qualify(qname, sc_name);
+            int r = emit_seq(c, sc, sc_prefix, &sc_pos, &sc_out);
+            free(sc_prefix);
+            if (r)
+                goto done;
+        }
+        layer_params none;
+        memset(&none, 0, sizeof none);
+        int v = add_layer(c, sc ? sc : item, qualify(qname, "add"), LAYER_ADD, &none, body_out, sc_out);
+        if (v < 0)
+            goto done;
+        *cur = v;
+        (void)in;
+        rc = after ? emit_seq(c, after, qname, &pos, cur) : 0;
+    }
+done:
+    free(qname);
+    return rc;
+}
+
+/* One list item: kind, name and repeat decide how many copies and their names. */
+static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos, int *cur)
+{
+    if (item->type != YAML_MAPPING_NODE)
+        return fail(c, item, "expected a layer (a mapping with 'kind'), got %s", node_type_name(item));
+    yaml_node_t *kn = map_get(c, item, "kind"), *nn = map_get(c, item, "name"), *rn = map_get(c, item, "repeat");
+    if (!kn)
+        return fail(c, item, "missing required key 'kind' (a layer kind, 'block' or 'residual')");
+    if (kn->type != YAML_SCALAR_NODE)
+        return fail(c, kn, "kind: expected a layer kind, got %s", node_type_name(kn));
+    int kind;
+    if (strcmp(scalar(kn), "block") == 0) {
+        kind = -1;
+        if (check_keys(c, item, "block", block_keys, 4))
+            return -1;
+    } else if (strcmp(scalar(kn), "residual") == 0) {
+        kind = -2;
+        if (check_keys(c, item, "residual", residual_keys, 7))
+            return -1;
+    } else {
+        kind = layer_kind_from_name(scalar(kn));
+        if (kind < 0 || kind == LAYER_ADD)
+            return fail(c, kn, "unknown layer kind '%s'; known kinds: %s, block, residual", scalar(kn),
+                        layer_kind_list());
+    }
+    const char *name = NULL;
+    int64_t repeat = 1;
+    if (nn && parse_name(c, "name", nn, &name))
+        return -1;
+    if (rn && parse_int(c, "repeat", rn, 1, &repeat))
+        return -1;
+    if (repeat > CFG_MAX_LAYERS)
+        return fail(c, rn, "repeat %lld is more than the %d layers a model may have", (long long)repeat,
+                    CFG_MAX_LAYERS);
+    /* torch naming: a named repeat is a Sequential holding copies 0..N-1; unnamed copies
+     * take the next positions of the parent, as children of an nn.Sequential do. */
+    char *base = name && rn ? qualify(prefix, name) : NULL;
+    for (int64_t i = 0; i < repeat; i++) {
+        char idx[24];
+        char *qname;
+        if (base) {
+            snprintf(idx, sizeof idx, "%lld", (long long)i);
+            qname = qualify(base, idx);
+        } else if (name) {
+            qname = qualify(prefix, name);
+        } else {
+            snprintf(idx, sizeof idx, "%d", (*pos)++);
+            qname = qualify(prefix, idx);
+        }
+        if (emit_one(c, item, kind, qname, cur)) {
+            free(base);
+            return -1;
+        }
+    }
+    if (name)
+        (*pos)++;
+    free(base);
+    return 0;
+}
+
+static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, int *cur)
+{
+    if (seq->data.sequence.items.start == seq->data.sequence.items.top)
+        return fail(c, seq, "the list of layers is empty");
+    for (yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++)
+        if (emit_item(c, NODE(c, *it), prefix, pos, cur))
+            return -1;
+    return 0;
+}
+
+/* ---- the document ----------------------------------------------------------------------- */
+
+static const char *const top_keys[] = {"name", "input", "batch", "dtype", "layers"};
+
+static int parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
+{
+    if (root->type != YAML_MAPPING_NODE)
+        return fail(c, root, "expected a mapping with name, input and layers at the top, got %s",
+                    node_type_name(root));
+    if (check_keys(c, root, "a model", top_keys, 5))
+        return -1;
+    yaml_node_t *name = map_get(c, root, "name"), *input = map_get(c, root, "input");
+    yaml_node_t *bn = map_get(c, root, "batch"), *dtype = map_get(c, root, "dtype");
+    if (!name)
+        return fail(c, root, "missing required key 'name'");
+    if (!input)
+        return fail(c, root, "missing required key 'input' (per-sample shape [C, H, W] or [F])");
+    if (name->type != YAML_SCALAR_NODE || !*scalar(name))
+        return fail(c, name, "name: expected a non-empty string, got %s", node_type_name(name));
+    for (const char *s = scalar(name); *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == ',' || *s == '"')
+            return fail(c, name, "name: must not contain commas, quotes or control characters");
+    c->m->name = xstrdup(scalar(name));
+    if (dtype && (dtype->type != YAML_SCALAR_NODE || strcmp(scalar(dtype), "float32") != 0))
+        return fail(c, dtype, "dtype: only float32 is supported");
+    int64_t cfg_batch = 1;
+    if (bn && parse_int(c, "batch", bn, 1, &cfg_batch))
+        return -1;
+    if (input->type != YAML_SEQUENCE_NODE)
+        return fail(c, input, "input: expected [C, H, W] or [F], got %s", node_type_name(input));
+    int rank = (int)(input->data.sequence.items.top - input->data.sequence.items.start);
+    if (rank != 3 && rank != 1)
+        return fail(c, input, "input: expected [C, H, W] or [F], got %d dimensions", rank);
+    c->m->input.rank = rank + 1;
+    c->m->input.d[0] = 1;
+    for (int i = 0; i < rank; i++)
+        if (parse_int(c, "input", NODE(c, input->data.sequence.items.start[i]), 1, &c->m->input.d[i + 1]))
+            return -1;
+    if (shape_numel(&c->m->input) > ((int64_t)1 << 40))
+        return fail(c, input, "input: more than 2^40 elements per sample");
+    yaml_node_t *layers = need_seq(c, root, "layers", "model");
+    int pos = 0, cur = 0;
+    if (!layers || emit_seq(c, layers, "", &pos, &cur))
+        return -1;
+    char why[256];
+    if (model_set_batch(c->m, batch > 0 ? batch : cfg_batch, why, sizeof why))
+        return fail(c, bn ? bn : root, "%s", why);
+    return 0;
+}
+
+/* Streams the events once before loading the tree: nesting deeper than CFG_MAX_DEPTH
+ * is refused as soon as it is seen (libyaml's scanner slows down quadratically with
+ * depth, so a hostile file must not reach the loader). Syntax errors are left to the
+ * loader, which reports them. */
+static int check_depth(cfg_ctx *c, const char *text, size_t len)
+{
+    yaml_parser_t p;
+    yaml_event_t ev;
+    int depth = 0, rc = 0;
+    if (!yaml_parser_initialize(&p))
+        return 0;
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    for (;;) {
+        if (!yaml_parser_parse(&p, &ev))
+            break;
+        yaml_event_type_t t = ev.type;
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+            if (++depth > CFG_MAX_DEPTH) {
+                rc = fail_at(c, ev.start_mark, "nesting is deeper than %d levels", CFG_MAX_DEPTH);
+                yaml_event_delete(&ev);
+                break;
+            }
+        } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+        if (t == YAML_STREAM_END_EVENT)
+            break;
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+static void mark_of_offset(const char *text, size_t offset, yaml_mark_t *mark)
+{
+    mark->line = mark->column = 0;
+    for (size_t i = 0; i < offset && text[i]; i++) {
+        if (text[i] == '\n')
+            mark->line++, mark->column = 0;
+        else
+            mark->column++;
+    }
+}
+
+static char *read_file(const char *path, size_t *len, char *err, size_t errlen, bench_status *st)
+{
+    struct stat sb;
+    FILE *f = fopen(path, "rb");
+    *st = BENCH_ERR_USAGE;
+    if (!f || fstat(fileno(f), &sb) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > CFG_MAX_FILE_BYTES) {
+        snprintf(err, errlen, S_ISREG(sb.st_mode) ? "%s: the config is larger than 1 MiB (use 'repeat' for long stacks)"
+                                                  : "%s: not a regular file",
+                 path);
+        fclose(f);
+        return NULL;
+    }
+    char *buf = xmalloc((size_t)sb.st_size + 1);
+    *len = fread(buf, 1, (size_t)sb.st_size, f);
+    buf[*len] = 0;
+    if (ferror(f)) {
+        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        *st = BENCH_ERR_IO;
+        fclose(f);
+        free(buf);
+        return NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen};
+    yaml_parser_t parser;
+    size_t len = 0;
+    bench_status st;
+    int rc = -1;
+    *out = NULL;
+    char *text = read_file(path, &len, err, errlen, &st);
+    if (!text)
+        return st;
+    c.m = xcalloc(1, sizeof(model));
+    c.m->path = xstrdup(path);
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: cannot initialise the YAML parser", path);
+        goto out_text;
+    }
+    if (check_depth(&c, text, len))
+        goto out_parser;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &c.doc)) {
+        yaml_mark_t mark = parser.problem_mark;
+        if (parser.error == YAML_READER_ERROR)
+            mark_of_offset(text, parser.problem_offset, &mark);
+        fail_at(&c, mark, "YAML syntax error: %s%s%s", parser.problem ? parser.problem : "unknown problem",
+                parser.context ? " " : "", parser.context ? parser.context : "");
+        goto out_parser;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
+    if (!root) {
+        yaml_mark_t start = {0, 0, 0};
+        fail_at(&c, start, "the config is empty; expected a mapping with name, input and layers");
+        goto out_doc;
+    }
+    yaml_document_t second;
+    if (!yaml_parser_load(&parser, &second)) {
+        fail_at(&c, parser.problem_mark, "YAML syntax error: %s", parser.problem ? parser.problem : "unknown problem");
+        goto out_doc;
+    }
+    bool more = yaml_document_get_root_node(&second) != NULL;
+    yaml_mark_t second_mark = second.start_mark;
+    yaml_document_delete(&second);
+    if (more) {
+        fail_at(&c, second_mark, "only one YAML document is allowed in a config");
+        goto out_doc;
+    }
+    c.seen = xcalloc((size_t)(c.doc.nodes.top - c.doc.nodes.start) + 1, 1);
+    if (check_tree(&c, 1, 0) == 0 && parse_model(&c, root, batch) == 0)
+        rc = 0;
+    free(c.seen);
+out_doc:
+    yaml_document_delete(&c.doc);
+out_parser:
+    yaml_parser_delete(&parser);
+out_text:
+    free(text);
+    if (rc) {
+        model_free(c.m);
+        return BENCH_ERR_USAGE;
+    }
+    *out = c.m;
+    return BENCH_OK;
+}

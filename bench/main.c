@@ -1,0 +1,407 @@
+/* The bench command line: run, sweep, list, check. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cfg.h"
+#include "check.h"
+#include "measure.h"
+#include "report.h"
+#include "version.h"
+
+static const char usage_text[] =
+    "usage: bench <command> CONFIG [options]\n"
+    "\n"
+    "Layer-by-layer microbenchmarks of a model described in YAML (docs/config.md).\n"
+    "\n"
+    "commands:\n"
+    "  run CONFIG      time every layer alone, then the chained forward; print the per-layer\n"
+    "                  table, tables grouped by input shape and by kind, and a summary\n"
+    "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV\n"
+    "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
+    "  check CONFIG    compare every layer on every backend with the plain-C reference\n"
+    "  schema          print the CSV columns and what they hold\n"
+    "  help            this text\n"
+    "\n"
+    "options:\n"
+    "  --backend B       cpu, cuda or all (default cpu)\n"
+    "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
+    "  --threads N       CPU threads for OpenBLAS and the OpenMP loops (default: all cores)\n"
+    "  --warmup-time S   seconds of warm-up per layer (default 0.02)\n"
+    "  --min-time S      seconds per repetition, Google Benchmark's min time (default 0.05)\n"
+    "  --repetitions N   timed repetitions per layer (default 5)\n"
+    "  --dedupe          time layers of identical kind, shape and parameters once\n"
+    "  --seed N          seed of the random inputs and weights (default 1)\n"
+    "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
+    "                    context with the same stem goes beside it\n"
+    "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
+    "                    time, cv, gflops\n"
+    "  --top N           rows in the per-layer and grouped tables (default all)\n"
+    "  --no-progress     do not show the running layer on stderr\n"
+    "  -h, --help        this text\n"
+    "  --version         version and git revision\n"
+    "\n"
+    "exit status: 0 ok, 1 failure (a check failed, a library call failed), 2 usage or config error\n";
+
+typedef struct cli {
+    const char *command;
+    const char *config;
+    const char *backend;
+    const char *batch_arg;
+    const char *csv;
+    int threads;
+    int top;
+    const char *sort;
+    bool no_progress;
+    measure_options mo;
+} cli;
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'bench --help'.\n");
+    return 2;
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= 0) || v > 3600)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "1,2,4" -> batches; false on anything else. */
+static bool parse_batches(const char *s, int64_t **out, int *n)
+{
+    if (!*s || s[0] == ',' || strstr(s, ",,"))
+        return *out = NULL, false;
+    char *copy = xstrdup(s), *save = NULL;
+    int cap = 8;
+    *out = xmalloc((size_t)cap * sizeof **out);
+    *n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (!parse_long(tok, 1, INT32_MAX, &v)) {
+            free(copy);
+            return false;
+        }
+        if (*n == cap)
+            *out = xrealloc(*out, (size_t)(cap *= 2) * sizeof **out);
+        (*out)[(*n)++] = v;
+    }
+    free(copy);
+    return *n > 0 && s[strlen(s) - 1] != ',';
+}
+
+enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_REPS, OPT_DEDUPE, OPT_SEED,
+       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION };
+
+static const struct option long_opts[] = {
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"warmup-time", required_argument, NULL, OPT_WARMUP},
+    {"min-time", required_argument, NULL, OPT_MINTIME},
+    {"repetitions", required_argument, NULL, OPT_REPS},
+    {"dedupe", no_argument, NULL, OPT_DEDUPE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"sort", required_argument, NULL, OPT_SORT},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* Returns -1 to go on, or an exit code. */
+static int parse_cli(int argc, char **argv, cli *c)
+{
+    *c = (cli){.backend = "cpu", .sort = "index",
+               .mo = {.warmup_time = 0.02, .min_time = 0.05, .repetitions = 5, .seed = 1}};
+    opterr = 0;
+    int opt;
+    long v;
+    while ((opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        switch (opt) {
+        case 'h': fputs(usage_text, stdout); return 0;
+        case OPT_VERSION: printf("bench (layerbench) %s, git %s\n", LAYERBENCH_VERSION, layerbench_git_revision()); return 0;
+        case OPT_BACKEND: c->backend = optarg; break;
+        case OPT_BATCH: c->batch_arg = optarg; break;
+        case OPT_THREADS:
+            if (!parse_long(optarg, 1, 1024, &v))
+                return usage_error("--threads expects an integer from 1 to 1024, got '%s'", optarg);
+            c->threads = (int)v;
+            break;
+        case OPT_WARMUP:
+            if (!parse_seconds(optarg, &c->mo.warmup_time))
+                return usage_error("--warmup-time expects seconds from 0 to 3600, got '%s'", optarg);
+            break;
+        case OPT_MINTIME:
+            if (!parse_seconds(optarg, &c->mo.min_time) || c->mo.min_time <= 0)
+                return usage_error("--min-time expects seconds above 0 and at most 3600, got '%s'", optarg);
+            break;
+        case OPT_REPS:
+            if (!parse_long(optarg, 1, 1000, &v))
+                return usage_error("--repetitions expects an integer from 1 to 1000, got '%s'", optarg);
+            c->mo.repetitions = (int)v;
+            break;
+        case OPT_DEDUPE: c->mo.dedupe = true; break;
+        case OPT_SEED:
+            if (!parse_long(optarg, 0, LONG_MAX, &v))
+                return usage_error("--seed expects a non-negative integer, got '%s'", optarg);
+            c->mo.seed = (uint64_t)v;
+            break;
+        case OPT_CSV: c->csv = optarg; break;
+        case OPT_SORT:
+            if (!report_sort_valid(optarg))
+                return usage_error("--sort expects index, name, kind, params, flops, time, cv or gflops, got '%s'", optarg);
+            c->sort = optarg;
+            break;
+        case OPT_TOP:
+            if (!parse_long(optarg, 1, INT32_MAX, &v))
+                return usage_error("--top expects a positive integer, got '%s'", optarg);
+            c->top = (int)v;
+            break;
+        case OPT_NOPROGRESS: c->no_progress = true; break;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("%s", "missing command (run, sweep, list, check, schema)");
+    c->command = argv[optind++];
+    if (strcmp(c->command, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(c->command, "schema") != 0) {
+        if (optind >= argc)
+            return usage_error("%s needs a CONFIG file", c->command);
+        c->config = argv[optind++];
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "all"))
+        return usage_error("--backend expects cpu, cuda or all, got '%s'", c->backend);
+    c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
+    return -1;
+}
+
+/* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
+ * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
+static int open_backends(const cli *c, backend *bs, char **skipped)
+{
+    backend_options bo = {.threads = c->threads};
+    const char *names[] = {"cpu", "cuda"};
+    int n = 0;
+    *skipped = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (strcmp(c->backend, "all") != 0 && strcmp(c->backend, names[i]) != 0)
+            continue;
+        const backend_ops *ops = backend_find(names[i]);
+        char err[512];
+        bench_status st;
+        if (!ops) {
+            snprintf(err, sizeof err,
+                     "the %s backend is not built into this binary (it needs the CUDA toolkit and cuDNN at "
+                     "configure time)", names[i]);
+            st = BENCH_ERR_UNSUPPORTED;
+        } else {
+            st = backend_open(ops, &bo, &bs[n], err, sizeof err);
+        }
+        if (st == BENCH_OK) {
+            n++;
+            continue;
+        }
+        if (strcmp(c->backend, "all") != 0 || st == BENCH_ERR_USAGE) {
+            fprintf(stderr, "bench: %s\n", err);
+            for (int k = 0; k < n; k++)
+                backend_close(&bs[k]);
+            return -(st == BENCH_ERR_USAGE ? 2 : st == BENCH_ERR_UNSUPPORTED ? 2 : 1);
+        }
+        fprintf(stderr, "bench: %s backend skipped: %s\n", names[i], err);
+        *skipped = xasprintf("%s: %s", names[i], err);
+    }
+    return n;
+}
+
+static int load(const cli *c, int64_t batch, model **m)
+{
+    char err[1024];
+    bench_status st = cfg_load(c->config, batch, m, err, sizeof err);
+    if (st != BENCH_OK) {
+        fprintf(stderr, "%s\n", err);
+        return bench_exit_code(st);
+    }
+    return 0;
+}
+
+static int cmd_list(const cli *c, int64_t batch)
+{
+    model *m;
+    int rc = load(c, batch, &m);
+    if (rc)
+        return rc;
+    if (c->csv)
+        rc = bench_exit_code(report_list_csv(c->csv, m));
+    else
+        report_list_table(stdout, m);
+    model_free(m);
+    return rc;
+}
+
+static int cmd_check(const cli *c, int64_t batch)
+{
+    model *m;
+    backend bs[2];
+    char *skipped;
+    int rc = load(c, batch, &m);
+    if (rc)
+        return rc;
+    int nb = open_backends(c, bs, &skipped);
+    if (nb < 0) {
+        model_free(m);
+        return -nb;
+    }
+    printf("%s: batch %lld, seed %llu\n\n", m->name, (long long)m->batch, (unsigned long long)c->mo.seed);
+    bench_status st = check_model(m, bs, nb, c->mo.seed, stdout);
+    for (int k = 0; k < nb; k++)
+        backend_close(&bs[k]);
+    free(skipped);
+    model_free(m);
+    return bench_exit_code(st);
+}
+
+/* run and sweep: every batch on every backend, reported as it completes. */
+static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batches, int n_batches, bool sweep)
+{
+    model *m;
+    backend bs[2];
+    char *skipped, err[1024];
+    int rc = load(c, batches[0], &m);
+    if (rc)
+        return rc;
+    int64_t config_batch = m->batch;
+#define BATCH(b) (batches[b] > 0 ? batches[b] : config_batch) /* 0: the config's batch */
+    for (int b = 0; b < n_batches; b++) {
+        if (model_set_batch(m, BATCH(b), err, sizeof err) != BENCH_OK ||
+            model_check_memory(m, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: %s\n", err);
+            model_free(m);
+            return 2;
+        }
+    }
+    int nb = open_backends(c, bs, &skipped);
+    if (nb < 0) {
+        model_free(m);
+        return -nb;
+    }
+    report_options ro = {c->sort, c->top};
+    reporter *reps[2];
+    int nr = 0;
+    reps[nr++] = sweep ? report_sweep_create(stdout) : report_console_create(stdout, &ro);
+    bench_status st = BENCH_OK;
+    if (c->csv && !(reps[nr] = report_csv_create(c->csv)))
+        st = BENCH_ERR_IO;
+    else if (c->csv)
+        nr++;
+    for (int b = 0; st == BENCH_OK && b < n_batches; b++) {
+        model_set_batch(m, BATCH(b), err, sizeof err);
+        for (int k = 0; st == BENCH_OK && k < nb; k++) {
+            if (sweep && c->mo.progress)
+                fprintf(stderr, "\r\033[Kbatch %lld (%d/%d) on %s\n", (long long)BATCH(b), b + 1, n_batches,
+                        bs[k].ops->name);
+            run_result res;
+            st = measure_model(m, &bs[k], &c->mo, &res, err, sizeof err);
+            if (st != BENCH_OK)
+                fprintf(stderr, "bench: %s\n", err);
+            for (int r = 0; st == BENCH_OK && r < nr; r++)
+                st = reps[r]->run(reps[r], &res);
+            run_result_free(&res);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        bench_status fs = reps[r]->finish(reps[r], st == BENCH_OK);
+        if (st == BENCH_OK)
+            st = fs;
+    }
+    if (st == BENCH_OK && c->csv && strcmp(c->csv, "-") != 0) {
+        char *json = report_json_path(c->csv);
+        report_context ctx = {argc, argv, c->config, &c->mo, bs, nb, skipped};
+        st = report_json_write(json, &ctx);
+        if (st == BENCH_OK)
+            fprintf(stderr, "bench: wrote %s and %s\n", c->csv, json);
+        free(json);
+    }
+    for (int k = 0; k < nb; k++)
+        backend_close(&bs[k]);
+    free(skipped);
+    model_free(m);
+    return bench_exit_code(st);
+}
+
+static int cmd_schema(void)
+{
+    int n;
+    const report_column *cols = report_csv_columns(&n);
+    for (int i = 0; i < n; i++)
+        printf("%-14s  %s\n", cols[i].name, cols[i].doc);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cli c;
+    int rc = parse_cli(argc, argv, &c);
+    if (rc >= 0)
+        return rc;
+    if (strcmp(c.command, "schema") == 0)
+        return cmd_schema();
+    bool sweep = strcmp(c.command, "sweep") == 0;
+    if (!sweep && strcmp(c.command, "run") && strcmp(c.command, "list") && strcmp(c.command, "check"))
+        return usage_error("unknown command '%s' (expected run, sweep, list, check or schema)", c.command);
+    int64_t *batches = NULL, one = 0;
+    int n_batches = 1;
+    if (sweep) {
+        if (!parse_batches(c.batch_arg ? c.batch_arg : "1,2,4,8,16,32", &batches, &n_batches)) {
+            free(batches);
+            return usage_error("--batch expects a comma-separated list of positive integers, got '%s'", c.batch_arg);
+        }
+    } else if (c.batch_arg) {
+        long v;
+        if (!parse_long(c.batch_arg, 1, INT32_MAX, &v))
+            return usage_error("--batch expects a positive integer, got '%s'", c.batch_arg);
+        one = v;
+    }
+    if (!strcmp(c.command, "list"))
+        rc = cmd_list(&c, one);
+    else if (!strcmp(c.command, "check"))
+        rc = cmd_check(&c, one);
+    else if (sweep)
+        rc = cmd_measure(argc, argv, &c, batches, n_batches, true);
+    else
+        rc = cmd_measure(argc, argv, &c, &one, 1, false);
+    free(batches);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* A model: the flat list of layers a config describes, with shapes for one batch size.
+ * Built by cfg_load(); nothing here allocates tensor memory. */
+#ifndef LAYERBENCH_MODEL_H
+#define LAYERBENCH_MODEL_H
+
+#include "layer.h"
+#include "util.h"
+
+typedef struct model {
+    char *name;          /* the config's name; owned */
+    char *path;          /* the config file; owned */
+    int64_t batch;       /* batch size the shapes are resolved for */
+    shape_t input;       /* model input, batch in d[0] */
+    layer *layers;       /* n_layers, in execution order; owned */
+    int n_layers;
+} model;
+
+typedef struct model_totals {
+    int64_t n_weights, macs, flops, bytes;
+} model_totals;
+
+/* Frees the model and everything it owns; model_free(NULL) is a no-op. */
+void model_free(model *m);
+
+/* Re-resolves every shape for another batch size and recounts. Fails (usage error,
+ * message in err) if a tensor would be too large to address. */
+bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen);
+
+model_totals model_sum(const model *m);
+
+/* The value a layer's output lives in, following flatten/dropout views back to the
+ * buffer that holds the data: 0 = model input, i+1 = output of layer i. */
+int model_storage_of(const model *m, int value);
+/* Shape of a value (0 = input). */
+const shape_t *model_value_shape(const model *m, int value);
+
+/* Bytes the chained forward needs on a backend: every stored activation plus all
+ * weights. Isolated timing needs at most this much too. */
+int64_t model_memory_bytes(const model *m);
+
+/* Refuses a model that would not fit in available memory, before anything is
+ * allocated: returns BENCH_ERR_USAGE with "needs X, Y available" in err. */
+bench_status model_check_memory(const model *m, char *err, size_t errlen);
+
+#endif

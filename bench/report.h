@@ -1,0 +1,66 @@
+/* Reporters: a small interface fed with results, so the console tables, the CSV and
+ * the JSON context are all written from the same run_result in one pass. Reporters
+ * never time anything. */
+#ifndef LAYERBENCH_REPORT_H
+#define LAYERBENCH_REPORT_H
+
+#include <stdio.h>
+
+#include "measure.h"
+
+typedef struct report_options {
+    const char *sort;   /* per-layer table order: index, name, kind, params, flops, time, cv, gflops */
+    int top;            /* rows of the per-layer table; 0 = all */
+} report_options;
+
+typedef struct reporter reporter;
+struct reporter {
+    /* One model on one backend at one batch size. */
+    bench_status (*run)(reporter *r, const run_result *res);
+    /* ok: commit what was written; !ok: throw it away. Frees r. */
+    bench_status (*finish)(reporter *r, bool ok);
+};
+
+/* Per-layer table, grouped tables and the isolated/chained summary, to out. */
+reporter *report_console_create(FILE *out, const report_options *ro);
+/* Sweep summary: one line per batch (chained median, items/s, sum of layers). */
+reporter *report_sweep_create(FILE *out);
+/* The tidy CSV (schema: report_csv_columns()). Written to a temporary file and renamed
+ * by finish(true). NULL if the file cannot be created (message on stderr). */
+reporter *report_csv_create(const char *path);
+
+/* Checks a --sort column name. */
+bool report_sort_valid(const char *sort);
+
+/* The CSV columns and what each holds, for docs and `bench schema`. */
+typedef struct report_column {
+    const char *name;
+    const char *doc;
+} report_column;
+const report_column *report_csv_columns(int *n);
+
+/* The JSON run context written beside a CSV. */
+typedef struct report_context {
+    int argc;
+    char **argv;
+    const char *config;
+    const measure_options *mo;
+    const backend *backends;   /* the backends that ran */
+    int n_backends;
+    const char *skipped;       /* backends asked for but not run, with why; or NULL */
+} report_context;
+
+/* "results/x.csv" -> "results/x.json"; caller frees. */
+char *report_json_path(const char *csv_path);
+bench_status report_json_write(const char *path, const report_context *ctx);
+
+/* `bench list`: the analysis table (and CSV) of a model, without timing. */
+void report_list_table(FILE *out, const model *m);
+bench_status report_list_csv(const char *path, const model *m);
+
+/* Time in auto units: "812 ns", "12.3 us", "4.56 ms", "1.23 s". */
+char *report_format_time(double seconds, char *buf, size_t len);
+/* Counts with K/M/G suffixes: "11.69M". */
+char *report_format_count(double v, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,359 @@
+/* The tidy CSV and the JSON run context. The CSV schema is defined here and only here
+ * (CSV_COLUMNS); docs/csv.md documents it and a test keeps the two in step. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "gbench_shim.h"
+#include "report.h"
+#include "version.h"
+
+/* X(name, in_list, doc): in_list marks the columns `bench list --csv` writes too. */
+#define CSV_COLUMNS(X)                                                                                           \
+    X(model, 1, "model name from the config")                                                                  \
+    X(backend, 0, "backend that ran the row: cpu or cuda")                                                     \
+    X(mode, 0, "isolated: the layer alone on its own random input; chained: the whole forward, one row of kind model") \
+    X(batch, 1, "batch size")                                                                                   \
+    X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \
+    X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
+    X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
+    X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the chained forward")                         \
+    X(input_shape, 1, "input shape NxCxHxW or NxF; an add lists its first input")                              \
+    X(output_shape, 1, "output shape")                                                                          \
+    X(params, 1, "learnable parameters, as torch counts them")                                                  \
+    X(macs, 1, "multiply-accumulates (conv2d, linear)")                                                          \
+    X(flops, 1, "floating-point operations, see docs/flops.md")                                                 \
+    X(bytes, 1, "bytes read and written if every tensor moves once (inputs, weights, output)")                   \
+    X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
+    X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, ...)")                      \
+    X(status, 0, "ok, skipped (backend lacks the kind) or dedupe (timing reused from dedupe_of)")               \
+    X(dedupe_of, 0, "with --dedupe, the layer_index whose timing this row reuses; -1 otherwise")               \
+    X(samples, 0, "timed iterations behind the statistics (warm-up and estimation runs excluded)")             \
+    X(median_us, 0, "median time per iteration, microseconds")                                                  \
+    X(mean_us, 0, "mean, microseconds")                                                                         \
+    X(min_us, 0, "fastest iteration, microseconds")                                                             \
+    X(max_us, 0, "slowest iteration, microseconds")                                                             \
+    X(stddev_us, 0, "sample standard deviation, microseconds")                                                  \
+    X(cv_pct, 0, "coefficient of variation, stddev / mean, percent: the noise figure")                         \
+    X(p90_us, 0, "90th percentile, microseconds")                                                               \
+    X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
+    X(gbytes_per_s, 0, "bytes / median, 1e9 per second")                                                       \
+    X(items_per_s, 0, "batch / median: images per second, model rows only")                                    \
+    X(note, 0, "why a row was skipped or reused")
+
+enum {
+#define X(name, in_list, doc) COL_##name,
+    CSV_COLUMNS(X)
+#undef X
+        COL_COUNT
+};
+
+static const report_column columns[] = {
+#define X(name, in_list, doc) {#name, doc},
+    CSV_COLUMNS(X)
+#undef X
+};
+static const bool column_in_list[] = {
+#define X(name, in_list, doc) in_list,
+    CSV_COLUMNS(X)
+#undef X
+};
+
+const report_column *report_csv_columns(int *n)
+{
+    *n = COL_COUNT;
+    return columns;
+}
+
+typedef char row_t[COL_COUNT][256];
+
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_write(FILE *f, row_t row, bool list_only)
+{
+    bool first = true;
+    for (int c = 0; c < COL_COUNT; c++) {
+        if (list_only && !column_in_list[c])
+            continue;
+        if (!first)
+            fputc(',', f);
+        csv_field(f, row[c]);
+        first = false;
+    }
+    fputc('\n', f);
+}
+
+static void csv_header(FILE *f, bool list_only)
+{
+    row_t *row = xcalloc(1, sizeof *row);
+    for (int c = 0; c < COL_COUNT; c++)
+        snprintf((*row)[c], sizeof (*row)[c], "%s", columns[c].name);
+    csv_write(f, *row, list_only);
+    free(row);
+}
+
+static void shape_cell(char *cell, const shape_t *s)
+{
+    size_t off = 0;
+    for (int i = 0; i < s->rank; i++)
+        off += (size_t)snprintf(cell + off, 256 - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
+}
+
+#define SET(col, ...) snprintf(row[COL_##col], sizeof row[COL_##col], __VA_ARGS__)
+
+/* Columns that describe the layer, shared by `run` and `list`. */
+static void fill_layer(row_t row, const model *m, int i)
+{
+    const layer *l = &m->layers[i];
+    SET(model, "%s", m->name);
+    SET(batch, "%lld", (long long)m->batch);
+    SET(layer_index, "%d", i);
+    SET(layer_name, "%s", l->name);
+    SET(kind, "%s", layer_kind_name(l->kind));
+    shape_cell(row[COL_input_shape], &l->in);
+    shape_cell(row[COL_output_shape], &l->out);
+    SET(params, "%lld", (long long)l->n_weights);
+    SET(macs, "%lld", (long long)l->macs);
+    SET(flops, "%lld", (long long)l->flops);
+    SET(bytes, "%lld", (long long)l->bytes);
+    layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
+}
+
+static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t bytes)
+{
+    SET(impl, "%s", r->impl);
+    SET(note, "%s", r->note);
+    SET(dedupe_of, "%d", r->dedupe_of);
+    if (r->status != BENCH_OK) {
+        SET(status, "skipped");
+        return;
+    }
+    const stats *s = &r->st;
+    SET(status, "%s", r->dedupe_of >= 0 ? "dedupe" : "ok");
+    SET(samples, "%lld", (long long)s->n);
+    SET(median_us, "%.4f", s->median * 1e6);
+    SET(mean_us, "%.4f", s->mean * 1e6);
+    SET(min_us, "%.4f", s->min * 1e6);
+    SET(max_us, "%.4f", s->max * 1e6);
+    SET(stddev_us, "%.4f", s->stddev * 1e6);
+    SET(cv_pct, "%.3f", s->cv * 100);
+    SET(p90_us, "%.4f", s->p90 * 1e6);
+    if (s->median > 0) {
+        SET(gflops_per_s, "%.3f", (double)flops / s->median * 1e-9);
+        SET(gbytes_per_s, "%.3f", (double)bytes / s->median * 1e-9);
+    }
+}
+
+typedef struct csv_reporter {
+    reporter base;
+    bench_file file;
+} csv_reporter;
+
+/* The chained forward as a row of its own: kind "model", mode "chained". */
+static void fill_model(row_t row, const run_result *res)
+{
+    const model *m = res->m;
+    model_totals t = model_sum(m);
+    SET(model, "%s", m->name);
+    SET(batch, "%lld", (long long)m->batch);
+    SET(mode, "chained");
+    SET(layer_index, "-1");
+    SET(layer_name, "%s", m->name);
+    SET(kind, "model");
+    shape_cell(row[COL_input_shape], &m->input);
+    shape_cell(row[COL_output_shape], &m->layers[m->n_layers - 1].out);
+    SET(params, "%lld", (long long)t.n_weights);
+    SET(macs, "%lld", (long long)t.macs);
+    SET(flops, "%lld", (long long)t.flops);
+    SET(bytes, "%lld", (long long)t.bytes);
+    SET(parameters, "-");
+    fill_stats(row, &res->chained, t.flops, t.bytes);
+    if (res->chained.status == BENCH_OK)
+        SET(items_per_s, "%.3f", (double)m->batch / res->chained.st.median);
+}
+
+static bench_status csv_run(reporter *rep, const run_result *res)
+{
+    csv_reporter *c = (csv_reporter *)rep;
+    const model *m = res->m;
+    row_t *r = xmalloc(sizeof *r);
+    char(*row)[256] = *r;
+    for (int i = 0; i <= m->n_layers; i++) {
+        memset(r, 0, sizeof *r);
+        if (i < m->n_layers) {
+            fill_layer(row, m, i);
+            SET(mode, "isolated");
+            fill_stats(row, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
+        } else {
+            fill_model(row, res);
+        }
+        SET(backend, "%s", res->backend);
+        SET(threads, "%d", res->threads);
+        csv_write(c->file.f, row, false);
+    }
+    free(r);
+    return ferror(c->file.f) ? BENCH_ERR_IO : BENCH_OK;
+}
+
+static bench_status csv_finish(reporter *rep, bool ok)
+{
+    csv_reporter *c = (csv_reporter *)rep;
+    bench_status st = BENCH_OK;
+    if (ok)
+        st = bench_file_commit(&c->file);
+    else
+        bench_file_abort(&c->file);
+    free(c);
+    return st;
+}
+
+reporter *report_csv_create(const char *path)
+{
+    csv_reporter *c = xcalloc(1, sizeof *c);
+    if (bench_file_open(&c->file, path) != BENCH_OK) {
+        free(c);
+        return NULL;
+    }
+    c->base.run = csv_run;
+    c->base.finish = csv_finish;
+    csv_header(c->file.f, false);
+    return &c->base;
+}
+
+bench_status report_list_csv(const char *path, const model *m)
+{
+    bench_file f;
+    if (bench_file_open(&f, path) != BENCH_OK)
+        return BENCH_ERR_IO;
+    csv_header(f.f, true);
+    row_t *row = xmalloc(sizeof *row);
+    for (int i = 0; i < m->n_layers; i++) {
+        memset(row, 0, sizeof *row);
+        fill_layer(*row, m, i);
+        csv_write(f.f, *row, true);
+    }
+    free(row);
+    return bench_file_commit(&f);
+}
+
+/* ---- JSON context ----------------------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+char *report_json_path(const char *csv_path)
+{
+    size_t n = strlen(csv_path);
+    if (n > 4 && strcmp(csv_path + n - 4, ".csv") == 0)
+        return xasprintf("%.*s.json", (int)(n - 4), csv_path);
+    return xasprintf("%s.json", csv_path);
+}
+
+static void cpu_model(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(buf, len, "unknown");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(buf, len, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = 0;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+bench_status report_json_write(const char *path, const report_context *ctx)
+{
+    bench_file bf;
+    if (bench_file_open(&bf, path) != BENCH_OK)
+        return BENCH_ERR_IO;
+    FILE *f = bf.f;
+    char host[256] = "unknown", cpu[256], date[64];
+    struct utsname un;
+    time_t now = time(NULL);
+    gethostname(host, sizeof host - 1);
+    cpu_model(cpu, sizeof cpu);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    uname(&un);
+    fprintf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
+    json_str(f, LAYERBENCH_VERSION);
+    fprintf(f, ",\n  \"git_revision\": ");
+    json_str(f, layerbench_git_revision());
+    fprintf(f, ",\n  \"build_type\": ");
+    json_str(f, LAYERBENCH_BUILD_TYPE);
+    fprintf(f, ",\n  \"compiler\": ");
+    json_str(f, __VERSION__);
+    fprintf(f, ",\n  \"command_line\": [");
+    for (int i = 0; i < ctx->argc; i++) {
+        fprintf(f, i ? ", " : "");
+        json_str(f, ctx->argv[i]);
+    }
+    fprintf(f, "],\n  \"config\": ");
+    json_str(f, ctx->config);
+    fprintf(f, ",\n  \"date_utc\": ");
+    json_str(f, date);
+    fprintf(f, ",\n  \"host\": ");
+    json_str(f, host);
+    fprintf(f, ",\n  \"os\": ");
+    char os[600];
+    snprintf(os, sizeof os, "%s %s %s", un.sysname, un.release, un.machine);
+    json_str(f, os);
+    fprintf(f, ",\n  \"cpu_model\": ");
+    json_str(f, cpu);
+    fprintf(f, ",\n  \"cpu_cores_online\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "  \"libraries\": {\"libyaml\": ");
+    json_str(f, yaml_get_version_string());
+    fprintf(f, ", \"google_benchmark\": ");
+    json_str(f, gbs_version());
+    fprintf(f, "},\n  \"options\": {\"warmup_time_s\": %g, \"min_time_s\": %g, \"repetitions\": %d, "
+               "\"dedupe\": %s, \"seed\": %llu},\n",
+            ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->repetitions, ctx->mo->dedupe ? "true" : "false",
+            (unsigned long long)ctx->mo->seed);
+    fprintf(f, "  \"backends\": {");
+    for (int i = 0; i < ctx->n_backends; i++) {
+        fprintf(f, "%s\n    ", i ? "," : "");
+        json_str(f, ctx->backends[i].ops->name);
+        fprintf(f, ": %s", ctx->backends[i].ops->describe(ctx->backends[i].ctx));
+    }
+    fprintf(f, "\n  },\n  \"skipped_backends\": ");
+    if (ctx->skipped)
+        json_str(f, ctx->skipped);
+    else
+        fprintf(f, "null");
+    fprintf(f, "\n}\n");
+    return bench_file_commit(&bf);
+}

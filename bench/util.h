@@ -1,0 +1,61 @@
+/* Small shared pieces: status codes, checked allocation, atomic file output, clocks. */
+#ifndef LAYERBENCH_UTIL_H
+#define LAYERBENCH_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* What a user or the machine can cause. Bugs are caught by BENCH_ASSERT instead. */
+typedef enum bench_status {
+    BENCH_OK = 0,
+    BENCH_ERR_USAGE,        /* bad command line or config: exit code 2 */
+    BENCH_ERR_UNSUPPORTED,  /* a backend cannot run this layer: a skipped row */
+    BENCH_ERR_NOMEM,        /* an allocation failed */
+    BENCH_ERR_IO,           /* a file could not be read or written */
+    BENCH_ERR_BACKEND,      /* a backend library call failed */
+    BENCH_ERR_CHECK,        /* a result differs from the reference */
+} bench_status;
+
+/* Exit code for a status: 0 ok, 2 usage/config, 1 anything else. */
+int bench_exit_code(bench_status st);
+
+/* Always-on assertion for programming errors (never for user input). */
+#define BENCH_ASSERT(cond)                                                                       \
+    ((cond) ? (void)0 : bench_assert_fail(#cond, __FILE__, __LINE__))
+_Noreturn void bench_assert_fail(const char *expr, const char *file, int line);
+
+/* malloc/calloc/realloc/strdup that abort with a message on failure: for small
+ * bookkeeping only. Tensors use bench_alloc_floats(), which can fail softly. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+/* printf into a new string; caller frees. */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 64-byte aligned float buffer of n elements, or NULL; free with free(). */
+float *bench_alloc_floats(int64_t n);
+
+/* Seconds from CLOCK_MONOTONIC. */
+double bench_now(void);
+
+/* Bytes of memory the kernel reports available (MemAvailable), or -1. */
+int64_t bench_mem_available(void);
+/* "1.5 GiB" */
+char *bench_format_bytes(int64_t bytes, char *buf, size_t len);
+
+/* Writing a results file atomically: writes go to "<path>.tmp.<pid>", and
+ * bench_file_commit() renames it over path; bench_file_abort() removes it.
+ * A path of "-" writes to stdout directly. */
+typedef struct bench_file {
+    FILE *f;
+    char *path;
+    char *tmp;
+} bench_file;
+bench_status bench_file_open(bench_file *bf, const char *path);
+bench_status bench_file_commit(bench_file *bf);
+void bench_file_abort(bench_file *bf);
+
+#endif

@@ -1,0 +1,59 @@
+/* Element-wise activations: relu, relu6, sigmoid. Any input rank. */
+#include <math.h>
+
+#include "kind_util.h"
+
+static const layer_param_spec act_params[] = {
+    /* Accepted so torch models transcribe as they are; we always run out of place. */
+    {"inplace", LP_BOOL, P_OFF(inplace), false, 0},
+    {NULL, 0, 0, false, 0},
+};
+
+static int act_infer(layer *l, char *err, size_t len)
+{
+    (void)err, (void)len;
+    l->out = l->in;
+    return 0;
+}
+
+/* FLOPs per element: relu 1 (max), relu6 2 (max, min), sigmoid 4 (neg, exp, add, div). */
+static void act_count_per(layer *l, int64_t per)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = per * shape_numel(&l->out);
+    kind_count_bytes(l);
+}
+static void relu_count(layer *l) { act_count_per(l, 1); }
+static void relu6_count(layer *l) { act_count_per(l, 2); }
+static void sigmoid_count(layer *l) { act_count_per(l, 4); }
+
+static void relu_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+static void relu6_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = in[i] < 0.0f ? 0.0f : in[i] > 6.0f ? 6.0f : in[i];
+}
+
+static void sigmoid_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)(1.0 / (1.0 + exp(-(double)in[i])));
+}
+
+#define ACTIVATION(kind_name, counter, ref)                                                       \
+    const layer_desc layer_##kind_name##_desc = {                                                 \
+        .name = #kind_name, .n_inputs = 1, .params = act_params, .infer = act_infer,              \
+        .count = counter, .reference = ref, .tolerance = 1e-6,                                    \
+    }
+
+ACTIVATION(relu, relu_count, relu_reference);
+ACTIVATION(relu6, relu6_count, relu6_reference);
+ACTIVATION(sigmoid, sigmoid_count, sigmoid_reference);

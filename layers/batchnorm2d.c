@@ -1,0 +1,77 @@
+/* batchnorm2d: torch.nn.BatchNorm2d in inference mode (running statistics).
+ * Weights: gamma[C], beta[C], running_mean[C], running_var[C]. */
+#include <math.h>
+
+#include "kind_util.h"
+
+static const layer_param_spec bn_params[] = {
+    {"eps", LP_FLOAT, P_OFF(eps), false, 0},
+    {"momentum", LP_FLOAT, P_OFF(momentum), false, 0},
+    {"affine", LP_BOOL, P_OFF(affine), false, 0},
+    {NULL, 0, 0, false, 0},
+};
+
+static void bn_defaults(layer_params *p)
+{
+    p->eps = 1e-5;
+    p->momentum = 0.1;
+    p->affine = true;
+}
+
+static int bn_infer(layer *l, char *err, size_t len)
+{
+    if (kind_need_nchw(l, err, len))
+        return -1;
+    if (!(l->p.eps > 0))
+        return kind_fail(err, len, "eps must be greater than 0");
+    l->out = l->in;
+    return 0;
+}
+
+static void bn_count(layer *l)
+{
+    int64_t c = l->in.d[1];
+    l->n_weights = l->p.affine ? 2 * c : 0; /* running stats are buffers, not parameters */
+    l->n_weight_floats = 4 * c;
+    l->macs = 0;
+    l->flops = 2 * shape_numel(&l->out); /* x * scale + shift, folded per channel */
+    kind_count_bytes(l);
+}
+
+static void bn_init(const layer *l, float *w, layer_rng *rng)
+{
+    int64_t c = l->in.d[1];
+    layer_fill_uniform(w, c, 0.5f, 1.5f, rng);            /* gamma */
+    layer_fill_uniform(w + c, c, -0.5f, 0.5f, rng);       /* beta */
+    layer_fill_uniform(w + 2 * c, c, -0.5f, 0.5f, rng);   /* running mean */
+    layer_fill_uniform(w + 3 * c, c, 0.25f, 2.0f, rng);   /* running var > 0 */
+    if (!l->p.affine)
+        for (int64_t i = 0; i < c; i++)
+            w[i] = 1.0f, w[c + i] = 0.0f;
+}
+
+static void bn_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++) {
+            double inv = 1.0 / sqrt((double)w[3 * c + ch] + l->p.eps);
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (b * c + ch) * hw + i;
+                out[at] = (float)(((double)in[at] - w[2 * c + ch]) * inv * w[ch] + w[c + ch]);
+            }
+        }
+}
+
+const layer_desc layer_batchnorm2d_desc = {
+    .name = "batchnorm2d",
+    .n_inputs = 1,
+    .params = bn_params,
+    .defaults = bn_defaults,
+    .infer = bn_infer,
+    .count = bn_count,
+    .init_weights = bn_init,
+    .reference = bn_reference,
+    .tolerance = 1e-6,
+};

@@ -1,0 +1,164 @@
+/* conv2d on the CPU. Three paths, chosen at setup:
+ *  - gemm-1x1:   1x1 kernel, stride 1, no padding: the input already is the GEMM's B matrix.
+ *  - depthwise:  groups == in_channels == out_channels: a direct loop per channel plane,
+ *                since a GEMM with M = 1 per group wastes the BLAS.
+ *  - im2col+gemm: everything else, per sample and per group, through cblas_sgemm. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL } conv_path;
+
+typedef struct conv_state {
+    conv_path path;
+    float *col; /* im2col workspace: K x OH*OW floats */
+} conv_state;
+
+static bench_status conv_setup(const layer *l, void **state, char *impl, size_t impl_len)
+{
+    const layer_params *p = &l->p;
+    conv_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    int64_t c = l->in.d[1];
+    if (p->groups == c && p->out_channels == c && c > 1)
+        s->path = CONV_DEPTHWISE;
+    else if (p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+             p->padding[0] == 0 && p->padding[1] == 0)
+        s->path = CONV_GEMM_1X1;
+    else {
+        s->path = CONV_IM2COL;
+        int64_t k = (c / p->groups) * p->kernel[0] * p->kernel[1];
+        s->col = bench_alloc_floats(k * l->out.d[2] * l->out.d[3]);
+        if (!s->col) {
+            free(s);
+            return BENCH_ERR_NOMEM;
+        }
+    }
+    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm"};
+    snprintf(impl, impl_len, "%s", names[s->path]);
+    *state = s;
+    return BENCH_OK;
+}
+
+static void conv_free(void *state)
+{
+    conv_state *s = state;
+    if (s)
+        free(s->col);
+    free(s);
+}
+
+/* Unfolds one group of one sample: row (ci, i, j) holds the input pixels that kernel
+ * tap (i, j) of channel ci meets at every output position, zeros where it falls in padding. */
+static void im2col(const layer *l, const float *in, float *col)
+{
+    const layer_params *p = &l->p;
+    int64_t cg = l->in.d[1] / p->groups, h = l->in.d[2], w = l->in.d[3];
+    int64_t kh = p->kernel[0], kw = p->kernel[1], oh = l->out.d[2], ow = l->out.d[3];
+    int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    int64_t dh = p->dilation[0], dw = p->dilation[1];
+    int64_t rows = cg * kh * kw;
+#pragma omp parallel for schedule(static) if (rows * oh * ow > CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+        const float *src = in + ci * h * w;
+        float *dst = col + r * oh * ow;
+        /* output columns x whose input column x*sw - pw + j*dw lies inside [0, w) */
+        int64_t off = j * dw - pw;
+        int64_t x0 = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t x1 = w - off <= 0 ? 0 : (w - off + sw - 1) / sw;
+        if (x1 > ow)
+            x1 = ow;
+        if (x0 > x1)
+            x0 = x1;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t iy = y * sh - ph + i * dh;
+            float *d = dst + y * ow;
+            if (iy < 0 || iy >= h) {
+                memset(d, 0, (size_t)ow * sizeof *d);
+                continue;
+            }
+            const float *s = src + iy * w + off;
+            for (int64_t x = 0; x < x0; x++)
+                d[x] = 0.0f;
+            if (sw == 1)
+                memcpy(d + x0, s + x0, (size_t)(x1 - x0) * sizeof *d);
+            else
+                for (int64_t x = x0; x < x1; x++)
+                    d[x] = s[x * sw];
+            for (int64_t x = x1; x < ow; x++)
+                d[x] = 0.0f;
+        }
+    }
+}
+
+static void fill_bias(float *out, const float *bias, int64_t channels, int64_t plane)
+{
+#pragma omp parallel for schedule(static) if (channels * plane > CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t i = 0; i < plane; i++)
+            out[c * plane + i] = bias[c];
+}
+
+static void depthwise(const layer *l, const float *in, const float *w, const float *bias, float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t kh = p->kernel[0], kw = p->kernel[1], oh = l->out.d[2], ow = l->out.d[3];
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *src = in + pl * h * wd, *k = w + (pl % c) * kh * kw;
+        float *dst = out + pl * oh * ow;
+        float b = bias ? bias[pl % c] : 0.0f;
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                float acc = b;
+                for (int64_t i = 0; i < kh; i++) {
+                    int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t ix = x * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                        if (ix >= 0 && ix < wd)
+                            acc += src[iy * wd + ix] * k[i * kw + j];
+                    }
+                }
+                dst[y * ow + x] = acc;
+            }
+    }
+}
+
+static void conv_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2;
+    const conv_state *s = state;
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    int64_t oc = l->out.d[1], ohw = l->out.d[2] * l->out.d[3];
+    int64_t g = p->groups, cg = c / g, ocg = oc / g, k = cg * p->kernel[0] * p->kernel[1];
+    const float *bias = p->bias ? w + oc * k : NULL;
+    if (s->path == CONV_DEPTHWISE) {
+        depthwise(l, in, w, bias, out);
+        return;
+    }
+    for (int64_t b = 0; b < n; b++) {
+        float *ob = out + b * oc * ohw;
+        if (bias)
+            fill_bias(ob, bias, oc, ohw);
+        for (int64_t gi = 0; gi < g; gi++) {
+            const float *src = in + (b * c + gi * cg) * hw;
+            if (s->path == CONV_IM2COL) {
+                im2col(l, src, s->col);
+                src = s->col;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)ohw, (blasint)k,
+                        1.0f, w + gi * ocg * k, (blasint)k, src, (blasint)ohw, bias ? 1.0f : 0.0f,
+                        ob + gi * ocg * ohw, (blasint)ohw);
+        }
+    }
+}
+
+const cpu_kernel cpu_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};

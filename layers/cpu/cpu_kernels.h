@@ -1,0 +1,27 @@
+/* CPU implementations of the layer kinds: OpenBLAS for convolution and linear,
+ * OpenMP loops for the rest. One file per kind; the table is in bench/backend_cpu.c. */
+#ifndef LAYERBENCH_CPU_KERNELS_H
+#define LAYERBENCH_CPU_KERNELS_H
+
+#include "layer.h"
+#include "util.h"
+
+typedef struct cpu_kernel {
+    /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed
+     * by free(). Writes a short name of the implementation into impl. */
+    bench_status (*setup)(const layer *l, void **state, char *impl, size_t impl_len);
+    /* The timed part. For kinds that alias their input, out == in. */
+    void (*run)(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out);
+    void (*free)(void *state); /* optional */
+    const char *impl;          /* implementation name when there is no setup */
+} cpu_kernel;
+
+extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
+    cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
+    cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel;
+
+/* Element-wise loops below this many elements stay on one thread: a parallel
+ * region costs a few microseconds, more than the work. */
+#define CPU_PARALLEL_MIN 16384
+
+#endif

@@ -1,0 +1,23 @@
+/* linear on the CPU: cblas_sgemv for one sample, cblas_sgemm for a batch. */
+#include <cblas.h>
+
+#include "cpu_kernels.h"
+
+static void linear_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)state, (void)in2;
+    int64_t n = l->in.d[0], f = l->in.d[1], o = l->p.out_features;
+    const float *bias = l->p.bias ? w + o * f : NULL;
+    if (bias)
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t j = 0; j < o; j++)
+                out[b * o + j] = bias[j];
+    float beta = bias ? 1.0f : 0.0f;
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)o, (blasint)f, 1.0f, w, (blasint)f, in, 1, beta, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)o, (blasint)f, 1.0f, in,
+                    (blasint)f, w, (blasint)f, beta, out, (blasint)o);
+}
+
+const cpu_kernel cpu_linear_kernel = {.run = linear_run, .impl = "sgemm"};

@@ -1,0 +1,108 @@
+/* Pooling on the CPU: one output plane per iteration of a parallel loop; window
+ * bounds are clipped once per output instead of testing every tap. */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Taps i of a window starting at `start` with `dilation` that land in [0, size):
+ * first_tap <= i < end_tap. Dilation 1 (the usual case) avoids the divisions. */
+static inline int64_t first_tap(int64_t start, int64_t dilation)
+{
+    if (start >= 0)
+        return 0;
+    return dilation == 1 ? -start : (-start + dilation - 1) / dilation;
+}
+
+static inline int64_t end_tap(int64_t start, int64_t dilation, int64_t size, int64_t kernel)
+{
+    int64_t room = size - start;
+    if (room <= 0)
+        return 0;
+    return clamp64(dilation == 1 ? room : (room + dilation - 1) / dilation, 0, kernel);
+}
+
+static void maxpool_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)state, (void)in2, (void)w;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3], dh = p->dilation[0], dw = p->dilation[1];
+#pragma omp parallel for schedule(static) if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *src = in + pl * h * wd;
+        float *dst = out + pl * oh * ow;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t y0 = y * p->stride[0] - p->padding[0];
+            int64_t i0 = first_tap(y0, dh), i1 = end_tap(y0, dh, h, p->kernel[0]);
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t x0 = x * p->stride[1] - p->padding[1];
+                int64_t j0 = first_tap(x0, dw), j1 = end_tap(x0, dw, wd, p->kernel[1]);
+                float m = -INFINITY;
+                for (int64_t i = i0; i < i1; i++) {
+                    const float *row = src + (y0 + i * dh) * wd + x0;
+                    for (int64_t j = j0; j < j1; j++)
+                        m = row[j * dw] > m ? row[j * dw] : m;
+                }
+                dst[y * ow + x] = m;
+            }
+        }
+    }
+}
+
+static void avgpool_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)state, (void)in2, (void)w;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+#pragma omp parallel for schedule(static) if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *src = in + pl * h * wd;
+        float *dst = out + pl * oh * ow;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t ys = y * p->stride[0] - p->padding[0];
+            int64_t ye = ys + p->kernel[0] < h + p->padding[0] ? ys + p->kernel[0] : h + p->padding[0];
+            int64_t pad_h = ye - ys, y0 = clamp64(ys, 0, h), y1 = clamp64(ye, 0, h);
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t xs = x * p->stride[1] - p->padding[1];
+                int64_t xe = xs + p->kernel[1] < wd + p->padding[1] ? xs + p->kernel[1] : wd + p->padding[1];
+                int64_t pad_w = xe - xs, x0 = clamp64(xs, 0, wd), x1 = clamp64(xe, 0, wd);
+                float sum = 0.0f;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        sum += src[iy * wd + ix];
+                int64_t div = p->count_include_pad ? pad_h * pad_w : (y1 - y0) * (x1 - x0);
+                dst[y * ow + x] = div ? sum / (float)div : 0.0f;
+            }
+        }
+    }
+}
+
+static void adaptive_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)state, (void)in2, (void)w;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+#pragma omp parallel for schedule(static) if (planes * h * wd > CPU_PARALLEL_MIN)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *src = in + pl * h * wd;
+        float *dst = out + pl * oh * ow;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t x0 = x * wd / ow, x1 = ((x + 1) * wd + ow - 1) / ow;
+                float sum = 0.0f;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        sum += src[iy * wd + ix];
+                dst[y * ow + x] = sum / (float)((y1 - y0) * (x1 - x0));
+            }
+        }
+    }
+}
+
+const cpu_kernel cpu_maxpool2d_kernel = {.run = maxpool_run, .impl = "direct"};
+const cpu_kernel cpu_avgpool2d_kernel = {.run = avgpool_run, .impl = "direct"};
+const cpu_kernel cpu_adaptive_avgpool2d_kernel = {.run = adaptive_run, .impl = "direct"};

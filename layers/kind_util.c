@@ -1,0 +1,18 @@
+#include "kind_util.h"
+
+int kind_need_nchw(const layer *l, char *err, size_t errlen)
+{
+    if (l->in.rank == 4)
+        return 0;
+    char s[96];
+    return kind_fail(err, errlen, "%s expects a [N, C, H, W] input, got %s",
+                     layer_kind_name(l->kind), shape_format(&l->in, s, sizeof s));
+}
+
+void kind_count_bytes(layer *l)
+{
+    int64_t n = shape_numel(&l->in) + shape_numel(&l->out) + l->n_weight_floats;
+    if (layer_desc_get(l->kind)->n_inputs == 2)
+        n += shape_numel(&l->in2);
+    l->bytes = 4 * n;
+}

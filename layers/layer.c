@@ -1,0 +1,164 @@
+/* The table of layer kinds and the helpers every kind shares. */
+#include "layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_desc,
+    layer_relu6_desc, layer_sigmoid_desc, layer_maxpool2d_desc, layer_avgpool2d_desc,
+    layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
+    layer_dropout_desc, layer_softmax_desc, layer_add_desc;
+
+static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
+    [LAYER_CONV2D] = &layer_conv2d_desc,
+    [LAYER_BATCHNORM2D] = &layer_batchnorm2d_desc,
+    [LAYER_RELU] = &layer_relu_desc,
+    [LAYER_RELU6] = &layer_relu6_desc,
+    [LAYER_SIGMOID] = &layer_sigmoid_desc,
+    [LAYER_MAXPOOL2D] = &layer_maxpool2d_desc,
+    [LAYER_AVGPOOL2D] = &layer_avgpool2d_desc,
+    [LAYER_ADAPTIVE_AVGPOOL2D] = &layer_adaptive_avgpool2d_desc,
+    [LAYER_FLATTEN] = &layer_flatten_desc,
+    [LAYER_LINEAR] = &layer_linear_desc,
+    [LAYER_DROPOUT] = &layer_dropout_desc,
+    [LAYER_SOFTMAX] = &layer_softmax_desc,
+    [LAYER_ADD] = &layer_add_desc,
+};
+
+const layer_desc *layer_desc_get(layer_kind kind)
+{
+    return (kind >= 0 && kind < LAYER_KIND_COUNT) ? kinds[kind] : NULL;
+}
+
+const char *layer_kind_name(layer_kind kind)
+{
+    const layer_desc *d = layer_desc_get(kind);
+    return d ? d->name : "?";
+}
+
+int layer_kind_from_name(const char *name)
+{
+    for (int k = 0; k < LAYER_KIND_COUNT; k++)
+        if (strcmp(kinds[k]->name, name) == 0)
+            return k;
+    return -1;
+}
+
+const char *layer_kind_list(void)
+{
+    static char buf[256];
+    if (!buf[0]) {
+        size_t off = 0;
+        for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+            if (k == LAYER_ADD)
+                continue; /* made by residual blocks, never written */
+            off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%s", off ? ", " : "",
+                                    kinds[k]->name);
+        }
+    }
+    return buf;
+}
+
+int64_t shape_numel(const shape_t *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->d[i];
+    return n;
+}
+
+char *shape_format(const shape_t *s, char *buf, size_t len)
+{
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < s->rank && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+    if (off < len)
+        snprintf(buf + off, len - off, "]");
+    return buf;
+}
+
+bool shape_equal(const shape_t *a, const shape_t *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->d[i] != b->d[i])
+            return false;
+    return true;
+}
+
+void layer_rng_seed(layer_rng *rng, uint64_t seed)
+{
+    rng->state = seed ^ 0x9E3779B97F4A7C15ull;
+}
+
+static uint64_t splitmix64(layer_rng *rng)
+{
+    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float layer_rng_uniform(layer_rng *rng, float lo, float hi)
+{
+    double u = (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(lo + (hi - lo) * u);
+}
+
+void layer_fill_uniform(float *x, int64_t n, float lo, float hi, layer_rng *rng)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = layer_rng_uniform(rng, lo, hi);
+}
+
+int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                      int64_t dilation, bool ceil_mode)
+{
+    /* torch's pooling_output_shape; convolution never uses ceil_mode. */
+    int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
+    if (span < 0)
+        return -1;
+    int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+    if (ceil_mode && (out - 1) * stride >= in + pad)
+        out--;
+    return out;
+}
+
+bool layer_same_work(const layer *a, const layer *b)
+{
+    return a->kind == b->kind && shape_equal(&a->in, &b->in) && shape_equal(&a->in2, &b->in2) &&
+           memcmp(&a->p, &b->p, sizeof a->p) == 0;
+}
+
+char *layer_params_format(const layer *l, char *buf, size_t len)
+{
+    const layer_desc *d = layer_desc_get(l->kind);
+    layer_params def;
+    memset(&def, 0, sizeof def);
+    if (d->defaults)
+        d->defaults(&def);
+    size_t off = 0;
+    buf[0] = 0;
+    for (const layer_param_spec *s = d->params; s->key && off < len; s++) {
+        const char *v = (const char *)&l->p + s->offset, *dv = (const char *)&def + s->offset;
+        size_t size = s->type == LP_INT ? sizeof(int64_t) : s->type == LP_PAIR ? 2 * sizeof(int64_t)
+                    : s->type == LP_BOOL ? sizeof(bool) : sizeof(double);
+        if (!s->required && memcmp(v, dv, size) == 0)
+            continue;
+        const char *sep = off ? " " : "";
+        if (s->type == LP_INT)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%lld", sep, s->key, (long long)*(const int64_t *)v);
+        else if (s->type == LP_PAIR)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%lldx%lld", sep, s->key,
+                                    (long long)((const int64_t *)v)[0], (long long)((const int64_t *)v)[1]);
+        else if (s->type == LP_BOOL)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, *(const bool *)v ? "true" : "false");
+        else
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%g", sep, s->key, *(const double *)v);
+    }
+    if (!buf[0])
+        snprintf(buf, len, "-");
+    return buf;
+}

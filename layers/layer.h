@@ -1,0 +1,153 @@
+/* Layer kinds: what each kind is, described once.
+ *
+ * A kind knows its parameters (named as in torch.nn), how to infer and check its
+ * output shape, its parameter count, FLOPs and bytes, how to initialise its weights
+ * and a plain-C reference used only by tests and `bench check`. Backends only know
+ * how to run it (layers/cpu/, layers/cuda/).
+ *
+ * Tensors are float32, NCHW for rank 4 and [N, F] for rank 2. Shapes always carry
+ * the batch in d[0].
+ */
+#ifndef LAYERBENCH_LAYER_H
+#define LAYERBENCH_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHAPE_MAX_RANK 4
+
+typedef struct shape {
+    int rank;                    /* 2 ([N, F]) or 4 ([N, C, H, W]) */
+    int64_t d[SHAPE_MAX_RANK];
+} shape_t;
+
+/* Number of elements; the shape was checked for overflow when it was built. */
+int64_t shape_numel(const shape_t *s);
+/* Writes "[1, 64, 56, 56]" into buf; returns buf. */
+char *shape_format(const shape_t *s, char *buf, size_t len);
+bool shape_equal(const shape_t *a, const shape_t *b);
+
+typedef enum layer_kind {
+    LAYER_CONV2D,
+    LAYER_BATCHNORM2D,
+    LAYER_RELU,
+    LAYER_RELU6,
+    LAYER_SIGMOID,
+    LAYER_MAXPOOL2D,
+    LAYER_AVGPOOL2D,
+    LAYER_ADAPTIVE_AVGPOOL2D,
+    LAYER_FLATTEN,
+    LAYER_LINEAR,
+    LAYER_DROPOUT,
+    LAYER_SOFTMAX,
+    LAYER_ADD,
+    LAYER_KIND_COUNT
+} layer_kind;
+
+/* Union of every kind's parameters; each kind reads only its own fields. */
+typedef struct layer_params {
+    int64_t out_channels;        /* conv2d */
+    int64_t kernel[2];           /* conv2d, pools */
+    int64_t stride[2];           /* conv2d, pools; 0 = "same as kernel" for pools */
+    int64_t padding[2];
+    int64_t dilation[2];
+    int64_t groups;
+    bool bias;                   /* conv2d, linear */
+    int64_t out_features;        /* linear */
+    double eps;                  /* batchnorm2d */
+    double momentum;             /* batchnorm2d: accepted, unused at inference */
+    bool affine;                 /* batchnorm2d */
+    int64_t output_size[2];      /* adaptive_avgpool2d */
+    bool ceil_mode;              /* pools */
+    bool count_include_pad;      /* avgpool2d */
+    double p;                    /* dropout: accepted, identity at inference */
+    bool inplace;                /* activations, dropout: accepted, see docs */
+    int64_t dim;                 /* softmax */
+} layer_params;
+
+/* One layer of a model, with its shapes resolved for one batch size. */
+typedef struct layer {
+    char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
+    layer_kind kind;
+    layer_params p;
+    shape_t in;                  /* first input */
+    shape_t in2;                 /* second input (add only) */
+    shape_t out;
+    int input[2];                /* value ids: 0 = model input, i+1 = output of layer i; -1 = none */
+    /* Derived by the kind's count(); per whole batch. */
+    int64_t n_weights;           /* learnable parameters (what torch counts) */
+    int64_t n_weight_floats;     /* floats the backends keep (bn: gamma, beta, mean, var) */
+    int64_t macs;                /* multiply-accumulates (conv2d, linear) */
+    int64_t flops;               /* see docs/flops.md */
+    int64_t bytes;               /* inputs read once + weights read once + output written once */
+} layer;
+
+typedef enum layer_param_type {
+    LP_INT,                      /* integer >= min */
+    LP_PAIR,                     /* integer or [h, w], each >= min */
+    LP_BOOL,
+    LP_FLOAT,                    /* number >= 0 */
+} layer_param_type;
+
+typedef struct layer_param_spec {
+    const char *key;
+    layer_param_type type;
+    size_t offset;               /* offsetof(layer_params, field) */
+    bool required;
+    int64_t min;                 /* LP_INT, LP_PAIR */
+} layer_param_spec;
+
+typedef struct layer_rng {
+    uint64_t state;
+} layer_rng;
+
+/* A layer kind, described once. All functions are pure and never allocate. */
+typedef struct layer_desc {
+    const char *name;                       /* as written in configs */
+    int n_inputs;                           /* 1, or 2 for add */
+    bool aliases_input;                     /* output is the input buffer (flatten, dropout) */
+    const layer_param_spec *params;         /* terminated by {NULL}; may be empty */
+    void (*defaults)(layer_params *p);      /* optional */
+    /* Checks the parameters against l->in (and l->in2) and sets l->out.
+     * Returns 0, or -1 with a message in err ("what is wrong and what was expected"). */
+    int (*infer)(layer *l, char *err, size_t errlen);
+    /* Sets n_weights, n_weight_floats, macs, flops and bytes from the shapes. */
+    void (*count)(layer *l);
+    /* Fills the l->n_weight_floats weights with plausible random values; optional. */
+    void (*init_weights)(const layer *l, float *w, layer_rng *rng);
+    /* Plain-C reference: out = f(in, in2, w). Accumulates in double. */
+    void (*reference)(const layer *l, const float *in, const float *in2, const float *w, float *out);
+    double tolerance;                       /* relative L2 error accepted against the reference (FP32) */
+} layer_desc;
+
+/* The descriptor of a kind; never NULL for a valid kind. */
+const layer_desc *layer_desc_get(layer_kind kind);
+/* Looks a kind up by its config name; returns -1 if unknown. */
+int layer_kind_from_name(const char *name);
+/* "conv2d, batchnorm2d, ..." for error messages (kinds a config may name). */
+const char *layer_kind_list(void);
+const char *layer_kind_name(layer_kind kind);
+
+/* Deterministic random numbers for inputs and weights (splitmix64). */
+void layer_rng_seed(layer_rng *rng, uint64_t seed);
+float layer_rng_uniform(layer_rng *rng, float lo, float hi);
+/* Fills n floats uniformly in [lo, hi]. */
+void layer_fill_uniform(float *x, int64_t n, float lo, float hi, layer_rng *rng);
+
+/* Shared by pooling and convolution: output size along one axis, or -1 if
+ * the window does not fit. ceil_mode follows torch (the last window must start
+ * inside the input or left padding). */
+int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                      int64_t dilation, bool ceil_mode);
+
+
+
+/* Same kind, input shapes and parameters: the same work (used by --dedupe and the
+ * grouped tables). */
+bool layer_same_work(const layer *a, const layer *b);
+
+/* The parameters that differ from torch's defaults plus the required ones, as
+ * "out_channels=64 kernel_size=3x3 padding=1x1 bias=false"; "-" when none. */
+char *layer_params_format(const layer *l, char *buf, size_t len);
+#endif

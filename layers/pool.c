@@ -1,0 +1,177 @@
+/* Pooling: maxpool2d, avgpool2d (torch.nn.MaxPool2d / AvgPool2d, including ceil_mode and
+ * count_include_pad) and adaptive_avgpool2d (torch.nn.AdaptiveAvgPool2d). No weights.
+ * FLOPs: one per window element read, per output (compare or add); see docs/flops.md. */
+#include <float.h>
+#include <math.h>
+
+#include "kind_util.h"
+
+static const layer_param_spec maxpool_params[] = {
+    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1},
+    {"stride", LP_PAIR, P_OFF(stride), false, 1},
+    {"padding", LP_PAIR, P_OFF(padding), false, 0},
+    {"dilation", LP_PAIR, P_OFF(dilation), false, 1},
+    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0},
+    {NULL, 0, 0, false, 0},
+};
+
+static const layer_param_spec avgpool_params[] = {
+    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1},
+    {"stride", LP_PAIR, P_OFF(stride), false, 1},
+    {"padding", LP_PAIR, P_OFF(padding), false, 0},
+    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0},
+    {"count_include_pad", LP_BOOL, P_OFF(count_include_pad), false, 0},
+    {NULL, 0, 0, false, 0},
+};
+
+static const layer_param_spec adaptive_params[] = {
+    {"output_size", LP_PAIR, P_OFF(output_size), true, 1},
+    {NULL, 0, 0, false, 0},
+};
+
+static void pool_defaults(layer_params *p)
+{
+    p->dilation[0] = p->dilation[1] = 1;
+    p->count_include_pad = true;
+    /* stride stays 0: torch's default stride is the kernel size, resolved in infer. */
+}
+
+static int pool_infer(layer *l, char *err, size_t len)
+{
+    layer_params *p = &l->p;
+    if (kind_need_nchw(l, err, len))
+        return -1;
+    for (int a = 0; a < 2; a++) {
+        if (p->stride[a] == 0)
+            p->stride[a] = p->kernel[a];
+        if (p->padding[a] > p->kernel[a] / 2)
+            return kind_fail(err, len, "padding %lld must be at most half the kernel size %lld",
+                             (long long)p->padding[a], (long long)p->kernel[a]);
+    }
+    int64_t oh = layer_out_dim(l->in.d[2], p->kernel[0], p->stride[0], p->padding[0], p->dilation[0], p->ceil_mode);
+    int64_t ow = layer_out_dim(l->in.d[3], p->kernel[1], p->stride[1], p->padding[1], p->dilation[1], p->ceil_mode);
+    if (oh < 1 || ow < 1)
+        return kind_fail(err, len, "pool window %lldx%lld is larger than its padded input %lldx%lld",
+                         (long long)(p->dilation[0] * (p->kernel[0] - 1) + 1),
+                         (long long)(p->dilation[1] * (p->kernel[1] - 1) + 1),
+                         (long long)(l->in.d[2] + 2 * p->padding[0]),
+                         (long long)(l->in.d[3] + 2 * p->padding[1]));
+    l->out = (shape_t){4, {l->in.d[0], l->in.d[1], oh, ow}};
+    return 0;
+}
+
+static void pool_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = shape_numel(&l->out) * l->p.kernel[0] * l->p.kernel[1];
+    kind_count_bytes(l);
+}
+
+static void maxpool_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                float m = -INFINITY;
+                for (int64_t i = 0; i < p->kernel[0]; i++)
+                    for (int64_t j = 0; j < p->kernel[1]; j++) {
+                        int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                        int64_t ix = x * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                        if (iy >= 0 && iy < h && ix >= 0 && ix < wd && in[(pl * h + iy) * wd + ix] > m)
+                            m = in[(pl * h + iy) * wd + ix];
+                    }
+                out[(pl * oh + y) * ow + x] = m;
+            }
+}
+
+static void avgpool_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                double sum = 0.0;
+                int64_t valid = 0, padded = 0;
+                for (int64_t i = 0; i < p->kernel[0]; i++)
+                    for (int64_t j = 0; j < p->kernel[1]; j++) {
+                        int64_t iy = y * p->stride[0] - p->padding[0] + i;
+                        int64_t ix = x * p->stride[1] - p->padding[1] + j;
+                        /* torch divides by the window clipped to the padded input */
+                        if (iy < h + p->padding[0] && ix < wd + p->padding[1])
+                            padded++;
+                        if (iy >= 0 && iy < h && ix >= 0 && ix < wd) {
+                            sum += in[(pl * h + iy) * wd + ix];
+                            valid++;
+                        }
+                    }
+                int64_t div = p->count_include_pad ? padded : valid;
+                out[(pl * oh + y) * ow + x] = div ? (float)(sum / (double)div) : 0.0f;
+            }
+}
+
+const layer_desc layer_maxpool2d_desc = {
+    .name = "maxpool2d", .n_inputs = 1, .params = maxpool_params, .defaults = pool_defaults,
+    .infer = pool_infer, .count = pool_count, .reference = maxpool_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_avgpool2d_desc = {
+    .name = "avgpool2d", .n_inputs = 1, .params = avgpool_params, .defaults = pool_defaults,
+    .infer = pool_infer, .count = pool_count, .reference = avgpool_reference, .tolerance = 1e-6,
+};
+
+/* adaptive_avgpool2d: window i covers [floor(i*in/out), ceil((i+1)*in/out)). */
+static int adaptive_infer(layer *l, char *err, size_t len)
+{
+    if (kind_need_nchw(l, err, len))
+        return -1;
+    l->out = (shape_t){4, {l->in.d[0], l->in.d[1], l->p.output_size[0], l->p.output_size[1]}};
+    return 0;
+}
+
+static int64_t window_sum(int64_t in, int64_t out)
+{
+    int64_t s = 0;
+    for (int64_t i = 0; i < out; i++)
+        s += ((i + 1) * in + out - 1) / out - (i * in) / out;
+    return s;
+}
+
+static void adaptive_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    /* every output reads its window once; sums of window sizes per axis multiply */
+    l->flops = l->in.d[0] * l->in.d[1] * window_sum(l->in.d[2], l->out.d[2]) *
+               window_sum(l->in.d[3], l->out.d[3]);
+    kind_count_bytes(l);
+}
+
+static void adaptive_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t y0 = (int64_t)floor((double)y * h / oh), y1 = (int64_t)ceil((double)(y + 1) * h / oh);
+                int64_t x0 = (int64_t)floor((double)x * wd / ow), x1 = (int64_t)ceil((double)(x + 1) * wd / ow);
+                double sum = 0.0;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        sum += in[(pl * h + iy) * wd + ix];
+                out[(pl * oh + y) * ow + x] = (float)(sum / (double)((y1 - y0) * (x1 - x0)));
+            }
+}
+
+const layer_desc layer_adaptive_avgpool2d_desc = {
+    .name = "adaptive_avgpool2d", .n_inputs = 1, .params = adaptive_params,
+    .infer = adaptive_infer, .count = adaptive_count, .reference = adaptive_reference,
+    .tolerance = 1e-6,
+};

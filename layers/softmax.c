@@ -1,0 +1,58 @@
+/* softmax: torch.nn.Softmax(dim). dim defaults to 1, which is what torch picks
+ * implicitly for 2-D and 4-D inputs. FLOPs: 5 per element (max, subtract, exp, sum, divide). */
+#include <math.h>
+
+#include "kind_util.h"
+
+static const layer_param_spec softmax_params[] = {
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN},
+    {NULL, 0, 0, false, 0},
+};
+
+static void softmax_defaults(layer_params *p) { p->dim = 1; }
+
+static int softmax_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank;
+    if (l->p.dim < -r || l->p.dim >= r)
+        return kind_fail(err, len, "dim %lld is out of range for a rank-%lld input (expected %lld..%lld)",
+                         (long long)l->p.dim, (long long)r, (long long)-r, (long long)(r - 1));
+    if (l->p.dim < 0)
+        l->p.dim += r;
+    l->out = l->in;
+    return 0;
+}
+
+static void softmax_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = 5 * shape_numel(&l->out);
+    kind_count_bytes(l);
+}
+
+static void softmax_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+{
+    (void)in2, (void)w;
+    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
+    for (int64_t i = 0; i < l->p.dim; i++)
+        outer *= l->in.d[i];
+    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
+        inner *= l->in.d[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < inner; k++) {
+            const float *x = in + o * n * inner + k;
+            double m = -INFINITY, s = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                m = fmax(m, x[i * inner]);
+            for (int64_t i = 0; i < n; i++)
+                s += exp(x[i * inner] - m);
+            for (int64_t i = 0; i < n; i++)
+                out[o * n * inner + k + i * inner] = (float)(exp(x[i * inner] - m) / s);
+        }
+}
+
+const layer_desc layer_softmax_desc = {
+    .name = "softmax", .n_inputs = 1, .params = softmax_params, .defaults = softmax_defaults,
+    .infer = softmax_infer, .count = softmax_count, .reference = softmax_reference,
+    .tolerance = 1e-6,
+};

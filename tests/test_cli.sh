@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The bench command line end to end: exit codes, error messages, CSV and JSON, list,
+# sweep, check, and hostile inputs. usage: test_cli.sh BENCH SOURCE_DIR
+set -u
+BENCH=$1
+SRC=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+# expect CODE PATTERN -- command...: exit code and a regex on stdout+stderr
+expect() {
+  local code=$1 pattern=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "$* -> exit $rc, expected $code: $(echo "$out" | tail -3)"; return; fi
+  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
+  ok
+}
+FAST=(--warmup-time 0 --min-time 0.002 --repetitions 2 --no-progress)
+SMOKE=$SRC/configs/smoke.yaml
+R18=$SRC/configs/resnet18.yaml
+
+# usage
+expect 2 "missing command" -- "$BENCH"
+expect 0 "usage: bench" -- "$BENCH" --help
+expect 0 "usage: bench" -- "$BENCH" help
+expect 0 "layerbench" -- "$BENCH" --version
+expect 2 "unknown command 'frobnicate'" -- "$BENCH" frobnicate x
+expect 2 "run needs a CONFIG" -- "$BENCH" run
+expect 2 "unknown option '--fast'" -- "$BENCH" run "$SMOKE" --fast
+expect 2 "--threads expects" -- "$BENCH" run "$SMOKE" --threads 0
+expect 2 "--min-time expects" -- "$BENCH" run "$SMOKE" --min-time -1
+expect 2 "--batch expects a positive integer" -- "$BENCH" run "$SMOKE" --batch 2x
+expect 2 "--batch expects a comma-separated" -- "$BENCH" sweep "$SMOKE" --batch 1,,2
+expect 2 "--sort expects" -- "$BENCH" run "$SMOKE" --sort speed
+expect 2 "--backend expects cpu, cuda or all" -- "$BENCH" run "$SMOKE" --backend tpu
+expect 2 "option '--csv' needs a value" -- "$BENCH" run "$SMOKE" --csv
+expect 2 "cannot open: No such file" -- "$BENCH" list "$T/missing.yaml"
+expect 2 "not a regular file" -- "$BENCH" list "$T"
+
+# config errors: file:line:col and exit 2
+printf 'name: t\ninput: [3, 8, 8]\nlayers:\n  - {kind: conv2d, out_channels: 4, kernal_size: 3}\n' >"$T/typo.yaml"
+expect 2 "typo.yaml:4:37: unknown key 'kernal_size' for conv2d \(did you mean 'kernel_size'\?\)" -- "$BENCH" run "$T/typo.yaml"
+printf 'name: t\ninput: [3, 8, 8]\nlayers:\n  - {kind: conv4d}\n' >"$T/kind.yaml"
+expect 2 "kind.yaml:4:12: unknown layer kind 'conv4d'; known kinds: conv2d, batchnorm2d, relu" -- "$BENCH" list "$T/kind.yaml"
+
+# hostile files never crash or hang: exit 2 with a message
+head -c 65536 /dev/urandom >"$T/garbage.yaml"
+expect 2 "garbage.yaml:[0-9]+:[0-9]+: " -- timeout 10 "$BENCH" list "$T/garbage.yaml"
+python_free_nest() { local n=$1 s=""; s=$(printf '%*s' "$n" '' | tr ' ' '['); echo "$s"; }
+python_free_nest 200000 >"$T/deep.yaml"
+expect 2 "deep.yaml:" -- timeout 10 "$BENCH" list "$T/deep.yaml"
+{ echo 'a: &a ["x","x","x","x","x"]'; for i in $(seq 1 30); do echo "a$i: &a$i [*a$((i-1)),*a$((i-1)),*a$((i-1))]" | sed 's/\*a0/*a/g'; done; } >"$T/laughs.yaml"
+expect 2 "anchors and aliases are not supported" -- timeout 10 "$BENCH" list "$T/laughs.yaml"
+printf 'name: t\ninput: [3, 8, 8]\nlayers:\n  - kind: block\n    repeat: 100000\n    layers: [{kind: relu, repeat: 100000}]\n' >"$T/repeat.yaml"
+expect 2 "more than 100000 layers" -- timeout 10 "$BENCH" list "$T/repeat.yaml"
+head -c 2000000 /dev/zero | tr '\0' '#' >"$T/big.yaml"
+expect 2 "larger than 1 MiB" -- "$BENCH" list "$T/big.yaml"
+
+# memory is checked before anything is allocated
+expect 2 "needs .* but only .* is available" -- "$BENCH" run "$R18" --batch 100000 "${FAST[@]}"
+
+# list: deterministic analysis
+expect 0 "Totals: 11689512 params, 1814073344 MACs" -- "$BENCH" list "$R18"
+expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
+"$BENCH" list "$R18" --csv "$T/list.csv"
+[ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,parameters" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
+[ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
+cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not deterministic"
+
+# run: tables, CSV and JSON
+out=$("$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/run.csv" 2>&1); rc=$?
+[ $rc = 0 ] && ok || bad "run smoke exit $rc: $out"
+for want in "Per-layer times" "Grouped by input shape" "Grouped by kind" "sum of isolated layer medians" "chained forward median" "gap \(chained vs sum of layers\)"; do
+  grep -qE "$want" <<<"$out" && ok || bad "run output lacks '$want'"
+done
+header=$(head -1 "$T/run.csv")
+schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
+[ "$header" = "$schema" ] && ok || bad "CSV header differs from 'bench schema': $header"
+[ "$(wc -l <"$T/run.csv")" = 20 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + model"
+grep -q '^smoke,cpu,chained,2,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
+awk -F, 'NR>1 && $3=="isolated" && $17!="ok" {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is not ok"
+awk -F, 'NR>1 && ($19 < 1 || $20 <= 0) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "samples or median missing"
+for key in command_line date_utc host cpu_model cpu_cores_online git_revision build_type google_benchmark libyaml openblas_config '"threads"'; do
+  grep -q "$key" "$T/run.json" && ok || bad "JSON context lacks $key"
+done
+ls "$T" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok
+for col in $("$BENCH" schema | awk '{print $1}'); do
+  grep -q "\`$col\`" "$SRC/docs/csv.md" && ok || bad "docs/csv.md does not document column $col"
+done
+
+# sorting and top
+out=$("$BENCH" run "$SMOKE" "${FAST[@]}" --sort flops --top 3 2>&1)
+rows=$(awk '/^Per-layer/{f=1;next} f&&/^ *[0-9]+ /{n++} /^Grouped by input/{f=0} END{print n}' <<<"$out")
+[ "$rows" = 3 ] && ok || bad "--top 3 printed $rows rows"
+first=$(awk '/^Per-layer/{getline; getline; print $2; exit}' <<<"$out")
+[ "$first" = stem ] && ok || bad "--sort flops: first row '$first', expected stem"
+
+# dedupe: resnet18 at tiny times, twins reuse their first timing
+"$BENCH" run "$R18" "${FAST[@]}" --dedupe --csv "$T/dd.csv" >/dev/null 2>&1
+grep -q ',dedupe,' "$T/dd.csv" && ok || bad "--dedupe marked no row"
+
+# sweep: one CSV for all batches, items/s on the model rows
+out=$("$BENCH" sweep "$SMOKE" --batch 1,3 "${FAST[@]}" --csv "$T/sweep.csv" 2>&1); rc=$?
+[ $rc = 0 ] && ok || bad "sweep exit $rc: $out"
+[ "$(wc -l <"$T/sweep.csv")" = 39 ] && ok || bad "sweep csv: $(wc -l <"$T/sweep.csv") lines, expected 1 + 2 x 19"
+[ "$(awk -F, '$8=="model" && $29>0' "$T/sweep.csv" | wc -l)" = 2 ] && ok || bad "sweep model rows lack items_per_s"
+[ -f "$T/sweep.json" ] && ok || bad "no sweep JSON"
+
+# a run that fails leaves no results file
+expect 2 "" -- "$BENCH" run "$T/typo.yaml" --csv "$T/none.csv"
+[ ! -e "$T/none.csv" ] && ok || bad "a failed run left a CSV"
+
+# backends: cuda is either absent or reports why it cannot run here
+if "$BENCH" run "$SMOKE" --backend cuda "${FAST[@]}" >"$T/cuda.out" 2>&1; then ok
+else
+  [ $? = 2 ] || [ $? = 1 ] ; grep -qE "cuda backend is not built|no CUDA|CUDA driver|cuda" "$T/cuda.out" && ok || bad "--backend cuda: $(cat "$T/cuda.out")"
+fi
+expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"
+
+# check: every layer against the reference
+expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE"
+expect 0 "69 passed, 0 failed" -- "$BENCH" check "$R18"
+
+echo "test_cli: $pass passed, $fail failed"
+[ $fail = 0 ]

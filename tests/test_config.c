@@ -1,0 +1,205 @@
+/* Config parsing: a table of invalid configs with the expected "line:col: message",
+ * valid configs with the names and shapes they must give, and ResNet-18 layer by
+ * layer against tests/data/resnet18_layers.txt.
+ * usage: test_config CONFIG_DIR DATA_DIR */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cfg.h"
+#include "test_util.h"
+
+static char tmp_path[256];
+
+static bench_status load_text(const char *text, model **m, char *err, size_t len)
+{
+    FILE *f = fopen(tmp_path, "w");
+    fputs(text, f);
+    fclose(f);
+    return cfg_load(tmp_path, 0, m, err, len);
+}
+
+#define HEAD "name: t\ninput: [3, 8, 8]\nlayers:\n"
+
+typedef struct bad_case {
+    const char *yaml;
+    const char *where;     /* "line:col" */
+    const char *message;   /* a substring of the message */
+} bad_case;
+
+static const bad_case bad[] = {
+    {"name: t\ninput: [3, 8, 8\n", "3:1", "YAML syntax error"},
+    {"", "1:1", "the config is empty"},
+    {"- 1\n- 2\n", "1:1", "expected a mapping with name, input and layers"},
+    {"input: [3, 8, 8]\nlayers: [{kind: relu}]\n", "1:1", "missing required key 'name'"},
+    {"name: t\nlayers: [{kind: relu}]\n", "1:1", "missing required key 'input'"},
+    {"name: t\ninput: [3, 8, 8]\n", "1:1", "missing required key 'layers'"},
+    {"name: t\ninput: [3, 8]\nlayers: [{kind: relu}]\n", "2:8", "expected [C, H, W] or [F]"},
+    {"name: t\ninput: [3, 0, 8]\nlayers: [{kind: relu}]\n", "2:12", "input must be at least 1, got 0"},
+    {"name: t\ninput: [3, 8, 8]\nbatch: -2\nlayers: [{kind: relu}]\n", "3:8", "batch must be at least 1, got -2"},
+    {"name: t\ninput: [3, 8, 8]\ndtype: float16\nlayers: [{kind: relu}]\n", "3:8", "only float32"},
+    {"name: t\ninput: [3, 8, 8]\nlayres: []\n", "3:1", "unknown key 'layres' for a model (did you mean 'layers'?)"},
+    {HEAD "  - {kind: conv3d, out_channels: 4}\n", "4:12", "unknown layer kind 'conv3d'; known kinds: conv2d, batchnorm2d"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernal_size: 3}\n", "4:37",
+     "unknown key 'kernal_size' for conv2d (did you mean 'kernel_size'?)"},
+    {HEAD "  - {kind: conv2d, out_channels: 4}\n", "4:5", "conv2d: missing required key 'kernel_size'"},
+    {HEAD "  - {kind: conv2d, out_channels: four, kernel_size: 3}\n", "4:34", "out_channels: expected an integer, got 'four'"},
+    {HEAD "  - {kind: conv2d, out_channels: \"4\", kernel_size: 3}\n", "4:34", "out_channels: expected an integer"},
+    {HEAD "  - {kind: conv2d, out_channels: 0, kernel_size: 3}\n", "4:34", "out_channels must be at least 1, got 0"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: [3, 3, 3]}\n", "4:50", "expected an [h, w] pair of 2 integers"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: 3, bias: maybe}\n", "4:59", "bias: expected true or false"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: 3, stride: -1}\n", "4:61", "stride must be at least 1, got -1"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: 3, groups: 2}\n", "4:5", "in_channels 3 (from the input) is not divisible by groups 2"},
+    {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: 11}\n", "4:5", "kernel 11x11 (dilation 1x1) is larger than the padded input 8x8"},
+    {HEAD "  - {kind: maxpool2d, kernel_size: 9}\n", "4:5", "pool window 9x9 is larger than its padded input 8x8"},
+    {HEAD "  - {kind: maxpool2d, kernel_size: 2, padding: 2}\n", "4:5", "padding 2 must be at most half the kernel size 2"},
+    {HEAD "  - {kind: linear, out_features: 10}\n", "4:5", "linear expects a flattened [N, F] input, got [1, 3, 8, 8]"},
+    {HEAD "  - {kind: dropout, p: 1.5}\n", "4:5", "dropout probability p must be between 0 and 1"},
+    {HEAD "  - {kind: softmax, dim: 4}\n", "4:5", "dim 4 is out of range for a rank-4 input"},
+    {HEAD "  - {kind: batchnorm2d, eps: -1}\n", "4:30", "eps must not be negative"},
+    {HEAD "  - {kind: add}\n", "4:12", "unknown layer kind 'add'"},
+    {HEAD "  - {name: x}\n", "4:5", "missing required key 'kind'"},
+    {HEAD "  - relu\n", "4:5", "expected a layer (a mapping with 'kind'), got a scalar"},
+    {HEAD "  - {kind: relu, name: a.b}\n", "4:24", "must not contain '.'"},
+    {HEAD "  - {kind: relu, repeat: 0}\n", "4:26", "repeat must be at least 1, got 0"},
+    {HEAD "  - {kind: relu, kind: relu}\n", "4:18", "duplicate key 'kind'"},
+    {HEAD "  - {kind: block, name: b}\n", "4:5", "block: missing required key 'layers'"},
+    {HEAD "  - {kind: block, layers: []}\n", "4:27", "the list of layers is empty"},
+    {HEAD "  - {kind: block, layers: [{kind: relu}], stride: 2}\n", "4:43", "unknown key 'stride' for block"},
+    {HEAD "  - kind: residual\n    body: [{kind: conv2d, out_channels: 5, kernel_size: 1}]\n", "4:5",
+     "layer '0.add' (add): the residual body gives [1, 5, 8, 8] but the shortcut gives [1, 3, 8, 8]"},
+    {HEAD "  - kind: residual\n    body: [{kind: relu}]\n    shortcut: maybe\n", "6:15", "shortcut: expected 'identity' or a list of layers"},
+    {HEAD "  - kind: residual\n    body: [{kind: relu}]\n    shortcut: [{kind: maxpool2d, kernel_size: 2}]\n", "6:15",
+     "the residual body gives [1, 3, 8, 8] but the shortcut gives [1, 3, 4, 4]"},
+    {HEAD "  - &a {kind: relu}\n  - *a\n", "4:5", "anchors and aliases are not supported"},
+    {"a: &a [*a]\n", "1:4", "anchors and aliases are not supported"},
+    {"name: t\n---\nname: u\n", "2:1", "only one YAML document"},
+    {"name: t\ninput: [3, 8, 8]\nlayers:\n  - {kind: relu}\n\t- bad\n", "5:1", "YAML syntax error"},
+    {"name: t\ninput: [3, 8, 8]\nlayers: [{kind: relu, repeat: 200000}]\n", "3:31", "repeat 200000 is more than the 100000 layers"},
+    {"name: t\ninput: [100000, 100000, 100000]\nlayers: [{kind: relu}]\n", "2:8", "more than 2^40 elements"},
+    {"name: t\ninput: [3, 8, 8]\nlayers: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n", "3:72", "nesting is deeper than 64 levels"},
+    {"name: \"a,b\"\ninput: [3]\nlayers: [{kind: relu}]\n", "1:7", "must not contain commas"},
+    {"name: t\ninput: [3, 8, 8]\nlayers: [{kind: relu}]\n\xff\xfe\n", "4:1", "YAML syntax error"},
+};
+
+static void test_bad(void)
+{
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        model *m = (model *)1;
+        char err[1024] = "", want[512];
+        bench_status st = load_text(bad[i].yaml, &m, err, sizeof err);
+        snprintf(want, sizeof want, "%s:%s: ", tmp_path, bad[i].where);
+        EXPECT(st == BENCH_ERR_USAGE, "case %zu: status %d", i, st);
+        EXPECT(m == NULL, "case %zu: a failed load must return no model", i);
+        EXPECT(strncmp(err, want, strlen(want)) == 0, "case %zu: expected position %s, got: %s", i, bad[i].where, err);
+        EXPECT(strstr(err, bad[i].message) != NULL, "case %zu: expected '%s' in: %s", i, bad[i].message, err);
+        model_free(m);
+    }
+}
+
+static void test_names(void)
+{
+    const char *yaml = HEAD
+        "  - {kind: conv2d, out_channels: 4, kernel_size: 3, padding: 1}\n"
+        "  - {kind: relu, name: act, repeat: 2}\n"
+        "  - {kind: relu, repeat: 2}\n"
+        "  - kind: block\n    name: stage\n    layers:\n"
+        "      - kind: residual\n        repeat: 2\n        body: [{kind: relu, name: r}]\n        after: [{kind: relu6}]\n"
+        "      - kind: residual\n        name: down\n        body: [{kind: maxpool2d, kernel_size: 2}]\n"
+        "        shortcut: [{kind: avgpool2d, kernel_size: 2}]\n        shortcut_name: skip\n"
+        "  - {kind: flatten}\n  - {kind: linear, out_features: 3}\n";
+    const char *names[] = {"0", "act.0", "act.1", "2", "3", "stage.0.r", "stage.0.add", "stage.0.1",
+                           "stage.1.r", "stage.1.add", "stage.1.1", "stage.down.0", "stage.down.skip.0",
+                           "stage.down.add", "5", "6"};
+    model *m;
+    char err[512];
+    bench_status st = load_text(yaml, &m, err, sizeof err);
+    EXPECT(st == BENCH_OK, "valid config failed: %s", err);
+    if (st != BENCH_OK)
+        return;
+    int n = (int)(sizeof names / sizeof *names);
+    EXPECT(m->n_layers == n, "%d layers, expected %d", m->n_layers, n);
+    for (int i = 0; i < n && i < m->n_layers; i++)
+        EXPECT(strcmp(m->layers[i].name, names[i]) == 0, "layer %d is '%s', expected '%s'", i, m->layers[i].name, names[i]);
+    /* the add of the down block reads the body (maxpool, 4x4) and the shortcut (avgpool) */
+    const layer *add = &m->layers[13];
+    EXPECT(add->kind == LAYER_ADD && add->input[0] == 12 && add->input[1] == 13, "add inputs %d %d", add->input[0],
+           add->input[1]);
+    EXPECT(m->layers[15].out.rank == 2 && m->layers[15].out.d[1] == 3, "linear output");
+    EXPECT(m->layers[14].in.d[1] == 4 && m->layers[14].out.d[1] == 64, "flatten 4x4x4 -> 64");
+    model_free(m);
+}
+
+static void shape_compact(const shape_t *s, char *buf, size_t len)
+{
+    size_t off = 0;
+    for (int i = 0; i < s->rank; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
+}
+
+/* ResNet-18 against the expected table: name kind input output params per line. */
+static void test_resnet18(const char *configs, const char *data)
+{
+    char path[512], line[512], err[512];
+    model *m;
+    snprintf(path, sizeof path, "%s/resnet18.yaml", configs);
+    bench_status st = cfg_load(path, 0, &m, err, sizeof err);
+    EXPECT(st == BENCH_OK, "resnet18: %s", err);
+    if (st != BENCH_OK)
+        return;
+    model_totals t = model_sum(m);
+    EXPECT(t.n_weights == 11689512, "resnet18 params %lld", (long long)t.n_weights);
+    EXPECT(t.macs == 1814073344, "resnet18 MACs %lld", (long long)t.macs);
+    snprintf(path, sizeof path, "%s/resnet18_layers.txt", data);
+    FILE *f = fopen(path, "r");
+    EXPECT(f != NULL, "cannot open %s", path);
+    int i = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '#')
+            continue;
+        char name[128], kind[32], in[64], out[64];
+        long long params;
+        if (sscanf(line, "%127s %31s %63s %63s %lld", name, kind, in, out, &params) != 5)
+            continue;
+        if (i >= m->n_layers) {
+            EXPECT(0, "expected layer %s beyond the model's %d layers", name, m->n_layers);
+            i++;
+            continue;
+        }
+        const layer *l = &m->layers[i];
+        char gi[64], go[64];
+        shape_compact(&l->in, gi, sizeof gi);
+        shape_compact(&l->out, go, sizeof go);
+        EXPECT(strcmp(l->name, name) == 0, "layer %d: name %s, expected %s", i, l->name, name);
+        EXPECT(strcmp(layer_kind_name(l->kind), kind) == 0, "layer %d (%s): kind %s, expected %s", i, name,
+               layer_kind_name(l->kind), kind);
+        EXPECT(strcmp(gi, in) == 0, "layer %d (%s): input %s, expected %s", i, name, gi, in);
+        EXPECT(strcmp(go, out) == 0, "layer %d (%s): output %s, expected %s", i, name, go, out);
+        EXPECT(l->n_weights == params, "layer %d (%s): params %lld, expected %lld", i, name, (long long)l->n_weights,
+               params);
+        i++;
+    }
+    if (f)
+        fclose(f);
+    EXPECT(i == m->n_layers, "%d expected layers, model has %d", i, m->n_layers);
+    /* --batch rescales every shape and count */
+    char why[256];
+    EXPECT(model_set_batch(m, 8, why, sizeof why) == BENCH_OK && model_sum(m).macs == 8LL * 1814073344,
+           "batch 8 MACs");
+    EXPECT(model_set_batch(m, 1LL << 31, why, sizeof why) == BENCH_ERR_USAGE, "a huge batch must be refused");
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_config CONFIG_DIR DATA_DIR\n");
+        return 2;
+    }
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/layerbench_test_config_%ld.yaml", (long)getpid());
+    test_bad();
+    test_names();
+    test_resnet18(argv[1], argv[2]);
+    unlink(tmp_path);
+    return test_summary("test_config");
+}

@@ -1,0 +1,260 @@
+/* Every layer kind on every backend against the plain-C reference, on fresh random
+ * inputs and awkward shapes: stride, padding, dilation, groups, depthwise, non-square,
+ * batch > 1, sizes that are multiples of nothing. Outputs are poisoned with NaN before
+ * the run (an unwritten element fails), guard zones around them must stay intact,
+ * and inputs must not change.
+ *
+ * usage: test_layers [cpu|cuda]   (default cpu). Exits 77 (skip) when the backend
+ * cannot start, e.g. no GPU. Seed: $LAYERBENCH_TEST_SEED, else the clock (printed). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "check.h"
+#include "measure.h"
+#include "test_util.h"
+
+#define GUARD 64
+#define GUARD_VALUE 12345.0f
+
+typedef struct layer_case {
+    const char *what;
+    layer_kind kind;
+    shape_t in;
+    void (*set)(layer_params *p);
+} layer_case;
+
+#define PAIR(f, a, b) (p->f[0] = (a), p->f[1] = (b))
+static void c_3x3(layer_params *p) { p->out_channels = 7; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
+static void c_7x7s2(layer_params *p) { p->out_channels = 5; PAIR(kernel, 7, 7); PAIR(stride, 2, 2); PAIR(padding, 3, 3); p->bias = false; }
+static void c_1x1(layer_params *p) { p->out_channels = 13; PAIR(kernel, 1, 1); }
+static void c_1x1s2(layer_params *p) { p->out_channels = 6; PAIR(kernel, 1, 1); PAIR(stride, 2, 2); p->bias = false; }
+static void c_dil(layer_params *p) { p->out_channels = 4; PAIR(kernel, 3, 3); PAIR(dilation, 2, 3); PAIR(padding, 2, 1); }
+static void c_groups(layer_params *p) { p->out_channels = 9; PAIR(kernel, 3, 2); p->groups = 3; PAIR(stride, 2, 1); }
+static void c_dw(layer_params *p) { p->out_channels = 6; PAIR(kernel, 3, 3); p->groups = 6; PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+static void c_dw_mult(layer_params *p) { p->out_channels = 12; PAIR(kernel, 5, 3); p->groups = 6; PAIR(padding, 2, 0); }
+static void c_rect(layer_params *p) { p->out_channels = 3; PAIR(kernel, 3, 5); PAIR(stride, 2, 1); PAIR(padding, 1, 2); }
+static void c_full(layer_params *p) { p->out_channels = 10; PAIR(kernel, 5, 4); p->bias = false; }
+static void bn_eps(layer_params *p) { p->eps = 1e-3; }
+static void bn_noaffine(layer_params *p) { p->affine = false; }
+static void none(layer_params *p) { (void)p; }
+static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
+static void mp_dil(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 1, 2); PAIR(dilation, 2, 2); PAIR(padding, 1, 1); }
+static void ap_pad(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+static void ap_nopad(layer_params *p) { ap_pad(p); p->count_include_pad = false; }
+static void ap_ceil(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 2, 3); PAIR(padding, 1, 1); p->ceil_mode = true; }
+static void ad_1(layer_params *p) { PAIR(output_size, 1, 1); }
+static void ad_32(layer_params *p) { PAIR(output_size, 3, 2); }
+static void ad_up(layer_params *p) { PAIR(output_size, 6, 9); }
+static void lin(layer_params *p) { p->out_features = 11; }
+static void lin_nobias(layer_params *p) { p->out_features = 7; p->bias = false; }
+static void sm_last(layer_params *p) { p->dim = -1; }
+static void sm_2(layer_params *p) { p->dim = 2; }
+
+#define S4(n, c, h, w) {4, {n, c, h, w}}
+#define S2(n, f) {2, {n, f, 0, 0}}
+
+static const layer_case cases[] = {
+    {"3x3 pad 1", LAYER_CONV2D, S4(2, 5, 11, 9), c_3x3},
+    {"7x7 stride 2 pad 3, no bias", LAYER_CONV2D, S4(1, 3, 31, 29), c_7x7s2},
+    {"1x1 (direct gemm)", LAYER_CONV2D, S4(3, 7, 5, 9), c_1x1},
+    {"1x1 stride 2", LAYER_CONV2D, S4(2, 5, 9, 7), c_1x1s2},
+    {"dilation 2x3", LAYER_CONV2D, S4(2, 3, 13, 11), c_dil},
+    {"groups 3, stride 2x1", LAYER_CONV2D, S4(2, 6, 9, 10), c_groups},
+    {"depthwise stride 2", LAYER_CONV2D, S4(3, 6, 15, 13), c_dw},
+    {"depthwise multiplier 2", LAYER_CONV2D, S4(2, 6, 9, 7), c_dw_mult},
+    {"3x5 kernel, stride 2x1", LAYER_CONV2D, S4(2, 4, 17, 6), c_rect},
+    {"kernel as large as the input", LAYER_CONV2D, S4(2, 3, 5, 4), c_full},
+    {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
+    {"eps 1e-3", LAYER_BATCHNORM2D, S4(3, 5, 7, 3), bn_eps},
+    {"affine false", LAYER_BATCHNORM2D, S4(2, 17, 33, 35), bn_noaffine},
+    {"rank 4", LAYER_RELU, S4(3, 7, 11, 13), none},
+    {"rank 2, parallel", LAYER_RELU, S2(5, 40001), none},
+    {"rank 4", LAYER_RELU6, S4(2, 16, 33, 35), none},
+    {"rank 2", LAYER_RELU6, S2(3, 37), none},
+    {"rank 4", LAYER_SIGMOID, S4(2, 16, 33, 35), none},
+    {"rank 2", LAYER_SIGMOID, S2(7, 13), none},
+    {"3x3 stride 2 pad 1", LAYER_MAXPOOL2D, S4(2, 3, 15, 12), mp_3s2p1},
+    {"2x2 ceil_mode", LAYER_MAXPOOL2D, S4(2, 4, 7, 9), mp_ceil},
+    {"dilation 2, 3x2 kernel", LAYER_MAXPOOL2D, S4(1, 5, 11, 10), mp_dil},
+    {"3x3 s2 p1 count_include_pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_pad},
+    {"3x3 s2 p1 exclude pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_nopad},
+    {"3x2 s2x3 ceil_mode", LAYER_AVGPOOL2D, S4(3, 2, 10, 13), ap_ceil},
+    {"to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 9, 7, 5), ad_1},
+    {"7x5 to 3x2 (uneven windows)", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32},
+    {"4x4 to 6x9 (overlapping)", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 4, 4), ad_up},
+    {"rank 4", LAYER_FLATTEN, S4(2, 3, 5, 7), none},
+    {"p 0.5", LAYER_DROPOUT, S2(3, 29), none},
+    {"batch 1 (gemv)", LAYER_LINEAR, S2(1, 37), lin},
+    {"batch 3, no bias", LAYER_LINEAR, S2(3, 53), lin_nobias},
+    {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},
+    {"dim -1", LAYER_SOFTMAX, S2(3, 17), sm_last},
+    {"dim 1 of NCHW", LAYER_SOFTMAX, S4(2, 7, 5, 3), none},
+    {"dim 2 of NCHW", LAYER_SOFTMAX, S4(2, 3, 9, 4), sm_2},
+    {"rank 4", LAYER_ADD, S4(3, 5, 7, 9), none},
+    {"rank 2", LAYER_ADD, S2(2, 70001), none},
+};
+
+static bool make_layer(const layer_case *c, layer *l)
+{
+    const layer_desc *d = layer_desc_get(c->kind);
+    char err[256];
+    memset(l, 0, sizeof *l);
+    l->name = (char *)c->what;
+    l->kind = c->kind;
+    if (d->defaults)
+        d->defaults(&l->p);
+    c->set(&l->p);
+    l->in = c->in;
+    l->in2 = d->n_inputs == 2 ? c->in : (shape_t){0, {0}};
+    l->input[0] = 0;
+    l->input[1] = d->n_inputs == 2 ? 0 : -1;
+    if (d->infer(l, err, sizeof err) != 0) {
+        fprintf(stderr, "case '%s' does not infer: %s\n", c->what, err);
+        return false;
+    }
+    d->count(l);
+    return true;
+}
+
+/* Runs one case on a host-memory backend with guard zones; returns the relative error. */
+static void run_case(const backend *b, const layer_case *c, uint64_t seed)
+{
+    layer l;
+    bool made = make_layer(c, &l);
+    EXPECT(made, "%s", c->what);
+    if (!made)
+        return;
+    const layer_desc *d = layer_desc_get(l.kind);
+    const char *kn = d->name;
+    float *in, *in2, *w;
+    EXPECT(measure_layer_data(&l, seed, &in, &in2, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
+    int64_t n_in = shape_numel(&l.in), n_out = shape_numel(&l.out);
+    float *ref = bench_alloc_floats(n_out), *in_copy = bench_alloc_floats(n_in);
+    memcpy(in_copy, in, (size_t)n_in * sizeof(float));
+    d->reference(&l, in, in2, w, ref);
+
+    /* output with guard zones, poisoned with NaN */
+    float *host_out = bench_alloc_floats(n_out + 2 * GUARD);
+    for (int64_t i = 0; i < n_out + 2 * GUARD; i++)
+        host_out[i] = (i < GUARD || i >= GUARD + n_out) ? GUARD_VALUE : NAN;
+    const backend_ops *ops = b->ops;
+    float *din = backend_alloc_floats(b, n_in, in);
+    float *din2 = in2 ? backend_alloc_floats(b, shape_numel(&l.in2), in2) : NULL;
+    float *dw = w ? backend_alloc_floats(b, l.n_weight_floats, w) : NULL;
+    float *dout = d->aliases_input ? NULL : backend_alloc_floats(b, n_out + 2 * GUARD, host_out);
+    void *state = NULL;
+    char impl[64] = "";
+    bench_status st = ops->layer_setup(b->ctx, &l, dw, &state, impl, sizeof impl);
+    EXPECT(st == BENCH_OK, "%s %s: setup failed (%d)", kn, c->what, st);
+    if (st == BENCH_OK) {
+        ops->layer_run(b->ctx, state, din, din2, d->aliases_input ? din : dout + GUARD);
+        EXPECT(ops->sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
+        if (d->aliases_input)
+            ops->download(b->ctx, host_out + GUARD, din, (size_t)n_out * sizeof(float));
+        else
+            ops->download(b->ctx, host_out, dout, (size_t)(n_out + 2 * GUARD) * sizeof(float));
+        int64_t nonfinite;
+        double err = check_rel_err(host_out + GUARD, ref, n_out, &nonfinite);
+        EXPECT(nonfinite == 0, "%s %s (%s): %lld outputs not written or not finite", kn, c->what, impl,
+               (long long)nonfinite);
+        EXPECT(err <= d->tolerance, "%s %s (%s): relative error %.3e above %.1e", kn, c->what, impl, err,
+               d->tolerance);
+        int64_t bad_guard = 0;
+        for (int64_t i = 0; i < GUARD; i++)
+            bad_guard += (host_out[i] != GUARD_VALUE) + (host_out[GUARD + n_out + i] != GUARD_VALUE);
+        EXPECT(d->aliases_input || bad_guard == 0, "%s %s (%s): %lld guard values overwritten", kn, c->what, impl,
+               (long long)bad_guard);
+        float *in_after = bench_alloc_floats(n_in);
+        ops->download(b->ctx, in_after, din, (size_t)n_in * sizeof(float));
+        EXPECT(memcmp(in_after, in_copy, (size_t)n_in * sizeof(float)) == 0, "%s %s: the input was modified", kn,
+               c->what);
+        free(in_after);
+        ops->layer_free(b->ctx, state);
+        printf("  %-20s %-34s %-18s rel. error %.2e\n", kn, c->what, impl, err);
+    }
+    ops->release(b->ctx, din), ops->release(b->ctx, din2), ops->release(b->ctx, dw), ops->release(b->ctx, dout);
+    free(in), free(in2), free(w), free(ref), free(in_copy), free(host_out);
+}
+
+/* Every kind must appear in the table above. */
+static void test_coverage(void)
+{
+    for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            found |= cases[i].kind == (layer_kind)k;
+        EXPECT(found, "kind %s has no test case", layer_kind_name((layer_kind)k));
+    }
+}
+
+/* The checker itself must catch a wrong element and an unwritten one. */
+static void test_checker(void)
+{
+    float ref[100], out[100];
+    int64_t nonfinite;
+    for (int i = 0; i < 100; i++)
+        ref[i] = out[i] = (float)(i % 9) - 4.0f;
+    EXPECT(check_rel_err(out, ref, 100, &nonfinite) == 0.0 && nonfinite == 0, "identical arrays");
+    out[37] += 0.01f;
+    EXPECT(check_rel_err(out, ref, 100, &nonfinite) > 1e-4, "one wrong element must show");
+    out[37] = NAN;
+    check_rel_err(out, ref, 100, &nonfinite);
+    EXPECT(nonfinite == 1, "an unwritten (NaN) element must show");
+}
+
+/* FLOP and parameter counts of known layers, worked out by hand. */
+static void test_counts(void)
+{
+    layer l;
+    layer_case conv = {"", LAYER_CONV2D, S4(2, 5, 11, 9), c_3x3}; /* out 2x7x11x9, K = 45 */
+    make_layer(&conv, &l);
+    EXPECT(l.n_weights == 7 * 45 + 7, "conv params %lld", (long long)l.n_weights);
+    EXPECT(l.macs == 2LL * 7 * 11 * 9 * 45, "conv macs %lld", (long long)l.macs);
+    EXPECT(l.flops == 2 * l.macs + 2 * 7 * 11 * 9, "conv flops %lld", (long long)l.flops);
+    layer_case dw = {"", LAYER_CONV2D, S4(3, 6, 15, 13), c_dw}; /* out 3x6x8x7, K = 9 */
+    make_layer(&dw, &l);
+    EXPECT(l.macs == 3LL * 6 * 8 * 7 * 9, "depthwise macs %lld", (long long)l.macs);
+    layer_case bn = {"", LAYER_BATCHNORM2D, S4(3, 5, 7, 3), bn_eps};
+    make_layer(&bn, &l);
+    EXPECT(l.n_weights == 10 && l.n_weight_floats == 20 && l.flops == 2 * 3 * 5 * 7 * 3, "bn counts");
+    layer_case mp = {"", LAYER_MAXPOOL2D, S4(2, 3, 15, 12), mp_3s2p1}; /* out 2x3x8x6 */
+    make_layer(&mp, &l);
+    EXPECT(l.out.d[2] == 8 && l.out.d[3] == 6 && l.flops == 2 * 3 * 8 * 6 * 9, "maxpool shape/flops");
+    layer_case ad = {"", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32};
+    make_layer(&ad, &l); /* rows: [0,3) [2,5) [4,7) = 9; cols: [0,3) [2,5) = 6 */
+    EXPECT(l.flops == 2 * 4 * 9 * 6, "adaptive flops %lld", (long long)l.flops);
+    layer_case ln = {"", LAYER_LINEAR, S2(3, 53), lin_nobias};
+    make_layer(&ln, &l);
+    EXPECT(l.n_weights == 7 * 53 && l.macs == 3 * 7 * 53 && l.flops == 2 * l.macs, "linear counts");
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    const backend_ops *ops = backend_find(name);
+    if (!ops) {
+        printf("SKIP: the %s backend is not built into this binary\n", name);
+        return 77;
+    }
+    backend b;
+    backend_options bo = {.threads = 0};
+    char err[512];
+    if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
+        printf("SKIP: the %s backend cannot start: %s\n", name, err);
+        return 77;
+    }
+    const char *env = getenv("LAYERBENCH_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_layers on %s, seed %llu (set LAYERBENCH_TEST_SEED to repeat)\n", name, (unsigned long long)seed);
+    test_coverage();
+    test_checker();
+    test_counts();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_case(&b, &cases[i], seed + i);
+    backend_close(&b);
+    return test_summary("test_layers");
+}
