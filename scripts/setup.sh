@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what layerbench needs from Debian's packages (only what is missing), then
+# configures and builds into build/. Run as root on Debian 12 (or with sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake make gcc g++ pkg-config git libyaml-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
