@@ -320,7 +320,9 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     report_options ro = {c->sort, c->top};
     reporter *reps[2];
     int nr = 0;
-    reps[nr++] = sweep ? report_sweep_create(stdout) : report_console_create(stdout, &ro);
+    /* with --csv -, the CSV owns stdout and the tables go to stderr */
+    FILE *tables = c->csv && strcmp(c->csv, "-") == 0 ? stderr : stdout;
+    reps[nr++] = sweep ? report_sweep_create(tables) : report_console_create(tables, &ro);
     bench_status st = BENCH_OK;
     if (c->csv && !(reps[nr] = report_csv_create(c->csv)))
         st = BENCH_ERR_IO;

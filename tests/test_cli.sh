@@ -91,6 +91,10 @@ for col in $("$BENCH" schema | awk '{print $1}'); do
   grep -q "\`$col\`" "$SRC/docs/csv.md" && ok || bad "docs/csv.md does not document column $col"
 done
 
+# --csv - gives a clean CSV on stdout, the tables on stderr
+"$BENCH" run "$SMOKE" "${FAST[@]}" --csv - 2>/dev/null >"$T/stdout.csv"
+[ "$(wc -l <"$T/stdout.csv")" = 20 ] && [ "$(head -1 "$T/stdout.csv")" = "$schema" ] && ok || bad "--csv - stdout is not just the CSV"
+
 # sorting and top
 out=$("$BENCH" run "$SMOKE" "${FAST[@]}" --sort flops --top 3 2>&1)
 rows=$(awk '/^Per-layer/{f=1;next} f&&/^ *[0-9]+ /{n++} /^Grouped by input/{f=0} END{print n}' <<<"$out")
