@@ -37,6 +37,12 @@ typedef struct cpu_layer {
     void *kstate;
 } cpu_layer;
 
+static const char *env_or_unset(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strpbrk(v, "\"\\") ? v : "unset";
+}
+
 static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, size_t errlen)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -54,9 +60,10 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     openblas_set_num_threads(threads);
     omp_set_num_threads(threads);
     c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_threads\": %d, "
-                               "\"openblas_parallel\": %d, \"openmp_max_threads\": %d}",
+                               "\"openblas_parallel\": %d, \"openmp_max_threads\": %d, \"GOMP_SPINCOUNT\": \"%s\", "
+                               "\"OMP_WAIT_POLICY\": \"%s\"}",
                                threads, openblas_get_config(), openblas_get_num_threads(), openblas_get_parallel(),
-                               omp_get_max_threads());
+                               omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"), env_or_unset("OMP_WAIT_POLICY"));
     *ctx = c;
     return BENCH_OK;
 }
