@@ -56,3 +56,13 @@ float *backend_alloc_floats(const backend *b, int64_t n, const float *host)
     }
     return p;
 }
+
+double backend_tolerance(const backend *b, const layer *l)
+{
+    return b->ops->tolerance ? b->ops->tolerance(b->ctx, l) : layer_desc_get(l->kind)->tolerance;
+}
+
+const char *backend_last_error(const backend *b)
+{
+    return b->ops->last_error ? b->ops->last_error(b->ctx) : "";
+}

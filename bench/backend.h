@@ -8,6 +8,8 @@
 
 typedef struct backend_options {
     int threads;            /* CPU threads; 0 = every core */
+    bool tf32;              /* CUDA: allow TF32 in convolutions and GEMMs (default: strict FP32) */
+    bool algo_heuristic;    /* CUDA: take cuDNN's heuristic choice instead of timing the candidates */
 } backend_options;
 
 typedef struct backend_ops {
@@ -30,17 +32,37 @@ typedef struct backend_ops {
     /* Optional: evicts caches before a cold sample. */
     void (*flush_cache)(void *ctx);
     /* Untimed setup for one layer whose weights already live in backend memory.
-     * Sets *state and writes the implementation chosen into impl. Returns
-     * BENCH_ERR_UNSUPPORTED when the backend cannot run this kind. */
+     * Sets *state, writes the implementation chosen into impl (or, when unsupported,
+     * why) and the workspace it allocated into *workspace_bytes. Returns
+     * BENCH_ERR_UNSUPPORTED when the backend cannot run this layer. */
     bench_status (*layer_setup)(void *ctx, const layer *l, const float *weights, void **state,
-                                char *impl, size_t impl_len);
+                                char *impl, size_t impl_len, int64_t *workspace_bytes);
     /* Queues the layer; no allocation, printing or synchronisation. */
     void (*layer_run)(void *ctx, void *state, const float *in, const float *in2, float *out);
     void (*layer_free)(void *ctx, void *state);
     /* Threads in use (CPU); optional. */
     int (*thread_count)(void *ctx);
-    /* A JSON object describing the device and libraries, owned by ctx. */
+    /* A JSON object describing the device and libraries, owned by ctx (valid until the
+     * next call). */
     const char *(*describe)(void *ctx);
+    /* Timing modes for isolated layers, NULL-terminated: "isolated" (one call per
+     * sample, warm), "cold" (flush_cache before each single launch), "batch" (many
+     * launches per sample, divided by their count). */
+    const char *const *modes;
+    /* The backend has its own memory: the model's input upload and output download
+     * are timed and reported apart from the layers. */
+    bool device_memory;
+    /* Optional: capture the work queued between graph_begin and graph_end into a graph
+     * that graph_launch replays (CUDA graphs). */
+    bench_status (*graph_begin)(void *ctx);
+    bench_status (*graph_end)(void *ctx, void **graph);
+    void (*graph_launch)(void *ctx, void *graph);
+    void (*graph_free)(void *ctx, void *graph);
+    /* Optional: relative error accepted against the reference for l on this backend
+     * (default: the kind's own tolerance). */
+    double (*tolerance)(void *ctx, const layer *l);
+    /* Optional: why the last call failed (timer_stop < 0, sync failed), or "". */
+    const char *(*last_error)(void *ctx);
 } backend_ops;
 
 typedef struct backend {
@@ -58,6 +80,11 @@ bench_status backend_open(const backend_ops *ops, const backend_options *opt, ba
                           size_t errlen);
 void backend_close(backend *b);
 int backend_threads(const backend *b);
+
+/* Relative error accepted for l on b. */
+double backend_tolerance(const backend *b, const layer *l);
+/* The backend's last error, or "". */
+const char *backend_last_error(const backend *b);
 
 /* Allocates n floats on the backend and uploads host data into them (host may be NULL). */
 float *backend_alloc_floats(const backend *b, int64_t n, const float *host);

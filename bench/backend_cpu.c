@@ -104,16 +104,17 @@ static void cpu_timer_start(void *ctx) { ((cpu_ctx *)ctx)->t0 = bench_now(); }
 static double cpu_timer_stop(void *ctx) { return bench_now() - ((cpu_ctx *)ctx)->t0; }
 
 static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
-                                    size_t impl_len)
+                                    size_t impl_len, int64_t *workspace_bytes)
 {
     (void)ctx;
+    *workspace_bytes = 0;
     const cpu_kernel *k = cpu_kernels[l->kind];
     if (!k)
         return BENCH_ERR_UNSUPPORTED;
     cpu_layer *cl = xcalloc(1, sizeof *cl);
     *cl = (cpu_layer){.l = l, .k = k, .w = w};
     if (k->setup) {
-        bench_status st = k->setup(l, &cl->kstate, impl, impl_len);
+        bench_status st = k->setup(l, &cl->kstate, impl, impl_len, workspace_bytes);
         if (st != BENCH_OK) {
             free(cl);
             return st;
@@ -143,6 +144,8 @@ static void cpu_layer_free(void *ctx, void *state)
     free(cl);
 }
 
+static const char *const cpu_modes[] = {"isolated", NULL};
+
 static int cpu_thread_count(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
 static const char *cpu_describe(void *ctx) { return ((cpu_ctx *)ctx)->description; }
 
@@ -163,4 +166,6 @@ const backend_ops backend_cpu_ops = {
     .layer_free = cpu_layer_free,
     .thread_count = cpu_thread_count,
     .describe = cpu_describe,
+    .modes = cpu_modes,
+    .device_memory = false,
 };

@@ -30,12 +30,13 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 {
     const backend_ops *ops = b->ops;
     const layer_desc *d = layer_desc_get(l->kind);
-    check_result r = {BENCH_ERR_NOMEM, 0.0, d->tolerance, 0};
+    check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0};
     int64_t n_out = shape_numel(&l->out);
     float *in, *in2, *w, *ref = NULL, *got = NULL;
     float *din = NULL, *din2 = NULL, *dw = NULL, *dout = NULL;
     void *state = NULL;
-    char impl[64];
+    char impl[96];
+    int64_t ws;
     if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK)
         return r;
     ref = bench_alloc_floats(n_out);
@@ -52,7 +53,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     dout = d->aliases_input ? din : backend_alloc_floats(b, n_out, got);
     if (!din || (in2 && !din2) || (w && !dw) || !dout)
         goto out;
-    r.status = ops->layer_setup(b->ctx, l, dw, &state, impl, sizeof impl);
+    r.status = ops->layer_setup(b->ctx, l, dw, &state, impl, sizeof impl, &ws);
     if (r.status != BENCH_OK)
         goto out;
     ops->layer_run(b->ctx, state, din, din2, dout);

@@ -29,6 +29,8 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  --backend B       cpu, cuda or all (default cpu)\n"
+    "  --tf32            cuda: allow TF32 in convolutions and linear layers (default strict FP32)\n"
+    "  --algo A          cuda: search (time cuDNN's candidates at setup, default) or heuristic\n"
     "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
     "  --threads N       CPU threads for OpenBLAS and the OpenMP loops (default: all cores)\n"
     "  --warmup-time S   seconds of warm-up per layer (default 0.02)\n"
@@ -57,6 +59,8 @@ typedef struct cli {
     int top;
     const char *sort;
     bool no_progress;
+    bool tf32;
+    bool algo_heuristic;
     measure_options mo;
 } cli;
 
@@ -114,7 +118,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 }
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_REPS, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION };
+       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -129,6 +133,8 @@ static const struct option long_opts[] = {
     {"sort", required_argument, NULL, OPT_SORT},
     {"top", required_argument, NULL, OPT_TOP},
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
+    {"tf32", no_argument, NULL, OPT_TF32},
+    {"algo", required_argument, NULL, OPT_ALGO},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -184,6 +190,12 @@ static int parse_cli(int argc, char **argv, cli *c)
             c->top = (int)v;
             break;
         case OPT_NOPROGRESS: c->no_progress = true; break;
+        case OPT_TF32: c->tf32 = true; break;
+        case OPT_ALGO:
+            if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
+                return usage_error("--algo expects search or heuristic, got '%s'", optarg);
+            c->algo_heuristic = strcmp(optarg, "heuristic") == 0;
+            break;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -212,7 +224,7 @@ static int parse_cli(int argc, char **argv, cli *c)
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
 static int open_backends(const cli *c, backend *bs, char **skipped)
 {
-    backend_options bo = {.threads = c->threads};
+    backend_options bo = {.threads = c->threads, .tf32 = c->tf32, .algo_heuristic = c->algo_heuristic};
     const char *names[] = {"cpu", "cuda"};
     int n = 0;
     *skipped = NULL;
@@ -334,13 +346,16 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
             if (sweep && c->mo.progress)
                 fprintf(stderr, "\r\033[Kbatch %lld (%d/%d) on %s\n", (long long)BATCH(b), b + 1, n_batches,
                         bs[k].ops->name);
-            run_result res;
-            st = measure_model(m, &bs[k], &c->mo, &res, err, sizeof err);
-            if (st != BENCH_OK)
-                fprintf(stderr, "bench: %s\n", err);
-            for (int r = 0; st == BENCH_OK && r < nr; r++)
-                st = reps[r]->run(reps[r], &res);
-            run_result_free(&res);
+            /* every timing mode of the backend; the whole-model rows once, with the first */
+            for (int md = 0; st == BENCH_OK && bs[k].ops->modes[md]; md++) {
+                run_result res;
+                st = measure_model(m, &bs[k], &c->mo, bs[k].ops->modes[md], md == 0, &res, err, sizeof err);
+                if (st != BENCH_OK)
+                    fprintf(stderr, "bench: %s\n", err);
+                for (int r = 0; st == BENCH_OK && r < nr; r++)
+                    st = reps[r]->run(reps[r], &res);
+                run_result_free(&res);
+            }
         }
     }
     for (int r = 0; r < nr; r++) {

@@ -20,28 +20,37 @@ typedef struct measure_options {
 } measure_options;
 
 typedef struct layer_result {
-    bench_status status;    /* BENCH_OK, BENCH_ERR_UNSUPPORTED (skipped row), or an error */
+    bench_status status;    /* BENCH_OK, BENCH_ERR_UNSUPPORTED (skipped row, or not measured), or an error */
     int dedupe_of;          /* -1, or the layer index whose timing this row reuses */
-    char impl[64];          /* what the backend chose at setup */
+    char impl[96];          /* what the backend chose at setup */
+    int64_t workspace_bytes;/* workspace setup allocated */
+    int launches;           /* launches per timed sample: 1, or N in batch mode */
     char note[160];
-    stats st;               /* seconds */
+    stats st;               /* seconds per launch */
     int64_t discarded;      /* warm-up and estimation iterations, not in st */
 } layer_result;
 
-/* One model on one backend at one batch size. */
+/* One model on one backend at one batch size, in one timing mode. */
 typedef struct run_result {
     const model *m;         /* borrowed: valid while the caller keeps the model at this batch */
     const char *backend;
+    const char *mode;       /* the isolated layers' timing mode: isolated, cold or batch */
     int threads;
-    layer_result *layers;   /* m->n_layers, isolated mode; owned */
+    layer_result *layers;   /* m->n_layers; owned */
+    double sum_medians;     /* sum of the layer medians of the rows that ran */
+    bool has_model;         /* the rows below were measured (once per backend and batch) */
     layer_result chained;   /* the whole forward, layer after layer on real activations */
-    double sum_medians;     /* sum of the isolated medians of the rows that ran */
+    layer_result graph;     /* the same forward captured once and replayed (CUDA graphs) */
+    layer_result upload;    /* model input, host to device */
+    layer_result download;  /* model output, device to host */
 } run_result;
 
-/* Times every layer of m in isolation, then the chained forward. Progress and
- * nothing else goes to stderr. On a hard failure returns its status and err. */
-bench_status measure_model(const model *m, const backend *b, const measure_options *o, run_result *out,
-                           char *err, size_t errlen);
+/* Times every layer of m alone in the given mode (one of b's modes); with
+ * with_model, then the chained forward, its graph replay and the input/output
+ * copies where the backend has them. Progress and nothing else goes to stderr. On a
+ * hard failure returns its status and err. */
+bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
+                           bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
 
 /* Random inputs and weights for layer l (host memory; caller frees each with free()).

@@ -114,7 +114,7 @@ static void print_layers(console *c, const run_result *res)
     sort_res = res, sort_by = c->ro.sort;
     qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
-    fprintf(o, "\nPer-layer times (isolated, sorted by %s%s):\n", c->ro.sort, shown < n ? ", top rows" : "");
+    fprintf(o, "\nPer-layer times (%s, sorted by %s%s):\n", res->mode, c->ro.sort, shown < n ? ", top rows" : "");
     fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %9s  %9s  %10s  %6s  %6s  %8s  %s\n", "#", nw, "Name", "Kind", "Input",
             "Output", "Params", "FLOPs", "Median", "CV", "%Total", "GFLOP/s", "Impl");
     for (int k = 0; k < shown; k++) {
@@ -227,6 +227,20 @@ static void print_by_kind(console *c, const run_result *res)
     free(g);
 }
 
+/* A whole-model row of the summary: graph replay, copies. */
+static void print_extra(FILE *o, const char *what, const layer_result *r, const run_result *res)
+{
+    char t[24];
+    if (r->status != BENCH_OK)
+        return;
+    fprintf(o, "  %-30s %12s  (CV %.1f%%, %lld samples)", what, report_format_time(r->st.median, t, sizeof t),
+            100 * r->st.cv, (long long)r->st.n);
+    if (r == &res->graph && res->chained.status == BENCH_OK && res->chained.st.median > 0)
+        fprintf(o, "  launch overhead of the stream forward: %.1f%%",
+                100 * (res->chained.st.median - r->st.median) / res->chained.st.median);
+    fputc('\n', o);
+}
+
 static void print_summary(console *c, const run_result *res)
 {
     FILE *o = c->out;
@@ -236,10 +250,12 @@ static void print_summary(console *c, const run_result *res)
     int skipped = 0;
     for (int i = 0; i < res->m->n_layers; i++)
         skipped += res->layers[i].status != BENCH_OK;
-    fprintf(o, "\nSummary (%s, batch %lld, %s FLOPs):\n", res->backend, (long long)res->m->batch,
+    fprintf(o, "\nSummary (%s, %s, batch %lld, %s FLOPs):\n", res->backend, res->mode, (long long)res->m->batch,
             report_format_count((double)t.flops, f, sizeof f));
-    fprintf(o, "  sum of isolated layer medians  %12s%s\n", report_format_time(res->sum_medians, a, sizeof a),
+    fprintf(o, "  sum of %-8s layer medians  %12s%s\n", res->mode, report_format_time(res->sum_medians, a, sizeof a),
             skipped ? "  (skipped layers not included)" : "");
+    if (!res->has_model)
+        return;
     if (ch->status != BENCH_OK) {
         fprintf(o, "  chained forward                not run: %s\n", ch->note);
         return;
@@ -248,9 +264,12 @@ static void print_summary(console *c, const run_result *res)
             report_format_time(ch->st.median, b, sizeof b), 100 * ch->st.cv, (long long)ch->st.n,
             gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
     if (res->sum_medians > 0)
-        fprintf(o, "  gap (chained vs sum of layers) %+11.1f%%  (isolated layers run with warm caches on their own "
-                   "inputs; the chain passes real activations from layer to layer)\n",
+        fprintf(o, "  gap (chained vs sum of layers) %+11.1f%%  (each layer alone runs on its own inputs; the chain "
+                   "passes real activations from layer to layer)\n",
                 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
+    print_extra(o, "graph replay of the forward", &res->graph, res);
+    print_extra(o, "input copy, host to device", &res->upload, res);
+    print_extra(o, "output copy, device to host", &res->download, res);
 }
 
 static bench_status console_run(reporter *r, const run_result *res)
@@ -258,10 +277,12 @@ static bench_status console_run(reporter *r, const run_result *res)
     console *c = (console *)r;
     model_totals t = model_sum(res->m);
     char p[16], f[16];
-    fprintf(c->out, "\n=== %s on %s: batch %lld, %d thread%s, float32 — %d layers, %s params, %s FLOPs ===\n",
-            res->m->name, res->backend, (long long)res->m->batch, res->threads, res->threads == 1 ? "" : "s",
-            res->m->n_layers, report_format_count((double)t.n_weights, p, sizeof p),
-            report_format_count((double)t.flops, f, sizeof f));
+    char th[32] = "";
+    if (res->threads)
+        snprintf(th, sizeof th, ", %d thread%s", res->threads, res->threads == 1 ? "" : "s");
+    fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, float32 — %d layers, %s params, %s FLOPs ===\n",
+            res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
+            report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     print_layers(c, res);
     print_by_shape(c, res);
     print_by_kind(c, res);
@@ -300,6 +321,8 @@ static bench_status sweep_run(reporter *r, const run_result *res)
     sweep *s = (sweep *)r;
     const layer_result *ch = &res->chained;
     char a[24], b[24];
+    if (!res->has_model)
+        return BENCH_OK;
     if (s->rows++ == 0)
         fprintf(s->out, "%-8s  %6s  %14s  %7s  %14s  %14s  %8s\n", "Backend", "Batch", "Chained median", "CV",
                 "Items/s", "Sum of layers", "Gap");

@@ -16,12 +16,12 @@
 #define CSV_COLUMNS(X)                                                                                           \
     X(model, 1, "model name from the config")                                                                  \
     X(backend, 0, "backend that ran the row: cpu or cuda")                                                     \
-    X(mode, 0, "isolated: the layer alone on its own random input; chained: the whole forward, one row of kind model") \
+    X(mode, 0, "isolated (cpu: the layer alone, warm), cold (cuda: L2 flushed before each single launch), batch (cuda: many launches per sample), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
-    X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the chained forward")                         \
+    X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the whole forward; copy for transfers")      \
     X(input_shape, 1, "input shape NxCxHxW or NxF; an add lists its first input")                              \
     X(output_shape, 1, "output shape")                                                                          \
     X(params, 1, "learnable parameters, as torch counts them")                                                  \
@@ -29,10 +29,12 @@
     X(flops, 1, "floating-point operations, see docs/flops.md")                                                 \
     X(bytes, 1, "bytes read and written if every tensor moves once (inputs, weights, output)")                   \
     X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
-    X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, ...)")                      \
+    X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
+    X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
     X(status, 0, "ok, skipped (backend lacks the kind) or dedupe (timing reused from dedupe_of)")               \
     X(dedupe_of, 0, "with --dedupe, the layer_index whose timing this row reuses; -1 otherwise")               \
     X(samples, 0, "timed iterations behind the statistics (warm-up and estimation runs excluded)")             \
+    X(launches, 0, "launches per timed sample: 1, or N in batch mode (times are per launch)")                  \
     X(median_us, 0, "median time per iteration, microseconds")                                                  \
     X(mean_us, 0, "mean, microseconds")                                                                         \
     X(min_us, 0, "fastest iteration, microseconds")                                                             \
@@ -141,6 +143,7 @@ static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t 
     SET(impl, "%s", r->impl);
     SET(note, "%s", r->note);
     SET(dedupe_of, "%d", r->dedupe_of);
+    SET(workspace_bytes, "%lld", (long long)r->workspace_bytes);
     if (r->status != BENCH_OK) {
         SET(status, "skipped");
         return;
@@ -148,6 +151,7 @@ static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t 
     const stats *s = &r->st;
     SET(status, "%s", r->dedupe_of >= 0 ? "dedupe" : "ok");
     SET(samples, "%lld", (long long)s->n);
+    SET(launches, "%d", r->launches);
     SET(median_us, "%.4f", s->median * 1e6);
     SET(mean_us, "%.4f", s->mean * 1e6);
     SET(min_us, "%.4f", s->min * 1e6);
@@ -166,14 +170,14 @@ typedef struct csv_reporter {
     bench_file file;
 } csv_reporter;
 
-/* The chained forward as a row of its own: kind "model", mode "chained". */
-static void fill_model(row_t row, const run_result *res)
+/* The whole forward as a row of its own: kind "model", mode "chained" or "graph". */
+static void fill_model(row_t row, const run_result *res, const layer_result *r, const char *mode)
 {
     const model *m = res->m;
     model_totals t = model_sum(m);
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
-    SET(mode, "chained");
+    SET(mode, "%s", mode);
     SET(layer_index, "-1");
     SET(layer_name, "%s", m->name);
     SET(kind, "model");
@@ -184,9 +188,30 @@ static void fill_model(row_t row, const run_result *res)
     SET(flops, "%lld", (long long)t.flops);
     SET(bytes, "%lld", (long long)t.bytes);
     SET(parameters, "-");
-    fill_stats(row, &res->chained, t.flops, t.bytes);
-    if (res->chained.status == BENCH_OK)
-        SET(items_per_s, "%.3f", (double)m->batch / res->chained.st.median);
+    fill_stats(row, r, t.flops, t.bytes);
+    if (r->status == BENCH_OK)
+        SET(items_per_s, "%.3f", (double)m->batch / r->st.median);
+}
+
+/* A copy of the model's input (upload) or output (download): kind "copy", mode "transfer". */
+static void fill_copy(row_t row, const run_result *res, const layer_result *r, bool upload)
+{
+    const model *m = res->m;
+    const shape_t *s = upload ? &m->input : &m->layers[m->n_layers - 1].out;
+    SET(model, "%s", m->name);
+    SET(batch, "%lld", (long long)m->batch);
+    SET(mode, "transfer");
+    SET(layer_index, "-1");
+    SET(layer_name, "%s", upload ? "input_host_to_device" : "output_device_to_host");
+    SET(kind, "copy");
+    shape_cell(row[COL_input_shape], s);
+    shape_cell(row[COL_output_shape], s);
+    SET(params, "0");
+    SET(macs, "0");
+    SET(flops, "0");
+    SET(bytes, "%lld", (long long)(4 * shape_numel(s)));
+    SET(parameters, "-");
+    fill_stats(row, r, 0, 4 * shape_numel(s));
 }
 
 static bench_status csv_run(reporter *rep, const run_result *res)
@@ -195,14 +220,24 @@ static bench_status csv_run(reporter *rep, const run_result *res)
     const model *m = res->m;
     row_t *r = xmalloc(sizeof *r);
     char(*row)[256] = *r;
-    for (int i = 0; i <= m->n_layers; i++) {
+    /* the layers, then (once per backend and batch) the chained forward, and the graph
+     * replay and copies where the backend measured them */
+    for (int i = 0; i < m->n_layers + 4; i++) {
         memset(r, 0, sizeof *r);
         if (i < m->n_layers) {
             fill_layer(row, m, i);
-            SET(mode, "isolated");
+            SET(mode, "%s", res->mode);
             fill_stats(row, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
+        } else if (!res->has_model) {
+            break;
+        } else if (i == m->n_layers) {
+            fill_model(row, res, &res->chained, "chained");
+        } else if (i == m->n_layers + 1 && res->graph.status == BENCH_OK) {
+            fill_model(row, res, &res->graph, "graph");
+        } else if (i >= m->n_layers + 2 && (i == m->n_layers + 2 ? res->upload : res->download).status == BENCH_OK) {
+            fill_copy(row, res, i == m->n_layers + 2 ? &res->upload : &res->download, i == m->n_layers + 2);
         } else {
-            fill_model(row, res);
+            continue;
         }
         SET(backend, "%s", res->backend);
         SET(threads, "%d", res->threads);

@@ -16,7 +16,7 @@ typedef struct conv_state {
     float *col; /* im2col workspace: K x OH*OW floats */
 } conv_state;
 
-static bench_status conv_setup(const layer *l, void **state, char *impl, size_t impl_len)
+static bench_status conv_setup(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
     const layer_params *p = &l->p;
     conv_state *s = calloc(1, sizeof *s);
@@ -32,6 +32,7 @@ static bench_status conv_setup(const layer *l, void **state, char *impl, size_t 
         s->path = CONV_IM2COL;
         int64_t k = (c / p->groups) * p->kernel[0] * p->kernel[1];
         s->col = bench_alloc_floats(k * l->out.d[2] * l->out.d[3]);
+        *workspace_bytes = 4 * k * l->out.d[2] * l->out.d[3];
         if (!s->col) {
             free(s);
             return BENCH_ERR_NOMEM;

@@ -8,8 +8,9 @@
 
 typedef struct cpu_kernel {
     /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed
-     * by free(). Writes a short name of the implementation into impl. */
-    bench_status (*setup)(const layer *l, void **state, char *impl, size_t impl_len);
+     * by free(). Writes a short name of the implementation into impl and the bytes of
+     * workspace it allocated into *workspace_bytes. */
+    bench_status (*setup)(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes);
     /* The timed part. For kinds that alias their input, out == in. */
     void (*run)(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out);
     void (*free)(void *state); /* optional */

@@ -1,0 +1,60 @@
+/* linear through cublasSgemm (plus cudnnAddTensor for the bias). Row-major out[N, O] =
+ * in[N, F] x W[O, F]^T is, read column-major, out^T = W^T(op T) x in^T. */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "cuda_env.h"
+
+typedef struct linear_cuda {
+    int n, f, o;
+    const float *w, *bias;
+    cudnnTensorDescriptor_t y, b;
+} linear_cuda;
+
+static void linear_free(cuda_env *env, void *state)
+{
+    (void)env;
+    linear_cuda *s = state;
+    if (!s)
+        return;
+    cudnnDestroyTensorDescriptor(s->y), cudnnDestroyTensorDescriptor(s->b);
+    free(s);
+}
+
+static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+                                 size_t len, int64_t *ws)
+{
+    (void)ws;
+    if (l->in.d[0] > INT_MAX || l->in.d[1] > INT_MAX || l->p.out_features > INT_MAX) {
+        snprintf(impl, len, "dimensions beyond cuBLAS's int");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    linear_cuda *s = calloc(1, sizeof *s);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    s->n = (int)l->in.d[0], s->f = (int)l->in.d[1], s->o = (int)l->p.out_features;
+    s->w = w;
+    s->bias = l->p.bias ? w + (int64_t)s->o * s->f : NULL;
+    shape_t bias_shape = {2, {1, s->o}};
+    bool ok = !s->bias || (cuda_tensor_desc(env, &s->y, &l->out) && cuda_tensor_desc(env, &s->b, &bias_shape));
+    if (!ok) {
+        linear_free(env, s);
+        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+    }
+    snprintf(impl, len, "cublasSgemm%s", env->tf32 ? " (TF32)" : "");
+    *state = s;
+    return BENCH_OK;
+}
+
+static void linear_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+{
+    (void)in2;
+    linear_cuda *s = state;
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s->o, s->n, s->f, &one, s->w, s->f, in, s->f,
+                               &zero, out, s->o));
+    if (s->bias)
+        CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, s->b, s->bias, &one, s->y, out));
+}
+
+const cuda_kernel cuda_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prints docs/csv.md from `bench schema`, so the documented columns are the real ones.
+# usage: scripts/csv_doc.sh [BENCH] > docs/csv.md    (tests/test_cli.sh checks it)
+set -euo pipefail
+BENCH=${1:-build/bench}
+cat <<'HEAD'
+# The results CSV
+
+`bench run --csv FILE` and `bench sweep --csv FILE` write one tidy CSV: one row per
+layer per backend per timing mode per batch size; then, once per backend and batch, the
+whole forward (`kind` = `model`, mode `chained`, and `graph` where the backend replays
+graphs) and, for backends with their own memory, the model input and output copies
+(`kind` = `copy`, mode `transfer`). It loads with `pandas.read_csv(FILE)` and no options.
+Empty cells mean "not applicable" (a skipped row has no statistics). Shapes are written
+`NxCxHxW` so no cell needs quoting; names containing commas or quotes are quoted as
+RFC 4180 says. The schema is defined once, in `bench/report_csv.c`; `bench schema`
+prints it and this page is made from it by `scripts/csv_doc.sh`. `bench list --csv`
+writes the columns marked "list" only.
+
+| column | list | meaning |
+| --- | --- | --- |
+HEAD
+list=" model batch layer_index layer_name kind input_shape output_shape params macs flops bytes parameters "
+"$BENCH" schema | while read -r name doc; do
+  l=""
+  case "$list" in *" $name "*) l="yes" ;; esac
+  echo "| \`$name\` | $l | $doc |"
+done
+cat <<'TAIL'
+
+Times are per launch, from the timed samples only: Google Benchmark warms up for
+`--warmup-time`, grows the iteration count until one run lasts `--min-time`, then
+makes `--repetitions` runs; every iteration of those runs is one sample (warm-up and
+estimation iterations are dropped). CPU samples are read from `CLOCK_MONOTONIC`
+around each call; CUDA samples from CUDA events on the layer's stream.
+
+## The JSON run context
+
+Beside `results.csv`, `results.json` records how the numbers were made: the command
+line, UTC date, host, OS, CPU model and online cores, layerbench version, git
+revision (with `-dirty` for uncommitted changes) and build type, the compiler, the
+libyaml and Google Benchmark versions, the timing options and seed, and per backend
+its own description (CPU: threads, OpenBLAS configuration and threading mode, the
+OpenMP spin setting; CUDA: device, compute capability, SM clock at start and end,
+driver, runtime, cuDNN and cuBLAS versions, math mode, L2 and flush sizes), plus any
+backend that was asked for and skipped, with why.
+TAIL
