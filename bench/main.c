@@ -47,7 +47,8 @@ static const char usage_text[] =
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
     "\n"
-    "exit status: 0 ok, 1 failure (a check failed, a library call failed), 2 usage or config error\n";
+    "exit status: 0 ok, 1 failure (a check failed, a library call failed), 2 usage or config error,\n"
+    "or a backend asked for that this machine or binary does not have\n";
 
 typedef struct cli {
     const char *command;

@@ -1,0 +1,339 @@
+/* The CUDA backend: device memory, one non-blocking stream, CUDA events for timing,
+ * cuDNN and cuBLAS for the layers (layers/cuda/), an L2 flush for cold samples and
+ * CUDA graphs for the captured forward. Compiled only when the toolkit and cuDNN are
+ * found (CMake option LAYERBENCH_CUDA). */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_env.h"
+
+static const cuda_kernel *const cuda_kernels[LAYER_KIND_COUNT] = {
+    [LAYER_CONV2D] = &cuda_conv2d_kernel,
+    [LAYER_BATCHNORM2D] = &cuda_batchnorm2d_kernel,
+    [LAYER_RELU] = &cuda_activation_kernel,
+    [LAYER_RELU6] = &cuda_activation_kernel,
+    [LAYER_SIGMOID] = &cuda_activation_kernel,
+    [LAYER_MAXPOOL2D] = &cuda_pool_kernel,
+    [LAYER_AVGPOOL2D] = &cuda_pool_kernel,
+    [LAYER_ADAPTIVE_AVGPOOL2D] = &cuda_pool_kernel,
+    [LAYER_FLATTEN] = &cuda_view_kernel,
+    [LAYER_LINEAR] = &cuda_linear_kernel,
+    [LAYER_DROPOUT] = &cuda_view_kernel,
+    [LAYER_SOFTMAX] = &cuda_softmax_kernel,
+    [LAYER_ADD] = &cuda_add_kernel,
+};
+
+typedef struct cuda_ctx {
+    cuda_env env;
+    cudaEvent_t start, stop;
+    void *flush;                /* written before each cold sample */
+    size_t flush_bytes;
+    int flush_value;
+    int l2_bytes;
+    void *cublas_workspace;     /* fixed, so cuBLAS never allocates during graph capture */
+    char name[256];
+    int cc_major, cc_minor, driver, runtime;
+    size_t cudnn_version;
+    int cublas_version;
+    int sm_clock_start;         /* MHz from NVML, -1 if unavailable */
+    char *description;
+} cuda_ctx;
+
+typedef struct cuda_layer {
+    const cuda_kernel *k;
+    void *kstate;
+} cuda_layer;
+
+/* ---- NVML, loaded at run time (it ships with the driver, not the toolkit) ----------- */
+
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_by_pci_fn)(const char *, void **);
+typedef int (*nvml_clock_fn)(void *, int, unsigned *);
+
+/* Current SM clock in MHz, or -1. */
+static int sm_clock_mhz(int device)
+{
+    static void *lib;
+    static nvml_by_pci_fn by_pci;
+    static nvml_clock_fn clock_info;
+    if (!lib) {
+        lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        nvml_init_fn init = lib ? (nvml_init_fn)dlsym(lib, "nvmlInit_v2") : NULL;
+        by_pci = lib ? (nvml_by_pci_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2") : NULL;
+        clock_info = lib ? (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo") : NULL;
+        if (!init || init() != 0)
+            by_pci = NULL;
+    }
+    char bus[64];
+    void *handle;
+    unsigned mhz;
+    if (!by_pci || !clock_info || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess ||
+        by_pci(bus, &handle) != 0 || clock_info(handle, 1 /* NVML_CLOCK_SM */, &mhz) != 0)
+        return -1;
+    return (int)mhz;
+}
+
+/* ---- the backend ------------------------------------------------------------------------ */
+
+static void cuda_free(void *ctx);
+
+static bench_status cuda_init(const backend_options *opt, void **out, char *err, size_t errlen)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(err, errlen, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    cuda_ctx *c = xcalloc(1, sizeof *c);
+    cuda_env *env = &c->env;
+    env->device = 0;
+    env->tf32 = opt->tf32;
+    env->algo = opt->algo_heuristic ? CUDA_ALGO_HEURISTIC : CUDA_ALGO_SEARCH;
+    struct cudaDeviceProp prop;
+    bool ok = CUDA_OK(env, cudaSetDevice(0)) && CUDA_OK(env, cudaGetDeviceProperties(&prop, 0)) &&
+              CUDA_OK(env, cudaDriverGetVersion(&c->driver)) && CUDA_OK(env, cudaRuntimeGetVersion(&c->runtime)) &&
+              CUDA_OK(env, cudaStreamCreateWithFlags(&env->stream, cudaStreamNonBlocking)) &&
+              CUDA_OK(env, cudaEventCreate(&c->start)) && CUDA_OK(env, cudaEventCreate(&c->stop)) &&
+              CUDNN_OK(env, cudnnCreate(&env->cudnn)) && CUDNN_OK(env, cudnnSetStream(env->cudnn, env->stream)) &&
+              CUBLAS_OK(env, cublasCreate(&env->cublas)) && CUBLAS_OK(env, cublasSetStream(env->cublas, env->stream)) &&
+              CUBLAS_OK(env, cublasSetMathMode(env->cublas, opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                       : CUBLAS_PEDANTIC_MATH)) &&
+              CUBLAS_OK(env, cublasGetVersion(env->cublas, &c->cublas_version));
+    if (ok) {
+        snprintf(c->name, sizeof c->name, "%s", prop.name);
+        c->cc_major = prop.major, c->cc_minor = prop.minor;
+        c->l2_bytes = prop.l2CacheSize;
+        c->cudnn_version = cudnnGetVersion();
+        /* cold samples: write twice the L2 (at least 64 MiB) so nothing of the layer's
+         * data is left in it */
+        c->flush_bytes = (size_t)2 * (size_t)c->l2_bytes;
+        if (c->flush_bytes < ((size_t)64 << 20))
+            c->flush_bytes = (size_t)64 << 20;
+        size_t ws = (size_t)32 << 20;
+        ok = CUDA_OK(env, cudaMalloc(&c->flush, c->flush_bytes)) && CUDA_OK(env, cudaMalloc(&c->cublas_workspace, ws)) &&
+             CUBLAS_OK(env, cublasSetWorkspace(env->cublas, c->cublas_workspace, ws));
+    }
+    if (!ok) {
+        snprintf(err, errlen, "the CUDA backend cannot start: %s", env->error);
+        cuda_free(c);
+        return BENCH_ERR_BACKEND;
+    }
+    c->sm_clock_start = sm_clock_mhz(0);
+    *out = c;
+    return BENCH_OK;
+}
+
+static void cuda_free(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    if (!c)
+        return;
+    if (c->env.cublas)
+        cublasDestroy(c->env.cublas);
+    if (c->env.cudnn)
+        cudnnDestroy(c->env.cudnn);
+    cudaFree(c->flush);
+    cudaFree(c->cublas_workspace);
+    if (c->start)
+        cudaEventDestroy(c->start);
+    if (c->stop)
+        cudaEventDestroy(c->stop);
+    if (c->env.stream)
+        cudaStreamDestroy(c->env.stream);
+    free(c->description);
+    free(c);
+}
+
+static void *cuda_alloc(void *ctx, size_t bytes)
+{
+    void *p = NULL;
+    return CUDA_OK(&((cuda_ctx *)ctx)->env, cudaMalloc(&p, bytes)) ? p : NULL;
+}
+
+static void cuda_release(void *ctx, void *p)
+{
+    if (p)
+        CUDA_OK(&((cuda_ctx *)ctx)->env, cudaFree(p));
+}
+
+/* Copies go on the timed stream, from pageable host memory as torch's .to() does, and
+ * complete before returning. */
+static bench_status cuda_copy(cuda_ctx *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+{
+    cuda_env *env = &c->env;
+    return CUDA_OK(env, cudaMemcpyAsync(dst, src, bytes, kind, env->stream)) &&
+                   CUDA_OK(env, cudaStreamSynchronize(env->stream))
+               ? BENCH_OK
+               : BENCH_ERR_BACKEND;
+}
+
+static bench_status cuda_upload(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    return cuda_copy(ctx, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+static bench_status cuda_download(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    return cuda_copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+static bench_status cuda_sync(void *ctx)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    bool ok = CUDA_OK(env, cudaStreamSynchronize(env->stream)) && CUDA_OK(env, cudaGetLastError());
+    return ok && !env->failed ? BENCH_OK : BENCH_ERR_BACKEND;
+}
+
+static void cuda_timer_start(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    CUDA_OK(&c->env, cudaEventRecord(c->start, c->env.stream));
+}
+
+/* Event time between start and stop on the stream: the device's own clock, never a
+ * host clock around a synchronisation. */
+static double cuda_timer_stop(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    cuda_env *env = &c->env;
+    float ms = 0.0f;
+    bool ok = CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+              CUDA_OK(env, cudaGetLastError()) && CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+    return ok && !env->failed ? 1e-3 * (double)ms : -1.0;
+}
+
+static void cuda_flush_cache(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    c->flush_value = (c->flush_value + 1) & 0xff;
+    CUDA_OK(&c->env, cudaMemsetAsync(c->flush, c->flush_value, c->flush_bytes, c->env.stream));
+}
+
+static bench_status cuda_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+                                     size_t impl_len, int64_t *workspace_bytes)
+{
+    cuda_ctx *c = ctx;
+    const cuda_kernel *k = cuda_kernels[l->kind];
+    *workspace_bytes = 0;
+    if (!k)
+        return BENCH_ERR_UNSUPPORTED;
+    cuda_layer *cl = xcalloc(1, sizeof *cl);
+    cl->k = k;
+    bench_status st = k->setup(&c->env, l, w, &cl->kstate, impl, impl_len, workspace_bytes);
+    if (st == BENCH_OK && c->env.failed)
+        st = BENCH_ERR_BACKEND;
+    if (st != BENCH_OK) {
+        free(cl);
+        return st;
+    }
+    *state = cl;
+    return BENCH_OK;
+}
+
+static void cuda_layer_run(void *ctx, void *state, const float *in, const float *in2, float *out)
+{
+    cuda_layer *cl = state;
+    cl->k->run(&((cuda_ctx *)ctx)->env, cl->kstate, in, in2, out);
+}
+
+static void cuda_layer_free(void *ctx, void *state)
+{
+    cuda_layer *cl = state;
+    if (!cl)
+        return;
+    cl->k->free(&((cuda_ctx *)ctx)->env, cl->kstate);
+    free(cl);
+}
+
+static bench_status cuda_graph_begin(void *ctx)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    return CUDA_OK(env, cudaStreamBeginCapture(env->stream, cudaStreamCaptureModeThreadLocal)) ? BENCH_OK
+                                                                                                 : BENCH_ERR_BACKEND;
+}
+
+static bench_status cuda_graph_end(void *ctx, void **graph)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    bool ok = CUDA_OK(env, cudaStreamEndCapture(env->stream, &g)) && !env->failed &&
+              CUDA_OK(env, cudaGraphInstantiate(&exec, g, 0));
+    if (g)
+        cudaGraphDestroy(g);
+    *graph = exec;
+    return ok ? BENCH_OK : BENCH_ERR_BACKEND;
+}
+
+static void cuda_graph_launch(void *ctx, void *graph)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    CUDA_OK(env, cudaGraphLaunch((cudaGraphExec_t)graph, env->stream));
+}
+
+static void cuda_graph_free(void *ctx, void *graph)
+{
+    (void)ctx;
+    if (graph)
+        cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* FP32 on the GPU: cuDNN's FFT and Winograd algorithms round differently from a direct
+ * sum, so convolutions get 1e-4; TF32 keeps 10 bits of mantissa: 5e-3. Exact kinds
+ * (relu, max pooling, add, views) stay exact; the rest get 1e-5. */
+static double cuda_tolerance(void *ctx, const layer *l)
+{
+    double t = layer_desc_get(l->kind)->tolerance;
+    if (l->kind == LAYER_CONV2D || l->kind == LAYER_LINEAR)
+        return ((cuda_ctx *)ctx)->env.tf32 ? 5e-3 : 1e-4;
+    return t == 0.0 ? 0.0 : t > 1e-5 ? t : 1e-5;
+}
+
+static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->env.error; }
+
+static const char *cuda_describe(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    free(c->description);
+    c->description = xasprintf(
+        "{\"device\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
+        "\"sm_clock_mhz_end\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
+        "\"math\": \"%s\", \"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
+        "\"host_memory\": \"pageable\"}",
+        c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device), c->driver, c->runtime,
+        c->cudnn_version, c->cublas_version, c->env.tf32 ? "tf32" : "fp32",
+        c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes);
+    return c->description;
+}
+
+static const char *const cuda_modes[] = {"cold", "batch", NULL};
+
+const backend_ops backend_cuda_ops = {
+    .name = "cuda",
+    .init = cuda_init,
+    .free = cuda_free,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .sync = cuda_sync,
+    .timer_start = cuda_timer_start,
+    .timer_stop = cuda_timer_stop,
+    .flush_cache = cuda_flush_cache,
+    .layer_setup = cuda_layer_setup,
+    .layer_run = cuda_layer_run,
+    .layer_free = cuda_layer_free,
+    .thread_count = NULL, /* optional: not a CPU backend */
+    .describe = cuda_describe,
+    .modes = cuda_modes,
+    .device_memory = true,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .tolerance = cuda_tolerance,
+    .last_error = cuda_last_error,
+};
