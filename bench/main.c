@@ -338,7 +338,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     reps[nr++] = sweep ? report_sweep_create(tables) : report_console_create(tables, &ro);
     bench_status st = BENCH_OK;
     if (c->csv && !(reps[nr] = report_csv_create(c->csv)))
-        st = BENCH_ERR_IO;
+        st = BENCH_ERR_USAGE; /* the path given cannot be written: say so before measuring */
     else if (c->csv)
         nr++;
     for (int b = 0; st == BENCH_OK && b < n_batches; b++) {

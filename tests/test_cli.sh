@@ -118,6 +118,14 @@ out=$("$BENCH" sweep "$SMOKE" --batch 1,3 "${FAST[@]}" --csv "$T/sweep.csv" 2>&1
 expect 2 "" -- "$BENCH" run "$T/typo.yaml" --csv "$T/none.csv"
 [ ! -e "$T/none.csv" ] && ok || bad "a failed run left a CSV"
 
+# an unwritable --csv path is refused before anything is measured
+expect 2 "cannot write '$T/no/such/dir/x.csv'" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/no/such/dir/x.csv"
+
+# an interrupted run leaves no result and no temporary file
+"$BENCH" run "$R18" --no-progress --csv "$T/int.csv" >/dev/null 2>&1 & pid=$!
+sleep 2; kill -TERM $pid; wait $pid 2>/dev/null
+[ ! -e "$T/int.csv" ] && ! ls "$T" | grep -q 'int.csv.tmp' && ok || bad "an interrupted run left $(ls "$T" | grep int.csv)"
+
 # backends: cuda is either absent or reports why it cannot run here
 if "$BENCH" run "$SMOKE" --backend cuda "${FAST[@]}" >"$T/cuda.out" 2>&1; then ok
 else
