@@ -1,20 +1,37 @@
-/* conv2d on the CPU. Three paths, chosen at setup:
+/* conv2d on the CPU. Paths, chosen at setup:
  *  - gemm-1x1:   1x1 kernel, stride 1, no padding: the input already is the GEMM's B matrix.
  *  - depthwise:  groups == in_channels == out_channels: a direct loop per channel plane,
  *                since a GEMM with M = 1 per group wastes the BLAS.
- *  - im2col+gemm: everything else, per sample and per group, through cblas_sgemm. */
+ *  - im2col+gemm: everything else, per sample and per group, through cblas_sgemm.
+ *  - batched:    small outputs (under CONV_MIN_GEMM_N pixels) at batch > 1: several
+ *                samples are unfolded side by side so one GEMM gets a useful width
+ *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
-typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL } conv_path;
+typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED } conv_path;
 
 typedef struct conv_state {
     conv_path path;
-    float *col; /* im2col workspace: K x OH*OW floats */
+    int64_t samples;  /* batched: samples per GEMM */
+    float *col;       /* im2col workspace: K x samples*OH*OW floats */
+    float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
 } conv_state;
+
+/* GEMM width below which samples are batched, and the most workspace that may take. */
+#define CONV_MIN_GEMM_N 1024
+#define CONV_MAX_BATCHED_BYTES ((int64_t)64 << 20)
+
+static void conv_free(void *state)
+{
+    conv_state *s = state;
+    if (s)
+        free(s->col), free(s->tmp);
+    free(s);
+}
 
 static bench_status conv_setup(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
@@ -22,39 +39,45 @@ static bench_status conv_setup(const layer *l, void **state, char *impl, size_t 
     conv_state *s = calloc(1, sizeof *s);
     if (!s)
         return BENCH_ERR_NOMEM;
-    int64_t c = l->in.d[1];
+    int64_t c = l->in.d[1], ohw = l->out.d[2] * l->out.d[3];
+    int64_t k = (c / p->groups) * p->kernel[0] * p->kernel[1], ocg = p->out_channels / p->groups;
+    s->samples = 1;
     if (p->groups == c && p->out_channels == c && c > 1)
         s->path = CONV_DEPTHWISE;
-    else if (p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
-             p->padding[0] == 0 && p->padding[1] == 0)
+    else if (l->in.d[0] > 1 && ohw < CONV_MIN_GEMM_N) {
+        s->path = CONV_BATCHED;
+        s->samples = (CONV_MIN_GEMM_N + ohw - 1) / ohw;
+        if (s->samples > l->in.d[0])
+            s->samples = l->in.d[0];
+        while (s->samples > 1 && 4 * (k + ocg) * s->samples * ohw > CONV_MAX_BATCHED_BYTES)
+            s->samples--;
+    } else if (p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+               p->padding[0] == 0 && p->padding[1] == 0)
         s->path = CONV_GEMM_1X1;
-    else {
+    else
         s->path = CONV_IM2COL;
-        int64_t k = (c / p->groups) * p->kernel[0] * p->kernel[1];
-        s->col = bench_alloc_floats(k * l->out.d[2] * l->out.d[3]);
-        *workspace_bytes = 4 * k * l->out.d[2] * l->out.d[3];
-        if (!s->col) {
-            free(s);
+    if (s->path == CONV_IM2COL || s->path == CONV_BATCHED) {
+        s->col = bench_alloc_floats(k * s->samples * ohw);
+        s->tmp = s->path == CONV_BATCHED ? bench_alloc_floats(ocg * s->samples * ohw) : NULL;
+        *workspace_bytes = 4 * (k + (s->tmp ? ocg : 0)) * s->samples * ohw;
+        if (!s->col || (s->path == CONV_BATCHED && !s->tmp)) {
+            conv_free(s);
             return BENCH_ERR_NOMEM;
         }
     }
-    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm"};
-    snprintf(impl, impl_len, "%s", names[s->path]);
+    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm"};
+    if (s->path == CONV_BATCHED)
+        snprintf(impl, impl_len, "im2col+sgemm x%lld samples", (long long)s->samples);
+    else
+        snprintf(impl, impl_len, "%s", names[s->path]);
     *state = s;
     return BENCH_OK;
 }
 
-static void conv_free(void *state)
-{
-    conv_state *s = state;
-    if (s)
-        free(s->col);
-    free(s);
-}
-
-/* Unfolds one group of one sample: row (ci, i, j) holds the input pixels that kernel
- * tap (i, j) of channel ci meets at every output position, zeros where it falls in padding. */
-static void im2col(const layer *l, const float *in, float *col)
+/* Unfolds one group of one sample: row (ci, i, j) of col (rows ld floats apart) holds
+ * the input pixels that kernel tap (i, j) of channel ci meets at every output position,
+ * zeros where it falls in padding. */
+static void im2col(const layer *l, const float *in, float *col, int64_t ld)
 {
     const layer_params *p = &l->p;
     int64_t cg = l->in.d[1] / p->groups, h = l->in.d[2], w = l->in.d[3];
@@ -66,7 +89,7 @@ static void im2col(const layer *l, const float *in, float *col)
     for (int64_t r = 0; r < rows; r++) {
         int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
         const float *src = in + ci * h * w;
-        float *dst = col + r * oh * ow;
+        float *dst = col + r * ld;
         /* output columns x whose input column x*sw - pw + j*dw lies inside [0, w) */
         int64_t off = j * dw - pw;
         int64_t x0 = off >= 0 ? 0 : (-off + sw - 1) / sw;
@@ -132,6 +155,35 @@ static void depthwise(const layer *l, const float *in, const float *w, const flo
     }
 }
 
+/* Several samples per GEMM: unfold them side by side (sample j in columns
+ * [j*OHW, (j+1)*OHW)), multiply once, then copy each sample's block (plus bias) out. */
+static void batched(const layer *l, const conv_state *s, const float *in, const float *w, const float *bias,
+                    float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    int64_t oc = l->out.d[1], ohw = l->out.d[2] * l->out.d[3];
+    int64_t g = p->groups, cg = c / g, ocg = oc / g, k = cg * p->kernel[0] * p->kernel[1];
+    for (int64_t b0 = 0; b0 < n; b0 += s->samples) {
+        int64_t bs = n - b0 < s->samples ? n - b0 : s->samples, ld = bs * ohw;
+        for (int64_t gi = 0; gi < g; gi++) {
+            for (int64_t j = 0; j < bs; j++)
+                im2col(l, in + ((b0 + j) * c + gi * cg) * hw, s->col + j * ohw, ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)ld, (blasint)k, 1.0f,
+                        w + gi * ocg * k, (blasint)k, s->col, (blasint)ld, 0.0f, s->tmp, (blasint)ld);
+#pragma omp parallel for schedule(static) if (ocg * ld > CPU_PARALLEL_MIN)
+            for (int64_t o = 0; o < ocg; o++)
+                for (int64_t j = 0; j < bs; j++) {
+                    const float *src = s->tmp + o * ld + j * ohw;
+                    float *dst = out + ((b0 + j) * oc + gi * ocg + o) * ohw;
+                    float b = bias ? bias[gi * ocg + o] : 0.0f;
+                    for (int64_t i = 0; i < ohw; i++)
+                        dst[i] = src[i] + b;
+                }
+        }
+    }
+}
+
 static void conv_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
 {
     (void)in2;
@@ -145,6 +197,10 @@ static void conv_run(const layer *l, void *state, const float *in, const float *
         depthwise(l, in, w, bias, out);
         return;
     }
+    if (s->path == CONV_BATCHED) {
+        batched(l, s, in, w, bias, out);
+        return;
+    }
     for (int64_t b = 0; b < n; b++) {
         float *ob = out + b * oc * ohw;
         if (bias)
@@ -152,7 +208,7 @@ static void conv_run(const layer *l, void *state, const float *in, const float *
         for (int64_t gi = 0; gi < g; gi++) {
             const float *src = in + (b * c + gi * cg) * hw;
             if (s->path == CONV_IM2COL) {
-                im2col(l, src, s->col);
+                im2col(l, src, s->col, ohw);
                 src = s->col;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)ohw, (blasint)k,
