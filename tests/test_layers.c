@@ -60,7 +60,8 @@ static void sm_2(layer_params *p) { p->dim = 2; }
 static const layer_case cases[] = {
     {"3x3 pad 1", LAYER_CONV2D, S4(2, 5, 11, 9), c_3x3},
     {"7x7 stride 2 pad 3, no bias", LAYER_CONV2D, S4(1, 3, 31, 29), c_7x7s2},
-    {"1x1 batch 1 (direct gemm)", LAYER_CONV2D, S4(1, 7, 5, 9), c_1x1},
+    {"1x1 batch 1 (direct gemm)", LAYER_CONV2D, S4(1, 7, 13, 11), c_1x1},
+    {"1x1 batch 1, 5x9 (transposed gemm)", LAYER_CONV2D, S4(1, 7, 5, 9), c_1x1},
     {"1x1 batch 3 (batched gemm)", LAYER_CONV2D, S4(3, 7, 5, 9), c_1x1},
     {"batch 5 in groups of 3 samples", LAYER_CONV2D, S4(5, 4, 20, 20), c_3x3},
     {"1x1 stride 2", LAYER_CONV2D, S4(2, 5, 9, 7), c_1x1s2},
