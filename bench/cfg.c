@@ -345,7 +345,7 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, char *qname, int *c
         yaml_node_t *sc = map_get(c, item, "shortcut"), *scn = map_get(c, item, "shortcut_name");
         yaml_node_t *after = map_get(c, item, "after");
         const char *sc_name = "downsample";
-        int in = *cur, body_out = *cur, sc_out = *cur, sc_pos = 0;
+        int body_out = *cur, sc_out = *cur, sc_pos = 0;
         if (!body || (scn && parse_name(c, "shortcut_name", scn, &sc_name)))
             goto done;
         if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
@@ -372,7 +372,6 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, char *qname, int *c
         if (v < 0)
             goto done;
         *cur = v;
-        (void)in;
         rc = after ? emit_seq(c, after, qname, &pos, cur) : 0;
     }
 done:

@@ -336,6 +336,8 @@ static bench_status measure_chain(const model *m, const backend *b, const measur
 fail:
     if (st == BENCH_ERR_NOMEM)
         snprintf(err, errlen, "out of memory setting up the chained forward");
+    else
+        snprintf(err, errlen, "setting up the chained forward: %s", backend_last_error(b));
 out:
     for (int i = 0; i < n; i++) {
         if (c.states[i])
