@@ -289,9 +289,15 @@ static int cmd_check(const cli *c, int64_t batch)
     model *m;
     backend bs[2];
     char *skipped;
+    char err[512];
     int rc = load(c, batch, &m);
     if (rc)
         return rc;
+    if (model_check_memory(m, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        model_free(m);
+        return 2;
+    }
     int nb = open_backends(c, bs, &skipped);
     if (nb < 0) {
         model_free(m);

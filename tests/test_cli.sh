@@ -61,6 +61,8 @@ expect 2 "larger than 1 MiB" -- "$BENCH" list "$T/big.yaml"
 
 # memory is checked before anything is allocated
 expect 2 "needs .* but only .* is available" -- "$BENCH" run "$R18" --batch 100000 "${FAST[@]}"
+expect 2 "needs .* but only .* is available" -- "$BENCH" check "$R18" --batch 100000
+expect 2 "needs .* but only .* is available" -- "$BENCH" sweep "$R18" --batch 1,100000 "${FAST[@]}"
 
 # list: deterministic analysis
 expect 0 "Totals: 11689512 params, 1814073344 MACs" -- "$BENCH" list "$R18"
