@@ -31,15 +31,6 @@ char *report_format_count(double v, char *buf, size_t len)
     return buf;
 }
 
-static char *shape_x(const shape_t *s, char *buf, size_t len)
-{
-    size_t off = 0;
-    buf[0] = 0;
-    for (int i = 0; i < s->rank && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
-    return buf;
-}
-
 static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (double)flops / seconds * 1e-9 : 0.0; }
 
 /* ---- per-layer table ------------------------------------------------------------------- */
@@ -122,8 +113,8 @@ static void print_layers(console *c, const run_result *res)
         const layer *l = &m->layers[i];
         const layer_result *r = &res->layers[i];
         char in[48], out[48], pa[16], fl[16], t[24], cv[16], pct[16], gf[16];
-        shape_x(&l->in, in, sizeof in);
-        shape_x(&l->out, out, sizeof out);
+        shape_format_compact(&l->in, in, sizeof in);
+        shape_format_compact(&l->out, out, sizeof out);
         report_format_count((double)l->n_weights, pa, sizeof pa);
         report_format_count((double)l->flops, fl, sizeof fl);
         if (r->status == BENCH_OK) {
@@ -194,13 +185,9 @@ static void print_by_shape(console *c, const run_result *res)
     for (int k = 0; k < shown; k++) {
         const layer *l = &res->m->layers[g[k].first];
         char in[48], par[160], tot[24], avg[24];
-        if (l->kind == LAYER_ADD) {
-            shape_x(&l->in, in, sizeof in);
-            size_t len = strlen(in);
-            snprintf(in + len, sizeof in - len, " (x2)");
-        } else {
-            shape_x(&l->in, in, sizeof in);
-        }
+        shape_format_compact(&l->in, in, sizeof in);
+        if (l->kind == LAYER_ADD) /* two inputs of that shape */
+            snprintf(in + strlen(in), sizeof in - strlen(in), " (x2)");
         fprintf(c->out, "%-18s  %-16s  %-44.44s  %5d  %10s  %10s  %5.1f%%\n", layer_kind_name(l->kind), in,
                 layer_params_format(l, par, sizeof par), g[k].count, report_format_time(g[k].total, tot, sizeof tot),
                 report_format_time(g[k].total / g[k].count, avg, sizeof avg),
@@ -354,7 +341,7 @@ void report_list_table(FILE *o, const model *m)
 {
     int nw = name_width(m);
     char in[48], out[48], pa[24], fl[24], by[24], s[48];
-    fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name, shape_x(&m->input, s, sizeof s),
+    fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name, shape_format_compact(&m->input, s, sizeof s),
             (long long)m->batch, m->n_layers);
     fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %12s  %16s  %14s  %s\n", "#", nw, "Name", "Kind", "Input", "Output",
             "Params", "FLOPs", "Bytes", "Parameters");
@@ -365,7 +352,7 @@ void report_list_table(FILE *o, const model *m)
         snprintf(fl, sizeof fl, "%lld", (long long)l->flops);
         snprintf(by, sizeof by, "%lld", (long long)l->bytes);
         fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %12s  %16s  %14s  %s\n", i, nw, nw, l->name, layer_kind_name(l->kind),
-                shape_x(&l->in, in, sizeof in), shape_x(&l->out, out, sizeof out), pa, fl, by,
+                shape_format_compact(&l->in, in, sizeof in), shape_format_compact(&l->out, out, sizeof out), pa, fl, by,
                 layer_params_format(l, par, sizeof par));
     }
     model_totals t = model_sum(m);

@@ -111,13 +111,6 @@ static void csv_header(FILE *f, bool list_only)
     free(row);
 }
 
-static void shape_cell(char *cell, const shape_t *s)
-{
-    size_t off = 0;
-    for (int i = 0; i < s->rank; i++)
-        off += (size_t)snprintf(cell + off, 256 - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
-}
-
 #define SET(col, ...) snprintf(row[COL_##col], sizeof row[COL_##col], __VA_ARGS__)
 
 /* Columns that describe the layer, shared by `run` and `list`. */
@@ -129,8 +122,8 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(layer_index, "%d", i);
     SET(layer_name, "%s", l->name);
     SET(kind, "%s", layer_kind_name(l->kind));
-    shape_cell(row[COL_input_shape], &l->in);
-    shape_cell(row[COL_output_shape], &l->out);
+    shape_format_compact(&l->in, row[COL_input_shape], sizeof row[COL_input_shape]);
+    shape_format_compact(&l->out, row[COL_output_shape], sizeof row[COL_output_shape]);
     SET(params, "%lld", (long long)l->n_weights);
     SET(macs, "%lld", (long long)l->macs);
     SET(flops, "%lld", (long long)l->flops);
@@ -181,8 +174,8 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(layer_index, "-1");
     SET(layer_name, "%s", m->name);
     SET(kind, "model");
-    shape_cell(row[COL_input_shape], &m->input);
-    shape_cell(row[COL_output_shape], &m->layers[m->n_layers - 1].out);
+    shape_format_compact(&m->input, row[COL_input_shape], sizeof row[COL_input_shape]);
+    shape_format_compact(&m->layers[m->n_layers - 1].out, row[COL_output_shape], sizeof row[COL_output_shape]);
     SET(params, "%lld", (long long)t.n_weights);
     SET(macs, "%lld", (long long)t.macs);
     SET(flops, "%lld", (long long)t.flops);
@@ -204,8 +197,8 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     SET(layer_index, "-1");
     SET(layer_name, "%s", upload ? "input_host_to_device" : "output_device_to_host");
     SET(kind, "copy");
-    shape_cell(row[COL_input_shape], s);
-    shape_cell(row[COL_output_shape], s);
+    shape_format_compact(s, row[COL_input_shape], sizeof row[COL_input_shape]);
+    shape_format_compact(s, row[COL_output_shape], sizeof row[COL_output_shape]);
     SET(params, "0");
     SET(macs, "0");
     SET(flops, "0");

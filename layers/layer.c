@@ -78,6 +78,15 @@ char *shape_format(const shape_t *s, char *buf, size_t len)
     return buf;
 }
 
+char *shape_format_compact(const shape_t *s, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->rank && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
+    return buf;
+}
+
 bool shape_equal(const shape_t *a, const shape_t *b)
 {
     if (a->rank != b->rank)

@@ -26,6 +26,8 @@ typedef struct shape {
 int64_t shape_numel(const shape_t *s);
 /* Writes "[1, 64, 56, 56]" into buf; returns buf. */
 char *shape_format(const shape_t *s, char *buf, size_t len);
+/* Writes the compact form "1x64x56x56" (no separators that need CSV quoting); returns buf. */
+char *shape_format_compact(const shape_t *s, char *buf, size_t len);
 bool shape_equal(const shape_t *a, const shape_t *b);
 
 typedef enum layer_kind {

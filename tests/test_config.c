@@ -130,13 +130,6 @@ static void test_names(void)
     model_free(m);
 }
 
-static void shape_compact(const shape_t *s, char *buf, size_t len)
-{
-    size_t off = 0;
-    for (int i = 0; i < s->rank; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? "x" : "", (long long)s->d[i]);
-}
-
 /* ResNet-18 against the expected table: name kind input output params per line. */
 static void test_resnet18(const char *configs, const char *data)
 {
@@ -168,8 +161,8 @@ static void test_resnet18(const char *configs, const char *data)
         }
         const layer *l = &m->layers[i];
         char gi[64], go[64];
-        shape_compact(&l->in, gi, sizeof gi);
-        shape_compact(&l->out, go, sizeof go);
+        shape_format_compact(&l->in, gi, sizeof gi);
+        shape_format_compact(&l->out, go, sizeof go);
         EXPECT(strcmp(l->name, name) == 0, "layer %d: name %s, expected %s", i, l->name, name);
         EXPECT(strcmp(layer_kind_name(l->kind), kind) == 0, "layer %d (%s): kind %s, expected %s", i, name,
                layer_kind_name(l->kind), kind);
