@@ -1,5 +1,5 @@
-/* One backend interface, filled once per backend (CPU in backend_cpu.c, CUDA in
- * backend_cuda.c). Optional slots are marked; wrappers check them for NULL. */
+/* One backend interface, filled once per backend (CPU in layers/cpu/backend_cpu.c, CUDA in
+ * layers/cuda/backend_cuda.c). Optional slots are marked; wrappers check them for NULL. */
 #ifndef LAYERBENCH_BACKEND_H
 #define LAYERBENCH_BACKEND_H
 

@@ -1,5 +1,5 @@
 /* CPU implementations of the layer kinds: OpenBLAS for convolution and linear,
- * OpenMP loops for the rest. One file per kind; the table is in bench/backend_cpu.c. */
+ * OpenMP loops for the rest. One file per kind; the table is in backend_cpu.c. */
 #ifndef LAYERBENCH_CPU_KERNELS_H
 #define LAYERBENCH_CPU_KERNELS_H
 
