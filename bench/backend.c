@@ -57,6 +57,11 @@ float *backend_alloc_floats(const backend *b, int64_t n, const float *host)
     return p;
 }
 
+int64_t backend_mem_available(const backend *b)
+{
+    return b->ops->mem_available ? b->ops->mem_available(b->ctx) : -1;
+}
+
 double backend_tolerance(const backend *b, const layer *l)
 {
     return b->ops->tolerance ? b->ops->tolerance(b->ctx, l) : layer_desc_get(l->kind)->tolerance;
@@ -65,4 +70,10 @@ double backend_tolerance(const backend *b, const layer *l)
 const char *backend_last_error(const backend *b)
 {
     return b->ops->last_error ? b->ops->last_error(b->ctx) : "";
+}
+
+void backend_clear_error(const backend *b)
+{
+    if (b->ops->clear_error)
+        b->ops->clear_error(b->ctx);
 }

@@ -18,17 +18,27 @@ typedef struct backend_ops {
      * (e.g. "no CUDA device"). */
     bench_status (*init)(const backend_options *opt, void **ctx, char *err, size_t errlen);
     void (*free)(void *ctx);
-    /* Memory the backend's layers read and write; NULL on failure. release(NULL) is a no-op. */
+    /* Memory the backend's layers read and write; NULL on failure (e.g. out of device
+     * memory: the caller reports it for that layer and goes on). release(NULL) is a no-op. */
     void *(*alloc)(void *ctx, size_t bytes);
     void (*release)(void *ctx, void *ptr);
+    /* Copies ordered with the work queued before them. The host buffer may be reused as
+     * soon as the call returns; a download's data is in place when it returns. A failure
+     * may surface only at the next sync or timer_stop. */
     bench_status (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
     bench_status (*download)(void *ctx, void *dst, const void *src, size_t bytes);
-    /* Waits for all work queued so far. */
+    /* Waits for all work queued so far; BENCH_ERR_BACKEND if any of it failed. */
     bench_status (*sync)(void *ctx);
     /* A timer around queued work: start, then stop returns the seconds between them
-     * once the work between them has completed; a negative value is an error. */
+     * once the work between them has completed; a negative value is an error (the
+     * reason is in last_error). */
     void (*timer_start)(void *ctx);
     double (*timer_stop)(void *ctx);
+    /* Optional: makes the device wait, before the work queued next, until the next
+     * timer_stop, so that the host's cost of queuing launches is not timed (a GPU stream
+     * held by a spinning kernel, as NVBench's blocking kernel does). Never called while
+     * a graph is being captured; at most a few hundred launches are queued while held. */
+    void (*hold)(void *ctx);
     /* Optional: evicts caches before a cold sample. */
     void (*flush_cache)(void *ctx);
     /* Untimed setup for one layer whose weights already live in backend memory.
@@ -47,7 +57,8 @@ typedef struct backend_ops {
     const char *(*describe)(void *ctx);
     /* Timing modes for isolated layers, NULL-terminated: "isolated" (one call per
      * sample, warm), "cold" (flush_cache before each single launch), "batch" (many
-     * launches per sample, divided by their count). */
+     * launches per sample, divided by their count; captured as one graph where the
+     * backend has graphs). */
     const char *const *modes;
     /* The backend has its own memory: the model's input upload and output download
      * are timed and reported apart from the layers. */
@@ -58,11 +69,17 @@ typedef struct backend_ops {
     bench_status (*graph_end)(void *ctx, void **graph);
     void (*graph_launch)(void *ctx, void *graph);
     void (*graph_free)(void *ctx, void *graph);
+    /* Optional: bytes of its own memory the backend can still allocate (free device
+     * memory); absent for backends that use host memory. */
+    int64_t (*mem_available)(void *ctx);
     /* Optional: relative error accepted against the reference for l on this backend
      * (default: the kind's own tolerance). */
     double (*tolerance)(void *ctx, const layer *l);
     /* Optional: why the last call failed (timer_stop < 0, sync failed), or "". */
     const char *(*last_error)(void *ctx);
+    /* Optional: forgets the last failure once the caller has dealt with it, so that one
+     * failed layer does not fail the next. Called before each layer is set up. */
+    void (*clear_error)(void *ctx);
 } backend_ops;
 
 typedef struct backend {
@@ -85,6 +102,11 @@ int backend_threads(const backend *b);
 double backend_tolerance(const backend *b, const layer *l);
 /* The backend's last error, or "". */
 const char *backend_last_error(const backend *b);
+/* Forgets it (see clear_error). */
+void backend_clear_error(const backend *b);
+
+/* Bytes the backend can still allocate, or -1 where it uses host memory. */
+int64_t backend_mem_available(const backend *b);
 
 /* Allocates n floats on the backend and uploads host data into them (host may be NULL). */
 float *backend_alloc_floats(const backend *b, int64_t n, const float *host);

@@ -37,6 +37,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     void *state = NULL;
     char impl[96];
     int64_t ws;
+    backend_clear_error(b);
     if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK)
         return r;
     ref = bench_alloc_floats(n_out);

@@ -23,12 +23,17 @@ struct Segment {
     double sum;
 };
 
+// A callback whose time is (close to) zero drives Google Benchmark's iteration count
+// towards its limit of 1e9; past this many recorded samples the run stops with an error.
+constexpr size_t kMaxSamples = 10000000;
+
 struct Recorder {
     gbs_iteration_fn fn;
     void *user;
     std::vector<double> samples;
     std::vector<Segment> segments;
     bool failed = false;
+    const char *why = "";
 };
 
 // Collects the reported per-repetition runs (not the aggregates).
@@ -55,9 +60,11 @@ void run_segment(benchmark::State &state, Recorder *rec)
     Segment seg{rec->samples.size(), 0, 0.0};
     for (auto _ : state) {
         double t = rec->fn(rec->user);
-        if (!(t >= 0.0)) {
+        if (!(t >= 0.0) || rec->samples.size() >= kMaxSamples) {
             rec->failed = true;
-            state.SkipWithError("the timed iteration failed");
+            rec->why = t >= 0.0 ? "more than 10 million samples: the timed call takes no measurable time"
+                                : "the timed iteration failed";
+            state.SkipWithError(rec->why);
             break;
         }
         state.SetIterationTime(t);
@@ -88,7 +95,7 @@ extern "C" int gbs_run(const char *name, gbs_iteration_fn fn, void *user, const 
     benchmark::RunSpecifiedBenchmarks(&reporter, "");
     benchmark::ClearRegisteredBenchmarks();
     if (rec.failed) {
-        std::snprintf(err, static_cast<size_t>(errlen), "the timed iteration failed");
+        std::snprintf(err, static_cast<size_t>(errlen), "%s", rec.why);
         return -1;
     }
     if (reporter.runs.empty()) {

@@ -259,6 +259,27 @@ static int open_backends(const cli *c, backend *bs, char **skipped)
     return n;
 }
 
+static void close_backends(backend *bs, int nb, char *skipped)
+{
+    for (int k = 0; k < nb; k++)
+        backend_close(&bs[k]);
+    free(skipped);
+}
+
+/* Device memory, checked once the backends are open (host memory is checked before). */
+static bool fits_backends(const model *m, const backend *bs, int nb)
+{
+    char err[512];
+    for (int k = 0; k < nb; k++) {
+        int64_t avail = backend_mem_available(&bs[k]);
+        if (avail >= 0 && model_check_memory(m, avail, bs[k].ops->name, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: %s\n", err);
+            return false;
+        }
+    }
+    return true;
+}
+
 static int load(const cli *c, int64_t batch, model **m)
 {
     char err[1024];
@@ -293,7 +314,7 @@ static int cmd_check(const cli *c, int64_t batch)
     int rc = load(c, batch, &m);
     if (rc)
         return rc;
-    if (model_check_memory(m, err, sizeof err) != BENCH_OK) {
+    if (model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
         fprintf(stderr, "bench: %s\n", err);
         model_free(m);
         return 2;
@@ -303,11 +324,14 @@ static int cmd_check(const cli *c, int64_t batch)
         model_free(m);
         return -nb;
     }
+    if (!fits_backends(m, bs, nb)) {
+        close_backends(bs, nb, skipped);
+        model_free(m);
+        return 2;
+    }
     printf("%s: batch %lld, seed %llu\n\n", m->name, (long long)m->batch, (unsigned long long)c->mo.seed);
     bench_status st = check_model(m, bs, nb, c->mo.seed, stdout);
-    for (int k = 0; k < nb; k++)
-        backend_close(&bs[k]);
-    free(skipped);
+    close_backends(bs, nb, skipped);
     model_free(m);
     return bench_exit_code(st);
 }
@@ -323,18 +347,27 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         return rc;
     int64_t config_batch = m->batch;
 #define BATCH(b) (batches[b] > 0 ? batches[b] : config_batch) /* 0: the config's batch */
+    int64_t largest = 0;
     for (int b = 0; b < n_batches; b++) {
         if (model_set_batch(m, BATCH(b), err, sizeof err) != BENCH_OK ||
-            model_check_memory(m, err, sizeof err) != BENCH_OK) {
+            model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
             fprintf(stderr, "bench: %s\n", err);
             model_free(m);
             return 2;
         }
+        if (BATCH(b) > largest)
+            largest = BATCH(b);
     }
     int nb = open_backends(c, bs, &skipped);
     if (nb < 0) {
         model_free(m);
         return -nb;
+    }
+    model_set_batch(m, largest, err, sizeof err);
+    if (!fits_backends(m, bs, nb)) {
+        close_backends(bs, nb, skipped);
+        model_free(m);
+        return 2;
     }
     report_options ro = {c->sort, c->top};
     reporter *reps[2];
@@ -343,6 +376,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     FILE *tables = c->csv && strcmp(c->csv, "-") == 0 ? stderr : stdout;
     reps[nr++] = sweep ? report_sweep_create(tables) : report_console_create(tables, &ro);
     bench_status st = BENCH_OK;
+    bool failed = false; /* a row failed: reported, and the exit status says so */
     if (c->csv && !(reps[nr] = report_csv_create(c->csv)))
         st = BENCH_ERR_USAGE; /* the path given cannot be written: say so before measuring */
     else if (c->csv)
@@ -356,9 +390,12 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
             /* every timing mode of the backend; the whole-model rows once, with the first */
             for (int md = 0; st == BENCH_OK && bs[k].ops->modes[md]; md++) {
                 run_result res;
-                st = measure_model(m, &bs[k], &c->mo, bs[k].ops->modes[md], md == 0, &res, err, sizeof err);
-                if (st != BENCH_OK)
-                    fprintf(stderr, "bench: %s\n", err);
+                if (measure_model(m, &bs[k], &c->mo, bs[k].ops->modes[md], md == 0, &res, err, sizeof err) !=
+                    BENCH_OK) {
+                    fprintf(stderr, "bench: %d row%s failed; the first: %s\n", res.failed, res.failed == 1 ? "" : "s",
+                            err);
+                    failed = true;
+                }
                 for (int r = 0; st == BENCH_OK && r < nr; r++)
                     st = reps[r]->run(reps[r], &res);
                 run_result_free(&res);
@@ -378,11 +415,9 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
             fprintf(stderr, "bench: wrote %s and %s\n", c->csv, json);
         free(json);
     }
-    for (int k = 0; k < nb; k++)
-        backend_close(&bs[k]);
-    free(skipped);
+    close_backends(bs, nb, skipped);
     model_free(m);
-    return bench_exit_code(st);
+    return st == BENCH_OK && failed ? 1 : bench_exit_code(st);
 }
 
 static int cmd_schema(void)

@@ -1,10 +1,17 @@
 #include "measure.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gbench_shim.h"
+
+const char *row_status_name(row_status s)
+{
+    static const char *const names[] = {"", "ok", "dedupe", "view", "skipped", "failed"};
+    return s >= ROW_NONE && s <= ROW_FAILED ? names[s] : "?";
+}
 
 bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **in2, float **w)
 {
@@ -28,7 +35,30 @@ bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float
     return BENCH_OK;
 }
 
-/* ---- isolated layers ------------------------------------------------------------------- */
+static void row_fail(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void row_fail(layer_result *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = ROW_FAILED;
+    vsnprintf(r->note, sizeof r->note, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- one timed sample -------------------------------------------------------------------- */
+
+/* Starts a sample: the device is held (where the backend can) so that queuing the
+ * launches is not timed, the caches are flushed for a cold sample, then the timer
+ * starts. timer_stop releases the hold. */
+static void begin_sample(const backend *b, bool hold, bool cold)
+{
+    const backend_ops *ops = b->ops;
+    if (hold && ops->hold)
+        ops->hold(b->ctx);
+    if (cold && ops->flush_cache)
+        ops->flush_cache(b->ctx);
+    ops->timer_start(b->ctx);
+}
 
 typedef struct timed_layer {
     const backend *b;
@@ -37,37 +67,46 @@ typedef struct timed_layer {
     float *out;
     int launches;   /* per sample */
     bool cold;      /* flush caches before each sample */
+    bool hold;      /* hold the device while the launches are queued */
+    void *graph;    /* batch mode: the launches captured as one graph, or NULL */
 } timed_layer;
 
-/* One sample: a launch (or `launches` back to back) between the backend's timer. */
-static double time_one_layer(void *user)
+/* One sample: the whole time of one launch, or of `launches` back to back (one graph
+ * launch where they were captured). Google Benchmark gets this whole time, so its
+ * warm-up and --min-time mean what they say; the kept samples are divided by the
+ * launch count afterwards. */
+static double time_layer_sample(void *user)
 {
     timed_layer *t = user;
     const backend_ops *ops = t->b->ops;
-    if (t->cold && ops->flush_cache)
-        ops->flush_cache(t->b->ctx);
-    ops->timer_start(t->b->ctx);
-    for (int i = 0; i < t->launches; i++)
-        ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
-    double s = ops->timer_stop(t->b->ctx);
-    return s < 0 ? s : s / t->launches;
+    begin_sample(t->b, t->hold, t->cold);
+    if (t->graph)
+        ops->graph_launch(t->b->ctx, t->graph);
+    else
+        for (int i = 0; i < t->launches; i++)
+            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
+    return ops->timer_stop(t->b->ctx);
 }
 
-static bench_status run_gbench(const backend *b, const char *name, gbs_iteration_fn fn, void *user,
-                               const measure_options *o, layer_result *r, char *err, size_t errlen)
+/* Runs Google Benchmark over fn and fills r's statistics, per launch. On failure the
+ * row fails with the reason. */
+static bench_status run_gbench(const backend *b, const char *name, gbs_iteration_fn fn, void *user, int launches,
+                               const measure_options *o, layer_result *r)
 {
     gbs_options go = {o->warmup_time, o->min_time, o->repetitions};
     gbs_result gr;
-    if (gbs_run(name, fn, user, &go, &gr, err, (int)errlen) != 0) {
+    char err[200];
+    if (gbs_run(name, fn, user, &go, &gr, err, (int)sizeof err) != 0) {
         const char *why = backend_last_error(b);
-        if (*why)
-            snprintf(err, errlen, "%s: %s", name, why);
+        row_fail(r, "timing failed: %s", *why ? why : err);
         return BENCH_ERR_BACKEND;
     }
+    for (int64_t i = 0; i < gr.n_samples; i++)
+        gr.samples[i] /= launches;
     r->st = stats_compute(gr.samples, gr.n_samples);
     r->discarded = gr.discarded;
-    if (r->launches < 1)
-        r->launches = 1;
+    r->launches = launches;
+    r->status = ROW_OK;
     free(gr.samples);
     return BENCH_OK;
 }
@@ -75,58 +114,105 @@ static bench_status run_gbench(const backend *b, const char *name, gbs_iteration
 /* Batch mode: enough back-to-back launches that one sample lasts about a
  * millisecond, far above the timer's resolution; between 1 and 1000. */
 #define BATCH_SAMPLE_SECONDS 1e-3
+#define BATCH_MAX_LAUNCHES 1000
+/* Launches queued while the device is held, at most (a stream's launch queue holds a
+ * thousand or so; a host blocked on a full queue would wait for the hold). */
+#define HOLD_MAX_LAUNCHES 256
+
 static int batch_launches(timed_layer *t)
 {
     double best = 1e9;
+    timed_layer one = *t;
+    one.launches = 1;
+    one.cold = false;
+    one.graph = NULL;
     for (int i = 0; i < 5; i++) {
-        double s = time_one_layer(t);
+        double s = time_layer_sample(&one);
         if (s >= 0 && s < best)
             best = s;
     }
-    double n = best > 0 ? BATCH_SAMPLE_SECONDS / best : 1000;
-    return n < 1 ? 1 : n > 1000 ? 1000 : (int)n;
+    double n = best > 0 ? BATCH_SAMPLE_SECONDS / best : BATCH_MAX_LAUNCHES;
+    return n < 1 ? 1 : n > BATCH_MAX_LAUNCHES ? BATCH_MAX_LAUNCHES : (int)n;
 }
 
-static bench_status measure_layer(const layer *l, const backend *b, const measure_options *o, const char *mode,
-                                  uint64_t seed, layer_result *r, char *err, size_t errlen)
+/* Captures the batch's launches as one graph where the backend has graphs; otherwise
+ * (or if the capture fails) they are launched from the stream, and the note says so. */
+static void prepare_batch(timed_layer *t, layer_result *r)
+{
+    const backend_ops *ops = t->b->ops;
+    t->launches = batch_launches(t);
+    if (ops->graph_begin) {
+        bench_status st = ops->graph_begin(t->b->ctx);
+        for (int i = 0; st == BENCH_OK && i < t->launches; i++)
+            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
+        if (st == BENCH_OK)
+            st = ops->graph_end(t->b->ctx, &t->graph);
+        if (st == BENCH_OK) {
+            snprintf(r->note, sizeof r->note, "%d launches per sample, captured as one graph", t->launches);
+            return;
+        }
+        t->graph = NULL;
+        snprintf(r->note, sizeof r->note, "graph capture failed (%s); %d launches per sample from the stream",
+                 backend_last_error(t->b), t->launches);
+        backend_clear_error(t->b); /* the layer can still be timed from the stream */
+    } else {
+        snprintf(r->note, sizeof r->note, "%d launches per sample from the stream", t->launches);
+    }
+    t->hold = t->launches <= HOLD_MAX_LAUNCHES;
+}
+
+/* ---- isolated layers ------------------------------------------------------------------- */
+
+static void measure_layer(const layer *l, const backend *b, const measure_options *o, const char *mode,
+                          uint64_t seed, layer_result *r)
 {
     const backend_ops *ops = b->ops;
-    const layer_desc *d = layer_desc_get(l->kind);
     float *in, *in2, *w;
     float *din = NULL, *din2 = NULL, *dw = NULL, *dout = NULL;
     void *state = NULL;
-    bench_status st = measure_layer_data(l, seed, &in, &in2, &w);
-    if (st != BENCH_OK)
-        goto fail;
-    st = BENCH_ERR_NOMEM;
+    backend_clear_error(b);
+    timed_layer t = {.b = b, .launches = 1, .cold = strcmp(mode, "cold") == 0, .hold = true};
+    if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK) {
+        row_fail(r, "out of host memory for the layer's inputs and weights");
+        return;
+    }
     din = backend_alloc_floats(b, shape_numel(&l->in), in);
     din2 = in2 ? backend_alloc_floats(b, shape_numel(&l->in2), in2) : NULL;
     dw = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
-    dout = d->aliases_input ? din : backend_alloc_floats(b, shape_numel(&l->out), NULL);
-    if (!din || (in2 && !din2) || (w && !dw) || !dout)
-        goto fail;
-    st = ops->layer_setup(b->ctx, l, dw, &state, r->impl, sizeof r->impl, &r->workspace_bytes);
-    if (st != BENCH_OK)
-        goto fail;
-    timed_layer t = {b, state, din, din2, dout, 1, strcmp(mode, "cold") == 0};
+    dout = backend_alloc_floats(b, shape_numel(&l->out), NULL);
+    if (!din || (in2 && !din2) || (w && !dw) || !dout) {
+        const char *why = backend_last_error(b);
+        row_fail(r, "out of %s memory for the layer's tensors%s%s", ops->device_memory ? "device" : "host",
+                 *why ? ": " : "", why);
+        goto out;
+    }
+    char why[96] = "";
+    bench_status st = ops->layer_setup(b->ctx, l, dw, &state, why, sizeof why, &r->workspace_bytes);
+    if (st == BENCH_ERR_UNSUPPORTED) {
+        r->status = ROW_SKIPPED;
+        snprintf(r->note, sizeof r->note, "skipped: %s cannot run it: %s", ops->name,
+                 *why ? why : "no implementation for this configuration");
+        goto out;
+    }
+    if (st != BENCH_OK) {
+        row_fail(r, "setup failed: %s", st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+        goto out;
+    }
+    snprintf(r->impl, sizeof r->impl, "%s", why);
+    t.state = state, t.in = din, t.in2 = din2, t.out = dout;
     if (strcmp(mode, "batch") == 0)
-        t.launches = batch_launches(&t);
-    r->launches = t.launches;
-    st = run_gbench(b, l->name, time_one_layer, &t, o, r, err, errlen);
-fail:
-    if (st == BENCH_ERR_NOMEM)
-        snprintf(err, errlen, "out of memory setting up layer '%s'", l->name);
-    else if (st == BENCH_ERR_BACKEND && *backend_last_error(b) && !*err)
-        snprintf(err, errlen, "layer '%s': %s", l->name, backend_last_error(b));
+        prepare_batch(&t, r);
+    run_gbench(b, l->name, time_layer_sample, &t, t.launches, o, r);
+out:
+    if (t.graph)
+        ops->graph_free(b->ctx, t.graph);
     if (state)
         ops->layer_free(b->ctx, state);
-    if (dout != din)
-        ops->release(b->ctx, dout);
+    ops->release(b->ctx, dout);
     ops->release(b->ctx, din);
     ops->release(b->ctx, din2);
     ops->release(b->ctx, dw);
     free(in), free(in2), free(w);
-    return st;
 }
 
 /* Identical kind, shapes and parameters: the same work. */
@@ -162,17 +248,22 @@ typedef struct chain {
     float **values;   /* per value id; views point at the buffer they alias */
 } chain;
 
-static double time_chain(void *user)
+static void queue_forward(const chain *c)
 {
-    chain *c = user;
     const backend_ops *ops = c->b->ops;
-    ops->timer_start(c->b->ctx);
     for (int i = 0; i < c->m->n_layers; i++) {
         const layer *l = &c->m->layers[i];
         ops->layer_run(c->b->ctx, c->states[i], c->values[l->input[0]],
                        l->input[1] >= 0 ? c->values[l->input[1]] : NULL, c->values[i + 1]);
     }
-    return ops->timer_stop(c->b->ctx);
+}
+
+static double time_chain(void *user)
+{
+    chain *c = user;
+    begin_sample(c->b, true, false);
+    queue_forward(c);
+    return c->b->ops->timer_stop(c->b->ctx);
 }
 
 /* The captured forward replayed as one graph launch. */
@@ -184,12 +275,13 @@ typedef struct graph_run {
 static double time_graph(void *user)
 {
     graph_run *g = user;
-    g->b->ops->timer_start(g->b->ctx);
+    begin_sample(g->b, true, false);
     g->b->ops->graph_launch(g->b->ctx, g->graph);
     return g->b->ops->timer_stop(g->b->ctx);
 }
 
-/* A host<->device copy of the model's input or output. */
+/* A host<->device copy of the model's input or output. Not held: a copy from pageable
+ * host memory waits for the stream to drain before it starts. */
 typedef struct copy_run {
     const backend *b;
     bool upload;
@@ -209,135 +301,126 @@ static double time_copy(void *user)
     return st == BENCH_OK ? s : -1.0;
 }
 
-static void not_measured(layer_result *r, const char *why)
-{
-    r->status = BENCH_ERR_UNSUPPORTED;
-    r->dedupe_of = -1;
-    snprintf(r->note, sizeof r->note, "%s", why);
-}
-
-static bench_status measure_graph(const chain *c, const measure_options *o, layer_result *r, char *err,
-                                  size_t errlen)
+static void measure_graph(const chain *c, const measure_options *o, layer_result *r)
 {
     const backend_ops *ops = c->b->ops;
     graph_run g = {c->b, NULL};
-    if (!ops->graph_begin) {
-        not_measured(r, "the backend has no graphs");
-        return BENCH_OK;
-    }
-    bench_status st = ops->graph_begin(c->b->ctx);
-    for (int i = 0; st == BENCH_OK && i < c->m->n_layers; i++) {
-        const layer *l = &c->m->layers[i];
-        ops->layer_run(c->b->ctx, c->states[i], c->values[l->input[0]],
-                       l->input[1] >= 0 ? c->values[l->input[1]] : NULL, c->values[i + 1]);
-    }
-    if (st == BENCH_OK)
-        st = ops->graph_end(c->b->ctx, &g.graph);
-    if (st != BENCH_OK) {
-        snprintf(err, errlen, "capturing the forward as a graph: %s", backend_last_error(c->b));
-        return st;
-    }
+    if (!ops->graph_begin)
+        return; /* ROW_NONE: no graph row */
     snprintf(r->impl, sizeof r->impl, "graph replay");
-    st = run_gbench(c->b, "graph", time_graph, &g, o, r, err, errlen);
+    bench_status st = ops->graph_begin(c->b->ctx);
+    if (st == BENCH_OK) {
+        queue_forward(c);
+        st = ops->graph_end(c->b->ctx, &g.graph);
+    }
+    if (st != BENCH_OK) {
+        row_fail(r, "capturing the forward as a graph failed: %s", backend_last_error(c->b));
+        backend_clear_error(c->b);
+        return;
+    }
+    run_gbench(c->b, "graph", time_graph, &g, 1, o, r);
     ops->graph_free(c->b->ctx, g.graph);
-    return st;
 }
 
-static bench_status measure_copies(const chain *c, const measure_options *o, run_result *out, char *err,
-                                   size_t errlen)
+static void measure_copies(const chain *c, const measure_options *o, run_result *out)
 {
     const model *m = c->m;
-    if (!c->b->ops->device_memory) {
-        not_measured(&out->upload, "host memory: no copy");
-        not_measured(&out->download, "host memory: no copy");
-        return BENCH_OK;
-    }
+    if (!c->b->ops->device_memory)
+        return; /* ROW_NONE: host memory, no copies */
     int last = model_storage_of(m, m->n_layers);
     size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
     size_t out_bytes = (size_t)shape_numel(&m->layers[m->n_layers - 1].out) * sizeof(float);
     float *host = bench_alloc_floats((int64_t)((in_bytes > out_bytes ? in_bytes : out_bytes) / sizeof(float)));
+    snprintf(out->upload.impl, sizeof out->upload.impl, "pageable host memory");
+    snprintf(out->download.impl, sizeof out->download.impl, "pageable host memory");
     if (!host) {
-        snprintf(err, errlen, "out of memory for the copy buffers");
-        return BENCH_ERR_NOMEM;
+        row_fail(&out->upload, "out of host memory for the copy buffer");
+        row_fail(&out->download, "out of host memory for the copy buffer");
+        return;
     }
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
     layer_fill_uniform(host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
     copy_run up = {c->b, true, c->values[0], host, in_bytes}, down = {c->b, false, c->values[last], host, out_bytes};
-    snprintf(out->upload.impl, sizeof out->upload.impl, "pageable host memory");
-    snprintf(out->download.impl, sizeof out->download.impl, "pageable host memory");
-    bench_status st = run_gbench(c->b, "upload", time_copy, &up, o, &out->upload, err, errlen);
-    if (st == BENCH_OK)
-        st = run_gbench(c->b, "download", time_copy, &down, o, &out->download, err, errlen);
+    run_gbench(c->b, "upload", time_copy, &up, 1, o, &out->upload);
+    run_gbench(c->b, "download", time_copy, &down, 1, o, &out->download);
     free(host);
-    return st;
 }
 
-static bench_status measure_chain(const model *m, const backend *b, const measure_options *o, run_result *res,
-                                  char *err, size_t errlen)
+/* Marks the whole-model rows as not run, with why. */
+static void model_rows(run_result *res, row_status st, const char *why)
+{
+    layer_result *rows[] = {&res->chained, &res->graph, &res->upload, &res->download};
+    for (int i = 0; i < 4; i++) {
+        if (i == 1 && !res->backend_has_graphs)
+            continue;
+        if (i >= 2 && !res->backend_has_copies)
+            continue;
+        rows[i]->status = st;
+        snprintf(rows[i]->note, sizeof rows[i]->note, "%s", why);
+    }
+}
+
+static void measure_chain(const model *m, const backend *b, const measure_options *o, run_result *res)
 {
     layer_result *r = &res->chained;
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
     chain c = {m, b, xcalloc((size_t)n, sizeof(void *)), xcalloc((size_t)n, sizeof(float *)),
                xcalloc((size_t)n + 1, sizeof(float *))};
-    bench_status st = BENCH_ERR_NOMEM;
+    char why[256] = "";
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
+    backend_clear_error(b);
     float *host = bench_alloc_floats(shape_numel(&m->input));
-    if (!host)
-        goto fail;
-    layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
-    c.values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
-    free(host);
+    if (host) {
+        layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
+        c.values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        free(host);
+    }
     if (!c.values[0])
-        goto fail;
-    for (int i = 0; i < n; i++) {
+        snprintf(why, sizeof why, "not run: out of memory for the model's input");
+    for (int i = 0; !*why && i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
         if (d->aliases_input) {
             c.values[i + 1] = c.values[model_storage_of(m, l->input[0])];
         } else if (!(c.values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
-            goto fail;
+            snprintf(why, sizeof why, "not run: out of memory for the activations (at layer '%s')", l->name);
+            break;
         }
         if (l->n_weight_floats) {
             float *w = bench_alloc_floats(l->n_weight_floats);
-            if (!w)
-                goto fail;
-            d->init_weights(l, w, &rng);
-            c.weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
-            free(w);
-            if (!c.weights[i])
-                goto fail;
+            if (w) {
+                d->init_weights(l, w, &rng);
+                c.weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+                free(w);
+            }
+            if (!c.weights[i]) {
+                snprintf(why, sizeof why, "not run: out of memory for the weights (at layer '%s')", l->name);
+                break;
+            }
         }
-        char impl[96], why[160];
+        char impl[96] = "";
         int64_t ws;
-        st = ops->layer_setup(b->ctx, l, c.weights[i], &c.states[i], impl, sizeof impl, &ws);
+        bench_status st = ops->layer_setup(b->ctx, l, c.weights[i], &c.states[i], impl, sizeof impl, &ws);
         if (st == BENCH_ERR_UNSUPPORTED) {
             snprintf(why, sizeof why, "not run: layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
-            not_measured(r, why);
-            not_measured(&res->graph, why);
-            not_measured(&res->upload, why);
-            not_measured(&res->download, why);
-            st = BENCH_OK;
+            model_rows(res, ROW_SKIPPED, why);
             goto out;
         }
         if (st != BENCH_OK)
-            goto fail;
-        st = BENCH_ERR_NOMEM;
+            snprintf(why, sizeof why, "not run: setting up layer '%s' failed: %s", l->name,
+                     st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+    }
+    if (*why) {
+        model_rows(res, ROW_FAILED, why);
+        goto out;
     }
     snprintf(r->impl, sizeof r->impl, "layer by layer");
-    st = run_gbench(b, m->name, time_chain, &c, o, r, err, errlen);
-    if (st == BENCH_OK)
-        st = measure_graph(&c, o, &res->graph, err, errlen);
-    if (st == BENCH_OK)
-        st = measure_copies(&c, o, res, err, errlen);
-    goto out;
-fail:
-    if (st == BENCH_ERR_NOMEM)
-        snprintf(err, errlen, "out of memory setting up the chained forward");
-    else
-        snprintf(err, errlen, "setting up the chained forward: %s", backend_last_error(b));
+    run_gbench(b, m->name, time_chain, &c, 1, o, r);
+    measure_graph(&c, o, &res->graph);
+    measure_copies(&c, o, res);
 out:
     for (int i = 0; i < n; i++) {
         if (c.states[i])
@@ -348,7 +431,15 @@ out:
     }
     ops->release(b->ctx, c.values[0]);
     free(c.states), free(c.weights), free(c.values);
-    return st;
+}
+
+/* Counts the failed rows and keeps the first failure's reason in err. */
+static void tally(run_result *res, const layer_result *r, const char *name, char *err, size_t errlen)
+{
+    if (r->status != ROW_FAILED)
+        return;
+    if (res->failed++ == 0)
+        snprintf(err, errlen, "%s on %s: %s", name, res->backend, r->note);
 }
 
 bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
@@ -361,38 +452,42 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     out->threads = backend_threads(b);
     out->layers = xcalloc((size_t)m->n_layers, sizeof(layer_result));
     out->has_model = with_model;
+    out->backend_has_graphs = b->ops->graph_begin != NULL;
+    out->backend_has_copies = b->ops->device_memory;
     out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
         layer_result *r = &out->layers[i];
         int twin = o->dedupe ? find_twin(m, i) : -1;
         r->dedupe_of = -1;
-        if (twin >= 0) {
+        if (layer_desc_get(l->kind)->aliases_input) {
+            r->status = ROW_VIEW;
+            snprintf(r->impl, sizeof r->impl, "view");
+            snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");
+        } else if (twin >= 0 && out->layers[twin].status != ROW_VIEW) {
             *r = out->layers[twin];
             r->dedupe_of = twin;
+            if (r->status == ROW_OK)
+                r->status = ROW_DEDUPE;
             snprintf(r->note, sizeof r->note, "timed once with layer %d (--dedupe)", twin);
         } else {
             progress(o, b, i, m->n_layers, l->name);
-            bench_status st = measure_layer(l, b, o, mode, o->seed + (uint64_t)i, r, err, errlen);
-            if (st == BENCH_ERR_UNSUPPORTED) {
-                r->status = st;
-                snprintf(r->note, sizeof r->note, "skipped: %s cannot run it%s%s", b->ops->name,
-                         r->impl[0] ? ": " : "", r->impl);
-                r->impl[0] = 0;
-            } else if (st != BENCH_OK) {
-                progress(o, b, 0, 0, NULL);
-                return st;
-            }
+            measure_layer(l, b, o, mode, o->seed + (uint64_t)i, r);
+            tally(out, r, l->name, err, errlen);
         }
-        if (r->status == BENCH_OK)
+        if (row_timed(r))
             out->sum_medians += r->st.median;
     }
-    if (!with_model)
-        return BENCH_OK;
-    progress(o, b, m->n_layers - 1, m->n_layers, "chained forward");
-    bench_status st = measure_chain(m, b, o, out, err, errlen);
+    if (with_model) {
+        progress(o, b, m->n_layers - 1, m->n_layers, "chained forward");
+        measure_chain(m, b, o, out);
+        tally(out, &out->chained, "the chained forward", err, errlen);
+        tally(out, &out->graph, "the graph replay", err, errlen);
+        tally(out, &out->upload, "the input copy", err, errlen);
+        tally(out, &out->download, "the output copy", err, errlen);
+    }
     progress(o, b, 0, 0, NULL);
-    return st;
+    return out->failed ? BENCH_ERR_BACKEND : BENCH_OK;
 }
 
 void run_result_free(run_result *r)

@@ -81,14 +81,14 @@ int64_t model_memory_bytes(const model *m)
     return 4 * floats;
 }
 
-bench_status model_check_memory(const model *m, char *err, size_t errlen)
+bench_status model_check_memory(const model *m, int64_t available, const char *where, char *err, size_t errlen)
 {
-    int64_t need = model_memory_bytes(m), avail = bench_mem_available();
+    int64_t need = model_memory_bytes(m), avail = available >= 0 ? available : bench_mem_available();
     char a[32], b[32];
     if (avail >= 0 && need > avail) {
-        snprintf(err, errlen, "%s at batch %lld needs %s for activations and weights, but only %s is available",
+        snprintf(err, errlen, "%s at batch %lld needs %s for activations and weights, but only %s is available%s%s",
                  m->name, (long long)m->batch, bench_format_bytes(need, a, sizeof a),
-                 bench_format_bytes(avail, b, sizeof b));
+                 bench_format_bytes(avail, b, sizeof b), *where ? " on " : "", where);
         return BENCH_ERR_USAGE;
     }
     return BENCH_OK;

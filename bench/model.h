@@ -38,8 +38,9 @@ const shape_t *model_value_shape(const model *m, int value);
  * weights. Isolated timing needs at most this much too. */
 int64_t model_memory_bytes(const model *m);
 
-/* Refuses a model that would not fit in available memory, before anything is
- * allocated: returns BENCH_ERR_USAGE with "needs X, Y available" in err. */
-bench_status model_check_memory(const model *m, char *err, size_t errlen);
+/* Refuses a model that would not fit in memory, before anything is allocated: returns
+ * BENCH_ERR_USAGE with "needs X, Y available" in err. available < 0 means the host's
+ * available memory; where names the memory in the message ("" for the host). */
+bench_status model_check_memory(const model *m, int64_t available, const char *where, char *err, size_t errlen);
 
 #endif

@@ -58,7 +58,7 @@ static double sort_value(int i)
 {
     const layer *l = &sort_res->m->layers[i];
     const layer_result *r = &sort_res->layers[i];
-    bool ok = r->status == BENCH_OK;
+    bool ok = row_timed(r);
     if (!strcmp(sort_by, "params"))
         return (double)l->n_weights;
     if (!strcmp(sort_by, "flops"))
@@ -117,7 +117,7 @@ static void print_layers(console *c, const run_result *res)
         shape_format_compact(&l->out, out, sizeof out);
         report_format_count((double)l->n_weights, pa, sizeof pa);
         report_format_count((double)l->flops, fl, sizeof fl);
-        if (r->status == BENCH_OK) {
+        if (row_timed(r)) {
             report_format_time(r->st.median, t, sizeof t);
             snprintf(cv, sizeof cv, "%.1f%%", 100 * r->st.cv);
             snprintf(pct, sizeof pct, "%.1f%%", res->sum_medians > 0 ? 100 * r->st.median / res->sum_medians : 0);
@@ -126,7 +126,7 @@ static void print_layers(console *c, const run_result *res)
             else
                 snprintf(gf, sizeof gf, "-");
         } else {
-            snprintf(t, sizeof t, "skipped");
+            snprintf(t, sizeof t, "%s", row_status_name(r->status));
             snprintf(cv, sizeof cv, "-"), snprintf(pct, sizeof pct, "-"), snprintf(gf, sizeof gf, "-");
         }
         fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %9s  %9s  %10s  %6s  %6s  %8s  %s%s%s\n", i, nw, nw, l->name,
@@ -157,7 +157,7 @@ static group *make_groups(const run_result *res, bool by_kind, int *n_groups)
     group *g = xcalloc((size_t)m->n_layers, sizeof *g);
     int n = 0;
     for (int i = 0; i < m->n_layers; i++) {
-        if (res->layers[i].status != BENCH_OK)
+        if (!row_timed(&res->layers[i]))
             continue;
         const layer *l = &m->layers[i];
         int k = 0;
@@ -218,11 +218,15 @@ static void print_by_kind(console *c, const run_result *res)
 static void print_extra(FILE *o, const char *what, const layer_result *r, const run_result *res)
 {
     char t[24];
-    if (r->status != BENCH_OK)
+    if (r->status == ROW_NONE)
         return;
+    if (!row_timed(r)) {
+        fprintf(o, "  %-30s %s\n", what, r->note);
+        return;
+    }
     fprintf(o, "  %-30s %12s  (CV %.1f%%, %lld samples)", what, report_format_time(r->st.median, t, sizeof t),
             100 * r->st.cv, (long long)r->st.n);
-    if (r == &res->graph && res->chained.status == BENCH_OK && res->chained.st.median > 0)
+    if (r == &res->graph && row_timed(&res->chained) && res->chained.st.median > 0)
         fprintf(o, "  launch overhead of the stream forward: %.1f%%",
                 100 * (res->chained.st.median - r->st.median) / res->chained.st.median);
     fputc('\n', o);
@@ -236,15 +240,15 @@ static void print_summary(console *c, const run_result *res)
     char a[24], b[24], f[16];
     int skipped = 0;
     for (int i = 0; i < res->m->n_layers; i++)
-        skipped += res->layers[i].status != BENCH_OK;
+        skipped += res->layers[i].status == ROW_SKIPPED || res->layers[i].status == ROW_FAILED;
     fprintf(o, "\nSummary (%s, %s, batch %lld, %s FLOPs):\n", res->backend, res->mode, (long long)res->m->batch,
             report_format_count((double)t.flops, f, sizeof f));
     fprintf(o, "  sum of %-8s layer medians  %12s%s\n", res->mode, report_format_time(res->sum_medians, a, sizeof a),
-            skipped ? "  (skipped layers not included)" : "");
+            skipped ? "  (skipped and failed layers not included)" : "");
     if (!res->has_model)
         return;
-    if (ch->status != BENCH_OK) {
-        fprintf(o, "  chained forward                not run: %s\n", ch->note);
+    if (!row_timed(ch)) {
+        fprintf(o, "  chained forward                %s\n", ch->note);
         return;
     }
     fprintf(o, "  chained forward median         %12s  (CV %.1f%%, %lld samples, %.1f GFLOP/s, %.1f items/s)\n",
@@ -313,7 +317,7 @@ static bench_status sweep_run(reporter *r, const run_result *res)
     if (s->rows++ == 0)
         fprintf(s->out, "%-8s  %6s  %14s  %7s  %14s  %14s  %8s\n", "Backend", "Batch", "Chained median", "CV",
                 "Items/s", "Sum of layers", "Gap");
-    if (ch->status != BENCH_OK) {
+    if (!row_timed(ch)) {
         fprintf(s->out, "%-8s  %6lld  %14s  %7s  %14s  %14s  %8s\n", res->backend, (long long)res->m->batch, "not run",
                 "-", "-", report_format_time(res->sum_medians, b, sizeof b), "-");
         return BENCH_OK;

@@ -31,7 +31,7 @@
     X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
     X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
     X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
-    X(status, 0, "ok, skipped (backend lacks the kind) or dedupe (timing reused from dedupe_of)")               \
+    X(status, 0, "ok; dedupe (timing reused from dedupe_of); view (flatten, dropout: nothing runs, not timed); skipped (the backend cannot run it); failed (setup or timing failed; the run went on). note says why")                                                                                        \
     X(dedupe_of, 0, "with --dedupe, the layer_index whose timing this row reuses; -1 otherwise")               \
     X(samples, 0, "timed iterations behind the statistics (warm-up and estimation runs excluded)")             \
     X(launches, 0, "launches per timed sample: 1, or N in batch mode (times are per launch)")                  \
@@ -45,7 +45,7 @@
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
     X(gbytes_per_s, 0, "bytes / median, 1e9 per second")                                                       \
     X(items_per_s, 0, "batch / median: images per second, model rows only")                                    \
-    X(note, 0, "why a row was skipped or reused")
+    X(note, 0, "why a row was skipped, failed or reused; how batch mode launched")
 
 enum {
 #define X(name, in_list, doc) COL_##name,
@@ -137,12 +137,10 @@ static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t 
     SET(note, "%s", r->note);
     SET(dedupe_of, "%d", r->dedupe_of);
     SET(workspace_bytes, "%lld", (long long)r->workspace_bytes);
-    if (r->status != BENCH_OK) {
-        SET(status, "skipped");
+    SET(status, "%s", row_status_name(r->status));
+    if (!row_timed(r))
         return;
-    }
     const stats *s = &r->st;
-    SET(status, "%s", r->dedupe_of >= 0 ? "dedupe" : "ok");
     SET(samples, "%lld", (long long)s->n);
     SET(launches, "%d", r->launches);
     SET(median_us, "%.4f", s->median * 1e6);
@@ -182,7 +180,7 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(bytes, "%lld", (long long)t.bytes);
     SET(parameters, "-");
     fill_stats(row, r, t.flops, t.bytes);
-    if (r->status == BENCH_OK)
+    if (row_timed(r))
         SET(items_per_s, "%.3f", (double)m->batch / r->st.median);
 }
 
@@ -225,9 +223,9 @@ static bench_status csv_run(reporter *rep, const run_result *res)
             break;
         } else if (i == m->n_layers) {
             fill_model(row, res, &res->chained, "chained");
-        } else if (i == m->n_layers + 1 && res->graph.status == BENCH_OK) {
+        } else if (i == m->n_layers + 1 && res->graph.status != ROW_NONE) {
             fill_model(row, res, &res->graph, "graph");
-        } else if (i >= m->n_layers + 2 && (i == m->n_layers + 2 ? res->upload : res->download).status == BENCH_OK) {
+        } else if (i >= m->n_layers + 2 && (i == m->n_layers + 2 ? res->upload : res->download).status != ROW_NONE) {
             fill_copy(row, res, i == m->n_layers + 2 ? &res->upload : &res->download, i == m->n_layers + 2);
         } else {
             continue;

@@ -1,9 +1,13 @@
 /* The cuda backend's timing machinery, on a real device: CUDA events against the host
- * clock around a known copy, the cold mode's flush size against the L2, batch mode's
- * launch count, and the graph replay of a whole model. Exits 77 (skip) with the reason
- * where no device is present. Layer correctness is test_layers cuda. */
+ * clock around a known copy, the cold mode's flush size against the L2, the hold (a
+ * held stream's event time excludes the host's queuing), and a whole model whose every
+ * layer the backend supports, in both modes, with its chained forward, graph replay
+ * and copies: no row may be skipped or fail. Exits 77 (skip) with the reason where no
+ * device is present. Layer correctness is test_layers cuda.
+ * usage: test_cuda CONFIG */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cfg.h"
@@ -16,6 +20,16 @@ static long long json_int(const char *json, const char *key)
     snprintf(pat, sizeof pat, "\"%s\": ", key);
     const char *p = strstr(json, pat);
     return p ? atoll(p + strlen(pat)) : -1;
+}
+
+static void expect_all_rows_ran(const run_result *r, const char *mode)
+{
+    for (int i = 0; i < r->m->n_layers; i++) {
+        const layer_result *lr = &r->layers[i];
+        EXPECT(row_timed(lr) || lr->status == ROW_VIEW, "%s: layer %s is %s: %s", mode, r->m->layers[i].name,
+               row_status_name(lr->status), lr->note);
+        EXPECT(lr->status != ROW_OK || lr->st.median > 0, "%s: layer %s has no time", mode, r->m->layers[i].name);
+    }
 }
 
 int main(int argc, char **argv)
@@ -46,6 +60,17 @@ int main(int argc, char **argv)
         printf("upload of 256 MiB: events %.3f ms, host clock %.3f ms\n", ev * 1e3, host_s * 1e3);
         EXPECT(ev > 0 && ev <= host_s * 1.02 && ev >= host_s * 0.5, "event time %.6f s vs host %.6f s", ev, host_s);
     }
+
+    /* a held stream: 20 ms of host sleep between hold and the work is not timed */
+    EXPECT(ops->hold != NULL, "the cuda backend holds its stream");
+    if (ops->hold) {
+        ops->hold(b.ctx);
+        ops->timer_start(b.ctx);
+        usleep(20000);
+        double ev = ops->timer_stop(b.ctx);
+        printf("held stream, 20 ms host sleep before release: events %.3f ms\n", ev * 1e3);
+        EXPECT(ev >= 0 && ev < 5e-3, "a held empty sample took %.6f s: the host's wait was timed", ev);
+    }
     ops->release(b.ctx, dev);
     free(host);
 
@@ -55,22 +80,30 @@ int main(int argc, char **argv)
     printf("L2 %lld bytes, flush %lld bytes\n", l2, flush);
     EXPECT(l2 > 0 && flush >= 2 * l2, "flush %lld for L2 %lld", flush, l2);
 
-    /* a whole model: both modes, graph replay and copies */
+    /* a whole model: both modes, graph replay and copies, nothing skipped */
     if (argc > 1) {
         model *m;
         EXPECT(cfg_load(argv[1], 0, &m, err, sizeof err) == BENCH_OK, "%s", err);
-        measure_options mo = {0.0, 0.002, 2, false, 1, false};
+        measure_options mo = {.warmup_time = 0.0, .min_time = 0.002, .repetitions = 2, .seed = 1};
         run_result r;
         EXPECT(measure_model(m, &b, &mo, "cold", true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
-        EXPECT(r.chained.status == BENCH_OK && r.graph.status == BENCH_OK, "chained %d graph %d", r.chained.status,
-               r.graph.status);
-        EXPECT(r.upload.status == BENCH_OK && r.download.status == BENCH_OK, "copies timed");
+        expect_all_rows_ran(&r, "cold");
+        EXPECT(r.chained.status == ROW_OK && r.graph.status == ROW_OK, "chained %s (%s), graph %s (%s)",
+               row_status_name(r.chained.status), r.chained.note, row_status_name(r.graph.status), r.graph.note);
+        EXPECT(r.upload.status == ROW_OK && r.download.status == ROW_OK, "copies: %s / %s", r.upload.note,
+               r.download.note);
         run_result_free(&r);
         EXPECT(measure_model(m, &b, &mo, "batch", false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
-        int many = 0;
-        for (int i = 0; i < m->n_layers; i++)
-            many += r.layers[i].status == BENCH_OK && r.layers[i].launches > 1;
+        expect_all_rows_ran(&r, "batch");
+        int many = 0, graphs = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            if (r.layers[i].status != ROW_OK || r.layers[i].launches < 2)
+                continue;
+            many++;
+            graphs += strstr(r.layers[i].note, "captured as one graph") != NULL;
+        }
         EXPECT(many > 0, "batch mode never launched more than once per sample");
+        EXPECT(graphs == many, "%d of %d batch rows were captured as graphs", graphs, many);
         run_result_free(&r);
         model_free(m);
     }

@@ -1,7 +1,8 @@
 /* The CUDA backend: device memory, one non-blocking stream, CUDA events for timing,
- * cuDNN and cuBLAS for the layers (layers/cuda/), an L2 flush for cold samples and
- * CUDA graphs for the captured forward. Compiled only when the toolkit and cuDNN are
- * found (CMake option LAYERBENCH_CUDA). */
+ * cuDNN and cuBLAS for the layers (layers/cuda/), an L2 flush for cold samples, a
+ * spinning kernel that holds the stream while a sample is queued (cuda_hold.cu), and
+ * CUDA graphs for batch mode and the captured forward. Compiled only when the toolkit
+ * and cuDNN are found (CMake option LAYERBENCH_CUDA). */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,9 @@ typedef struct cuda_ctx {
     int flush_value;
     int l2_bytes;
     void *cublas_workspace;     /* fixed, so cuBLAS never allocates during graph capture */
+    volatile int *hold_host;    /* host-mapped: [0] release, [1] the hold kernel timed out */
+    int *hold_dev;              /* the same two ints as the device sees them */
+    bool held;                  /* a hold kernel is queued and not yet released */
     char name[256];
     int cc_major, cc_minor, driver, runtime;
     size_t cudnn_version;
@@ -79,6 +83,28 @@ static int sm_clock_mhz(int device)
 
 static void cuda_free(void *ctx);
 
+/* Brings the clocks up from idle before the first layer is timed: SGEMMs on the flush
+ * buffer for about WARM_UP_SECONDS (their results are never read). */
+#define WARM_UP_SECONDS 0.3
+static bool warm_up(cuda_ctx *c)
+{
+    cuda_env *env = &c->env;
+    const int n = 1024; /* three n x n matrices: 12 MiB of the flush buffer's 64 MiB or more */
+    float *a = c->flush, *b = a + n * n, *d = b + n * n;
+    const float one = 1.0f, zero = 0.0f;
+    if (!CUDA_OK(env, cudaMemsetAsync(c->flush, 0x3c, (size_t)3 * n * n * sizeof(float), env->stream)))
+        return false;
+    double t0 = bench_now();
+    while (bench_now() - t0 < WARM_UP_SECONDS) {
+        for (int i = 0; i < 10; i++)
+            if (!CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, d, n)))
+                return false;
+        if (!CUDA_OK(env, cudaStreamSynchronize(env->stream)))
+            return false;
+    }
+    return true;
+}
+
 static bench_status cuda_init(const backend_options *opt, void **out, char *err, size_t errlen)
 {
     int count = 0;
@@ -99,8 +125,10 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
               CUDA_OK(env, cudaEventCreate(&c->start)) && CUDA_OK(env, cudaEventCreate(&c->stop)) &&
               CUDNN_OK(env, cudnnCreate(&env->cudnn)) && CUDNN_OK(env, cudnnSetStream(env->cudnn, env->stream)) &&
               CUBLAS_OK(env, cublasCreate(&env->cublas)) && CUBLAS_OK(env, cublasSetStream(env->cublas, env->stream)) &&
+              /* FP32 without TF32 is CUBLAS_DEFAULT_MATH, as PyTorch runs it (PEDANTIC is
+               * meant for testing and may be slower) */
               CUBLAS_OK(env, cublasSetMathMode(env->cublas, opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                       : CUBLAS_PEDANTIC_MATH)) &&
+                                                                       : CUBLAS_DEFAULT_MATH)) &&
               CUBLAS_OK(env, cublasGetVersion(env->cublas, &c->cublas_version));
     if (ok) {
         snprintf(c->name, sizeof c->name, "%s", prop.name);
@@ -114,8 +142,12 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
             c->flush_bytes = (size_t)64 << 20;
         size_t ws = (size_t)32 << 20;
         ok = CUDA_OK(env, cudaMalloc(&c->flush, c->flush_bytes)) && CUDA_OK(env, cudaMalloc(&c->cublas_workspace, ws)) &&
-             CUBLAS_OK(env, cublasSetWorkspace(env->cublas, c->cublas_workspace, ws));
+             CUBLAS_OK(env, cublasSetWorkspace(env->cublas, c->cublas_workspace, ws)) &&
+             CUDA_OK(env, cudaHostAlloc((void **)&c->hold_host, 2 * sizeof(int), cudaHostAllocMapped)) &&
+             CUDA_OK(env, cudaHostGetDevicePointer((void **)&c->hold_dev, (void *)c->hold_host, 0));
     }
+    if (ok)
+        ok = warm_up(c);
     if (!ok) {
         snprintf(err, errlen, "the CUDA backend cannot start: %s", env->error);
         cuda_free(c);
@@ -137,6 +169,9 @@ static void cuda_free(void *ctx)
         cudnnDestroy(c->env.cudnn);
     cudaFree(c->flush);
     cudaFree(c->cublas_workspace);
+    if (c->hold_host)
+        cudaFreeHost((void *)c->hold_host);
+    free(c->env.conv_choices);
     if (c->start)
         cudaEventDestroy(c->start);
     if (c->stop)
@@ -159,15 +194,15 @@ static void cuda_release(void *ctx, void *p)
         CUDA_OK(&((cuda_ctx *)ctx)->env, cudaFree(p));
 }
 
-/* Copies go on the timed stream, from pageable host memory as torch's .to() does, and
- * complete before returning. */
+/* Copies go on the timed stream, from pageable host memory as torch's .to() does. From
+ * pageable memory, an upload returns once the host buffer is staged (the stop event
+ * that follows marks the end of its DMA) and a download once the data is in place;
+ * neither synchronises the stream here, so a timed copy is not lengthened by a host
+ * round-trip. */
 static bench_status cuda_copy(cuda_ctx *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
     cuda_env *env = &c->env;
-    return CUDA_OK(env, cudaMemcpyAsync(dst, src, bytes, kind, env->stream)) &&
-                   CUDA_OK(env, cudaStreamSynchronize(env->stream))
-               ? BENCH_OK
-               : BENCH_ERR_BACKEND;
+    return CUDA_OK(env, cudaMemcpyAsync(dst, src, bytes, kind, env->stream)) ? BENCH_OK : BENCH_ERR_BACKEND;
 }
 
 static bench_status cuda_upload(void *ctx, void *dst, const void *src, size_t bytes)
@@ -193,15 +228,37 @@ static void cuda_timer_start(void *ctx)
     CUDA_OK(&c->env, cudaEventRecord(c->start, c->env.stream));
 }
 
+/* How long the hold kernel waits for its release at most. */
+#define HOLD_TIMEOUT_NS 2000000000ull
+
+static void cuda_hold(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    c->hold_host[0] = 0;
+    c->hold_host[1] = 0;
+    __sync_synchronize();
+    c->held = CUDA_OK(&c->env, cuda_hold_launch(c->env.stream, c->hold_dev, c->hold_dev + 1, HOLD_TIMEOUT_NS));
+}
+
 /* Event time between start and stop on the stream: the device's own clock, never a
- * host clock around a synchronisation. */
+ * host clock around a synchronisation. The stop event is queued before the hold is
+ * released, so everything timed was queued before the device started on it. */
 static double cuda_timer_stop(void *ctx)
 {
     cuda_ctx *c = ctx;
     cuda_env *env = &c->env;
     float ms = 0.0f;
-    bool ok = CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
-              CUDA_OK(env, cudaGetLastError()) && CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+    bool ok = CUDA_OK(env, cudaEventRecord(c->stop, env->stream));
+    if (c->held) {
+        __sync_synchronize();
+        c->hold_host[0] = 1;
+        c->held = false;
+    }
+    ok = ok && CUDA_OK(env, cudaEventSynchronize(c->stop)) && CUDA_OK(env, cudaGetLastError()) &&
+         CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+    if (ok && c->hold_host[1])
+        cuda_env_fail(env, __FILE__, __LINE__, "cuda_hold_launch",
+                      "the held stream waited more than 2 s for its launches to be queued");
     return ok && !env->failed ? 1e-3 * (double)ms : -1.0;
 }
 
@@ -222,9 +279,12 @@ static bench_status cuda_layer_setup(void *ctx, const layer *l, const float *w, 
         return BENCH_ERR_UNSUPPORTED;
     cuda_layer *cl = xcalloc(1, sizeof *cl);
     cl->k = k;
+    impl[0] = 0;
     bench_status st = k->setup(&c->env, l, w, &cl->kstate, impl, impl_len, workspace_bytes);
     if (st == BENCH_OK && c->env.failed)
         st = BENCH_ERR_BACKEND;
+    if (st == BENCH_ERR_UNSUPPORTED && !impl[0])
+        snprintf(impl, impl_len, "cuDNN/cuBLAS cannot run this configuration");
     if (st != BENCH_OK) {
         free(cl);
         return st;
@@ -294,6 +354,14 @@ static double cuda_tolerance(void *ctx, const layer *l)
 
 static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->env.error; }
 
+static void cuda_clear_error(void *ctx) { cuda_env_clear(&((cuda_ctx *)ctx)->env); }
+
+static int64_t cuda_mem_available(void *ctx)
+{
+    size_t free_b = 0, total_b = 0;
+    return CUDA_OK(&((cuda_ctx *)ctx)->env, cudaMemGetInfo(&free_b, &total_b)) ? (int64_t)free_b : -1;
+}
+
 static const char *cuda_describe(void *ctx)
 {
     cuda_ctx *c = ctx;
@@ -334,6 +402,9 @@ const backend_ops backend_cuda_ops = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .hold = cuda_hold,
+    .mem_available = cuda_mem_available,
     .tolerance = cuda_tolerance,
     .last_error = cuda_last_error,
+    .clear_error = cuda_clear_error,
 };

@@ -1,8 +1,10 @@
 /* conv2d through cuDNN. The algorithm is chosen at setup, by timing the candidates
  * (--algo search, like cudnn.benchmark = True) or by cuDNN's heuristic (--algo
  * heuristic), among those of the requested math mode only: FMA (true FP32) unless
- * --tf32. The workspace is allocated once, at setup. Bias: cudnnAddTensor after the
- * convolution, inside the timed run. */
+ * --tf32. As PyTorch does, the chosen result's math type is set on the descriptor
+ * together with the algorithm; the choice is cached for the process (cuda_env.h). A
+ * candidate whose workspace cannot be allocated gives way to the next one. Bias:
+ * cudnnAddTensor after the convolution, inside the timed run. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +35,17 @@ static const char *algo_name(cudnnConvolutionFwdAlgo_t a)
     }
 }
 
+static const char *math_name(cudnnMathType_t m)
+{
+    switch (m) {
+    case CUDNN_FMA_MATH: return "FMA";
+    case CUDNN_DEFAULT_MATH: return "default math";
+    case CUDNN_TENSOR_OP_MATH: return "tensor op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor op, conversion";
+    default: return "unknown math";
+    }
+}
+
 static void conv_free(cuda_env *env, void *state)
 {
     conv_cuda *c = state;
@@ -46,17 +59,69 @@ static void conv_free(cuda_env *env, void *state)
     free(c);
 }
 
-/* Picks the fastest successful candidate (cuDNN sorts them) allowed by the math mode:
- * strict FP32 takes FMA-math candidates only, so TF32 never slips in. */
-static bool pick(const cudnnConvolutionFwdAlgoPerf_t *perf, int n, bool tf32, conv_cuda *c)
+/* Candidates the math mode allows, in cuDNN's order (fastest first for a search):
+ * strict FP32 takes FMA-math results only, so TF32 never slips in. Returns how many
+ * were kept at the front of perf. */
+static int allowed(cudnnConvolutionFwdAlgoPerf_t *perf, int n, bool tf32)
 {
+    int kept = 0;
     for (int i = 0; i < n; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && (tf32 || perf[i].mathType == CUDNN_FMA_MATH)) {
-            c->algo = perf[i].algo;
-            c->workspace_bytes = perf[i].memory;
-            return true;
-        }
-    return false;
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && (tf32 || perf[i].mathType == CUDNN_FMA_MATH))
+            perf[kept++] = perf[i];
+    return kept;
+}
+
+/* Runs cuDNN's search (or heuristic) into perf (max entries); returns the count, or -1
+ * when a library call failed. The search times every candidate once on scratch
+ * buffers, with up to 256 MiB of workspace (less if the device has less free). */
+static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const float *w,
+                           cudnnConvolutionFwdAlgoPerf_t *perf, int max)
+{
+    int n = 0;
+    if (env->algo == CUDA_ALGO_HEURISTIC)
+        return CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithm_v7(env->cudnn, c->x, c->w, c->conv, c->y, max, &n,
+                                                                   perf))
+                   ? n
+                   : -1;
+    size_t free_b = 0, total_b = 0, ws = (size_t)256 << 20;
+    void *scratch_ws = NULL, *scratch_y = NULL, *scratch_x = NULL;
+    if (CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)) && free_b / 4 < ws)
+        ws = free_b / 4;
+    size_t x_bytes = (size_t)shape_numel(&l->in) * sizeof(float);
+    bool ok = CUDA_OK(env, cudaMalloc(&scratch_x, x_bytes)) &&
+              CUDA_OK(env, cudaMalloc(&scratch_y, (size_t)shape_numel(&l->out) * sizeof(float)));
+    /* a smaller workspace, or none, rather than no search at all */
+    while (ok && ws && cudaMalloc(&scratch_ws, ws) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ws /= 2;
+        if (ws < ((size_t)1 << 20))
+            ws = 0;
+    }
+    /* the input is only read: a constant byte pattern (0x3c3c3c3c is 0.0115f), never
+     * zeros or uninitialised memory that could hold NaN */
+    ok = ok && CUDA_OK(env, cudaMemset(scratch_x, 0x3c, x_bytes)) &&
+         CUDNN_OK(env, cudnnFindConvolutionForwardAlgorithmEx(env->cudnn, c->x, scratch_x, c->w, w, c->conv, c->y,
+                                                              scratch_y, max, &n, perf, scratch_ws, ws));
+    cudaFree(scratch_ws), cudaFree(scratch_y), cudaFree(scratch_x);
+    return ok ? n : -1;
+}
+
+/* Sets algorithm, math type and workspace on c; false when the workspace cannot be
+ * allocated (out of memory: the caller tries the next candidate). */
+static bool take(cuda_env *env, conv_cuda *c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math)
+{
+    size_t ws = 0;
+    if (!CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, math)) ||
+        !CUDNN_OK(env, cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, c->x, c->w, c->conv, c->y, algo, &ws)))
+        return false;
+    if (ws && cudaMalloc(&c->workspace, ws) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is not a failure of the layer yet */
+        c->workspace = NULL;
+        return false;
+    }
+    c->algo = algo;
+    c->workspace_bytes = ws;
+    return true;
 }
 
 static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
@@ -64,15 +129,15 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
 {
     const layer_params *p = &l->p;
     conv_cuda *c = calloc(1, sizeof *c);
+    cudnnConvolutionFwdAlgoPerf_t *perf = NULL;
     if (!c)
         return BENCH_ERR_NOMEM;
     int64_t cg = l->in.d[1] / p->groups;
-    cudnnMathType_t math = env->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     c->weights = w;
     c->bias = p->bias ? w + p->out_channels * cg * p->kernel[0] * p->kernel[1] : NULL;
     shape_t bias_shape = {4, {1, p->out_channels, 1, 1}};
-    if (!cuda_tensor_desc(env, &c->x, &l->in) || !cuda_tensor_desc(env, &c->y, &l->out) ||
-        !cuda_tensor_desc(env, &c->b, &bias_shape))
+    if (!cuda_tensor_desc(env, &c->x, &l->in, impl, impl_len) || !cuda_tensor_desc(env, &c->y, &l->out, impl, impl_len) ||
+        !cuda_tensor_desc(env, &c->b, &bias_shape, impl, impl_len))
         goto fail;
     if (!CUDNN_OK(env, cudnnCreateFilterDescriptor(&c->w)) ||
         !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)p->out_channels,
@@ -83,45 +148,51 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
                                                        (int)p->dilation[1], CUDNN_CROSS_CORRELATION,
                                                        CUDNN_DATA_FLOAT)) ||
         !CUDNN_OK(env, cudnnSetConvolutionGroupCount(c->conv, (int)p->groups)) ||
-        !CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, math)))
+        !CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, env->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)))
         goto fail;
-    int n = 0;
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    if (env->algo == CUDA_ALGO_HEURISTIC) {
-        if (!CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithm_v7(env->cudnn, c->x, c->w, c->conv, c->y,
-                                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf)))
+    const cuda_conv_choice *cached = cuda_conv_choice_find(env, l);
+    cudnnMathType_t math;
+    if (cached) {
+        if (!take(env, c, (cudnnConvolutionFwdAlgo_t)cached->algo, (cudnnMathType_t)cached->math)) {
+            snprintf(impl, impl_len, "out of device memory for the %s workspace", algo_name(cached->algo));
             goto fail;
+        }
+        math = (cudnnMathType_t)cached->math;
     } else {
-        /* The search runs every candidate once on scratch output; it may use up to
-         * 256 MiB of workspace, less if the device has less free. */
-        size_t free_b = 0, total_b = 0, ws = (size_t)256 << 20;
-        void *scratch_ws = NULL, *scratch_y = NULL;
-        if (CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)) && free_b / 4 < ws)
-            ws = free_b / 4;
-        bool ok = CUDA_OK(env, cudaMalloc(&scratch_ws, ws)) &&
-                  CUDA_OK(env, cudaMalloc(&scratch_y, (size_t)shape_numel(&l->out) * sizeof(float)));
-        /* the input is only read: search on uninitialised memory of the right size */
-        void *scratch_x = NULL;
-        ok = ok && CUDA_OK(env, cudaMalloc(&scratch_x, (size_t)shape_numel(&l->in) * sizeof(float))) &&
-             CUDNN_OK(env, cudnnFindConvolutionForwardAlgorithmEx(env->cudnn, c->x, scratch_x, c->w, w, c->conv, c->y,
-                                                                  scratch_y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-                                                                  perf, scratch_ws, ws));
-        cudaFree(scratch_ws), cudaFree(scratch_y), cudaFree(scratch_x);
-        if (!ok)
+        int max = 0;
+        if (!CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithmMaxCount(env->cudnn, &max)))
             goto fail;
+        perf = calloc((size_t)(max > 0 ? max : 1), sizeof *perf);
+        int n = perf ? find_candidates(env, l, c, w, perf, max) : -1;
+        if (n < 0)
+            goto fail;
+        n = allowed(perf, n, env->tf32);
+        if (n == 0) {
+            snprintf(impl, impl_len, "no cuDNN algorithm in %s math", env->tf32 ? "TF32" : "FP32 (FMA)");
+            goto fail;
+        }
+        int i = 0;
+        while (i < n && !take(env, c, perf[i].algo, perf[i].mathType) && !env->failed)
+            i++;
+        if (i == n) {
+            snprintf(impl, impl_len, "out of device memory for every algorithm's workspace");
+            goto fail;
+        }
+        if (env->failed)
+            goto fail;
+        math = perf[i].mathType;
+        cuda_conv_choice_add(env, l, c->algo, math, c->workspace_bytes);
     }
-    if (!pick(perf, n, env->tf32, c)) {
-        snprintf(impl, impl_len, "no cuDNN algorithm in %s math", env->tf32 ? "TF32" : "FP32");
-        conv_free(env, c);
-        return BENCH_ERR_UNSUPPORTED;
-    }
-    if (c->workspace_bytes && !CUDA_OK(env, cudaMalloc(&c->workspace, c->workspace_bytes)))
-        goto fail;
-    snprintf(impl, impl_len, "%s%s", algo_name(c->algo), env->algo == CUDA_ALGO_HEURISTIC ? " (heuristic)" : "");
+    snprintf(impl, impl_len, "%s%s%s", algo_name(c->algo), env->tf32 && math != CUDNN_FMA_MATH ? ", " : "",
+             env->tf32 && math != CUDNN_FMA_MATH ? math_name(math) : "");
+    if (env->algo == CUDA_ALGO_HEURISTIC)
+        snprintf(impl + strlen(impl), impl_len - strlen(impl), " (heuristic)");
     *workspace_bytes = (int64_t)c->workspace_bytes;
     *state = c;
+    free(perf);
     return BENCH_OK;
 fail:
+    free(perf);
     conv_free(env, c);
     return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
 }

@@ -1,6 +1,7 @@
 #include "cuda_env.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cuda_env_fail(cuda_env *env, const char *file, int line, const char *call, const char *what)
@@ -10,6 +11,48 @@ void cuda_env_fail(cuda_env *env, const char *file, int line, const char *call, 
     const char *base = strrchr(file, '/');
     snprintf(env->error, sizeof env->error, "%s:%d: %s failed: %s", base ? base + 1 : file, line, call, what);
     env->failed = true;
+}
+
+void cuda_env_fail_dnn(cuda_env *env, const char *file, int line, const char *call, cudnnStatus_t s)
+{
+    char last[256] = "", what[384];
+    cudnnGetLastErrorString(last, sizeof last);
+    snprintf(what, sizeof what, "%s%s%s", cudnnGetErrorString(s), *last ? " (" : "", last);
+    if (*last)
+        snprintf(what + strlen(what), sizeof what - strlen(what), ")");
+    cuda_env_fail(env, file, line, call, what);
+}
+
+void cuda_env_clear(cuda_env *env)
+{
+    env->failed = false;
+    env->error[0] = 0;
+    (void)cudaGetLastError();
+}
+
+static bool same_conv(const cuda_conv_choice *c, const layer *l)
+{
+    return memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
+}
+
+const cuda_conv_choice *cuda_conv_choice_find(const cuda_env *env, const layer *l)
+{
+    for (int i = 0; i < env->n_conv_choices; i++)
+        if (same_conv(&env->conv_choices[i], l))
+            return &env->conv_choices[i];
+    return NULL;
+}
+
+void cuda_conv_choice_add(cuda_env *env, const layer *l, int algo, int math, size_t workspace)
+{
+    env->conv_choices = xrealloc(env->conv_choices, (size_t)(env->n_conv_choices + 1) * sizeof *env->conv_choices);
+    cuda_conv_choice *c = &env->conv_choices[env->n_conv_choices++];
+    memset(c, 0, sizeof *c);
+    c->p = l->p;
+    c->in = l->in;
+    c->algo = algo;
+    c->math = math;
+    c->workspace = workspace;
 }
 
 const char *cuda_blas_status_string(cublasStatus_t s)
@@ -28,12 +71,15 @@ const char *cuda_blas_status_string(cublasStatus_t s)
     }
 }
 
-bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s)
+bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len)
 {
     int64_t d[4] = {s->d[0], s->d[1], s->rank == 4 ? s->d[2] : 1, s->rank == 4 ? s->d[3] : 1};
-    for (int i = 0; i < 4; i++)
-        if (d[i] > INT_MAX)
-            return false;
+    /* cuDNN's descriptors hold int dimensions and strides: the element count must fit */
+    if (shape_numel(s) > INT_MAX) {
+        if (why)
+            snprintf(why, why_len, "cuDNN cannot describe a tensor of more than %d elements", INT_MAX);
+        return false;
+    }
     return CUDNN_OK(env, cudnnCreateTensorDescriptor(desc)) &&
            CUDNN_OK(env, cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d[0], (int)d[1],
                                                     (int)d[2], (int)d[3]));

@@ -18,6 +18,17 @@ typedef enum cuda_algo_mode {
     CUDA_ALGO_HEURISTIC,  /* cudnnGet..._v7: cuDNN's first choice, nothing timed */
 } cuda_algo_mode;
 
+/* A convolution's algorithm, chosen once per shape and parameters for the whole
+ * process (as cudnn.benchmark does), so isolated rows, the chained forward, its graph
+ * and `bench check` run the same kernel. */
+typedef struct cuda_conv_choice {
+    layer_params p;
+    shape_t in;
+    int algo;                  /* cudnnConvolutionFwdAlgo_t */
+    int math;                  /* cudnnMathType_t of the chosen result */
+    size_t workspace;
+} cuda_conv_choice;
+
 typedef struct cuda_env {
     int device;
     cudaStream_t stream;
@@ -25,11 +36,23 @@ typedef struct cuda_env {
     cublasHandle_t cublas;
     bool tf32;                 /* allow TF32 in convolutions and GEMMs */
     cuda_algo_mode algo;
-    bool failed;               /* a checked call failed; error says which */
+    bool failed;               /* a checked call failed since the last cuda_env_clear; error says which */
     char error[512];
+    cuda_conv_choice *conv_choices; /* owned; n_conv_choices entries */
+    int n_conv_choices;
 } cuda_env;
 
-/* Records the first failure: "file:line: call: library error string". */
+/* Forgets the last failure (and the runtime's last, non-sticky error), so one failed
+ * layer does not fail the next: called before each layer's setup. A sticky error (a
+ * corrupted context) shows up again at the next call. */
+void cuda_env_clear(cuda_env *env);
+
+/* The cached choice for a convolution of these parameters and input, or NULL. */
+const cuda_conv_choice *cuda_conv_choice_find(const cuda_env *env, const layer *l);
+void cuda_conv_choice_add(cuda_env *env, const layer *l, int algo, int math, size_t workspace);
+
+/* Records the first failure: "file:line: call failed: library error string", with
+ * cuDNN's own last message where it has one. */
 void cuda_env_fail(cuda_env *env, const char *file, int line, const char *call, const char *what);
 
 /* Every CUDA, cuDNN and cuBLAS call goes through one of these. They evaluate to true
@@ -49,11 +72,13 @@ static inline bool cuda_check_rt(cuda_env *env, cudaError_t e, const char *file,
     return false;
 }
 
+void cuda_env_fail_dnn(cuda_env *env, const char *file, int line, const char *call, cudnnStatus_t s);
+
 static inline bool cuda_check_dnn(cuda_env *env, cudnnStatus_t s, const char *file, int line, const char *call)
 {
     if (s == CUDNN_STATUS_SUCCESS)
         return true;
-    cuda_env_fail(env, file, line, call, cudnnGetErrorString(s));
+    cuda_env_fail_dnn(env, file, line, call, s);
     return false;
 }
 
@@ -67,9 +92,16 @@ static inline bool cuda_check_blas(cuda_env *env, cublasStatus_t s, const char *
     return false;
 }
 
-/* A cuDNN NCHW float descriptor for a rank-2 ([N, F] as [N, F, 1, 1]) or rank-4 shape;
- * false (unsupported) if a dimension does not fit an int. */
-bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s);
+/* A cuDNN NCHW float descriptor for a rank-2 ([N, F] as [N, F, 1, 1]) or rank-4 shape.
+ * False if a library call failed (env->failed) or if cuDNN cannot describe the tensor
+ * (more than INT_MAX elements): then why (may be NULL) says so. */
+bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len);
+
+/* Holding the stream (backend hold): a one-thread kernel spins until the host writes
+ * *release (host-mapped memory), or until timeout_ns have passed, then sets
+ * *timed_out. Defined in cuda_hold.cu; returns the launch's error. */
+cudaError_t cuda_hold_launch(cudaStream_t stream, const volatile int *release, volatile int *timed_out,
+                             unsigned long long timeout_ns);
 
 /* The per-kind implementation table entry, as on the CPU (layers/cpu/cpu_kernels.h). */
 typedef struct cuda_kernel {

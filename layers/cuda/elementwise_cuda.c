@@ -25,14 +25,16 @@ static void simple_free(cuda_env *env, void *state)
     free(s);
 }
 
-/* Allocates the state with input and output descriptors; NULL with *st set on failure. */
-static simple_cuda *simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st)
+/* Allocates the state with input and output descriptors; NULL with *st set (and the
+ * reason in impl when unsupported) on failure. */
+static simple_cuda *simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
+                               size_t len)
 {
     simple_cuda *s = calloc(1, sizeof *s);
     *st = BENCH_ERR_NOMEM;
     if (!s)
         return NULL;
-    if (!cuda_tensor_desc(env, &s->x, in) || !cuda_tensor_desc(env, &s->y, out)) {
+    if (!cuda_tensor_desc(env, &s->x, in, impl, len) || !cuda_tensor_desc(env, &s->y, out, impl, len)) {
         *st = env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
         simple_free(env, s);
         return NULL;
@@ -64,14 +66,14 @@ static bench_status bn_setup(cuda_env *env, const layer *l, const float *w, void
         snprintf(impl, len, "eps below cuDNN's minimum %g", CUDNN_BN_MIN_EPSILON);
         return BENCH_ERR_UNSUPPORTED;
     }
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st);
+    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     s->w = w;
     s->eps = l->p.eps;
     s->c = (int)l->in.d[1];
     shape_t per_channel = {4, {1, l->in.d[1], 1, 1}};
-    return finish(env, s, cuda_tensor_desc(env, &s->extra, &per_channel), state, impl, len,
+    return finish(env, s, cuda_tensor_desc(env, &s->extra, &per_channel, impl, len), state, impl, len,
                   "cudnnBatchNormalizationForwardInference");
 }
 
@@ -92,7 +94,7 @@ static bench_status act_setup(cuda_env *env, const layer *l, const float *w, voi
 {
     (void)w, (void)ws;
     bench_status st;
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st);
+    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
@@ -124,7 +126,7 @@ static bench_status softmax_setup(cuda_env *env, const layer *l, const float *w,
         inner *= l->in.d[i];
     shape_t folded = {4, {outer, l->in.d[l->p.dim], inner, 1}};
     bench_status st;
-    simple_cuda *s = simple_new(env, &folded, &folded, &st);
+    simple_cuda *s = simple_new(env, &folded, &folded, &st, impl, len);
     if (!s)
         return st;
     return finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");
@@ -146,7 +148,7 @@ static bench_status add_setup(cuda_env *env, const layer *l, const float *w, voi
 {
     (void)w, (void)ws;
     bench_status st;
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st);
+    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     bool ok = CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&

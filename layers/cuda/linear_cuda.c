@@ -36,7 +36,8 @@ static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, 
     s->w = w;
     s->bias = l->p.bias ? w + (int64_t)s->o * s->f : NULL;
     shape_t bias_shape = {2, {1, s->o}};
-    bool ok = !s->bias || (cuda_tensor_desc(env, &s->y, &l->out) && cuda_tensor_desc(env, &s->b, &bias_shape));
+    bool ok = !s->bias || (cuda_tensor_desc(env, &s->y, &l->out, impl, len) &&
+                           cuda_tensor_desc(env, &s->b, &bias_shape, impl, len));
     if (!ok) {
         linear_free(env, s);
         return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;

@@ -54,7 +54,7 @@ static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, vo
     if (!p)
         return BENCH_ERR_NOMEM;
     int n, c, h, wd;
-    bool ok = cuda_tensor_desc(env, &p->x, &l->in) && cuda_tensor_desc(env, &p->y, &l->out) &&
+    bool ok = cuda_tensor_desc(env, &p->x, &l->in, impl, len) && cuda_tensor_desc(env, &p->y, &l->out, impl, len) &&
               CUDNN_OK(env, cudnnCreatePoolingDescriptor(&p->pool)) &&
               CUDNN_OK(env, cudnnSetPooling2dDescriptor(p->pool, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
                                                         (int)pad[0], (int)pad[1], (int)s[0], (int)s[1])) &&
