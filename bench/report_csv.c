@@ -29,6 +29,7 @@
     X(flops, 1, "floating-point operations, see docs/flops.md")                                                 \
     X(bytes, 1, "bytes read and written if every tensor moves once (inputs, weights, output)")                   \
     X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
+    X(inputs, 1, "layer_index of the layers whose outputs this layer reads, space-separated; -1 is the model input") \
     X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
     X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
     X(status, 0, "ok; dedupe (timing reused from dedupe_of); view (flatten, dropout: nothing runs, not timed); skipped (the backend cannot run it); failed (setup or timing failed; the run went on). note says why")                                                                                        \
@@ -129,6 +130,11 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(flops, "%lld", (long long)l->flops);
     SET(bytes, "%lld", (long long)l->bytes);
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
+    /* value ids: 0 is the model input, v > 0 the output of layer v - 1 */
+    if (l->input[1] >= 0)
+        SET(inputs, "%d %d", l->input[0] - 1, l->input[1] - 1);
+    else
+        SET(inputs, "%d", l->input[0] - 1);
 }
 
 static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t bytes)
@@ -179,6 +185,7 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(flops, "%lld", (long long)t.flops);
     SET(bytes, "%lld", (long long)t.bytes);
     SET(parameters, "-");
+    SET(inputs, "-1");
     fill_stats(row, r, t.flops, t.bytes);
     if (row_timed(r))
         SET(items_per_s, "%.3f", (double)m->batch / r->st.median);

@@ -20,7 +20,7 @@ writes the columns marked "list" only.
 | column | list | meaning |
 | --- | --- | --- |
 HEAD
-list=" model batch layer_index layer_name kind input_shape output_shape params macs flops bytes parameters "
+list=" model batch layer_index layer_name kind input_shape output_shape params macs flops bytes parameters inputs "
 "$BENCH" schema | while read -r name doc; do
   l=""
   case "$list" in *" $name "*) l="yes" ;; esac

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make gcc g++ pkg-config git libyaml-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev)
+packages=(cmake make gcc g++ git libyaml-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

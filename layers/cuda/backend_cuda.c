@@ -370,10 +370,11 @@ static const char *cuda_describe(void *ctx)
         "{\"device\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
         "\"sm_clock_mhz_end\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
         "\"math\": \"%s\", \"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
-        "\"host_memory\": \"pageable\"}",
+        "\"host_memory\": \"pageable\", \"stream_hold\": \"spinning kernel\", \"batch_launches\": \"one CUDA graph\", "
+        "\"warm_up_s\": %g}",
         c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device), c->driver, c->runtime,
         c->cudnn_version, c->cublas_version, c->env.tf32 ? "tf32" : "fp32",
-        c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes);
+        c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
     return c->description;
 }
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Validates the cuda backend on a GPU machine, in one command, and writes everything into
+# results/<gpu-name>/ (console outputs, CSV + JSON run contexts, the PyTorch side-by-side):
+#   1. builds: with the installed Debian packages, or else from deps/debs (carried from a
+#      machine with a registry, scripts/fetch_deps.sh) through scripts/build_offline.sh,
+#      with the cuda backend required;
+#   2. the whole test suite (the gpu-labelled tests must pass, not skip);
+#   3. bench check --backend cuda on every shipped config: strict FP32, then --tf32;
+#   4. bench run configs/resnet18.yaml --backend all at batch 1, --backend cuda at batch 32;
+#   5. scripts/torch_compare.py at both batch sizes: every layer alone and the whole
+#      forward (eager and CUDA graph) in PyTorch beside layerbench's figures.
+# A failing step is reported and the next one runs; the exit status is the number of
+# failed steps. About 5 minutes on an H100.
+# usage: scripts/gpu_validate.sh [TARBALL]   (TARBALL: also pack results/<gpu-name>/ into it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+failed=0
+step() { echo; echo "=== [$(($(date +%s) - t0)) s] $*"; }
+fail() { echo "gpu_validate: FAILED: $*"; failed=$((failed + 1)); }
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+[ -n "$gpu" ] || { echo "gpu_validate: no GPU (nvidia-smi found none)" >&2; exit 2; }
+slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
+dir=results/$slug
+mkdir -p "$dir"
+echo "gpu_validate: $gpu -> $dir"
+
+step "context"
+{
+  echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "git: $(git rev-parse --short=12 HEAD 2>/dev/null)$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)"
+  echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+  nvcc --version 2>/dev/null | tail -1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
+} | tee "$dir/context.txt"
+
+step "build"
+if dpkg-query -W -f='${Status}' libopenblas-openmp-dev 2>/dev/null | grep -q "ok installed"; then
+  { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLAYERBENCH_REQUIRE_CUDA=ON && cmake --build build -j"$(nproc)"; } \
+    >"$dir/build.log" 2>&1
+else
+  bash scripts/build_offline.sh >"$dir/build.log" 2>&1
+fi
+if [ $? != 0 ] || [ ! -x build/bench ]; then
+  tail -30 "$dir/build.log"
+  echo "gpu_validate: the build failed; nothing else can run" >&2
+  exit 100
+fi
+grep -E "cuda backend|OpenBLAS:" "$dir/build.log"
+B=build/bench
+
+step "test suite"
+(cd build && ctest --output-on-failure -j4) >"$dir/ctest.log" 2>&1 || fail "ctest"
+tail -15 "$dir/ctest.log"
+grep -q "Skipped" "$dir/ctest.log" && fail "a gpu test was skipped on a GPU machine"
+
+step "bench check --backend cuda (FP32, then TF32)"
+for cfg in configs/*.yaml; do
+  name=$(basename "$cfg" .yaml)
+  $B check "$cfg" --backend cuda >"$dir/check_${name}_fp32.txt" 2>&1 || fail "check $name fp32"
+  $B check "$cfg" --backend cuda --tf32 >"$dir/check_${name}_tf32.txt" 2>&1 || fail "check $name tf32"
+  echo "$name: fp32: $(tail -1 "$dir/check_${name}_fp32.txt"); tf32: $(tail -1 "$dir/check_${name}_tf32.txt")"
+done
+
+step "bench run resnet18 --backend all, batch 1"
+$B run configs/resnet18.yaml --backend all --batch 1 --no-progress --csv "$dir/resnet18_all_batch1.csv" \
+  >"$dir/resnet18_all_batch1.txt" 2>&1 || fail "run batch 1"
+grep -A8 "^Summary" "$dir/resnet18_all_batch1.txt"
+
+step "bench run resnet18 --backend cuda, batch 32"
+$B run configs/resnet18.yaml --backend cuda --batch 32 --no-progress --csv "$dir/resnet18_cuda_batch32.csv" \
+  >"$dir/resnet18_cuda_batch32.txt" 2>&1 || fail "run batch 32"
+grep -A8 "^Summary" "$dir/resnet18_cuda_batch32.txt"
+
+for batch in 1 32; do
+  step "PyTorch side-by-side, batch $batch"
+  run=$dir/resnet18_all_batch1.csv
+  [ $batch = 32 ] && run=$dir/resnet18_cuda_batch32.csv
+  $B list configs/resnet18.yaml --batch $batch --csv "$dir/resnet18_layers_batch$batch.csv" >/dev/null
+  python3 scripts/torch_compare.py --layers "$dir/resnet18_layers_batch$batch.csv" --bench "$run" \
+    --out "$dir/torch_compare_batch$batch.csv" 2>"$dir/torch_compare_batch$batch.log" || fail "torch_compare batch $batch"
+  tail -4 "$dir/torch_compare_batch$batch.log"
+  rm -f "$dir/resnet18_layers_batch$batch.csv"
+done
+
+step "done: $failed failed step(s); results in $dir"
+if [ $# -gt 0 ]; then
+  tar czf "$1" "$dir" && echo "packed into $1"
+fi
+exit $failed

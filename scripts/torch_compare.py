@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Times a layerbench model in PyTorch, layer by layer and as a whole forward, and writes
+a side-by-side CSV with layerbench's own figures.
+
+usage:
+  build/bench list CONFIG --batch N --csv layers.csv
+  build/bench run CONFIG --batch N --backend cuda --csv run.csv
+  python3 scripts/torch_compare.py --layers layers.csv --bench run.csv [--tf32] [--out compare.csv]
+
+The model is rebuilt from `bench list --csv` (kind, shapes, parameters and the `inputs`
+column that says which layers feed which), as torch.nn modules in eval mode, float32,
+with torch.backends.cudnn.benchmark = True (cuDNN's timed algorithm search, like
+layerbench's --algo search) and TF32 off unless --tf32.
+
+- Each layer alone, as layerbench's cuda "batch" mode does: after a warm-up, N calls
+  (N chosen so that they last about 1 ms) are captured in one CUDA graph, and CUDA
+  events time 25 replays; the median per call is GPU time, not launch time. The CUDA
+  kernels one call runs (from torch.profiler) name the algorithm PyTorch got.
+- The whole forward: eager (one Python forward per sample, launch costs included, as
+  users run it) and captured as one CUDA graph; 50 samples each, median.
+
+The output has one row per layer and one per forward: name, kind, layerbench's median
+and mode, PyTorch's median, their ratio (layerbench / PyTorch: above 1 means layerbench
+measured more time), the cuDNN algorithm layerbench chose and PyTorch's kernels.
+--device cpu runs the same on the CPU with a host clock (for testing the script).
+"""
+import argparse
+import csv
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def pair(v):
+    a, b = v.split("x")
+    return (int(a), int(b))
+
+
+def parse_parameters(text):
+    """'out_channels=64 kernel_size=3x3 padding=1x1 bias=false' -> dict of typed values"""
+    out = {}
+    if text == "-":
+        return out
+    for item in text.split():
+        key, value = item.split("=", 1)
+        if value in ("true", "false"):
+            out[key] = value == "true"
+        elif "x" in value:
+            out[key] = pair(value)
+        elif any(c in value for c in ".e"):
+            out[key] = float(value)
+        else:
+            out[key] = int(value)
+    return out
+
+
+def shape(text):
+    return tuple(int(v) for v in text.split("x"))
+
+
+class Add(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+class Flatten(nn.Module):
+    def forward(self, x):
+        return torch.flatten(x, 1)
+
+
+def make_module(kind, p, in_shape):
+    """The torch.nn module a layerbench layer describes."""
+    if kind == "conv2d":
+        return nn.Conv2d(in_shape[1], p["out_channels"], p["kernel_size"], stride=p.get("stride", 1),
+                         padding=p.get("padding", 0), dilation=p.get("dilation", 1), groups=p.get("groups", 1),
+                         bias=p.get("bias", True))
+    if kind == "batchnorm2d":
+        m = nn.BatchNorm2d(in_shape[1], eps=p.get("eps", 1e-5), affine=p.get("affine", True))
+        with torch.no_grad():  # running statistics that are not the identity
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.25, 2.0)
+        return m
+    if kind in ("relu", "relu6", "sigmoid"):
+        return {"relu": nn.ReLU, "relu6": nn.ReLU6, "sigmoid": nn.Sigmoid}[kind]()
+    if kind == "maxpool2d":
+        return nn.MaxPool2d(p["kernel_size"], stride=p.get("stride"), padding=p.get("padding", 0),
+                            dilation=p.get("dilation", 1), ceil_mode=p.get("ceil_mode", False))
+    if kind == "avgpool2d":
+        return nn.AvgPool2d(p["kernel_size"], stride=p.get("stride"), padding=p.get("padding", 0),
+                            ceil_mode=p.get("ceil_mode", False), count_include_pad=p.get("count_include_pad", True))
+    if kind == "adaptive_avgpool2d":
+        return nn.AdaptiveAvgPool2d(p["output_size"])
+    if kind == "flatten":
+        return Flatten()
+    if kind == "linear":
+        return nn.Linear(in_shape[1], p["out_features"], bias=p.get("bias", True))
+    if kind == "dropout":
+        return nn.Dropout(p.get("p", 0.5))
+    if kind == "softmax":
+        return nn.Softmax(dim=p.get("dim", 1))
+    if kind == "add":
+        return Add()
+    raise ValueError(f"no torch module for kind '{kind}'")
+
+
+class Timer:
+    """Median seconds of fn() over samples; CUDA events on a GPU, the host clock on the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def sample(self, fn):
+        if self.cuda:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return start.elapsed_time(stop) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    def median(self, fn, samples):
+        return statistics.median(self.sample(fn) for _ in range(samples))
+
+
+def kernels_of(fn, device):
+    """The CUDA kernels one call runs, joined with '+' (empty on the CPU)."""
+    if device.type != "cuda":
+        return ""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return "+".join(dict.fromkeys(n.split("<")[0][:60] for n in names))
+
+
+def time_layer(module, args, timer, device):
+    call = lambda: module(*args)
+    for _ in range(10):  # warm-up; with cudnn.benchmark the algorithm search happens here
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    once = max(min(timer.sample(call) for _ in range(5)), 1e-7)
+    n = max(1, min(1000, int(1e-3 / once)))
+    note = f"{n} calls per sample"
+    run = lambda: [call() for _ in range(n)]
+    if device.type == "cuda":
+        try:
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                run()  # warm-up on the capture stream
+            torch.cuda.current_stream().wait_stream(stream)
+            with torch.cuda.graph(graph):
+                run()
+            run = graph.replay
+            note += ", captured as one CUDA graph"
+        except RuntimeError as e:  # a module that cannot be captured is timed from the stream
+            note += f", from the stream (graph capture failed: {str(e)[:60]})"
+    return timer.median(run, 25) / n, note, kernels_of(call, device)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", required=True, help="bench list --csv output")
+    ap.add_argument("--bench", help="bench run --csv output to compare with")
+    ap.add_argument("--backend", default="cuda", help="layerbench backend rows to compare (default cuda)")
+    ap.add_argument("--mode", default="batch", help="layerbench mode of the layer rows (default batch)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--out", help="CSV to write (default stdout)")
+    args = ap.parse_args()
+
+    device = torch.device(args.device)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.manual_seed(1)
+    timer = Timer(device)
+
+    with open(args.layers, newline="") as f:
+        rows = list(csv.DictReader(f))
+    ours = {}
+    if args.bench:
+        with open(args.bench, newline="") as f:
+            for r in csv.DictReader(f):
+                if r["backend"] != args.backend:
+                    continue
+                if r["kind"] == "model":
+                    ours[("model", r["mode"])] = r
+                elif r["mode"] == args.mode:
+                    ours[("layer", r["layer_index"])] = r
+
+    modules = []
+    for r in rows:
+        m = make_module(r["kind"], parse_parameters(r["parameters"]), shape(r["input_shape"]))
+        modules.append(m.to(device).eval())
+
+    out_rows = []
+    with torch.no_grad():
+        for r, m in zip(rows, modules):
+            if r["kind"] in ("flatten", "dropout"):
+                continue  # views: nothing to time, as in layerbench
+            x = [torch.rand(shape(r["input_shape"]), device=device) * 2 - 1 for _ in r["inputs"].split()]
+            t, note, kernels = time_layer(m, x, timer, device)
+            print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {kernels[:60]}", file=sys.stderr)
+            out_rows.append((r["layer_index"], r["layer_name"], r["kind"], t, note, kernels,
+                             ours.get(("layer", r["layer_index"]))))
+
+        # the whole forward
+        x0 = torch.rand(shape(rows[0]["input_shape"]), device=device) * 2 - 1
+        inputs = [[int(i) for i in r["inputs"].split()] for r in rows]
+
+        def forward():
+            values = {-1: x0}
+            for i, m in enumerate(modules):
+                values[i] = m(*(values[j] for j in inputs[i]))
+            return values[len(modules) - 1]
+
+        for _ in range(10):
+            forward()
+        eager = timer.median(forward, 50)
+        out_rows.append(("-1", rows[0]["model"], "model", eager, "eager forward", "", ours.get(("model", "chained"))))
+        if device.type == "cuda":
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                forward()
+            torch.cuda.current_stream().wait_stream(stream)
+            with torch.cuda.graph(graph):
+                forward()
+            replay = timer.median(graph.replay, 50)
+            out_rows.append(("-1", rows[0]["model"], "model", replay, "CUDA graph forward", "",
+                             ours.get(("model", "graph"))))
+
+    out = open(args.out, "w", newline="") if args.out else sys.stdout
+    w = csv.writer(out)
+    w.writerow(["layer_index", "layer_name", "kind", "batch", "layerbench_mode", "layerbench_us", "torch_us", "ratio",
+                "layerbench_impl", "torch_kernels", "torch_note"])
+    for idx, name, kind, t, note, kernels, mine in out_rows:
+        ours_us = float(mine["median_us"]) if mine and mine.get("median_us") else None
+        ratio = f"{ours_us / (t * 1e6):.3f}" if ours_us else ""
+        w.writerow([idx, name, kind, rows[0]["batch"], mine["mode"] if mine else "", f"{ours_us:.3f}" if ours_us else "",
+                    f"{t * 1e6:.3f}", ratio, mine["impl"] if mine else "", kernels, note])
+    if args.out:
+        out.close()
+
+    # a summary on stderr: the convolutions within 10%, and the forwards
+    convs = [(r, m) for r in out_rows for m in [r[6]] if r[2] == "conv2d" and m and m.get("median_us")]
+    within = sum(1 for r, m in convs if abs(float(m["median_us"]) / (r[3] * 1e6) - 1) <= 0.10)
+    if convs:
+        print(f"convolutions within 10% of PyTorch: {within} of {len(convs)}", file=sys.stderr)
+    for idx, name, kind, t, note, kernels, mine in out_rows:
+        if kind == "model" and mine and mine.get("median_us"):
+            print(f"{note}: PyTorch {t * 1e6:.1f} us, layerbench {mine['mode']} {float(mine['median_us']):.1f} us",
+                  file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
