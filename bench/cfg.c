@@ -2,13 +2,16 @@
  * line and column; every error names the node it is about. */
 #include "cfg.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 typedef struct cfg_ctx {
@@ -19,6 +22,7 @@ typedef struct cfg_ctx {
     unsigned char *seen;       /* per node: visited once already (catches aliases) */
     model *m;
     int cap;
+    yaml_mark_t *marks;        /* per layer: where the config wrote it */
 } cfg_ctx;
 
 #define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))
@@ -150,13 +154,24 @@ static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, double *out)
     return 0;
 }
 
+/* A scalar's bytes: its length, which can hold a NUL ("\0" in a quoted scalar). */
+static size_t scalar_len(const yaml_node_t *n) { return n->data.scalar.length; }
+
+/* Layer names are what torch's module paths hold: letters, digits and '_' (attribute
+ * names, or a Sequential's positions). Nothing else reaches the CSV, so no cell of it
+ * can start a spreadsheet formula. */
 static int parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out)
 {
     if (n->type != YAML_SCALAR_NODE || !*scalar(n))
         return fail(c, n, "%s: expected a non-empty string, got %s", key, node_type_name(n));
-    if (strchr(scalar(n), '.'))
-        return fail(c, n, "%s: '%s' must not contain '.', which separates qualified names", key, scalar(n));
-    *out = scalar(n);
+    const char *v = scalar(n);
+    if (strchr(v, '.'))
+        return fail(c, n, "%s: '%s' must not contain '.', which separates qualified names", key, v);
+    for (size_t i = 0; i < scalar_len(n); i++)
+        if (!(isalnum((unsigned char)v[i]) || v[i] == '_'))
+            return fail(c, n, "%s: use letters, digits and '_' only (as torch module names do), got %s", key,
+                        v[i] ? "other characters" : "a NUL character");
+    *out = v;
     return 0;
 }
 
@@ -260,7 +275,9 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
     if (c->m->n_layers == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->m->layers = xrealloc(c->m->layers, (size_t)c->cap * sizeof(layer));
+        c->marks = xrealloc(c->marks, (size_t)c->cap * sizeof *c->marks);
     }
+    c->marks[c->m->n_layers] = at->start_mark;
     layer *l = &c->m->layers[c->m->n_layers];
     memset(l, 0, sizeof *l);
     l->name = name;
@@ -277,14 +294,19 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
         free(name);
         return -1;
     }
-    int64_t numel = 1;
-    for (int i = 1; i < l->out.rank; i++)
-        if (__builtin_mul_overflow(numel, l->out.d[i], &numel) || numel > ((int64_t)1 << 40)) {
-            fail(c, at, "layer '%s' (%s): its output is larger than 2^40 elements", name, layer_kind_name(kind));
-            free(name);
-            return -1;
-        }
-    layer_desc_get(kind)->count(l);
+    shape_t per_sample = l->out;
+    per_sample.d[0] = 1;
+    if (shape_numel_checked(&per_sample) < 0) {
+        fail(c, at, "layer '%s' (%s): its output is larger than 2^40 elements", name, layer_kind_name(kind));
+        free(name);
+        return -1;
+    }
+    if (layer_count(l) != 0) {
+        fail(c, at, "layer '%s' (%s): its parameter, FLOP or byte count is beyond 2^62 (or its weights beyond 2^40)",
+             name, layer_kind_name(kind));
+        free(name);
+        return -1;
+    }
     return ++c->m->n_layers;
 }
 
@@ -449,6 +471,40 @@ static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, 
     return 0;
 }
 
+/* Every qualified name once, except where torch reuses one module (BasicBlock's ReLU
+ * runs twice): the same kind and parameters under one name. Rows, comparisons and
+ * traces are keyed by the name (and its occurrence). */
+static const layer *sort_layers;
+static int cmp_layer_names(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = strcmp(sort_layers[x].name, sort_layers[y].name);
+    return c ? c : x - y;
+}
+
+static int check_unique_names(cfg_ctx *c)
+{
+    int n = c->m->n_layers;
+    int *idx = xmalloc((size_t)(n ? n : 1) * sizeof *idx);
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    sort_layers = c->m->layers;
+    qsort(idx, (size_t)n, sizeof *idx, cmp_layer_names);
+    int rc = 0;
+    for (int i = 1; i < n && !rc; i++) {
+        const layer *a = &c->m->layers[idx[i - 1]], *b = &c->m->layers[idx[i]];
+        if (strcmp(a->name, b->name) == 0 && (a->kind != b->kind || memcmp(&a->p, &b->p, sizeof a->p) != 0)) {
+            yaml_mark_t first = c->marks[idx[i - 1]];
+            rc = fail_at(c, c->marks[idx[i]],
+                         "layer name '%s' is used twice, by different layers (first at line %zu, column %zu); a name "
+                         "repeats only where torch reuses one module: the same kind and parameters",
+                         b->name, first.line + 1, first.column + 1);
+        }
+    }
+    free(idx);
+    return rc;
+}
+
 /* ---- the document ----------------------------------------------------------------------- */
 
 static const char *const top_keys[] = {"name", "input", "batch", "dtype", "layers"};
@@ -468,9 +524,14 @@ static int parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
         return fail(c, root, "missing required key 'input' (per-sample shape [C, H, W] or [F])");
     if (name->type != YAML_SCALAR_NODE || !*scalar(name))
         return fail(c, name, "name: expected a non-empty string, got %s", node_type_name(name));
-    for (const char *s = scalar(name); *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == ',' || *s == '"')
-            return fail(c, name, "name: must not contain commas, quotes or control characters");
+    /* a model name appears in every CSV row: no separators, quotes or formula starts */
+    const char *nm = scalar(name);
+    bool ok_name = isalnum((unsigned char)nm[0]) || nm[0] == '_';
+    for (size_t i = 0; ok_name && i < scalar_len(name); i++)
+        ok_name = isalnum((unsigned char)nm[i]) || strchr("_.+- ", nm[i]) != NULL;
+    if (!ok_name || scalar_len(name) > 128)
+        return fail(c, name, "name: use at most 128 letters, digits, '_', '.', '+', '-' and spaces, "
+                             "starting with a letter, digit or '_'");
     c->m->name = xstrdup(scalar(name));
     if (dtype && (dtype->type != YAML_SCALAR_NODE || strcmp(scalar(dtype), "float32") != 0))
         return fail(c, dtype, "dtype: only float32 is supported");
@@ -487,15 +548,20 @@ static int parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     for (int i = 0; i < rank; i++)
         if (parse_int(c, "input", NODE(c, input->data.sequence.items.start[i]), 1, &c->m->input.d[i + 1]))
             return -1;
-    if (shape_numel(&c->m->input) > ((int64_t)1 << 40))
+    if (shape_numel_checked(&c->m->input) < 0)
         return fail(c, input, "input: more than 2^40 elements per sample");
     yaml_node_t *layers = need_seq(c, root, "layers", "model");
     int pos = 0, cur = 0;
-    if (!layers || emit_seq(c, layers, "", &pos, &cur))
+    if (!layers || emit_seq(c, layers, "", &pos, &cur) || check_unique_names(c))
         return -1;
     char why[256];
-    if (model_set_batch(c->m, batch > 0 ? batch : cfg_batch, why, sizeof why))
+    if (model_set_batch(c->m, batch > 0 ? batch : cfg_batch, why, sizeof why)) {
+        if (batch > 0) { /* the command line's --batch, not the config, is at fault */
+            snprintf(c->err, c->errlen, "--batch %lld: %s", (long long)batch, why);
+            return -1;
+        }
         return fail(c, bn ? bn : root, "%s", why);
+    }
     return 0;
 }
 
@@ -546,12 +612,16 @@ static void mark_of_offset(const char *text, size_t offset, yaml_mark_t *mark)
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen, bench_status *st)
 {
     struct stat sb;
-    FILE *f = fopen(path, "rb");
+    /* non-blocking, so a FIFO or a device is refused below instead of waiting forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     *st = BENCH_ERR_USAGE;
     if (!f || fstat(fileno(f), &sb) != 0) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         if (f)
             fclose(f);
+        else if (fd >= 0)
+            close(fd);
         return NULL;
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size > CFG_MAX_FILE_BYTES) {
@@ -625,6 +695,7 @@ bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, s
     if (check_tree(&c, 1, 0) == 0 && parse_model(&c, root, batch) == 0)
         rc = 0;
     free(c.seen);
+    free(c.marks);
 out_doc:
     yaml_document_delete(&c.doc);
 out_parser:

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "measure.h"
 #include "report.h"
+#include "runner.h"
 #include "version.h"
 
 static const char usage_text[] =
@@ -39,7 +40,11 @@ static const char usage_text[] =
     "  --dedupe          time layers of identical kind, shape and parameters once\n"
     "  --seed N          seed of the random inputs and weights (default 1)\n"
     "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
-    "                    context with the same stem goes beside it\n"
+    "                    context with the same stem goes beside it. The file is replaced\n"
+    "                    atomically after every finished (batch, backend): an interrupted run\n"
+    "                    keeps what it finished\n"
+    "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
+    "                    the (batch, backend) sets it does not hold yet\n"
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
     "                    time, cv, gflops\n"
     "  --top N           rows in the per-layer and grouped tables (default all)\n"
@@ -47,8 +52,9 @@ static const char usage_text[] =
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
     "\n"
-    "exit status: 0 ok, 1 failure (a check failed, a library call failed), 2 usage or config error,\n"
-    "or a backend asked for that this machine or binary does not have\n";
+    "exit status: 0 ok; 1 failure (a check failed, a row failed, a file could not be written);\n"
+    "2 usage or config error, or a backend asked for that this machine or binary does not have;\n"
+    "128+N interrupted by signal N (what had finished is kept)\n";
 
 typedef struct cli {
     const char *command;
@@ -62,6 +68,7 @@ typedef struct cli {
     bool no_progress;
     bool tf32;
     bool algo_heuristic;
+    bool resume;
     measure_options mo;
 } cli;
 
@@ -119,7 +126,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 }
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_REPS, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO };
+       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -136,6 +143,7 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
     {"tf32", no_argument, NULL, OPT_TF32},
     {"algo", required_argument, NULL, OPT_ALGO},
+    {"resume", no_argument, NULL, OPT_RESUME},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -192,6 +200,7 @@ static int parse_cli(int argc, char **argv, cli *c)
             break;
         case OPT_NOPROGRESS: c->no_progress = true; break;
         case OPT_TF32: c->tf32 = true; break;
+        case OPT_RESUME: c->resume = true; break;
         case OPT_ALGO:
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return usage_error("--algo expects search or heuristic, got '%s'", optarg);
@@ -285,7 +294,8 @@ static int load(const cli *c, int64_t batch, model **m)
     char err[1024];
     bench_status st = cfg_load(c->config, batch, m, err, sizeof err);
     if (st != BENCH_OK) {
-        fprintf(stderr, "%s\n", err);
+        /* "file:line:col: ..." about the config, or "bench: --batch ..." about the command line */
+        fprintf(stderr, "%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
         return bench_exit_code(st);
     }
     return 0;
@@ -297,10 +307,20 @@ static int cmd_list(const cli *c, int64_t batch)
     int rc = load(c, batch, &m);
     if (rc)
         return rc;
-    if (c->csv)
-        rc = bench_exit_code(report_list_csv(c->csv, m));
-    else
+    if (c->csv) {
+        const char *inputs[] = {c->config, NULL};
+        char err[1200];
+        bench_output out;
+        if (bench_output_open(&out, c->csv, inputs, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: --csv: %s\n", err);
+            rc = 2;
+        } else {
+            rc = bench_exit_code(report_list_csv(&out, m));
+            bench_output_close(&out);
+        }
+    } else {
         report_list_table(stdout, m);
+    }
     model_free(m);
     return rc;
 }
@@ -336,36 +356,96 @@ static int cmd_check(const cli *c, int64_t batch)
     return bench_exit_code(st);
 }
 
-/* run and sweep: every batch on every backend, reported as it completes. */
-static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batches, int n_batches, bool sweep)
+/* The --csv file and the JSON beside it, checked before anything is measured. */
+typedef struct outputs {
+    bench_output csv, json;
+    bool has_csv, has_json;
+} outputs;
+
+static int open_outputs(const cli *c, outputs *o)
+{
+    const char *inputs[] = {c->config, NULL};
+    char err[1200];
+    memset(o, 0, sizeof *o);
+    if (!c->csv)
+        return 0;
+    if (bench_output_open(&o->csv, c->csv, inputs, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: --csv: %s\n", err);
+        return 2;
+    }
+    o->has_csv = true;
+    if (!o->csv.target) /* stdout, a device or a FIFO: no JSON beside it */
+        return 0;
+    char *json = report_json_path(c->csv);
+    bench_status st = bench_output_open(&o->json, json, inputs, err, sizeof err);
+    free(json);
+    if (st != BENCH_OK) {
+        fprintf(stderr, "bench: the JSON context beside --csv: %s\n", err);
+        bench_output_close(&o->csv);
+        return 2;
+    }
+    o->has_json = true;
+    return 0;
+}
+
+static void close_outputs(outputs *o)
+{
+    if (o->has_csv)
+        bench_output_close(&o->csv);
+    if (o->has_json)
+        bench_output_close(&o->json);
+}
+
+/* run and sweep: every batch on every backend, reported as it completes (runner.h). */
+static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
     model *m;
     backend bs[2];
     char *skipped, err[1024];
-    int rc = load(c, batches[0], &m);
+    int rc = load(c, batch_args[0], &m);
     if (rc)
         return rc;
-    int64_t config_batch = m->batch;
-#define BATCH(b) (batches[b] > 0 ? batches[b] : config_batch) /* 0: the config's batch */
-    int64_t largest = 0;
+    int64_t *batches = xmalloc((size_t)n_batches * sizeof *batches), largest = 0;
     for (int b = 0; b < n_batches; b++) {
-        if (model_set_batch(m, BATCH(b), err, sizeof err) != BENCH_OK ||
+        batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
+        if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK ||
             model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
             fprintf(stderr, "bench: %s\n", err);
+            free(batches);
             model_free(m);
             return 2;
         }
-        if (BATCH(b) > largest)
-            largest = BATCH(b);
+        largest = batches[b] > largest ? batches[b] : largest;
     }
-    int nb = open_backends(c, bs, &skipped);
-    if (nb < 0) {
+    outputs out;
+    char *previous = NULL;
+    runner_set *done = NULL;
+    int n_done = 0;
+    if ((rc = open_outputs(c, &out)) != 0) {
+        free(batches);
         model_free(m);
-        return -nb;
+        return rc;
+    }
+    if (c->resume && (!out.has_csv || !out.csv.target)) {
+        fprintf(stderr, "bench: --resume needs --csv FILE: the results of the run to continue\n");
+        rc = 2;
+    } else if (c->resume &&
+               runner_read_previous(c->csv, m->name, &previous, &done, &n_done, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        rc = 2;
+    }
+    int nb = rc ? 0 : open_backends(c, bs, &skipped);
+    if (rc || nb < 0) {
+        close_outputs(&out);
+        free(previous), free(done), free(batches);
+        model_free(m);
+        return rc ? rc : -nb;
     }
     model_set_batch(m, largest, err, sizeof err);
     if (!fits_backends(m, bs, nb)) {
         close_backends(bs, nb, skipped);
+        close_outputs(&out);
+        free(previous), free(done), free(batches);
         model_free(m);
         return 2;
     }
@@ -373,51 +453,27 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     reporter *reps[2];
     int nr = 0;
     /* with --csv -, the CSV owns stdout and the tables go to stderr */
-    FILE *tables = c->csv && strcmp(c->csv, "-") == 0 ? stderr : stdout;
+    FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
     reps[nr++] = sweep ? report_sweep_create(tables) : report_console_create(tables, &ro);
-    bench_status st = BENCH_OK;
-    bool failed = false; /* a row failed: reported, and the exit status says so */
-    if (c->csv && !(reps[nr] = report_csv_create(c->csv)))
-        st = BENCH_ERR_USAGE; /* the path given cannot be written: say so before measuring */
-    else if (c->csv)
-        nr++;
-    for (int b = 0; st == BENCH_OK && b < n_batches; b++) {
-        model_set_batch(m, BATCH(b), err, sizeof err);
-        for (int k = 0; st == BENCH_OK && k < nb; k++) {
-            if (sweep && c->mo.progress)
-                fprintf(stderr, "\r\033[Kbatch %lld (%d/%d) on %s\n", (long long)BATCH(b), b + 1, n_batches,
-                        bs[k].ops->name);
-            /* every timing mode of the backend; the whole-model rows once, with the first */
-            for (int md = 0; st == BENCH_OK && bs[k].ops->modes[md]; md++) {
-                run_result res;
-                if (measure_model(m, &bs[k], &c->mo, bs[k].ops->modes[md], md == 0, &res, err, sizeof err) !=
-                    BENCH_OK) {
-                    fprintf(stderr, "bench: %d row%s failed; the first: %s\n", res.failed, res.failed == 1 ? "" : "s",
-                            err);
-                    failed = true;
-                }
-                for (int r = 0; st == BENCH_OK && r < nr; r++)
-                    st = reps[r]->run(reps[r], &res);
-                run_result_free(&res);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) {
-        bench_status fs = reps[r]->finish(reps[r], st == BENCH_OK);
-        if (st == BENCH_OK)
-            st = fs;
-    }
-    if (st == BENCH_OK && c->csv && strcmp(c->csv, "-") != 0) {
-        char *json = report_json_path(c->csv);
-        report_context ctx = {argc, argv, c->config, &c->mo, bs, nb, skipped};
-        st = report_json_write(json, &ctx);
-        if (st == BENCH_OK)
-            fprintf(stderr, "bench: wrote %s and %s\n", c->csv, json);
-        free(json);
-    }
+    if (out.has_csv)
+        reps[nr++] = report_csv_create(&out.csv, previous);
+    measure_options mo = c->mo;
+    mo.stop = &bench_interrupted;
+    runner_plan plan = {
+        .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
+        .reps = reps, .n_reps = nr, .json = out.has_json ? &out.json : NULL,
+        .ctx = {argc, argv, c->config, &c->mo, bs, nb, skipped, NULL, NULL, NULL, 0},
+        .sweep_progress = sweep && c->mo.progress,
+    };
+    bench_catch_signals();
+    rc = runner_execute(m, &plan, &mo);
+    if (rc == 0 && out.has_json)
+        fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
     close_backends(bs, nb, skipped);
+    close_outputs(&out);
+    free(previous), free(done), free(batches);
     model_free(m);
-    return st == BENCH_OK && failed ? 1 : bench_exit_code(st);
+    return rc;
 }
 
 static int cmd_schema(void)
@@ -433,23 +489,41 @@ static int cmd_schema(void)
  * 2-core machine we measure on, that default made convolutions run 2x slower for
  * seconds at a time, in and out of phase, while 10000 was stable and fastest (the
  * measurements are in results/README.md). libgomp reads the setting when it loads, so
- * it must be in the environment before the process starts: set it and exec ourselves
- * once. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone. */
+ * it must be in the environment before the process starts: for the commands that time
+ * (run, sweep), set it and exec ourselves once. A user's own OMP_WAIT_POLICY or
+ * GOMP_SPINCOUNT is left alone, and so is a process under valgrind (whose
+ * /proc/self/exe is valgrind itself): set GOMP_SPINCOUNT=10000 yourself there. */
 static void set_openmp_spin(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+    const char *preload = getenv("LD_PRELOAD");
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || (preload && strstr(preload, "vgpreload")))
         return;
     setenv("GOMP_SPINCOUNT", "10000", 1);
     execv("/proc/self/exe", argv); /* returns only on failure: go on with the default */
 }
 
-int main(int argc, char **argv)
+/* Output that could not be written (a full disk, a closed pipe) is a failure. */
+static int finish_stdout(int rc)
 {
-    set_openmp_spin(argv);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "bench: writing to standard output failed: %s\n", strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
+static int run_command(int argc, char **argv);
+
+int main(int argc, char **argv) { return finish_stdout(run_command(argc, argv)); }
+
+static int run_command(int argc, char **argv)
+{
     cli c;
     int rc = parse_cli(argc, argv, &c);
     if (rc >= 0)
         return rc;
+    if (strcmp(c.command, "run") == 0 || strcmp(c.command, "sweep") == 0)
+        set_openmp_spin(argv);
     if (strcmp(c.command, "schema") == 0)
         return cmd_schema();
     bool sweep = strcmp(c.command, "sweep") == 0;

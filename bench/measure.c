@@ -88,6 +88,20 @@ static double time_layer_sample(void *user)
     return ops->timer_stop(t->b->ctx);
 }
 
+/* A sample function that gives up (fails) once a stop was asked for, so a long layer
+ * does not delay an interruption. */
+typedef struct stoppable {
+    gbs_iteration_fn fn;
+    void *user;
+    const volatile int *stop;
+} stoppable;
+
+static double stoppable_sample(void *user)
+{
+    stoppable *s = user;
+    return s->stop && *s->stop ? -1.0 : s->fn(s->user);
+}
+
 /* Runs Google Benchmark over fn and fills r's statistics, per launch. On failure the
  * row fails with the reason. */
 static bench_status run_gbench(const backend *b, const char *name, gbs_iteration_fn fn, void *user, int launches,
@@ -96,7 +110,8 @@ static bench_status run_gbench(const backend *b, const char *name, gbs_iteration
     gbs_options go = {o->warmup_time, o->min_time, o->repetitions};
     gbs_result gr;
     char err[200];
-    if (gbs_run(name, fn, user, &go, &gr, err, (int)sizeof err) != 0) {
+    stoppable s = {fn, user, o->stop};
+    if (gbs_run(name, stoppable_sample, &s, &go, &gr, err, (int)sizeof err) != 0) {
         const char *why = backend_last_error(b);
         row_fail(r, "timing failed: %s", *why ? why : err);
         return BENCH_ERR_BACKEND;
@@ -473,6 +488,11 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         } else {
             progress(o, b, i, m->n_layers, l->name);
             measure_layer(l, b, o, mode, o->seed + (uint64_t)i, r);
+            if (o->stop && *o->stop) {
+                progress(o, b, 0, 0, NULL);
+                snprintf(err, errlen, "at layer %d of %d ('%s')", i + 1, m->n_layers, l->name);
+                return BENCH_ERR_INTERRUPTED;
+            }
             tally(out, r, l->name, err, errlen);
         }
         if (row_timed(r))
@@ -481,6 +501,11 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     if (with_model) {
         progress(o, b, m->n_layers - 1, m->n_layers, "chained forward");
         measure_chain(m, b, o, out);
+        if (o->stop && *o->stop) {
+            progress(o, b, 0, 0, NULL);
+            snprintf(err, errlen, "in the chained forward");
+            return BENCH_ERR_INTERRUPTED;
+        }
         tally(out, &out->chained, "the chained forward", err, errlen);
         tally(out, &out->graph, "the graph replay", err, errlen);
         tally(out, &out->upload, "the input copy", err, errlen);

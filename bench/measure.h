@@ -17,6 +17,7 @@ typedef struct measure_options {
     bool dedupe;            /* time identical layers once */
     uint64_t seed;          /* inputs and weights */
     bool progress;          /* say on stderr which layer is running */
+    const volatile int *stop; /* when it becomes non-zero, measuring stops at the next layer; may be NULL */
 } measure_options;
 
 /* What a result row is. ROW_NONE: not applicable (a backend without graphs has no
@@ -71,7 +72,8 @@ typedef struct run_result {
  * device memory, a library error) becomes a ROW_FAILED row and the next one runs:
  * *out always holds every row, and the caller frees it with run_result_free().
  * Returns BENCH_OK, or BENCH_ERR_BACKEND when some row failed (err: the first
- * failure). Progress and nothing else goes to stderr. */
+ * failure), or BENCH_ERR_INTERRUPTED when o->stop was set (err: where; the rows are
+ * incomplete). Progress and nothing else goes to stderr. */
 bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
                            bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);

@@ -15,44 +15,50 @@ void model_free(model *m)
     free(m);
 }
 
-/* Largest element count we accept for one tensor: 2^40 floats (4 TiB). */
-#define MODEL_MAX_NUMEL ((int64_t)1 << 40)
-
 static bool with_batch(shape_t *s, int64_t batch)
 {
-    s->d[0] = 1;
-    int64_t per = shape_numel(s);
     s->d[0] = batch;
-    return per <= MODEL_MAX_NUMEL / batch;
+    return shape_numel_checked(s) >= 0;
 }
 
 bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen)
 {
     bool ok = batch >= 1 && with_batch(&m->input, batch);
+    const char *bad = m->name;
     for (int i = 0; ok && i < m->n_layers; i++) {
         layer *l = &m->layers[i];
         ok = with_batch(&l->in, batch) && with_batch(&l->out, batch) &&
              (l->kind != LAYER_ADD || with_batch(&l->in2, batch));
-        if (ok)
-            layer_desc_get(l->kind)->count(l);
+        if (!ok)
+            bad = l->name;
+        else if (layer_count(l) != 0) {
+            snprintf(err, errlen, "batch %lld makes the counts of layer '%s' exceed 2^62", (long long)batch, l->name);
+            return BENCH_ERR_USAGE;
+        }
     }
     if (!ok) {
-        snprintf(err, errlen, "batch %lld makes a tensor of '%s' larger than 2^40 elements",
-                 (long long)batch, m->name);
+        snprintf(err, errlen, "batch %lld makes a tensor of '%s' larger than 2^40 elements", (long long)batch, bad);
         return BENCH_ERR_USAGE;
     }
     m->batch = batch;
     return BENCH_OK;
 }
 
+/* Sums that stop at INT64_MAX rather than wrap (100,000 layers of 2^62 each). */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 model_totals model_sum(const model *m)
 {
     model_totals t = {0, 0, 0, 0};
     for (int i = 0; i < m->n_layers; i++) {
-        t.n_weights += m->layers[i].n_weights;
-        t.macs += m->layers[i].macs;
-        t.flops += m->layers[i].flops;
-        t.bytes += m->layers[i].bytes;
+        t.n_weights = sat_add(t.n_weights, m->layers[i].n_weights);
+        t.macs = sat_add(t.macs, m->layers[i].macs);
+        t.flops = sat_add(t.flops, m->layers[i].flops);
+        t.bytes = sat_add(t.bytes, m->layers[i].bytes);
     }
     return t;
 }
@@ -71,6 +77,7 @@ const shape_t *model_value_shape(const model *m, int value)
 
 int64_t model_memory_bytes(const model *m)
 {
+    /* each term is at most 2^40 floats: 100,000 layers cannot overflow 2^63 bytes */
     int64_t floats = shape_numel(&m->input);
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];

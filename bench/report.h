@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "measure.h"
+#include "output.h"
 
 typedef struct report_options {
     const char *sort;   /* per-layer table order: index, name, kind, params, flops, time, cv, gflops */
@@ -15,9 +16,13 @@ typedef struct report_options {
 
 typedef struct reporter reporter;
 struct reporter {
-    /* One model on one backend at one batch size. */
+    /* One model on one backend at one batch size, in one timing mode. */
     bench_status (*run)(reporter *r, const run_result *res);
-    /* ok: commit what was written; !ok: throw it away. Frees r. */
+    /* Optional: every mode of one backend at one batch size has been reported; what was
+     * reported so far is complete and must survive an interruption. */
+    bench_status (*checkpoint)(reporter *r);
+    /* ok: everything was reported, write it all; !ok (interrupted, failed): keep only
+     * what the checkpoints wrote. Frees r. */
     bench_status (*finish)(reporter *r, bool ok);
 };
 
@@ -25,9 +30,12 @@ struct reporter {
 reporter *report_console_create(FILE *out, const report_options *ro);
 /* Sweep summary: one line per batch (chained median, items/s, sum of layers). */
 reporter *report_sweep_create(FILE *out);
-/* The tidy CSV (schema: report_csv_columns()). Written to a temporary file and renamed
- * by finish(true). NULL if the file cannot be created (message on stderr). */
-reporter *report_csv_create(const char *path);
+/* The tidy CSV (schema: report_csv_columns()) into out (borrowed; see output.h: each
+ * checkpoint replaces the whole file). resumed: the text of a previous run's CSV whose
+ * rows are kept (--resume), or NULL for a new file. */
+reporter *report_csv_create(bench_output *out, const char *resumed);
+/* The CSV header line (with its newline); caller frees. */
+char *report_csv_header(void);
 
 /* Checks a --sort column name. */
 bool report_sort_valid(const char *sort);
@@ -48,15 +56,19 @@ typedef struct report_context {
     const backend *backends;   /* the backends that ran */
     int n_backends;
     const char *skipped;       /* backends asked for but not run, with why; or NULL */
+    const char *state;         /* "complete" (NULL too), "running" (a checkpoint) or "interrupted" */
+    const char *interrupted;   /* where the run was interrupted, or NULL */
+    const char *completed;     /* JSON objects {"backend": ..., "batch": ...} of the finished sets, comma-separated */
+    int resumed_sets;          /* sets kept from a previous run's CSV (--resume) */
 } report_context;
 
 /* "results/x.csv" -> "results/x.json"; caller frees. */
 char *report_json_path(const char *csv_path);
-bench_status report_json_write(const char *path, const report_context *ctx);
+bench_status report_json_write(bench_output *out, const report_context *ctx);
 
 /* `bench list`: the analysis table (and CSV) of a model, without timing. */
 void report_list_table(FILE *out, const model *m);
-bench_status report_list_csv(const char *path, const model *m);
+bench_status report_list_csv(bench_output *out, const model *m);
 
 /* Time in auto units: "812 ns", "12.3 us", "4.56 ms", "1.23 s". */
 char *report_format_time(double seconds, char *buf, size_t len);

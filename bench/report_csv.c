@@ -74,42 +74,64 @@ const report_column *report_csv_columns(int *n)
 
 typedef char row_t[COL_COUNT][256];
 
-static void csv_field(FILE *f, const char *s)
+/* A cell that a spreadsheet would run as a formula (it starts with = + - @, a tab or a
+ * carriage return, and is not a number) is written with a leading apostrophe, as OWASP
+ * advises. Names cannot start that way (cfg.c); notes from libraries could. */
+static bool formula_like(const char *s)
 {
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
+    if (!strchr("=+-@\t\r", s[0]) || !s[0] || strcmp(s, "-") == 0)
+        return false;
+    char *end;
+    strtod(s, &end);
+    return *end != 0;
 }
 
-static void csv_write(FILE *f, row_t row, bool list_only)
+static void csv_field(strbuf *b, const char *s)
+{
+    bool apostrophe = formula_like(s);
+    if (!strpbrk(s, ",\"\n\r")) {
+        strbuf_printf(b, "%s%s", apostrophe ? "'" : "", s);
+        return;
+    }
+    strbuf_append(b, "\"", 1);
+    if (apostrophe)
+        strbuf_append(b, "'", 1);
+    for (; *s; s++) {
+        if (*s == '"')
+            strbuf_append(b, "\"", 1);
+        strbuf_append(b, s, 1);
+    }
+    strbuf_append(b, "\"", 1);
+}
+
+static void csv_write(strbuf *b, row_t row, bool list_only)
 {
     bool first = true;
     for (int c = 0; c < COL_COUNT; c++) {
         if (list_only && !column_in_list[c])
             continue;
         if (!first)
-            fputc(',', f);
-        csv_field(f, row[c]);
+            strbuf_append(b, ",", 1);
+        csv_field(b, row[c]);
         first = false;
     }
-    fputc('\n', f);
+    strbuf_append(b, "\n", 1);
 }
 
-static void csv_header(FILE *f, bool list_only)
+static void csv_header(strbuf *b, bool list_only)
 {
     row_t *row = xcalloc(1, sizeof *row);
     for (int c = 0; c < COL_COUNT; c++)
         snprintf((*row)[c], sizeof (*row)[c], "%s", columns[c].name);
-    csv_write(f, *row, list_only);
+    csv_write(b, *row, list_only);
     free(row);
+}
+
+char *report_csv_header(void)
+{
+    strbuf b = {0};
+    csv_header(&b, false);
+    return b.data;
 }
 
 #define SET(col, ...) snprintf(row[COL_##col], sizeof row[COL_##col], __VA_ARGS__)
@@ -164,7 +186,9 @@ static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t 
 
 typedef struct csv_reporter {
     reporter base;
-    bench_file file;
+    bench_output *out;  /* borrowed */
+    strbuf buf;         /* the whole file: header, rows kept from --resume, rows so far */
+    size_t committed;   /* bytes of buf on disk: complete (batch, backend) sets only */
 } csv_reporter;
 
 /* The whole forward as a row of its own: kind "model", mode "chained" or "graph". */
@@ -219,7 +243,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
     row_t *r = xmalloc(sizeof *r);
     char(*row)[256] = *r;
     /* the layers, then (once per backend and batch) the chained forward, and the graph
-     * replay and copies where the backend measured them */
+     * replay and copies where the backend has them */
     for (int i = 0; i < m->n_layers + 4; i++) {
         memset(r, 0, sizeof *r);
         if (i < m->n_layers) {
@@ -239,68 +263,88 @@ static bench_status csv_run(reporter *rep, const run_result *res)
         }
         SET(backend, "%s", res->backend);
         SET(threads, "%d", res->threads);
-        csv_write(c->file.f, row, false);
+        csv_write(&c->buf, row, false);
     }
     free(r);
-    return ferror(c->file.f) ? BENCH_ERR_IO : BENCH_OK;
+    return BENCH_OK;
+}
+
+static bench_status csv_commit(csv_reporter *c)
+{
+    char err[512];
+    if (bench_output_write(c->out, c->buf.data, c->buf.len, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        return BENCH_ERR_IO;
+    }
+    c->committed = c->buf.len;
+    return BENCH_OK;
+}
+
+static bench_status csv_checkpoint(reporter *rep)
+{
+    return csv_commit((csv_reporter *)rep);
 }
 
 static bench_status csv_finish(reporter *rep, bool ok)
 {
     csv_reporter *c = (csv_reporter *)rep;
-    bench_status st = BENCH_OK;
-    if (ok)
-        st = bench_file_commit(&c->file);
-    else
-        bench_file_abort(&c->file);
+    /* not ok: the rows of an unfinished set are dropped; the checkpoints stay */
+    bench_status st = ok ? csv_commit(c) : BENCH_OK;
+    strbuf_free(&c->buf);
     free(c);
     return st;
 }
 
-reporter *report_csv_create(const char *path)
+reporter *report_csv_create(bench_output *out, const char *resumed)
 {
     csv_reporter *c = xcalloc(1, sizeof *c);
-    if (bench_file_open(&c->file, path) != BENCH_OK) {
-        free(c);
-        return NULL;
-    }
     c->base.run = csv_run;
+    c->base.checkpoint = csv_checkpoint;
     c->base.finish = csv_finish;
-    csv_header(c->file.f, false);
+    c->out = out;
+    if (resumed) {
+        strbuf_append(&c->buf, resumed, strlen(resumed));
+        c->committed = c->buf.len;
+    } else {
+        csv_header(&c->buf, false);
+    }
     return &c->base;
 }
 
-bench_status report_list_csv(const char *path, const model *m)
+bench_status report_list_csv(bench_output *out, const model *m)
 {
-    bench_file f;
-    if (bench_file_open(&f, path) != BENCH_OK)
-        return BENCH_ERR_IO;
-    csv_header(f.f, true);
+    strbuf b = {0};
+    char err[512];
+    csv_header(&b, true);
     row_t *row = xmalloc(sizeof *row);
     for (int i = 0; i < m->n_layers; i++) {
         memset(row, 0, sizeof *row);
         fill_layer(*row, m, i);
-        csv_write(f.f, *row, true);
+        csv_write(&b, *row, true);
     }
     free(row);
-    return bench_file_commit(&f);
+    bench_status st = bench_output_write(out, b.data, b.len, err, sizeof err);
+    if (st != BENCH_OK)
+        fprintf(stderr, "bench: %s\n", err);
+    strbuf_free(&b);
+    return st;
 }
 
 /* ---- JSON context ----------------------------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s)
+static void json_str(strbuf *f, const char *s)
 {
-    fputc('"', f);
+    strbuf_append(f, "\"", 1);
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
+            strbuf_printf(f, "\\%c", ch);
         else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
+            strbuf_printf(f, "\\u%04x", ch);
         else
-            fputc(ch, f);
+            strbuf_append(f, s, 1);
     }
-    fputc('"', f);
+    strbuf_append(f, "\"", 1);
 }
 
 char *report_json_path(const char *csv_path)
@@ -329,12 +373,9 @@ static void cpu_model(char *buf, size_t len)
     fclose(f);
 }
 
-bench_status report_json_write(const char *path, const report_context *ctx)
+bench_status report_json_write(bench_output *out, const report_context *ctx)
 {
-    bench_file bf;
-    if (bench_file_open(&bf, path) != BENCH_OK)
-        return BENCH_ERR_IO;
-    FILE *f = bf.f;
+    strbuf buf = {0}, *f = &buf;
     char host[256] = "unknown", cpu[256], date[64];
     struct utsname un;
     time_t now = time(NULL);
@@ -342,51 +383,65 @@ bench_status report_json_write(const char *path, const report_context *ctx)
     cpu_model(cpu, sizeof cpu);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     uname(&un);
-    fprintf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
+    strbuf_printf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
     json_str(f, LAYERBENCH_VERSION);
-    fprintf(f, ",\n  \"git_revision\": ");
+    strbuf_printf(f, ",\n  \"git_revision\": ");
     json_str(f, layerbench_git_revision());
-    fprintf(f, ",\n  \"build_type\": ");
+    strbuf_printf(f, ",\n  \"build_type\": ");
     json_str(f, LAYERBENCH_BUILD_TYPE);
-    fprintf(f, ",\n  \"compiler\": ");
+    strbuf_printf(f, ",\n  \"compiler\": ");
     json_str(f, __VERSION__);
-    fprintf(f, ",\n  \"command_line\": [");
+    strbuf_printf(f, ",\n  \"command_line\": [");
     for (int i = 0; i < ctx->argc; i++) {
-        fprintf(f, i ? ", " : "");
+        strbuf_printf(f, "%s", i ? ", " : "");
         json_str(f, ctx->argv[i]);
     }
-    fprintf(f, "],\n  \"config\": ");
+    strbuf_printf(f, "],\n  \"config\": ");
     json_str(f, ctx->config);
-    fprintf(f, ",\n  \"date_utc\": ");
+    strbuf_printf(f, ",\n  \"date_utc\": ");
     json_str(f, date);
-    fprintf(f, ",\n  \"host\": ");
+    strbuf_printf(f, ",\n  \"host\": ");
     json_str(f, host);
-    fprintf(f, ",\n  \"os\": ");
+    strbuf_printf(f, ",\n  \"os\": ");
     char os[600];
     snprintf(os, sizeof os, "%s %s %s", un.sysname, un.release, un.machine);
     json_str(f, os);
-    fprintf(f, ",\n  \"cpu_model\": ");
+    strbuf_printf(f, ",\n  \"cpu_model\": ");
     json_str(f, cpu);
-    fprintf(f, ",\n  \"cpu_cores_online\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
-    fprintf(f, "  \"libraries\": {\"libyaml\": ");
+    strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
+    strbuf_printf(f, "  \"libraries\": {\"libyaml\": ");
     json_str(f, yaml_get_version_string());
-    fprintf(f, ", \"google_benchmark\": ");
+    strbuf_printf(f, ", \"google_benchmark\": ");
     json_str(f, gbs_version());
-    fprintf(f, "},\n  \"options\": {\"warmup_time_s\": %g, \"min_time_s\": %g, \"repetitions\": %d, "
+    strbuf_printf(f, "},\n  \"options\": {\"warmup_time_s\": %g, \"min_time_s\": %g, \"repetitions\": %d, "
                "\"dedupe\": %s, \"seed\": %llu},\n",
             ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->repetitions, ctx->mo->dedupe ? "true" : "false",
             (unsigned long long)ctx->mo->seed);
-    fprintf(f, "  \"backends\": {");
+    strbuf_printf(f, "  \"backends\": {");
     for (int i = 0; i < ctx->n_backends; i++) {
-        fprintf(f, "%s\n    ", i ? "," : "");
+        strbuf_printf(f, "%s\n    ", i ? "," : "");
         json_str(f, ctx->backends[i].ops->name);
-        fprintf(f, ": %s", ctx->backends[i].ops->describe(ctx->backends[i].ctx));
+        strbuf_printf(f, ": %s", ctx->backends[i].ops->describe(ctx->backends[i].ctx));
     }
-    fprintf(f, "\n  },\n  \"skipped_backends\": ");
+    strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
     if (ctx->skipped)
         json_str(f, ctx->skipped);
     else
-        fprintf(f, "null");
-    fprintf(f, "\n}\n");
-    return bench_file_commit(&bf);
+        strbuf_printf(f, "null");
+    /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
+    strbuf_printf(f, ",\n  \"state\": ");
+    json_str(f, ctx->state ? ctx->state : "complete");
+    strbuf_printf(f, ",\n  \"interrupted\": ");
+    if (ctx->interrupted)
+        json_str(f, ctx->interrupted);
+    else
+        strbuf_printf(f, "null");
+    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d\n}\n", ctx->completed ? ctx->completed : "",
+                  ctx->resumed_sets);
+    char err[512];
+    bench_status st = bench_output_write(out, buf.data, buf.len, err, sizeof err);
+    if (st != BENCH_OK)
+        fprintf(stderr, "bench: %s\n", err);
+    strbuf_free(&buf);
+    return st;
 }

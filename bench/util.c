@@ -2,7 +2,6 @@
 #include "util.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,87 +107,4 @@ char *bench_format_bytes(int64_t bytes, char *buf, size_t len)
         v /= 1024.0, u++;
     snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
     return buf;
-}
-
-/* Temporary files being written, removed if the run is interrupted so that an
- * interrupted run leaves neither a half-written result nor its temporary. */
-#define MAX_PENDING 8
-static char *volatile pending[MAX_PENDING];
-
-static void on_signal(int sig)
-{
-    for (int i = 0; i < MAX_PENDING; i++)
-        if (pending[i])
-            unlink(pending[i]);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void track(char *tmp, bool add)
-{
-    static bool installed;
-    if (!installed) {
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        signal(SIGHUP, on_signal);
-        installed = true;
-    }
-    for (int i = 0; i < MAX_PENDING; i++)
-        if (add ? pending[i] == NULL : pending[i] == tmp) {
-            pending[i] = add ? tmp : NULL;
-            return;
-        }
-}
-
-bench_status bench_file_open(bench_file *bf, const char *path)
-{
-    memset(bf, 0, sizeof *bf);
-    if (strcmp(path, "-") == 0) {
-        bf->f = stdout;
-        return BENCH_OK;
-    }
-    bf->path = xstrdup(path);
-    bf->tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
-    bf->f = fopen(bf->tmp, "w");
-    if (!bf->f) {
-        fprintf(stderr, "bench: cannot write '%s': %s\n", path, strerror(errno));
-        free(bf->path), free(bf->tmp);
-        bf->path = bf->tmp = NULL;
-        return BENCH_ERR_IO;
-    }
-    track(bf->tmp, true);
-    return BENCH_OK;
-}
-
-bench_status bench_file_commit(bench_file *bf)
-{
-    if (!bf->path) {
-        fflush(stdout);
-        return BENCH_OK;
-    }
-    bench_status st = BENCH_OK;
-    track(bf->tmp, false);
-    if (ferror(bf->f) | (fclose(bf->f) != 0)) {
-        fprintf(stderr, "bench: writing '%s' failed: %s\n", bf->path, strerror(errno));
-        remove(bf->tmp);
-        st = BENCH_ERR_IO;
-    } else if (rename(bf->tmp, bf->path) != 0) {
-        fprintf(stderr, "bench: cannot rename '%s' to '%s': %s\n", bf->tmp, bf->path, strerror(errno));
-        remove(bf->tmp);
-        st = BENCH_ERR_IO;
-    }
-    free(bf->path), free(bf->tmp);
-    memset(bf, 0, sizeof *bf);
-    return st;
-}
-
-void bench_file_abort(bench_file *bf)
-{
-    if (bf->path) {
-        track(bf->tmp, false);
-        fclose(bf->f);
-        remove(bf->tmp);
-    }
-    free(bf->path), free(bf->tmp);
-    memset(bf, 0, sizeof *bf);
 }

@@ -1,4 +1,4 @@
-/* Small shared pieces: status codes, checked allocation, atomic file output, clocks. */
+/* Small shared pieces: status codes, checked allocation, clocks. */
 #ifndef LAYERBENCH_UTIL_H
 #define LAYERBENCH_UTIL_H
 
@@ -16,6 +16,7 @@ typedef enum bench_status {
     BENCH_ERR_IO,           /* a file could not be read or written */
     BENCH_ERR_BACKEND,      /* a backend library call failed */
     BENCH_ERR_CHECK,        /* a result differs from the reference */
+    BENCH_ERR_INTERRUPTED,  /* stopped by a signal */
 } bench_status;
 
 /* Exit code for a status: 0 ok, 2 usage/config, 1 anything else. */
@@ -45,17 +46,5 @@ double bench_now(void);
 int64_t bench_mem_available(void);
 /* "1.5 GiB" */
 char *bench_format_bytes(int64_t bytes, char *buf, size_t len);
-
-/* Writing a results file atomically: writes go to "<path>.tmp.<pid>", and
- * bench_file_commit() renames it over path; bench_file_abort() removes it.
- * A path of "-" writes to stdout directly. */
-typedef struct bench_file {
-    FILE *f;
-    char *path;
-    char *tmp;
-} bench_file;
-bench_status bench_file_open(bench_file *bf, const char *path);
-bench_status bench_file_commit(bench_file *bf);
-void bench_file_abort(bench_file *bf);
 
 #endif

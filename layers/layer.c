@@ -68,6 +68,38 @@ int64_t shape_numel(const shape_t *s)
     return n;
 }
 
+int64_t shape_numel_checked(const shape_t *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (s->d[i] < 0 || __builtin_mul_overflow(n, s->d[i], &n) || n > LAYER_MAX_NUMEL)
+            return -1;
+    return n;
+}
+
+int64_t count_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > LAYER_MAX_COUNT)
+        return -1;
+    return r;
+}
+
+int64_t count_add(int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0 || a + b > LAYER_MAX_COUNT) /* both <= 2^62: no overflow */
+        return -1;
+    return a + b;
+}
+
+int layer_count(layer *l)
+{
+    layer_desc_get(l->kind)->count(l);
+    bool ok = l->n_weights >= 0 && l->n_weight_floats >= 0 && l->n_weight_floats <= LAYER_MAX_NUMEL &&
+              l->macs >= 0 && l->flops >= 0 && l->bytes >= 0;
+    return ok ? 0 : -1;
+}
+
 char *shape_format(const shape_t *s, char *buf, size_t len)
 {
     size_t off = (size_t)snprintf(buf, len, "[");

@@ -22,8 +22,20 @@ typedef struct shape {
     int64_t d[SHAPE_MAX_RANK];
 } shape_t;
 
-/* Number of elements; the shape was checked for overflow when it was built. */
+/* Largest element count of one tensor (weights included): 2^40 floats, 4 TiB. */
+#define LAYER_MAX_NUMEL ((int64_t)1 << 40)
+/* Largest parameter, MAC, FLOP or byte count of one layer: 2^62. */
+#define LAYER_MAX_COUNT ((int64_t)1 << 62)
+
+/* Number of elements. Every shape of a model was checked with shape_numel_checked()
+ * when it was built, so this cannot overflow. */
 int64_t shape_numel(const shape_t *s);
+/* Number of elements, or -1 if it overflows or exceeds LAYER_MAX_NUMEL. */
+int64_t shape_numel_checked(const shape_t *s);
+/* a * b and a + b for counts: -1 when an operand is -1 (already out of range), or the
+ * result is beyond LAYER_MAX_COUNT. */
+int64_t count_mul(int64_t a, int64_t b);
+int64_t count_add(int64_t a, int64_t b);
 /* Writes "[1, 64, 56, 56]" into buf; returns buf. */
 char *shape_format(const shape_t *s, char *buf, size_t len);
 /* Writes the compact form "1x64x56x56" (no separators that need CSV quoting); returns buf. */
@@ -114,7 +126,9 @@ typedef struct layer_desc {
     /* Checks the parameters against l->in (and l->in2) and sets l->out.
      * Returns 0, or -1 with a message in err ("what is wrong and what was expected"). */
     int (*infer)(layer *l, char *err, size_t errlen);
-    /* Sets n_weights, n_weight_floats, macs, flops and bytes from the shapes. */
+    /* Sets n_weights, n_weight_floats, macs, flops and bytes from the shapes, with
+     * count_mul/count_add: a count out of range is -1 (see layer_count). Its cost does
+     * not depend on the sizes (closed forms, no loops over dimensions). */
     void (*count)(layer *l);
     /* Fills the l->n_weight_floats weights with plausible random values; optional. */
     void (*init_weights)(const layer *l, float *w, layer_rng *rng);
@@ -144,6 +158,13 @@ int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
                       int64_t dilation, bool ceil_mode);
 
 
+
+/* Sum of adaptive pooling's window sizes along one axis (in -> out), in closed form. */
+int64_t layer_adaptive_window_sum(int64_t in, int64_t out);
+
+/* Runs the kind's count(); -1 when a count is out of range (more than LAYER_MAX_COUNT,
+ * or weights beyond LAYER_MAX_NUMEL floats), else 0. */
+int layer_count(layer *l);
 
 /* Same kind, input shapes and parameters: the same work (used by --dedupe and the
  * grouped tables). */

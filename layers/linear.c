@@ -24,9 +24,9 @@ static int linear_infer(layer *l, char *err, size_t len)
 static void linear_count(layer *l)
 {
     int64_t in = l->in.d[1], o = l->p.out_features;
-    l->n_weights = l->n_weight_floats = o * in + (l->p.bias ? o : 0);
-    l->macs = l->in.d[0] * o * in;
-    l->flops = 2 * l->macs + (l->p.bias ? l->in.d[0] * o : 0);
+    l->n_weights = l->n_weight_floats = count_add(count_mul(o, in), l->p.bias ? o : 0);
+    l->macs = count_mul(count_mul(l->in.d[0], o), in);
+    l->flops = count_add(count_mul(2, l->macs), l->p.bias ? count_mul(l->in.d[0], o) : 0);
     kind_count_bytes(l);
 }
 

@@ -63,7 +63,7 @@ static int pool_infer(layer *l, char *err, size_t len)
 static void pool_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = shape_numel(&l->out) * l->p.kernel[0] * l->p.kernel[1];
+    l->flops = count_mul(count_mul(shape_numel(&l->out), l->p.kernel[0]), l->p.kernel[1]);
     kind_count_bytes(l);
 }
 
@@ -135,20 +135,31 @@ static int adaptive_infer(layer *l, char *err, size_t len)
     return 0;
 }
 
-static int64_t window_sum(int64_t in, int64_t out)
+static int64_t gcd(int64_t a, int64_t b)
 {
-    int64_t s = 0;
-    for (int64_t i = 0; i < out; i++)
-        s += ((i + 1) * in + out - 1) / out - (i * in) / out;
-    return s;
+    while (b) {
+        int64_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The sizes of the `out` windows along an axis of `in`, summed: window i covers
+ * [floor(i*in/out), ceil((i+1)*in/out)). In closed form, so the cost does not grow with
+ * the sizes: sum(ceil((i+1)*in/out)) - sum(floor(i*in/out)) = in + out - gcd(in, out),
+ * since the two sums of floors differ by `in` and (i+1)*in/out is an integer for
+ * gcd(in, out) values of i. (tests/test_layers.c checks it against the loop.) */
+int64_t layer_adaptive_window_sum(int64_t in, int64_t out)
+{
+    return in + out - gcd(in, out);
 }
 
 static void adaptive_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
     /* every output reads its window once; sums of window sizes per axis multiply */
-    l->flops = l->in.d[0] * l->in.d[1] * window_sum(l->in.d[2], l->out.d[2]) *
-               window_sum(l->in.d[3], l->out.d[3]);
+    l->flops = count_mul(count_mul(count_mul(l->in.d[0], l->in.d[1]), layer_adaptive_window_sum(l->in.d[2], l->out.d[2])),
+                         layer_adaptive_window_sum(l->in.d[3], l->out.d[3]));
     kind_count_bytes(l);
 }
 

@@ -34,6 +34,25 @@ makes `--repetitions` runs; every iteration of those runs is one sample (warm-up
 estimation iterations are dropped). CPU samples are read from `CLOCK_MONOTONIC`
 around each call; CUDA samples from CUDA events on the layer's stream.
 
+## Files, interruptions and --resume
+
+A regular `--csv` file is replaced atomically (written to `FILE.tmp.PID` beside it, then
+renamed over it) after every finished (batch, backend) set, so the file on disk always
+holds complete sets, whatever stops the run: a SIGINT, SIGTERM or SIGHUP stops it at the
+next layer (exit status 128 + the signal), drops the unfinished set and keeps the rest;
+a SIGKILL leaves the last checkpoint. `bench sweep ... --csv FILE --resume` (or `run`)
+reads FILE, keeps its rows and measures only the sets it lacks; it refuses a file with
+another header or another model. An existing file's permissions are kept and a file the
+user may not write is refused; a symbolic link is followed (the file it names is
+replaced); stdout (`-`), devices and FIFOs are written in place, without a JSON context.
+Paths that cannot work (a directory, a missing folder, the config itself) are refused
+before anything is measured, with exit status 2.
+
+Names are restricted to what torch module paths hold (docs/config.md), so no name can
+start a spreadsheet formula. Any other text cell that starts with `=`, `+`, `-`, `@`, a
+tab or a carriage return and is not a number (a note quoting a library's message, say)
+is written with a leading apostrophe, as OWASP advises against CSV injection.
+
 ## The JSON run context
 
 Beside `results.csv`, `results.json` records how the numbers were made: the command
@@ -43,5 +62,8 @@ libyaml and Google Benchmark versions, the timing options and seed, and per back
 its own description (CPU: threads, OpenBLAS configuration and threading mode, the
 OpenMP spin setting; CUDA: device, compute capability, SM clock at start and end,
 driver, runtime, cuDNN and cuBLAS versions, math mode, L2 and flush sizes), plus any
-backend that was asked for and skipped, with why.
+backend that was asked for and skipped, with why. `state` is `complete`, `running` (a
+checkpoint of a run still going, or killed), `interrupted` (with `interrupted` saying
+where: batch, backend, mode and layer) or `failed`; `completed` lists the finished
+(backend, batch) sets and `resumed_sets` how many came from the file `--resume` read.
 TAIL

@@ -123,8 +123,7 @@ static bool make_layer(const layer_case *c, layer *l)
         fprintf(stderr, "case '%s' does not infer: %s\n", c->what, err);
         return false;
     }
-    d->count(l);
-    return true;
+    return layer_count(l) == 0;
 }
 
 /* Runs one case on a host-memory backend with guard zones; returns the relative error. */
@@ -250,6 +249,30 @@ static void test_counts(void)
     EXPECT(l.n_weights == 7 * 53 && l.macs == 3 * 7 * 53 && l.flops == 2 * l.macs, "linear counts");
 }
 
+/* The closed form of adaptive pooling's window sizes against the loop it replaces. */
+static void test_adaptive_window_sum(void)
+{
+    for (int64_t in = 1; in <= 40; in++)
+        for (int64_t out = 1; out <= 40; out++) {
+            int64_t sum = 0;
+            for (int64_t i = 0; i < out; i++)
+                sum += ((i + 1) * in + out - 1) / out - (i * in) / out;
+            EXPECT(layer_adaptive_window_sum(in, out) == sum, "window sum %lld -> %lld: %lld, loop %lld", (long long)in,
+                   (long long)out, (long long)layer_adaptive_window_sum(in, out), (long long)sum);
+        }
+}
+
+/* Counts that would overflow are reported as out of range, never wrapped. */
+static void test_count_overflow(void)
+{
+    EXPECT(count_mul((int64_t)1 << 31, (int64_t)1 << 31) == ((int64_t)1 << 62), "2^62 is in range");
+    EXPECT(count_mul((int64_t)1 << 32, (int64_t)1 << 31) == -1, "2^63 is out of range");
+    EXPECT(count_mul(INT64_MAX, 3) == -1 && count_mul(-1, 0) == -1, "overflow and propagation");
+    EXPECT(count_add(LAYER_MAX_COUNT, 1) == -1 && count_add(-1, 1) == -1, "sums");
+    shape_t huge = {4, {16777216, 1048576, 1048576, 1}};
+    EXPECT(shape_numel_checked(&huge) == -1, "2^64 elements must not wrap to 0");
+}
+
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "cpu";
@@ -271,6 +294,8 @@ int main(int argc, char **argv)
     test_coverage();
     test_checker();
     test_counts();
+    test_adaptive_window_sum();
+    test_count_overflow();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_case(&b, &cases[i], seed + i);
     backend_close(&b);

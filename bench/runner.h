@@ -1,0 +1,46 @@
+/* The plan of `bench run` and `bench sweep`: every batch size on every backend, in each
+ * of the backend's timing modes, handed to the reporters as it completes. After each
+ * (batch, backend) set the reporters checkpoint (the CSV on disk holds every finished
+ * set) and the JSON context says how far the run got. A SIGINT, SIGTERM or SIGHUP stops
+ * the run at the next layer; the unfinished set is dropped, the finished ones stay, and
+ * the JSON says where the run was interrupted. Sets a previous run finished (--resume)
+ * are not measured again. */
+#ifndef LAYERBENCH_RUNNER_H
+#define LAYERBENCH_RUNNER_H
+
+#include "measure.h"
+#include "output.h"
+#include "report.h"
+
+/* A (backend, batch) set of results. */
+typedef struct runner_set {
+    char backend[16];
+    int64_t batch;
+} runner_set;
+
+typedef struct runner_plan {
+    const int64_t *batches;      /* batch sizes, in order */
+    int n_batches;
+    backend *backends;
+    int n_backends;
+    const runner_set *done;      /* sets kept from a previous run (--resume); may be NULL */
+    int n_done;
+    reporter **reps;             /* console or sweep summary, then the CSV */
+    int n_reps;
+    bench_output *json;          /* the JSON context, or NULL */
+    report_context ctx;          /* for the JSON context; state, completed and interrupted are set here */
+    bool sweep_progress;         /* say on stderr which set is running */
+} runner_plan;
+
+/* Runs the plan on m (whose batch it changes). Returns the exit status: 0, 1 when a row
+ * failed or a file could not be written, 128 + the signal when interrupted. */
+int runner_execute(model *m, runner_plan *p, const measure_options *mo);
+
+/* For --resume: reads the CSV a previous run left at path, checks its header and that
+ * it holds model_name, and lists the (backend, batch) sets in it (a CSV written by a
+ * checkpoint holds only finished sets). *text is the file (caller frees) to keep, or
+ * NULL when there is no file yet. BENCH_ERR_USAGE with err otherwise. */
+bench_status runner_read_previous(const char *path, const char *model_name, char **text, runner_set **sets,
+                                  int *n_sets, char *err, size_t errlen);
+
+#endif
