@@ -647,15 +647,28 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen, 
 
 bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen)
 {
-    cfg_ctx c = {.path = path, .err = err, .errlen = errlen};
-    yaml_parser_t parser;
     size_t len = 0;
     bench_status st;
-    int rc = -1;
     *out = NULL;
     char *text = read_file(path, &len, err, errlen, &st);
     if (!text)
         return st;
+    st = cfg_load_text(path, text, len, batch, out, err, errlen);
+    free(text);
+    return st;
+}
+
+bench_status cfg_load_text(const char *path, const char *text, size_t len, int64_t batch, model **out, char *err,
+                           size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen};
+    yaml_parser_t parser;
+    int rc = -1;
+    *out = NULL;
+    if (len > CFG_MAX_FILE_BYTES) {
+        snprintf(err, errlen, "%s: the config is larger than 1 MiB (use 'repeat' for long stacks)", path);
+        return BENCH_ERR_USAGE;
+    }
     c.m = xcalloc(1, sizeof(model));
     c.m->path = xstrdup(path);
     if (!yaml_parser_initialize(&parser)) {
@@ -701,7 +714,6 @@ out_doc:
 out_parser:
     yaml_parser_delete(&parser);
 out_text:
-    free(text);
     if (rc) {
         model_free(c.m);
         return BENCH_ERR_USAGE;

@@ -11,6 +11,10 @@
  * position applies) and the status is BENCH_ERR_USAGE (or BENCH_ERR_IO when the
  * file cannot be read). */
 bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen);
+/* The same from text already in memory (len bytes; the fuzz target's entry); path only
+ * names it in messages. */
+bench_status cfg_load_text(const char *path, const char *text, size_t len, int64_t batch, model **out, char *err,
+                           size_t errlen);
 
 /* Largest config file accepted, and the structural limits that keep hostile files cheap. */
 #define CFG_MAX_FILE_BYTES (1 << 20)
