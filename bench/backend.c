@@ -1,30 +1,61 @@
-/* Backend registry: the only place that knows which backends were compiled in. */
+/* Backend registry: the only place that knows which backends exist. The CPU backend is
+ * built in; the cuda backend, where it was built, is a module loaded on first use
+ * (liblayerbench_cuda.so beside the library holding this file). */
+#define _GNU_SOURCE
 #include "backend.h"
 
+#include <dlfcn.h>
 #include <string.h>
 
 extern const backend_ops backend_cpu_ops;
-#ifdef LAYERBENCH_HAVE_CUDA
-extern const backend_ops backend_cuda_ops;
-#endif
 
-static const backend_ops *const registered[] = {
-    &backend_cpu_ops,
-#ifdef LAYERBENCH_HAVE_CUDA
-    &backend_cuda_ops,
-#endif
-    NULL,
-};
+static const backend_ops *const builtin[] = {&backend_cpu_ops, NULL};
 
-const backend_ops *const *backend_list(void) { return registered; }
+static char load_error[512];
+
+#ifdef LAYERBENCH_HAVE_CUDA
+/* "<folder of this library>/liblayerbench_<name>.so", loaded once; its ops table is the
+ * symbol backend_<name>_ops. */
+static const backend_ops *load_module(const char *name)
+{
+    static const backend_ops *loaded;
+    static bool tried;
+    if (tried)
+        return loaded;
+    tried = true;
+    Dl_info self;
+    char path[4096] = "";
+    if (dladdr((void *)load_module, &self) && self.dli_fname) {
+        const char *slash = strrchr(self.dli_fname, '/');
+        int dir = slash ? (int)(slash - self.dli_fname) : 1;
+        snprintf(path, sizeof path, "%.*s/liblayerbench_%s.so", dir, slash ? self.dli_fname : ".", name);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char sym[64];
+    snprintf(sym, sizeof sym, "backend_%s_ops", name);
+    loaded = h ? (const backend_ops *)dlsym(h, sym) : NULL;
+    if (!loaded)
+        snprintf(load_error, sizeof load_error, "the %s backend cannot be loaded: %s", name, dlerror());
+    return loaded;
+}
+#endif
 
 const backend_ops *backend_find(const char *name)
 {
-    for (int i = 0; registered[i]; i++)
-        if (strcmp(registered[i]->name, name) == 0)
-            return registered[i];
+    for (int i = 0; builtin[i]; i++)
+        if (strcmp(builtin[i]->name, name) == 0)
+            return builtin[i];
+#ifdef LAYERBENCH_HAVE_CUDA
+    if (strcmp(name, "cuda") == 0)
+        return load_module(name);
+#endif
+    snprintf(load_error, sizeof load_error,
+             "the %s backend is not built into this binary%s", name,
+             strcmp(name, "cuda") == 0 ? " (it needs the CUDA toolkit and cuDNN at configure time)" : "");
     return NULL;
 }
+
+const char *backend_find_error(void) { return load_error; }
 
 bench_status backend_open(const backend_ops *ops, const backend_options *opt, backend *b, char *err,
                           size_t errlen)

@@ -87,10 +87,10 @@ typedef struct backend {
     void *ctx;
 } backend;
 
-/* Backends compiled into this binary, NULL-terminated. */
-const backend_ops *const *backend_list(void);
-/* Looks a backend up by name; NULL if it is not compiled in. */
+/* Looks a backend up by name ("cpu", "cuda"), loading its module if it has one; NULL
+ * when it was not built or cannot be loaded, and backend_find_error() says which. */
 const backend_ops *backend_find(const char *name);
+const char *backend_find_error(void);
 
 /* Opens a backend; on failure err holds a one-line reason. backend_close() frees it. */
 bench_status backend_open(const backend_ops *ops, const backend_options *opt, backend *b, char *err,

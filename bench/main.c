@@ -245,9 +245,7 @@ static int open_backends(const cli *c, backend *bs, char **skipped)
         char err[512];
         bench_status st;
         if (!ops) {
-            snprintf(err, sizeof err,
-                     "the %s backend is not built into this binary (it needs the CUDA toolkit and cuDNN at "
-                     "configure time)", names[i]);
+            snprintf(err, sizeof err, "%s", backend_find_error());
             st = BENCH_ERR_UNSUPPORTED;
         } else {
             st = backend_open(ops, &bo, &bs[n], err, sizeof err);

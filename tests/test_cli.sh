@@ -135,7 +135,7 @@ if "$BENCH" run "$SMOKE" --backend cuda "${FAST[@]}" >"$T/cuda.out" 2>&1; then
 else
   rc=$?
   [ $rc = 2 ] && [ "$(wc -l <"$T/cuda.out")" = 1 ] &&
-    grep -qE "^bench: (the cuda backend is not built into this binary|no CUDA device: )" "$T/cuda.out" && ok ||
+    grep -qE "^bench: (the cuda backend is not built into this binary|the cuda backend cannot be loaded: |no CUDA device: )" "$T/cuda.out" && ok ||
     bad "--backend cuda without a GPU: exit $rc: $(cat "$T/cuda.out")"
 fi
 expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"

@@ -39,7 +39,7 @@ int main(int argc, char **argv)
     backend_options bo = {0};
     char err[512];
     if (!ops) {
-        printf("SKIP: the cuda backend is not built into this binary\n");
+        printf("SKIP: %s\n", backend_find_error());
         return 77;
     }
     if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
