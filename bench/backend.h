@@ -39,8 +39,19 @@ typedef struct backend_ops {
      * held by a spinning kernel, as NVBench's blocking kernel does). Never called while
      * a graph is being captured; at most a few hundred launches are queued while held. */
     void (*hold)(void *ctx);
-    /* Optional: evicts caches before a cold sample. */
+    /* Optional: evicts caches before a cold sample (the CPU's last-level cache, the GPU's
+     * L2); without it the backend has no cold mode. */
     void (*flush_cache)(void *ctx);
+    /* Optional: the in-model view. marks_prepare readies n marks (untimed; BENCH_OK or a
+     * failure); timer_mark(ctx, i) records mark i inside the current sample (no
+     * allocation, no synchronisation); after timer_stop, marks_read writes the seconds
+     * from the sample's start to each of the n marks. */
+    bench_status (*marks_prepare)(void *ctx, int n);
+    void (*timer_mark)(void *ctx, int i);
+    void (*marks_read)(void *ctx, double *seconds, int n);
+    /* Optional: what the backend noticed about the machine while it ran (clocks that
+     * moved, throttling), one warning per line into buf; "" when there is nothing. */
+    void (*warnings)(void *ctx, char *buf, size_t len);
     /* Untimed setup for one layer whose weights already live in backend memory.
      * Sets *state, writes the implementation chosen into impl (or, when unsupported,
      * why) and the workspace it allocated into *workspace_bytes. Returns
@@ -55,11 +66,6 @@ typedef struct backend_ops {
     /* A JSON object describing the device and libraries, owned by ctx (valid until the
      * next call). */
     const char *(*describe)(void *ctx);
-    /* Timing modes for isolated layers, NULL-terminated: "isolated" (one call per
-     * sample, warm), "cold" (flush_cache before each single launch), "batch" (many
-     * launches per sample, divided by their count; captured as one graph where the
-     * backend has graphs). */
-    const char *const *modes;
     /* The backend has its own memory: the model's input upload and output download
      * are timed and reported apart from the layers. */
     bool device_memory;

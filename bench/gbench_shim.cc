@@ -3,6 +3,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,7 @@ struct Recorder {
     std::vector<Segment> segments;
     bool failed = false;
     const char *why = "";
+    double cost = 0.0;  // what Google Benchmark counted, all calls
 };
 
 // Collects the reported per-repetition runs (not the aggregates).
@@ -59,7 +61,9 @@ void run_segment(benchmark::State &state, Recorder *rec)
 {
     Segment seg{rec->samples.size(), 0, 0.0};
     for (auto _ : state) {
+        auto w0 = std::chrono::steady_clock::now();
         double t = rec->fn(rec->user);
+        double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
         if (!(t >= 0.0) || rec->samples.size() >= kMaxSamples) {
             rec->failed = true;
             rec->why = t >= 0.0 ? "more than 10 million samples: the timed call takes no measurable time"
@@ -67,9 +71,14 @@ void run_segment(benchmark::State &state, Recorder *rec)
             state.SkipWithError(rec->why);
             break;
         }
-        state.SetIterationTime(t);
+        // Google Benchmark's budget (warm-up, --min-time) counts what the iteration cost,
+        // untimed parts included (a cache flush before a cold sample, a GPU's hold and
+        // synchronisation): the larger of the sample and the call's wall time.
+        double cost = t > wall ? t : wall;
+        state.SetIterationTime(cost);
         rec->samples.push_back(t);
-        seg.sum += t;  // same order of additions as Google Benchmark's manual time
+        seg.sum += cost;  // same order of additions as Google Benchmark's manual time
+        rec->cost += cost;
         seg.count++;
     }
     rec->segments.push_back(seg);
@@ -85,12 +94,16 @@ extern "C" int gbs_run(const char *name, gbs_iteration_fn fn, void *user, const 
     rec.user = user;
     std::memset(out, 0, sizeof *out);
     benchmark::ClearRegisteredBenchmarks();
-    benchmark::RegisterBenchmark(name, run_segment, &rec)
-        ->UseManualTime()
-        ->MinTime(opt->min_time)
-        ->MinWarmUpTime(opt->warmup_time)
-        ->Repetitions(opt->repetitions > 0 ? opt->repetitions : 1)
-        ->Unit(benchmark::kMicrosecond);
+    benchmark::internal::Benchmark *b = benchmark::RegisterBenchmark(name, run_segment, &rec)
+                                            ->UseManualTime()
+                                            ->Repetitions(opt->repetitions > 0 ? opt->repetitions : 1)
+                                            ->Unit(benchmark::kMicrosecond);
+    if (opt->iterations > 0) { // a fixed count: no min time (Google Benchmark takes one or the other)
+        b->Iterations(opt->iterations);
+    } else {
+        b->MinTime(opt->min_time);
+        b->MinWarmUpTime(opt->warmup_time);
+    }
     CollectReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter, "");
     benchmark::ClearRegisteredBenchmarks();
@@ -124,12 +137,15 @@ extern "C" int gbs_run(const char *name, gbs_iteration_fn fn, void *user, const 
             return -1;
         }
         const Segment &seg = rec.segments[found];
+        if (kept.empty())
+            out->first_kept = static_cast<int64_t>(seg.first);
         kept.insert(kept.end(), rec.samples.begin() + static_cast<long>(seg.first),
                     rec.samples.begin() + static_cast<long>(seg.first + seg.count));
         out->iterations = run.iterations;
         next = found + 1;
     }
     out->n_samples = static_cast<int64_t>(kept.size());
+    out->cost = rec.cost;
     out->repetitions = static_cast<int>(reporter.runs.size());
     out->discarded = static_cast<int64_t>(rec.samples.size()) - out->n_samples;
     out->samples = static_cast<double *>(std::malloc((kept.size() ? kept.size() : 1) * sizeof(double)));

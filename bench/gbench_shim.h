@@ -1,8 +1,9 @@
 /* A pure C face for Google Benchmark. Google Benchmark decides how many iterations
  * to run (warm-up for warmup_time, then iteration counts grown until one run lasts
  * min_time, then `repetitions` runs of that count); the callback times each
- * iteration itself and returns the seconds, which Google Benchmark takes as manual
- * time. Samples from warm-up and from the runs that only estimated the iteration
+ * iteration itself and returns the seconds, which are the samples. Google Benchmark
+ * takes as manual time the larger of that and the call's wall time, so that untimed
+ * work inside the call (a cache flush) counts against its time limits. Samples from warm-up and from the runs that only estimated the iteration
  * count are dropped: what comes back is exactly the iterations of the runs Google
  * Benchmark reported. */
 #ifndef LAYERBENCH_GBENCH_SHIM_H
@@ -22,6 +23,9 @@ typedef struct gbs_options {
     double warmup_time;  /* seconds of untimed warm-up; 0 for none */
     double min_time;     /* seconds each reported run lasts at least */
     int repetitions;     /* reported runs, >= 1 */
+    int64_t iterations;  /* > 0: exactly this many per run (no estimation; warm-up is then
+                          * at least this many too, so use 0 warm-up with it); 0: Google
+                          * Benchmark grows the count until a run lasts min_time */
 } gbs_options;
 
 typedef struct gbs_result {
@@ -30,6 +34,10 @@ typedef struct gbs_result {
     int64_t iterations;       /* iterations per reported run */
     int repetitions;          /* reported runs matched */
     int64_t discarded;        /* warm-up and estimation iterations not in samples */
+    int64_t first_kept;       /* with one repetition: the call number (from 0) of samples[0];
+                               * the kept samples are the calls that follow it */
+    double cost;              /* seconds Google Benchmark counted for every call (kept or
+                               * not): the run's share of a time budget */
 } gbs_result;
 
 /* Returns 0, or -1 with a message in err (the callback failed, or the runs Google

@@ -34,9 +34,17 @@ static const char usage_text[] =
     "  --algo A          cuda: search (time cuDNN's candidates at setup, default) or heuristic\n"
     "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
     "  --threads N       CPU threads for OpenBLAS and the OpenMP loops (default: all cores)\n"
-    "  --warmup-time S   seconds of warm-up per layer (default 0.02)\n"
-    "  --min-time S      seconds per repetition, Google Benchmark's min time (default 0.05)\n"
-    "  --repetitions N   timed repetitions per layer (default 5)\n"
+    "  --mode M[,M...]   timing modes of the isolated layers: warm (one call per sample), cold\n"
+    "                    (caches flushed before each sample), batch (many calls per sample),\n"
+    "                    auto (batch for a call under 20x the timer's floor, else warm;\n"
+    "                    the default). Each row says which mode it used\n"
+    "  --max-noise PCT   sample a layer until the 95%% confidence interval of its median is\n"
+    "                    within PCT percent of it (default 1)\n"
+    "  --min-samples N   ... with at least N samples (default 10)\n"
+    "  --timeout S       ... or until it has been sampled for S seconds (default 2)\n"
+    "  --warmup-time S   seconds of warm-up before a layer's first samples (default 0.02)\n"
+    "  --min-time S      seconds per chunk: layers are sampled in rounds, one chunk (one Google\n"
+    "                    Benchmark run) each per round (default 0.01)\n"
     "  --dedupe          time layers of identical kind, shape and parameters once\n"
     "  --seed N          seed of the random inputs and weights (default 1)\n"
     "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
@@ -46,7 +54,7 @@ static const char usage_text[] =
     "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
     "                    the (batch, backend) sets it does not hold yet\n"
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
-    "                    time, cv, gflops\n"
+    "                    time, noise, inmodel, gflops\n"
     "  --top N           rows in the per-layer and grouped tables (default all)\n"
     "  --no-progress     do not show the running layer on stderr\n"
     "  -h, --help        this text\n"
@@ -69,6 +77,7 @@ typedef struct cli {
     bool tf32;
     bool algo_heuristic;
     bool resume;
+    const char *mode;        /* --mode as given */
     measure_options mo;
 } cli;
 
@@ -125,7 +134,8 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
     return *n > 0 && s[strlen(s) - 1] != ',';
 }
 
-enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_REPS, OPT_DEDUPE, OPT_SEED,
+enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
+       OPT_TIMEOUT, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
 
 static const struct option long_opts[] = {
@@ -134,7 +144,10 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"warmup-time", required_argument, NULL, OPT_WARMUP},
     {"min-time", required_argument, NULL, OPT_MINTIME},
-    {"repetitions", required_argument, NULL, OPT_REPS},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"max-noise", required_argument, NULL, OPT_NOISE},
+    {"min-samples", required_argument, NULL, OPT_MINSAMPLES},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"dedupe", no_argument, NULL, OPT_DEDUPE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"csv", required_argument, NULL, OPT_CSV},
@@ -149,11 +162,39 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
+ * check); the count, or 0 when the list is not valid. The strings point into a copy
+ * that lives as long as the process. */
+static int split_modes(const char *arg, const char **modes)
+{
+    char *copy = xstrdup(arg), *save = NULL;
+    const char *seen[4];
+    int n = 0;
+    bool ok = *arg && arg[strlen(arg) - 1] != ',' && !strstr(arg, ",,");
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        for (int i = 0; i < n; i++)
+            ok &= strcmp(seen[i], tok) != 0;
+        ok &= measure_mode_valid(tok) && n < 4;
+        if (ok)
+            seen[n++] = tok;
+    }
+    if (!ok || !modes) {
+        free(copy);
+        return ok ? n : 0;
+    }
+    for (int i = 0; i < n; i++)
+        modes[i] = seen[i];
+    return n; /* copy is kept: the modes point into it */
+}
+
 /* Returns -1 to go on, or an exit code. */
 static int parse_cli(int argc, char **argv, cli *c)
 {
     *c = (cli){.backend = "cpu", .sort = "index",
-               .mo = {.warmup_time = 0.02, .min_time = 0.05, .repetitions = 5, .seed = 1}};
+               .mode = "auto",
+               .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
+                      .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
+                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
     opterr = 0;
     int opt;
     long v;
@@ -176,10 +217,22 @@ static int parse_cli(int argc, char **argv, cli *c)
             if (!parse_seconds(optarg, &c->mo.min_time) || c->mo.min_time <= 0)
                 return usage_error("--min-time expects seconds above 0 and at most 3600, got '%s'", optarg);
             break;
-        case OPT_REPS:
-            if (!parse_long(optarg, 1, 1000, &v))
-                return usage_error("--repetitions expects an integer from 1 to 1000, got '%s'", optarg);
-            c->mo.repetitions = (int)v;
+        case OPT_MODE: c->mode = optarg; break;
+        case OPT_NOISE: {
+            double pct;
+            if (!parse_seconds(optarg, &pct) || pct <= 0 || pct > 100)
+                return usage_error("--max-noise expects a percentage above 0 and at most 100, got '%s'", optarg);
+            c->mo.max_noise = pct / 100;
+            break;
+        }
+        case OPT_MINSAMPLES:
+            if (!parse_long(optarg, 1, 1000000, &v))
+                return usage_error("--min-samples expects an integer from 1 to 1000000, got '%s'", optarg);
+            c->mo.min_samples = (int)v;
+            break;
+        case OPT_TIMEOUT:
+            if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
+                return usage_error("--timeout expects seconds above 0 and at most 3600, got '%s'", optarg);
             break;
         case OPT_DEDUPE: c->mo.dedupe = true; break;
         case OPT_SEED:
@@ -190,7 +243,8 @@ static int parse_cli(int argc, char **argv, cli *c)
         case OPT_CSV: c->csv = optarg; break;
         case OPT_SORT:
             if (!report_sort_valid(optarg))
-                return usage_error("--sort expects index, name, kind, params, flops, time, cv or gflops, got '%s'", optarg);
+                return usage_error("--sort expects index, name, kind, params, flops, time, noise, inmodel or gflops, "
+                                   "got '%s'", optarg);
             c->sort = optarg;
             break;
         case OPT_TOP:
@@ -224,6 +278,8 @@ static int parse_cli(int argc, char **argv, cli *c)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!split_modes(c->mode, NULL))
+        return usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
     if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "all"))
         return usage_error("--backend expects cpu, cuda or all, got '%s'", c->backend);
     c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
@@ -457,10 +513,14 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         reps[nr++] = report_csv_create(&out.csv, previous);
     measure_options mo = c->mo;
     mo.stop = &bench_interrupted;
+    const char *modes[4];
+    int n_modes = split_modes(c->mode, modes);
     runner_plan plan = {
+        .modes = modes, .n_modes = n_modes,
         .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
         .reps = reps, .n_reps = nr, .json = out.has_json ? &out.json : NULL,
-        .ctx = {argc, argv, c->config, &c->mo, bs, nb, skipped, NULL, NULL, NULL, 0},
+        .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
+                .n_backends = nb, .skipped = skipped},
         .sweep_progress = sweep && c->mo.progress,
     };
     bench_catch_signals();

@@ -3,7 +3,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gbench_shim.h"
 
@@ -11,6 +10,17 @@ const char *row_status_name(row_status s)
 {
     static const char *const names[] = {"", "ok", "dedupe", "view", "skipped", "failed"};
     return s >= ROW_NONE && s <= ROW_FAILED ? names[s] : "?";
+}
+
+const char *stop_reason_name(stop_reason s)
+{
+    static const char *const names[] = {"", "noise", "timeout", "samples"};
+    return s >= STOP_NONE && s <= STOP_SAMPLES ? names[s] : "?";
+}
+
+bool measure_mode_valid(const char *mode)
+{
+    return !strcmp(mode, "auto") || !strcmp(mode, "warm") || !strcmp(mode, "cold") || !strcmp(mode, "batch");
 }
 
 bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **in2, float **w)
@@ -43,6 +53,33 @@ static void row_fail(layer_result *r, const char *fmt, ...)
     r->status = ROW_FAILED;
     vsnprintf(r->note, sizeof r->note, fmt, ap);
     va_end(ap);
+}
+
+static void note_append(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_append(layer_result *r, const char *fmt, ...)
+{
+    size_t len = strlen(r->note);
+    if (len && len + 2 < sizeof r->note)
+        strcpy(r->note + len, "; "), len += 2;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->note + len, sizeof r->note - len, fmt, ap);
+    va_end(ap);
+}
+
+/* A growing array of doubles. */
+typedef struct dvec {
+    double *v;
+    int64_t n, cap;
+} dvec;
+
+static void dvec_push(dvec *d, double x)
+{
+    if (d->n == d->cap) {
+        d->cap = d->cap ? 2 * d->cap : 256;
+        d->v = xrealloc(d->v, (size_t)d->cap * sizeof *d->v);
+    }
+    d->v[d->n++] = x;
 }
 
 /* ---- one timed sample -------------------------------------------------------------------- */
@@ -88,6 +125,76 @@ static double time_layer_sample(void *user)
     return ops->timer_stop(t->b->ctx);
 }
 
+/* An empty sample, held and flushed like a real one: the timer's floor. */
+typedef struct empty_sample {
+    const backend *b;
+    bool cold;
+} empty_sample;
+
+static double time_empty_sample(void *user)
+{
+    empty_sample *e = user;
+    begin_sample(e->b, true, e->cold);
+    return e->b->ops->timer_stop(e->b->ctx);
+}
+
+/* The fastest of a few single warm samples: how long one call takes. */
+static double single_call_seconds(timed_layer *t)
+{
+    double best = 1e9;
+    timed_layer one = *t;
+    one.launches = 1;
+    one.cold = false;
+    one.graph = NULL;
+    for (int i = 0; i < 5; i++) {
+        double s = time_layer_sample(&one);
+        if (s >= 0 && s < best)
+            best = s;
+    }
+    return best;
+}
+
+/* Batch mode: enough back-to-back launches that one sample lasts about a
+ * millisecond, far above the timer's floor; between 1 and 1000. */
+#define BATCH_SAMPLE_SECONDS 1e-3
+#define BATCH_MAX_LAUNCHES 1000
+/* Launches queued while the device is held, at most (a stream's launch queue holds a
+ * thousand or so; a host blocked on a full queue would wait for the hold). */
+#define HOLD_MAX_LAUNCHES 256
+/* auto: batch for a call shorter than this many timer floors. */
+#define AUTO_BATCH_FLOORS 20.0
+/* A row whose sample is shorter than this many floors is marked near_floor. */
+#define NEAR_FLOOR_FACTOR 10.0
+
+/* Captures the batch's launches as one graph where the backend has graphs; otherwise
+ * (or if the capture fails) they are launched from the stream, and the note says so. */
+static void prepare_batch(timed_layer *t, double single, layer_result *r)
+{
+    const backend_ops *ops = t->b->ops;
+    double n = single > 0 ? BATCH_SAMPLE_SECONDS / single : BATCH_MAX_LAUNCHES;
+    t->launches = n < 1 ? 1 : n > BATCH_MAX_LAUNCHES ? BATCH_MAX_LAUNCHES : (int)n;
+    if (ops->graph_begin) {
+        bench_status st = ops->graph_begin(t->b->ctx);
+        for (int i = 0; st == BENCH_OK && i < t->launches; i++)
+            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
+        if (st == BENCH_OK)
+            st = ops->graph_end(t->b->ctx, &t->graph);
+        if (st == BENCH_OK) {
+            note_append(r, "%d launches per sample, captured as one graph", t->launches);
+            return;
+        }
+        t->graph = NULL;
+        note_append(r, "graph capture failed (%s); %d launches per sample from the stream", backend_last_error(t->b),
+                    t->launches);
+        backend_clear_error(t->b); /* the layer can still be timed from the stream */
+    } else {
+        note_append(r, "%d launches per sample", t->launches);
+    }
+    t->hold = t->launches <= HOLD_MAX_LAUNCHES;
+}
+
+/* ---- units: what is sampled in rounds ----------------------------------------------------- */
+
 /* A sample function that gives up (fails) once a stop was asked for, so a long layer
  * does not delay an interruption. */
 typedef struct stoppable {
@@ -102,158 +209,274 @@ static double stoppable_sample(void *user)
     return s->stop && *s->stop ? -1.0 : s->fn(s->user);
 }
 
-/* Runs Google Benchmark over fn and fills r's statistics, per launch. On failure the
- * row fails with the reason. */
-static bench_status run_gbench(const backend *b, const char *name, gbs_iteration_fn fn, void *user, int launches,
-                               const measure_options *o, layer_result *r)
+typedef struct unit unit;
+struct unit {
+    const backend *b;
+    layer_result *r;        /* the row its statistics go to */
+    const char *name;
+    gbs_iteration_fn fn;
+    void *user;
+    int launches;           /* per sample */
+    double floor;           /* the timer's floor for its mode (near_floor) */
+    double spent;           /* seconds its chunks cost so far (Google Benchmark's count) */
+    int64_t chunk_iterations; /* iterations of every chunk after the first */
+    dvec samples;           /* whole-sample seconds, kept */
+    bool done;
+    /* optional: called with the calls [first, first + n) that Google Benchmark kept
+     * from the chunk just run (the chained forward collects its in-model marks) */
+    void (*kept)(unit *u, int64_t first, int64_t n);
+};
+
+/* One chunk: a Google Benchmark run. The first has the warm-up and the iteration
+ * estimate; later ones run the first's count plus one, whose first sample (the caches
+ * were left to other layers in between) is dropped. */
+static bench_status run_chunk(unit *u, const measure_options *o, bool first)
 {
-    gbs_options go = {o->warmup_time, o->min_time, o->repetitions};
+    gbs_options go = {first ? o->warmup_time : 0.0, o->min_time, 1, first ? 0 : u->chunk_iterations + 1};
     gbs_result gr;
     char err[200];
-    stoppable s = {fn, user, o->stop};
-    if (gbs_run(name, stoppable_sample, &s, &go, &gr, err, (int)sizeof err) != 0) {
-        const char *why = backend_last_error(b);
-        row_fail(r, "timing failed: %s", *why ? why : err);
+    stoppable s = {u->fn, u->user, o->stop};
+    backend_clear_error(u->b); /* a failure of another unit (or at setup) was reported there */
+    double t0 = bench_now();
+    int rc = gbs_run(u->name, stoppable_sample, &s, &go, &gr, err, (int)sizeof err);
+    /* the budget Google Benchmark counted (untimed work included); the wall clock
+     * where the run failed */
+    u->spent += rc == 0 ? gr.cost : bench_now() - t0;
+    if (rc != 0) {
+        const char *why = backend_last_error(u->b);
+        row_fail(u->r, "timing failed: %s", *why ? why : err);
         return BENCH_ERR_BACKEND;
     }
-    for (int64_t i = 0; i < gr.n_samples; i++)
-        gr.samples[i] /= launches;
-    r->st = stats_compute(gr.samples, gr.n_samples);
-    r->discarded = gr.discarded;
-    r->launches = launches;
-    r->status = ROW_OK;
+    int64_t skip = first || gr.n_samples < 2 ? 0 : 1;
+    if (first)
+        u->chunk_iterations = gr.iterations;
+    for (int64_t i = skip; i < gr.n_samples && u->samples.n < MEASURE_MAX_SAMPLES; i++)
+        dvec_push(&u->samples, gr.samples[i]);
+    u->r->discarded += gr.discarded + skip;
+    if (u->kept)
+        u->kept(u, gr.first_kept + skip, gr.n_samples - skip);
     free(gr.samples);
     return BENCH_OK;
 }
 
-/* Batch mode: enough back-to-back launches that one sample lasts about a
- * millisecond, far above the timer's resolution; between 1 and 1000. */
-#define BATCH_SAMPLE_SECONDS 1e-3
-#define BATCH_MAX_LAUNCHES 1000
-/* Launches queued while the device is held, at most (a stream's launch queue holds a
- * thousand or so; a host blocked on a full queue would wait for the hold). */
-#define HOLD_MAX_LAUNCHES 256
-
-static int batch_launches(timed_layer *t)
+/* The stopping rule, after each chunk. */
+static void check_done(unit *u, const measure_options *o)
 {
-    double best = 1e9;
-    timed_layer one = *t;
-    one.launches = 1;
-    one.cold = false;
-    one.graph = NULL;
-    for (int i = 0; i < 5; i++) {
-        double s = time_layer_sample(&one);
-        if (s >= 0 && s < best)
-            best = s;
-    }
-    double n = best > 0 ? BATCH_SAMPLE_SECONDS / best : BATCH_MAX_LAUNCHES;
-    return n < 1 ? 1 : n > BATCH_MAX_LAUNCHES ? BATCH_MAX_LAUNCHES : (int)n;
-}
-
-/* Captures the batch's launches as one graph where the backend has graphs; otherwise
- * (or if the capture fails) they are launched from the stream, and the note says so. */
-static void prepare_batch(timed_layer *t, layer_result *r)
-{
-    const backend_ops *ops = t->b->ops;
-    t->launches = batch_launches(t);
-    if (ops->graph_begin) {
-        bench_status st = ops->graph_begin(t->b->ctx);
-        for (int i = 0; st == BENCH_OK && i < t->launches; i++)
-            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
-        if (st == BENCH_OK)
-            st = ops->graph_end(t->b->ctx, &t->graph);
-        if (st == BENCH_OK) {
-            snprintf(r->note, sizeof r->note, "%d launches per sample, captured as one graph", t->launches);
+    double med, lo, hi;
+    if (u->samples.n >= o->min_samples) {
+        stats_median_ci(u->samples.v, u->samples.n, &med, &lo, &hi);
+        if (stats_ci_rel(med, lo, hi) <= o->max_noise) {
+            u->done = true, u->r->stop = STOP_NOISE;
             return;
         }
-        t->graph = NULL;
-        snprintf(r->note, sizeof r->note, "graph capture failed (%s); %d launches per sample from the stream",
-                 backend_last_error(t->b), t->launches);
-        backend_clear_error(t->b); /* the layer can still be timed from the stream */
-    } else {
-        snprintf(r->note, sizeof r->note, "%d launches per sample from the stream", t->launches);
     }
-    t->hold = t->launches <= HOLD_MAX_LAUNCHES;
+    if (u->spent >= o->timeout)
+        u->done = true, u->r->stop = STOP_TIMEOUT;
+    else if (u->samples.n >= MEASURE_MAX_SAMPLES)
+        u->done = true, u->r->stop = STOP_SAMPLES;
 }
 
-/* ---- isolated layers ------------------------------------------------------------------- */
+/* Statistics per launch from the kept samples. */
+static void finish_unit(unit *u)
+{
+    layer_result *r = u->r;
+    if (r->status == ROW_FAILED)
+        return;
+    for (int64_t i = 0; i < u->samples.n; i++)
+        u->samples.v[i] /= u->launches;
+    r->st = stats_compute(u->samples.v, u->samples.n);
+    r->launches = u->launches;
+    r->status = ROW_OK;
+    r->near_floor = r->st.median * u->launches < NEAR_FLOOR_FACTOR * u->floor;
+    if (r->stop == STOP_TIMEOUT)
+        note_append(r, "stopped on --timeout: median known to +-%.1f%%",
+                    100 * stats_ci_rel(r->st.median, r->st.ci_low, r->st.ci_high));
+    if (r->near_floor)
+        note_append(r, "within 10x of the timer's floor");
+}
 
-static void measure_layer(const layer *l, const backend *b, const measure_options *o, const char *mode,
-                          uint64_t seed, layer_result *r)
+static void progress(const measure_options *o, const backend *b, const char *mode, int round, int left, int n,
+                     const char *what)
+{
+    if (!o->progress)
+        return;
+    if (what)
+        fprintf(stderr, "\r\033[K%s %s: round %d, %d of %d sampling: %s", b->ops->name, mode, round + 1, left, n, what);
+    else
+        fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+/* Samples every unit in rounds until each has stopped. */
+static bench_status sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
+                                 char *err, size_t errlen)
+{
+    for (int round = 0;; round++) {
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            left += !units[i].done;
+        if (!left)
+            return BENCH_OK;
+        for (int i = 0; i < n; i++) {
+            unit *u = &units[i];
+            if (u->done)
+                continue;
+            progress(o, b, mode, round, left, n, u->name);
+            if (run_chunk(u, o, round == 0) != BENCH_OK)
+                u->done = true;
+            if (o->stop && *o->stop) {
+                progress(o, b, mode, 0, 0, 0, NULL);
+                snprintf(err, errlen, "in round %d, at '%s'", round + 1, u->name);
+                return BENCH_ERR_INTERRUPTED;
+            }
+            if (!u->done)
+                check_done(u, o);
+        }
+    }
+}
+
+/* ---- the timer's floor -------------------------------------------------------------------- */
+
+bench_status measure_timer_floor(const backend *b, const measure_options *o, timer_floor *f, char *err,
+                                 size_t errlen)
+{
+    measure_options fo = *o;
+    fo.warmup_time = 0.01;
+    fo.min_time = 0.01;
+    fo.max_noise = 0.0; /* a fixed budget: */
+    fo.timeout = 0.05;
+    fo.min_samples = 1;
+    empty_sample warm = {b, false}, cold = {b, true};
+    layer_result rw, rc;
+    memset(&rw, 0, sizeof rw), memset(&rc, 0, sizeof rc);
+    unit units[2] = {{.b = b, .r = &rw, .name = "floor (warm)", .fn = time_empty_sample, .user = &warm, .launches = 1},
+                     {.b = b, .r = &rc, .name = "floor (cold)", .fn = time_empty_sample, .user = &cold, .launches = 1}};
+    int n = b->ops->flush_cache ? 2 : 1;
+    backend_clear_error(b);
+    bench_status st = sample_units(units, n, &fo, b, "floor", err, errlen);
+    for (int i = 0; i < n; i++)
+        finish_unit(&units[i]);
+    f->warm = rw.st.median;
+    f->cold = n == 2 ? rc.st.median : rw.st.median;
+    for (int i = 0; i < 2; i++)
+        free(units[i].samples.v);
+    if (st == BENCH_OK && (rw.status == ROW_FAILED || rc.status == ROW_FAILED)) {
+        snprintf(err, errlen, "timing an empty sample failed: %s", rw.status == ROW_FAILED ? rw.note : rc.note);
+        st = BENCH_ERR_BACKEND;
+    }
+    return st;
+}
+
+/* ---- isolated layers ---------------------------------------------------------------------- */
+
+/* Buffers every isolated layer shares: each runs alone, so one input (random, never
+ * zeros), one second input and one output of the largest size serve them all. */
+typedef struct scratch {
+    float *in, *in2, *out;
+} scratch;
+
+typedef struct layer_unit {
+    timed_layer t;
+    float *w;        /* weights in backend memory */
+} layer_unit;
+
+static bench_status scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s)
+{
+    int64_t in = 1, out = 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        if (shape_numel(&l->in) > in)
+            in = shape_numel(&l->in);
+        if (l->input[1] >= 0 && shape_numel(&l->in2) > in)
+            in = shape_numel(&l->in2);
+        if (shape_numel(&l->out) > out)
+            out = shape_numel(&l->out);
+    }
+    float *host = bench_alloc_floats(in);
+    if (!host)
+        return BENCH_ERR_NOMEM;
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
+    s->in = backend_alloc_floats(b, in, host);
+    layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
+    s->in2 = backend_alloc_floats(b, in, host);
+    s->out = backend_alloc_floats(b, out, NULL);
+    free(host);
+    return s->in && s->in2 && s->out ? BENCH_OK : BENCH_ERR_NOMEM;
+}
+
+/* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
+ * for batch mode the launch count (and graph). Fills r on failure. */
+static void setup_layer(const layer *l, const backend *b, const char *mode, const timer_floor *floor,
+                        const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
 {
     const backend_ops *ops = b->ops;
     float *in, *in2, *w;
-    float *din = NULL, *din2 = NULL, *dw = NULL, *dout = NULL;
-    void *state = NULL;
     backend_clear_error(b);
-    timed_layer t = {.b = b, .launches = 1, .cold = strcmp(mode, "cold") == 0, .hold = true};
+    lu->t = (timed_layer){.b = b, .in = s->in, .in2 = s->in2, .out = s->out, .launches = 1, .hold = true};
     if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK) {
-        row_fail(r, "out of host memory for the layer's inputs and weights");
+        row_fail(r, "out of host memory for the layer's weights");
         return;
     }
-    din = backend_alloc_floats(b, shape_numel(&l->in), in);
-    din2 = in2 ? backend_alloc_floats(b, shape_numel(&l->in2), in2) : NULL;
-    dw = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
-    dout = backend_alloc_floats(b, shape_numel(&l->out), NULL);
-    if (!din || (in2 && !din2) || (w && !dw) || !dout) {
+    lu->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
+    free(in), free(in2), free(w);
+    if (w && !lu->w) {
         const char *why = backend_last_error(b);
-        row_fail(r, "out of %s memory for the layer's tensors%s%s", ops->device_memory ? "device" : "host",
+        row_fail(r, "out of %s memory for the layer's weights%s%s", ops->device_memory ? "device" : "host",
                  *why ? ": " : "", why);
-        goto out;
+        return;
     }
     char why[96] = "";
-    bench_status st = ops->layer_setup(b->ctx, l, dw, &state, why, sizeof why, &r->workspace_bytes);
+    bench_status st = ops->layer_setup(b->ctx, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {
         r->status = ROW_SKIPPED;
         snprintf(r->note, sizeof r->note, "skipped: %s cannot run it: %s", ops->name,
                  *why ? why : "no implementation for this configuration");
-        goto out;
+        return;
     }
     if (st != BENCH_OK) {
         row_fail(r, "setup failed: %s", st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
-        goto out;
+        lu->t.state = NULL;
+        return;
     }
     snprintf(r->impl, sizeof r->impl, "%s", why);
-    t.state = state, t.in = din, t.in2 = din2, t.out = dout;
-    if (strcmp(mode, "batch") == 0)
-        prepare_batch(&t, r);
-    run_gbench(b, l->name, time_layer_sample, &t, t.launches, o, r);
-out:
-    if (t.graph)
-        ops->graph_free(b->ctx, t.graph);
-    if (state)
-        ops->layer_free(b->ctx, state);
-    ops->release(b->ctx, dout);
-    ops->release(b->ctx, din);
-    ops->release(b->ctx, din2);
-    ops->release(b->ctx, dw);
-    free(in), free(in2), free(w);
+    double single = single_call_seconds(&lu->t);
+    const char *use = mode;
+    if (strcmp(mode, "auto") == 0)
+        use = single < AUTO_BATCH_FLOORS * floor->warm ? "batch" : "warm";
+    if (strcmp(use, "cold") == 0 && !ops->flush_cache)
+        use = "warm"; /* no cache to flush: the note says so */
+    r->mode = use;
+    if (use != mode && strcmp(mode, "cold") == 0)
+        note_append(r, "%s has no cache flush: timed warm", ops->name);
+    if (strcmp(use, "batch") == 0)
+        prepare_batch(&lu->t, single, r);
+    lu->t.cold = strcmp(use, "cold") == 0;
+    *u = (unit){.b = b, .r = r, .name = l->name, .fn = time_layer_sample, .user = &lu->t,
+                .launches = lu->t.launches, .floor = lu->t.cold ? floor->cold : floor->warm};
+}
+
+static void free_layer(const backend *b, layer_unit *lu)
+{
+    if (lu->t.graph)
+        b->ops->graph_free(b->ctx, lu->t.graph);
+    if (lu->t.state)
+        b->ops->layer_free(b->ctx, lu->t.state);
+    b->ops->release(b->ctx, lu->w);
 }
 
 /* Identical kind, shapes and parameters: the same work. */
 static int find_twin(const model *m, int i)
 {
     const layer *a = &m->layers[i];
-    for (int j = 0; j < i; j++) {
-        const layer *c = &m->layers[j];
-        if (layer_same_work(c, a))
+    for (int j = 0; j < i; j++)
+        if (layer_same_work(&m->layers[j], a))
             return j;
-    }
     return -1;
 }
 
-static void progress(const measure_options *o, const backend *b, int i, int n, const char *what)
-{
-    if (!o->progress)
-        return;
-    if (what)
-        fprintf(stderr, "\r\033[K[%d/%d] %s: %s", i + 1, n, b->ops->name, what);
-    else
-        fprintf(stderr, "\r\033[K");
-    fflush(stderr);
-}
-
-/* ---- the chained forward --------------------------------------------------------------- */
+/* ---- the chained forward, with the in-model view ----------------------------------------- */
 
 typedef struct chain {
     const model *m;
@@ -261,15 +484,21 @@ typedef struct chain {
     void **states;
     float **weights;  /* per layer, backend memory */
     float **values;   /* per value id; views point at the buffer they alias */
+    bool marks;       /* the backend records a mark after each layer */
+    double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
+    int64_t mark_calls, mark_cap;
+    dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
 } chain;
 
-static void queue_forward(const chain *c)
+static void queue_forward(const chain *c, bool marks)
 {
     const backend_ops *ops = c->b->ops;
     for (int i = 0; i < c->m->n_layers; i++) {
         const layer *l = &c->m->layers[i];
         ops->layer_run(c->b->ctx, c->states[i], c->values[l->input[0]],
                        l->input[1] >= 0 ? c->values[l->input[1]] : NULL, c->values[i + 1]);
+        if (marks)
+            ops->timer_mark(c->b->ctx, i);
     }
 }
 
@@ -277,8 +506,33 @@ static double time_chain(void *user)
 {
     chain *c = user;
     begin_sample(c->b, true, false);
-    queue_forward(c);
-    return c->b->ops->timer_stop(c->b->ctx);
+    queue_forward(c, c->marks);
+    double s = c->b->ops->timer_stop(c->b->ctx);
+    if (c->marks && s >= 0) {
+        int n = c->m->n_layers;
+        if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
+            c->mark_cap = c->mark_cap ? 2 * c->mark_cap : 64;
+            c->mark_buf = xrealloc(c->mark_buf, (size_t)(c->mark_cap * n) * sizeof *c->mark_buf);
+        }
+        c->b->ops->marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
+    }
+    c->mark_calls++;
+    return s;
+}
+
+/* After a chunk of the chained forward: each kept sample's marks become one in-model
+ * time per layer (from the previous layer's mark to its own). */
+static void chain_kept(unit *u, int64_t first, int64_t n)
+{
+    chain *c = u->user;
+    int nl = c->m->n_layers;
+    for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls; k++) {
+        const double *mk = c->mark_buf + k * nl;
+        for (int i = 0; i < nl; i++)
+            if (c->inmodel[i].n < MEASURE_MAX_SAMPLES)
+                dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
+    }
+    c->mark_calls = 0;
 }
 
 /* The captured forward replayed as one graph launch. */
@@ -316,73 +570,35 @@ static double time_copy(void *user)
     return st == BENCH_OK ? s : -1.0;
 }
 
-static void measure_graph(const chain *c, const measure_options *o, layer_result *r)
-{
-    const backend_ops *ops = c->b->ops;
-    graph_run g = {c->b, NULL};
-    if (!ops->graph_begin)
-        return; /* ROW_NONE: no graph row */
-    snprintf(r->impl, sizeof r->impl, "graph replay");
-    bench_status st = ops->graph_begin(c->b->ctx);
-    if (st == BENCH_OK) {
-        queue_forward(c);
-        st = ops->graph_end(c->b->ctx, &g.graph);
-    }
-    if (st != BENCH_OK) {
-        row_fail(r, "capturing the forward as a graph failed: %s", backend_last_error(c->b));
-        backend_clear_error(c->b);
-        return;
-    }
-    run_gbench(c->b, "graph", time_graph, &g, 1, o, r);
-    ops->graph_free(c->b->ctx, g.graph);
-}
+/* The whole-model units, set up together. */
+typedef struct model_units {
+    chain c;
+    graph_run g;
+    copy_run up, down;
+    float *host;
+} model_units;
 
-static void measure_copies(const chain *c, const measure_options *o, run_result *out)
-{
-    const model *m = c->m;
-    if (!c->b->ops->device_memory)
-        return; /* ROW_NONE: host memory, no copies */
-    int last = model_storage_of(m, m->n_layers);
-    size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
-    size_t out_bytes = (size_t)shape_numel(&m->layers[m->n_layers - 1].out) * sizeof(float);
-    float *host = bench_alloc_floats((int64_t)((in_bytes > out_bytes ? in_bytes : out_bytes) / sizeof(float)));
-    snprintf(out->upload.impl, sizeof out->upload.impl, "pageable host memory");
-    snprintf(out->download.impl, sizeof out->download.impl, "pageable host memory");
-    if (!host) {
-        row_fail(&out->upload, "out of host memory for the copy buffer");
-        row_fail(&out->download, "out of host memory for the copy buffer");
-        return;
-    }
-    layer_rng rng;
-    layer_rng_seed(&rng, o->seed);
-    layer_fill_uniform(host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
-    copy_run up = {c->b, true, c->values[0], host, in_bytes}, down = {c->b, false, c->values[last], host, out_bytes};
-    run_gbench(c->b, "upload", time_copy, &up, 1, o, &out->upload);
-    run_gbench(c->b, "download", time_copy, &down, 1, o, &out->download);
-    free(host);
-}
-
-/* Marks the whole-model rows as not run, with why. */
-static void model_rows(run_result *res, row_status st, const char *why)
+/* Marks the whole-model rows that apply as not run, with why. */
+static void model_rows(run_result *res, const backend *b, row_status st, const char *why)
 {
     layer_result *rows[] = {&res->chained, &res->graph, &res->upload, &res->download};
     for (int i = 0; i < 4; i++) {
-        if (i == 1 && !res->backend_has_graphs)
-            continue;
-        if (i >= 2 && !res->backend_has_copies)
+        if ((i == 1 && !b->ops->graph_begin) || (i >= 2 && !b->ops->device_memory))
             continue;
         rows[i]->status = st;
         snprintf(rows[i]->note, sizeof rows[i]->note, "%s", why);
     }
 }
 
-static void measure_chain(const model *m, const backend *b, const measure_options *o, run_result *res)
+/* Sets up the chained forward (and its graph and copies); appends their units. */
+static void setup_model(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
+                        run_result *res, model_units *mu, unit *units, int *n_units)
 {
-    layer_result *r = &res->chained;
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
-    chain c = {m, b, xcalloc((size_t)n, sizeof(void *)), xcalloc((size_t)n, sizeof(float *)),
-               xcalloc((size_t)n + 1, sizeof(float *))};
+    chain *c = &mu->c;
+    *c = (chain){m, b, xcalloc((size_t)n, sizeof(void *)), xcalloc((size_t)n, sizeof(float *)),
+                 xcalloc((size_t)n + 1, sizeof(float *)), false, NULL, 0, 0, NULL};
     char why[256] = "";
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
@@ -390,17 +606,17 @@ static void measure_chain(const model *m, const backend *b, const measure_option
     float *host = bench_alloc_floats(shape_numel(&m->input));
     if (host) {
         layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
-        c.values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        c->values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
         free(host);
     }
-    if (!c.values[0])
+    if (!c->values[0])
         snprintf(why, sizeof why, "not run: out of memory for the model's input");
     for (int i = 0; !*why && i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
         if (d->aliases_input) {
-            c.values[i + 1] = c.values[model_storage_of(m, l->input[0])];
-        } else if (!(c.values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
+            c->values[i + 1] = c->values[model_storage_of(m, l->input[0])];
+        } else if (!(c->values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
             snprintf(why, sizeof why, "not run: out of memory for the activations (at layer '%s')", l->name);
             break;
         }
@@ -408,44 +624,127 @@ static void measure_chain(const model *m, const backend *b, const measure_option
             float *w = bench_alloc_floats(l->n_weight_floats);
             if (w) {
                 d->init_weights(l, w, &rng);
-                c.weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+                c->weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
                 free(w);
             }
-            if (!c.weights[i]) {
+            if (!c->weights[i]) {
                 snprintf(why, sizeof why, "not run: out of memory for the weights (at layer '%s')", l->name);
                 break;
             }
         }
         char impl[96] = "";
         int64_t ws;
-        bench_status st = ops->layer_setup(b->ctx, l, c.weights[i], &c.states[i], impl, sizeof impl, &ws);
+        bench_status st = ops->layer_setup(b->ctx, l, c->weights[i], &c->states[i], impl, sizeof impl, &ws);
         if (st == BENCH_ERR_UNSUPPORTED) {
             snprintf(why, sizeof why, "not run: layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
-            model_rows(res, ROW_SKIPPED, why);
-            goto out;
+            model_rows(res, b, ROW_SKIPPED, why);
+            return;
         }
-        if (st != BENCH_OK)
+        if (st != BENCH_OK) {
+            c->states[i] = NULL;
             snprintf(why, sizeof why, "not run: setting up layer '%s' failed: %s", l->name,
                      st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+        }
     }
     if (*why) {
-        model_rows(res, ROW_FAILED, why);
-        goto out;
+        model_rows(res, b, ROW_FAILED, why);
+        return;
     }
-    snprintf(r->impl, sizeof r->impl, "layer by layer");
-    run_gbench(b, m->name, time_chain, &c, 1, o, r);
-    measure_graph(&c, o, &res->graph);
-    measure_copies(&c, o, res);
-out:
-    for (int i = 0; i < n; i++) {
-        if (c.states[i])
-            ops->layer_free(b->ctx, c.states[i]);
-        ops->release(b->ctx, c.weights[i]);
+    res->chained.mode = "chained";
+    snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
+    c->marks = ops->marks_prepare && ops->marks_prepare(b->ctx, n) == BENCH_OK;
+    if (c->marks) {
+        c->inmodel = xcalloc((size_t)n, sizeof *c->inmodel);
+        res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
+    }
+    backend_clear_error(b);
+    units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .name = m->name, .fn = time_chain, .user = c,
+                                 .launches = 1, .floor = floor->warm, .kept = chain_kept};
+    if (ops->graph_begin) {
+        res->graph.mode = "graph";
+        snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
+        bench_status st = ops->graph_begin(b->ctx);
+        if (st == BENCH_OK) {
+            queue_forward(c, false);
+            st = ops->graph_end(b->ctx, &mu->g.graph);
+        }
+        mu->g.b = b;
+        if (st != BENCH_OK) {
+            row_fail(&res->graph, "capturing the forward as a graph failed: %s", backend_last_error(b));
+            mu->g.graph = NULL;
+            backend_clear_error(b);
+        } else {
+            units[(*n_units)++] = (unit){.b = b, .r = &res->graph, .name = "graph", .fn = time_graph, .user = &mu->g,
+                                         .launches = 1, .floor = floor->warm};
+        }
+    }
+    if (ops->device_memory) {
+        int last = model_storage_of(m, n);
+        size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
+        size_t out_bytes = (size_t)shape_numel(&m->layers[n - 1].out) * sizeof(float);
+        res->upload.mode = res->download.mode = "transfer";
+        snprintf(res->upload.impl, sizeof res->upload.impl, "pageable host memory");
+        snprintf(res->download.impl, sizeof res->download.impl, "pageable host memory");
+        mu->host = bench_alloc_floats((int64_t)((in_bytes > out_bytes ? in_bytes : out_bytes) / sizeof(float)));
+        if (!mu->host) {
+            row_fail(&res->upload, "out of host memory for the copy buffer");
+            row_fail(&res->download, "out of host memory for the copy buffer");
+            return;
+        }
+        layer_fill_uniform(mu->host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
+        mu->up = (copy_run){b, true, c->values[0], mu->host, in_bytes};
+        mu->down = (copy_run){b, false, c->values[last], mu->host, out_bytes};
+        units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .name = "upload", .fn = time_copy, .user = &mu->up,
+                                     .launches = 1, .floor = floor->warm};
+        units[(*n_units)++] = (unit){.b = b, .r = &res->download, .name = "download", .fn = time_copy,
+                                     .user = &mu->down, .launches = 1, .floor = floor->warm};
+    }
+}
+
+static void free_model_units(const model *m, const backend *b, model_units *mu)
+{
+    const backend_ops *ops = b->ops;
+    chain *c = &mu->c;
+    if (mu->g.graph)
+        ops->graph_free(b->ctx, mu->g.graph);
+    for (int i = 0; c->states && i < m->n_layers; i++) {
+        if (c->states[i])
+            ops->layer_free(b->ctx, c->states[i]);
+        ops->release(b->ctx, c->weights[i]);
         if (!layer_desc_get(m->layers[i].kind)->aliases_input)
-            ops->release(b->ctx, c.values[i + 1]);
+            ops->release(b->ctx, c->values[i + 1]);
     }
-    ops->release(b->ctx, c.values[0]);
-    free(c.states), free(c.weights), free(c.values);
+    if (c->values)
+        ops->release(b->ctx, c->values[0]);
+    for (int i = 0; c->inmodel && i < m->n_layers; i++)
+        free(c->inmodel[i].v);
+    free(c->inmodel), free(c->mark_buf), free(c->states), free(c->weights), free(c->values), free(mu->host);
+}
+
+/* The in-model rows: each layer's time inside the forward, from the chain's marks. */
+static void finish_inmodel(const model *m, model_units *mu, run_result *res)
+{
+    for (int i = 0; res->inmodel && i < m->n_layers; i++) {
+        layer_result *r = &res->inmodel[i];
+        dvec *d = &mu->c.inmodel[i];
+        r->mode = "inmodel";
+        r->dedupe_of = -1;
+        r->launches = 1;
+        snprintf(r->impl, sizeof r->impl, "%s", res->layers[i].impl);
+        if (res->layers[i].status == ROW_VIEW) {
+            r->status = ROW_VIEW;
+            snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");
+            continue;
+        }
+        if (!row_timed(&res->chained) || d->n == 0) {
+            r->status = res->chained.status == ROW_OK ? ROW_FAILED : res->chained.status;
+            snprintf(r->note, sizeof r->note, "the chained forward did not run");
+            continue;
+        }
+        r->st = stats_compute(d->v, d->n);
+        r->stop = res->chained.stop;
+        r->status = ROW_OK;
+    }
 }
 
 /* Counts the failed rows and keeps the first failure's reason in err. */
@@ -458,65 +757,96 @@ static void tally(run_result *res, const layer_result *r, const char *name, char
 }
 
 bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
-                           bool with_model, run_result *out, char *err, size_t errlen)
+                           const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen)
 {
+    double t0 = bench_now();
+    int n = m->n_layers;
     memset(out, 0, sizeof *out);
     out->m = m;
     out->backend = b->ops->name;
     out->mode = mode;
     out->threads = backend_threads(b);
-    out->layers = xcalloc((size_t)m->n_layers, sizeof(layer_result));
+    out->floor = *floor;
+    out->layers = xcalloc((size_t)n, sizeof(layer_result));
     out->has_model = with_model;
-    out->backend_has_graphs = b->ops->graph_begin != NULL;
-    out->backend_has_copies = b->ops->device_memory;
     out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
-    for (int i = 0; i < m->n_layers; i++) {
+    unit *units = xcalloc((size_t)n + 4, sizeof *units);
+    layer_unit *lus = xcalloc((size_t)n, sizeof *lus);
+    model_units mu;
+    memset(&mu, 0, sizeof mu);
+    int n_units = 0;
+    char first_failure[512] = "";
+    scratch s = {NULL, NULL, NULL};
+    bench_status st = scratch_alloc(m, b, o->seed, &s);
+    for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         layer_result *r = &out->layers[i];
-        int twin = o->dedupe ? find_twin(m, i) : -1;
         r->dedupe_of = -1;
         if (layer_desc_get(l->kind)->aliases_input) {
             r->status = ROW_VIEW;
             snprintf(r->impl, sizeof r->impl, "view");
             snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");
-        } else if (twin >= 0 && out->layers[twin].status != ROW_VIEW) {
+            continue;
+        }
+        int twin = o->dedupe ? find_twin(m, i) : -1;
+        if (twin >= 0) {
+            r->dedupe_of = twin; /* filled in once the twin is measured */
+            continue;
+        }
+        if (st != BENCH_OK) {
+            row_fail(r, "out of memory for the isolated layers' shared input and output");
+            continue;
+        }
+        setup_layer(l, b, mode, floor, &s, o->seed + (uint64_t)i, &lus[i], r, &units[n_units]);
+        if (units[n_units].r)
+            n_units++;
+    }
+    if (with_model)
+        setup_model(m, b, o, floor, out, &mu, units, &n_units);
+    st = sample_units(units, n_units, o, b, mode, err, errlen);
+    progress(o, b, mode, 0, 0, 0, NULL);
+    for (int i = 0; i < n_units; i++) {
+        finish_unit(&units[i]);
+        free(units[i].samples.v);
+    }
+    if (with_model)
+        finish_inmodel(m, &mu, out);
+    for (int i = 0; i < n; i++) {
+        layer_result *r = &out->layers[i];
+        if (r->dedupe_of >= 0) {
+            int twin = r->dedupe_of;
             *r = out->layers[twin];
             r->dedupe_of = twin;
             if (r->status == ROW_OK)
                 r->status = ROW_DEDUPE;
             snprintf(r->note, sizeof r->note, "timed once with layer %d (--dedupe)", twin);
-        } else {
-            progress(o, b, i, m->n_layers, l->name);
-            measure_layer(l, b, o, mode, o->seed + (uint64_t)i, r);
-            if (o->stop && *o->stop) {
-                progress(o, b, 0, 0, NULL);
-                snprintf(err, errlen, "at layer %d of %d ('%s')", i + 1, m->n_layers, l->name);
-                return BENCH_ERR_INTERRUPTED;
-            }
-            tally(out, r, l->name, err, errlen);
         }
+        free_layer(b, &lus[i]);
         if (row_timed(r))
             out->sum_medians += r->st.median;
+        else if (r->status == ROW_FAILED)
+            tally(out, r, m->layers[i].name, first_failure, sizeof first_failure);
     }
     if (with_model) {
-        progress(o, b, m->n_layers - 1, m->n_layers, "chained forward");
-        measure_chain(m, b, o, out);
-        if (o->stop && *o->stop) {
-            progress(o, b, 0, 0, NULL);
-            snprintf(err, errlen, "in the chained forward");
-            return BENCH_ERR_INTERRUPTED;
-        }
-        tally(out, &out->chained, "the chained forward", err, errlen);
-        tally(out, &out->graph, "the graph replay", err, errlen);
-        tally(out, &out->upload, "the input copy", err, errlen);
-        tally(out, &out->download, "the output copy", err, errlen);
+        free_model_units(m, b, &mu);
+        tally(out, &out->chained, "the chained forward", first_failure, sizeof first_failure);
+        tally(out, &out->graph, "the graph replay", first_failure, sizeof first_failure);
+        tally(out, &out->upload, "the input copy", first_failure, sizeof first_failure);
+        tally(out, &out->download, "the output copy", first_failure, sizeof first_failure);
     }
-    progress(o, b, 0, 0, NULL);
+    b->ops->release(b->ctx, s.in), b->ops->release(b->ctx, s.in2), b->ops->release(b->ctx, s.out);
+    free(units), free(lus);
+    out->seconds = bench_now() - t0;
+    if (st == BENCH_ERR_INTERRUPTED)
+        return st; /* err says where */
+    if (out->failed)
+        snprintf(err, errlen, "%s", first_failure);
     return out->failed ? BENCH_ERR_BACKEND : BENCH_OK;
 }
 
 void run_result_free(run_result *r)
 {
     free(r->layers);
-    r->layers = NULL;
+    free(r->inmodel);
+    r->layers = r->inmodel = NULL;
 }

@@ -1,6 +1,21 @@
-/* Measurement policy, in one place: for each layer, untimed setup, then Google
- * Benchmark's warm-up, iteration estimate and repetitions (see gbench_shim.h), with
- * statistics over the timed samples only; then the chained forward of the whole model. */
+/* Measurement policy, in one place.
+ *
+ * Every layer is set up once (untimed: buffers, weights, algorithm choice), and so is
+ * the chained forward. Then they are sampled in rounds, one chunk each per round: a
+ * chunk is one Google Benchmark run of about --min-time (the first with --warmup-time
+ * of warm-up and Google Benchmark's iteration estimate, the later ones of the same
+ * iteration count, whose first sample re-warms the caches and is dropped). A unit stops
+ * when the 95% confidence interval of its median is within --max-noise of the median
+ * (with at least --min-samples samples), or when it has sampled for --timeout seconds.
+ * Interleaving spreads every layer's samples over the whole run, so a slow phase of the
+ * machine touches all layers alike instead of one layer entirely.
+ *
+ * Timing modes, the same names on every backend: warm (one call per sample, caches as
+ * the previous sample left them), cold (caches flushed before each sample: the CPU's
+ * last-level cache, the GPU's L2), batch (many calls per sample, for layers too short for
+ * one call to be timed well; one graph launch on a GPU). auto picks batch for a layer
+ * whose single call is shorter than 20 times the timer's floor, warm otherwise. The
+ * chained forward also times each layer inside it (the in-model view). */
 #ifndef LAYERBENCH_MEASURE_H
 #define LAYERBENCH_MEASURE_H
 
@@ -11,14 +26,27 @@
 #include "stats.h"
 
 typedef struct measure_options {
-    double warmup_time;     /* seconds of warm-up per layer */
-    double min_time;        /* seconds per repetition */
-    int repetitions;
+    double warmup_time;     /* seconds of warm-up before a unit's first chunk */
+    double min_time;        /* seconds per chunk (one Google Benchmark run) */
+    double max_noise;       /* stop when the median's 95% CI is within this fraction of it */
+    int min_samples;        /* ... and at least this many samples were kept */
+    double timeout;         /* seconds of sampling per layer at most */
     bool dedupe;            /* time identical layers once */
     uint64_t seed;          /* inputs and weights */
-    bool progress;          /* say on stderr which layer is running */
-    const volatile int *stop; /* when it becomes non-zero, measuring stops at the next layer; may be NULL */
+    bool progress;          /* say on stderr what is running */
+    const volatile int *stop; /* when it becomes non-zero, measuring stops at the next chunk; may be NULL */
 } measure_options;
+
+/* The defaults of the command line (bench --help). */
+#define MEASURE_DEFAULT_WARMUP 0.02
+#define MEASURE_DEFAULT_MIN_TIME 0.01
+#define MEASURE_DEFAULT_MAX_NOISE 0.01
+#define MEASURE_DEFAULT_MIN_SAMPLES 10
+#define MEASURE_DEFAULT_TIMEOUT 2.0
+
+/* Timing modes. */
+#define MEASURE_MODES "auto, warm, cold or batch"
+bool measure_mode_valid(const char *mode);
 
 /* What a result row is. ROW_NONE: not applicable (a backend without graphs has no
  * graph row), so no row is written. */
@@ -34,48 +62,72 @@ typedef enum row_status {
 /* "ok", "dedupe", "view", "skipped", "failed" ("" for ROW_NONE). */
 const char *row_status_name(row_status s);
 
+/* Why sampling stopped. */
+typedef enum stop_reason {
+    STOP_NONE = 0,
+    STOP_NOISE,      /* the confidence interval reached --max-noise */
+    STOP_TIMEOUT,    /* --timeout was reached first */
+    STOP_SAMPLES,    /* the most samples a unit keeps (MEASURE_MAX_SAMPLES) */
+} stop_reason;
+const char *stop_reason_name(stop_reason s); /* "noise", "timeout", "samples", "" */
+#define MEASURE_MAX_SAMPLES 1000000
+
 typedef struct layer_result {
     row_status status;
+    const char *mode;       /* warm, cold, batch; inmodel, chained, graph, transfer for the others */
     int dedupe_of;          /* -1, or the layer index whose timing this row reuses */
     char impl[96];          /* what the backend chose at setup */
     int64_t workspace_bytes;/* workspace setup allocated */
     int launches;           /* launches per timed sample: 1, or N in batch mode */
     char note[224];         /* why a row was skipped, failed or reused; how batch mode launched */
     stats st;               /* seconds per launch */
-    int64_t discarded;      /* warm-up and estimation iterations, not in st */
+    int64_t discarded;      /* warm-up, estimation and re-warming samples, not in st */
+    stop_reason stop;
+    bool near_floor;        /* a sample lasts less than 10 times the timer's floor */
 } layer_result;
 
 /* The row has statistics (timed, or reused from a timed twin). */
 static inline bool row_timed(const layer_result *r) { return r->status == ROW_OK || r->status == ROW_DEDUPE; }
 
-/* One model on one backend at one batch size, in one timing mode. */
+/* The timer's floor: the median of an empty sample (nothing between the timer's start
+ * and stop, held like a real one), per mode; seconds. */
+typedef struct timer_floor {
+    double warm, cold;
+} timer_floor;
+
+/* Measures b's floor (about 0.1 s). */
+bench_status measure_timer_floor(const backend *b, const measure_options *o, timer_floor *f, char *err,
+                                 size_t errlen);
+
+/* One model on one backend at one batch size, in one requested timing mode. */
 typedef struct run_result {
     const model *m;         /* borrowed: valid while the caller keeps the model at this batch */
     const char *backend;
-    const char *mode;       /* the isolated layers' timing mode: isolated, cold or batch */
+    const char *mode;       /* the mode asked for: auto, warm, cold or batch (rows say which they used) */
     int threads;
+    timer_floor floor;
     layer_result *layers;   /* m->n_layers; owned */
+    layer_result *inmodel;  /* m->n_layers, each layer inside the chained forward; owned; NULL without it */
     double sum_medians;     /* sum of the layer medians of the rows that ran */
     int failed;             /* rows that failed (layers and whole-model rows) */
     bool has_model;         /* the rows below were measured (once per backend and batch) */
-    bool backend_has_graphs;/* the graph row applies */
-    bool backend_has_copies;/* the copy rows apply (the backend has its own memory) */
     layer_result chained;   /* the whole forward, layer after layer on real activations */
     layer_result graph;     /* the same forward captured once and replayed (CUDA graphs) */
     layer_result upload;    /* model input, host to device */
     layer_result download;  /* model output, device to host */
+    double seconds;         /* wall time the measurement took */
 } run_result;
 
-/* Times every layer of m alone in the given mode (one of b's modes); with
- * with_model, then the chained forward, its graph replay and the input/output
- * copies where the backend has them. A layer that cannot be set up or timed (out of
- * device memory, a library error) becomes a ROW_FAILED row and the next one runs:
- * *out always holds every row, and the caller frees it with run_result_free().
- * Returns BENCH_OK, or BENCH_ERR_BACKEND when some row failed (err: the first
- * failure), or BENCH_ERR_INTERRUPTED when o->stop was set (err: where; the rows are
- * incomplete). Progress and nothing else goes to stderr. */
+/* Times every layer of m alone in the given mode; with with_model, also the chained
+ * forward (with the in-model view), its graph replay and the input/output copies where
+ * the backend has them, all sampled in the same rounds. A layer that cannot be set up or
+ * timed (out of device memory, a library error) becomes a ROW_FAILED row and the rest
+ * runs: *out always holds every row, and the caller frees it with run_result_free().
+ * Returns BENCH_OK, or BENCH_ERR_BACKEND when some row failed (err: the first failure),
+ * or BENCH_ERR_INTERRUPTED when o->stop was set (err: where; the rows are incomplete).
+ * Progress and nothing else goes to stderr. */
 bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
-                           bool with_model, run_result *out, char *err, size_t errlen);
+                           const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
 
 /* Random inputs and weights for layer l (host memory; caller frees each with free()).

@@ -53,6 +53,7 @@ typedef struct report_context {
     char **argv;
     const char *config;
     const measure_options *mo;
+    const char *modes;         /* --mode as given */
     const backend *backends;   /* the backends that ran */
     int n_backends;
     const char *skipped;       /* backends asked for but not run, with why; or NULL */
@@ -60,6 +61,8 @@ typedef struct report_context {
     const char *interrupted;   /* where the run was interrupted, or NULL */
     const char *completed;     /* JSON objects {"backend": ..., "batch": ...} of the finished sets, comma-separated */
     int resumed_sets;          /* sets kept from a previous run's CSV (--resume) */
+    const char *floors;        /* JSON object: per backend, the timer's floor per mode, or NULL */
+    const char *warnings;      /* one warning per line, or NULL */
 } report_context;
 
 /* "results/x.csv" -> "results/x.json"; caller frees. */

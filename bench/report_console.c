@@ -41,7 +41,8 @@ typedef struct console {
     report_options ro;
 } console;
 
-static const char *const sort_keys[] = {"index", "name", "kind", "params", "flops", "time", "cv", "gflops", NULL};
+static const char *const sort_keys[] = {"index", "name", "kind", "params", "flops", "time", "noise", "cv", "gflops",
+                                        "inmodel", NULL};
 
 bool report_sort_valid(const char *sort)
 {
@@ -65,8 +66,10 @@ static double sort_value(int i)
         return (double)l->flops;
     if (!strcmp(sort_by, "time"))
         return ok ? r->st.median : -1;
-    if (!strcmp(sort_by, "cv"))
-        return ok ? r->st.cv : -1;
+    if (!strcmp(sort_by, "noise") || !strcmp(sort_by, "cv"))
+        return ok ? r->st.noise : -1;
+    if (!strcmp(sort_by, "inmodel"))
+        return sort_res->inmodel && row_timed(&sort_res->inmodel[i]) ? sort_res->inmodel[i].st.median : -1;
     return ok ? gflops(l->flops, r->st.median) : -1;
 }
 
@@ -105,21 +108,26 @@ static void print_layers(console *c, const run_result *res)
     sort_res = res, sort_by = c->ro.sort;
     qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
-    fprintf(o, "\nPer-layer times (%s, sorted by %s%s):\n", res->mode, c->ro.sort, shown < n ? ", top rows" : "");
-    fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %9s  %9s  %10s  %6s  %6s  %8s  %s\n", "#", nw, "Name", "Kind", "Input",
-            "Output", "Params", "FLOPs", "Median", "CV", "%Total", "GFLOP/s", "Impl");
+    fprintf(o, "\nPer-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the layer "
+               "inside the chained forward):\n",
+            res->mode, c->ro.sort, shown < n ? ", top rows" : "");
+    fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %9s  %9s  %-5s  %10s  %6s  %10s  %6s  %8s  %s\n", "#", nw, "Name", "Kind",
+            "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise", "In-model", "%Total", "GFLOP/s", "Impl");
     for (int k = 0; k < shown; k++) {
         int i = rows[k];
         const layer *l = &m->layers[i];
         const layer_result *r = &res->layers[i];
-        char in[48], out[48], pa[16], fl[16], t[24], cv[16], pct[16], gf[16];
+        const layer_result *im = res->inmodel ? &res->inmodel[i] : NULL;
+        char in[48], out[48], pa[16], fl[16], t[24], noise[16], pct[16], gf[16], inm[24] = "-";
         shape_format_compact(&l->in, in, sizeof in);
         shape_format_compact(&l->out, out, sizeof out);
         report_format_count((double)l->n_weights, pa, sizeof pa);
         report_format_count((double)l->flops, fl, sizeof fl);
+        if (im && row_timed(im))
+            report_format_time(im->st.median, inm, sizeof inm);
         if (row_timed(r)) {
             report_format_time(r->st.median, t, sizeof t);
-            snprintf(cv, sizeof cv, "%.1f%%", 100 * r->st.cv);
+            snprintf(noise, sizeof noise, "%.1f%%", 100 * r->st.noise);
             snprintf(pct, sizeof pct, "%.1f%%", res->sum_medians > 0 ? 100 * r->st.median / res->sum_medians : 0);
             if (l->flops)
                 snprintf(gf, sizeof gf, "%.1f", gflops(l->flops, r->st.median));
@@ -127,10 +135,11 @@ static void print_layers(console *c, const run_result *res)
                 snprintf(gf, sizeof gf, "-");
         } else {
             snprintf(t, sizeof t, "%s", row_status_name(r->status));
-            snprintf(cv, sizeof cv, "-"), snprintf(pct, sizeof pct, "-"), snprintf(gf, sizeof gf, "-");
+            snprintf(noise, sizeof noise, "-"), snprintf(pct, sizeof pct, "-"), snprintf(gf, sizeof gf, "-");
         }
-        fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %9s  %9s  %10s  %6s  %6s  %8s  %s%s%s\n", i, nw, nw, l->name,
-                layer_kind_name(l->kind), in, out, pa, fl, t, cv, pct, gf, r->impl, r->note[0] ? "  " : "", r->note);
+        fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %9s  %9s  %-5s  %10s  %6s  %10s  %6s  %8s  %s%s%s\n", i, nw, nw,
+                l->name, layer_kind_name(l->kind), in, out, pa, fl, r->mode ? r->mode : "-", t, noise, inm, pct, gf,
+                r->impl, r->note[0] ? "  " : "", r->note);
     }
     free(rows);
 }
@@ -224,12 +233,55 @@ static void print_extra(FILE *o, const char *what, const layer_result *r, const 
         fprintf(o, "  %-30s %s\n", what, r->note);
         return;
     }
-    fprintf(o, "  %-30s %12s  (CV %.1f%%, %lld samples)", what, report_format_time(r->st.median, t, sizeof t),
-            100 * r->st.cv, (long long)r->st.n);
+    fprintf(o, "  %-30s %12s  (noise %.1f%%, %lld samples)", what, report_format_time(r->st.median, t, sizeof t),
+            100 * r->st.noise, (long long)r->st.n);
     if (r == &res->graph && row_timed(&res->chained) && res->chained.st.median > 0)
         fprintf(o, "  launch overhead of the stream forward: %.1f%%",
                 100 * (res->chained.st.median - r->st.median) / res->chained.st.median);
     fputc('\n', o);
+}
+
+/* The in-model view, summed: what the layers take inside the forward against alone,
+ * per kind, which is where the gap between the chain and the sum of layers comes from. */
+static void print_inmodel(FILE *o, const run_result *res)
+{
+    const model *m = res->m;
+    if (!res->inmodel)
+        return;
+    double alone_all = 0, inside_all = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (row_timed(&res->layers[i]) && row_timed(&res->inmodel[i]))
+            alone_all += res->layers[i].st.median, inside_all += res->inmodel[i].st.median;
+    char a[24], b[24];
+    fprintf(o, "  sum of in-model medians        %12s  (the layers inside the forward: %+.1f%% against the chained "
+               "median)\n",
+            report_format_time(inside_all, a, sizeof a),
+            row_timed(&res->chained) && res->chained.st.median > 0
+                ? 100 * (inside_all - res->chained.st.median) / res->chained.st.median
+                : 0.0);
+    if (alone_all <= 0)
+        return;
+    fprintf(o, "\n  Alone vs inside the forward, by kind (where the gap comes from):\n");
+    fprintf(o, "  %-18s  %5s  %12s  %12s  %8s  %s\n", "Kind", "Count", "Alone", "In forward", "Diff", "");
+    for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+        double alone = 0, inside = 0;
+        int count = 0;
+        for (int i = 0; i < m->n_layers; i++)
+            if ((int)m->layers[i].kind == k && row_timed(&res->layers[i]) && row_timed(&res->inmodel[i]))
+                alone += res->layers[i].st.median, inside += res->inmodel[i].st.median, count++;
+        if (!count)
+            continue;
+        double diff = alone > 0 ? (inside - alone) / alone : 0;
+        /* what most likely makes a kind differ inside the forward (docs/csv.md) */
+        bool gpu = strcmp(res->backend, "cpu") != 0;
+        const char *why = diff > 0.05 && gpu   ? "slower inside: launch and dependency gaps, a colder L2 (likely)"
+                          : diff > 0.05        ? "slower inside: its data had left the caches (likely; compare --mode cold)"
+                          : diff < -0.05 && gpu ? "faster inside: inputs still in L2 (likely)"
+                          : diff < -0.05       ? "faster inside: warmer caches or threads still awake (likely)"
+                                               : "";
+        fprintf(o, "  %-18s  %5d  %12s  %12s  %+7.1f%%  %s\n", layer_kind_name((layer_kind)k), count,
+                report_format_time(alone, a, sizeof a), report_format_time(inside, b, sizeof b), 100 * diff, why);
+    }
 }
 
 static void print_summary(console *c, const run_result *res)
@@ -243,7 +295,7 @@ static void print_summary(console *c, const run_result *res)
         skipped += res->layers[i].status == ROW_SKIPPED || res->layers[i].status == ROW_FAILED;
     fprintf(o, "\nSummary (%s, %s, batch %lld, %s FLOPs):\n", res->backend, res->mode, (long long)res->m->batch,
             report_format_count((double)t.flops, f, sizeof f));
-    fprintf(o, "  sum of %-8s layer medians  %12s%s\n", res->mode, report_format_time(res->sum_medians, a, sizeof a),
+    fprintf(o, "  sum of layer medians (alone)   %12s%s\n", report_format_time(res->sum_medians, a, sizeof a),
             skipped ? "  (skipped and failed layers not included)" : "");
     if (!res->has_model)
         return;
@@ -251,13 +303,13 @@ static void print_summary(console *c, const run_result *res)
         fprintf(o, "  chained forward                %s\n", ch->note);
         return;
     }
-    fprintf(o, "  chained forward median         %12s  (CV %.1f%%, %lld samples, %.1f GFLOP/s, %.1f items/s)\n",
-            report_format_time(ch->st.median, b, sizeof b), 100 * ch->st.cv, (long long)ch->st.n,
+    fprintf(o, "  chained forward median         %12s  (noise %.1f%%, %lld samples, %.1f GFLOP/s, %.1f items/s)\n",
+            report_format_time(ch->st.median, b, sizeof b), 100 * ch->st.noise, (long long)ch->st.n,
             gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
     if (res->sum_medians > 0)
-        fprintf(o, "  gap (chained vs sum of layers) %+11.1f%%  (each layer alone runs on its own inputs; the chain "
-                   "passes real activations from layer to layer)\n",
+        fprintf(o, "  gap (chained vs sum of layers) %+11.1f%%\n",
                 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
+    print_inmodel(o, res);
     print_extra(o, "graph replay of the forward", &res->graph, res);
     print_extra(o, "input copy, host to device", &res->upload, res);
     print_extra(o, "output copy, device to host", &res->download, res);
@@ -315,7 +367,7 @@ static bench_status sweep_run(reporter *r, const run_result *res)
     if (!res->has_model)
         return BENCH_OK;
     if (s->rows++ == 0)
-        fprintf(s->out, "%-8s  %6s  %14s  %7s  %14s  %14s  %8s\n", "Backend", "Batch", "Chained median", "CV",
+        fprintf(s->out, "%-8s  %6s  %14s  %7s  %14s  %14s  %8s\n", "Backend", "Batch", "Chained median", "Noise",
                 "Items/s", "Sum of layers", "Gap");
     if (!row_timed(ch)) {
         fprintf(s->out, "%-8s  %6lld  %14s  %7s  %14s  %14s  %8s\n", res->backend, (long long)res->m->batch, "not run",
@@ -323,7 +375,7 @@ static bench_status sweep_run(reporter *r, const run_result *res)
         return BENCH_OK;
     }
     fprintf(s->out, "%-8s  %6lld  %14s  %6.1f%%  %14.1f  %14s  %+7.1f%%\n", res->backend, (long long)res->m->batch,
-            report_format_time(ch->st.median, a, sizeof a), 100 * ch->st.cv, (double)res->m->batch / ch->st.median,
+            report_format_time(ch->st.median, a, sizeof a), 100 * ch->st.noise, (double)res->m->batch / ch->st.median,
             report_format_time(res->sum_medians, b, sizeof b),
             res->sum_medians > 0 ? 100 * (ch->st.median - res->sum_medians) / res->sum_medians : 0.0);
     fflush(s->out);

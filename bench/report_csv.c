@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "env.h"
 #include "gbench_shim.h"
 #include "report.h"
 #include "version.h"
@@ -16,7 +17,7 @@
 #define CSV_COLUMNS(X)                                                                                           \
     X(model, 1, "model name from the config")                                                                  \
     X(backend, 0, "backend that ran the row: cpu or cuda")                                                     \
-    X(mode, 0, "isolated (cpu: the layer alone, warm), cold (cuda: L2 flushed before each single launch), batch (cuda: many launches per sample), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
+    X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
@@ -34,15 +35,25 @@
     X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
     X(status, 0, "ok; dedupe (timing reused from dedupe_of); view (flatten, dropout: nothing runs, not timed); skipped (the backend cannot run it); failed (setup or timing failed; the run went on). note says why")                                                                                        \
     X(dedupe_of, 0, "with --dedupe, the layer_index whose timing this row reuses; -1 otherwise")               \
-    X(samples, 0, "timed iterations behind the statistics (warm-up and estimation runs excluded)")             \
+    X(samples, 0, "timed samples behind the statistics (warm-up, estimation and re-warming samples excluded)")  \
+    X(discarded, 0, "samples run but not kept: warm-up, Google Benchmark's estimation, the first of each chunk")  \
     X(launches, 0, "launches per timed sample: 1, or N in batch mode (times are per launch)")                  \
-    X(median_us, 0, "median time per iteration, microseconds")                                                  \
+    X(median_us, 0, "median time per launch, microseconds: the headline figure")                               \
+    X(ci_low_us, 0, "95% confidence interval of the median, lower end (order statistics, distribution-free)")  \
+    X(ci_high_us, 0, "... upper end; sampling stops once (ci_high - ci_low) / 2 is within --max-noise of the median") \
     X(mean_us, 0, "mean, microseconds")                                                                         \
-    X(min_us, 0, "fastest iteration, microseconds")                                                             \
-    X(max_us, 0, "slowest iteration, microseconds")                                                             \
-    X(stddev_us, 0, "sample standard deviation, microseconds")                                                  \
-    X(cv_pct, 0, "coefficient of variation, stddev / mean, percent: the noise figure")                         \
+    X(min_us, 0, "fastest sample, microseconds")                                                                \
+    X(max_us, 0, "slowest sample, microseconds")                                                                \
     X(p90_us, 0, "90th percentile, microseconds")                                                               \
+    X(p99_us, 0, "99th percentile, microseconds")                                                               \
+    X(stddev_us, 0, "sample standard deviation, microseconds")                                                  \
+    X(cv_pct, 0, "coefficient of variation, stddev / mean, percent (not robust: one preempted sample inflates it)") \
+    X(mad_us, 0, "median absolute deviation from the median, microseconds")                                    \
+    X(noise_pct, 0, "the noise figure: 1.4826 MAD / median, percent (equals the CV for normal samples; robust to outliers)") \
+    X(outliers, 0, "samples outside Tukey's fences (below Q1 - 1.5 IQR or above Q3 + 1.5 IQR); counted, still in the statistics") \
+    X(stop, 0, "why sampling stopped: noise (the interval reached --max-noise), timeout (--timeout first), samples (the cap)") \
+    X(floor_us, 0, "the timer's floor for this mode: the median of an empty sample, microseconds")            \
+    X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
     X(gbytes_per_s, 0, "bytes / median, 1e9 per second")                                                       \
     X(items_per_s, 0, "batch / median: images per second, model rows only")                                    \
@@ -159,8 +170,11 @@ static void fill_layer(row_t row, const model *m, int i)
         SET(inputs, "%d", l->input[0] - 1);
 }
 
-static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t bytes)
+static void fill_stats(row_t row, const run_result *res, const layer_result *r, int64_t flops, int64_t bytes)
 {
+    if (r->mode)
+        SET(mode, "%s", r->mode);
+    SET(floor_us, "%.4f", 1e6 * (r->mode && strcmp(r->mode, "cold") == 0 ? res->floor.cold : res->floor.warm));
     SET(impl, "%s", r->impl);
     SET(note, "%s", r->note);
     SET(dedupe_of, "%d", r->dedupe_of);
@@ -170,14 +184,23 @@ static void fill_stats(row_t row, const layer_result *r, int64_t flops, int64_t 
         return;
     const stats *s = &r->st;
     SET(samples, "%lld", (long long)s->n);
+    SET(discarded, "%lld", (long long)r->discarded);
     SET(launches, "%d", r->launches);
     SET(median_us, "%.4f", s->median * 1e6);
+    SET(ci_low_us, "%.4f", s->ci_low * 1e6);
+    SET(ci_high_us, "%.4f", s->ci_high * 1e6);
     SET(mean_us, "%.4f", s->mean * 1e6);
     SET(min_us, "%.4f", s->min * 1e6);
     SET(max_us, "%.4f", s->max * 1e6);
+    SET(p90_us, "%.4f", s->p90 * 1e6);
+    SET(p99_us, "%.4f", s->p99 * 1e6);
     SET(stddev_us, "%.4f", s->stddev * 1e6);
     SET(cv_pct, "%.3f", s->cv * 100);
-    SET(p90_us, "%.4f", s->p90 * 1e6);
+    SET(mad_us, "%.4f", s->mad * 1e6);
+    SET(noise_pct, "%.3f", s->noise * 100);
+    SET(outliers, "%lld", (long long)s->outliers);
+    SET(stop, "%s", stop_reason_name(r->stop));
+    SET(near_floor, "%s", r->near_floor ? "true" : "false");
     if (s->median > 0) {
         SET(gflops_per_s, "%.3f", (double)flops / s->median * 1e-9);
         SET(gbytes_per_s, "%.3f", (double)bytes / s->median * 1e-9);
@@ -210,7 +233,7 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(bytes, "%lld", (long long)t.bytes);
     SET(parameters, "-");
     SET(inputs, "-1");
-    fill_stats(row, r, t.flops, t.bytes);
+    fill_stats(row, res, r, t.flops, t.bytes);
     if (row_timed(r))
         SET(items_per_s, "%.3f", (double)m->batch / r->st.median);
 }
@@ -233,7 +256,7 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     SET(flops, "0");
     SET(bytes, "%lld", (long long)(4 * shape_numel(s)));
     SET(parameters, "-");
-    fill_stats(row, r, 0, 4 * shape_numel(s));
+    fill_stats(row, res, r, 0, 4 * shape_numel(s));
 }
 
 static bench_status csv_run(reporter *rep, const run_result *res)
@@ -244,20 +267,28 @@ static bench_status csv_run(reporter *rep, const run_result *res)
     char(*row)[256] = *r;
     /* the layers, then (once per backend and batch) the chained forward, and the graph
      * replay and copies where the backend has them */
-    for (int i = 0; i < m->n_layers + 4; i++) {
+    /* the layers alone, then inside the forward, then (once per backend and batch) the
+     * chained forward, and the graph replay and copies where the backend has them */
+    int n = m->n_layers;
+    for (int i = 0; i < 2 * n + 4; i++) {
         memset(r, 0, sizeof *r);
-        if (i < m->n_layers) {
+        if (i < n) {
             fill_layer(row, m, i);
             SET(mode, "%s", res->mode);
-            fill_stats(row, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
+            fill_stats(row, res, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
         } else if (!res->has_model) {
             break;
-        } else if (i == m->n_layers) {
+        } else if (i < 2 * n) {
+            if (!res->inmodel || res->inmodel[i - n].status == ROW_NONE)
+                continue;
+            fill_layer(row, m, i - n);
+            fill_stats(row, res, &res->inmodel[i - n], m->layers[i - n].flops, m->layers[i - n].bytes);
+        } else if (i == 2 * n) {
             fill_model(row, res, &res->chained, "chained");
-        } else if (i == m->n_layers + 1 && res->graph.status != ROW_NONE) {
+        } else if (i == 2 * n + 1 && res->graph.status != ROW_NONE) {
             fill_model(row, res, &res->graph, "graph");
-        } else if (i >= m->n_layers + 2 && (i == m->n_layers + 2 ? res->upload : res->download).status != ROW_NONE) {
-            fill_copy(row, res, i == m->n_layers + 2 ? &res->upload : &res->download, i == m->n_layers + 2);
+        } else if (i >= 2 * n + 2 && (i == 2 * n + 2 ? res->upload : res->download).status != ROW_NONE) {
+            fill_copy(row, res, i == 2 * n + 2 ? &res->upload : &res->download, i == 2 * n + 2);
         } else {
             continue;
         }
@@ -408,15 +439,23 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     json_str(f, os);
     strbuf_printf(f, ",\n  \"cpu_model\": ");
     json_str(f, cpu);
-    strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
+    char isa[160];
+    double load[3] = {-1, -1, -1};
+    getloadavg(load, 3);
+    strbuf_printf(f, ",\n  \"cpu_isa\": ");
+    json_str(f, env_cpu_isa(isa, sizeof isa));
+    strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n  \"load_average\": [%.2f, %.2f, %.2f],\n",
+                  sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
     strbuf_printf(f, "  \"libraries\": {\"libyaml\": ");
     json_str(f, yaml_get_version_string());
     strbuf_printf(f, ", \"google_benchmark\": ");
     json_str(f, gbs_version());
-    strbuf_printf(f, "},\n  \"options\": {\"warmup_time_s\": %g, \"min_time_s\": %g, \"repetitions\": %d, "
-               "\"dedupe\": %s, \"seed\": %llu},\n",
-            ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->repetitions, ctx->mo->dedupe ? "true" : "false",
-            (unsigned long long)ctx->mo->seed);
+    strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
+    json_str(f, ctx->modes ? ctx->modes : "auto");
+    strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
+                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu},\n",
+                  ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
+                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed);
     strbuf_printf(f, "  \"backends\": {");
     for (int i = 0; i < ctx->n_backends; i++) {
         strbuf_printf(f, "%s\n    ", i ? "," : "");
@@ -436,8 +475,20 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
         json_str(f, ctx->interrupted);
     else
         strbuf_printf(f, "null");
-    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d\n}\n", ctx->completed ? ctx->completed : "",
+    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
                   ctx->resumed_sets);
+    strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", ctx->floors ? ctx->floors : "");
+    strbuf_printf(f, ",\n  \"warnings\": [");
+    for (const char *w = ctx->warnings; w && *w;) {
+        const char *nl = strchr(w, '\n');
+        size_t n = nl ? (size_t)(nl - w) : strlen(w);
+        char *line = xasprintf("%.*s", (int)n, w);
+        strbuf_printf(f, "%s\n    ", w == ctx->warnings ? "" : ",");
+        json_str(f, line);
+        free(line);
+        w += n + (nl != NULL);
+    }
+    strbuf_printf(f, "%s]\n}\n", ctx->warnings && *ctx->warnings ? "\n  " : "");
     char err[512];
     bench_status st = bench_output_write(out, buf.data, buf.len, err, sizeof err);
     if (st != BENCH_OK)

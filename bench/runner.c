@@ -1,6 +1,9 @@
 #include "runner.h"
 
+#include "env.h"
+
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +31,94 @@ static bool write_json(runner_plan *p, const char *state, const strbuf *complete
     return report_json_write(p->json, &p->ctx) == BENCH_OK;
 }
 
+/* Each warning once: to stderr as it comes, and into the list for the JSON. */
+static void warn(strbuf *list, const char *line)
+{
+    size_t n = strcspn(line, "\n");
+    if (!n)
+        return;
+    for (const char *w = list->data; w && *w;) {
+        size_t m = strcspn(w, "\n");
+        if (m == n && strncmp(w, line, n) == 0)
+            return;
+        w += m + (w[m] == '\n');
+    }
+    fprintf(stderr, "bench: warning: %.*s\n", (int)n, line);
+    strbuf_append(list, line, n);
+    strbuf_append(list, "\n", 1);
+}
+
+static void warn_lines(strbuf *list, const char *text)
+{
+    for (const char *w = text; w && *w;) {
+        warn(list, w);
+        w += strcspn(w, "\n");
+        w += *w == '\n';
+    }
+}
+
+/* What one set's results show: rows with too few samples, and a gap between the
+ * chained forward and the sum of its layers that the in-model view explains. */
+static void result_warnings(strbuf *list, const run_result *r, const measure_options *mo)
+{
+    char line[600];
+    int few = 0, n = r->m->n_layers;
+    for (int i = 0; i < n; i++)
+        few += r->layers[i].status == ROW_OK && r->layers[i].st.n < mo->min_samples;
+    if (few) {
+        snprintf(line, sizeof line, "%s batch %lld: %d row%s kept fewer than %d samples before --timeout: their "
+                                    "medians are rough (see ci_low_us, ci_high_us)",
+                 r->backend, (long long)r->m->batch, few, few == 1 ? "" : "s", mo->min_samples);
+        warn(list, line);
+    }
+    if (!r->has_model || !row_timed(&r->chained) || r->sum_medians <= 0)
+        return;
+    double gap = (r->chained.st.median - r->sum_medians) / r->sum_medians;
+    if (gap > -0.05 && gap < 0.05)
+        return;
+    int len = snprintf(line, sizeof line, "%s batch %lld: the chained forward takes %+.1f%% against the sum of its "
+                                          "layers alone",
+                       r->backend, (long long)r->m->batch, 100 * gap);
+    if (r->inmodel) {
+        /* the kind whose layers differ most between alone and inside the forward */
+        double best = 0, alone_k = 0, inside_k = 0;
+        int kind = -1;
+        for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+            double alone = 0, inside = 0;
+            for (int i = 0; i < n; i++)
+                if ((int)r->m->layers[i].kind == k && row_timed(&r->layers[i]) && row_timed(&r->inmodel[i]))
+                    alone += r->layers[i].st.median, inside += r->inmodel[i].st.median;
+            if (fabs(inside - alone) > fabs(best))
+                best = inside - alone, kind = k, alone_k = alone, inside_k = inside;
+        }
+        if (kind >= 0 && alone_k > 0)
+            snprintf(line + len, sizeof line - (size_t)len, "; most of it in the %s layers, %+.1f%% inside the forward "
+                                                               "(in-model view)",
+                     layer_kind_name((layer_kind)kind), 100 * (inside_k - alone_k) / alone_k);
+    }
+    warn(list, line);
+}
+
+/* The timer's floor of one backend, as a JSON member. */
+static void add_floor(strbuf *floors, const char *backend, const timer_floor *f)
+{
+    strbuf_printf(floors, "%s\"%s\": {\"warm\": %.3e, \"cold\": %.3e}", floors->len ? ", " : "", backend, f->warm,
+                  f->cold);
+}
+
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
-    strbuf completed = {0};
-    char err[1024], where[1200] = "";
+    strbuf completed = {0}, warnings = {0}, floors = {0};
+    char err[1024], where[1200] = "", bw[2048];
     bool failed = false, io_ok = true, interrupted = false;
+    timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
+    bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
     for (int i = 0; i < p->n_done; i++)
         add_completed(&completed, p->done[i].backend, p->done[i].batch);
     p->ctx.resumed_sets = p->n_done;
+    env_check_host(&warnings);
+    for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
+        fprintf(stderr, "bench: warning: %.*s\n", (int)strcspn(w, "\n"), w);
     int total = p->n_batches * p->n_backends, n = 0;
     for (int b = 0; io_ok && !interrupted && b < p->n_batches; b++) {
         int64_t batch = p->batches[b];
@@ -50,20 +133,32 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             }
             if (p->sweep_progress)
                 fprintf(stderr, "\r\033[Kbatch %lld (%d/%d) on %s\n", (long long)batch, n, total, bk->ops->name);
-            /* every timing mode of the backend; the whole-model rows once, with the first */
-            for (int md = 0; !interrupted && bk->ops->modes[md]; md++) {
+            if (!floor_known[k]) {
+                if (measure_timer_floor(bk, mo, &floor[k], err, sizeof err) != BENCH_OK) {
+                    char line[1200];
+                    snprintf(line, sizeof line, "%s: the timer's floor could not be measured: %s", bk->ops->name, err);
+                    warn(&warnings, line);
+                }
+                floor_known[k] = true;
+                add_floor(&floors, bk->ops->name, &floor[k]);
+                p->ctx.floors = floors.data;
+            }
+            /* every timing mode asked for; the whole-model rows once, with the first */
+            for (int md = 0; !interrupted && md < p->n_modes; md++) {
                 run_result res;
-                bench_status st = measure_model(m, bk, mo, bk->ops->modes[md], md == 0, &res, err, sizeof err);
+                bench_status st =
+                    measure_model(m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err);
                 if (st == BENCH_ERR_INTERRUPTED) {
                     interrupted = true;
                     snprintf(where, sizeof where, "batch %lld on %s (%s timing), %s", (long long)batch, bk->ops->name,
-                             bk->ops->modes[md], err);
+                             p->modes[md], err);
                 } else {
                     if (st != BENCH_OK) {
                         fprintf(stderr, "bench: %d row%s failed; the first: %s\n", res.failed,
                                 res.failed == 1 ? "" : "s", err);
                         failed = true;
                     }
+                    result_warnings(&warnings, &res, mo);
                     for (int r = 0; r < p->n_reps; r++)
                         io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;
                 }
@@ -71,6 +166,11 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             }
             if (interrupted)
                 break;
+            if (bk->ops->warnings) {
+                bk->ops->warnings(bk->ctx, bw, sizeof bw);
+                warn_lines(&warnings, bw);
+            }
+            p->ctx.warnings = warnings.data;
             for (int r = 0; r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
@@ -79,6 +179,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 io_ok &= write_json(p, "running", &completed, NULL);
         }
     }
+    p->ctx.warnings = warnings.data;
     for (int r = 0; r < p->n_reps; r++)
         io_ok &= p->reps[r]->finish(p->reps[r], io_ok && !interrupted) == BENCH_OK;
     if (!interrupted || completed.len) /* an interrupted run that finished nothing leaves no file */
@@ -87,7 +188,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     if (interrupted)
         fprintf(stderr, "\nbench: interrupted during %s; %s\n", where,
                 completed.len ? "the finished sets are kept (--resume continues)" : "nothing had finished");
-    strbuf_free(&completed);
+    strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors);
+    free(floor), free(floor_known);
     if (interrupted)
         return 128 + bench_interrupted;
     return failed || !io_ok ? 1 : 0;

@@ -4,7 +4,9 @@
  * set) and the JSON context says how far the run got. A SIGINT, SIGTERM or SIGHUP stops
  * the run at the next layer; the unfinished set is dropped, the finished ones stay, and
  * the JSON says where the run was interrupted. Sets a previous run finished (--resume)
- * are not measured again. */
+ * are not measured again. Before a backend's first set its timer floor is measured; the
+ * host is checked for what could spoil the figures (env.h), and each set's results and
+ * the backend for what they show: every warning goes to stderr once and into the JSON. */
 #ifndef LAYERBENCH_RUNNER_H
 #define LAYERBENCH_RUNNER_H
 
@@ -19,6 +21,8 @@ typedef struct runner_set {
 } runner_set;
 
 typedef struct runner_plan {
+    const char *const *modes;    /* timing modes of the isolated layers (auto, warm, cold, batch) */
+    int n_modes;
     const int64_t *batches;      /* batch sizes, in order */
     int n_batches;
     backend *backends;
@@ -28,7 +32,8 @@ typedef struct runner_plan {
     reporter **reps;             /* console or sweep summary, then the CSV */
     int n_reps;
     bench_output *json;          /* the JSON context, or NULL */
-    report_context ctx;          /* for the JSON context; state, completed and interrupted are set here */
+    report_context ctx;          /* for the JSON context; state, completed, interrupted, floors and
+                                  * warnings are set here */
     bool sweep_progress;         /* say on stderr which set is running */
 } runner_plan;
 

@@ -28,11 +28,15 @@ list=" model batch layer_index layer_name kind input_shape output_shape params m
 done
 cat <<'TAIL'
 
-Times are per launch, from the timed samples only: Google Benchmark warms up for
-`--warmup-time`, grows the iteration count until one run lasts `--min-time`, then
-makes `--repetitions` runs; every iteration of those runs is one sample (warm-up and
-estimation iterations are dropped). CPU samples are read from `CLOCK_MONOTONIC`
-around each call; CUDA samples from CUDA events on the layer's stream.
+Times are per launch, from the kept samples only (README, "How it measures"): layers
+are sampled in rounds of chunks (Google Benchmark runs of about `--min-time`) until the
+95% confidence interval of the median is within `--max-noise` of it or `--timeout`
+passes; warm-up, Google Benchmark's iteration estimate and the first sample of each
+later chunk are dropped (`discarded`). CPU samples are read from `CLOCK_MONOTONIC`
+around each call; CUDA samples from CUDA events on the layer's stream, which a spinning
+kernel holds while the sample is queued. Rows of mode `inmodel` are the layers inside
+the chained forward: the time from the previous layer's end to the layer's own
+(timestamps on the CPU, events between kernels on a GPU), one per kept chained sample.
 
 ## Files, interruptions and --resume
 

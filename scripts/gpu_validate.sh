@@ -6,7 +6,8 @@
 #      with the cuda backend required;
 #   2. the whole test suite (the gpu-labelled tests must pass, not skip);
 #   3. bench check --backend cuda on every shipped config: strict FP32, then --tf32;
-#   4. bench run configs/resnet18.yaml --backend all at batch 1, --backend cuda at batch 32;
+#   4. bench run configs/resnet18.yaml --backend all at batch 1 (default modes), and
+#      --backend cuda --mode batch,cold at batch 1 and 32;
 #   5. scripts/torch_compare.py at both batch sizes: every layer alone and the whole
 #      forward (eager and CUDA graph) in PyTorch beside layerbench's figures.
 # A failing step is reported and the next one runs; the exit status is the number of
@@ -69,15 +70,16 @@ $B run configs/resnet18.yaml --backend all --batch 1 --no-progress --csv "$dir/r
   >"$dir/resnet18_all_batch1.txt" 2>&1 || fail "run batch 1"
 grep -A8 "^Summary" "$dir/resnet18_all_batch1.txt"
 
-step "bench run resnet18 --backend cuda, batch 32"
-$B run configs/resnet18.yaml --backend cuda --batch 32 --no-progress --csv "$dir/resnet18_cuda_batch32.csv" \
-  >"$dir/resnet18_cuda_batch32.txt" 2>&1 || fail "run batch 32"
-grep -A8 "^Summary" "$dir/resnet18_cuda_batch32.txt"
+for batch in 1 32; do
+  step "bench run resnet18 --backend cuda --mode batch,cold, batch $batch"
+  $B run configs/resnet18.yaml --backend cuda --mode batch,cold --batch $batch --no-progress \
+    --csv "$dir/resnet18_cuda_batch$batch.csv" >"$dir/resnet18_cuda_batch$batch.txt" 2>&1 || fail "run cuda batch $batch"
+  grep -A8 "^Summary" "$dir/resnet18_cuda_batch$batch.txt" | head -20
+done
 
 for batch in 1 32; do
   step "PyTorch side-by-side, batch $batch"
-  run=$dir/resnet18_all_batch1.csv
-  [ $batch = 32 ] && run=$dir/resnet18_cuda_batch32.csv
+  run=$dir/resnet18_cuda_batch$batch.csv
   $B list configs/resnet18.yaml --batch $batch --csv "$dir/resnet18_layers_batch$batch.csv" >/dev/null
   python3 scripts/torch_compare.py --layers "$dir/resnet18_layers_batch$batch.csv" --bench "$run" \
     --out "$dir/torch_compare_batch$batch.csv" 2>"$dir/torch_compare_batch$batch.log" || fail "torch_compare batch $batch"

@@ -18,7 +18,7 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --repetitions 2 --no-progress)
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
 SMOKE=$SRC/configs/smoke.yaml
 R18=$SRC/configs/resnet18.yaml
 
@@ -75,19 +75,25 @@ cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not
 # run: tables, CSV and JSON
 out=$("$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/run.csv" 2>&1); rc=$?
 [ $rc = 0 ] && ok || bad "run smoke exit $rc: $out"
-for want in "Per-layer times" "Grouped by input shape" "Grouped by kind" "sum of isolated layer medians" "chained forward median" "gap \(chained vs sum of layers\)"; do
+for want in "Per-layer times" "Grouped by input shape" "Grouped by kind" "sum of layer medians \(alone\)" "sum of in-model medians" "Alone vs inside the forward" "chained forward median" "gap \(chained vs sum of layers\)"; do
   grep -qE "$want" <<<"$out" && ok || bad "run output lacks '$want'"
 done
 header=$(head -1 "$T/run.csv")
 schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
 [ "$header" = "$schema" ] && ok || bad "CSV header differs from 'bench schema': $header"
-[ "$(wc -l <"$T/run.csv")" = 20 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + model"
+[ "$(wc -l <"$T/run.csv")" = 38 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + 18 in-model + model"
 grep -q '^smoke,cpu,chained,2,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
 # awk over named columns: c["status"] is the field number of column status
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
-awk -F, "$COLS"' $c["mode"]=="isolated" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
-[ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 2 ] && ok || bad "flatten and dropout are not view rows"
-awk -F, "$COLS"' $c["status"]=="ok" && ($c["samples"] < 1 || $c["median_us"] <= 0 || $c["launches"] != 1) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "samples, launches or median missing"
+awk -F, "$COLS"' $c["kind"]!="model" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
+[ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 4 ] && ok || bad "flatten and dropout are not view rows (alone and in-model)"
+# auto mode: every timed layer row says warm or batch; in-model rows; launches 1 unless batch
+awk -F, "$COLS"' $c["status"]=="ok" && $c["kind"]!="model" && $c["mode"]!="warm" && $c["mode"]!="batch" && $c["mode"]!="inmodel" {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a row's mode is not warm, batch or inmodel"
+[ "$(awk -F, "$COLS"' $c["mode"]=="inmodel"' "$T/run.csv" | wc -l)" = 18 ] && ok || bad "no in-model row per layer"
+awk -F, "$COLS"' $c["status"]=="ok" && ($c["samples"] < 1 || $c["median_us"] <= 0 || ($c["mode"]!="batch") != ($c["launches"] == 1)) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "samples, launches or median missing"
+awk -F, "$COLS"' $c["status"]=="ok" && !($c["ci_low_us"] <= $c["median_us"] && $c["median_us"] <= $c["ci_high_us"] && $c["noise_pct"] != "" && $c["p99_us"] >= $c["median_us"] && ($c["stop"]=="noise" || $c["stop"]=="timeout") && $c["floor_us"] > 0) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "statistics columns inconsistent"
+grep -q '"timer_floor_s": {"cpu": {"warm": ' "$T/run.json" && ok || bad "the JSON lacks the timer floor"
+grep -q '"cpu_isa": ' "$T/run.json" && grep -q '"openblas_core": ' "$T/run.json" && ok || bad "the JSON lacks the ISA and OpenBLAS core"
 awk -F, "$COLS"' $c["impl"]=="im2col+sgemm" && $c["workspace_bytes"] <= 0 {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "im2col rows lack their workspace"
 for key in command_line date_utc host cpu_model cpu_cores_online git_revision build_type google_benchmark libyaml openblas_config '"threads"'; do
   grep -q "$key" "$T/run.json" && ok || bad "JSON context lacks $key"
@@ -97,7 +103,7 @@ cmp -s "$SRC/docs/csv.md" <(bash "$SRC/scripts/csv_doc.sh" "$BENCH") && ok || ba
 
 # --csv - gives a clean CSV on stdout, the tables on stderr
 "$BENCH" run "$SMOKE" "${FAST[@]}" --csv - 2>/dev/null >"$T/stdout.csv"
-[ "$(wc -l <"$T/stdout.csv")" = 20 ] && [ "$(head -1 "$T/stdout.csv")" = "$schema" ] && ok || bad "--csv - stdout is not just the CSV"
+[ "$(wc -l <"$T/stdout.csv")" = 38 ] && [ "$(head -1 "$T/stdout.csv")" = "$schema" ] && ok || bad "--csv - stdout is not just the CSV"
 
 # sorting and top
 out=$("$BENCH" run "$SMOKE" "${FAST[@]}" --sort flops --top 3 2>&1)
@@ -113,7 +119,7 @@ grep -q ',dedupe,' "$T/dd.csv" && ok || bad "--dedupe marked no row"
 # sweep: one CSV for all batches, items/s on the model rows
 out=$("$BENCH" sweep "$SMOKE" --batch 1,3 "${FAST[@]}" --csv "$T/sweep.csv" 2>&1); rc=$?
 [ $rc = 0 ] && ok || bad "sweep exit $rc: $out"
-[ "$(wc -l <"$T/sweep.csv")" = 39 ] && ok || bad "sweep csv: $(wc -l <"$T/sweep.csv") lines, expected 1 + 2 x 19"
+[ "$(wc -l <"$T/sweep.csv")" = 75 ] && ok || bad "sweep csv: $(wc -l <"$T/sweep.csv") lines, expected 1 + 2 x 37"
 [ "$(awk -F, "$COLS"' $c["kind"]=="model" && $c["items_per_s"] > 0' "$T/sweep.csv" | wc -l)" = 2 ] && ok || bad "sweep model rows lack items_per_s"
 [ -f "$T/sweep.json" ] && ok || bad "no sweep JSON"
 

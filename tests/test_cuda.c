@@ -5,6 +5,7 @@
  * and copies: no row may be skipped or fail. Exits 77 (skip) with the reason where no
  * device is present. Layer correctness is test_layers cuda.
  * usage: test_cuda CONFIG */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,16 +85,31 @@ int main(int argc, char **argv)
     if (argc > 1) {
         model *m;
         EXPECT(cfg_load(argv[1], 0, &m, err, sizeof err) == BENCH_OK, "%s", err);
-        measure_options mo = {.warmup_time = 0.0, .min_time = 0.002, .repetitions = 2, .seed = 1};
+        measure_options mo = {.warmup_time = 0.0, .min_time = 0.002, .max_noise = 0.02, .min_samples = 5,
+                              .timeout = 0.2, .seed = 1};
+        timer_floor fl;
+        EXPECT(measure_timer_floor(&b, &mo, &fl, err, sizeof err) == BENCH_OK, "floor: %s", err);
+        printf("timer floor: warm %.2f us, cold %.2f us\n", fl.warm * 1e6, fl.cold * 1e6);
+        EXPECT(fl.warm > 0 && fl.warm < 50e-6, "the event timer's floor %g s", fl.warm);
         run_result r;
-        EXPECT(measure_model(m, &b, &mo, "cold", true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
+        EXPECT(measure_model(m, &b, &mo, "cold", &fl, true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
         expect_all_rows_ran(&r, "cold");
         EXPECT(r.chained.status == ROW_OK && r.graph.status == ROW_OK, "chained %s (%s), graph %s (%s)",
                row_status_name(r.chained.status), r.chained.note, row_status_name(r.graph.status), r.graph.note);
         EXPECT(r.upload.status == ROW_OK && r.download.status == ROW_OK, "copies: %s / %s", r.upload.note,
                r.download.note);
+        EXPECT(r.inmodel != NULL, "the in-model view (events between layers)");
+        double inside = 0;
+        for (int i = 0; r.inmodel && i < m->n_layers; i++)
+            inside += row_timed(&r.inmodel[i]) ? r.inmodel[i].st.median : 0;
+        printf("chained %.2f us, in-model sum %.2f us\n", r.chained.st.median * 1e6, inside * 1e6);
+        EXPECT(fabs(inside - r.chained.st.median) < 0.1 * r.chained.st.median, "in-model sum %g vs chained %g", inside,
+               r.chained.st.median);
         run_result_free(&r);
-        EXPECT(measure_model(m, &b, &mo, "batch", false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
+        EXPECT(measure_model(m, &b, &mo, "warm", &fl, false, &r, err, sizeof err) == BENCH_OK, "warm: %s", err);
+        expect_all_rows_ran(&r, "warm");
+        run_result_free(&r);
+        EXPECT(measure_model(m, &b, &mo, "batch", &fl, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
         expect_all_rows_ran(&r, "batch");
         int many = 0, graphs = 0;
         for (int i = 0; i < m->n_layers; i++) {

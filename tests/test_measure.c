@@ -1,10 +1,11 @@
 /* The measurement policy, without hardware: a fake backend whose clock only moves when
- * a layer "runs" (each launch costs a fixed, known time), that counts launches, holds,
- * flushes and samples, and fails where a test tells it to. Checks batch mode's launch
- * count and total time, that cold mode flushes before every sample, that views are not
- * timed, that a failed layer, a failed sample or a failed graph capture becomes a row
- * with its reason while the rest of the run goes on, and that a call taking no time
- * cannot make Google Benchmark run forever. */
+ * a layer "runs" (each layer's launch costs a known time), that counts launches, holds,
+ * flushes and samples, records the order of launches, and fails where a test tells it
+ * to. Checks batch mode's launch count and total time, that cold mode flushes before
+ * every sample, that views are not timed, the stopping rule (noise, --min-samples,
+ * --timeout), auto mode against the timer's floor, that layers are sampled in
+ * interleaved rounds, the in-model view, and that a failed layer, a failed sample or a
+ * failed graph capture becomes a row with its reason while the rest goes on. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,22 +18,46 @@
 
 typedef struct fake {
     double clock, t0;          /* fake seconds */
-    double cost;               /* seconds per launch of a layer */
+    double cost[8];            /* seconds per launch of layer i (by index in the model) */
+    double jitter;             /* relative, deterministic pseudo-random, per launch */
+    double timer_cost;         /* fake seconds an empty sample takes */
+    uint64_t rng;
     long launches, holds, flushes, starts, stops;
     bool capturing;
     long captured;
+    double captured_cost;
     const char *fail_setup;    /* name of a layer whose setup fails */
     long fail_stop_at;         /* the stop with this number fails (0: none) */
     bool fail_graph;           /* graph_end fails */
+    char order[4096];          /* the layer index of every launch outside graphs, as letters */
+    int n_order;
+    double marks[8];
     char error[128];
     bool failed;
 } fake;
 
+typedef struct fake_layer {
+    int index;
+    bool view;
+} fake_layer;
+
 typedef struct fake_graph {
     long launches;
+    double cost;               /* fake seconds of one replay */
 } fake_graph;
 
 static fake F;
+static const model *M;
+
+static double launch_cost(int i)
+{
+    double c = F.cost[i];
+    if (F.jitter > 0) {
+        F.rng = F.rng * 6364136223846793005ull + 1442695040888963407ull;
+        c *= 1.0 + F.jitter * ((double)(F.rng >> 11) / 9007199254740992.0 - 0.5);
+    }
+    return c;
+}
 
 static void *f_alloc(void *ctx, size_t bytes) { (void)ctx; return calloc(1, bytes ? bytes : 1); }
 static void f_release(void *ctx, void *p) { (void)ctx; free(p); }
@@ -48,6 +73,7 @@ static void f_timer_start(void *ctx) { (void)ctx; F.starts++; F.t0 = F.clock; }
 static double f_timer_stop(void *ctx)
 {
     (void)ctx;
+    F.clock += F.timer_cost;
     if (++F.stops == F.fail_stop_at) {
         snprintf(F.error, sizeof F.error, "injected timer failure");
         F.failed = true;
@@ -56,6 +82,13 @@ static double f_timer_stop(void *ctx)
 }
 static void f_hold(void *ctx) { (void)ctx; F.holds++; }
 static void f_flush(void *ctx) { (void)ctx; F.flushes++; F.clock += 50e-6; /* untimed */ }
+static bench_status f_marks_prepare(void *ctx, int n) { (void)ctx; return n <= 8 ? BENCH_OK : BENCH_ERR_BACKEND; }
+static void f_mark(void *ctx, int i) { (void)ctx; F.marks[i] = F.clock - F.t0; }
+static void f_marks_read(void *ctx, double *s, int n)
+{
+    (void)ctx;
+    memcpy(s, F.marks, (size_t)n * sizeof *s);
+}
 static bench_status f_init(const backend_options *o, void **ctx, char *err, size_t len)
 {
     (void)o, (void)err, (void)len;
@@ -74,24 +107,38 @@ static bench_status f_setup(void *ctx, const layer *l, const float *w, void **st
         return BENCH_ERR_BACKEND;
     }
     snprintf(impl, len, "fake");
-    *state = (void *)l;
+    fake_layer *fl = malloc(sizeof *fl);
+    fl->index = (int)(l - M->layers);
+    fl->view = layer_desc_get(l->kind)->aliases_input;
+    *state = fl;
     return BENCH_OK;
 }
 static void f_run(void *ctx, void *state, const float *in, const float *in2, float *out)
 {
     (void)ctx, (void)in, (void)in2, (void)out;
-    if (layer_desc_get(((const layer *)state)->kind)->aliases_input)
+    fake_layer *fl = state;
+    if (fl->view)
         return; /* a view: nothing runs, as on the real backends */
     if (F.capturing) {
         F.captured++;
+        F.captured_cost += F.cost[fl->index];
         return;
     }
     F.launches++;
-    F.clock += F.cost;
+    F.clock += launch_cost(fl->index);
+    if (F.n_order < (int)sizeof F.order - 1)
+        F.order[F.n_order++] = (char)('a' + fl->index);
 }
-static void f_layer_free(void *ctx, void *state) { (void)ctx, (void)state; }
+static void f_layer_free(void *ctx, void *state) { (void)ctx; free(state); }
 static const char *f_describe(void *ctx) { (void)ctx; return "{}"; }
-static bench_status f_graph_begin(void *ctx) { (void)ctx; F.capturing = true; F.captured = 0; return BENCH_OK; }
+static bench_status f_graph_begin(void *ctx)
+{
+    (void)ctx;
+    F.capturing = true;
+    F.captured = 0;
+    F.captured_cost = 0;
+    return BENCH_OK;
+}
 static bench_status f_graph_end(void *ctx, void **graph)
 {
     (void)ctx;
@@ -104,6 +151,7 @@ static bench_status f_graph_end(void *ctx, void **graph)
     }
     fake_graph *g = malloc(sizeof *g);
     g->launches = F.captured;
+    g->cost = F.captured_cost;
     *graph = g;
     return BENCH_OK;
 }
@@ -112,22 +160,20 @@ static void f_graph_launch(void *ctx, void *graph)
     (void)ctx;
     fake_graph *g = graph;
     F.launches += g->launches;
-    F.clock += F.cost * (double)g->launches;
+    F.clock += g->cost;
 }
 static void f_graph_free(void *ctx, void *graph) { (void)ctx; free(graph); }
 static const char *f_last_error(void *ctx) { (void)ctx; return F.error; }
 static void f_clear_error(void *ctx) { (void)ctx; F.failed = false; F.error[0] = 0; }
 
-static const char *const f_modes[] = {"cold", "batch", NULL};
-
 static backend_ops fake_ops = {
     .name = "fake", .init = f_init, .free = f_free, .alloc = f_alloc, .release = f_release,
     .upload = f_copy, .download = f_copy, .sync = f_sync, .timer_start = f_timer_start,
-    .timer_stop = f_timer_stop, .hold = f_hold, .flush_cache = f_flush, .layer_setup = f_setup,
-    .layer_run = f_run, .layer_free = f_layer_free, .describe = f_describe, .modes = f_modes,
-    .device_memory = true, .graph_begin = f_graph_begin, .graph_end = f_graph_end,
-    .graph_launch = f_graph_launch, .graph_free = f_graph_free, .last_error = f_last_error,
-    .clear_error = f_clear_error,
+    .timer_stop = f_timer_stop, .hold = f_hold, .flush_cache = f_flush, .marks_prepare = f_marks_prepare,
+    .timer_mark = f_mark, .marks_read = f_marks_read, .layer_setup = f_setup, .layer_run = f_run,
+    .layer_free = f_layer_free, .describe = f_describe, .device_memory = true, .graph_begin = f_graph_begin,
+    .graph_end = f_graph_end, .graph_launch = f_graph_launch, .graph_free = f_graph_free,
+    .last_error = f_last_error, .clear_error = f_clear_error,
 };
 
 static char cfg_path[256];
@@ -144,63 +190,155 @@ static model *load(const char *yaml)
     return st == BENCH_OK ? m : NULL;
 }
 
+/* layers a, b, a view, c: indices 0, 1, 2, 3 */
 static const char *const tiny = "name: tiny\ninput: [2, 5, 5]\nlayers:\n"
-                                "  - {kind: relu, name: a}\n  - {kind: relu, name: b}\n"
-                                "  - {kind: flatten, name: flat}\n  - {kind: relu, name: c}\n";
+                                "  - {kind: relu, name: a}\n  - {kind: relu6, name: b}\n"
+                                "  - {kind: flatten, name: flat}\n  - {kind: sigmoid, name: c}\n";
 
 static void reset(double cost)
 {
     memset(&F, 0, sizeof F);
-    F.cost = cost;
+    for (int i = 0; i < 8; i++)
+        F.cost[i] = cost;
 }
 
-static const measure_options mo = {.warmup_time = 0.005, .min_time = 0.01, .repetitions = 2, .seed = 7};
+static measure_options opts(void)
+{
+    return (measure_options){.warmup_time = 0.005, .min_time = 0.01, .max_noise = 0.01, .min_samples = 10,
+                             .timeout = 1.0, .seed = 7};
+}
+
+static const timer_floor no_floor = {0.0, 0.0};
 
 /* Batch mode: 2 us launches give 500 per sample (1 ms); the statistics are per launch;
- * Google Benchmark's time limits apply to whole samples, so the layer costs about
- * warm-up + estimation + repetitions x min_time of fake time, not 500 times that. */
+ * Google Benchmark's time limits apply to whole samples, so a layer costs about its
+ * warm-up, estimation and a chunk of fake time, not 500 times that. */
 static void test_batch(backend *b, model *m, bool graphs)
 {
     reset(2e-6);
     backend_ops saved = fake_ops;
     if (!graphs)
         fake_ops.graph_begin = NULL;
+    measure_options o = opts();
     run_result r;
     char err[256];
-    EXPECT(measure_model(m, b, &mo, "batch", false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
+    EXPECT(measure_model(m, b, &o, "batch", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
     const layer_result *a = &r.layers[0];
-    EXPECT(a->status == ROW_OK, "batch row: %s", a->note);
+    EXPECT(a->status == ROW_OK && strcmp(a->mode, "batch") == 0, "batch row: %s", a->note);
     EXPECT(a->launches == 500, "launches per sample %d, expected 500", a->launches);
     EXPECT(fabs(a->st.median - 2e-6) < 1e-12 && fabs(a->st.max - 2e-6) < 1e-12, "per-launch median %g max %g",
            a->st.median, a->st.max);
+    EXPECT(a->stop == STOP_NOISE && a->st.n >= o.min_samples, "noise-free samples stop on noise: %s, %lld samples",
+           stop_reason_name(a->stop), (long long)a->st.n);
     double per_layer = F.clock / 3; /* three timed layers */
-    EXPECT(per_layer < 10 * (mo.warmup_time + mo.repetitions * mo.min_time),
-           "a batch layer took %.3f s of fake time, min time %.3f", per_layer, mo.min_time);
-    EXPECT(strstr(a->note, graphs ? "captured as one graph" : "from the stream") != NULL, "note: %s", a->note);
-    /* holds: one per sample where launches were captured, none for 500 stream launches */
-    EXPECT(graphs ? F.holds == F.stops : F.holds == 5 * 3, "holds %ld for %ld samples", F.holds, F.stops);
+    EXPECT(per_layer < 10 * (o.warmup_time + o.min_time), "a batch layer took %.3f s of fake time", per_layer);
+    EXPECT(strstr(a->note, graphs ? "captured as one graph" : "launches per sample") != NULL, "note: %s", a->note);
+    /* holds: one per sample where launches were captured; 500 stream launches are not held */
+    EXPECT(graphs ? F.holds == F.stops : F.holds == 3 * 5, "holds %ld for %ld samples", F.holds, F.stops);
     EXPECT(r.layers[2].status == ROW_VIEW, "flatten is a view, %s", row_status_name(r.layers[2].status));
     run_result_free(&r);
     fake_ops = saved;
 }
 
-/* Cold mode: a flush before every single timed sample (and no more). */
+/* Cold mode: a flush before every single timed sample (and no more), never timed. */
 static void test_cold(backend *b, model *m)
 {
     reset(30e-6);
+    measure_options o = opts();
     run_result r;
     char err[256];
-    EXPECT(measure_model(m, b, &mo, "cold", false, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
-    EXPECT(F.flushes == F.stops && F.flushes > 0, "%ld flushes for %ld samples", F.flushes, F.stops);
+    EXPECT(measure_model(m, b, &o, "cold", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
+    long single = 3 * 5; /* auto-mode probes: five single warm samples per layer */
+    EXPECT(F.flushes == F.stops - single && F.flushes > 0, "%ld flushes for %ld samples", F.flushes, F.stops - single);
     EXPECT(F.holds == F.stops, "%ld holds for %ld samples", F.holds, F.stops);
     EXPECT(r.layers[0].launches == 1 && fabs(r.layers[0].st.median - 30e-6) < 1e-12, "cold median %g",
            r.layers[0].st.median);
-    /* the flush itself (50 us of fake time before the timer starts) is never timed */
     EXPECT(r.layers[0].st.max < 31e-6, "a flush was timed: max %g", r.layers[0].st.max);
     int64_t n = 0;
     for (int i = 0; i < m->n_layers; i++)
         n += r.layers[i].status == ROW_OK ? r.layers[i].st.n + r.layers[i].discarded : 0;
-    EXPECT(n == F.stops, "%lld samples kept or discarded, %ld taken", (long long)n, F.stops);
+    EXPECT(n == F.stops - single, "%lld samples kept or discarded, %ld taken", (long long)n, F.stops - single);
+    run_result_free(&r);
+}
+
+/* The stopping rule: noisy samples run until --min-samples and the interval allow, or
+ * until --timeout, and the row says which. */
+static void test_stopping(backend *b, model *m)
+{
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    reset(100e-6); /* 100 samples per 10 ms chunk */
+    o.min_samples = 450;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    EXPECT(r.layers[0].stop == STOP_NOISE && r.layers[0].st.n >= 450 && r.layers[0].st.n < 600,
+           "--min-samples 450: %lld samples, stopped on %s", (long long)r.layers[0].st.n,
+           stop_reason_name(r.layers[0].stop));
+    run_result_free(&r);
+
+    reset(100e-6);
+    F.jitter = 0.5; /* +-25%: a 0.01% interval takes far more than the time allowed */
+    o = opts();
+    o.max_noise = 1e-4;
+    o.timeout = 0.05;
+    double t0 = bench_now();
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    double wall = bench_now() - t0;
+    EXPECT(r.layers[0].stop == STOP_TIMEOUT && strstr(r.layers[0].note, "stopped on --timeout"), "timeout: %s, %s",
+           stop_reason_name(r.layers[0].stop), r.layers[0].note);
+    EXPECT(wall < 3 * 0.05 * 3 + 1.0, "three layers with a 0.05 s timeout took %.2f s", wall);
+    EXPECT(r.layers[0].st.ci_low <= r.layers[0].st.median && r.layers[0].st.median <= r.layers[0].st.ci_high,
+           "the interval holds the median");
+    run_result_free(&r);
+
+    /* with jitter and a reachable target: stops on noise with the interval within 1% */
+    reset(100e-6);
+    F.jitter = 0.2;
+    o = opts();
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    const stats *s = &r.layers[0].st;
+    EXPECT(r.layers[0].stop == STOP_NOISE && (s->ci_high - s->ci_low) / 2 <= 0.01 * s->median + 1e-15,
+           "noise stop: %s, interval %g..%g around %g", stop_reason_name(r.layers[0].stop), s->ci_low, s->ci_high,
+           s->median);
+    run_result_free(&r);
+}
+
+/* Layers are sampled in rounds: a's samples come before and after b's. */
+static void test_interleaving(backend *b, model *m)
+{
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    o.min_samples = 300;
+    reset(100e-6);
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    const char *first_b = strchr(F.order, 'b'), *last_a = strrchr(F.order, 'a');
+    EXPECT(first_b && last_a && last_a > first_b, "layer a was not sampled again after layer b: %.60s...", F.order);
+    run_result_free(&r);
+}
+
+/* auto: a call under 20 floors is batched, a longer one is timed warm; a row near the
+ * floor says so. */
+static void test_auto(backend *b, model *m)
+{
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    reset(10e-6);
+    F.cost[0] = 0.3e-6;
+    F.timer_cost = 50e-9;
+    timer_floor fl;
+    EXPECT(measure_timer_floor(b, &o, &fl, err, sizeof err) == BENCH_OK, "floor: %s", err);
+    EXPECT(fabs(fl.warm - 50e-9) < 1e-12 && fabs(fl.cold - 50e-9) < 1e-12, "floor %g / %g", fl.warm, fl.cold);
+    measure_model(m, b, &o, "auto", &fl, false, &r, err, sizeof err);
+    EXPECT(strcmp(r.layers[0].mode, "batch") == 0 && r.layers[0].launches > 1, "a 0.3 us layer: %s x%d",
+           r.layers[0].mode, r.layers[0].launches);
+    EXPECT(strcmp(r.layers[1].mode, "warm") == 0 && r.layers[1].launches == 1, "a 10 us layer: %s", r.layers[1].mode);
+    EXPECT(!r.layers[0].near_floor && !r.layers[1].near_floor, "nothing near the floor in auto mode");
+    run_result_free(&r);
+    measure_model(m, b, &o, "warm", &fl, false, &r, err, sizeof err);
+    EXPECT(r.layers[0].near_floor && strstr(r.layers[0].note, "floor"), "a 0.3 us call against a 50 ns floor: %s",
+           r.layers[0].note);
     run_result_free(&r);
 }
 
@@ -210,9 +348,10 @@ static void test_row_failures(backend *b, model *m)
 {
     run_result r;
     char err[256];
+    measure_options o = opts();
     reset(10e-6);
     F.fail_setup = "b";
-    EXPECT(measure_model(m, b, &mo, "cold", true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "a failed row");
+    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "a failed row");
     EXPECT(r.layers[0].status == ROW_OK, "layer a: %s", r.layers[0].note);
     EXPECT(r.layers[1].status == ROW_FAILED && strstr(r.layers[1].note, "injected setup failure"), "layer b: %s %s",
            row_status_name(r.layers[1].status), r.layers[1].note);
@@ -222,8 +361,8 @@ static void test_row_failures(backend *b, model *m)
     run_result_free(&r);
 
     reset(10e-6);
-    F.fail_stop_at = 3;
-    measure_model(m, b, &mo, "cold", false, &r, err, sizeof err);
+    F.fail_stop_at = 20; /* after the probes of a: in its first chunk */
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].status == ROW_FAILED && strstr(r.layers[0].note, "injected timer failure"), "layer a: %s",
            r.layers[0].note);
     EXPECT(r.layers[1].status == ROW_OK && r.layers[3].status == ROW_OK, "layers after a failed sample: %s / %s",
@@ -232,44 +371,68 @@ static void test_row_failures(backend *b, model *m)
 
     reset(10e-6);
     F.fail_graph = true;
-    EXPECT(measure_model(m, b, &mo, "cold", true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "graph failure");
+    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "graph failure");
     EXPECT(r.chained.status == ROW_OK, "chained: %s", r.chained.note);
     EXPECT(r.graph.status == ROW_FAILED && strstr(r.graph.note, "injected capture failure"), "graph row: %s %s",
            row_status_name(r.graph.status), r.graph.note);
     EXPECT(r.upload.status == ROW_OK && r.download.status == ROW_OK, "copies after a failed graph");
     EXPECT(r.failed == 1, "%d failed rows", r.failed);
-    /* batch mode on the same backend falls back to stream launches, and says so */
     run_result_free(&r);
-    measure_model(m, b, &mo, "batch", false, &r, err, sizeof err);
+    /* batch mode on the same backend falls back to stream launches, and says so */
+    measure_model(m, b, &o, "batch", &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].status == ROW_OK && strstr(r.layers[0].note, "graph capture failed"), "batch fallback: %s",
            r.layers[0].note);
     run_result_free(&r);
 }
 
-/* The chained forward: one sample runs every layer once, held, never flushed. */
+/* The chained forward: one sample runs every layer once, held, never flushed; the
+ * in-model view gives each layer its own time inside it. */
 static void test_chain(backend *b, model *m)
 {
     run_result r;
     char err[256];
-    reset(10e-6);
-    EXPECT(measure_model(m, b, &mo, "cold", true, &r, err, sizeof err) == BENCH_OK, "%s", err);
-    EXPECT(r.chained.status == ROW_OK && fabs(r.chained.st.median - 3 * 10e-6) < 1e-12, "chained median %g",
+    measure_options o = opts();
+    reset(0);
+    F.cost[0] = 10e-6, F.cost[1] = 20e-6, F.cost[3] = 40e-6;
+    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(r.chained.status == ROW_OK && fabs(r.chained.st.median - 70e-6) < 1e-12, "chained median %g",
            r.chained.st.median);
-    EXPECT(r.graph.status == ROW_OK && fabs(r.graph.st.median - 3 * 10e-6) < 1e-12, "graph median %g",
+    EXPECT(r.graph.status == ROW_OK && fabs(r.graph.st.median - 70e-6) < 1e-12, "graph: %s %g", r.graph.note,
            r.graph.st.median);
-    EXPECT(fabs(r.sum_medians - 3 * 10e-6) < 1e-12, "sum of medians %g", r.sum_medians);
+    EXPECT(fabs(r.sum_medians - 70e-6) < 1e-12, "sum of medians %g", r.sum_medians);
+    EXPECT(r.inmodel != NULL, "in-model rows");
+    if (r.inmodel) {
+        double want[] = {10e-6, 20e-6, 0, 40e-6}, sum = 0;
+        for (int i = 0; i < 4; i++) {
+            if (i == 2) {
+                EXPECT(r.inmodel[2].status == ROW_VIEW, "the view's in-model row");
+                continue;
+            }
+            EXPECT(r.inmodel[i].status == ROW_OK && fabs(r.inmodel[i].st.median - want[i]) < 1e-12,
+                   "in-model %d: %g, expected %g", i, r.inmodel[i].st.median, want[i]);
+            EXPECT(r.inmodel[i].st.n == r.chained.st.n, "one in-model sample per kept chained sample: %lld vs %lld",
+                   (long long)r.inmodel[i].st.n, (long long)r.chained.st.n);
+            sum += r.inmodel[i].st.median;
+        }
+        EXPECT(fabs(sum - r.chained.st.median) < 1e-12, "in-model times add up to the forward: %g vs %g", sum,
+               r.chained.st.median);
+    }
     run_result_free(&r);
 }
 
-/* A layer that takes no time at all must not run Google Benchmark to 1e9 iterations. */
+/* A layer that takes no time at all ends quickly, at the floor, and says so. */
 static void test_zero_time(backend *b, model *m)
 {
     run_result r;
     char err[256];
+    measure_options o = opts();
     reset(0.0);
-    measure_model(m, b, &mo, "cold", false, &r, err, sizeof err);
-    EXPECT(r.layers[0].status == ROW_FAILED && strstr(r.layers[0].note, "no measurable time"), "zero time: %s",
-           r.layers[0].note);
+    timer_floor fl = {1e-9, 1e-9};
+    double t0 = bench_now();
+    measure_model(m, b, &o, "warm", &fl, false, &r, err, sizeof err);
+    EXPECT(bench_now() - t0 < 10.0, "zero-time layers took %.1f s", bench_now() - t0);
+    EXPECT(r.layers[0].status == ROW_OK && r.layers[0].st.median == 0 && r.layers[0].near_floor, "zero time: %s %s",
+           row_status_name(r.layers[0].status), r.layers[0].note);
     run_result_free(&r);
 }
 
@@ -281,9 +444,13 @@ int main(void)
     EXPECT(backend_open(&fake_ops, NULL, &b, err, sizeof err) == BENCH_OK, "fake backend");
     model *m = load(tiny);
     if (m) {
+        M = m;
         test_batch(&b, m, true);
         test_batch(&b, m, false);
         test_cold(&b, m);
+        test_stopping(&b, m);
+        test_interleaving(&b, m);
+        test_auto(&b, m);
         test_row_failures(&b, m);
         test_chain(&b, m);
         test_zero_time(&b, m);

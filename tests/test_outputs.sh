@@ -20,7 +20,7 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --repetitions 2 --no-progress)
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
 SMOKE=$SRC/configs/smoke.yaml
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 
@@ -73,7 +73,7 @@ expect 1 "writing to standard output failed" -- bash -c "'$BENCH' list '$SMOKE' 
 expect 1 "writing to standard output failed" -- bash -c "'$BENCH' --help >/dev/full"
 
 # --- an interrupted sweep keeps its finished batches and resumes ----------------------------
-SLOW=(--warmup-time 0.01 --min-time 0.05 --repetitions 3 --no-progress)
+SLOW=(--warmup-time 0.01 --min-time 0.02 --max-noise 0.1 --timeout 0.2 --no-progress)
 "$BENCH" sweep "$SMOKE" "${SLOW[@]}" --batch 1,2,3,4 --csv "$T/sw.csv" >"$T/sw.out" 2>&1 & pid=$!
 for _ in $(seq 1 300); do [ -f "$T/sw.csv" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
@@ -81,7 +81,7 @@ kill -INT $pid; wait $pid; rc=$?
 [ "$(head -1 "$T/sw.csv")" = "$("$BENCH" schema | awk '{print $1}' | paste -sd, -)" ] && ok || bad "interrupted CSV header"
 batches=$(awk -F, "$COLS"' {print $c["batch"]}' "$T/sw.csv" | sort -u | paste -sd' ')
 [ "${batches%% *}" = 1 ] && ok || bad "the interrupted CSV does not hold batch 1: '$batches'"
-awk -F, "$COLS"' {n[$c["batch"]]++} END {for (b in n) if (n[b] != 19) exit 1}' "$T/sw.csv" && ok ||
+awk -F, "$COLS"' {n[$c["batch"]]++} END {for (b in n) if (n[b] != 37) exit 1}' "$T/sw.csv" && ok ||
   bad "the interrupted CSV holds an incomplete batch"
 grep -q '"state": "interrupted"' "$T/sw.json" && grep -q '"interrupted": "batch' "$T/sw.json" && ok ||
   bad "the JSON context does not say where the sweep was interrupted: $(grep -E 'state|interrupted' "$T/sw.json")"
@@ -89,7 +89,7 @@ ls "$T" | grep -q 'sw.csv.tmp' && bad "an interrupted sweep left a temporary fil
 "$BENCH" sweep "$SMOKE" "${FAST[@]}" --batch 1,2,3,4 --csv "$T/sw.csv" --resume >"$T/resume.out" 2>&1; rc=$?
 [ $rc = 0 ] && ok || bad "--resume: exit $rc: $(tail -3 "$T/resume.out")"
 grep -q "batch 1 on cpu: kept from the previous run" "$T/resume.out" && ok || bad "--resume measured batch 1 again"
-[ "$(awk -F, "$COLS"' {print $c["batch"]}' "$T/sw.csv" | sort | uniq -c | awk '{print $1}' | sort -u)" = 19 ] &&
+[ "$(awk -F, "$COLS"' {print $c["batch"]}' "$T/sw.csv" | sort | uniq -c | awk '{print $1}' | sort -u)" = 37 ] &&
   [ "$(awk -F, "$COLS"' {print $c["batch"]}' "$T/sw.csv" | sort -u | wc -l)" = 4 ] && ok ||
   bad "after --resume: $(awk -F, "$COLS"' {print $c["batch"]}' "$T/sw.csv" | sort | uniq -c | tr '\n' ' ')"
 grep -q '"state": "complete"' "$T/sw.json" && grep -q '"resumed_sets": 1' "$T/sw.json" && ok || bad "resumed JSON state"
@@ -101,7 +101,7 @@ expect 2 "holds model 'smoke', not 'resnet18'" -- "$BENCH" sweep "$SRC/configs/r
 "$BENCH" sweep "$SMOKE" "${SLOW[@]}" --batch 1,2,3,4 --csv "$T/k.csv" >/dev/null 2>&1 & pid=$!
 for _ in $(seq 1 300); do [ -f "$T/k.csv" ] && break; sleep 0.1; done
 kill -KILL $pid; wait $pid 2>/dev/null
-awk -F, "$COLS"' {n[$c["batch"]]++} END {for (b in n) if (n[b] != 19) exit 1; exit NR < 20}' "$T/k.csv" && ok ||
+awk -F, "$COLS"' {n[$c["batch"]]++} END {for (b in n) if (n[b] != 37) exit 1; exit NR < 38}' "$T/k.csv" && ok ||
   bad "after SIGKILL the CSV is not the last complete checkpoint"
 
 # --- hostile configs fail fast with file:line:col -----------------------------------------

@@ -25,6 +25,45 @@ static void test_stats(void)
     EXPECT(s.median == 7 && s.stddev == 0 && s.cv == 0 && s.p90 == 7, "one sample");
     s = stats_compute(NULL, 0);
     EXPECT(s.n == 0 && s.median == 0, "no samples");
+
+    /* robust figures: one wild outlier moves the CV, not the noise figure */
+    double d[] = {10, 11, 9, 10, 12, 8, 10, 11, 9, 1000};
+    s = stats_compute(d, 10);
+    EXPECT(s.median == 10 && s.mad == 1, "median %g, MAD %g (deviations 0,1,1,0,2,2,0,1,1,990)", s.median, s.mad);
+    EXPECT(fabs(s.noise - 0.14826) < 1e-12, "noise %g = 1.4826 MAD / median", s.noise);
+    EXPECT(s.cv > 2.5, "the CV is not robust: %g", s.cv);
+    EXPECT(s.outliers == 1, "Tukey's fences flag the 1000 only: %lld", (long long)s.outliers);
+    /* sorted: 8 9 9 10 10 10 11 11 12 1000; p99 at 0.99 x 9 = 8.91: 12 + 0.91 x (1000 - 12) */
+    EXPECT(fabs(s.p99 - (12.0 + 0.91 * 988.0)) < 1e-9, "p99 %g", s.p99);
+}
+
+/* The order statistics that bound the 95% confidence interval of the median, as the
+ * binomial tables give them (e.g. Conover, Practical Nonparametric Statistics). */
+static void test_median_ci(void)
+{
+    struct { int64_t n, r; } t[] = {{1, 1}, {5, 1}, {6, 1}, {7, 1}, {8, 1}, {9, 2}, {10, 2}, {20, 6}, {30, 10},
+                                    {50, 18}, {100, 40}};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        EXPECT(stats_median_ci_rank(t[i].n) == t[i].r, "n = %lld: rank %lld, expected %lld", (long long)t[i].n,
+               (long long)stats_median_ci_rank(t[i].n), (long long)t[i].r);
+    /* exact below 1000 and approximate above meet: */
+    int64_t a = stats_median_ci_rank(1000), b = stats_median_ci_rank(1001);
+    EXPECT(a >= 468 && a <= 470 && b >= 468 && b <= 471, "ranks near the switch: %lld, %lld", (long long)a, (long long)b);
+    /* the selection-based interval equals the sorted one, odd and even counts */
+    for (int64_t n = 1; n <= 301; n += 15) {
+        double *x = malloc((size_t)n * sizeof *x), med, lo, hi;
+        uint64_t state = (uint64_t)n * 2654435761u;
+        for (int64_t i = 0; i < n; i++) {
+            state = state * 6364136223846793005ull + 1;
+            x[i] = (double)(state >> 40) + (i % 7 == 0 ? 1e6 : 0); /* with outliers and ties */
+        }
+        stats_median_ci(x, n, &med, &lo, &hi);
+        stats s = stats_compute(x, n); /* sorts x */
+        EXPECT(med == s.median && lo == s.ci_low && hi == s.ci_high, "n = %lld: selection %g [%g, %g] vs sort %g [%g, %g]",
+               (long long)n, med, lo, hi, s.median, s.ci_low, s.ci_high);
+        EXPECT(lo <= med && med <= hi, "n = %lld: the interval holds the median", (long long)n);
+        free(x);
+    }
 }
 
 /* The callback returns 1 ms plus its call number in nanoseconds, so every sample
@@ -82,9 +121,25 @@ static double failing(void *user)
     return -1.0;
 }
 
+/* A fixed iteration count runs exactly that many, with no estimation. */
+static void test_fixed_iterations(void)
+{
+    counter c = {0};
+    gbs_options o = {0.0, 0.02, 1, 37};
+    gbs_result r;
+    char err[256];
+    EXPECT(gbs_run("fixed", numbered, &c, &o, &r, err, sizeof err) == 0, "%s", err);
+    EXPECT(r.n_samples == 37 && r.discarded == 0 && c.calls == 37 && r.first_kept == 0, "%lld kept, %lld discarded",
+           (long long)r.n_samples, (long long)r.discarded);
+    EXPECT(fabs(r.cost - (37e-3 + 1e-9 * 36 * 37 / 2)) < 1e-9, "the run's cost %g", r.cost);
+    free(r.samples);
+}
+
 int main(void)
 {
     test_stats();
+    test_median_ci();
+    test_fixed_iterations();
     test_shim(0.0, 1);
     test_shim(0.01, 1);
     test_shim(0.005, 3);

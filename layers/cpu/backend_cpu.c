@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -27,8 +28,41 @@ static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
 typedef struct cpu_ctx {
     int threads;
     double t0;
+    double *marks;          /* in-model view: times of the marks of the current sample */
+    int n_marks;
+    unsigned char *flush;   /* written before each cold sample: twice the last-level cache */
+    size_t flush_bytes;
+    int flush_value;
     char *description;
 } cpu_ctx;
+
+/* The largest cache of CPU 0 (its last level): from sysfs, which gives the slice the
+ * CPU shares (an AMD CCD's L3), else from the C library (which may give a whole
+ * socket's); 0 if unknown. */
+static size_t last_level_cache_bytes(void)
+{
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            size_t bytes = (size_t)v * (*end == 'K' ? 1024 : *end == 'M' ? 1024 * 1024 : 1);
+            if (bytes > best)
+                best = bytes;
+        }
+        fclose(f);
+    }
+    if (!best) {
+        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        best = (size_t)(l3 > 0 ? l3 : l2 > 0 ? l2 : 0);
+    }
+    return best;
+}
 
 typedef struct cpu_layer {
     const layer *l;
@@ -53,17 +87,34 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     }
     cpu_ctx *c = xcalloc(1, sizeof *c);
     c->threads = threads;
+    /* twice the last-level cache, between 8 MiB and 256 MiB (a VM may report a whole
+     * socket's L3 for two cores; the JSON says what was used) */
+    size_t llc = last_level_cache_bytes();
+    c->flush_bytes = 2 * (llc ? llc : (size_t)32 << 20);
+    if (c->flush_bytes < ((size_t)8 << 20))
+        c->flush_bytes = (size_t)8 << 20;
+    if (c->flush_bytes > ((size_t)256 << 20))
+        c->flush_bytes = (size_t)256 << 20;
+    c->flush = malloc(c->flush_bytes);
+    if (!c->flush) {
+        snprintf(err, errlen, "out of memory for the %zu-byte cache flush buffer", c->flush_bytes);
+        free(c);
+        return BENCH_ERR_NOMEM;
+    }
+    memset(c->flush, 1, c->flush_bytes);
     /* 2 = OpenMP: OpenBLAS shares libgomp's threads with our loops (see CMakeLists.txt) */
     if (openblas_get_parallel() != 2)
         fprintf(stderr, "bench: warning: OpenBLAS is not its OpenMP build (parallel mode %d); "
                         "its threads and ours will compete for the cores\n", openblas_get_parallel());
     openblas_set_num_threads(threads);
     omp_set_num_threads(threads);
-    c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_threads\": %d, "
-                               "\"openblas_parallel\": %d, \"openmp_max_threads\": %d, \"GOMP_SPINCOUNT\": \"%s\", "
-                               "\"OMP_WAIT_POLICY\": \"%s\"}",
-                               threads, openblas_get_config(), openblas_get_num_threads(), openblas_get_parallel(),
-                               omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"), env_or_unset("OMP_WAIT_POLICY"));
+    c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_core\": \"%s\", "
+                               "\"openblas_threads\": %d, \"openblas_parallel\": %d, \"openmp_max_threads\": %d, "
+                               "\"GOMP_SPINCOUNT\": \"%s\", \"OMP_WAIT_POLICY\": \"%s\", \"OPENBLAS_CORETYPE\": \"%s\", "
+                               "\"last_level_cache_bytes\": %zu, \"flush_bytes\": %zu}",
+                               threads, openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
+                               openblas_get_parallel(), omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"),
+                               env_or_unset("OMP_WAIT_POLICY"), env_or_unset("OPENBLAS_CORETYPE"), llc, c->flush_bytes);
     *ctx = c;
     return BENCH_OK;
 }
@@ -72,6 +123,8 @@ static void cpu_free(void *ctx)
 {
     cpu_ctx *c = ctx;
     free(c->description);
+    free(c->marks);
+    free(c->flush);
     free(c);
 }
 
@@ -102,6 +155,34 @@ static bench_status cpu_sync(void *ctx)
 
 static void cpu_timer_start(void *ctx) { ((cpu_ctx *)ctx)->t0 = bench_now(); }
 static double cpu_timer_stop(void *ctx) { return bench_now() - ((cpu_ctx *)ctx)->t0; }
+
+/* Cold samples: writing twice the last-level cache leaves none of the layer's data in
+ * any level (the value changes each time, so the writes cannot be skipped). */
+static void cpu_flush_cache(void *ctx)
+{
+    cpu_ctx *c = ctx;
+    c->flush_value = (c->flush_value + 1) & 0xff;
+    memset(c->flush, c->flush_value, c->flush_bytes);
+    __asm__ __volatile__("" ::"r"(c->flush) : "memory");
+}
+
+static bench_status cpu_marks_prepare(void *ctx, int n)
+{
+    cpu_ctx *c = ctx;
+    free(c->marks);
+    c->marks = xcalloc((size_t)(n > 0 ? n : 1), sizeof *c->marks);
+    c->n_marks = n;
+    return BENCH_OK;
+}
+
+static void cpu_timer_mark(void *ctx, int i) { ((cpu_ctx *)ctx)->marks[i] = bench_now(); }
+
+static void cpu_marks_read(void *ctx, double *seconds, int n)
+{
+    cpu_ctx *c = ctx;
+    for (int i = 0; i < n && i < c->n_marks; i++)
+        seconds[i] = c->marks[i] - c->t0;
+}
 
 static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                     size_t impl_len, int64_t *workspace_bytes)
@@ -144,7 +225,33 @@ static void cpu_layer_free(void *ctx, void *state)
     free(cl);
 }
 
-static const char *const cpu_modes[] = {"isolated", NULL};
+/* OpenBLAS's kernels against what the CPU can run: OPENBLAS_CORETYPE (or an old
+ * OpenBLAS) can make it run AVX2 kernels on an AVX-512 CPU, at about half the GEMM
+ * throughput. Said, never overridden. */
+static void cpu_warnings(void *ctx, char *buf, size_t len)
+{
+    (void)ctx;
+    const char *core = openblas_get_corename(), *forced = getenv("OPENBLAS_CORETYPE");
+    static const char *const avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids", NULL};
+    static const char *const avx2_cores[] = {"haswell", "zen", "excavator", "skylakex", "cooperlake",
+                                             "sapphirerapids", NULL};
+    bool core512 = false, core2 = false;
+    for (int i = 0; core && avx512_cores[i]; i++)
+        core512 |= strcasecmp(core, avx512_cores[i]) == 0;
+    for (int i = 0; core && avx2_cores[i]; i++)
+        core2 |= strcasecmp(core, avx2_cores[i]) == 0;
+    __builtin_cpu_init();
+    const char *has = __builtin_cpu_supports("avx512f") && !core512 ? "AVX-512"
+                      : __builtin_cpu_supports("avx2") && !core2    ? "AVX2"
+                                                                    : NULL;
+    buf[0] = 0;
+    if (has)
+        snprintf(buf, len, "cpu: OpenBLAS runs its %s kernels on a CPU that has %s%s%s%s: convolutions and linear "
+                           "layers run slower than this CPU can (about half the GEMM throughput for AVX2 kernels on an "
+                           "AVX-512 CPU)%s\n",
+                 core ? core : "?", has, forced ? " (OPENBLAS_CORETYPE=" : "", forced ? forced : "",
+                 forced ? " is set)" : "", forced ? "; unset OPENBLAS_CORETYPE to let OpenBLAS choose" : "");
+}
 
 static int cpu_thread_count(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
 static const char *cpu_describe(void *ctx) { return ((cpu_ctx *)ctx)->description; }
@@ -160,12 +267,15 @@ const backend_ops backend_cpu_ops = {
     .sync = cpu_sync,
     .timer_start = cpu_timer_start,
     .timer_stop = cpu_timer_stop,
-    .flush_cache = NULL, /* optional: CPU samples run warm, as the layer would in a model */
+    .flush_cache = cpu_flush_cache,
+    .warnings = cpu_warnings,
+    .marks_prepare = cpu_marks_prepare,
+    .timer_mark = cpu_timer_mark,
+    .marks_read = cpu_marks_read,
     .layer_setup = cpu_layer_setup,
     .layer_run = cpu_layer_run,
     .layer_free = cpu_layer_free,
     .thread_count = cpu_thread_count,
     .describe = cpu_describe,
-    .modes = cpu_modes,
     .device_memory = false,
 };

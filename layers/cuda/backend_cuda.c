@@ -42,6 +42,10 @@ typedef struct cuda_ctx {
     size_t cudnn_version;
     int cublas_version;
     int sm_clock_start;         /* MHz from NVML, -1 if unavailable */
+    int sm_clock_max;
+    unsigned long long reasons_seen; /* clock event reasons seen after layers ran */
+    cudaEvent_t *marks;         /* in-model view: one event per mark */
+    int n_marks;
     char *description;
 } cuda_ctx;
 
@@ -55,28 +59,57 @@ typedef struct cuda_layer {
 typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_by_pci_fn)(const char *, void **);
 typedef int (*nvml_clock_fn)(void *, int, unsigned *);
+typedef int (*nvml_reasons_fn)(void *, unsigned long long *);
 
-/* Current SM clock in MHz, or -1. */
-static int sm_clock_mhz(int device)
+typedef struct nvml {
+    bool tried;
+    void *handle;               /* the device's NVML handle, NULL if unavailable */
+    nvml_clock_fn clock_info, max_clock;
+    nvml_reasons_fn reasons;    /* clocks event (throttle) reasons */
+} nvml;
+
+static nvml *nvml_for(int device)
 {
-    static void *lib;
-    static nvml_by_pci_fn by_pci;
-    static nvml_clock_fn clock_info;
-    if (!lib) {
-        lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        nvml_init_fn init = lib ? (nvml_init_fn)dlsym(lib, "nvmlInit_v2") : NULL;
-        by_pci = lib ? (nvml_by_pci_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2") : NULL;
-        clock_info = lib ? (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo") : NULL;
-        if (!init || init() != 0)
-            by_pci = NULL;
-    }
+    static nvml n;
+    if (n.tried)
+        return &n;
+    n.tried = true;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    nvml_init_fn init = lib ? (nvml_init_fn)dlsym(lib, "nvmlInit_v2") : NULL;
+    nvml_by_pci_fn by_pci = lib ? (nvml_by_pci_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2") : NULL;
     char bus[64];
-    void *handle;
+    if (!init || !by_pci || init() != 0 || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess ||
+        by_pci(bus, &n.handle) != 0) {
+        n.handle = NULL;
+        return &n;
+    }
+    n.clock_info = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo");
+    n.max_clock = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetMaxClockInfo");
+    n.reasons = (nvml_reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!n.reasons)
+        n.reasons = (nvml_reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    return &n;
+}
+
+/* Current (or, with max, the highest) SM clock in MHz, or -1. */
+static int sm_clock_mhz(int device, bool max)
+{
+    nvml *n = nvml_for(device);
+    nvml_clock_fn f = max ? n->max_clock : n->clock_info;
     unsigned mhz;
-    if (!by_pci || !clock_info || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess ||
-        by_pci(bus, &handle) != 0 || clock_info(handle, 1 /* NVML_CLOCK_SM */, &mhz) != 0)
+    if (!n->handle || !f || f(n->handle, 1 /* NVML_CLOCK_SM */, &mhz) != 0)
         return -1;
     return (int)mhz;
+}
+
+/* Why the clocks are held back now, as NVML says: a bit mask, or 0 if unknown. */
+static unsigned long long clock_event_reasons(int device)
+{
+    nvml *n = nvml_for(device);
+    unsigned long long r = 0;
+    if (!n->handle || !n->reasons || n->reasons(n->handle, &r) != 0)
+        return 0;
+    return r;
 }
 
 /* ---- the backend ------------------------------------------------------------------------ */
@@ -153,7 +186,8 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
         cuda_free(c);
         return BENCH_ERR_BACKEND;
     }
-    c->sm_clock_start = sm_clock_mhz(0);
+    c->sm_clock_start = sm_clock_mhz(0, false);
+    c->sm_clock_max = sm_clock_mhz(0, true);
     *out = c;
     return BENCH_OK;
 }
@@ -171,6 +205,9 @@ static void cuda_free(void *ctx)
     cudaFree(c->cublas_workspace);
     if (c->hold_host)
         cudaFreeHost((void *)c->hold_host);
+    for (int i = 0; i < c->n_marks; i++)
+        cudaEventDestroy(c->marks[i]);
+    free(c->marks);
     free(c->env.conv_choices);
     if (c->start)
         cudaEventDestroy(c->start);
@@ -260,6 +297,62 @@ static double cuda_timer_stop(void *ctx)
         cuda_env_fail(env, __FILE__, __LINE__, "cuda_hold_launch",
                       "the held stream waited more than 2 s for its launches to be queued");
     return ok && !env->failed ? 1e-3 * (double)ms : -1.0;
+}
+
+static bench_status cuda_marks_prepare(void *ctx, int n)
+{
+    cuda_ctx *c = ctx;
+    for (int i = 0; i < c->n_marks; i++)
+        cudaEventDestroy(c->marks[i]);
+    c->marks = xrealloc(c->marks, (size_t)(n > 0 ? n : 1) * sizeof *c->marks);
+    c->n_marks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!CUDA_OK(&c->env, cudaEventCreate(&c->marks[i])))
+            return BENCH_ERR_BACKEND;
+        c->n_marks++;
+    }
+    return BENCH_OK;
+}
+
+static void cuda_timer_mark(void *ctx, int i)
+{
+    cuda_ctx *c = ctx;
+    CUDA_OK(&c->env, cudaEventRecord(c->marks[i], c->env.stream));
+}
+
+/* After timer_stop (the stop event completed, so every mark has too). */
+static void cuda_marks_read(void *ctx, double *seconds, int n)
+{
+    cuda_ctx *c = ctx;
+    for (int i = 0; i < n && i < c->n_marks; i++) {
+        float ms = 0.0f;
+        seconds[i] = CUDA_OK(&c->env, cudaEventElapsedTime(&ms, c->start, c->marks[i])) ? 1e-3 * (double)ms : 0.0;
+    }
+}
+
+/* What NVML says about the clocks: moved since the start, or held back by power or
+ * temperature. */
+static void cuda_warnings(void *ctx, char *buf, size_t len)
+{
+    cuda_ctx *c = ctx;
+    int now = sm_clock_mhz(c->env.device, false);
+    unsigned long long r = clock_event_reasons(c->env.device);
+    size_t off = 0;
+    buf[0] = 0;
+    c->reasons_seen |= r;
+    if (c->sm_clock_start > 0 && now > 0 && abs(now - c->sm_clock_start) * 10 > c->sm_clock_start)
+        off += (size_t)snprintf(buf + off, len - off, "cuda: the SM clock moved from %d MHz at the start to %d MHz "
+                                                      "(max %d): figures taken at different clocks\n",
+                                c->sm_clock_start, now, c->sm_clock_max);
+    /* NVML's bits: 0x4 software power cap, 0x8 hardware slowdown, 0x20 sync boost,
+     * 0x40 software thermal, 0x80 hardware thermal, 0x100 hardware power brake */
+    static const struct { unsigned long long bit; const char *what; } why[] = {
+        {0x4, "the power cap"}, {0x8, "a hardware slowdown"}, {0x40, "software thermal limits"},
+        {0x80, "hardware thermal limits"}, {0x100, "the hardware power brake"}};
+    for (size_t i = 0; i < sizeof why / sizeof *why && off < len; i++)
+        if (c->reasons_seen & why[i].bit)
+            off += (size_t)snprintf(buf + off, len - off, "cuda: the GPU's clocks were held back by %s (NVML)\n",
+                                    why[i].what);
 }
 
 static void cuda_flush_cache(void *ctx)
@@ -368,17 +461,15 @@ static const char *cuda_describe(void *ctx)
     free(c->description);
     c->description = xasprintf(
         "{\"device\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
-        "\"sm_clock_mhz_end\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
+        "\"sm_clock_mhz_end\": %d, \"sm_clock_mhz_max\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
         "\"math\": \"%s\", \"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
         "\"host_memory\": \"pageable\", \"stream_hold\": \"spinning kernel\", \"batch_launches\": \"one CUDA graph\", "
         "\"warm_up_s\": %g}",
-        c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device), c->driver, c->runtime,
+        c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device, false), c->sm_clock_max, c->driver, c->runtime,
         c->cudnn_version, c->cublas_version, c->env.tf32 ? "tf32" : "fp32",
         c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
     return c->description;
 }
-
-static const char *const cuda_modes[] = {"cold", "batch", NULL};
 
 const backend_ops backend_cuda_ops = {
     .name = "cuda",
@@ -397,13 +488,16 @@ const backend_ops backend_cuda_ops = {
     .layer_free = cuda_layer_free,
     .thread_count = NULL, /* optional: not a CPU backend */
     .describe = cuda_describe,
-    .modes = cuda_modes,
     .device_memory = true,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
     .hold = cuda_hold,
+    .marks_prepare = cuda_marks_prepare,
+    .timer_mark = cuda_timer_mark,
+    .marks_read = cuda_marks_read,
+    .warnings = cuda_warnings,
     .mem_available = cuda_mem_available,
     .tolerance = cuda_tolerance,
     .last_error = cuda_last_error,

@@ -1,0 +1,107 @@
+#define _GNU_SOURCE
+#include "env.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef LAYERBENCH_BUILD_TYPE
+#define LAYERBENCH_BUILD_TYPE "unknown"
+#endif
+
+/* Total and idle jiffies of all CPUs, from /proc/stat; false if unreadable. */
+static bool cpu_times(unsigned long long *total, unsigned long long *idle)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[10] = {0};
+    bool ok = f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]) >= 4;
+    if (f)
+        fclose(f);
+    *total = *idle = 0;
+    for (int i = 0; i < 8; i++) /* guest times are already in user and nice */
+        *total += v[i];
+    *idle = v[3] + v[4];
+    return ok;
+}
+
+/* This process's own CPU time in jiffies (utime + stime of /proc/self/stat). */
+static unsigned long long self_jiffies(void)
+{
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[1024];
+    unsigned long long ut = 0, st = 0;
+    if (f && fgets(buf, sizeof buf, f)) {
+        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+        if (p)
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st);
+    }
+    if (f)
+        fclose(f);
+    return ut + st;
+}
+
+void env_check_host(strbuf *w)
+{
+    const char *type = LAYERBENCH_BUILD_TYPE;
+    if (strcmp(type, "Release") != 0 && strcmp(type, "RelWithDebInfo") != 0)
+        strbuf_printf(w, "this is a %s build: layerbench's own loops run unoptimised (configure with "
+                         "-DCMAKE_BUILD_TYPE=Release)\n", type);
+#ifdef __SANITIZE_ADDRESS__
+    strbuf_printf(w, "this build has AddressSanitizer: every memory access is checked and slower\n");
+#endif
+    /* the frequency governor of every CPU that has one */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), other = 0;
+    char first[64] = "";
+    for (long i = 0; i < cpus; i++) {
+        char path[96], gov[64] = "";
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cpufreq/scaling_governor", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(gov, sizeof gov, f))
+            gov[strcspn(gov, "\n")] = 0;
+        fclose(f);
+        if (*gov && strcmp(gov, "performance") != 0) {
+            other++;
+            snprintf(first, sizeof first, "%s", gov);
+        }
+    }
+    if (other)
+        strbuf_printf(w, "CPU frequency scaling: %ld of %ld CPUs use the '%s' governor, not 'performance'; clocks "
+                         "may change while layers are timed\n", other, cpus, first);
+    /* how busy the CPUs are while this process waits */
+    unsigned long long t0, i0, t1, i1, s0 = self_jiffies();
+    if (cpu_times(&t0, &i0)) {
+        usleep(200000);
+        unsigned long long s1 = self_jiffies();
+        if (cpu_times(&t1, &i1) && t1 > t0) {
+            double busy = (double)((t1 - t0) - (i1 - i0) - (s1 - s0)) / (double)(t1 - t0);
+            if (busy > 0.10)
+                strbuf_printf(w, "the machine is busy: other processes used %.0f%% of the CPUs' time just before the "
+                                 "run; figures will be slower and noisier than on a quiet machine\n", 100 * busy);
+        }
+    }
+}
+
+char *env_cpu_isa(char *buf, size_t len)
+{
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports takes a literal, so the table is built here */
+    const struct {
+        const char *name;
+        int has;
+    } isa[] = {
+        {"sse4.2", __builtin_cpu_supports("sse4.2")},     {"avx", __builtin_cpu_supports("avx")},
+        {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
+        {"avx512f", __builtin_cpu_supports("avx512f")},   {"avx512bw", __builtin_cpu_supports("avx512bw")},
+        {"avx512vl", __builtin_cpu_supports("avx512vl")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+        {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+    };
+    size_t off = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof isa / sizeof *isa && off < len; i++)
+        if (isa[i].has)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? " " : "", isa[i].name);
+    return buf;
+}

@@ -1,0 +1,20 @@
+/* What about the machine could make the figures wrong, said before they are trusted
+ * (as Google Benchmark's "CPU scaling is enabled"): a debug or sanitizer build, a CPU
+ * frequency governor other than performance, other processes using the CPUs. Backends
+ * add their own (backend_ops.warnings: OpenBLAS running narrower vector code than the
+ * CPU has; GPU clocks that moved or were held back); the runner adds what the results
+ * show (too few samples, a gap between the chained forward and its layers). Every
+ * warning goes to stderr and into the JSON context. */
+#ifndef LAYERBENCH_ENV_H
+#define LAYERBENCH_ENV_H
+
+#include "output.h"
+
+/* Appends one line per warning about the host to w. Takes about 0.2 s: it watches how
+ * busy the CPUs are. */
+void env_check_host(strbuf *w);
+
+/* The CPU's vector extensions, e.g. "avx2 avx512f avx512bw", into buf. */
+char *env_cpu_isa(char *buf, size_t len);
+
+#endif
