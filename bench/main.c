@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "cfg.h"
 #include "check.h"
+#include "compare.h"
 #include "measure.h"
 #include "report.h"
 #include "runner.h"
@@ -16,6 +17,7 @@
 
 static const char usage_text[] =
     "usage: bench <command> CONFIG [options]\n"
+    "       bench compare BASE.csv NEW.csv [--threshold PCT] [--format md] [--inmodel]\n"
     "\n"
     "Layer-by-layer microbenchmarks of a model described in YAML (docs/config.md).\n"
     "\n"
@@ -25,6 +27,10 @@ static const char usage_text[] =
     "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV\n"
     "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
     "  check CONFIG    compare every layer on every backend with the plain-C reference\n"
+    "  compare BASE.csv NEW.csv\n"
+    "                  per row: both medians, the change and a verdict, SLOWER, FASTER or SAME,\n"
+    "                  that takes both rows' confidence intervals into account; exit 1 when\n"
+    "                  any row is SLOWER\n"
     "  schema          print the CSV columns and what they hold\n"
     "  help            this text\n"
     "\n"
@@ -51,6 +57,11 @@ static const char usage_text[] =
     "                    context with the same stem goes beside it. The file is replaced\n"
     "                    atomically after every finished (batch, backend): an interrupted run\n"
     "                    keeps what it finished\n"
+    "  --threshold PCT   compare: how much slower (or faster) beyond both confidence intervals\n"
+    "                    counts (default 5)\n"
+    "  --format F        compare: text (default) or md (a markdown table for pull requests)\n"
+    "  --inmodel         compare: the in-model rows too (left out by default: they vary more\n"
+    "                    between runs than their own noise says)\n"
     "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
     "                    the (batch, backend) sets it does not hold yet\n"
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
@@ -78,6 +89,10 @@ typedef struct cli {
     bool algo_heuristic;
     bool resume;
     const char *mode;        /* --mode as given */
+    const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
+    double threshold;        /* compare: fraction */
+    bool markdown;           /* compare --format md */
+    bool inmodel;            /* compare --inmodel */
     measure_options mo;
 } cli;
 
@@ -135,7 +150,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 }
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
-       OPT_TIMEOUT, OPT_DEDUPE, OPT_SEED,
+       OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
 
 static const struct option long_opts[] = {
@@ -148,6 +163,9 @@ static const struct option long_opts[] = {
     {"max-noise", required_argument, NULL, OPT_NOISE},
     {"min-samples", required_argument, NULL, OPT_MINSAMPLES},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"threshold", required_argument, NULL, OPT_THRESHOLD},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"inmodel", no_argument, NULL, OPT_INMODEL},
     {"dedupe", no_argument, NULL, OPT_DEDUPE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"csv", required_argument, NULL, OPT_CSV},
@@ -191,7 +209,7 @@ static int split_modes(const char *arg, const char **modes)
 static int parse_cli(int argc, char **argv, cli *c)
 {
     *c = (cli){.backend = "cpu", .sort = "index",
-               .mode = "auto",
+               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
                       .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
@@ -230,6 +248,19 @@ static int parse_cli(int argc, char **argv, cli *c)
                 return usage_error("--min-samples expects an integer from 1 to 1000000, got '%s'", optarg);
             c->mo.min_samples = (int)v;
             break;
+        case OPT_THRESHOLD: {
+            double pct;
+            if (!parse_seconds(optarg, &pct) || pct > 1000)
+                return usage_error("--threshold expects a percentage from 0 to 1000, got '%s'", optarg);
+            c->threshold = pct / 100;
+            break;
+        }
+        case OPT_INMODEL: c->inmodel = true; break;
+        case OPT_FORMAT:
+            if (strcmp(optarg, "md") && strcmp(optarg, "text"))
+                return usage_error("--format expects text or md, got '%s'", optarg);
+            c->markdown = strcmp(optarg, "md") == 0;
+            break;
         case OPT_TIMEOUT:
             if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
                 return usage_error("--timeout expects seconds above 0 and at most 3600, got '%s'", optarg);
@@ -265,13 +296,18 @@ static int parse_cli(int argc, char **argv, cli *c)
         }
     }
     if (optind >= argc)
-        return usage_error("%s", "missing command (run, sweep, list, check, schema)");
+        return usage_error("%s", "missing command (run, sweep, list, check, compare, schema)");
     c->command = argv[optind++];
     if (strcmp(c->command, "help") == 0) {
         fputs(usage_text, stdout);
         return 0;
     }
-    if (strcmp(c->command, "schema") != 0) {
+    if (strcmp(c->command, "compare") == 0) {
+        if (argc - optind < 2)
+            return usage_error("%s", "compare needs two results CSVs: BASE.csv NEW.csv");
+        c->config = argv[optind++];
+        c->compare_new = argv[optind++];
+    } else if (strcmp(c->command, "schema") != 0) {
         if (optind >= argc)
             return usage_error("%s needs a CONFIG file", c->command);
         c->config = argv[optind++];
@@ -534,6 +570,26 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     return rc;
 }
 
+static int cmd_compare(const cli *c)
+{
+    csv_table base, new_;
+    char err[1024];
+    if (csv_read_file(c->config, &base, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 2;
+    }
+    if (csv_read_file(c->compare_new, &new_, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        csv_table_free(&base);
+        return 2;
+    }
+    compare_options o = {c->threshold, c->markdown, c->inmodel};
+    int rc = compare_tables(c->config, &base, c->compare_new, &new_, &o, stdout);
+    csv_table_free(&base);
+    csv_table_free(&new_);
+    return rc;
+}
+
 static int cmd_schema(void)
 {
     int n;
@@ -584,9 +640,11 @@ static int run_command(int argc, char **argv)
         set_openmp_spin(argv);
     if (strcmp(c.command, "schema") == 0)
         return cmd_schema();
+    if (strcmp(c.command, "compare") == 0)
+        return cmd_compare(&c);
     bool sweep = strcmp(c.command, "sweep") == 0;
     if (!sweep && strcmp(c.command, "run") && strcmp(c.command, "list") && strcmp(c.command, "check"))
-        return usage_error("unknown command '%s' (expected run, sweep, list, check or schema)", c.command);
+        return usage_error("unknown command '%s' (expected run, sweep, list, check, compare or schema)", c.command);
     int64_t *batches = NULL, one = 0;
     int n_batches = 1;
     if (sweep) {

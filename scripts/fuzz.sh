@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Fuzzes the config loader and the model analysis (fuzz/fuzz_config.c) with libFuzzer,
-# AddressSanitizer and UndefinedBehaviorSanitizer, for SECONDS (default 60). Installs
-# clang and its runtime from Debian's packages if they are missing, builds into
-# build-fuzz/, seeds the corpus with every shipped and test config plus fuzz/seeds/,
-# and keeps the corpus between runs (build-fuzz/corpus). A finding is saved as
-# build-fuzz/crash-* (or leak-*, timeout-*) and the exit status is non-zero; replay it
-# with build-fuzz/fuzz_config FILE.
+# Fuzzes what parses input, with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer,
+# for SECONDS in all (default 60): two thirds on the config loader and the model analysis
+# (fuzz/fuzz_config.c, seeded with every shipped and test config plus fuzz/seeds/), a
+# third on the CSV reader and `bench compare` (fuzz/fuzz_csv.c, seeded with
+# fuzz/seeds_csv/). Installs clang and its runtime from Debian's packages if they are
+# missing, builds into build-fuzz/, and keeps the corpora between runs
+# (build-fuzz/corpus*). A finding is saved as build-fuzz/crash-* (or leak-*, timeout-*)
+# and the exit status is non-zero; replay it with build-fuzz/fuzz_config FILE (or
+# fuzz_csv).
 # usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,9 +25,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERBENCH_FUZZ=ON \
   -DLAYERBENCH_CUDA=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_config -j"$(nproc)" >/dev/null
-mkdir -p build-fuzz/corpus
+cmake --build build-fuzz --target fuzz_config fuzz_csv -j"$(nproc)" >/dev/null
+mkdir -p build-fuzz/corpus build-fuzz/corpus_csv
 cp configs/*.yaml tests/data/*.yaml fuzz/seeds/*.yaml build-fuzz/corpus/
-echo "fuzz: $(ls build-fuzz/corpus | wc -l) inputs in the corpus, fuzzing for $seconds s"
-exec build-fuzz/fuzz_config build-fuzz/corpus -dict=fuzz/config.dict -max_total_time="$seconds" -timeout=10 \
-  -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/
+cp fuzz/seeds_csv/*.csv build-fuzz/corpus_csv/
+common=(-timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/)
+echo "fuzz: the config loader, $(ls build-fuzz/corpus | wc -l) inputs in the corpus, $((seconds * 2 / 3)) s"
+build-fuzz/fuzz_config build-fuzz/corpus -dict=fuzz/config.dict -max_total_time=$((seconds * 2 / 3)) "${common[@]}"
+echo "fuzz: the CSV reader and compare, $(ls build-fuzz/corpus_csv | wc -l) inputs, $((seconds - seconds * 2 / 3)) s"
+build-fuzz/fuzz_csv build-fuzz/corpus_csv -max_total_time=$((seconds - seconds * 2 / 3)) "${common[@]}"

@@ -146,6 +146,17 @@ else
 fi
 expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"
 
+# compare: a run against itself is all SAME (exit 0); against a slowed copy, SLOWER (exit 1)
+expect 0 " 0 SLOWER, 0 FASTER" -- "$BENCH" compare "$T/run.csv" "$T/run.csv"
+awk -F, -v OFS=, 'NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; print; next}
+  $c["layer_name"]=="stem" && $c["mode"]!="inmodel" {$c["median_us"] *= 2; $c["ci_low_us"] *= 2; $c["ci_high_us"] *= 2} {print}' "$T/run.csv" >"$T/slow.csv"
+expect 1 "stem .*SLOWER" -- "$BENCH" compare "$T/run.csv" "$T/slow.csv"
+expect 1 "\| cpu \| (warm|batch) \| 2 \| stem \|.*\*\*SLOWER\*\*" -- "$BENCH" compare "$T/run.csv" "$T/slow.csv" --format md
+expect 2 "compare needs two results CSVs" -- "$BENCH" compare "$T/run.csv"
+expect 2 "smoke.yaml:[0-9]+: " -- "$BENCH" compare "$T/run.csv" "$SMOKE"
+expect 2 "is not a layerbench results CSV: it has no .model. column" -- "$BENCH" compare "$T/run.csv" "$SRC/tests/data/not_results.csv"
+expect 2 "--format expects text or md" -- "$BENCH" compare "$T/run.csv" "$T/run.csv" --format html
+
 # check: every layer against the reference
 expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE"
 expect 0 "69 passed, 0 failed" -- "$BENCH" check "$R18"

@@ -1,10 +1,13 @@
 /* Reporters on hand-made results: the CSV never carries a cell a spreadsheet would run
  * as a formula, keeps numbers as they are, and quotes what needs quoting. */
+#define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cfg.h"
+#include "compare.h"
+#include "csv_read.h"
 #include "report.h"
 #include "test_util.h"
 
@@ -72,8 +75,135 @@ static void test_formula_cells(void)
     model_free(m);
 }
 
+/* The CSV reader: quoting as RFC 4180 says, and errors with their line. */
+static void test_csv_read(void)
+{
+    csv_table t;
+    char err[256];
+    const char *ok = "a,b,c\r\n1,\"x, \"\"y\"\"\",\n\"multi\nline\",,3\n";
+    EXPECT(csv_parse("t.csv", ok, strlen(ok), &t, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(t.n_cols == 3 && t.n_rows == 2, "%d columns, %lld rows", t.n_cols, (long long)t.n_rows);
+    EXPECT(strcmp(csv_cell(&t, 0, 1), "x, \"y\"") == 0 && strcmp(csv_cell(&t, 0, 2), "") == 0, "quoted cells: '%s'",
+           csv_cell(&t, 0, 1));
+    EXPECT(strcmp(csv_cell(&t, 1, 0), "multi\nline") == 0 && strcmp(csv_cell(&t, 1, 2), "3") == 0, "a line break in quotes");
+    EXPECT(csv_col(&t, "c") == 2 && csv_col(&t, "d") == -1, "columns by name");
+    csv_table_free(&t);
+    struct {
+        const char *text, *error;
+    } bad[] = {
+        {"a,b\n1,2,3\n", "t.csv:2: 3 fields, but the header has 2"},
+        {"a,b\n1\n", "t.csv:2: 1 fields"},
+        {"a,b\n\"1,2\n", "t.csv:2: a quoted field is not closed"},
+        {"a,b\n\"1\"x,2\n", "t.csv:2: text after a quoted field"},
+        {"a,b\n1\"2,3\n", "t.csv:2: a quote inside an unquoted field"},
+        {"", "t.csv: the file is empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        EXPECT(csv_parse("t.csv", bad[i].text, strlen(bad[i].text), &t, err, sizeof err) == BENCH_ERR_USAGE &&
+                   strstr(err, bad[i].error),
+               "bad CSV %zu: '%s', expected '%s'", i, err, bad[i].error);
+    }
+}
+
+/* compare on hand-made results: one row per case, the verdict it must get. */
+#define CMP_HEAD "model,backend,mode,batch,layer_name,kind,status,median_us,ci_low_us,ci_high_us,noise_pct\n"
+static int compare_text(const char *base, const char *new_, const compare_options *o, char *out, size_t len)
+{
+    csv_table b, n;
+    char err[256];
+    EXPECT(csv_parse("base.csv", base, strlen(base), &b, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(csv_parse("new.csv", new_, strlen(new_), &n, err, sizeof err) == BENCH_OK, "%s", err);
+    FILE *f = fmemopen(out, len, "w");
+    int rc = compare_tables("base.csv", &b, "new.csv", &n, o, f);
+    fclose(f);
+    csv_table_free(&b);
+    csv_table_free(&n);
+    return rc;
+}
+
+static bool line_has(const char *text, const char *layer, const char *verdict)
+{
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *end = strchr(l, '\n');
+        size_t n = end ? (size_t)(end - l) : strlen(l);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)n, l);
+        if (strstr(line, layer) && strstr(line, verdict))
+            return true;
+    }
+    return false;
+}
+
+static void test_compare(void)
+{
+    compare_options o = {COMPARE_DEFAULT_THRESHOLD, false, false};
+    char out[8192];
+    const char *base = CMP_HEAD
+        "m,cpu,warm,1,same,conv2d,ok,100,99,101,1\n"
+        "m,cpu,warm,1,slower,conv2d,ok,100,99,101,1\n"
+        "m,cpu,warm,1,faster,conv2d,ok,100,99,101,1\n"
+        "m,cpu,warm,1,small_change,conv2d,ok,100,99,101,1\n"
+        "m,cpu,warm,1,within_noise,relu,ok,10,9.9,10.1,30\n"
+        "m,cpu,warm,1,wide_ci,relu,ok,10,8,12,1\n"
+        "m,cpu,warm,1,gone,relu,ok,10,9.9,10.1,1\n"
+        "m,cpu,warm,1,auto,relu,ok,1,0.99,1.01,1\n"
+        "m,cpu,warm,1,twice,relu,ok,5,4.9,5.1,1\n"
+        "m,cpu,warm,1,twice,relu,ok,5,4.9,5.1,1\n"
+        "m,cpu,warm,1,skipped,relu,skipped,,,,\n"
+        "m,cpu,inmodel,1,same,conv2d,ok,100,99,101,1\n";
+    const char *new_ = CMP_HEAD
+        "m,cpu,warm,1,same,conv2d,ok,100.5,99.5,101.5,1\n"
+        "m,cpu,warm,1,slower,conv2d,ok,120,119,121,1\n"
+        "m,cpu,warm,1,faster,conv2d,ok,80,79,81,1\n"
+        "m,cpu,warm,1,small_change,conv2d,ok,103,102,104,1\n"
+        "m,cpu,warm,1,within_noise,relu,ok,12,11.9,12.1,30\n"
+        "m,cpu,warm,1,wide_ci,relu,ok,11,9,14,1\n"
+        "m,cpu,batch,1,auto,relu,ok,1.3,1.29,1.31,1\n"
+        "m,cpu,warm,1,twice,relu,ok,5,4.9,5.1,1\n"
+        "m,cpu,warm,1,twice,relu,ok,9,8.9,9.1,1\n"
+        "m,cpu,warm,1,skipped,relu,ok,1,1,1,1\n"
+        "m,cpu,warm,1,new_layer,relu,ok,1,1,1,1\n"
+        "m,cpu,inmodel,1,same,conv2d,ok,200,199,201,1\n";
+    int rc = compare_text(base, new_, &o, out, sizeof out);
+    EXPECT(rc == 1, "a SLOWER row makes the exit status 1, got %d", rc);
+    EXPECT(line_has(out, " same ", "SAME"), "identical within the interval: SAME\n%s", out);
+    EXPECT(line_has(out, " slower ", "SLOWER") && line_has(out, " faster ", "FASTER"), "20%% either way\n%s", out);
+    EXPECT(line_has(out, "small_change", "SAME"), "3%% is under the 5%% threshold");
+    EXPECT(line_has(out, "within_noise", "SAME"), "20%% within a 30%% noise figure");
+    EXPECT(line_has(out, "wide_ci", "SAME"), "intervals that overlap the threshold");
+    EXPECT(line_has(out, "gone", "only in base") && line_has(out, "new_layer", "only in new"), "rows of one file");
+    EXPECT(line_has(out, "warm/batch", "SLOWER") && line_has(out, "auto", "auto mode timed it differently"),
+           "warm matched with batch\n%s", out);
+    EXPECT(line_has(out, "twice", "SAME") && line_has(out, "twice", "SLOWER"), "a repeated name matched by occurrence");
+    EXPECT(line_has(out, "skipped", "not timed: skipped in base, ok in new"), "an untimed row");
+    EXPECT(strstr(out, "1 in-model rows left out") != NULL, "in-model rows left out by default:\n%s", out);
+    EXPECT(strstr(out, "rows compared: 3 SLOWER, 1 FASTER, 5 SAME") != NULL, "summary:\n%s", out);
+    o.inmodel = true;
+    compare_text(base, new_, &o, out, sizeof out);
+    EXPECT(line_has(out, "inmodel", "SLOWER"), "--inmodel compares them");
+    o.inmodel = false;
+    o.markdown = true;
+    compare_text(base, new_, &o, out, sizeof out);
+    EXPECT(strstr(out, "| backend | mode | batch | layer |") && strstr(out, "**SLOWER**"), "markdown:\n%s", out);
+    o.markdown = false;
+    EXPECT(compare_text(base, base, &o, out, sizeof out) == 0 && strstr(out, "0 SLOWER, 0 FASTER, 10 SAME"),
+           "a file against itself:\n%s", out);
+    EXPECT(compare_verdict_of(100, 0, 0, 0, 110, 0, 0, 0, 0.05) == VERDICT_SLOWER &&
+               compare_verdict_of(100, 0, 0, 0, 104, 0, 0, 0, 0.05) == VERDICT_SAME,
+           "medians alone where no interval is known");
+    /* found by fuzzing: an interval that does not hold its median must not make a
+     * file SLOWER than itself */
+    const char *odd = CMP_HEAD "m,cpu,warm,1,x,relu,ok,1.5,174,1.6,2\nm,cpu,warm,1,y,relu,ok,nan,1,2,inf\n";
+    EXPECT(compare_text(odd, odd, &o, out, sizeof out) == 0 && strstr(out, "1 SAME"), "odd values:\n%s", out);
+    const char *not_results = "a,b\n1,2\n";
+    EXPECT(compare_text(not_results, base, &o, out, sizeof out) == 2, "a CSV that is not a results CSV");
+}
+
 int main(void)
 {
+    test_csv_read();
+    test_compare();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;

@@ -1,0 +1,210 @@
+#include "compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
+                                   double new_lo, double new_hi, double new_noise, double threshold)
+{
+    /* a change within the rows' own noise is not reported, as NVBench's compare does */
+    if (base_noise > threshold)
+        threshold = base_noise;
+    if (new_noise > threshold)
+        threshold = new_noise;
+    if (!(base_lo > 0) || !(base_hi > 0))
+        base_lo = base_hi = base;
+    if (!(new_lo > 0) || !(new_hi > 0))
+        new_lo = new_hi = new_;
+    if (new_lo / base_hi > 1.0 + threshold)
+        return VERDICT_SLOWER;
+    if (new_hi / base_lo < 1.0 / (1.0 + threshold))
+        return VERDICT_FASTER;
+    return VERDICT_SAME;
+}
+
+/* One row of a results CSV, as compare sees it. */
+typedef struct crow {
+    const char *model, *backend, *mode, *batch, *layer, *kind, *status;
+    int occurrence;     /* how many rows with the same key came before it */
+    bool timed;
+    double med, lo, hi; /* microseconds */
+    double noise;       /* the noise figure, a fraction; 0 if unknown */
+    int match;          /* index of the matched row in the other file, or -1 */
+} crow;
+
+static bool is_alone_mode(const char *m) { return !strcmp(m, "warm") || !strcmp(m, "batch"); }
+
+/* The same row of a model: model, backend, batch and layer; the same mode, or (with
+ * alone) warm against batch. */
+static bool same_place(const crow *a, const crow *b, bool alone)
+{
+    bool mode = !strcmp(a->mode, b->mode) || (alone && is_alone_mode(a->mode) && is_alone_mode(b->mode));
+    return mode && !strcmp(a->model, b->model) && !strcmp(a->backend, b->backend) && !strcmp(a->batch, b->batch) &&
+           !strcmp(a->layer, b->layer);
+}
+
+static bool same_key(const crow *a, const crow *b, bool alone)
+{
+    return same_place(a, b, alone) && a->occurrence == b->occurrence;
+}
+
+static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *n, int *left_out)
+{
+    static const char *const need[] = {"model", "backend", "mode", "batch", "layer_name", "kind", "status", "median_us"};
+    int col[8];
+    for (int i = 0; i < 8; i++)
+        if ((col[i] = csv_col(t, need[i])) < 0) {
+            fprintf(stderr, "bench: %s is not a layerbench results CSV: it has no '%s' column\n", name, need[i]);
+            return NULL;
+        }
+    int lo = csv_col(t, "ci_low_us"), hi = csv_col(t, "ci_high_us"), noise = csv_col(t, "noise_pct");
+    crow *rows = xcalloc((size_t)(t->n_rows ? t->n_rows : 1), sizeof *rows);
+    int k = 0;
+    for (int64_t r = 0; r < t->n_rows; r++) {
+        if (!inmodel && strcmp(csv_cell(t, r, col[2]), "inmodel") == 0) {
+            (*left_out)++;
+            continue;
+        }
+        crow *c = &rows[k];
+        c->model = csv_cell(t, r, col[0]), c->backend = csv_cell(t, r, col[1]), c->mode = csv_cell(t, r, col[2]);
+        c->batch = csv_cell(t, r, col[3]), c->layer = csv_cell(t, r, col[4]), c->kind = csv_cell(t, r, col[5]);
+        c->status = csv_cell(t, r, col[6]);
+        c->timed = (!strcmp(c->status, "ok") || !strcmp(c->status, "dedupe")) && *csv_cell(t, r, col[7]);
+        c->med = atof(csv_cell(t, r, col[7]));
+        c->lo = atof(csv_cell(t, r, lo)), c->hi = atof(csv_cell(t, r, hi));
+        c->noise = atof(csv_cell(t, r, noise)) / 100;
+        /* what a hand-edited or damaged file may hold: a median that is no time, an
+         * interval that does not hold the median, a noise figure that is no fraction */
+        if (!isfinite(c->med) || c->med < 0)
+            c->timed = false;
+        if (!(isfinite(c->lo) && isfinite(c->hi) && c->lo > 0 && c->lo <= c->med && c->med <= c->hi))
+            c->lo = c->hi = 0; /* unknown: the median stands for it */
+        if (!isfinite(c->noise) || c->noise < 0)
+            c->noise = 0;
+        c->match = -1;
+        for (int p = 0; p < k; p++) /* a name torch reuses (BasicBlock's relu) repeats */
+            c->occurrence += same_place(&rows[p], c, false);
+        k++;
+    }
+    *n = k;
+    return rows;
+}
+
+static const char *verdict_name(compare_verdict v)
+{
+    return v == VERDICT_SLOWER ? "SLOWER" : v == VERDICT_FASTER ? "FASTER" : "SAME";
+}
+
+typedef struct printer {
+    FILE *out;
+    bool md;
+    int name_width;
+} printer;
+
+static void print_header(const printer *p)
+{
+    if (p->md) {
+        fprintf(p->out, "| backend | mode | batch | layer | base | new | change | verdict |\n");
+        fprintf(p->out, "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |\n");
+    } else {
+        fprintf(p->out, "%-7s  %-10s  %6s  %-*s  %12s  %12s  %8s  %s\n", "Backend", "Mode", "Batch", p->name_width, "Layer",
+                "Base", "New", "Change", "Verdict");
+    }
+}
+
+static void print_row(const printer *p, const crow *b, const crow *n, const char *verdict, const char *note)
+{
+    const crow *k = b ? b : n;
+    char bt[24] = "-", nt[24] = "-", ch[24] = "-", mode[40];
+    if (b && b->timed)
+        report_format_time(b->med * 1e-6, bt, sizeof bt);
+    if (n && n->timed)
+        report_format_time(n->med * 1e-6, nt, sizeof nt);
+    if (b && n && b->timed && n->timed && b->med > 0)
+        snprintf(ch, sizeof ch, "%+.1f%%", 100 * (n->med / b->med - 1));
+    if (b && n && strcmp(b->mode, n->mode))
+        snprintf(mode, sizeof mode, "%s/%s", b->mode, n->mode);
+    else
+        snprintf(mode, sizeof mode, "%s", k->mode);
+    bool strong = !strcmp(verdict, "SLOWER") || !strcmp(verdict, "FASTER");
+    if (p->md)
+        fprintf(p->out, "| %s | %s | %s | %s | %s | %s | %s | %s%s%s%s%s |\n", k->backend, mode, k->batch, k->layer, bt,
+                nt, ch, strong ? "**" : "", verdict, strong ? "**" : "", *note ? " " : "", note);
+    else
+        fprintf(p->out, "%-7s  %-10s  %6s  %-*.*s  %12s  %12s  %8s  %s%s%s\n", k->backend, mode, k->batch, p->name_width,
+                p->name_width, k->layer, bt, nt, ch, verdict, *note ? "  " : "", note);
+}
+
+int compare_tables(const char *base_name, const csv_table *base, const char *new_name, const csv_table *new_,
+                   const compare_options *o, FILE *out)
+{
+    int nb, nn, left_out = 0, ignored = 0;
+    crow *b = load_rows(base_name, base, o->inmodel, &nb, &left_out);
+    crow *n = b ? load_rows(new_name, new_, o->inmodel, &nn, &ignored) : NULL;
+    if (!b || !n) {
+        free(b);
+        return 2;
+    }
+    /* match: the same key, then (auto mode's choice) warm against batch */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nb; i++)
+            for (int j = 0; b[i].match < 0 && j < nn; j++)
+                if (n[j].match < 0 && same_key(&b[i], &n[j], pass == 1))
+                    b[i].match = j, n[j].match = i;
+    printer p = {out, o->markdown, 5};
+    for (int i = 0; i < nb; i++)
+        p.name_width = (int)strlen(b[i].layer) > p.name_width ? (int)strlen(b[i].layer) : p.name_width;
+    for (int j = 0; j < nn; j++)
+        p.name_width = (int)strlen(n[j].layer) > p.name_width ? (int)strlen(n[j].layer) : p.name_width;
+    if (p.name_width > 40)
+        p.name_width = 40;
+    int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0;
+    double log_sum = 0;
+    int log_n = 0;
+    if (o->markdown)
+        fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n\n", base_name, new_name,
+                100 * o->threshold);
+    else
+        fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
+    print_header(&p);
+    for (int i = 0; i < nb; i++) {
+        const crow *x = &b[i], *y = x->match >= 0 ? &n[x->match] : NULL;
+        if (!y) {
+            only_base++;
+            print_row(&p, x, NULL, "-", "only in base");
+            continue;
+        }
+        if (!x->timed || !y->timed) {
+            char note[96];
+            snprintf(note, sizeof note, "not timed: %s in base, %s in new", x->status, y->status);
+            untimed++;
+            print_row(&p, x, y, "-", note);
+            continue;
+        }
+        compare_verdict v =
+            compare_verdict_of(x->med, x->lo, x->hi, x->noise, y->med, y->lo, y->hi, y->noise, o->threshold);
+        counts[v]++;
+        if (x->med > 0 && y->med > 0)
+            log_sum += log(y->med / x->med), log_n++;
+        print_row(&p, x, y, verdict_name(v), strcmp(x->mode, y->mode) ? "auto mode timed it differently" : "");
+    }
+    for (int j = 0; j < nn; j++)
+        if (n[j].match < 0) {
+            only_new++;
+            print_row(&p, NULL, &n[j], "-", "only in new");
+        }
+    int compared = counts[0] + counts[1] + counts[2];
+    fprintf(out, "\n%s%d rows compared: %d SLOWER, %d FASTER, %d SAME (geometric mean of new/base %.3f)%s",
+            o->markdown ? "**" : "", compared, counts[VERDICT_SLOWER], counts[VERDICT_FASTER], counts[VERDICT_SAME],
+            log_n ? exp(log_sum / log_n) : 1.0, o->markdown ? "**" : "");
+    if (only_base || only_new || untimed)
+        fprintf(out, "; %d only in base, %d only in new, %d not timed in one of them", only_base, only_new, untimed);
+    if (left_out)
+        fprintf(out, "; %d in-model rows left out (--inmodel compares them)", left_out);
+    fprintf(out, ".\n");
+    free(b), free(n);
+    return counts[VERDICT_SLOWER] ? 1 : 0;
+}

@@ -1,0 +1,50 @@
+/* `bench compare BASE.csv NEW.csv`: is the new run faster, slower or the same, row by
+ * row, taking both rows' noise into account (as Google Benchmark's compare.py and
+ * NVBench's nvbench_compare.py answer it).
+ *
+ * Rows are matched by model, backend, mode, batch and layer name (and, for a name that
+ * repeats, its occurrence). A layer that auto mode timed warm in one run and batch in
+ * the other is matched across the two modes, and says so. The verdict of a pair uses
+ * the larger of --threshold and the two rows' noise figures as its threshold t (a change
+ * within a row's own noise is not reported, as NVBench's compare does): SLOWER when even
+ * the most favourable reading of the two confidence intervals of the medians (new low
+ * end / base high end) is more than 1 + t; FASTER when even the least favourable (new
+ * high end / base low end) is below 1 / (1 + t); SAME otherwise. Rows without an
+ * interval or noise figure (CSVs of older versions) compare their medians.
+ *
+ * The in-model rows (a layer inside the chained forward) are left out unless asked
+ * for: a small layer's time there depends on what the layer before it left behind
+ * (threads, caches), and varies between two runs of the same build by more than its
+ * samples' noise (ResNet-18's ReLUs and adds: 10-40% between runs on the 2-core VM),
+ * so they would cry wolf. */
+#ifndef LAYERBENCH_COMPARE_H
+#define LAYERBENCH_COMPARE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "csv_read.h"
+
+typedef struct compare_options {
+    double threshold;   /* fraction, default 0.05 */
+    bool markdown;      /* --format md */
+    bool inmodel;       /* --inmodel: compare the in-model rows too */
+} compare_options;
+
+#define COMPARE_DEFAULT_THRESHOLD 0.05
+
+typedef enum compare_verdict { VERDICT_SAME, VERDICT_FASTER, VERDICT_SLOWER } compare_verdict;
+
+/* The verdict for one pair of rows (medians and interval ends in any one unit; an
+ * interval end <= 0 means "not known", and the median stands for it; noise figures and
+ * threshold are fractions). */
+compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
+                                   double new_lo, double new_hi, double new_noise, double threshold);
+
+/* Compares two parsed results CSVs and prints the table and a summary to out. Returns
+ * the exit status: 0, 1 when some row is SLOWER, 2 when a file is not a results CSV
+ * (the reason on stderr). */
+int compare_tables(const char *base_name, const csv_table *base, const char *new_name, const csv_table *new_,
+                   const compare_options *o, FILE *out);
+
+#endif

@@ -1,0 +1,183 @@
+#include "csv_read.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct cellvec {
+    char **v;
+    int64_t n, cap;
+} cellvec;
+
+static void push_cell(cellvec *c, char *s)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->v = xrealloc(c->v, (size_t)c->cap * sizeof *c->v);
+    }
+    c->v[c->n++] = s;
+}
+
+bench_status csv_parse(const char *name, const char *text, size_t len, csv_table *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    cellvec cells = {0};
+    char *field = xmalloc(len + 1);
+    size_t i = 0;
+    int64_t line = 1, row_fields = 0, rows = 0;
+    int n_cols = -1;
+    bench_status st = BENCH_OK;
+    if (len == 0) {
+        snprintf(err, errlen, "%s: the file is empty", name);
+        st = BENCH_ERR_USAGE;
+    }
+    while (st == BENCH_OK && i < len) {
+        /* one field */
+        size_t f = 0;
+        int64_t start_line = line;
+        if (text[i] == '"') {
+            i++;
+            for (;;) {
+                if (i >= len) {
+                    snprintf(err, errlen, "%s:%lld: a quoted field is not closed", name, (long long)start_line);
+                    st = BENCH_ERR_USAGE;
+                    break;
+                }
+                if (text[i] == '"') {
+                    if (i + 1 < len && text[i + 1] == '"') {
+                        field[f++] = '"';
+                        i += 2;
+                        continue;
+                    }
+                    i++;
+                    break;
+                }
+                line += text[i] == '\n';
+                field[f++] = text[i++];
+            }
+            if (st == BENCH_OK && i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+                snprintf(err, errlen, "%s:%lld: text after a quoted field", name, (long long)line);
+                st = BENCH_ERR_USAGE;
+            }
+        } else {
+            while (i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+                if (text[i] == '"') {
+                    snprintf(err, errlen, "%s:%lld: a quote inside an unquoted field", name, (long long)line);
+                    st = BENCH_ERR_USAGE;
+                    break;
+                }
+                field[f++] = text[i++];
+            }
+        }
+        if (st != BENCH_OK)
+            break;
+        if (memchr(field, 0, f)) {
+            snprintf(err, errlen, "%s:%lld: a NUL character in a field", name, (long long)line);
+            st = BENCH_ERR_USAGE;
+            break;
+        }
+        char *cell = xmalloc(f + 1);
+        memcpy(cell, field, f);
+        cell[f] = 0;
+        push_cell(&cells, cell);
+        row_fields++;
+        /* what ends it: a comma (another field follows) or a line end (the row ends) */
+        if (i < len && text[i] == ',') {
+            i++;
+            if (i == len) { /* a trailing comma: one more, empty, field */
+                push_cell(&cells, xstrdup(""));
+                row_fields++;
+            } else {
+                continue;
+            }
+        } else if (i < len && text[i] == '\r') {
+            i++;
+            if (i < len && text[i] == '\n')
+                i++;
+        } else if (i < len) {
+            i++; /* \n */
+        }
+        if (n_cols < 0) {
+            n_cols = (int)row_fields;
+        } else if (row_fields != n_cols) {
+            snprintf(err, errlen, "%s:%lld: %lld fields, but the header has %d", name, (long long)start_line,
+                     (long long)row_fields, n_cols);
+            st = BENCH_ERR_USAGE;
+            break;
+        } else {
+            rows++;
+        }
+        row_fields = 0;
+        line++;
+    }
+    free(field);
+    if (st != BENCH_OK) {
+        for (int64_t k = 0; k < cells.n; k++)
+            free(cells.v[k]);
+        free(cells.v);
+        return st;
+    }
+    t->n_cols = n_cols;
+    t->n_rows = rows;
+    t->cells = cells.v;
+    return BENCH_OK;
+}
+
+bench_status csv_read_file(const char *path, csv_table *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return BENCH_ERR_USAGE;
+    }
+    if (!S_ISREG(sb.st_mode) || (size_t)sb.st_size > CSV_MAX_BYTES) {
+        snprintf(err, errlen, S_ISREG(sb.st_mode) ? "%s: larger than 512 MiB" : "%s: not a regular file", path);
+        close(fd);
+        return BENCH_ERR_USAGE;
+    }
+    size_t len = (size_t)sb.st_size, got = 0;
+    char *text = xmalloc(len + 1);
+    while (got < len) {
+        ssize_t n = read(fd, text + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    text[got] = 0;
+    bench_status st = csv_parse(path, text, got, t, err, errlen);
+    free(text);
+    return st;
+}
+
+int csv_col(const csv_table *t, const char *name)
+{
+    for (int c = 0; c < t->n_cols; c++)
+        if (strcmp(t->cells[c], name) == 0)
+            return c;
+    return -1;
+}
+
+const char *csv_cell(const csv_table *t, int64_t row, int col)
+{
+    if (col < 0 || row < 0 || row >= t->n_rows)
+        return "";
+    return t->cells[(row + 1) * t->n_cols + col];
+}
+
+void csv_table_free(csv_table *t)
+{
+    for (int64_t k = 0; t->cells && k < (t->n_rows + 1) * t->n_cols; k++)
+        free(t->cells[k]);
+    free(t->cells);
+    memset(t, 0, sizeof *t);
+}
