@@ -78,14 +78,16 @@ const shape_t *model_value_shape(const model *m, int value)
 int64_t model_memory_bytes(const model *m)
 {
     /* each term is at most 2^40 floats: 100,000 layers cannot overflow 2^63 bytes */
-    int64_t floats = shape_numel(&m->input);
+    int64_t floats = shape_numel(&m->input), max_in = 1, max_out = 1;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        floats += l->n_weight_floats;
+        floats += 2 * l->n_weight_floats; /* the chain's copy and the isolated layer's own */
         if (!layer_desc_get(l->kind)->aliases_input)
             floats += shape_numel(&l->out);
+        max_in = shape_numel(&l->in) > max_in ? shape_numel(&l->in) : max_in;
+        max_out = shape_numel(&l->out) > max_out ? shape_numel(&l->out) : max_out;
     }
-    return 4 * floats;
+    return 4 * (floats + 2 * max_in + max_out); /* + the isolated layers' shared buffers */
 }
 
 bench_status model_check_memory(const model *m, int64_t available, const char *where, char *err, size_t errlen)

@@ -34,8 +34,9 @@ int model_storage_of(const model *m, int value);
 /* Shape of a value (0 = input). */
 const shape_t *model_value_shape(const model *m, int value);
 
-/* Bytes the chained forward needs on a backend: every stored activation plus all
- * weights. Isolated timing needs at most this much too. */
+/* Bytes a run needs on a backend, workspaces aside: the chained forward's activations
+ * and weights, and, set up beside them, every isolated layer's own weights and the
+ * input and output buffers the isolated layers share. */
 int64_t model_memory_bytes(const model *m);
 
 /* Refuses a model that would not fit in memory, before anything is allocated: returns

@@ -414,5 +414,6 @@ void report_list_table(FILE *o, const model *m)
     model_totals t = model_sum(m);
     fprintf(o, "\nTotals: %lld params, %lld MACs, %lld FLOPs, %lld bytes moved (layer by layer)\n",
             (long long)t.n_weights, (long long)t.macs, (long long)t.flops, (long long)t.bytes);
-    fprintf(o, "Memory for the chained forward: %s\n", bench_format_bytes(model_memory_bytes(m), s, sizeof s));
+    fprintf(o, "Memory a run needs (activations, weights, isolated buffers; workspaces aside): %s\n",
+            bench_format_bytes(model_memory_bytes(m), s, sizeof s));
 }

@@ -146,6 +146,21 @@ else
 fi
 expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"
 
+# environment warnings: OpenBLAS kernels narrower than the CPU, a busy machine
+if grep -qw avx2 /proc/cpuinfo; then
+  OPENBLAS_CORETYPE=Sandybridge "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/warn.csv" >/dev/null 2>"$T/warn.err"
+  grep -q "warning: cpu: OpenBLAS runs its Sandybridge kernels on a CPU that has AVX" "$T/warn.err" &&
+    grep -q '"cpu: OpenBLAS runs its Sandybridge kernels' "$T/warn.json" && ok ||
+    bad "no warning (stderr and JSON) for OpenBLAS's Sandybridge kernels on an AVX2 CPU: $(cat "$T/warn.err")"
+else
+  echo "skip: the OpenBLAS kernel warning needs a CPU with AVX2"
+fi
+timeout 5 sh -c 'while :; do :; done' & spin=$!
+sleep 0.5
+"$BENCH" run "$SMOKE" "${FAST[@]}" >/dev/null 2>"$T/busy.err"
+kill $spin 2>/dev/null; wait $spin 2>/dev/null
+grep -q "warning: the machine is busy: other processes used" "$T/busy.err" && ok || bad "no warning with a busy loop running beside: $(cat "$T/busy.err")"
+
 # compare: a run against itself is all SAME (exit 0); against a slowed copy, SLOWER (exit 1)
 expect 0 " 0 SLOWER, 0 FASTER" -- "$BENCH" compare "$T/run.csv" "$T/run.csv"
 awk -F, -v OFS=, 'NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; print; next}
