@@ -181,9 +181,9 @@ static const struct option long_opts[] = {
 };
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
- * check); the count, or 0 when the list is not valid. The strings point into a copy
- * that lives as long as the process. */
-static int split_modes(const char *arg, const char **modes)
+ * check); the count, or 0 when the list is not valid. The strings point into *copy,
+ * which the caller frees (NULL when modes is NULL). */
+static int split_modes(const char *arg, const char **modes, char **copy_out)
 {
     char *copy = xstrdup(arg), *save = NULL;
     const char *seen[4];
@@ -202,7 +202,8 @@ static int split_modes(const char *arg, const char **modes)
     }
     for (int i = 0; i < n; i++)
         modes[i] = seen[i];
-    return n; /* copy is kept: the modes point into it */
+    *copy_out = copy;
+    return n;
 }
 
 /* Returns -1 to go on, or an exit code. */
@@ -314,7 +315,7 @@ static int parse_cli(int argc, char **argv, cli *c)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!split_modes(c->mode, NULL))
+    if (!split_modes(c->mode, NULL, NULL))
         return usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
     if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "all"))
         return usage_error("--backend expects cpu, cuda or all, got '%s'", c->backend);
@@ -550,7 +551,8 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     measure_options mo = c->mo;
     mo.stop = &bench_interrupted;
     const char *modes[4];
-    int n_modes = split_modes(c->mode, modes);
+    char *modes_text = NULL;
+    int n_modes = split_modes(c->mode, modes, &modes_text);
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes,
         .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
@@ -565,7 +567,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
     close_backends(bs, nb, skipped);
     close_outputs(&out);
-    free(previous), free(done), free(batches);
+    free(previous), free(done), free(batches), free(modes_text);
     model_free(m);
     return rc;
 }
