@@ -58,8 +58,8 @@ typedef struct backend_ops {
      * BENCH_ERR_UNSUPPORTED when the backend cannot run this layer. */
     bench_status (*layer_setup)(void *ctx, const layer *l, const float *weights, void **state,
                                 char *impl, size_t impl_len, int64_t *workspace_bytes);
-    /* Queues the layer; no allocation, printing or synchronisation. */
-    void (*layer_run)(void *ctx, void *state, const float *in, const float *in2, float *out);
+    /* Queues the layer on in[0..l->n_inputs); no allocation, printing or synchronisation. */
+    void (*layer_run)(void *ctx, void *state, const float *const *in, float *out);
     void (*layer_free)(void *ctx, void *state);
     /* Threads in use (CPU); optional. */
     int (*thread_count)(void *ctx);

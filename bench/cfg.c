@@ -23,6 +23,8 @@ typedef struct cfg_ctx {
     model *m;
     int cap;
     yaml_mark_t *marks;        /* per layer: where the config wrote it */
+    int *names;                /* hash table of value ids (0: empty slot), by layer name */
+    int names_cap, n_names;
 } cfg_ctx;
 
 #define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))
@@ -160,6 +162,41 @@ static size_t scalar_len(const yaml_node_t *n) { return n->data.scalar.length; }
 /* Layer names are what torch's module paths hold: letters, digits and '_' (attribute
  * names, or a Sequential's positions). Nothing else reaches the CSV, so no cell of it
  * can start a spreadsheet formula. */
+/* A number > 0, or an [h, w] pair of them. */
+static int parse_fpair(cfg_ctx *c, const char *key, yaml_node_t *n, double out[2])
+{
+    yaml_node_t *v[2] = {n, n};
+    if (n->type == YAML_SEQUENCE_NODE) {
+        yaml_node_item_t *it = n->data.sequence.items.start;
+        if (n->data.sequence.items.top - it != 2)
+            return fail(c, n, "%s: expected a number or an [h, w] pair of numbers, got %d items", key,
+                        (int)(n->data.sequence.items.top - it));
+        v[0] = NODE(c, it[0]), v[1] = NODE(c, it[1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (parse_float(c, key, v[i], &out[i]))
+            return -1;
+        if (!(out[i] > 0) || out[i] > 1e6)
+            return fail(c, v[i], "%s must be above 0 and at most 1e6, got %g", key, out[i]);
+    }
+    return 0;
+}
+
+/* One of choices (NULL-terminated), stored as its index. */
+static int parse_enum(cfg_ctx *c, const char *key, yaml_node_t *n, const char *const *choices, int64_t *out)
+{
+    char list[256] = "";
+    size_t off = 0;
+    for (int i = 0; choices[i]; i++) {
+        if (n->type == YAML_SCALAR_NODE && strcmp(scalar(n), choices[i]) == 0)
+            return *out = i, 0;
+        off += (size_t)snprintf(list + off, off < sizeof list ? sizeof list - off : 0, "%s%s", i ? ", " : "",
+                                choices[i]);
+    }
+    return fail(c, n, "%s: expected one of %s, got %s%s%s", key, list, n->type == YAML_SCALAR_NODE ? "'" : "",
+                n->type == YAML_SCALAR_NODE ? scalar(n) : node_type_name(n), n->type == YAML_SCALAR_NODE ? "'" : "");
+}
+
 static int parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out)
 {
     if (n->type != YAML_SCALAR_NODE || !*scalar(n))
@@ -264,9 +301,80 @@ static const shape_t *value_shape(cfg_ctx *c, int value)
     return model_value_shape(c->m, value);
 }
 
-/* Appends a layer whose params are set; infers its shape. Returns its value id or -1. */
+/* ---- names: qualified name -> the latest layer of that name, for input references ----- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Records value id v under its layer's name (a repeated name keeps the latest). */
+static void name_put(cfg_ctx *c, const char *name, int v)
+{
+    if (2 * (c->n_names + 1) > c->names_cap) {
+        int old = c->names_cap;
+        int *keep = c->names;
+        c->names_cap = old ? 2 * old : 1024;
+        c->names = xmalloc((size_t)c->names_cap * sizeof *c->names);
+        for (int i = 0; i < c->names_cap; i++)
+            c->names[i] = 0;
+        c->n_names = 0;
+        for (int i = 0; i < old; i++)
+            if (keep[i])
+                name_put(c, c->m->layers[keep[i] - 1].name, keep[i]);
+        free(keep);
+    }
+    size_t mask = (size_t)c->names_cap - 1, i = (size_t)name_hash(name) & mask;
+    while (c->names[i] && strcmp(c->m->layers[c->names[i] - 1].name, name) != 0)
+        i = (i + 1) & mask;
+    if (!c->names[i])
+        c->n_names++;
+    c->names[i] = v;
+}
+
+static int name_get(const cfg_ctx *c, const char *name)
+{
+    if (!c->names_cap)
+        return -1;
+    size_t mask = (size_t)c->names_cap - 1, i = (size_t)name_hash(name) & mask;
+    for (; c->names[i]; i = (i + 1) & mask)
+        if (strcmp(c->m->layers[c->names[i] - 1].name, name) == 0)
+            return c->names[i];
+    return -1;
+}
+
+/* A reference to an earlier layer: its name relative to prefix (the enclosing block),
+ * or qualified from the top; "input" is the model's input unless a layer has that
+ * name. Returns the value id, or -1 with the error set. */
+static int resolve(cfg_ctx *c, yaml_node_t *n, const char *prefix)
+{
+    if (n->type != YAML_SCALAR_NODE || !*scalar(n))
+        return fail(c, n, "expected the name of an earlier layer (or 'input'), got %s", node_type_name(n));
+    const char *ref = scalar(n);
+    if (*prefix) {
+        char *rel = xasprintf("%s.%s", prefix, ref);
+        int v = name_get(c, rel);
+        free(rel);
+        if (v > 0)
+            return v;
+    }
+    int v = name_get(c, ref);
+    if (v > 0)
+        return v;
+    if (strcmp(ref, "input") == 0)
+        return 0;
+    return fail(c, n, "no earlier layer is named '%s'%s%s (inputs refer to layers above them, by their names "
+                      "from the top or from the enclosing block)",
+                ref, *prefix ? " or '" : "", *prefix ? prefix : "");
+}
+
+/* Appends a layer whose params are set, reading the values in[0..n_in); infers its
+ * shape. Returns its value id or -1. */
 static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, const layer_params *p,
-                     int in, int in2)
+                     const int *in, int n_in)
 {
     if (c->m->n_layers >= CFG_MAX_LAYERS) {
         free(name);
@@ -283,44 +391,43 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
     l->name = name;
     l->kind = kind;
     l->p = *p;
-    l->in = *value_shape(c, in);
-    l->input[0] = in;
-    l->input[1] = in2;
-    if (in2 >= 0)
-        l->in2 = *value_shape(c, in2);
-    char why[256];
-    if (layer_desc_get(kind)->infer(l, why, sizeof why)) {
-        fail(c, at, "layer '%s' (%s): %s", name, layer_kind_name(kind), why);
-        free(name);
-        return -1;
+    l->n_inputs = n_in;
+    l->inputs = xmalloc((size_t)n_in * sizeof *l->inputs);
+    l->ins = xmalloc((size_t)n_in * sizeof *l->ins);
+    for (int k = 0; k < n_in; k++) {
+        l->inputs[k] = in[k];
+        l->ins[k] = *value_shape(c, in[k]);
     }
+    l->in = l->ins[0];
+    c->m->n_layers++; /* owned by the model from here: model_free frees a failed one too */
+    char why[256];
+    if (layer_desc_get(kind)->infer(l, why, sizeof why))
+        return fail(c, at, "layer '%s' (%s): %s", name, layer_kind_name(kind), why);
     shape_t per_sample = l->out;
     per_sample.d[0] = 1;
-    if (shape_numel_checked(&per_sample) < 0) {
-        fail(c, at, "layer '%s' (%s): its output is larger than 2^40 elements", name, layer_kind_name(kind));
-        free(name);
-        return -1;
-    }
-    if (layer_count(l) != 0) {
-        fail(c, at, "layer '%s' (%s): its parameter, FLOP or byte count is beyond 2^62 (or its weights beyond 2^40)",
-             name, layer_kind_name(kind));
-        free(name);
-        return -1;
-    }
-    return ++c->m->n_layers;
+    if (shape_numel_checked(&per_sample) < 0)
+        return fail(c, at, "layer '%s' (%s): its output is larger than 2^40 elements", name, layer_kind_name(kind));
+    if (layer_count(l) != 0)
+        return fail(c, at, "layer '%s' (%s): its parameter, FLOP or byte count is beyond 2^62 (or its weights beyond "
+                           "2^40)",
+                    name, layer_kind_name(kind));
+    name_put(c, name, c->m->n_layers);
+    return c->m->n_layers;
 }
 
 static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, int *cur);
 
-static const char *const block_keys[] = {"kind", "name", "repeat", "layers"};
-static const char *const residual_keys[] = {"kind", "name", "repeat", "body", "shortcut", "shortcut_name", "after"};
+static const char *const block_keys[] = {"kind", "name", "repeat", "input", "layers"};
+static const char *const residual_keys[] = {"kind", "name", "repeat", "input", "body", "shortcut", "shortcut_name",
+                                            "branches", "merge", "merge_name", "dim", "after"};
+static const char *const merges[] = {"add", "mul", "concat", NULL};
 
 /* Parses a plain layer's parameters from its mapping. */
 static int parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_params *p)
 {
     const layer_desc *d = layer_desc_get(kind);
-    const char *known[24] = {"kind", "name", "repeat"};
-    int nk = 3;
+    const char *known[32] = {"kind", "name", "repeat", "input", "inputs"};
+    int nk = 5;
     for (const layer_param_spec *s = d->params; s->key; s++)
         known[nk++] = s->key;
     if (check_keys(c, item, d->name, known, nk))
@@ -339,64 +446,211 @@ static int parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_pa
         int r = s->type == LP_INT    ? parse_int(c, s->key, v, s->min, (int64_t *)field)
                 : s->type == LP_PAIR ? parse_pair(c, s->key, v, s->min, (int64_t *)field)
                 : s->type == LP_BOOL ? parse_bool(c, s->key, v, (bool *)field)
-                                     : parse_float(c, s->key, v, (double *)field);
+                : s->type == LP_FPAIR ? parse_fpair(c, s->key, v, (double *)field)
+                : s->type == LP_ENUM  ? parse_enum(c, s->key, v, s->choices, (int64_t *)field)
+                                      : parse_float(c, s->key, v, (double *)field);
         if (r)
             return -1;
     }
     return 0;
 }
 
-/* One copy of an item, named qname (owned by this call). */
-static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, char *qname, int *cur)
+/* The values a plain layer reads: its kind's inputs from 'inputs' (or 'input'), else
+ * the current value. Returns the count, or -1 with the error set. */
+static int layer_inputs(cfg_ctx *c, yaml_node_t *item, layer_kind kind, const char *prefix, int cur, int *in)
 {
-    if (kind >= 0) {
-        layer_params p;
-        if (parse_params(c, item, (layer_kind)kind, &p)) {
-            free(qname);
+    const layer_desc *d = layer_desc_get(kind);
+    yaml_node_t *one = map_get(c, item, "input"), *many = map_get(c, item, "inputs");
+    int want = d->n_inputs;
+    if (one && many)
+        return fail(c, one, "give 'input' or 'inputs', not both");
+    if (!one && !many) {
+        if (want != 1)
+            return fail(c, item, "%s: missing required key 'inputs' (the names of the %s layers it merges)", d->name,
+                        want == 2 ? "two" : "two or more");
+        in[0] = cur;
+        return 1;
+    }
+    if (one) {
+        if (want != 1)
+            return fail(c, one, "%s takes 'inputs', a list of %s layers", d->name, want == 2 ? "two" : "two or more");
+        return (in[0] = resolve(c, one, prefix)) < 0 ? -1 : 1;
+    }
+    if (many->type != YAML_SEQUENCE_NODE)
+        return fail(c, many, "inputs: expected a list of layer names, got %s", node_type_name(many));
+    int n = (int)(many->data.sequence.items.top - many->data.sequence.items.start);
+    if ((want > 0 && n != want) || (want < 0 && (n < 2 || n > LAYER_MAX_INPUTS)))
+        return fail(c, many, "inputs: %s takes %s, got %d", d->name,
+                    want == 1 ? "one input" : want == 2 ? "two inputs" : "2 to 64 inputs", n);
+    for (int k = 0; k < n; k++)
+        if ((in[k] = resolve(c, NODE(c, many->data.sequence.items.start[k]), prefix)) < 0)
+            return -1;
+    return n;
+}
+
+static const char *dim_name(const shape_t *s, int i)
+{
+    static const char *const nchw[] = {"the batch", "the channels", "the height", "the width"};
+    static const char *const nf[] = {"the batch", "the features"};
+    return s->rank == 4 ? nchw[i] : s->rank == 2 ? nf[i] : "a dimension";
+}
+
+/* The branches' outputs must fit their merge; the message names both branches and the
+ * dimension that differs. */
+static int check_branches(cfg_ctx *c, yaml_node_t *at, const char *qname, int64_t merge, int64_t dim,
+                          const int *outs, const char *const *names, int n)
+{
+    const shape_t *a = value_shape(c, outs[0]);
+    for (int k = 1; k < n; k++) {
+        const shape_t *b = value_shape(c, outs[k]);
+        char x[96], y[96];
+        if (a->rank != b->rank)
+            return fail(c, at, "residual '%s': %s gives %s but %s gives %s", qname, names[0], shape_format(a, x, sizeof x),
+                        names[k], shape_format(b, y, sizeof y));
+        for (int i = 0; i < a->rank; i++) {
+            bool fits = a->d[i] == b->d[i] || (merge == 2 && (i == dim || dim == i - a->rank)) ||
+                        (merge == 1 && (a->d[i] == 1 || b->d[i] == 1));
+            if (!fits)
+                return fail(c, at, "residual '%s': %s gives %s but %s gives %s: they differ in %s (%lld against %lld)%s",
+                            qname, names[0], shape_format(a, x, sizeof x), names[k], shape_format(b, y, sizeof y),
+                            dim_name(a, i), (long long)a->d[i], (long long)b->d[i],
+                            merge == 2 ? "; concat joins along dim only" : "");
+        }
+    }
+    return 0;
+}
+
+/* A residual: branches that all start from the input, merged by add, mul or concat
+ * into one layer, then 'after'. Either body (named under the residual) and shortcut
+ * (identity, or layers under shortcut_name), as torchvision's blocks are written, or
+ * named branches (each a list of layers under its name, or identity). */
+static int emit_residual(cfg_ctx *c, yaml_node_t *item, const char *qname, int *cur)
+{
+    yaml_node_t *body = map_get(c, item, "body"), *branches = map_get(c, item, "branches");
+    yaml_node_t *sc = map_get(c, item, "shortcut"), *scn = map_get(c, item, "shortcut_name");
+    yaml_node_t *after = map_get(c, item, "after"), *mn = map_get(c, item, "merge"), *mnn = map_get(c, item, "merge_name");
+    yaml_node_t *dn = map_get(c, item, "dim");
+    int64_t merge = 0;
+    layer_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.dim = 1;
+    if (mn && parse_enum(c, "merge", mn, merges, &merge))
+        return -1;
+    if (dn && (merge != 2 ? fail(c, dn, "dim applies to merge: concat only") : parse_int(c, "dim", dn, INT32_MIN, &mp.dim)))
+        return -1;
+    if (!body == !branches)
+        return fail(c, item, "residual: give 'body' (with an optional 'shortcut') or 'branches', %s",
+                    body ? "not both" : "one of them");
+    if (branches && (sc || scn))
+        return fail(c, sc ? sc : scn, "'%s' goes with 'body', not with 'branches'", sc ? "shortcut" : "shortcut_name");
+    if (after && after->type != YAML_SEQUENCE_NODE)
+        return fail(c, after, "after: expected a list of layers, got %s", node_type_name(after));
+    const char *merge_name = merge == 0 ? "add" : merge == 1 ? "mul" : "cat";
+    if (mnn && parse_name(c, "merge_name", mnn, &merge_name))
+        return -1;
+    int outs[LAYER_MAX_INPUTS], n_out = 0, pos = 0;
+    const char *names[LAYER_MAX_INPUTS];
+    char *owned[LAYER_MAX_INPUTS] = {NULL};
+    if (body) {
+        const char *sc_name = "downsample";
+        if (body->type != YAML_SEQUENCE_NODE)
+            return fail(c, body, "body: expected a list of layers, got %s", node_type_name(body));
+        if (scn && parse_name(c, "shortcut_name", scn, &sc_name))
+            return -1;
+        if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
+                    (sc->type == YAML_SCALAR_NODE && strcmp(scalar(sc), "identity") == 0)))
+            return fail(c, sc, "shortcut: expected 'identity' or a list of layers, got %s", node_type_name(sc));
+        outs[0] = outs[1] = *cur;
+        n_out = 2;
+        names[0] = "the body";
+        names[1] = owned[1] = sc && sc->type == YAML_SEQUENCE_NODE ? xasprintf("the shortcut ('%s')", sc_name)
+                                                                   : xstrdup("the identity shortcut");
+        if (emit_seq(c, body, qname, &pos, &outs[0])) {
+            free(owned[1]);
             return -1;
         }
-        int v = add_layer(c, item, qname, (layer_kind)kind, &p, *cur, -1);
-        return v < 0 ? -1 : (*cur = v, 0);
+        if (sc && sc->type == YAML_SEQUENCE_NODE) {
+            char *sc_prefix = qualify(qname, sc_name);
+            int sc_pos = 0, r = emit_seq(c, sc, sc_prefix, &sc_pos, &outs[1]);
+            free(sc_prefix);
+            if (r) {
+                free(owned[1]);
+                return -1;
+            }
+        }
+    } else {
+        if (branches->type != YAML_MAPPING_NODE)
+            return fail(c, branches, "branches: expected a mapping of branch names to lists of layers (or "
+                                     "'identity'), got %s",
+                        node_type_name(branches));
+        for (yaml_node_pair_t *pr = branches->data.mapping.pairs.start; pr < branches->data.mapping.pairs.top; pr++) {
+            yaml_node_t *k = NODE(c, pr->key), *v = NODE(c, pr->value);
+            const char *bname;
+            if (parse_name(c, "branch name", k, &bname))
+                return -1;
+            if (n_out == LAYER_MAX_INPUTS)
+                return fail(c, k, "more than %d branches", LAYER_MAX_INPUTS);
+            outs[n_out] = *cur;
+            names[n_out] = owned[n_out] = xasprintf("branch '%s'", bname);
+            if (v->type == YAML_SCALAR_NODE && strcmp(scalar(v), "identity") == 0) {
+                n_out++;
+                continue;
+            }
+            n_out++;
+            int bpos = 0, r = -1;
+            char *bprefix = qualify(qname, bname);
+            if (v->type != YAML_SEQUENCE_NODE)
+                fail(c, v, "branch '%s': expected a list of layers or 'identity', got %s", bname, node_type_name(v));
+            else
+                r = emit_seq(c, v, bprefix, &bpos, &outs[n_out - 1]);
+            free(bprefix);
+            if (r)
+                goto fail;
+        }
+        if (n_out < 2 || (merge != 2 && n_out != 2)) {
+            fail(c, branches, "branches: merge %s takes %s branches, got %d", merges[merge],
+                 merge == 2 ? "2 or more" : "exactly 2", n_out);
+            goto fail;
+        }
     }
-    int pos = 0, rc = -1;
-    if (kind == -1) { /* block */
+    yaml_node_t *at = sc ? sc : branches ? branches : item;
+    if (check_branches(c, at, qname, merge, mp.dim, outs, names, n_out))
+        goto fail;
+    layer_kind mk = merge == 0 ? LAYER_ADD : merge == 1 ? LAYER_MUL : LAYER_CONCAT;
+    int v = add_layer(c, at, qualify(qname, merge_name), mk, &mp, outs, n_out);
+    for (int k = 0; k < n_out; k++)
+        free(owned[k]);
+    if (v < 0)
+        return -1;
+    *cur = v;
+    return after ? emit_seq(c, after, qname, &pos, cur) : 0;
+fail:
+    for (int k = 0; k < n_out; k++)
+        free(owned[k]);
+    return -1;
+}
+
+/* One copy of an item, named qname (owned by this call). */
+static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, const char *prefix, char *qname, int *cur)
+{
+    int rc = -1, pos = 0;
+    yaml_node_t *in_node = map_get(c, item, "input");
+    if (kind >= 0) {
+        layer_params p;
+        int in[LAYER_MAX_INPUTS], n;
+        if (parse_params(c, item, (layer_kind)kind, &p) == 0 &&
+            (n = layer_inputs(c, item, (layer_kind)kind, prefix, *cur, in)) > 0) {
+            int v = add_layer(c, item, qname, (layer_kind)kind, &p, in, n);
+            return v < 0 ? -1 : (*cur = v, 0);
+        }
+    } else if (in_node && (*cur = resolve(c, in_node, prefix)) < 0) {
+        rc = -1;
+    } else if (kind == -1) { /* block */
         yaml_node_t *layers = need_seq(c, item, "layers", "block");
         rc = layers ? emit_seq(c, layers, qname, &pos, cur) : -1;
     } else { /* residual */
-        yaml_node_t *body = need_seq(c, item, "body", "residual");
-        yaml_node_t *sc = map_get(c, item, "shortcut"), *scn = map_get(c, item, "shortcut_name");
-        yaml_node_t *after = map_get(c, item, "after");
-        const char *sc_name = "downsample";
-        int body_out = *cur, sc_out = *cur, sc_pos = 0;
-        if (!body || (scn && parse_name(c, "shortcut_name", scn, &sc_name)))
-            goto done;
-        if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
-                    (sc->type == YAML_SCALAR_NODE && strcmp(scalar(sc), "identity") == 0))) {
-            fail(c, sc, "shortcut: expected 'identity' or a list of layers, got %s", node_type_name(sc));
-            goto done;
-        }
-        if (after && after->type != YAML_SEQUENCE_NODE) {
-            fail(c, after, "after: expected a list of layers, got %s", node_type_name(after));
-            goto done;
-        }
-        if (emit_seq(c, body, qname, &pos, &body_out))
-            goto done;
-        if (sc && sc->type == YAML_SEQUENCE_NODE) {
-            char *sc_prefix = qualify(qname, sc_name);
-            int r = emit_seq(c, sc, sc_prefix, &sc_pos, &sc_out);
-            free(sc_prefix);
-            if (r)
-                goto done;
-        }
-        layer_params none;
-        memset(&none, 0, sizeof none);
-        int v = add_layer(c, sc ? sc : item, qualify(qname, "add"), LAYER_ADD, &none, body_out, sc_out);
-        if (v < 0)
-            goto done;
-        *cur = v;
-        rc = after ? emit_seq(c, after, qname, &pos, cur) : 0;
+        rc = emit_residual(c, item, qname, cur);
     }
-done:
     free(qname);
     return rc;
 }
@@ -414,15 +668,15 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     int kind;
     if (strcmp(scalar(kn), "block") == 0) {
         kind = -1;
-        if (check_keys(c, item, "block", block_keys, 4))
+        if (check_keys(c, item, "block", block_keys, 5))
             return -1;
     } else if (strcmp(scalar(kn), "residual") == 0) {
         kind = -2;
-        if (check_keys(c, item, "residual", residual_keys, 7))
+        if (check_keys(c, item, "residual", residual_keys, 12))
             return -1;
     } else {
         kind = layer_kind_from_name(scalar(kn));
-        if (kind < 0 || kind == LAYER_ADD)
+        if (kind < 0)
             return fail(c, kn, "unknown layer kind '%s'; known kinds: %s, block, residual", scalar(kn),
                         layer_kind_list());
     }
@@ -435,6 +689,10 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     if (repeat > CFG_MAX_LAYERS)
         return fail(c, rn, "repeat %lld is more than the %d layers a model may have", (long long)repeat,
                     CFG_MAX_LAYERS);
+    yaml_node_t *explicit_in = map_get(c, item, "input") ? map_get(c, item, "input") : map_get(c, item, "inputs");
+    if (explicit_in && repeat > 1)
+        return fail(c, explicit_in, "'%s' and repeat cannot be combined: the copies would all read the same layers",
+                    map_get(c, item, "input") ? "input" : "inputs");
     /* torch naming: a named repeat is a Sequential holding copies 0..N-1; unnamed copies
      * take the next positions of the parent, as children of an nn.Sequential do. */
     char *base = name && rn ? qualify(prefix, name) : NULL;
@@ -450,7 +708,7 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
             snprintf(idx, sizeof idx, "%d", (*pos)++);
             qname = qualify(prefix, idx);
         }
-        if (emit_one(c, item, kind, qname, cur)) {
+        if (emit_one(c, item, kind, prefix, qname, cur)) {
             free(base);
             return -1;
         }
@@ -709,6 +967,7 @@ bench_status cfg_load_text(const char *path, const char *text, size_t len, int64
         rc = 0;
     free(c.seen);
     free(c.marks);
+    free(c.names);
 out_doc:
     yaml_document_delete(&c.doc);
 out_parser:

@@ -26,38 +26,61 @@ double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *non
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Host inputs and weights in backend memory, for one run of a layer; frees what it holds. */
+typedef struct device_data {
+    float *in[LAYER_MAX_INPUTS];
+    float *w;
+} device_data;
+
+static bool to_device(const backend *b, const layer *l, float *const *in, const float *w, device_data *dd)
+{
+    bool ok = true;
+    memset(dd, 0, sizeof *dd);
+    for (int k = 0; k < l->n_inputs; k++)
+        ok &= (dd->in[k] = backend_alloc_floats(b, shape_numel(&l->ins[k]), in[k])) != NULL;
+    dd->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
+    return ok && (!w || dd->w);
+}
+
+static void release_device(const backend *b, const layer *l, device_data *dd)
+{
+    for (int k = 0; k < l->n_inputs; k++)
+        b->ops->release(b->ctx, dd->in[k]);
+    b->ops->release(b->ctx, dd->w);
+}
+
 check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 {
     const backend_ops *ops = b->ops;
     const layer_desc *d = layer_desc_get(l->kind);
     check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0};
     int64_t n_out = shape_numel(&l->out);
-    float *in, *in2, *w, *ref = NULL, *got = NULL;
-    float *din = NULL, *din2 = NULL, *dw = NULL, *dout = NULL;
+    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL, *dout = NULL;
+    device_data dd;
+    memset(&dd, 0, sizeof dd);
     void *state = NULL;
     char impl[96];
     int64_t ws;
     backend_clear_error(b);
-    if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK)
+    if (measure_layer_data(l, seed, in, &w) != BENCH_OK)
         return r;
     ref = bench_alloc_floats(n_out);
     got = bench_alloc_floats(n_out);
     if (!ref || !got)
         goto out;
-    d->reference(l, in, in2, w, ref);
+    d->reference(l, (const float *const *)in, w, ref);
     /* poison the output so an element the backend never writes shows up as NaN */
     for (int64_t i = 0; i < n_out; i++)
         got[i] = NAN;
-    din = backend_alloc_floats(b, shape_numel(&l->in), in);
-    din2 = in2 ? backend_alloc_floats(b, shape_numel(&l->in2), in2) : NULL;
-    dw = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
-    dout = d->aliases_input ? din : backend_alloc_floats(b, n_out, got);
-    if (!din || (in2 && !din2) || (w && !dw) || !dout)
+    if (!to_device(b, l, in, w, &dd))
         goto out;
-    r.status = ops->layer_setup(b->ctx, l, dw, &state, impl, sizeof impl, &ws);
+    dout = d->aliases_input ? dd.in[0] : backend_alloc_floats(b, n_out, got);
+    if (!dout)
+        goto out;
+    r.status = ops->layer_setup(b->ctx, l, dd.w, &state, impl, sizeof impl, &ws);
     if (r.status != BENCH_OK)
         goto out;
-    ops->layer_run(b->ctx, state, din, din2, dout);
+    ops->layer_run(b->ctx, state, (const float *const *)dd.in, dout);
     if ((r.status = ops->sync(b->ctx)) != BENCH_OK ||
         (r.status = ops->download(b->ctx, got, dout, (size_t)n_out * sizeof(float))) != BENCH_OK)
         goto out;
@@ -66,12 +89,11 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 out:
     if (state)
         ops->layer_free(b->ctx, state);
-    if (dout != din)
+    if (dout != dd.in[0])
         ops->release(b->ctx, dout);
-    ops->release(b->ctx, din);
-    ops->release(b->ctx, din2);
-    ops->release(b->ctx, dw);
-    free(in), free(in2), free(w), free(ref), free(got);
+    release_device(b, l, &dd);
+    measure_free_data(l, in, &w);
+    free(ref), free(got);
     return r;
 }
 

@@ -23,26 +23,33 @@ bool measure_mode_valid(const char *mode)
     return !strcmp(mode, "auto") || !strcmp(mode, "warm") || !strcmp(mode, "cold") || !strcmp(mode, "batch");
 }
 
-bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **in2, float **w)
+bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **w)
 {
     const layer_desc *d = layer_desc_get(l->kind);
     layer_rng rng;
     layer_rng_seed(&rng, seed);
-    *in = bench_alloc_floats(shape_numel(&l->in));
-    *in2 = d->n_inputs == 2 ? bench_alloc_floats(shape_numel(&l->in2)) : NULL;
+    bool ok = true;
+    for (int k = 0; k < l->n_inputs; k++)
+        ok &= (in[k] = bench_alloc_floats(shape_numel(&l->ins[k]))) != NULL;
     *w = l->n_weight_floats ? bench_alloc_floats(l->n_weight_floats) : NULL;
-    if (!*in || (d->n_inputs == 2 && !*in2) || (l->n_weight_floats && !*w)) {
-        free(*in), free(*in2), free(*w);
-        *in = *in2 = *w = NULL;
+    if (!ok || (l->n_weight_floats && !*w)) {
+        measure_free_data(l, in, w);
         return BENCH_ERR_NOMEM;
     }
     /* never zeros: they hide unwritten outputs and can run faster than real data */
-    layer_fill_uniform(*in, shape_numel(&l->in), -1.0f, 1.0f, &rng);
-    if (*in2)
-        layer_fill_uniform(*in2, shape_numel(&l->in2), -1.0f, 1.0f, &rng);
+    for (int k = 0; k < l->n_inputs; k++)
+        layer_fill_uniform(in[k], shape_numel(&l->ins[k]), -1.0f, 1.0f, &rng);
     if (*w)
         d->init_weights(l, *w, &rng);
     return BENCH_OK;
+}
+
+void measure_free_data(const layer *l, float **in, float **w)
+{
+    for (int k = 0; k < l->n_inputs; k++)
+        free(in[k]), in[k] = NULL;
+    free(*w);
+    *w = NULL;
 }
 
 static void row_fail(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -100,7 +107,7 @@ static void begin_sample(const backend *b, bool hold, bool cold)
 typedef struct timed_layer {
     const backend *b;
     void *state;
-    const float *in, *in2;
+    const float **in;   /* the layer's inputs */
     float *out;
     int launches;   /* per sample */
     bool cold;      /* flush caches before each sample */
@@ -121,7 +128,7 @@ static double time_layer_sample(void *user)
         ops->graph_launch(t->b->ctx, t->graph);
     else
         for (int i = 0; i < t->launches; i++)
-            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
+            ops->layer_run(t->b->ctx, t->state, t->in, t->out);
     return ops->timer_stop(t->b->ctx);
 }
 
@@ -176,7 +183,7 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
     if (ops->graph_begin) {
         bench_status st = ops->graph_begin(t->b->ctx);
         for (int i = 0; st == BENCH_OK && i < t->launches; i++)
-            ops->layer_run(t->b->ctx, t->state, t->in, t->in2, t->out);
+            ops->layer_run(t->b->ctx, t->state, t->in, t->out);
         if (st == BENCH_OK)
             st = ops->graph_end(t->b->ctx, &t->graph);
         if (st == BENCH_OK) {
@@ -369,15 +376,17 @@ bench_status measure_timer_floor(const backend *b, const measure_options *o, tim
 
 /* ---- isolated layers ---------------------------------------------------------------------- */
 
-/* Buffers every isolated layer shares: each runs alone, so one input (random, never
- * zeros), one second input and one output of the largest size serve them all. */
+/* Buffers every isolated layer shares: each runs alone, so one input area (random,
+ * never zeros) holding all of a layer's inputs side by side, and one output of the
+ * largest size, serve them all. */
 typedef struct scratch {
-    float *in, *in2, *out;
+    float *in, *out;
 } scratch;
 
 typedef struct layer_unit {
     timed_layer t;
-    float *w;        /* weights in backend memory */
+    const float **in; /* into the scratch input: n_inputs pointers; owned */
+    float *w;         /* weights in backend memory */
 } layer_unit;
 
 static bench_status scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s)
@@ -385,12 +394,11 @@ static bench_status scratch_alloc(const model *m, const backend *b, uint64_t see
     int64_t in = 1, out = 1;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        if (shape_numel(&l->in) > in)
-            in = shape_numel(&l->in);
-        if (l->input[1] >= 0 && shape_numel(&l->in2) > in)
-            in = shape_numel(&l->in2);
-        if (shape_numel(&l->out) > out)
-            out = shape_numel(&l->out);
+        int64_t all = 0;
+        for (int k = 0; k < l->n_inputs; k++)
+            all += shape_numel(&l->ins[k]);
+        in = all > in ? all : in;
+        out = shape_numel(&l->out) > out ? shape_numel(&l->out) : out;
     }
     float *host = bench_alloc_floats(in);
     if (!host)
@@ -399,11 +407,9 @@ static bench_status scratch_alloc(const model *m, const backend *b, uint64_t see
     layer_rng_seed(&rng, seed);
     layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
     s->in = backend_alloc_floats(b, in, host);
-    layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
-    s->in2 = backend_alloc_floats(b, in, host);
     s->out = backend_alloc_floats(b, out, NULL);
     free(host);
-    return s->in && s->in2 && s->out ? BENCH_OK : BENCH_ERR_NOMEM;
+    return s->in && s->out ? BENCH_OK : BENCH_ERR_NOMEM;
 }
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
@@ -412,15 +418,25 @@ static void setup_layer(const layer *l, const backend *b, const char *mode, cons
                         const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
 {
     const backend_ops *ops = b->ops;
-    float *in, *in2, *w;
+    float *w = NULL;
     backend_clear_error(b);
-    lu->t = (timed_layer){.b = b, .in = s->in, .in2 = s->in2, .out = s->out, .launches = 1, .hold = true};
-    if (measure_layer_data(l, seed, &in, &in2, &w) != BENCH_OK) {
-        row_fail(r, "out of host memory for the layer's weights");
-        return;
+    lu->in = xmalloc((size_t)l->n_inputs * sizeof *lu->in);
+    for (int k = 0, at = 0; k < l->n_inputs; k++) {
+        lu->in[k] = s->in + at;
+        at += (int)shape_numel(&l->ins[k]);
+    }
+    lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
+    if (l->n_weight_floats) {
+        layer_rng rng;
+        layer_rng_seed(&rng, seed);
+        if (!(w = bench_alloc_floats(l->n_weight_floats))) {
+            row_fail(r, "out of host memory for the layer's weights");
+            return;
+        }
+        layer_desc_get(l->kind)->init_weights(l, w, &rng);
     }
     lu->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
-    free(in), free(in2), free(w);
+    free(w);
     if (w && !lu->w) {
         const char *why = backend_last_error(b);
         row_fail(r, "out of %s memory for the layer's weights%s%s", ops->device_memory ? "device" : "host",
@@ -464,6 +480,7 @@ static void free_layer(const backend *b, layer_unit *lu)
     if (lu->t.state)
         b->ops->layer_free(b->ctx, lu->t.state);
     b->ops->release(b->ctx, lu->w);
+    free(lu->in);
 }
 
 /* Identical kind, shapes and parameters: the same work. */
@@ -484,6 +501,7 @@ typedef struct chain {
     void **states;
     float **weights;  /* per layer, backend memory */
     float **values;   /* per value id; views point at the buffer they alias */
+    const float ***args; /* per layer: its inputs, from values */
     bool marks;       /* the backend records a mark after each layer */
     double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
     int64_t mark_calls, mark_cap;
@@ -494,9 +512,7 @@ static void queue_forward(const chain *c, bool marks)
 {
     const backend_ops *ops = c->b->ops;
     for (int i = 0; i < c->m->n_layers; i++) {
-        const layer *l = &c->m->layers[i];
-        ops->layer_run(c->b->ctx, c->states[i], c->values[l->input[0]],
-                       l->input[1] >= 0 ? c->values[l->input[1]] : NULL, c->values[i + 1]);
+        ops->layer_run(c->b->ctx, c->states[i], c->args[i], c->values[i + 1]);
         if (marks)
             ops->timer_mark(c->b->ctx, i);
     }
@@ -598,7 +614,8 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     int n = m->n_layers;
     chain *c = &mu->c;
     *c = (chain){m, b, xcalloc((size_t)n, sizeof(void *)), xcalloc((size_t)n, sizeof(float *)),
-                 xcalloc((size_t)n + 1, sizeof(float *)), false, NULL, 0, 0, NULL};
+                 xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float **)), false, NULL, 0, 0,
+                 NULL};
     char why[256] = "";
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
@@ -614,8 +631,11 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     for (int i = 0; !*why && i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
+        c->args[i] = xmalloc((size_t)l->n_inputs * sizeof *c->args[i]);
+        for (int k = 0; k < l->n_inputs; k++)
+            c->args[i][k] = c->values[l->inputs[k]];
         if (d->aliases_input) {
-            c->values[i + 1] = c->values[model_storage_of(m, l->input[0])];
+            c->values[i + 1] = c->values[model_storage_of(m, l->inputs[0])];
         } else if (!(c->values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
             snprintf(why, sizeof why, "not run: out of memory for the activations (at layer '%s')", l->name);
             break;
@@ -718,6 +738,9 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
         ops->release(b->ctx, c->values[0]);
     for (int i = 0; c->inmodel && i < m->n_layers; i++)
         free(c->inmodel[i].v);
+    for (int i = 0; c->args && i < m->n_layers; i++)
+        free(c->args[i]);
+    free(c->args);
     free(c->inmodel), free(c->mark_buf), free(c->states), free(c->weights), free(c->values), free(mu->host);
 }
 
@@ -776,7 +799,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     memset(&mu, 0, sizeof mu);
     int n_units = 0;
     char first_failure[512] = "";
-    scratch s = {NULL, NULL, NULL};
+    scratch s = {NULL, NULL};
     bench_status st = scratch_alloc(m, b, o->seed, &s);
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
@@ -834,7 +857,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         tally(out, &out->upload, "the input copy", first_failure, sizeof first_failure);
         tally(out, &out->download, "the output copy", first_failure, sizeof first_failure);
     }
-    b->ops->release(b->ctx, s.in), b->ops->release(b->ctx, s.in2), b->ops->release(b->ctx, s.out);
+    b->ops->release(b->ctx, s.in), b->ops->release(b->ctx, s.out);
     free(units), free(lus);
     out->seconds = bench_now() - t0;
     if (st == BENCH_ERR_INTERRUPTED)

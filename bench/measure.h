@@ -130,8 +130,9 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
 
-/* Random inputs and weights for layer l (host memory; caller frees each with free()).
- * in2 is NULL unless the kind takes two inputs; w is NULL if it has no weights. */
-bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **in2, float **w);
+/* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer
+ * has none) for layer l, in host memory; measure_free_data() frees them. */
+bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **w);
+void measure_free_data(const layer *l, float **in, float **w);
 
 #endif

@@ -7,8 +7,11 @@ void model_free(model *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_layers; i++)
+    for (int i = 0; i < m->n_layers; i++) {
         free(m->layers[i].name);
+        free(m->layers[i].inputs);
+        free(m->layers[i].ins);
+    }
     free(m->layers);
     free(m->name);
     free(m->path);
@@ -27,8 +30,9 @@ bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen)
     const char *bad = m->name;
     for (int i = 0; ok && i < m->n_layers; i++) {
         layer *l = &m->layers[i];
-        ok = with_batch(&l->in, batch) && with_batch(&l->out, batch) &&
-             (l->kind != LAYER_ADD || with_batch(&l->in2, batch));
+        ok = with_batch(&l->in, batch) && with_batch(&l->out, batch);
+        for (int k = 0; ok && k < l->n_inputs; k++)
+            ok = with_batch(&l->ins[k], batch);
         if (!ok)
             bad = l->name;
         else if (layer_count(l) != 0) {
@@ -66,7 +70,7 @@ model_totals model_sum(const model *m)
 int model_storage_of(const model *m, int value)
 {
     while (value > 0 && layer_desc_get(m->layers[value - 1].kind)->aliases_input)
-        value = m->layers[value - 1].input[0];
+        value = m->layers[value - 1].inputs[0];
     return value;
 }
 

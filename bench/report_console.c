@@ -195,8 +195,8 @@ static void print_by_shape(console *c, const run_result *res)
         const layer *l = &res->m->layers[g[k].first];
         char in[48], par[160], tot[24], avg[24];
         shape_format_compact(&l->in, in, sizeof in);
-        if (l->kind == LAYER_ADD) /* two inputs of that shape */
-            snprintf(in + strlen(in), sizeof in - strlen(in), " (x2)");
+        if (l->n_inputs > 1) /* more inputs: say how many */
+            snprintf(in + strlen(in), sizeof in - strlen(in), " (+%d)", l->n_inputs - 1);
         fprintf(c->out, "%-18s  %-16s  %-44.44s  %5d  %10s  %10s  %5.1f%%\n", layer_kind_name(l->kind), in,
                 layer_params_format(l, par, sizeof par), g[k].count, report_format_time(g[k].total, tot, sizeof tot),
                 report_format_time(g[k].total / g[k].count, avg, sizeof avg),

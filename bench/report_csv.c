@@ -83,7 +83,7 @@ const report_column *report_csv_columns(int *n)
     return columns;
 }
 
-typedef char row_t[COL_COUNT][256];
+typedef char row_t[COL_COUNT][512];
 
 /* A cell that a spreadsheet would run as a formula (it starts with = + - @, a tab or a
  * carriage return, and is not a number) is written with a leading apostrophe, as OWASP
@@ -164,10 +164,10 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(bytes, "%lld", (long long)l->bytes);
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
     /* value ids: 0 is the model input, v > 0 the output of layer v - 1 */
-    if (l->input[1] >= 0)
-        SET(inputs, "%d %d", l->input[0] - 1, l->input[1] - 1);
-    else
-        SET(inputs, "%d", l->input[0] - 1);
+    size_t off = 0;
+    for (int k = 0; k < l->n_inputs && off < sizeof row[COL_inputs]; k++)
+        off += (size_t)snprintf(row[COL_inputs] + off, sizeof row[COL_inputs] - off, "%s%d", k ? " " : "",
+                                l->inputs[k] - 1);
 }
 
 static void fill_stats(row_t row, const run_result *res, const layer_result *r, int64_t flops, int64_t bytes)
@@ -264,7 +264,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
     csv_reporter *c = (csv_reporter *)rep;
     const model *m = res->m;
     row_t *r = xmalloc(sizeof *r);
-    char(*row)[256] = *r;
+    char(*row)[512] = *r;
     /* the layers, then (once per backend and batch) the chained forward, and the graph
      * replay and copies where the backend has them */
     /* the layers alone, then inside the forward, then (once per backend and batch) the

@@ -1,4 +1,5 @@
-/* Element-wise activations: relu, relu6, sigmoid. Any input rank. */
+/* Element-wise activations: relu, relu6, sigmoid, silu, hardswish, hardsigmoid, tanh, as
+ * torch.nn defines them. Any input rank. */
 #include <math.h>
 
 #include "kind_util.h"
@@ -16,7 +17,10 @@ static int act_infer(layer *l, char *err, size_t len)
     return 0;
 }
 
-/* FLOPs per element: relu 1 (max), relu6 2 (max, min), sigmoid 4 (neg, exp, add, div). */
+/* FLOPs per element: relu 1 (max), relu6 2 (max, min), sigmoid 4 (neg, exp, add, div),
+ * silu 5 (sigmoid's and a multiply), hardsigmoid 4 (add, max, min, divide), hardswish 5
+ * (hardsigmoid's and a multiply), tanh 5 (as two exponentials' worth: exp, add, sub,
+ * div and the negation). docs/flops.md lists them. */
 static void act_count_per(layer *l, int64_t per)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
@@ -26,26 +30,65 @@ static void act_count_per(layer *l, int64_t per)
 static void relu_count(layer *l) { act_count_per(l, 1); }
 static void relu6_count(layer *l) { act_count_per(l, 2); }
 static void sigmoid_count(layer *l) { act_count_per(l, 4); }
+static void four_count(layer *l) { act_count_per(l, 4); }
+static void five_count(layer *l) { act_count_per(l, 5); }
 
-static void relu_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void relu_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-static void relu6_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void relu6_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
         out[i] = in[i] < 0.0f ? 0.0f : in[i] > 6.0f ? 6.0f : in[i];
 }
 
-static void sigmoid_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void sigmoid_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
         out[i] = (float)(1.0 / (1.0 + exp(-(double)in[i])));
+}
+
+static double hardsigmoid(double x) { return x <= -3.0 ? 0.0 : x >= 3.0 ? 1.0 : x / 6.0 + 0.5; }
+
+static void silu_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)((double)in[i] / (1.0 + exp(-(double)in[i])));
+}
+
+static void hardswish_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)((double)in[i] * hardsigmoid(in[i]));
+}
+
+static void hardsigmoid_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)hardsigmoid(in[i]);
+}
+
+static void tanh_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)tanh((double)in[i]);
 }
 
 #define ACTIVATION(kind_name, counter, ref)                                                       \
@@ -57,3 +100,7 @@ static void sigmoid_reference(const layer *l, const float *in, const float *in2,
 ACTIVATION(relu, relu_count, relu_reference);
 ACTIVATION(relu6, relu6_count, relu6_reference);
 ACTIVATION(sigmoid, sigmoid_count, sigmoid_reference);
+ACTIVATION(silu, five_count, silu_reference);
+ACTIVATION(hardswish, five_count, hardswish_reference);
+ACTIVATION(hardsigmoid, four_count, hardsigmoid_reference);
+ACTIVATION(tanh, five_count, tanh_reference);

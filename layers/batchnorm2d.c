@@ -50,9 +50,9 @@ static void bn_init(const layer *l, float *w, layer_rng *rng)
             w[i] = 1.0f, w[c + i] = 0.0f;
 }
 
-static void bn_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void bn_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
     for (int64_t b = 0; b < n; b++)
         for (int64_t ch = 0; ch < c; ch++) {

@@ -69,10 +69,10 @@ static void conv2d_init(const layer *l, float *w, layer_rng *rng)
     layer_fill_uniform(w, l->n_weight_floats, -b, b, rng);
 }
 
-static void conv2d_reference(const layer *l, const float *in, const float *in2, const float *w,
+static void conv2d_reference(const layer *l, const float *const *ins, const float *w,
                              float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oc = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3];

@@ -11,8 +11,8 @@ int kind_need_nchw(const layer *l, char *err, size_t errlen)
 
 void kind_count_bytes(layer *l)
 {
-    int64_t n = count_add(count_add(shape_numel(&l->in), shape_numel(&l->out)), l->n_weight_floats);
-    if (layer_desc_get(l->kind)->n_inputs == 2)
-        n = count_add(n, shape_numel(&l->in2));
+    int64_t n = count_add(shape_numel(&l->out), l->n_weight_floats);
+    for (int k = 0; k < l->n_inputs; k++)
+        n = count_add(n, shape_numel(&l->ins[k]));
     l->bytes = count_mul(4, n);
 }

@@ -8,7 +8,9 @@
 extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_desc,
     layer_relu6_desc, layer_sigmoid_desc, layer_maxpool2d_desc, layer_avgpool2d_desc,
     layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
-    layer_dropout_desc, layer_softmax_desc, layer_add_desc;
+    layer_dropout_desc, layer_softmax_desc, layer_add_desc, layer_mul_desc, layer_concat_desc, layer_silu_desc,
+    layer_hardswish_desc, layer_hardsigmoid_desc, layer_tanh_desc, layer_stochastic_depth_desc,
+    layer_conv_transpose2d_desc, layer_upsample_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,
@@ -24,6 +26,15 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_DROPOUT] = &layer_dropout_desc,
     [LAYER_SOFTMAX] = &layer_softmax_desc,
     [LAYER_ADD] = &layer_add_desc,
+    [LAYER_MUL] = &layer_mul_desc,
+    [LAYER_CONCAT] = &layer_concat_desc,
+    [LAYER_SILU] = &layer_silu_desc,
+    [LAYER_HARDSWISH] = &layer_hardswish_desc,
+    [LAYER_HARDSIGMOID] = &layer_hardsigmoid_desc,
+    [LAYER_TANH] = &layer_tanh_desc,
+    [LAYER_STOCHASTIC_DEPTH] = &layer_stochastic_depth_desc,
+    [LAYER_CONV_TRANSPOSE2D] = &layer_conv_transpose2d_desc,
+    [LAYER_UPSAMPLE] = &layer_upsample_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)
@@ -51,8 +62,6 @@ const char *layer_kind_list(void)
     if (!buf[0]) {
         size_t off = 0;
         for (int k = 0; k < LAYER_KIND_COUNT; k++) {
-            if (k == LAYER_ADD)
-                continue; /* made by residual blocks, never written */
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%s", off ? ", " : "",
                                     kinds[k]->name);
         }
@@ -169,8 +178,12 @@ int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
 
 bool layer_same_work(const layer *a, const layer *b)
 {
-    return a->kind == b->kind && shape_equal(&a->in, &b->in) && shape_equal(&a->in2, &b->in2) &&
-           memcmp(&a->p, &b->p, sizeof a->p) == 0;
+    if (a->kind != b->kind || a->n_inputs != b->n_inputs || memcmp(&a->p, &b->p, sizeof a->p) != 0)
+        return false;
+    for (int k = 0; k < a->n_inputs; k++)
+        if (!shape_equal(&a->ins[k], &b->ins[k]))
+            return false;
+    return true;
 }
 
 char *layer_params_format(const layer *l, char *buf, size_t len)
@@ -184,8 +197,11 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
     buf[0] = 0;
     for (const layer_param_spec *s = d->params; s->key && off < len; s++) {
         const char *v = (const char *)&l->p + s->offset, *dv = (const char *)&def + s->offset;
-        size_t size = s->type == LP_INT ? sizeof(int64_t) : s->type == LP_PAIR ? 2 * sizeof(int64_t)
-                    : s->type == LP_BOOL ? sizeof(bool) : sizeof(double);
+        size_t size = s->type == LP_INT || s->type == LP_ENUM ? sizeof(int64_t)
+                      : s->type == LP_PAIR                 ? 2 * sizeof(int64_t)
+                      : s->type == LP_FPAIR                ? 2 * sizeof(double)
+                      : s->type == LP_BOOL                 ? sizeof(bool)
+                                                           : sizeof(double);
         if (!s->required && memcmp(v, dv, size) == 0)
             continue;
         const char *sep = off ? " " : "";
@@ -196,6 +212,11 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
                                     (long long)((const int64_t *)v)[0], (long long)((const int64_t *)v)[1]);
         else if (s->type == LP_BOOL)
             off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, *(const bool *)v ? "true" : "false");
+        else if (s->type == LP_ENUM)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, s->choices[*(const int64_t *)v]);
+        else if (s->type == LP_FPAIR)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%gx%g", sep, s->key, ((const double *)v)[0],
+                                    ((const double *)v)[1]);
         else
             off += (size_t)snprintf(buf + off, len - off, "%s%s=%g", sep, s->key, *(const double *)v);
     }

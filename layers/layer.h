@@ -56,8 +56,21 @@ typedef enum layer_kind {
     LAYER_DROPOUT,
     LAYER_SOFTMAX,
     LAYER_ADD,
+    LAYER_MUL,
+    LAYER_CONCAT,
+    LAYER_SILU,
+    LAYER_HARDSWISH,
+    LAYER_HARDSIGMOID,
+    LAYER_TANH,
+    LAYER_STOCHASTIC_DEPTH,
+    LAYER_CONV_TRANSPOSE2D,
+    LAYER_UPSAMPLE,
     LAYER_KIND_COUNT
 } layer_kind;
+
+/* upsample's mode, stochastic_depth's mode */
+enum { UPSAMPLE_NEAREST, UPSAMPLE_BILINEAR };
+enum { STOCHASTIC_ROW, STOCHASTIC_BATCH };
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -77,18 +90,26 @@ typedef struct layer_params {
     bool count_include_pad;      /* avgpool2d */
     double p;                    /* dropout: accepted, identity at inference */
     bool inplace;                /* activations, dropout: accepted, see docs */
-    int64_t dim;                 /* softmax */
+    int64_t dim;                 /* softmax, concat */
+    int64_t output_padding[2];   /* conv_transpose2d */
+    double scale_factor[2];      /* upsample; 0 when size is given instead */
+    int64_t mode;                /* upsample: UPSAMPLE_*; stochastic_depth: STOCHASTIC_* */
+    bool align_corners;          /* upsample (bilinear) */
 } layer_params;
+
+/* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
+#define LAYER_MAX_INPUTS 64
 
 /* One layer of a model, with its shapes resolved for one batch size. */
 typedef struct layer {
     char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
     layer_kind kind;
     layer_params p;
-    shape_t in;                  /* first input */
-    shape_t in2;                 /* second input (add only) */
+    int n_inputs;                /* 1; 2 for add and mul; 2 or more for concat */
+    int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
+    shape_t *ins;                /* the shapes of the inputs; owned */
+    shape_t in;                  /* ins[0], kept by name for the kinds of one input */
     shape_t out;
-    int input[2];                /* value ids: 0 = model input, i+1 = output of layer i; -1 = none */
     /* Derived by the kind's count(); per whole batch. */
     int64_t n_weights;           /* learnable parameters (what torch counts) */
     int64_t n_weight_floats;     /* floats the backends keep (bn: gamma, beta, mean, var) */
@@ -102,6 +123,8 @@ typedef enum layer_param_type {
     LP_PAIR,                     /* integer or [h, w], each >= min */
     LP_BOOL,
     LP_FLOAT,                    /* number >= 0 */
+    LP_FPAIR,                    /* number or [h, w], each > 0 (double[2]) */
+    LP_ENUM,                     /* one of choices, stored as its index (int64_t) */
 } layer_param_type;
 
 typedef struct layer_param_spec {
@@ -110,6 +133,7 @@ typedef struct layer_param_spec {
     size_t offset;               /* offsetof(layer_params, field) */
     bool required;
     int64_t min;                 /* LP_INT, LP_PAIR */
+    const char *const *choices;  /* LP_ENUM: the names, NULL-terminated */
 } layer_param_spec;
 
 typedef struct layer_rng {
@@ -119,11 +143,11 @@ typedef struct layer_rng {
 /* A layer kind, described once. All functions are pure and never allocate. */
 typedef struct layer_desc {
     const char *name;                       /* as written in configs */
-    int n_inputs;                           /* 1, or 2 for add */
+    int n_inputs;                           /* 1, 2 (add, mul), or -1: two or more (concat) */
     bool aliases_input;                     /* output is the input buffer (flatten, dropout) */
     const layer_param_spec *params;         /* terminated by {NULL}; may be empty */
     void (*defaults)(layer_params *p);      /* optional */
-    /* Checks the parameters against l->in (and l->in2) and sets l->out.
+    /* Checks the parameters against l->in (and l->ins) and sets l->out.
      * Returns 0, or -1 with a message in err ("what is wrong and what was expected"). */
     int (*infer)(layer *l, char *err, size_t errlen);
     /* Sets n_weights, n_weight_floats, macs, flops and bytes from the shapes, with
@@ -132,8 +156,8 @@ typedef struct layer_desc {
     void (*count)(layer *l);
     /* Fills the l->n_weight_floats weights with plausible random values; optional. */
     void (*init_weights)(const layer *l, float *w, layer_rng *rng);
-    /* Plain-C reference: out = f(in, in2, w). Accumulates in double. */
-    void (*reference)(const layer *l, const float *in, const float *in2, const float *w, float *out);
+    /* Plain-C reference: out = f(in[0], ..., in[n_inputs - 1], w). Accumulates in double. */
+    void (*reference)(const layer *l, const float *const *in, const float *w, float *out);
     double tolerance;                       /* relative L2 error accepted against the reference (FP32) */
 } layer_desc;
 
@@ -161,6 +185,16 @@ int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
 
 /* Sum of adaptive pooling's window sizes along one axis (in -> out), in closed form. */
 int64_t layer_adaptive_window_sum(int64_t in, int64_t out);
+
+/* upsample's source coordinates, as torch computes them (layers/upsample.c), shared by
+ * the reference and the backends: the scale along axis (0 height, 1 width), the nearest
+ * source index, and the two bilinear sources with the weight of the second. */
+double layer_upsample_scale(const layer *l, int axis);
+int64_t layer_upsample_nearest(const layer *l, int axis, int64_t dst);
+void layer_upsample_linear(const layer *l, int axis, int64_t dst, int64_t *i0, int64_t *i1, double *w1);
+
+/* mul's broadcasting: the index, in an input of shape s, of output element o. */
+int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);
 
 /* Runs the kind's count(); -1 when a count is out of range (more than LAYER_MAX_COUNT,
  * or weights beyond LAYER_MAX_NUMEL floats), else 0. */

@@ -36,9 +36,9 @@ static void linear_init(const layer *l, float *w, layer_rng *rng)
     layer_fill_uniform(w, l->n_weight_floats, -b, b, rng);
 }
 
-static void linear_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void linear_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     int64_t n = l->in.d[0], f = l->in.d[1], o = l->p.out_features;
     const float *bias = l->p.bias ? w + o * f : NULL;
     for (int64_t b = 0; b < n; b++)

@@ -67,9 +67,10 @@ static void pool_count(layer *l)
     kind_count_bytes(l);
 }
 
-static void maxpool_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void maxpool_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
@@ -88,9 +89,10 @@ static void maxpool_reference(const layer *l, const float *in, const float *in2,
             }
 }
 
-static void avgpool_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void avgpool_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
@@ -163,9 +165,10 @@ static void adaptive_count(layer *l)
     kind_count_bytes(l);
 }
 
-static void adaptive_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void adaptive_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
     for (int64_t pl = 0; pl < planes; pl++)

@@ -1,5 +1,6 @@
-/* flatten and dropout: views of their input at inference. Backends return the input
- * buffer as the output; timing one measures the call, which is what torch pays too. */
+/* flatten, dropout and stochastic_depth: views of their input at inference (torch's
+ * eval mode: dropout and torchvision's StochasticDepth are the identity). Nothing
+ * runs and nothing is timed; the output is the input buffer. */
 #include <string.h>
 
 #include "kind_util.h"
@@ -14,6 +15,14 @@ static const layer_param_spec dropout_params[] = {
 
 static void dropout_defaults(layer_params *p) { p->p = 0.5; }
 
+static const char *const stochastic_modes[] = {"row", "batch", NULL};
+
+static const layer_param_spec stochastic_params[] = {
+    {"p", LP_FLOAT, P_OFF(p), true, 0, NULL},
+    {"mode", LP_ENUM, P_OFF(mode), true, 0, stochastic_modes},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
 static int flatten_infer(layer *l, char *err, size_t len)
 {
     (void)err, (void)len;
@@ -25,7 +34,7 @@ static int flatten_infer(layer *l, char *err, size_t len)
 static int dropout_infer(layer *l, char *err, size_t len)
 {
     if (l->p.p > 1.0)
-        return kind_fail(err, len, "dropout probability p must be between 0 and 1, got %g", l->p.p);
+        return kind_fail(err, len, "%s probability p must be between 0 and 1, got %g", layer_kind_name(l->kind), l->p.p);
     l->out = l->in;
     return 0;
 }
@@ -36,9 +45,10 @@ static void view_count(layer *l)
     l->bytes = 0; /* a view moves nothing */
 }
 
-static void copy_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void copy_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     memcpy(out, in, (size_t)shape_numel(&l->in) * sizeof *in);
 }
 
@@ -51,4 +61,9 @@ const layer_desc layer_dropout_desc = {
     .name = "dropout", .n_inputs = 1, .aliases_input = true, .params = dropout_params,
     .defaults = dropout_defaults, .infer = dropout_infer, .count = view_count,
     .reference = copy_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_stochastic_depth_desc = {
+    .name = "stochastic_depth", .n_inputs = 1, .aliases_input = true, .params = stochastic_params,
+    .infer = dropout_infer, .count = view_count, .reference = copy_reference, .tolerance = 0.0,
 };

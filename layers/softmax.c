@@ -30,9 +30,10 @@ static void softmax_count(layer *l)
     kind_count_bytes(l);
 }
 
-static void softmax_reference(const layer *l, const float *in, const float *in2, const float *w, float *out)
+static void softmax_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
-    (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)w;
     int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
     for (int64_t i = 0; i < l->p.dim; i++)
         outer *= l->in.d[i];

@@ -57,7 +57,7 @@ static const bad_case bad[] = {
     {HEAD "  - {kind: dropout, p: 1.5}\n", "4:5", "dropout probability p must be between 0 and 1"},
     {HEAD "  - {kind: softmax, dim: 4}\n", "4:5", "dim 4 is out of range for a rank-4 input"},
     {HEAD "  - {kind: batchnorm2d, eps: -1}\n", "4:30", "eps must not be negative"},
-    {HEAD "  - {kind: add}\n", "4:12", "unknown layer kind 'add'"},
+    {HEAD "  - {kind: add}\n", "4:5", "add: missing required key 'inputs'"},
     {HEAD "  - {name: x}\n", "4:5", "missing required key 'kind'"},
     {HEAD "  - relu\n", "4:5", "expected a layer (a mapping with 'kind'), got a scalar"},
     {HEAD "  - {kind: relu, name: a.b}\n", "4:24", "must not contain '.'"},
@@ -67,10 +67,10 @@ static const bad_case bad[] = {
     {HEAD "  - {kind: block, layers: []}\n", "4:27", "the list of layers is empty"},
     {HEAD "  - {kind: block, layers: [{kind: relu}], stride: 2}\n", "4:43", "unknown key 'stride' for block"},
     {HEAD "  - kind: residual\n    body: [{kind: conv2d, out_channels: 5, kernel_size: 1}]\n", "4:5",
-     "layer '0.add' (add): the residual body gives [1, 5, 8, 8] but the shortcut gives [1, 3, 8, 8]"},
+     "residual '0': the body gives [1, 5, 8, 8] but the identity shortcut gives [1, 3, 8, 8]: they differ in the channels (5 against 3)"},
     {HEAD "  - kind: residual\n    body: [{kind: relu}]\n    shortcut: maybe\n", "6:15", "shortcut: expected 'identity' or a list of layers"},
     {HEAD "  - kind: residual\n    body: [{kind: relu}]\n    shortcut: [{kind: maxpool2d, kernel_size: 2}]\n", "6:15",
-     "the residual body gives [1, 3, 8, 8] but the shortcut gives [1, 3, 4, 4]"},
+     "the body gives [1, 3, 8, 8] but the shortcut ('downsample') gives [1, 3, 4, 4]: they differ in the height (8 against 4)"},
     {HEAD "  - &a {kind: relu}\n  - *a\n", "4:5", "anchors and aliases are not supported"},
     {"a: &a [*a]\n", "1:4", "anchors and aliases are not supported"},
     {"name: t\n---\nname: u\n", "2:1", "only one YAML document"},
@@ -89,6 +89,37 @@ static const bad_case bad[] = {
      "5:5", "layer name '0' is used twice"},
     {HEAD "  - kind: residual\n    name: r\n    body: [{kind: relu, name: add}]\n", "4:5", "layer name 'r.add' is used twice"},
     {"name: t\ninput: [16777216, 1048576, 1048576]\nlayers: [{kind: relu}]\n", "2:8", "more than 2^40 elements per sample"},
+    /* explicit inputs */
+    {HEAD "  - {kind: relu, name: a}\n  - {kind: add, inputs: [a, b]}\n", "5:29", "no earlier layer is named 'b'"},
+    {HEAD "  - {kind: relu, name: a}\n  - {kind: add, inputs: [a]}\n", "5:25", "inputs: add takes two inputs, got 1"},
+    {HEAD "  - {kind: relu, name: a}\n  - {kind: relu, input: a, inputs: [a]}\n", "5:25", "give 'input' or 'inputs', not both"},
+    {HEAD "  - {kind: relu, name: a}\n  - {kind: relu, input: a, repeat: 2}\n", "5:25", "'input' and repeat cannot be combined"},
+    {HEAD "  - {kind: relu, name: a}\n  - {kind: mul, input: a}\n", "5:24", "mul takes 'inputs', a list of two layers"},
+    {HEAD "  - {kind: maxpool2d, name: p, kernel_size: 2}\n  - {kind: concat, inputs: [p, input]}\n", "5:5",
+     "input 2 of concat is [1, 3, 8, 8], which does not match [1, 3, 4, 4] outside dim 1"},
+    {HEAD "  - {kind: maxpool2d, name: p, kernel_size: 2}\n  - {kind: mul, inputs: [p, input]}\n", "5:5",
+     "mul cannot broadcast [1, 3, 4, 4] with [1, 3, 8, 8]: dimension 2 is 4 against 8"},
+    /* residual merges and branches */
+    {HEAD "  - kind: residual\n    merge: concat\n    branches:\n      a: [{kind: maxpool2d, kernel_size: 2}]\n"
+          "      b: identity\n",
+     "7:7", "residual '0': branch 'a' gives [1, 3, 4, 4] but branch 'b' gives [1, 3, 8, 8]: they differ in the height"},
+    {HEAD "  - kind: residual\n    merge: add\n    branches: {a: identity, b: identity, c: identity}\n", "6:15",
+     "merge add takes exactly 2 branches, got 3"},
+    {HEAD "  - kind: residual\n    body: [{kind: relu}]\n    branches: {a: identity}\n", "4:5",
+     "give 'body' (with an optional 'shortcut') or 'branches', not both"},
+    {HEAD "  - kind: residual\n    merge: max\n    body: [{kind: relu}]\n", "5:12", "merge: expected one of add, mul, concat, got 'max'"},
+    {HEAD "  - kind: residual\n    dim: 2\n    body: [{kind: relu}]\n", "5:10", "dim applies to merge: concat only"},
+    {HEAD "  - kind: residual\n    merge: concat\n    branches: {a: [relu], b: identity}\n", "6:20",
+     "expected a layer (a mapping with 'kind'), got a scalar"},
+    /* new kinds' parameters */
+    {HEAD "  - {kind: upsample, size: 9, scale_factor: 2}\n", "4:5", "give either size or scale_factor, not both"},
+    {HEAD "  - {kind: upsample}\n", "4:5", "give either size or scale_factor, one of them"},
+    {HEAD "  - {kind: upsample, scale_factor: 2, mode: bicubic}\n", "4:45", "mode: expected one of nearest, bilinear, got 'bicubic'"},
+    {HEAD "  - {kind: upsample, scale_factor: 2, align_corners: true}\n", "4:5", "align_corners applies to bilinear only"},
+    {HEAD "  - {kind: upsample, scale_factor: [2, 0]}\n", "4:40", "scale_factor must be above 0"},
+    {HEAD "  - {kind: conv_transpose2d, out_channels: 4, kernel_size: 3, output_padding: 1}\n", "4:5",
+     "output_padding 1 must be smaller than either stride 1 or dilation 1"},
+    {HEAD "  - {kind: stochastic_depth, p: 0.1}\n", "4:5", "stochastic_depth: missing required key 'mode'"},
     {"name: t\ninput: [2147483647, 1, 1]\nlayers:\n  - {kind: conv2d, out_channels: 4, kernel_size: 2147483647, padding: 1073741823}\n",
      "4:5", "count is beyond 2^62"},
     {"name: t\ninput: [3, 1, 1]\nlayers: [{kind: adaptive_avgpool2d, output_size: [2147483647, 2147483647]}]\n", "3:10",
@@ -137,10 +168,66 @@ static void test_names(void)
         EXPECT(strcmp(m->layers[i].name, names[i]) == 0, "layer %d is '%s', expected '%s'", i, m->layers[i].name, names[i]);
     /* the add of the down block reads the body (maxpool, 4x4) and the shortcut (avgpool) */
     const layer *add = &m->layers[13];
-    EXPECT(add->kind == LAYER_ADD && add->input[0] == 12 && add->input[1] == 13, "add inputs %d %d", add->input[0],
-           add->input[1]);
+    EXPECT(add->kind == LAYER_ADD && add->n_inputs == 2 && add->inputs[0] == 12 && add->inputs[1] == 13, "add inputs %d %d", add->inputs[0],
+           add->inputs[1]);
     EXPECT(m->layers[15].out.rank == 2 && m->layers[15].out.d[1] == 3, "linear output");
     EXPECT(m->layers[14].in.d[1] == 4 && m->layers[14].out.d[1] == 64, "flatten 4x4x4 -> 64");
+    model_free(m);
+}
+
+/* The structures and kinds of the CNN zoo: squeeze-and-excitation (a residual merged by
+ * mul), inception-like branches merged by concat (with an identity branch), explicit
+ * inputs by relative and qualified names, and the new kinds' shapes. */
+static void test_structures(void)
+{
+    const char *yaml = "name: t\ninput: [8, 6, 6]\nlayers:\n"
+        "  - kind: block\n    name: f\n    layers:\n"
+        "      - {kind: conv2d, name: c, out_channels: 8, kernel_size: 3, padding: 1}\n"
+        "      - kind: residual\n        name: se\n        merge: mul\n        body:\n"
+        "          - {kind: adaptive_avgpool2d, name: avgpool, output_size: 1}\n"
+        "          - {kind: conv2d, name: fc1, out_channels: 2, kernel_size: 1}\n"
+        "          - {kind: silu, name: activation}\n"
+        "          - {kind: conv2d, name: fc2, out_channels: 8, kernel_size: 1}\n"
+        "          - {kind: hardsigmoid, name: scale_activation}\n"
+        "  - kind: residual\n    name: inc\n    merge: concat\n    branches:\n"
+        "      branch1: [{kind: conv2d, name: conv, out_channels: 4, kernel_size: 1}]\n"
+        "      branch2: [{kind: conv2d, out_channels: 2, kernel_size: 1}, {kind: hardswish}]\n"
+        "      skip: identity\n"
+        "  - {kind: conv_transpose2d, name: up, out_channels: 3, kernel_size: 2, stride: 2}\n"
+        "  - {kind: upsample, name: down, size: [6, 6], mode: bilinear, align_corners: true}\n"
+        "  - {kind: concat, name: cat, inputs: [down, f.c, input]}\n"
+        "  - {kind: add, name: sum, inputs: [f.se.mul, f.c]}\n"
+        "  - {kind: stochastic_depth, name: sd, p: 0.2, mode: row, input: inc.branch2.1}\n"
+        "  - {kind: tanh, name: t, input: sum}\n";
+    const char *names[] = {"f.c", "f.se.avgpool", "f.se.fc1", "f.se.activation", "f.se.fc2", "f.se.scale_activation",
+                           "f.se.mul", "inc.branch1.conv", "inc.branch2.0", "inc.branch2.1", "inc.cat", "up", "down",
+                           "cat", "sum", "sd", "t"};
+    model *m;
+    char err[512];
+    bench_status st = load_text(yaml, &m, err, sizeof err);
+    EXPECT(st == BENCH_OK, "structures: %s", err);
+    if (st != BENCH_OK)
+        return;
+    int n = (int)(sizeof names / sizeof *names);
+    EXPECT(m->n_layers == n, "%d layers, expected %d", m->n_layers, n);
+    for (int i = 0; i < n && i < m->n_layers; i++)
+        EXPECT(strcmp(m->layers[i].name, names[i]) == 0, "layer %d is '%s', expected '%s'", i, m->layers[i].name, names[i]);
+    if (m->n_layers != n) {
+        model_free(m);
+        return;
+    }
+    const layer *mul = &m->layers[6], *cat = &m->layers[10], *cat2 = &m->layers[13], *sum = &m->layers[14];
+    EXPECT(mul->kind == LAYER_MUL && mul->inputs[0] == 6 && mul->inputs[1] == 1, "SE: scale (layer 5) times the "
+           "conv's output (layer 0): inputs %d %d", mul->inputs[0], mul->inputs[1]);
+    EXPECT(mul->ins[0].d[2] == 1 && mul->out.d[1] == 8 && mul->out.d[2] == 6, "the SE multiply broadcasts");
+    EXPECT(cat->kind == LAYER_CONCAT && cat->n_inputs == 3 && cat->inputs[2] == 7 && cat->out.d[1] == 4 + 2 + 8,
+           "inception concat of 3 branches: %d inputs, %lld channels", cat->n_inputs, (long long)cat->out.d[1]);
+    EXPECT(m->layers[11].out.d[2] == 12 && m->layers[12].out.d[2] == 6, "conv_transpose2d doubles, upsample to 6");
+    EXPECT(cat2->n_inputs == 3 && cat2->inputs[0] == 13 && cat2->inputs[1] == 1 && cat2->inputs[2] == 0 &&
+               cat2->out.d[1] == 3 + 8 + 8,
+           "explicit inputs by name, qualified name and 'input'");
+    EXPECT(sum->inputs[0] == 7 && sum->inputs[1] == 1, "add of f.se.mul and f.c");
+    EXPECT(m->layers[15].inputs[0] == 10 && m->layers[16].inputs[0] == 15, "input: by qualified name");
     model_free(m);
 }
 
@@ -206,6 +293,7 @@ int main(int argc, char **argv)
     snprintf(tmp_path, sizeof tmp_path, "/tmp/layerbench_test_config_%ld.yaml", (long)getpid());
     test_bad();
     test_names();
+    test_structures();
     test_resnet18(argv[1], argv[2]);
     unlink(tmp_path);
     return test_summary("test_config");

@@ -24,11 +24,16 @@ typedef struct layer_case {
     layer_kind kind;
     shape_t in;
     void (*set)(layer_params *p);
+    /* inputs after the first (add, mul, concat); none: a second input shaped like in */
+    int n_more;
+    shape_t more[3];
     /* cuDNN has no such operation (dilated or ceil_mode pooling, uneven adaptive
      * windows): a backend other than the CPU may report it unsupported. Anything else
      * unsupported is a failure, never a skip. */
     bool may_be_unsupported;
 } layer_case;
+
+#define MORE(...) .n_more = sizeof((shape_t[]){__VA_ARGS__}) / sizeof(shape_t), .more = {__VA_ARGS__}
 
 #define PAIR(f, a, b) (p->f[0] = (a), p->f[1] = (b))
 static void c_3x3(layer_params *p) { p->out_channels = 7; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
@@ -57,6 +62,19 @@ static void lin(layer_params *p) { p->out_features = 11; }
 static void lin_nobias(layer_params *p) { p->out_features = 7; p->bias = false; }
 static void sm_last(layer_params *p) { p->dim = -1; }
 static void sm_2(layer_params *p) { p->dim = 2; }
+static void cat_2(layer_params *p) { p->dim = 2; }
+static void cat_last(layer_params *p) { p->dim = -1; }
+static void ct_s2(layer_params *p) { p->out_channels = 5; PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); PAIR(output_padding, 1, 1); }
+static void ct_2x2(layer_params *p) { p->out_channels = 4; PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->bias = false; }
+static void ct_groups(layer_params *p) { p->out_channels = 6; PAIR(kernel, 3, 4); PAIR(stride, 2, 3); p->groups = 3; PAIR(dilation, 2, 1); PAIR(padding, 2, 0); }
+static void ct_1x1(layer_params *p) { p->out_channels = 7; PAIR(kernel, 1, 1); }
+static void up_nearest2(layer_params *p) { p->scale_factor[0] = p->scale_factor[1] = 2.0; p->mode = UPSAMPLE_NEAREST; }
+static void up_nearest_size(layer_params *p) { PAIR(output_size, 11, 7); p->mode = UPSAMPLE_NEAREST; }
+static void up_nearest_frac(layer_params *p) { p->scale_factor[0] = 1.7; p->scale_factor[1] = 2.5; p->mode = UPSAMPLE_NEAREST; }
+static void up_bilinear(layer_params *p) { p->scale_factor[0] = p->scale_factor[1] = 2.0; p->mode = UPSAMPLE_BILINEAR; }
+static void up_bilinear_ac(layer_params *p) { PAIR(output_size, 13, 6); p->mode = UPSAMPLE_BILINEAR; p->align_corners = true; }
+static void up_bilinear_down(layer_params *p) { PAIR(output_size, 4, 3); p->mode = UPSAMPLE_BILINEAR; }
+static void sd_row(layer_params *p) { p->p = 0.2; p->mode = STOCHASTIC_ROW; }
 
 #define S4(n, c, h, w) {4, {n, c, h, w}}
 #define S2(n, f) {2, {n, f, 0, 0}}
@@ -103,10 +121,40 @@ static const layer_case cases[] = {
     {"dim 2 of NCHW", LAYER_SOFTMAX, S4(2, 3, 9, 4), sm_2},
     {"rank 4", LAYER_ADD, S4(3, 5, 7, 9), none},
     {"rank 2", LAYER_ADD, S2(2, 70001), none},
+    {"same shapes", LAYER_MUL, S4(2, 3, 5, 7), none},
+    {"[N,C,1,1] scale first (SE)", LAYER_MUL, S4(2, 6, 1, 1), none, MORE(S4(2, 6, 9, 7))},
+    {"[N,C,1,1] scale second, parallel", LAYER_MUL, S4(3, 16, 33, 35), none, MORE(S4(3, 16, 1, 1))},
+    {"both broadcast", LAYER_MUL, S4(2, 1, 5, 1), none, MORE(S4(2, 3, 1, 4)), true},
+    {"2 inputs along channels", LAYER_CONCAT, S4(2, 3, 5, 7), none, MORE(S4(2, 5, 5, 7))},
+    {"4 inputs (inception)", LAYER_CONCAT, S4(2, 2, 6, 5), none, MORE(S4(2, 7, 6, 5), S4(2, 1, 6, 5), S4(2, 4, 6, 5))},
+    {"along height", LAYER_CONCAT, S4(2, 3, 4, 5), cat_2, MORE(S4(2, 3, 7, 5))},
+    {"[N, F] along features", LAYER_CONCAT, S2(3, 11), cat_last, MORE(S2(3, 29))},
+    {"rank 4", LAYER_SILU, S4(2, 5, 9, 7), none},
+    {"rank 2, parallel", LAYER_SILU, S2(3, 20011), none},
+    {"rank 4", LAYER_HARDSWISH, S4(2, 5, 9, 7), none},
+    {"rank 2, parallel", LAYER_HARDSWISH, S2(3, 20011), none},
+    {"rank 4", LAYER_HARDSIGMOID, S4(2, 5, 9, 7), none},
+    {"rank 2", LAYER_HARDSIGMOID, S2(3, 31), none},
+    {"rank 4", LAYER_TANH, S4(2, 5, 9, 7), none},
+    {"rank 2, parallel", LAYER_TANH, S2(3, 20011), none},
+    {"row", LAYER_STOCHASTIC_DEPTH, S4(2, 3, 5, 4), sd_row},
+    {"3x3 stride 2 output_padding 1", LAYER_CONV_TRANSPOSE2D, S4(2, 3, 7, 6), ct_s2},
+    {"2x2 stride 2 (UNet), no bias", LAYER_CONV_TRANSPOSE2D, S4(1, 5, 9, 11), ct_2x2},
+    {"groups 3, dilation 2x1, 3x4", LAYER_CONV_TRANSPOSE2D, S4(2, 6, 5, 7), ct_groups},
+    {"1x1", LAYER_CONV_TRANSPOSE2D, S4(3, 4, 6, 5), ct_1x1},
+    {"nearest x2", LAYER_UPSAMPLE, S4(2, 3, 5, 7), up_nearest2},
+    {"nearest to 11x7", LAYER_UPSAMPLE, S4(2, 3, 5, 4), up_nearest_size},
+    {"nearest x1.7 x2.5", LAYER_UPSAMPLE, S4(1, 2, 7, 5), up_nearest_frac},
+    {"bilinear x2", LAYER_UPSAMPLE, S4(2, 3, 5, 7), up_bilinear},
+    {"bilinear align_corners", LAYER_UPSAMPLE, S4(2, 2, 5, 4), up_bilinear_ac},
+    {"bilinear down to 4x3", LAYER_UPSAMPLE, S4(1, 3, 9, 8), up_bilinear_down},
 };
 
+/* The case's layer; its input arrays live in statics (one case at a time). */
 static bool make_layer(const layer_case *c, layer *l)
 {
+    static int inputs[4];
+    static shape_t ins[4];
     const layer_desc *d = layer_desc_get(c->kind);
     char err[256];
     memset(l, 0, sizeof *l);
@@ -115,10 +163,14 @@ static bool make_layer(const layer_case *c, layer *l)
     if (d->defaults)
         d->defaults(&l->p);
     c->set(&l->p);
-    l->in = c->in;
-    l->in2 = d->n_inputs == 2 ? c->in : (shape_t){0, {0}};
-    l->input[0] = 0;
-    l->input[1] = d->n_inputs == 2 ? 0 : -1;
+    l->in = ins[0] = c->in;
+    l->n_inputs = d->n_inputs == 1 ? 1 : c->n_more ? 1 + c->n_more : 2;
+    for (int k = 1; k < l->n_inputs; k++)
+        ins[k] = c->n_more ? c->more[k - 1] : c->in;
+    for (int k = 0; k < 4; k++)
+        inputs[k] = 0;
+    l->inputs = inputs;
+    l->ins = ins;
     if (d->infer(l, err, sizeof err) != 0) {
         fprintf(stderr, "case '%s' does not infer: %s\n", c->what, err);
         return false;
@@ -136,20 +188,19 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
         return;
     const layer_desc *d = layer_desc_get(l.kind);
     const char *kn = d->name;
-    float *in, *in2, *w;
-    EXPECT(measure_layer_data(&l, seed, &in, &in2, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
-    int64_t n_in = shape_numel(&l.in), n_out = shape_numel(&l.out);
-    float *ref = bench_alloc_floats(n_out), *in_copy = bench_alloc_floats(n_in);
-    memcpy(in_copy, in, (size_t)n_in * sizeof(float));
-    d->reference(&l, in, in2, w, ref);
+    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *din[LAYER_MAX_INPUTS] = {NULL};
+    EXPECT(measure_layer_data(&l, seed, in, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
+    int64_t n_out = shape_numel(&l.out);
+    float *ref = bench_alloc_floats(n_out);
+    d->reference(&l, (const float *const *)in, w, ref);
 
     /* output with guard zones, poisoned with NaN */
     float *host_out = bench_alloc_floats(n_out + 2 * GUARD);
     for (int64_t i = 0; i < n_out + 2 * GUARD; i++)
         host_out[i] = (i < GUARD || i >= GUARD + n_out) ? GUARD_VALUE : NAN;
     const backend_ops *ops = b->ops;
-    float *din = backend_alloc_floats(b, n_in, in);
-    float *din2 = in2 ? backend_alloc_floats(b, shape_numel(&l.in2), in2) : NULL;
+    for (int k = 0; k < l.n_inputs; k++)
+        din[k] = backend_alloc_floats(b, shape_numel(&l.ins[k]), in[k]);
     float *dw = w ? backend_alloc_floats(b, l.n_weight_floats, w) : NULL;
     float *dout = d->aliases_input ? NULL : backend_alloc_floats(b, n_out + 2 * GUARD, host_out);
     void *state = NULL;
@@ -167,10 +218,10 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
     EXPECT(st == BENCH_OK || st == BENCH_ERR_UNSUPPORTED, "%s %s: setup failed (%d): %s", kn, c->what, st,
            backend_last_error(b));
     if (st == BENCH_OK) {
-        ops->layer_run(b->ctx, state, din, din2, d->aliases_input ? din : dout + GUARD);
+        ops->layer_run(b->ctx, state, (const float *const *)din, d->aliases_input ? din[0] : dout + GUARD);
         EXPECT(ops->sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
         if (d->aliases_input)
-            ops->download(b->ctx, host_out + GUARD, din, (size_t)n_out * sizeof(float));
+            ops->download(b->ctx, host_out + GUARD, din[0], (size_t)n_out * sizeof(float));
         else
             ops->download(b->ctx, host_out, dout, (size_t)(n_out + 2 * GUARD) * sizeof(float));
         int64_t nonfinite;
@@ -184,17 +235,23 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
             bad_guard += (host_out[i] != GUARD_VALUE) + (host_out[GUARD + n_out + i] != GUARD_VALUE);
         EXPECT(d->aliases_input || bad_guard == 0, "%s %s (%s): %lld guard values overwritten", kn, c->what, impl,
                (long long)bad_guard);
-        float *in_after = bench_alloc_floats(n_in);
-        ops->download(b->ctx, in_after, din, (size_t)n_in * sizeof(float));
-        EXPECT(memcmp(in_after, in_copy, (size_t)n_in * sizeof(float)) == 0, "%s %s: the input was modified", kn,
-               c->what);
-        free(in_after);
+        for (int k = 0; k < l.n_inputs; k++) {
+            int64_t n = shape_numel(&l.ins[k]);
+            float *after = bench_alloc_floats(n);
+            ops->download(b->ctx, after, din[k], (size_t)n * sizeof(float));
+            EXPECT(memcmp(after, in[k], (size_t)n * sizeof(float)) == 0, "%s %s: input %d was modified", kn, c->what,
+                   k);
+            free(after);
+        }
         ops->layer_free(b->ctx, state);
         printf("  %-20s %-34s %-18s rel. error %.2e\n", kn, c->what, impl, err);
     }
 done:
-    ops->release(b->ctx, din), ops->release(b->ctx, din2), ops->release(b->ctx, dw), ops->release(b->ctx, dout);
-    free(in), free(in2), free(w), free(ref), free(in_copy), free(host_out);
+    for (int k = 0; k < l.n_inputs; k++)
+        ops->release(b->ctx, din[k]);
+    ops->release(b->ctx, dw), ops->release(b->ctx, dout);
+    measure_free_data(&l, in, &w);
+    free(ref), free(host_out);
 }
 
 /* Every kind must appear in the table above. */

@@ -23,6 +23,15 @@ static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
     [LAYER_DROPOUT] = &cpu_view_kernel,
     [LAYER_SOFTMAX] = &cpu_softmax_kernel,
     [LAYER_ADD] = &cpu_add_kernel,
+    [LAYER_MUL] = &cpu_mul_kernel,
+    [LAYER_CONCAT] = &cpu_concat_kernel,
+    [LAYER_SILU] = &cpu_silu_kernel,
+    [LAYER_HARDSWISH] = &cpu_hardswish_kernel,
+    [LAYER_HARDSIGMOID] = &cpu_hardsigmoid_kernel,
+    [LAYER_TANH] = &cpu_tanh_kernel,
+    [LAYER_STOCHASTIC_DEPTH] = &cpu_view_kernel,
+    [LAYER_CONV_TRANSPOSE2D] = &cpu_conv_transpose2d_kernel,
+    [LAYER_UPSAMPLE] = &cpu_upsample_kernel,
 };
 
 typedef struct cpu_ctx {
@@ -207,11 +216,11 @@ static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, v
     return BENCH_OK;
 }
 
-static void cpu_layer_run(void *ctx, void *state, const float *in, const float *in2, float *out)
+static void cpu_layer_run(void *ctx, void *state, const float *const *in, float *out)
 {
     (void)ctx;
     cpu_layer *cl = state;
-    cl->k->run(cl->l, cl->kstate, in, in2, cl->w, out);
+    cl->k->run(cl->l, cl->kstate, in, cl->w, out);
 }
 
 static void cpu_layer_free(void *ctx, void *state)

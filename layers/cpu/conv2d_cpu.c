@@ -198,9 +198,9 @@ static void batched(const layer *l, const conv_state *s, const float *in, const 
     }
 }
 
-static void conv_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     const conv_state *s = state;
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];

@@ -11,15 +11,17 @@ typedef struct cpu_kernel {
      * by free(). Writes a short name of the implementation into impl and the bytes of
      * workspace it allocated into *workspace_bytes. */
     bench_status (*setup)(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes);
-    /* The timed part. For kinds that alias their input, out == in. */
-    void (*run)(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out);
+    /* The timed part: in[0..n_inputs). For kinds that alias their input, out == in[0]. */
+    void (*run)(const layer *l, void *state, const float *const *in, const float *w, float *out);
     void (*free)(void *state); /* optional */
     const char *impl;          /* implementation name when there is no setup */
 } cpu_kernel;
 
 extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
-    cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel;
+    cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,
+    cpu_silu_kernel, cpu_hardswish_kernel, cpu_hardsigmoid_kernel, cpu_tanh_kernel, cpu_conv_transpose2d_kernel,
+    cpu_upsample_kernel;
 
 /* Element-wise loops below this many elements stay on one thread: a parallel
  * region costs a few microseconds, more than the work. */

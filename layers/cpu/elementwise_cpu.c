@@ -1,12 +1,15 @@
-/* Memory-bound kinds on the CPU: batchnorm2d, activations, add, and the views
- * (flatten, dropout), whose run does nothing because the output is the input. */
+/* Memory-bound kinds on the CPU: batchnorm2d, the activations, add, mul (broadcast),
+ * concat, and the views (flatten, dropout, stochastic_depth), whose run does nothing
+ * because the output is the input. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
-static void bn_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void bn_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2;
+    const float *in = ins[0];
+    (void)state;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
     float eps = (float)l->p.eps;
 #pragma omp parallel for schedule(static) if (n * c * hw > CPU_PARALLEL_MIN)
@@ -22,15 +25,17 @@ static void bn_run(const layer *l, void *state, const float *in, const float *in
     }
 }
 
+/* One element-wise loop per kind: x is in[0][i]. */
 #define ELEMENTWISE(fn, expr)                                                                       \
-    static void fn(const layer *l, void *state, const float *in, const float *in2, const float *w, \
-                   float *out)                                                                      \
+    static void fn(const layer *l, void *state, const float *const *in, const float *w, float *out) \
     {                                                                                               \
-        (void)state, (void)w, (void)in2;                                                            \
+        (void)state, (void)w;                                                                       \
+        const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
+        (void)b;                                                                                    \
         int64_t n = shape_numel(&l->out);                                                           \
         _Pragma("omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)")                 \
         for (int64_t i = 0; i < n; i++) {                                                           \
-            float x = in[i];                                                                        \
+            float x = a[i];                                                                         \
             out[i] = (expr);                                                                        \
         }                                                                                           \
     }
@@ -38,16 +43,83 @@ static void bn_run(const layer *l, void *state, const float *in, const float *in
 ELEMENTWISE(relu_run, x > 0.0f ? x : 0.0f)
 ELEMENTWISE(relu6_run, fminf(fmaxf(x, 0.0f), 6.0f))
 ELEMENTWISE(sigmoid_run, 1.0f / (1.0f + expf(-x)))
-ELEMENTWISE(add_run, x + in2[i])
+ELEMENTWISE(silu_run, x / (1.0f + expf(-x)))
+ELEMENTWISE(hardsigmoid_run, fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f)
+ELEMENTWISE(hardswish_run, x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f))
+ELEMENTWISE(tanh_run, tanhf(x))
+ELEMENTWISE(add_run, x + b[i])
+ELEMENTWISE(mul_same_run, x * b[i])
 
-static void view_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+/* mul where one input is [N, C, 1, 1] and the other [N, C, H, W] (squeeze-and-excitation's
+ * scale): one scalar per plane. Any other broadcast takes the general loop. */
+static bool is_plane_scale(const shape_t *s, const shape_t *out)
 {
-    (void)l, (void)state, (void)in, (void)in2, (void)w, (void)out;
+    return s->rank == 4 && s->d[0] == out->d[0] && s->d[1] == out->d[1] && s->d[2] == 1 && s->d[3] == 1;
+}
+
+static void mul_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+{
+    const shape_t *o = &l->out;
+    int64_t n = shape_numel(o);
+    if (shape_equal(&l->ins[0], &l->ins[1])) {
+        mul_same_run(l, state, in, w, out);
+        return;
+    }
+    int scale = is_plane_scale(&l->ins[0], o) && shape_equal(&l->ins[1], o)   ? 0
+                : is_plane_scale(&l->ins[1], o) && shape_equal(&l->ins[0], o) ? 1
+                                                                               : -1;
+    if (scale >= 0) {
+        const float *s = in[scale], *x = in[1 - scale];
+        int64_t planes = o->d[0] * o->d[1], hw = o->d[2] * o->d[3];
+#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+        for (int64_t pl = 0; pl < planes; pl++) {
+            float f = s[pl];
+#pragma omp simd
+            for (int64_t i = 0; i < hw; i++)
+                out[pl * hw + i] = x[pl * hw + i] * f;
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];
+}
+
+/* concat: each input's block of every outer index is copied to its place. */
+static void concat_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+{
+    (void)state, (void)w;
+    int64_t outer = 1, inner = 1, dim = l->p.dim;
+    for (int64_t i = 0; i < dim; i++)
+        outer *= l->out.d[i];
+    for (int64_t i = dim + 1; i < l->out.rank; i++)
+        inner *= l->out.d[i];
+    int64_t row = l->out.d[dim] * inner;
+#pragma omp parallel for schedule(static) if (shape_numel(&l->out) > CPU_PARALLEL_MIN)
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t at = 0;
+        for (int k = 0; k < l->n_inputs; k++) {
+            int64_t span = l->ins[k].d[dim] * inner;
+            memcpy(out + o * row + at, in[k] + o * span, (size_t)span * sizeof(float));
+            at += span;
+        }
+    }
+}
+
+static void view_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+{
+    (void)l, (void)state, (void)in, (void)w, (void)out;
 }
 
 const cpu_kernel cpu_batchnorm2d_kernel = {.run = bn_run, .impl = "direct"};
 const cpu_kernel cpu_relu_kernel = {.run = relu_run, .impl = "direct"};
 const cpu_kernel cpu_relu6_kernel = {.run = relu6_run, .impl = "direct"};
 const cpu_kernel cpu_sigmoid_kernel = {.run = sigmoid_run, .impl = "direct"};
+const cpu_kernel cpu_silu_kernel = {.run = silu_run, .impl = "direct"};
+const cpu_kernel cpu_hardsigmoid_kernel = {.run = hardsigmoid_run, .impl = "direct"};
+const cpu_kernel cpu_hardswish_kernel = {.run = hardswish_run, .impl = "direct"};
+const cpu_kernel cpu_tanh_kernel = {.run = tanh_run, .impl = "direct"};
 const cpu_kernel cpu_add_kernel = {.run = add_run, .impl = "direct"};
+const cpu_kernel cpu_mul_kernel = {.run = mul_run, .impl = "direct"};
+const cpu_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
 const cpu_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};

@@ -3,9 +3,10 @@
 
 #include "cpu_kernels.h"
 
-static void linear_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void linear_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2;
+    const float *in = ins[0];
+    (void)state;
     int64_t n = l->in.d[0], f = l->in.d[1], o = l->p.out_features;
     const float *bias = l->p.bias ? w + o * f : NULL;
     if (bias)

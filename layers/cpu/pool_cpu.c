@@ -23,9 +23,10 @@ static inline int64_t end_tap(int64_t start, int64_t dilation, int64_t size, int
     return clamp64(dilation == 1 ? room : (room + dilation - 1) / dilation, 0, kernel);
 }
 
-static void maxpool_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void maxpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)state, (void)w;
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3], dh = p->dilation[0], dw = p->dilation[1];
@@ -51,9 +52,10 @@ static void maxpool_run(const layer *l, void *state, const float *in, const floa
     }
 }
 
-static void avgpool_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void avgpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)state, (void)w;
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
@@ -80,9 +82,10 @@ static void avgpool_run(const layer *l, void *state, const float *in, const floa
     }
 }
 
-static void adaptive_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void adaptive_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)state, (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
 #pragma omp parallel for schedule(static) if (planes * h * wd > CPU_PARALLEL_MIN)

@@ -3,9 +3,10 @@
 
 #include "cpu_kernels.h"
 
-static void softmax_run(const layer *l, void *state, const float *in, const float *in2, const float *w, float *out)
+static void softmax_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)in2, (void)w;
+    const float *in = ins[0];
+    (void)state, (void)w;
     int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
     for (int64_t i = 0; i < l->p.dim; i++)
         outer *= l->in.d[i];

@@ -24,6 +24,15 @@ static const cuda_kernel *const cuda_kernels[LAYER_KIND_COUNT] = {
     [LAYER_DROPOUT] = &cuda_view_kernel,
     [LAYER_SOFTMAX] = &cuda_softmax_kernel,
     [LAYER_ADD] = &cuda_add_kernel,
+    [LAYER_MUL] = &cuda_mul_kernel,
+    [LAYER_CONCAT] = &cuda_concat_kernel,
+    [LAYER_SILU] = &cuda_activation_kernel,
+    [LAYER_HARDSWISH] = &cuda_hard_activation_kernel,
+    [LAYER_HARDSIGMOID] = &cuda_hard_activation_kernel,
+    [LAYER_TANH] = &cuda_activation_kernel,
+    [LAYER_STOCHASTIC_DEPTH] = &cuda_view_kernel,
+    [LAYER_CONV_TRANSPOSE2D] = &cuda_conv_transpose2d_kernel,
+    [LAYER_UPSAMPLE] = &cuda_upsample_kernel,
 };
 
 typedef struct cuda_ctx {
@@ -386,10 +395,10 @@ static bench_status cuda_layer_setup(void *ctx, const layer *l, const float *w, 
     return BENCH_OK;
 }
 
-static void cuda_layer_run(void *ctx, void *state, const float *in, const float *in2, float *out)
+static void cuda_layer_run(void *ctx, void *state, const float *const *in, float *out)
 {
     cuda_layer *cl = state;
-    cl->k->run(&((cuda_ctx *)ctx)->env, cl->kstate, in, in2, out);
+    cl->k->run(&((cuda_ctx *)ctx)->env, cl->kstate, in, out);
 }
 
 static void cuda_layer_free(void *ctx, void *state)
@@ -440,7 +449,7 @@ static void cuda_graph_free(void *ctx, void *graph)
 static double cuda_tolerance(void *ctx, const layer *l)
 {
     double t = layer_desc_get(l->kind)->tolerance;
-    if (l->kind == LAYER_CONV2D || l->kind == LAYER_LINEAR)
+    if (l->kind == LAYER_CONV2D || l->kind == LAYER_CONV_TRANSPOSE2D || l->kind == LAYER_LINEAR)
         return ((cuda_ctx *)ctx)->env.tf32 ? 5e-3 : 1e-4;
     return t == 0.0 ? 0.0 : t > 1e-5 ? t : 1e-5;
 }

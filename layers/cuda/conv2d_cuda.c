@@ -1,27 +1,53 @@
-/* conv2d through cuDNN. The algorithm is chosen at setup, by timing the candidates
- * (--algo search, like cudnn.benchmark = True) or by cuDNN's heuristic (--algo
- * heuristic), among those of the requested math mode only: FMA (true FP32) unless
- * --tf32. As PyTorch does, the chosen result's math type is set on the descriptor
- * together with the algorithm; the choice is cached for the process (cuda_env.h). A
- * candidate whose workspace cannot be allocated gives way to the next one. Bias:
- * cudnnAddTensor after the convolution, inside the timed run. */
+/* conv2d and conv_transpose2d through cuDNN: the transposed convolution is cuDNN's
+ * backward-data convolution of the forward convolution it transposes (whose input is our
+ * output, and whose filter [IC, OC/groups, KH, KW] is torch's ConvTranspose2d weight as
+ * it is). The algorithm is chosen at setup, by timing the candidates (--algo search,
+ * like cudnn.benchmark = True) or by cuDNN's heuristic (--algo heuristic), among those
+ * of the requested math mode only: FMA (true FP32) unless --tf32. As PyTorch does, the
+ * chosen result's math type is set on the descriptor together with the algorithm; the
+ * choice is cached for the process (cuda_env.h). A candidate whose workspace cannot be
+ * allocated gives way to the next one. Bias: cudnnAddTensor after the convolution,
+ * inside the timed run. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_env.h"
 
 typedef struct conv_cuda {
-    cudnnTensorDescriptor_t x, y, b;
+    bool transposed;       /* conv_transpose2d: backward data */
+    cudnnTensorDescriptor_t x, y, b; /* our input, our output, the bias */
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    cudnnConvolutionFwdAlgo_t algo;
+    int algo;              /* cudnnConvolutionFwdAlgo_t or cudnnConvolutionBwdDataAlgo_t */
     void *workspace;
     size_t workspace_bytes;
     const float *weights, *bias;
 } conv_cuda;
 
-static const char *algo_name(cudnnConvolutionFwdAlgo_t a)
+/* One candidate of a search or heuristic, forward or backward-data. */
+typedef struct candidate {
+    int algo;
+    cudnnStatus_t status;
+    cudnnMathType_t math;
+} candidate;
+
+static const char *bwd_algo_name(int a)
 {
+    switch (a) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "BWD_DATA_ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "BWD_DATA_ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "BWD_DATA_FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "BWD_DATA_FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "BWD_DATA_WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "BWD_DATA_WINOGRAD_NONFUSED";
+    default: return "unknown";
+    }
+}
+
+static const char *algo_name(bool transposed, int a)
+{
+    if (transposed)
+        return bwd_algo_name(a);
     switch (a) {
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
@@ -61,28 +87,43 @@ static void conv_free(cuda_env *env, void *state)
 
 /* Candidates the math mode allows, in cuDNN's order (fastest first for a search):
  * strict FP32 takes FMA-math results only, so TF32 never slips in. Returns how many
- * were kept at the front of perf. */
-static int allowed(cudnnConvolutionFwdAlgoPerf_t *perf, int n, bool tf32)
+ * were kept at the front of cand. */
+static int allowed(candidate *cand, int n, bool tf32)
 {
     int kept = 0;
     for (int i = 0; i < n; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && (tf32 || perf[i].mathType == CUDNN_FMA_MATH))
-            perf[kept++] = perf[i];
+        if (cand[i].status == CUDNN_STATUS_SUCCESS && (tf32 || cand[i].math == CUDNN_FMA_MATH))
+            cand[kept++] = cand[i];
     return kept;
 }
 
-/* Runs cuDNN's search (or heuristic) into perf (max entries); returns the count, or -1
+/* cuDNN's results, forward or backward-data, as candidates. */
+#define TO_CANDIDATES(perf, n, cand)                                                                   \
+    for (int i_ = 0; i_ < (n); i_++)                                                                   \
+        (cand)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].mathType}
+
+/* Runs cuDNN's search (or heuristic) into cand (max entries); returns the count, or -1
  * when a library call failed. The search times every candidate once on scratch
  * buffers, with up to 256 MiB of workspace (less if the device has less free). */
-static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const float *w,
-                           cudnnConvolutionFwdAlgoPerf_t *perf, int max)
+static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const float *w, candidate *cand, int max)
 {
     int n = 0;
-    if (env->algo == CUDA_ALGO_HEURISTIC)
-        return CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithm_v7(env->cudnn, c->x, c->w, c->conv, c->y, max, &n,
-                                                                   perf))
-                   ? n
-                   : -1;
+    cudnnConvolutionFwdAlgoPerf_t *fwd = c->transposed ? NULL : calloc((size_t)max, sizeof *fwd);
+    cudnnConvolutionBwdDataAlgoPerf_t *bwd = c->transposed ? calloc((size_t)max, sizeof *bwd) : NULL;
+    if (!fwd && !bwd)
+        return -1;
+    if (env->algo == CUDA_ALGO_HEURISTIC) {
+        bool ok = c->transposed ? CUDNN_OK(env, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                                    env->cudnn, c->w, c->x, c->conv, c->y, max, &n, bwd))
+                                : CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithm_v7(env->cudnn, c->x, c->w, c->conv,
+                                                                                       c->y, max, &n, fwd));
+        if (ok && fwd)
+            TO_CANDIDATES(fwd, n, cand);
+        else if (ok)
+            TO_CANDIDATES(bwd, n, cand);
+        free(fwd), free(bwd);
+        return ok ? n : -1;
+    }
     size_t free_b = 0, total_b = 0, ws = (size_t)256 << 20;
     void *scratch_ws = NULL, *scratch_y = NULL, *scratch_x = NULL;
     if (CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)) && free_b / 4 < ws)
@@ -99,20 +140,33 @@ static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const fl
     }
     /* the input is only read: a constant byte pattern (0x3c3c3c3c is 0.0115f), never
      * zeros or uninitialised memory that could hold NaN */
-    ok = ok && CUDA_OK(env, cudaMemset(scratch_x, 0x3c, x_bytes)) &&
-         CUDNN_OK(env, cudnnFindConvolutionForwardAlgorithmEx(env->cudnn, c->x, scratch_x, c->w, w, c->conv, c->y,
-                                                              scratch_y, max, &n, perf, scratch_ws, ws));
+    ok = ok && CUDA_OK(env, cudaMemset(scratch_x, 0x3c, x_bytes));
+    if (ok && c->transposed)
+        ok = CUDNN_OK(env, cudnnFindConvolutionBackwardDataAlgorithmEx(env->cudnn, c->w, w, c->x, scratch_x, c->conv,
+                                                                       c->y, scratch_y, max, &n, bwd, scratch_ws, ws));
+    else if (ok)
+        ok = CUDNN_OK(env, cudnnFindConvolutionForwardAlgorithmEx(env->cudnn, c->x, scratch_x, c->w, w, c->conv, c->y,
+                                                                  scratch_y, max, &n, fwd, scratch_ws, ws));
+    if (ok && fwd)
+        TO_CANDIDATES(fwd, n, cand);
+    else if (ok)
+        TO_CANDIDATES(bwd, n, cand);
     cudaFree(scratch_ws), cudaFree(scratch_y), cudaFree(scratch_x);
+    free(fwd), free(bwd);
     return ok ? n : -1;
 }
 
 /* Sets algorithm, math type and workspace on c; false when the workspace cannot be
  * allocated (out of memory: the caller tries the next candidate). */
-static bool take(cuda_env *env, conv_cuda *c, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math)
+static bool take(cuda_env *env, conv_cuda *c, int algo, cudnnMathType_t math)
 {
     size_t ws = 0;
-    if (!CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, math)) ||
-        !CUDNN_OK(env, cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, c->x, c->w, c->conv, c->y, algo, &ws)))
+    if (!CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, math)))
+        return false;
+    if (c->transposed ? !CUDNN_OK(env, cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                           env->cudnn, c->w, c->x, c->conv, c->y, (cudnnConvolutionBwdDataAlgo_t)algo, &ws))
+                      : !CUDNN_OK(env, cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, c->x, c->w, c->conv, c->y,
+                                                                               (cudnnConvolutionFwdAlgo_t)algo, &ws)))
         return false;
     if (ws && cudaMalloc(&c->workspace, ws) != cudaSuccess) {
         (void)cudaGetLastError(); /* out of memory is not a failure of the layer yet */
@@ -129,19 +183,30 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
 {
     const layer_params *p = &l->p;
     conv_cuda *c = calloc(1, sizeof *c);
-    cudnnConvolutionFwdAlgoPerf_t *perf = NULL;
+    candidate *perf = NULL;
     if (!c)
         return BENCH_ERR_NOMEM;
-    int64_t cg = l->in.d[1] / p->groups;
+    c->transposed = l->kind == LAYER_CONV_TRANSPOSE2D;
+    if (c->transposed && (p->output_padding[0] >= p->stride[0] || p->output_padding[1] >= p->stride[1])) {
+        /* torch allows output_padding below the dilation too; cuDNN's shapes do not */
+        snprintf(impl, impl_len, "cuDNN needs output_padding below the stride");
+        free(c);
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    /* the filter as cuDNN's forward convolution sees it: K output channels of C inputs
+     * each; for a transposed one, that forward convolution runs from our output back to
+     * our input */
+    int64_t k = c->transposed ? l->in.d[1] : p->out_channels;
+    int64_t cg = c->transposed ? p->out_channels / p->groups : l->in.d[1] / p->groups;
     c->weights = w;
-    c->bias = p->bias ? w + p->out_channels * cg * p->kernel[0] * p->kernel[1] : NULL;
+    c->bias = p->bias ? w + k * cg * p->kernel[0] * p->kernel[1] : NULL;
     shape_t bias_shape = {4, {1, p->out_channels, 1, 1}};
     if (!cuda_tensor_desc(env, &c->x, &l->in, impl, impl_len) || !cuda_tensor_desc(env, &c->y, &l->out, impl, impl_len) ||
         !cuda_tensor_desc(env, &c->b, &bias_shape, impl, impl_len))
         goto fail;
     if (!CUDNN_OK(env, cudnnCreateFilterDescriptor(&c->w)) ||
-        !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)p->out_channels,
-                                                  (int)cg, (int)p->kernel[0], (int)p->kernel[1])) ||
+        !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)k, (int)cg,
+                                                  (int)p->kernel[0], (int)p->kernel[1])) ||
         !CUDNN_OK(env, cudnnCreateConvolutionDescriptor(&c->conv)) ||
         !CUDNN_OK(env, cudnnSetConvolution2dDescriptor(c->conv, (int)p->padding[0], (int)p->padding[1],
                                                        (int)p->stride[0], (int)p->stride[1], (int)p->dilation[0],
@@ -153,14 +218,15 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
     const cuda_conv_choice *cached = cuda_conv_choice_find(env, l);
     cudnnMathType_t math;
     if (cached) {
-        if (!take(env, c, (cudnnConvolutionFwdAlgo_t)cached->algo, (cudnnMathType_t)cached->math)) {
-            snprintf(impl, impl_len, "out of device memory for the %s workspace", algo_name(cached->algo));
+        if (!take(env, c, cached->algo, (cudnnMathType_t)cached->math)) {
+            snprintf(impl, impl_len, "out of device memory for the %s workspace", algo_name(c->transposed, cached->algo));
             goto fail;
         }
         math = (cudnnMathType_t)cached->math;
     } else {
         int max = 0;
-        if (!CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithmMaxCount(env->cudnn, &max)))
+        if (c->transposed ? !CUDNN_OK(env, cudnnGetConvolutionBackwardDataAlgorithmMaxCount(env->cudnn, &max))
+                          : !CUDNN_OK(env, cudnnGetConvolutionForwardAlgorithmMaxCount(env->cudnn, &max)))
             goto fail;
         perf = calloc((size_t)(max > 0 ? max : 1), sizeof *perf);
         int n = perf ? find_candidates(env, l, c, w, perf, max) : -1;
@@ -172,7 +238,7 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
             goto fail;
         }
         int i = 0;
-        while (i < n && !take(env, c, perf[i].algo, perf[i].mathType) && !env->failed)
+        while (i < n && !take(env, c, perf[i].algo, perf[i].math) && !env->failed)
             i++;
         if (i == n) {
             snprintf(impl, impl_len, "out of device memory for every algorithm's workspace");
@@ -180,10 +246,10 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
         }
         if (env->failed)
             goto fail;
-        math = perf[i].mathType;
+        math = perf[i].math;
         cuda_conv_choice_add(env, l, c->algo, math, c->workspace_bytes);
     }
-    snprintf(impl, impl_len, "%s%s%s", algo_name(c->algo), env->tf32 && math != CUDNN_FMA_MATH ? ", " : "",
+    snprintf(impl, impl_len, "%s%s%s", algo_name(c->transposed, c->algo), env->tf32 && math != CUDNN_FMA_MATH ? ", " : "",
              env->tf32 && math != CUDNN_FMA_MATH ? math_name(math) : "");
     if (env->algo == CUDA_ALGO_HEURISTIC)
         snprintf(impl + strlen(impl), impl_len - strlen(impl), " (heuristic)");
@@ -197,15 +263,22 @@ fail:
     return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
 }
 
-static void conv_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void conv_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     conv_cuda *c = state;
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnConvolutionForward(env->cudnn, &one, c->x, in, c->w, c->weights, c->conv, c->algo, c->workspace,
-                                          c->workspace_bytes, &zero, c->y, out));
+    if (c->transposed)
+        CUDNN_OK(env, cudnnConvolutionBackwardData(env->cudnn, &one, c->w, c->weights, c->x, in, c->conv,
+                                                   (cudnnConvolutionBwdDataAlgo_t)c->algo, c->workspace,
+                                                   c->workspace_bytes, &zero, c->y, out));
+    else
+        CUDNN_OK(env, cudnnConvolutionForward(env->cudnn, &one, c->x, in, c->w, c->weights, c->conv,
+                                              (cudnnConvolutionFwdAlgo_t)c->algo, c->workspace, c->workspace_bytes,
+                                              &zero, c->y, out));
     if (c->bias)
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, c->b, c->bias, &one, c->y, out));
 }
 
 const cuda_kernel cuda_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};
+const cuda_kernel cuda_conv_transpose2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};

@@ -32,7 +32,7 @@ void cuda_env_clear(cuda_env *env)
 
 static bool same_conv(const cuda_conv_choice *c, const layer *l)
 {
-    return memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
+    return c->kind == l->kind && memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
 }
 
 const cuda_conv_choice *cuda_conv_choice_find(const cuda_env *env, const layer *l)
@@ -48,6 +48,7 @@ void cuda_conv_choice_add(cuda_env *env, const layer *l, int algo, int math, siz
     env->conv_choices = xrealloc(env->conv_choices, (size_t)(env->n_conv_choices + 1) * sizeof *env->conv_choices);
     cuda_conv_choice *c = &env->conv_choices[env->n_conv_choices++];
     memset(c, 0, sizeof *c);
+    c->kind = l->kind;
     c->p = l->p;
     c->in = l->in;
     c->algo = algo;

@@ -22,6 +22,7 @@ typedef enum cuda_algo_mode {
  * process (as cudnn.benchmark does), so isolated rows, the chained forward, its graph
  * and `bench check` run the same kernel. */
 typedef struct cuda_conv_choice {
+    layer_kind kind;           /* conv2d or conv_transpose2d */
     layer_params p;
     shape_t in;
     int algo;                  /* cudnnConvolutionFwdAlgo_t */
@@ -97,6 +98,13 @@ static inline bool cuda_check_blas(cuda_env *env, cublasStatus_t s, const char *
  * (more than INT_MAX elements): then why (may be NULL) says so. */
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len);
 
+/* Kernels of our own (cuda_kernels.cu), for kinds cuDNN has no operation for; each
+ * returns the launch's error. */
+cudaError_t cuda_hard_activation_launch(cudaStream_t s, int swish, const float *in, float *out, int64_t n);
+cudaError_t cuda_upsample_launch(cudaStream_t s, const float *in, float *out, int64_t planes, int64_t h, int64_t w,
+                                 int64_t oh, int64_t ow, const int64_t *y0, const int64_t *y1, const int64_t *x0,
+                                 const int64_t *x1, const float *ly, const float *lx, int bilinear);
+
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets
  * *timed_out. Defined in cuda_hold.cu; returns the launch's error. */
@@ -110,12 +118,14 @@ typedef struct cuda_kernel {
      * windows); the reason goes into impl. */
     bench_status (*setup)(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
                           int64_t *workspace_bytes);
-    /* Enqueues the layer on env->stream: no allocation, no synchronisation. */
-    void (*run)(cuda_env *env, void *state, const float *in, const float *in2, float *out);
+    /* Enqueues the layer on env->stream, reading in[0..l->n_inputs): no allocation, no
+     * synchronisation. */
+    void (*run)(cuda_env *env, void *state, const float *const *in, float *out);
     void (*free)(cuda_env *env, void *state);
 } cuda_kernel;
 
 extern const cuda_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,
-    cuda_view_kernel, cuda_linear_kernel, cuda_softmax_kernel, cuda_add_kernel;
+    cuda_view_kernel, cuda_linear_kernel, cuda_softmax_kernel, cuda_add_kernel, cuda_mul_kernel, cuda_concat_kernel,
+    cuda_hard_activation_kernel, cuda_conv_transpose2d_kernel, cuda_upsample_kernel;
 
 #endif

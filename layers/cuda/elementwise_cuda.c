@@ -1,5 +1,8 @@
-/* Memory-bound kinds through cuDNN: batchnorm2d (inference), relu / relu6 / sigmoid,
- * softmax, the residual add, and the views (flatten, dropout: nothing to run). */
+/* Memory-bound kinds: through cuDNN batchnorm2d (inference), relu / relu6 / sigmoid /
+ * silu (cuDNN's swish) / tanh, softmax, add and mul (cudnnOpTensor, mul broadcasting one
+ * input); hardswish and hardsigmoid through our own kernel (cuda_kernels.cu); concat as
+ * one strided device copy per input; and the views (flatten, dropout, stochastic_depth:
+ * nothing to run). */
 #include <stdlib.h>
 
 #include "cuda_env.h"
@@ -77,9 +80,9 @@ static bench_status bn_setup(cuda_env *env, const layer *l, const float *w, void
                   "cudnnBatchNormalizationForwardInference");
 }
 
-static void bn_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void bn_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     simple_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnBatchNormalizationForwardInference(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->x, in,
@@ -99,15 +102,18 @@ static bench_status act_setup(cuda_env *env, const layer *l, const float *w, voi
         return st;
     cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
                                  : l->kind == LAYER_RELU6 ? CUDNN_ACTIVATION_CLIPPED_RELU
+                                 : l->kind == LAYER_SILU  ? CUDNN_ACTIVATION_SWISH
+                                 : l->kind == LAYER_TANH  ? CUDNN_ACTIVATION_TANH
                                                           : CUDNN_ACTIVATION_SIGMOID;
     bool ok = CUDNN_OK(env, cudnnCreateActivationDescriptor(&s->act)) &&
-              CUDNN_OK(env, cudnnSetActivationDescriptor(s->act, mode, CUDNN_PROPAGATE_NAN, 6.0));
+              CUDNN_OK(env, cudnnSetActivationDescriptor(s->act, mode, CUDNN_PROPAGATE_NAN, 6.0)) &&
+              (mode != CUDNN_ACTIVATION_SWISH || CUDNN_OK(env, cudnnSetActivationDescriptorSwishBeta(s->act, 1.0)));
     return finish(env, s, ok, state, impl, len, "cudnnActivationForward");
 }
 
-static void act_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void act_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     simple_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnActivationForward(env->cudnn, s->act, &one, s->x, in, &zero, s->y, out));
@@ -132,9 +138,9 @@ static bench_status softmax_setup(cuda_env *env, const layer *l, const float *w,
     return finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");
 }
 
-static void softmax_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void softmax_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     simple_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnSoftmaxForward(env->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, s->x, in,
@@ -157,11 +163,142 @@ static bench_status add_setup(cuda_env *env, const layer *l, const float *w, voi
     return finish(env, s, ok, state, impl, len, "cudnnOpTensor");
 }
 
-static void add_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void add_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
     simple_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnOpTensor(env->cudnn, s->op, &one, s->x, in, &one, s->x, in2, &zero, s->y, out));
+    CUDNN_OK(env, cudnnOpTensor(env->cudnn, s->op, &one, s->x, ins[0], &one, s->x, ins[1], &zero, s->y, out));
+}
+
+/* ---- hardswish, hardsigmoid: our kernel ------------------------------------------------- */
+
+typedef struct hard_cuda {
+    int swish;
+    int64_t n;
+} hard_cuda;
+
+static bench_status hard_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+                               int64_t *ws)
+{
+    (void)env, (void)w, (void)ws;
+    hard_cuda *h = calloc(1, sizeof *h);
+    if (!h)
+        return BENCH_ERR_NOMEM;
+    h->swish = l->kind == LAYER_HARDSWISH;
+    h->n = shape_numel(&l->out);
+    snprintf(impl, len, "kernel (layerbench)");
+    *state = h;
+    return BENCH_OK;
+}
+
+static void hard_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    hard_cuda *h = state;
+    CUDA_OK(env, cuda_hard_activation_launch(env->stream, h->swish, ins[0], out, h->n));
+}
+
+static void plain_free(cuda_env *env, void *state)
+{
+    (void)env;
+    free(state);
+}
+
+/* ---- mul: cudnnOpTensor, which broadcasts its second operand ------------------------------ */
+
+typedef struct mul_cuda {
+    simple_cuda *s;   /* x: the full operand (and output), extra: the broadcast one */
+    int full;         /* which input is the full one */
+} mul_cuda;
+
+static bench_status mul_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+                              int64_t *ws)
+{
+    (void)w, (void)ws;
+    int full = shape_equal(&l->ins[0], &l->out) ? 0 : shape_equal(&l->ins[1], &l->out) ? 1 : -1;
+    if (full < 0 || l->out.rank != 4) {
+        snprintf(impl, len, "cuDNN's OpTensor broadcasts one 4-d input only");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    bench_status st;
+    simple_cuda *s = simple_new(env, &l->out, &l->out, &st, impl, len);
+    if (!s)
+        return st;
+    mul_cuda *m = calloc(1, sizeof *m);
+    if (!m) {
+        simple_free(env, s);
+        return BENCH_ERR_NOMEM;
+    }
+    m->s = s;
+    m->full = full;
+    bool ok = cuda_tensor_desc(env, &s->extra, &l->ins[1 - full], impl, len) &&
+              CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&
+              CUDNN_OK(env, cudnnSetOpTensorDescriptor(s->op, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT,
+                                                       CUDNN_PROPAGATE_NAN));
+    if (!ok) {
+        simple_free(env, s);
+        free(m);
+        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+    }
+    snprintf(impl, len, "cudnnOpTensor");
+    *state = m;
+    return BENCH_OK;
+}
+
+static void mul_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    mul_cuda *m = state;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnOpTensor(env->cudnn, m->s->op, &one, m->s->x, ins[m->full], &one, m->s->extra, ins[1 - m->full],
+                                &zero, m->s->y, out));
+}
+
+static void mul_free(cuda_env *env, void *state)
+{
+    mul_cuda *m = state;
+    if (m)
+        simple_free(env, m->s);
+    free(m);
+}
+
+/* ---- concat: one strided device-to-device copy per input --------------------------------- */
+
+typedef struct concat_cuda {
+    int n;
+    size_t outer, out_row, at[LAYER_MAX_INPUTS], row[LAYER_MAX_INPUTS]; /* bytes */
+} concat_cuda;
+
+static bench_status concat_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+                                 size_t len, int64_t *ws)
+{
+    (void)env, (void)w, (void)ws;
+    concat_cuda *c = calloc(1, sizeof *c);
+    if (!c)
+        return BENCH_ERR_NOMEM;
+    int64_t outer = 1, inner = 1, dim = l->p.dim;
+    for (int64_t i = 0; i < dim; i++)
+        outer *= l->out.d[i];
+    for (int64_t i = dim + 1; i < l->out.rank; i++)
+        inner *= l->out.d[i];
+    c->n = l->n_inputs;
+    c->outer = (size_t)outer;
+    c->out_row = (size_t)(l->out.d[dim] * inner) * sizeof(float);
+    size_t at = 0;
+    for (int k = 0; k < l->n_inputs; k++) {
+        c->at[k] = at;
+        c->row[k] = (size_t)(l->ins[k].d[dim] * inner) * sizeof(float);
+        at += c->row[k];
+    }
+    snprintf(impl, len, "cudaMemcpy2DAsync x%d", c->n);
+    *state = c;
+    return BENCH_OK;
+}
+
+static void concat_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    concat_cuda *c = state;
+    for (int k = 0; k < c->n; k++)
+        CUDA_OK(env, cudaMemcpy2DAsync((char *)out + c->at[k], c->out_row, ins[k], c->row[k], c->row[k], c->outer,
+                                       cudaMemcpyDeviceToDevice, env->stream));
 }
 
 /* ---- views ------------------------------------------------------------------------------ */
@@ -175,9 +312,10 @@ static bench_status view_setup(cuda_env *env, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void view_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void view_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)env, (void)state, (void)in, (void)in2, (void)out;
+    const float *in = ins[0];
+    (void)env, (void)state, (void)in, (void)out;
 }
 
 static void view_free(cuda_env *env, void *state) { (void)env, (void)state; }
@@ -187,3 +325,6 @@ const cuda_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, 
 const cuda_kernel cuda_softmax_kernel = {.setup = softmax_setup, .run = softmax_run, .free = simple_free};
 const cuda_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = simple_free};
 const cuda_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free};
+const cuda_kernel cuda_hard_activation_kernel = {.setup = hard_setup, .run = hard_run, .free = plain_free};
+const cuda_kernel cuda_mul_kernel = {.setup = mul_setup, .run = mul_run, .free = mul_free};
+const cuda_kernel cuda_concat_kernel = {.setup = concat_setup, .run = concat_run, .free = plain_free};

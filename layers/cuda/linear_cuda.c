@@ -47,9 +47,9 @@ static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, 
     return BENCH_OK;
 }
 
-static void linear_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void linear_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     linear_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s->o, s->n, s->f, &one, s->w, s->f, in, s->f,

@@ -75,9 +75,9 @@ static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void pool_run(cuda_env *env, void *state, const float *in, const float *in2, float *out)
+static void pool_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    (void)in2;
+    const float *in = ins[0];
     pool_cuda *p = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnPoolingForward(env->cudnn, p->pool, &one, p->x, in, &zero, p->y, out));

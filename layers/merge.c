@@ -1,0 +1,143 @@
+/* The kinds that merge several inputs: add (a residual's sum, same shapes), mul (an
+ * element-wise product with numpy broadcasting: squeeze-and-excitation's [N, C, 1, 1]
+ * scale times its [N, C, H, W] input) and concat (torch.cat along dim). Residual and
+ * branch structures create them; configs may also write them with explicit inputs.
+ * FLOPs: 1 per output element for add and mul, none for concat (it only moves data). */
+#include <string.h>
+
+#include "kind_util.h"
+
+static const layer_param_spec no_params[] = {{NULL, 0, 0, false, 0, NULL}};
+
+static const layer_param_spec concat_params[] = {
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void concat_defaults(layer_params *p) { p->dim = 1; }
+
+/* ---- add ------------------------------------------------------------------------------------ */
+
+static int add_infer(layer *l, char *err, size_t len)
+{
+    char a[96], b[96];
+    if (!shape_equal(&l->ins[0], &l->ins[1]))
+        return kind_fail(err, len, "add needs inputs of one shape, got %s and %s",
+                         shape_format(&l->ins[0], a, sizeof a), shape_format(&l->ins[1], b, sizeof b));
+    l->out = l->ins[0];
+    return 0;
+}
+
+static void merge_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = l->kind == LAYER_CONCAT ? 0 : shape_numel(&l->out);
+    kind_count_bytes(l);
+}
+
+static void add_reference(const layer *l, const float *const *in, const float *w, float *out)
+{
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++)
+        out[i] = (float)((double)in[0][i] + in[1][i]);
+}
+
+/* ---- mul -------------------------------------------------------------------------------------- */
+
+static int mul_infer(layer *l, char *err, size_t len)
+{
+    const shape_t *a = &l->ins[0], *b = &l->ins[1];
+    char x[96], y[96];
+    if (a->rank != b->rank)
+        return kind_fail(err, len, "mul needs inputs of one rank, got %s and %s", shape_format(a, x, sizeof x),
+                         shape_format(b, y, sizeof y));
+    l->out = *a;
+    for (int i = 0; i < a->rank; i++) {
+        if (a->d[i] != b->d[i] && a->d[i] != 1 && b->d[i] != 1)
+            return kind_fail(err, len, "mul cannot broadcast %s with %s: dimension %d is %lld against %lld",
+                             shape_format(a, x, sizeof x), shape_format(b, y, sizeof y), i, (long long)a->d[i],
+                             (long long)b->d[i]);
+        l->out.d[i] = a->d[i] > b->d[i] ? a->d[i] : b->d[i];
+    }
+    return 0;
+}
+
+int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o)
+{
+    int64_t idx = 0, stride = 1;
+    for (int i = out->rank - 1; i >= 0; i--) {
+        int64_t coord = o % out->d[i];
+        o /= out->d[i];
+        if (s->d[i] != 1)
+            idx += coord * stride;
+        stride *= s->d[i];
+    }
+    return idx;
+}
+
+static void mul_reference(const layer *l, const float *const *in, const float *w, float *out)
+{
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++)
+        out[i] = (float)((double)in[0][layer_broadcast_index(&l->ins[0], &l->out, i)] *
+                         in[1][layer_broadcast_index(&l->ins[1], &l->out, i)]);
+}
+
+/* ---- concat ----------------------------------------------------------------------------------- */
+
+static int concat_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->ins[0].rank;
+    char a[96], b[96];
+    if (l->p.dim < -r || l->p.dim >= r)
+        return kind_fail(err, len, "dim %lld is out of range for rank-%lld inputs", (long long)l->p.dim, (long long)r);
+    if (l->p.dim < 0)
+        l->p.dim += r;
+    if (l->p.dim == 0)
+        return kind_fail(err, len, "concat along dim 0 (the batch) is not supported");
+    l->out = l->ins[0];
+    l->out.d[l->p.dim] = 0;
+    for (int k = 0; k < l->n_inputs; k++) {
+        const shape_t *s = &l->ins[k];
+        bool ok = s->rank == r;
+        for (int i = 0; ok && i < r; i++)
+            ok = i == l->p.dim || s->d[i] == l->ins[0].d[i];
+        if (!ok)
+            return kind_fail(err, len, "input %d of concat is %s, which does not match %s outside dim %lld", k + 1,
+                             shape_format(s, a, sizeof a), shape_format(&l->ins[0], b, sizeof b), (long long)l->p.dim);
+        l->out.d[l->p.dim] += s->d[l->p.dim];
+    }
+    return 0;
+}
+
+static void concat_reference(const layer *l, const float *const *in, const float *w, float *out)
+{
+    (void)w;
+    int64_t outer = 1, inner = 1, dim = l->p.dim;
+    for (int64_t i = 0; i < dim; i++)
+        outer *= l->out.d[i];
+    for (int64_t i = dim + 1; i < l->out.rank; i++)
+        inner *= l->out.d[i];
+    int64_t at = 0;
+    for (int k = 0; k < l->n_inputs; k++) {
+        int64_t span = l->ins[k].d[dim] * inner;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out + o * l->out.d[dim] * inner + at, in[k] + o * span, (size_t)span * sizeof(float));
+        at += span;
+    }
+}
+
+const layer_desc layer_add_desc = {
+    .name = "add", .n_inputs = 2, .params = no_params, .infer = add_infer,
+    .count = merge_count, .reference = add_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_mul_desc = {
+    .name = "mul", .n_inputs = 2, .params = no_params, .infer = mul_infer,
+    .count = merge_count, .reference = mul_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_concat_desc = {
+    .name = "concat", .n_inputs = -1, .params = concat_params, .defaults = concat_defaults,
+    .infer = concat_infer, .count = merge_count, .reference = concat_reference, .tolerance = 0.0,
+};
