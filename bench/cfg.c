@@ -347,13 +347,17 @@ static int name_get(const cfg_ctx *c, const char *name)
 }
 
 /* A reference to an earlier layer: its name relative to prefix (the enclosing block),
- * or qualified from the top; "input" is the model's input unless a layer has that
- * name. Returns the value id, or -1 with the error set. */
+ * else qualified from the top; "/a.b" is always from the top; "input" is the model's
+ * input unless a layer has that name. Returns the value id, or -1 with the error set. */
 static int resolve(cfg_ctx *c, yaml_node_t *n, const char *prefix)
 {
     if (n->type != YAML_SCALAR_NODE || !*scalar(n))
         return fail(c, n, "expected the name of an earlier layer (or 'input'), got %s", node_type_name(n));
     const char *ref = scalar(n);
+    if (ref[0] == '/') {
+        int v = name_get(c, ref + 1);
+        return v > 0 ? v : fail(c, n, "no earlier layer is named '%s' (from the top)", ref + 1);
+    }
     if (*prefix) {
         char *rel = xasprintf("%s.%s", prefix, ref);
         int v = name_get(c, rel);
@@ -464,24 +468,24 @@ static int layer_inputs(cfg_ctx *c, yaml_node_t *item, layer_kind kind, const ch
     int want = d->n_inputs;
     if (one && many)
         return fail(c, one, "give 'input' or 'inputs', not both");
+    /* concat (want < 0) takes one input or more, as torch.cat([x], 1) does */
     if (!one && !many) {
-        if (want != 1)
-            return fail(c, item, "%s: missing required key 'inputs' (the names of the %s layers it merges)", d->name,
-                        want == 2 ? "two" : "two or more");
+        if (want == 2)
+            return fail(c, item, "%s: missing required key 'inputs' (the names of the two layers it merges)", d->name);
         in[0] = cur;
         return 1;
     }
     if (one) {
-        if (want != 1)
-            return fail(c, one, "%s takes 'inputs', a list of %s layers", d->name, want == 2 ? "two" : "two or more");
+        if (want == 2)
+            return fail(c, one, "%s takes 'inputs', a list of two layers", d->name);
         return (in[0] = resolve(c, one, prefix)) < 0 ? -1 : 1;
     }
     if (many->type != YAML_SEQUENCE_NODE)
         return fail(c, many, "inputs: expected a list of layer names, got %s", node_type_name(many));
     int n = (int)(many->data.sequence.items.top - many->data.sequence.items.start);
-    if ((want > 0 && n != want) || (want < 0 && (n < 2 || n > LAYER_MAX_INPUTS)))
+    if ((want > 0 && n != want) || (want < 0 && (n < 1 || n > LAYER_MAX_INPUTS)))
         return fail(c, many, "inputs: %s takes %s, got %d", d->name,
-                    want == 1 ? "one input" : want == 2 ? "two inputs" : "2 to 64 inputs", n);
+                    want == 1 ? "one input" : want == 2 ? "two inputs" : "1 to 64 inputs", n);
     for (int k = 0; k < n; k++)
         if ((in[k] = resolve(c, NODE(c, many->data.sequence.items.start[k]), prefix)) < 0)
             return -1;

@@ -6,8 +6,8 @@
 
 static const layer_param_spec act_params[] = {
     /* Accepted so torch models transcribe as they are; we always run out of place. */
-    {"inplace", LP_BOOL, P_OFF(inplace), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"inplace", LP_BOOL, P_OFF(inplace), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static int act_infer(layer *l, char *err, size_t len)

@@ -5,10 +5,10 @@
 #include "kind_util.h"
 
 static const layer_param_spec bn_params[] = {
-    {"eps", LP_FLOAT, P_OFF(eps), false, 0},
-    {"momentum", LP_FLOAT, P_OFF(momentum), false, 0},
-    {"affine", LP_BOOL, P_OFF(affine), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"eps", LP_FLOAT, P_OFF(eps), false, 0, NULL},
+    {"momentum", LP_FLOAT, P_OFF(momentum), false, 0, NULL},
+    {"affine", LP_BOOL, P_OFF(affine), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void bn_defaults(layer_params *p)

@@ -4,14 +4,14 @@
 #include "kind_util.h"
 
 static const layer_param_spec conv2d_params[] = {
-    {"out_channels", LP_INT, P_OFF(out_channels), true, 1},
-    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1},
-    {"stride", LP_PAIR, P_OFF(stride), false, 1},
-    {"padding", LP_PAIR, P_OFF(padding), false, 0},
-    {"dilation", LP_PAIR, P_OFF(dilation), false, 1},
-    {"groups", LP_INT, P_OFF(groups), false, 1},
-    {"bias", LP_BOOL, P_OFF(bias), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"out_channels", LP_INT, P_OFF(out_channels), true, 1, NULL},
+    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1, NULL},
+    {"stride", LP_PAIR, P_OFF(stride), false, 1, NULL},
+    {"padding", LP_PAIR, P_OFF(padding), false, 0, NULL},
+    {"dilation", LP_PAIR, P_OFF(dilation), false, 1, NULL},
+    {"groups", LP_INT, P_OFF(groups), false, 1, NULL},
+    {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void conv2d_defaults(layer_params *p)

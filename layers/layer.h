@@ -105,7 +105,7 @@ typedef struct layer {
     char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
     layer_kind kind;
     layer_params p;
-    int n_inputs;                /* 1; 2 for add and mul; 2 or more for concat */
+    int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
     shape_t *ins;                /* the shapes of the inputs; owned */
     shape_t in;                  /* ins[0], kept by name for the kinds of one input */
@@ -143,7 +143,7 @@ typedef struct layer_rng {
 /* A layer kind, described once. All functions are pure and never allocate. */
 typedef struct layer_desc {
     const char *name;                       /* as written in configs */
-    int n_inputs;                           /* 1, 2 (add, mul), or -1: two or more (concat) */
+    int n_inputs;                           /* 1, 2 (add, mul), or -1: one or more (concat) */
     bool aliases_input;                     /* output is the input buffer (flatten, dropout) */
     const layer_param_spec *params;         /* terminated by {NULL}; may be empty */
     void (*defaults)(layer_params *p);      /* optional */

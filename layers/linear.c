@@ -4,9 +4,9 @@
 #include "kind_util.h"
 
 static const layer_param_spec linear_params[] = {
-    {"out_features", LP_INT, P_OFF(out_features), true, 1},
-    {"bias", LP_BOOL, P_OFF(bias), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"out_features", LP_INT, P_OFF(out_features), true, 1, NULL},
+    {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void linear_defaults(layer_params *p) { p->bias = true; }

@@ -7,26 +7,26 @@
 #include "kind_util.h"
 
 static const layer_param_spec maxpool_params[] = {
-    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1},
-    {"stride", LP_PAIR, P_OFF(stride), false, 1},
-    {"padding", LP_PAIR, P_OFF(padding), false, 0},
-    {"dilation", LP_PAIR, P_OFF(dilation), false, 1},
-    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1, NULL},
+    {"stride", LP_PAIR, P_OFF(stride), false, 1, NULL},
+    {"padding", LP_PAIR, P_OFF(padding), false, 0, NULL},
+    {"dilation", LP_PAIR, P_OFF(dilation), false, 1, NULL},
+    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static const layer_param_spec avgpool_params[] = {
-    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1},
-    {"stride", LP_PAIR, P_OFF(stride), false, 1},
-    {"padding", LP_PAIR, P_OFF(padding), false, 0},
-    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0},
-    {"count_include_pad", LP_BOOL, P_OFF(count_include_pad), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1, NULL},
+    {"stride", LP_PAIR, P_OFF(stride), false, 1, NULL},
+    {"padding", LP_PAIR, P_OFF(padding), false, 0, NULL},
+    {"ceil_mode", LP_BOOL, P_OFF(ceil_mode), false, 0, NULL},
+    {"count_include_pad", LP_BOOL, P_OFF(count_include_pad), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static const layer_param_spec adaptive_params[] = {
-    {"output_size", LP_PAIR, P_OFF(output_size), true, 1},
-    {NULL, 0, 0, false, 0},
+    {"output_size", LP_PAIR, P_OFF(output_size), true, 1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void pool_defaults(layer_params *p)

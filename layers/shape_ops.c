@@ -5,12 +5,12 @@
 
 #include "kind_util.h"
 
-static const layer_param_spec no_params[] = {{NULL, 0, 0, false, 0}};
+static const layer_param_spec no_params[] = {{NULL, 0, 0, false, 0, NULL}};
 
 static const layer_param_spec dropout_params[] = {
-    {"p", LP_FLOAT, P_OFF(p), false, 0},
-    {"inplace", LP_BOOL, P_OFF(inplace), false, 0},
-    {NULL, 0, 0, false, 0},
+    {"p", LP_FLOAT, P_OFF(p), false, 0, NULL},
+    {"inplace", LP_BOOL, P_OFF(inplace), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void dropout_defaults(layer_params *p) { p->p = 0.5; }

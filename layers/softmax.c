@@ -5,8 +5,8 @@
 #include "kind_util.h"
 
 static const layer_param_spec softmax_params[] = {
-    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN},
-    {NULL, 0, 0, false, 0},
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
 };
 
 static void softmax_defaults(layer_params *p) { p->dim = 1; }

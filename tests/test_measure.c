@@ -113,9 +113,9 @@ static bench_status f_setup(void *ctx, const layer *l, const float *w, void **st
     *state = fl;
     return BENCH_OK;
 }
-static void f_run(void *ctx, void *state, const float *in, const float *in2, float *out)
+static void f_run(void *ctx, void *state, const float *const *in, float *out)
 {
-    (void)ctx, (void)in, (void)in2, (void)out;
+    (void)ctx, (void)in, (void)out;
     fake_layer *fl = state;
     if (fl->view)
         return; /* a view: nothing runs, as on the real backends */

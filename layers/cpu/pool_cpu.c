@@ -96,11 +96,13 @@ static void adaptive_run(const layer *l, void *state, const float *const *ins, c
             int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
             for (int64_t x = 0; x < ow; x++) {
                 int64_t x0 = x * wd / ow, x1 = ((x + 1) * wd + ow - 1) / ow;
-                float sum = 0.0f;
+                /* in double: a global pool of a 112x112 map sums 12544 values, and a
+                 * float sum drifts past 1e-6 of the mean */
+                double sum = 0.0;
                 for (int64_t iy = y0; iy < y1; iy++)
                     for (int64_t ix = x0; ix < x1; ix++)
                         sum += src[iy * wd + ix];
-                dst[y * ow + x] = sum / (float)((y1 - y0) * (x1 - x0));
+                dst[y * ow + x] = (float)(sum / (double)((y1 - y0) * (x1 - x0)));
             }
         }
     }

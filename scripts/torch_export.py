@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""Writes a layerbench config from a PyTorch model, so no model has to be transcribed by hand.
+
+usage:
+  python3 scripts/torch_export.py resnet50 -o configs/resnet50.yaml
+  python3 scripts/torch_export.py mypackage.models:MyNet --input 3,224,224 -o my.yaml
+  python3 scripts/torch_export.py googlenet --table tests/data/googlenet_layers.txt
+
+MODEL is a torchvision model name (built with weights=None, in eval mode) or
+"module:callable" (anything importable that returns an nn.Module). The model runs once
+on a random input of --input (per sample; default 3,224,224) and --batch (default 1);
+what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
+ReLU, Linear, ...), named by its module path as in model.named_modules(), and every
+functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
+F.adaptive_avg_pool2d, ...), named after the module whose forward called it plus the
+operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
+forward gets _1, as torch.fx names them). Which layer feeds which comes from the
+tensors themselves, so any graph (residuals, branches, DenseNet's concatenations) is
+written exactly, with explicit `input`/`inputs` references where a layer does not read
+the one before it; layers are grouped in blocks by module path.
+
+What layerbench cannot express is listed, and nothing is written (exit status 1): a
+module or operation without a kind, a parameter the kind does not have (padding_mode
+other than zeros, return_indices, ...). --table writes the reference layer table
+(name, kind, input shape, output shape, params per line) that tests/test_config.c
+checks each shipped config against, without torch.
+Needs torch and torchvision (Debian: python3-torch python3-torchvision).
+"""
+import argparse
+import importlib
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+try:
+    from torchvision.ops import StochasticDepth
+except ImportError:  # an old torchvision
+    StochasticDepth = None
+
+
+class Unsupported(Exception):
+    pass
+
+
+def pair(v):
+    return [int(v[0]), int(v[1])] if isinstance(v, (tuple, list)) else [int(v), int(v)]
+
+
+def compact(v):
+    """[3, 3] -> 3 (layerbench and torch both take a single number for a square pair)."""
+    return v[0] if isinstance(v, list) and len(v) == 2 and v[0] == v[1] else v
+
+
+# ---- leaf modules ---------------------------------------------------------------------------
+
+
+def conv_params(m, transposed):
+    if m.padding_mode != "zeros":
+        raise Unsupported(f"padding_mode '{m.padding_mode}' (only zeros)")
+    if isinstance(m.padding, str):
+        raise Unsupported(f"padding '{m.padding}' (give it as numbers)")
+    p = {"out_channels": m.out_channels, "kernel_size": compact(pair(m.kernel_size))}
+    if pair(m.stride) != [1, 1]:
+        p["stride"] = compact(pair(m.stride))
+    if pair(m.padding) != [0, 0]:
+        p["padding"] = compact(pair(m.padding))
+    if transposed and pair(m.output_padding) != [0, 0]:
+        p["output_padding"] = compact(pair(m.output_padding))
+    if pair(m.dilation) != [1, 1]:
+        p["dilation"] = compact(pair(m.dilation))
+    if m.groups != 1:
+        p["groups"] = m.groups
+    if m.bias is None:
+        p["bias"] = False
+    return p
+
+
+def module_layer(m):
+    """(kind, params) for a leaf module; None for one that is the identity; raises
+    Unsupported for a module layerbench cannot express."""
+    if isinstance(m, nn.Conv2d):
+        return "conv2d", conv_params(m, False)
+    if isinstance(m, nn.ConvTranspose2d):
+        return "conv_transpose2d", conv_params(m, True)
+    if isinstance(m, nn.BatchNorm2d):
+        if not m.track_running_stats:
+            raise Unsupported("BatchNorm2d without running statistics (batch statistics at inference)")
+        p = {}
+        if m.eps != 1e-5:
+            p["eps"] = m.eps
+        if not m.affine:
+            p["affine"] = False
+        return "batchnorm2d", p
+    simple = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.Hardswish: "hardswish",
+              nn.Hardsigmoid: "hardsigmoid", nn.Tanh: "tanh"}
+    for cls, kind in simple.items():
+        if type(m) is cls:
+            return kind, {"inplace": True} if getattr(m, "inplace", False) else {}
+    if isinstance(m, nn.MaxPool2d):
+        if m.return_indices:
+            raise Unsupported("MaxPool2d with return_indices")
+        p = {"kernel_size": compact(pair(m.kernel_size))}
+        stride = pair(m.stride if m.stride is not None else m.kernel_size)
+        if stride != pair(m.kernel_size):
+            p["stride"] = compact(stride)
+        if pair(m.padding) != [0, 0]:
+            p["padding"] = compact(pair(m.padding))
+        if pair(m.dilation) != [1, 1]:
+            p["dilation"] = compact(pair(m.dilation))
+        if m.ceil_mode:
+            p["ceil_mode"] = True
+        return "maxpool2d", p
+    if isinstance(m, nn.AvgPool2d):
+        if m.divisor_override:
+            raise Unsupported("AvgPool2d with divisor_override")
+        p = {"kernel_size": compact(pair(m.kernel_size))}
+        stride = pair(m.stride if m.stride is not None else m.kernel_size)
+        if stride != pair(m.kernel_size):
+            p["stride"] = compact(stride)
+        if pair(m.padding) != [0, 0]:
+            p["padding"] = compact(pair(m.padding))
+        if m.ceil_mode:
+            p["ceil_mode"] = True
+        if not m.count_include_pad:
+            p["count_include_pad"] = False
+        return "avgpool2d", p
+    if isinstance(m, nn.AdaptiveAvgPool2d):
+        size = m.output_size
+        if isinstance(size, (tuple, list)) and None in size:
+            raise Unsupported("AdaptiveAvgPool2d with a None output size")
+        return "adaptive_avgpool2d", {"output_size": compact(pair(size))}
+    if isinstance(m, nn.Flatten):
+        if m.start_dim != 1 or m.end_dim != -1:
+            raise Unsupported(f"Flatten({m.start_dim}, {m.end_dim}) (only from dim 1 to the end)")
+        return "flatten", {}
+    if isinstance(m, nn.Linear):
+        return "linear", {"out_features": m.out_features, **({} if m.bias is not None else {"bias": False})}
+    if isinstance(m, (nn.Dropout, nn.Dropout2d)):
+        return "dropout", {"p": m.p} if m.p != 0.5 else {}
+    if isinstance(m, nn.Softmax):
+        return "softmax", {"dim": m.dim if m.dim is not None else 1}
+    if isinstance(m, nn.Upsample):
+        return "upsample", upsample_params(m.size, m.scale_factor, m.mode, m.align_corners)
+    if StochasticDepth is not None and isinstance(m, StochasticDepth):
+        return "stochastic_depth", {"p": m.p, "mode": m.mode}
+    if isinstance(m, nn.Identity):
+        return None
+    raise Unsupported(f"module {type(m).__name__}")
+
+
+def upsample_params(size, scale_factor, mode, align_corners):
+    if mode not in ("nearest", "bilinear"):
+        raise Unsupported(f"upsampling mode '{mode}' (nearest and bilinear only)")
+    p = {}
+    if size is not None:
+        p["size"] = compact(pair(size))
+    else:
+        sf = list(scale_factor) if isinstance(scale_factor, (tuple, list)) else [scale_factor, scale_factor]
+        p["scale_factor"] = sf[0] if sf[0] == sf[1] else sf
+    if mode != "nearest":
+        p["mode"] = mode
+    if align_corners:
+        p["align_corners"] = True
+    return p
+
+
+def is_leaf(m):
+    """Modules recorded as one layer: those with a kind, and modules without children."""
+    try:
+        module_layer(m)
+        return True
+    except Unsupported:
+        return len(list(m.children())) == 0
+
+
+# ---- functional operations ------------------------------------------------------------------
+
+ELEMENTWISE = {"relu": "relu", "relu_": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "sigmoid_": "sigmoid",
+               "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "tanh": "tanh",
+               "tanh_": "tanh"}
+ADD = {"add", "add_", "__add__", "__iadd__", "__radd__"}
+MUL = {"mul", "mul_", "__mul__", "__imul__", "__rmul__"}
+
+
+def function_layer(name, args, kwargs, out):
+    """(kind, params, tensor inputs) for a functional operation; raises Unsupported."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in ELEMENTWISE:
+        return ELEMENTWISE[name], {}, tensors[:1]
+    if name in ADD or name in MUL:
+        if len(tensors) != 2 or kwargs.get("alpha", 1) != 1:
+            raise Unsupported(f"{name} with a scalar or alpha (only tensor {name.strip('_')} tensor)")
+        if name in ADD and tensors[0].shape != tensors[1].shape:
+            raise Unsupported("add with broadcasting")
+        return ("add" if name in ADD else "mul"), {}, tensors
+    if name in ("cat", "concat"):
+        seq = args[0]
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        return "concat", ({} if dim in (1, 1 - out.dim()) else {"dim": dim}), list(seq)
+    if name in ("flatten", "view", "reshape"):
+        x = tensors[0]
+        if out.dim() != 2 or out.shape[0] != x.shape[0]:
+            raise Unsupported(f"{name} to {tuple(out.shape)} (only flattening from dim 1)")
+        return "flatten", {}, [x]
+    if name == "adaptive_avg_pool2d":
+        size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
+        return "adaptive_avgpool2d", {"output_size": compact(pair(size))}, tensors[:1]
+    if name == "dropout":
+        return "dropout", {}, tensors[:1]
+    if name == "interpolate":
+        g = lambda k, i: kwargs.get(k, args[i] if len(args) > i else None)  # noqa: E731
+        return "upsample", upsample_params(g("size", 1), g("scale_factor", 2), g("mode", 3) or "nearest",
+                                           g("align_corners", 4)), tensors[:1]
+    raise Unsupported(f"operation {name}")
+
+
+# ---- the trace ------------------------------------------------------------------------------
+
+
+class Node:
+    def __init__(self, name, kind, params, inputs, in_shape, out_shape, n_params):
+        self.name, self.kind, self.params, self.inputs = name, kind, params, inputs
+        self.in_shape, self.out_shape, self.n_params = in_shape, out_shape, n_params
+
+
+class Trace(TorchFunctionMode):
+    """Records leaf modules and the functional operations between them, in execution
+    order, with which node produced each input (-1: the model input)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.names = {m: n for n, m in model.named_modules()}
+        self.stack = []        # module paths of the modules being run
+        self.leaf_depth = 0    # > 0 inside a leaf module: its own operations are not recorded
+        self.producer = {}     # id(tensor) -> node index
+        self.keep = []         # tensors kept alive, so their ids stay theirs
+        self.nodes = []
+        self.counts = {}       # (parent path, op) -> calls so far
+        self.problems = []
+
+    def hooks(self, model):
+        for m in model.modules():
+            m.register_forward_pre_hook(self.pre)
+            m.register_forward_hook(self.post)
+
+    def source(self, t):
+        return self.producer.get(id(t), -1)
+
+    def record(self, name, kind, params, inputs, out, n_params=0):
+        ins = [self.source(t) for t in inputs]
+        node = Node(name, kind, params, ins, tuple(inputs[0].shape), tuple(out.shape), n_params)
+        self.nodes.append(node)
+        self.producer[id(out)] = len(self.nodes) - 1
+        self.keep.append(out)
+
+    def pre(self, m, args):
+        self.stack.append(self.names.get(m, "?"))
+        if is_leaf(m):
+            self.leaf_depth += 1
+
+    def post(self, m, args, out):
+        name = self.stack.pop()
+        if not is_leaf(m):
+            return
+        self.leaf_depth -= 1
+        if self.leaf_depth:
+            return
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        try:
+            layer = module_layer(m)
+        except Unsupported as e:
+            self.problems.append(f"{name or '(the model)'}: {e}")
+            return
+        if layer is None:  # the identity: its output is its input
+            self.producer[id(out)] = self.source(tensors[0])
+            return
+        n_params = sum(p.numel() for p in m.parameters(recurse=False))
+        self.record(name, layer[0], layer[1], tensors, out, n_params)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.leaf_depth or not isinstance(out, torch.Tensor):
+            return out
+        op = getattr(func, "__name__", str(func))
+        if op in ("__get__", "detach", "contiguous", "clone", "to", "float"):
+            if args and isinstance(args[0], torch.Tensor):
+                self.producer[id(out)] = self.source(args[0])
+                self.keep.append(out)
+            return out
+        parent = self.stack[-1] if self.stack else ""
+        try:
+            kind, params, inputs = function_layer(op, args, kwargs, out)
+        except Unsupported as e:
+            self.problems.append(f"{parent or '(the model)'}: {e}")
+            return out
+        label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
+                 "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate"}.get(kind, kind)
+        count = self.counts.get((parent, label), 0)
+        self.counts[(parent, label)] = count + 1
+        local = label if count == 0 else f"{label}_{count}"
+        self.record(f"{parent}.{local}" if parent else local, kind, params, inputs, out)
+        return out
+
+
+def build(spec):
+    if ":" in spec:
+        module, attr = spec.split(":", 1)
+        return getattr(importlib.import_module(module), attr)()
+    import torchvision.models as tvm
+    fn = getattr(tvm, spec, None)
+    if fn is None:
+        sys.exit(f"torch_export: torchvision has no model '{spec}'")
+    if spec in ("googlenet", "inception_v3"):
+        # the auxiliary classifiers run only in training; without them the parameters
+        # are those of the network that runs at inference
+        return fn(weights=None, aux_logits=False, init_weights=False)
+    return fn(weights=None)
+
+
+def trace(model, shape):
+    model.eval()
+    t = Trace(model)
+    t.hooks(model)
+    x = torch.rand(shape) * 2 - 1
+    with torch.no_grad(), t:
+        out = model(x)
+    t.final = t.source(out) if isinstance(out, torch.Tensor) else None
+    return t
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def scalar(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(scalar(x) for x in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def yaml_config(name, in_shape, batch, nodes):
+    """Layers grouped in blocks by module path; explicit inputs where a layer does not
+    read the layer before it."""
+    lines = [f"# {name}, written by scripts/torch_export.py from PyTorch's own execution of the model",
+             f"# (torch {torch.__version__}); every module path, shape and parameter count is torch's.",
+             f"name: {name}", f"input: [{', '.join(str(d) for d in in_shape)}]", f"batch: {batch}", "layers:"]
+    open_path = []  # block path components now open
+    for i, n in enumerate(nodes):
+        parts = n.name.split(".")
+        path, local = parts[:-1], parts[-1]
+        common = 0
+        while common < min(len(path), len(open_path)) and path[common] == open_path[common]:
+            common += 1
+        open_path = open_path[:common]
+        for comp in path[common:]:
+            indent = "  " * (2 * len(open_path) + 1)
+            lines.append(f"{indent}- kind: block")
+            lines.append(f"{indent}  name: {comp}")
+            lines.append(f"{indent}  layers:")
+            open_path.append(comp)
+        fields = [f"kind: {n.kind}", f"name: {local}"]
+        previous = i - 1
+        refs = ["input" if j < 0 else "/" + nodes[j].name for j in n.inputs]
+        if len(n.inputs) > 1:
+            fields.append(f"inputs: [{', '.join(refs)}]")
+        elif n.inputs[0] != previous:
+            fields.append(f"input: {refs[0]}")
+        fields += [f"{k}: {scalar(v)}" for k, v in n.params.items()]
+        lines.append(f"{'  ' * (2 * len(open_path) + 1)}- {{{', '.join(fields)}}}")
+    return "\n".join(lines) + "\n"
+
+
+def shape_text(s):
+    return "x".join(str(d) for d in s)
+
+
+def table(name, nodes):
+    total = sum(n.n_params for n in nodes)
+    lines = [f"# {name}: layer by layer as PyTorch runs it (torch {torch.__version__}), from scripts/torch_export.py:",
+             "# name kind input output params; the input is the first one of layers with several.",
+             f"# total params {total}"]
+    lines += [f"{n.name} {n.kind} {shape_text(n.in_shape)} {shape_text(n.out_shape)} {n.n_params}" for n in nodes]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="a torchvision model name, or module:callable")
+    ap.add_argument("--input", default="3,224,224", help="per-sample input shape (default 3,224,224)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--name", help="the config's name (default: the model's)")
+    ap.add_argument("-o", "--output", help="the config to write (default stdout)")
+    ap.add_argument("--table", help="also write the reference layer table here")
+    args = ap.parse_args()
+    in_shape = [int(v) for v in args.input.split(",")]
+    model = build(args.model)
+    t = trace(model, [args.batch] + in_shape)
+    if t.problems:
+        print(f"torch_export: layerbench cannot express {len(t.problems)} part(s) of {args.model}:", file=sys.stderr)
+        for p in dict.fromkeys(t.problems):
+            print(f"  {p}", file=sys.stderr)
+        sys.exit(1)
+    if not t.nodes:
+        sys.exit("torch_export: nothing was recorded")
+    if t.final is not None and t.final != len(t.nodes) - 1:
+        print(f"torch_export: warning: the model's output is '{t.nodes[t.final].name}', not the last layer",
+              file=sys.stderr)
+    name = args.name or args.model.split(":")[-1]
+    text = yaml_config(name, in_shape, args.batch, t.nodes)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(table(name, t.nodes))
+    total = sum(n.n_params for n in t.nodes)
+    print(f"torch_export: {name}: {len(t.nodes)} layers, {total} params", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every shipped config end to end on the CPU: bench check (every layer against the
+# plain-C reference) and a quick bench run at batch 1 (and 8 for the smaller ones):
+# every row timed or a view, the chained forward timed. Their layer tables are checked
+# against torch's in tests/test_config.c.
+# usage: test_zoo.sh BENCH SOURCE_DIR
+set -u
+BENCH=$1
+SRC=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress)
+COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
+for cfg in "$SRC"/configs/*.yaml; do
+  name=$(basename "$cfg" .yaml)
+  out=$("$BENCH" check "$cfg" 2>&1) && grep -q " 0 failed" <<<"$out" && ok || bad "check $name: $(tail -3 <<<"$out")"
+  batches="1"
+  case "$name" in vgg16 | resnet50 | densenet121) ;; *) batches="1 8" ;; esac
+  for b in $batches; do
+    "$BENCH" run "$cfg" --batch "$b" "${QUICK[@]}" --csv "$T/$name.csv" >"$T/$name.out" 2>&1 || {
+      bad "run $name batch $b: $(tail -3 "$T/$name.out")"
+      continue
+    }
+    awk -F, "$COLS"' $c["status"]!="ok" && $c["status"]!="view" {bad=1} $c["kind"]=="model" && $c["mode"]=="chained" && $c["median_us"] > 0 {chained=1} END {exit bad || !chained}' "$T/$name.csv" &&
+      ok || bad "run $name batch $b: a row was not timed, or no chained forward"
+  done
+done
+echo "test_zoo: $pass passed, $fail failed"
+[ $fail = 0 ]
