@@ -30,7 +30,8 @@ echo "gpu_validate: $gpu -> $dir"
 step "context"
 {
   echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "git: $(git rev-parse --short=12 HEAD 2>/dev/null)$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)"
+  # LAYERBENCH_REV: the revision, where the tree was copied without its history
+  echo "git: ${LAYERBENCH_REV:-$(git rev-parse --short=12 HEAD 2>/dev/null)$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)}"
   echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
   nvcc --version 2>/dev/null | tail -1

@@ -8,6 +8,7 @@
  * choice is cached for the process (cuda_env.h). A candidate whose workspace cannot be
  * allocated gives way to the next one. Bias: cudnnAddTensor after the convolution,
  * inside the timed run. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,8 @@ typedef struct candidate {
     int algo;
     cudnnStatus_t status;
     cudnnMathType_t math;
+    float ms;              /* the search's one timing; -1 from the heuristic */
+    size_t workspace;
 } candidate;
 
 static const char *bwd_algo_name(int a)
@@ -100,7 +103,9 @@ static int allowed(candidate *cand, int n, bool tf32)
 /* cuDNN's results, forward or backward-data, as candidates. */
 #define TO_CANDIDATES(perf, n, cand)                                                                   \
     for (int i_ = 0; i_ < (n); i_++)                                                                   \
-        (cand)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].mathType}
+        (cand)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].mathType,           \
+                                 env->algo == CUDA_ALGO_HEURISTIC ? -1.0f : (perf)[i_].time,            \
+                                 (perf)[i_].memory}
 
 /* Runs cuDNN's search (or heuristic) into cand (max entries); returns the count, or -1
  * when a library call failed. The search times every candidate once on scratch
@@ -154,6 +159,32 @@ static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const fl
     cudaFree(scratch_ws), cudaFree(scratch_y), cudaFree(scratch_x);
     free(fwd), free(bwd);
     return ok ? n : -1;
+}
+
+/* LAYERBENCH_CUDNN_LOG=1 in the environment: every candidate of every search (or
+ * heuristic) on stderr, in cuDNN's order, with its math type, its one timing and its
+ * workspace, and whether the math mode (--tf32 or not) keeps it: why an algorithm was
+ * chosen, when a layer is slower than another framework's. */
+static void log_candidates(cuda_env *env, const layer *l, const conv_cuda *c, const candidate *cand, int n)
+{
+    const char *v = getenv("LAYERBENCH_CUDNN_LOG");
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    char in[64], out[64];
+    shape_format(&l->in, in, sizeof in), shape_format(&l->out, out, sizeof out);
+    fprintf(stderr, "cudnn: %s (%s %s -> %s), %s, %d candidates:\n", l->name, layer_kind_name(l->kind), in, out,
+            env->algo == CUDA_ALGO_HEURISTIC ? "heuristic" : "search", n);
+    for (int i = 0; i < n; i++) {
+        const char *why = cand[i].status != CUDNN_STATUS_SUCCESS ? cudnnGetErrorString(cand[i].status)
+                          : env->tf32 || cand[i].math == CUDNN_FMA_MATH ? "allowed"
+                                                                         : "left out: not FMA math (--tf32 allows it)";
+        if (cand[i].ms >= 0)
+            fprintf(stderr, "cudnn:   %-22s %-22s %9.4f ms %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
+                    math_name(cand[i].math), cand[i].ms, cand[i].workspace, why);
+        else
+            fprintf(stderr, "cudnn:   %-22s %-22s %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
+                    math_name(cand[i].math), cand[i].workspace, why);
+    }
 }
 
 /* Sets algorithm, math type and workspace on c; false when the workspace cannot be
@@ -232,6 +263,7 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
         int n = perf ? find_candidates(env, l, c, w, perf, max) : -1;
         if (n < 0)
             goto fail;
+        log_candidates(env, l, c, perf, n);
         n = allowed(perf, n, env->tf32);
         if (n == 0) {
             snprintf(impl, impl_len, "no cuDNN algorithm in %s math", env->tf32 ? "TF32" : "FP32 (FMA)");

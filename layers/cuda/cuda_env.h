@@ -104,6 +104,12 @@ cudaError_t cuda_hard_activation_launch(cudaStream_t s, int swish, const float *
 cudaError_t cuda_upsample_launch(cudaStream_t s, const float *in, float *out, int64_t planes, int64_t h, int64_t w,
                                  int64_t oh, int64_t ow, const int64_t *y0, const int64_t *y1, const int64_t *x0,
                                  const int64_t *x1, const float *ly, const float *lx, int bilinear);
+/* Pooling over windows described per axis (layers/cuda/pool_cuda.c): first valid input
+ * index f, valid taps n (stepping by the dilation), divisor share d (average only). */
+cudaError_t cuda_pool_launch(cudaStream_t s, const float *in, float *out, int64_t planes, int64_t h, int64_t w,
+                             int64_t oh, int64_t ow, const int64_t *fy, const int64_t *ny, const float *dy,
+                             const int64_t *fx, const int64_t *nx, const float *dx, int64_t dil_y, int64_t dil_x,
+                             int is_max);
 
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets
@@ -114,8 +120,8 @@ cudaError_t cuda_hold_launch(cudaStream_t stream, const volatile int *release, v
 /* The per-kind implementation table entry, as on the CPU (layers/cpu/cpu_kernels.h). */
 typedef struct cuda_kernel {
     /* Untimed: descriptors, algorithm choice, workspace. BENCH_ERR_UNSUPPORTED when
-     * cuDNN/cuBLAS cannot do this configuration (e.g. adaptive pooling with uneven
-     * windows); the reason goes into impl. */
+     * cuDNN/cuBLAS cannot do this configuration (e.g. a transposed convolution whose
+     * output_padding is not below its stride); the reason goes into impl. */
     bench_status (*setup)(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
                           int64_t *workspace_bytes);
     /* Enqueues the layer on env->stream, reading in[0..l->n_inputs): no allocation, no

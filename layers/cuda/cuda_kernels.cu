@@ -1,6 +1,7 @@
-// The few kernels of our own for kinds cuDNN has no operation for: hardswish and
-// hardsigmoid (element-wise), and upsample's gather, whose source rows, columns and
-// weights the host works out once at setup exactly as torch does (layers/upsample.c).
+// The few kernels of our own for what cuDNN has no operation for: hardswish and
+// hardsigmoid (element-wise), upsample's gather, whose source rows, columns and weights
+// the host works out once at setup exactly as torch does (layers/upsample.c), and the
+// pooling windows cuDNN cannot describe.
 // Grid-stride loops; the launchers return the launch's error.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -55,5 +56,47 @@ extern "C" cudaError_t cuda_upsample_launch(cudaStream_t s, const float *in, flo
 {
     upsample_kernel<<<blocks_for(planes * oh * ow), 256, 0, s>>>(in, out, planes, h, w, oh, ow, y0, y1, x0, x1, ly, lx,
                                                                  bilinear);
+    return cudaGetLastError();
+}
+
+// Pooling where cuDNN has no mode (ceil_mode windows, dilation, adaptive pooling with
+// uneven windows). Windows are rectangles, so the host describes each axis once: for
+// output index o, the first valid input index, the number of valid taps (stepping by the
+// dilation) and the axis's share of the divisor (avg: the product of the two).
+__global__ void pool_kernel(const float *__restrict__ in, float *__restrict__ out, int64_t planes, int64_t h,
+                            int64_t w, int64_t oh, int64_t ow, const int64_t *__restrict__ fy,
+                            const int64_t *__restrict__ ny, const float *__restrict__ dy,
+                            const int64_t *__restrict__ fx, const int64_t *__restrict__ nx,
+                            const float *__restrict__ dx, int64_t dil_y, int64_t dil_x, int is_max)
+{
+    int64_t n = planes * oh * ow;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t x = i % ow, y = (i / ow) % oh, p = i / (oh * ow);
+        const float *src = in + p * h * w + fy[y] * w + fx[x];
+        int64_t ry = ny[y], rx = nx[x];
+        if (is_max) {
+            float m = -INFINITY;
+            for (int64_t a = 0; a < ry; a++)
+                for (int64_t b = 0; b < rx; b++)
+                    m = fmaxf(m, src[a * dil_y * w + b * dil_x]);
+            out[i] = m;
+        } else {
+            double s = 0.0;
+            for (int64_t a = 0; a < ry; a++)
+                for (int64_t b = 0; b < rx; b++)
+                    s += src[a * w + b];
+            float div = dy[y] * dx[x];
+            out[i] = div > 0.0f ? (float)(s / div) : 0.0f;
+        }
+    }
+}
+
+extern "C" cudaError_t cuda_pool_launch(cudaStream_t s, const float *in, float *out, int64_t planes, int64_t h,
+                                        int64_t w, int64_t oh, int64_t ow, const int64_t *fy, const int64_t *ny,
+                                        const float *dy, const int64_t *fx, const int64_t *nx, const float *dx,
+                                        int64_t dil_y, int64_t dil_x, int is_max)
+{
+    pool_kernel<<<blocks_for(planes * oh * ow), 256, 0, s>>>(in, out, planes, h, w, oh, ow, fy, ny, dy, fx, nx, dx,
+                                                             dil_y, dil_x, is_max);
     return cudaGetLastError();
 }

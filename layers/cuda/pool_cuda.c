@@ -1,49 +1,109 @@
-/* maxpool2d, avgpool2d and adaptive_avgpool2d through cudnnPoolingForward. cuDNN has
- * no dilation, no ceil_mode and no adaptive windows: such layers are reported as
- * unsupported (a skipped row, never a wrong one) unless they reduce to plain pooling,
- * e.g. adaptive pooling whose output divides its input (ResNet's 7x7 -> 1x1). */
+/* maxpool2d, avgpool2d and adaptive_avgpool2d: through cudnnPoolingForward where cuDNN
+ * can describe the windows, else through our kernel (cuda_kernels.cu). cuDNN has no
+ * dilation, no ceil_mode windows past its floor rule and no adaptive windows; adaptive
+ * pooling whose output divides its input (ResNet's 7x7 -> 1x1) is plain pooling. Our
+ * kernel takes the windows per axis, worked out on the host at setup as the plain-C
+ * reference does (layers/pool.c), and uploaded once. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "cuda_env.h"
 
 typedef struct pool_cuda {
-    cudnnTensorDescriptor_t x, y;
+    cudnnTensorDescriptor_t x, y;          /* cuDNN's path */
     cudnnPoolingDescriptor_t pool;
+    void *tables;                          /* our kernel: fy, ny [oh], fx, nx [ow], dy [oh], dx [ow] */
+    int64_t planes, h, w, oh, ow, dil[2];
+    int is_max;
 } pool_cuda;
 
 static void pool_free(cuda_env *env, void *state)
 {
-    (void)env;
     pool_cuda *p = state;
     if (!p)
         return;
-    cudnnDestroyTensorDescriptor(p->x), cudnnDestroyTensorDescriptor(p->y);
-    cudnnDestroyPoolingDescriptor(p->pool);
+    if (p->x)
+        cudnnDestroyTensorDescriptor(p->x);
+    if (p->y)
+        cudnnDestroyTensorDescriptor(p->y);
+    if (p->pool)
+        cudnnDestroyPoolingDescriptor(p->pool);
+    if (p->tables)
+        CUDA_OK(env, cudaFree(p->tables));
     free(p);
+}
+
+/* Output o's window along one axis: its first valid input index, its valid taps and
+ * the axis's share of the average's divisor, as layers/pool.c computes them. */
+static void pool_axis(const layer *l, int a, int64_t o, int64_t *first, int64_t *taps, float *div)
+{
+    const layer_params *lp = &l->p;
+    int64_t in = l->in.d[2 + a];
+    if (l->kind == LAYER_ADAPTIVE_AVGPOOL2D) {
+        int64_t out = l->out.d[2 + a];
+        int64_t lo = (int64_t)floor((double)o * in / out), hi = (int64_t)ceil((double)(o + 1) * in / out);
+        *first = lo, *taps = hi - lo, *div = (float)(hi - lo);
+        return;
+    }
+    int64_t k = lp->kernel[a], d = lp->dilation[a], start = o * lp->stride[a] - lp->padding[a];
+    int64_t i0 = 0, i1 = k, padded = 0;
+    while (i0 < k && start + i0 * d < 0)
+        i0++;
+    while (i1 > i0 && start + (i1 - 1) * d >= in)
+        i1--;
+    for (int64_t i = 0; i < k; i++)           /* torch's divisor: the window clipped to the padded input */
+        padded += start + i * d < in + lp->padding[a];
+    *first = i0 < i1 ? start + i0 * d : 0;
+    *taps = i1 - i0;
+    *div = (float)(l->kind == LAYER_AVGPOOL2D && lp->count_include_pad ? padded : i1 - i0);
+}
+
+static bench_status pool_setup_kernel(cuda_env *env, const layer *l, pool_cuda *p, char *impl, size_t len,
+                                      int64_t *ws, const char *why)
+{
+    p->planes = l->in.d[0] * l->in.d[1], p->h = l->in.d[2], p->w = l->in.d[3];
+    p->oh = l->out.d[2], p->ow = l->out.d[3];
+    p->is_max = l->kind == LAYER_MAXPOOL2D;
+    p->dil[0] = p->is_max ? l->p.dilation[0] : 1, p->dil[1] = p->is_max ? l->p.dilation[1] : 1;
+    size_t n = (size_t)(p->oh + p->ow), bytes = n * (2 * sizeof(int64_t) + sizeof(float));
+    int64_t *host = malloc(bytes);
+    if (!host)
+        return BENCH_ERR_NOMEM;
+    int64_t *fy = host, *ny = fy + p->oh, *fx = ny + p->oh, *nx = fx + p->ow;
+    float *dy = (float *)(nx + p->ow), *dx = dy + p->oh;
+    for (int64_t o = 0; o < p->oh; o++)
+        pool_axis(l, 0, o, &fy[o], &ny[o], &dy[o]);
+    for (int64_t o = 0; o < p->ow; o++)
+        pool_axis(l, 1, o, &fx[o], &nx[o], &dx[o]);
+    bool ok = CUDA_OK(env, cudaMalloc(&p->tables, bytes)) &&
+              CUDA_OK(env, cudaMemcpy(p->tables, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+    if (!ok)
+        return BENCH_ERR_BACKEND;
+    *ws = (int64_t)bytes;
+    snprintf(impl, len, "kernel (layerbench): %s", why);
+    return BENCH_OK;
 }
 
 static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
-    (void)w, (void)ws;
+    (void)w;
     const layer_params *lp = &l->p;
     int64_t k[2], s[2], pad[2];
     cudnnPoolingMode_t mode;
+    const char *why = NULL;
     if (l->kind == LAYER_ADAPTIVE_AVGPOOL2D) {
         for (int a = 0; a < 2; a++) {
-            if (l->in.d[2 + a] % lp->output_size[a]) {
-                snprintf(impl, len, "cuDNN has no adaptive pooling with uneven windows");
-                return BENCH_ERR_UNSUPPORTED;
-            }
+            if (l->in.d[2 + a] % lp->output_size[a])
+                why = "uneven adaptive windows";
             k[a] = s[a] = l->in.d[2 + a] / lp->output_size[a];
             pad[a] = 0;
         }
         mode = CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
     } else {
-        if (lp->dilation[0] != 1 || lp->dilation[1] != 1) {
-            snprintf(impl, len, "cuDNN pooling has no dilation");
-            return BENCH_ERR_UNSUPPORTED;
-        }
+        if (lp->dilation[0] != 1 || lp->dilation[1] != 1)
+            why = "dilation";
         for (int a = 0; a < 2; a++)
             k[a] = lp->kernel[a], s[a] = lp->stride[a], pad[a] = lp->padding[a];
         mode = l->kind == LAYER_MAXPOOL2D    ? CUDNN_POOLING_MAX_DETERMINISTIC
@@ -53,34 +113,47 @@ static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, vo
     pool_cuda *p = calloc(1, sizeof *p);
     if (!p)
         return BENCH_ERR_NOMEM;
-    int n, c, h, wd;
-    bool ok = cuda_tensor_desc(env, &p->x, &l->in, impl, len) && cuda_tensor_desc(env, &p->y, &l->out, impl, len) &&
-              CUDNN_OK(env, cudnnCreatePoolingDescriptor(&p->pool)) &&
-              CUDNN_OK(env, cudnnSetPooling2dDescriptor(p->pool, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
-                                                        (int)pad[0], (int)pad[1], (int)s[0], (int)s[1])) &&
-              CUDNN_OK(env, cudnnGetPooling2dForwardOutputDim(p->pool, p->x, &n, &c, &h, &wd));
-    if (ok && (h != l->out.d[2] || wd != l->out.d[3])) {
-        /* ceil_mode windows that cuDNN's floor rule does not produce */
-        snprintf(impl, len, "cuDNN pooling gives %dx%d, torch's ceil_mode %lldx%lld", h, wd,
-                 (long long)l->out.d[2], (long long)l->out.d[3]);
-        pool_free(env, p);
-        return BENCH_ERR_UNSUPPORTED;
+    bench_status st = BENCH_OK;
+    if (!why) {
+        int n, c, h, wd;
+        char reason[160] = "";
+        bool ok = cuda_tensor_desc(env, &p->x, &l->in, reason, sizeof reason) &&
+                  cuda_tensor_desc(env, &p->y, &l->out, reason, sizeof reason) &&
+                  CUDNN_OK(env, cudnnCreatePoolingDescriptor(&p->pool)) &&
+                  CUDNN_OK(env, cudnnSetPooling2dDescriptor(p->pool, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
+                                                            (int)pad[0], (int)pad[1], (int)s[0], (int)s[1])) &&
+                  CUDNN_OK(env, cudnnGetPooling2dForwardOutputDim(p->pool, p->x, &n, &c, &h, &wd));
+        if (env->failed)
+            st = BENCH_ERR_BACKEND;
+        else if (!ok)
+            why = "a tensor cuDNN cannot describe";
+        else if (h != l->out.d[2] || wd != l->out.d[3])
+            why = "ceil_mode windows";       /* cuDNN's floor rule gives fewer outputs */
+        else
+            snprintf(impl, len, "cudnnPoolingForward");
     }
-    if (!ok) {
+    if (st == BENCH_OK && why)
+        st = pool_setup_kernel(env, l, p, impl, len, ws, why);
+    if (st != BENCH_OK) {
         pool_free(env, p);
-        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+        return st;
     }
-    snprintf(impl, len, "cudnnPoolingForward");
     *state = p;
     return BENCH_OK;
 }
 
 static void pool_run(cuda_env *env, void *state, const float *const *ins, float *out)
 {
-    const float *in = ins[0];
     pool_cuda *p = state;
+    if (p->tables) {
+        int64_t *fy = p->tables, *ny = fy + p->oh, *fx = ny + p->oh, *nx = fx + p->ow;
+        float *dy = (float *)(nx + p->ow), *dx = dy + p->oh;
+        CUDA_OK(env, cuda_pool_launch(env->stream, ins[0], out, p->planes, p->h, p->w, p->oh, p->ow, fy, ny, dy, fx,
+                                      nx, dx, p->dil[0], p->dil[1], p->is_max));
+        return;
+    }
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnPoolingForward(env->cudnn, p->pool, &one, p->x, in, &zero, p->y, out));
+    CUDNN_OK(env, cudnnPoolingForward(env->cudnn, p->pool, &one, p->x, ins[0], &zero, p->y, out));
 }
 
 const cuda_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free};
