@@ -460,7 +460,20 @@ static void setup_layer(const layer *l, const backend *b, const char *mode, cons
         return;
     }
     snprintf(r->impl, sizeof r->impl, "%s", why);
+    /* One call, unheld and untimed, before any sample: what a library does on its first
+     * call (CUDA loads a kernel's module lazily) must not happen while the stream is
+     * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
+     * up). */
+    ops->layer_run(b->ctx, lu->t.state, lu->t.in, lu->t.out);
+    if (ops->sync(b->ctx) != BENCH_OK) {
+        row_fail(r, "the first call failed: %s", backend_last_error(b));
+        return;
+    }
     double single = single_call_seconds(&lu->t);
+    if (*backend_last_error(b)) {  /* a sample failed: say why here, not at the next call */
+        row_fail(r, "%s", backend_last_error(b));
+        return;
+    }
     const char *use = mode;
     if (strcmp(mode, "auto") == 0)
         use = single < AUTO_BATCH_FLOORS * floor->warm ? "batch" : "warm";

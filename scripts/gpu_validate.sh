@@ -11,7 +11,7 @@
 #   5. scripts/torch_compare.py at both batch sizes: every layer alone and the whole
 #      forward (eager and CUDA graph) in PyTorch beside layerbench's figures.
 # A failing step is reported and the next one runs; the exit status is the number of
-# failed steps. About 5 minutes on an H100.
+# failed steps. About 8 minutes on an H100.
 # usage: scripts/gpu_validate.sh [TARBALL]   (TARBALL: also pack results/<gpu-name>/ into it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
