@@ -44,7 +44,7 @@ static const char usage_text[] =
     "                    (caches flushed before each sample), batch (many calls per sample),\n"
     "                    auto (batch for a call under 20x the timer's floor, else warm;\n"
     "                    the default). Each row says which mode it used\n"
-    "  --max-noise PCT   sample a layer until the 95%% confidence interval of its median is\n"
+    "  --max-noise PCT   sample a layer until the 95% confidence interval of its median is\n"
     "                    within PCT percent of it (default 1)\n"
     "  --min-samples N   ... with at least N samples (default 10)\n"
     "  --timeout S       ... or until it has been sampled for S seconds (default 2)\n"

@@ -26,6 +26,8 @@ R18=$SRC/configs/resnet18.yaml
 expect 2 "missing command" -- "$BENCH"
 expect 0 "usage: bench" -- "$BENCH" --help
 expect 0 "usage: bench" -- "$BENCH" help
+# the help is printed as it is, never through printf: no doubled percent signs
+"$BENCH" --help | grep -q "%%" && bad "--help shows %%" || ok
 expect 0 "layerbench" -- "$BENCH" --version
 expect 2 "unknown command 'frobnicate'" -- "$BENCH" frobnicate x
 expect 2 "run needs a CONFIG" -- "$BENCH" run
