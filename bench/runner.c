@@ -65,6 +65,9 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     int few = 0, n = r->m->n_layers;
     for (int i = 0; i < n; i++)
         few += r->layers[i].status == ROW_OK && r->layers[i].st.n < mo->min_samples;
+    if (r->has_model) /* the whole-model rows too */
+        few += (r->chained.status == ROW_OK && r->chained.st.n < mo->min_samples) +
+               (r->graph.status == ROW_OK && r->graph.st.n < mo->min_samples);
     if (few) {
         snprintf(line, sizeof line, "%s batch %lld: %d row%s kept fewer than %d samples before --timeout: their "
                                     "medians are rough (see ci_low_us, ci_high_us)",

@@ -303,6 +303,33 @@ static void test_stopping(backend *b, model *m)
     run_result_free(&r);
 }
 
+/* Long samples (0.2 s, a big model's forward): --timeout does not stop a layer before
+ * it has 3 samples, and chunks keep their first sample (no re-warming sample is spent
+ * on something that long). */
+static void test_long_samples(backend *b, model *m)
+{
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    reset(0.2);
+    o.timeout = 0.3;
+    o.warmup_time = 0;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    const layer_result *a = &r.layers[0];
+    EXPECT(a->status == ROW_OK && a->st.n >= 3 && a->stop == STOP_TIMEOUT, "0.2 s samples, 0.3 s timeout: %lld samples, "
+           "stopped on %s", (long long)a->st.n, stop_reason_name(a->stop));
+    /* no warm-up asked for, and later chunks drop no re-warming sample: nothing discarded
+     * (with re-warming, each chunk after the first would discard one) */
+    EXPECT(a->discarded == 0, "%lld kept, %lld discarded", (long long)a->st.n, (long long)a->discarded);
+    run_result_free(&r);
+    /* --min-samples below 3 is honoured */
+    reset(0.2);
+    o.min_samples = 1;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    EXPECT(r.layers[0].st.n >= 1 && r.layers[0].st.n < 3, "--min-samples 1: %lld samples", (long long)r.layers[0].st.n);
+    run_result_free(&r);
+}
+
 /* Layers are sampled in rounds: a's samples come before and after b's. */
 static void test_interleaving(backend *b, model *m)
 {
@@ -449,6 +476,7 @@ int main(void)
         test_batch(&b, m, false);
         test_cold(&b, m);
         test_stopping(&b, m);
+        test_long_samples(&b, m);
         test_interleaving(&b, m);
         test_auto(&b, m);
         test_row_failures(&b, m);
