@@ -98,44 +98,38 @@ static const char *verdict_name(compare_verdict v)
     return v == VERDICT_SLOWER ? "SLOWER" : v == VERDICT_FASTER ? "FASTER" : "SAME";
 }
 
-typedef struct printer {
-    FILE *out;
-    bool md;
-    int name_width;
-} printer;
-
-static void print_header(const printer *p)
+static table *new_table(void)
 {
-    if (p->md) {
-        fprintf(p->out, "| backend | mode | batch | layer | base | new | change | verdict |\n");
-        fprintf(p->out, "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |\n");
-    } else {
-        fprintf(p->out, "%-7s  %-10s  %6s  %-*s  %12s  %12s  %8s  %s\n", "Backend", "Mode", "Batch", p->name_width, "Layer",
-                "Base", "New", "Change", "Verdict");
-    }
+    table *t = table_new(8, "llrlrrrl");
+    const char *heads[] = {"Backend", "Mode", "Batch", "Layer", "Base", "New", "Change", "Verdict"};
+    for (int k = 0; k < 8; k++)
+        table_header(t, k, heads[k], k == 3 ? 40 : 0);
+    return t;
 }
 
-static void print_row(const printer *p, const crow *b, const crow *n, const char *verdict, const char *note)
+static void add_row(table *t, bool md, const crow *b, const crow *n, const char *verdict, const char *note)
 {
     const crow *k = b ? b : n;
-    char bt[24] = "-", nt[24] = "-", ch[24] = "-", mode[40];
+    char bt[24] = "-", nt[24] = "-", ch[24] = "-";
     if (b && b->timed)
         report_format_time(b->med * 1e-6, bt, sizeof bt);
     if (n && n->timed)
         report_format_time(n->med * 1e-6, nt, sizeof nt);
     if (b && n && b->timed && n->timed && b->med > 0)
         snprintf(ch, sizeof ch, "%+.1f%%", 100 * (n->med / b->med - 1));
+    bool strong = md && (!strcmp(verdict, "SLOWER") || !strcmp(verdict, "FASTER"));
+    table_cell(t, "%s", k->backend);
     if (b && n && strcmp(b->mode, n->mode))
-        snprintf(mode, sizeof mode, "%s/%s", b->mode, n->mode);
+        table_cell(t, "%s/%s", b->mode, n->mode);
     else
-        snprintf(mode, sizeof mode, "%s", k->mode);
-    bool strong = !strcmp(verdict, "SLOWER") || !strcmp(verdict, "FASTER");
-    if (p->md)
-        fprintf(p->out, "| %s | %s | %s | %s | %s | %s | %s | %s%s%s%s%s |\n", k->backend, mode, k->batch, k->layer, bt,
-                nt, ch, strong ? "**" : "", verdict, strong ? "**" : "", *note ? " " : "", note);
-    else
-        fprintf(p->out, "%-7s  %-10s  %6s  %-*.*s  %12s  %12s  %8s  %s%s%s\n", k->backend, mode, k->batch, p->name_width,
-                p->name_width, k->layer, bt, nt, ch, verdict, *note ? "  " : "", note);
+        table_cell(t, "%s", k->mode);
+    table_cell(t, "%s", k->batch);
+    table_cell(t, "%s", k->layer);
+    table_cell(t, "%s", bt);
+    table_cell(t, "%s", nt);
+    table_cell(t, "%s", ch);
+    table_cell(t, "%s%s%s%s%s", strong ? "**" : "", verdict, strong ? "**" : "", *note ? "  " : "", note);
+    table_end_row(t);
 }
 
 int compare_tables(const char *base_name, const csv_table *base, const char *new_name, const csv_table *new_,
@@ -154,34 +148,27 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
             for (int j = 0; b[i].match < 0 && j < nn; j++)
                 if (n[j].match < 0 && same_key(&b[i], &n[j], pass == 1))
                     b[i].match = j, n[j].match = i;
-    printer p = {out, o->markdown, 5};
-    for (int i = 0; i < nb; i++)
-        p.name_width = (int)strlen(b[i].layer) > p.name_width ? (int)strlen(b[i].layer) : p.name_width;
-    for (int j = 0; j < nn; j++)
-        p.name_width = (int)strlen(n[j].layer) > p.name_width ? (int)strlen(n[j].layer) : p.name_width;
-    if (p.name_width > 40)
-        p.name_width = 40;
     int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0;
     double log_sum = 0;
     int log_n = 0;
     if (o->markdown)
-        fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n\n", base_name, new_name,
+        fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n", base_name, new_name,
                 100 * o->threshold);
     else
         fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
-    print_header(&p);
+    table *t = new_table();
     for (int i = 0; i < nb; i++) {
         const crow *x = &b[i], *y = x->match >= 0 ? &n[x->match] : NULL;
         if (!y) {
             only_base++;
-            print_row(&p, x, NULL, "-", "only in base");
+            add_row(t, o->markdown, x, NULL, "-", "only in base");
             continue;
         }
         if (!x->timed || !y->timed) {
             char note[96];
             snprintf(note, sizeof note, "not timed: %s in base, %s in new", x->status, y->status);
             untimed++;
-            print_row(&p, x, y, "-", note);
+            add_row(t, o->markdown, x, y, "-", note);
             continue;
         }
         compare_verdict v =
@@ -189,13 +176,15 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
         counts[v]++;
         if (x->med > 0 && y->med > 0)
             log_sum += log(y->med / x->med), log_n++;
-        print_row(&p, x, y, verdict_name(v), strcmp(x->mode, y->mode) ? "auto mode timed it differently" : "");
+        add_row(t, o->markdown, x, y, verdict_name(v), strcmp(x->mode, y->mode) ? "auto mode timed it differently" : "");
     }
     for (int j = 0; j < nn; j++)
         if (n[j].match < 0) {
             only_new++;
-            print_row(&p, NULL, &n[j], "-", "only in new");
+            add_row(t, o->markdown, NULL, &n[j], "-", "only in new");
         }
+    table_print(t, out, o->markdown ? TABLE_MD : TABLE_TEXT, "");
+    table_free(t);
     int compared = counts[0] + counts[1] + counts[2];
     fprintf(out, "\n%s%d rows compared: %d SLOWER, %d FASTER, %d SAME (geometric mean of new/base %.3f)%s",
             o->markdown ? "**" : "", compared, counts[VERDICT_SLOWER], counts[VERDICT_FASTER], counts[VERDICT_SAME],

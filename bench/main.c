@@ -60,14 +60,17 @@ static const char usage_text[] =
     "                    keeps what it finished\n"
     "  --threshold PCT   compare: how much slower (or faster) beyond both confidence intervals\n"
     "                    counts (default 5)\n"
-    "  --format F        compare: text (default) or md (a markdown table for pull requests)\n"
+    "  --format F        run, sweep, list, compare: the tables as text (default) or md\n"
+    "                    (markdown, for pull requests and READMEs)\n"
+    "  --group-by G[,G]  run: the grouped tables, any of shape, kind and block (the module\n"
+    "                    hierarchy, total and self time per block), or none (default all)\n"
     "  --inmodel         compare: the in-model rows too (left out by default: they vary more\n"
     "                    between runs than their own noise says)\n"
     "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
     "                    the (batch, backend) sets it does not hold yet\n"
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
     "                    time, noise, inmodel, gflops\n"
-    "  --top N           rows in the per-layer and grouped tables (default all)\n"
+    "  --top N           rows in the per-layer and by-shape tables (default all)\n"
     "  --no-progress     do not show the running layer on stderr\n"
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
@@ -92,7 +95,8 @@ typedef struct cli {
     const char *mode;        /* --mode as given */
     const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
     double threshold;        /* compare: fraction */
-    bool markdown;           /* compare --format md */
+    table_format format;     /* --format: text or md (markdown tables) */
+    unsigned groups;         /* --group-by: REPORT_GROUP_* bits, 0 for the default */
     bool inmodel;            /* compare --inmodel */
     measure_options mo;
 } cli;
@@ -151,7 +155,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 }
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
-       OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
+       OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
 
 static const struct option long_opts[] = {
@@ -166,6 +170,7 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"group-by", required_argument, NULL, OPT_GROUP_BY},
     {"inmodel", no_argument, NULL, OPT_INMODEL},
     {"dedupe", no_argument, NULL, OPT_DEDUPE},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -259,9 +264,13 @@ static int parse_cli(int argc, char **argv, cli *c)
         }
         case OPT_INMODEL: c->inmodel = true; break;
         case OPT_FORMAT:
-            if (strcmp(optarg, "md") && strcmp(optarg, "text"))
+            if (!table_format_parse(optarg, &c->format))
                 return usage_error("--format expects text or md, got '%s'", optarg);
-            c->markdown = strcmp(optarg, "md") == 0;
+            break;
+        case OPT_GROUP_BY:
+            if (!report_groups_parse(optarg, &c->groups))
+                return usage_error("--group-by expects a comma-separated list of shape, kind and block (or none), "
+                                   "got '%s'", optarg);
             break;
         case OPT_TIMEOUT:
             if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
@@ -411,7 +420,7 @@ static int cmd_list(const cli *c, int64_t batch)
             bench_output_close(&out);
         }
     } else {
-        report_list_table(stdout, m);
+        report_list_table(stdout, m, c->format);
     }
     model_free(m);
     return rc;
@@ -541,12 +550,12 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         model_free(m);
         return 2;
     }
-    report_options ro = {c->sort, c->top};
+    report_options ro = {c->sort, c->top, c->format, c->groups};
     reporter *reps[2];
     int nr = 0;
     /* with --csv -, the CSV owns stdout and the tables go to stderr */
     FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
-    reps[nr++] = sweep ? report_sweep_create(tables) : report_console_create(tables, &ro);
+    reps[nr++] = sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro);
     if (out.has_csv)
         reps[nr++] = report_csv_create(&out.csv, previous);
     measure_options mo = c->mo;
@@ -586,7 +595,7 @@ static int cmd_compare(const cli *c)
         csv_table_free(&base);
         return 2;
     }
-    compare_options o = {c->threshold, c->markdown, c->inmodel};
+    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel};
     int rc = compare_tables(c->config, &base, c->compare_new, &new_, &o, stdout);
     csv_table_free(&base);
     csv_table_free(&new_);

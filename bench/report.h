@@ -6,13 +6,33 @@
 
 #include <stdio.h>
 
+#include "blocks.h"
 #include "measure.h"
 #include "output.h"
+#include "table.h"
+
+/* Grouped tables (--group-by): bits. */
+#define REPORT_GROUP_SHAPE 1u
+#define REPORT_GROUP_KIND 2u
+#define REPORT_GROUP_BLOCK 4u
+#define REPORT_GROUP_SET 8u  /* given on the command line (else the default) */
+#define REPORT_GROUP_DEFAULT (REPORT_GROUP_SHAPE | REPORT_GROUP_KIND | REPORT_GROUP_BLOCK)
 
 typedef struct report_options {
     const char *sort;   /* per-layer table order: index, name, kind, params, flops, time, cv, gflops */
-    int top;            /* rows of the per-layer table; 0 = all */
+    int top;            /* rows of the per-layer and by-shape tables; 0 = all */
+    table_format format;
+    unsigned groups;    /* REPORT_GROUP_* bits; 0: the default */
 } report_options;
+
+/* "shape,kind,block" (any of them, or "none") into REPORT_GROUP_* bits; false for an
+ * unknown name. */
+bool report_groups_parse(const char *list, unsigned *groups);
+
+/* Per block (blocks.h) of res's model: the medians of every layer inside it (total),
+ * of the layers directly in it (self), and of the layers inside the forward (inmodel;
+ * 0 without an in-model view). Arrays of mb->n_blocks. */
+void report_block_times(const run_result *res, const model_blocks *mb, double *total, double *self, double *inmodel);
 
 typedef struct reporter reporter;
 struct reporter {
@@ -29,7 +49,7 @@ struct reporter {
 /* Per-layer table, grouped tables and the isolated/chained summary, to out. */
 reporter *report_console_create(FILE *out, const report_options *ro);
 /* Sweep summary: one line per batch (chained median, items/s, sum of layers). */
-reporter *report_sweep_create(FILE *out);
+reporter *report_sweep_create(FILE *out, table_format format);
 /* The tidy CSV (schema: report_csv_columns()) into out (borrowed; see output.h: each
  * checkpoint replaces the whole file). resumed: the text of a previous run's CSV whose
  * rows are kept (--resume), or NULL for a new file. */
@@ -70,7 +90,7 @@ char *report_json_path(const char *csv_path);
 bench_status report_json_write(bench_output *out, const report_context *ctx);
 
 /* `bench list`: the analysis table (and CSV) of a model, without timing. */
-void report_list_table(FILE *out, const model *m);
+void report_list_table(FILE *out, const model *m, table_format format);
 bench_status report_list_csv(bench_output *out, const model *m);
 
 /* Time in auto units: "812 ns", "12.3 us", "4.56 ms", "1.23 s". */

@@ -1,9 +1,11 @@
 /* Console reporters: the per-layer table (like torch.profiler's key_averages().table()),
  * the tables grouped by input shape and by kind, and the sweep summary. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "report.h"
 
 char *report_format_time(double s, char *buf, size_t len)
@@ -52,6 +54,25 @@ bool report_sort_valid(const char *sort)
     return false;
 }
 
+bool report_groups_parse(const char *list, unsigned *groups)
+{
+    *groups = REPORT_GROUP_SET;
+    char *copy = xstrdup(list), *save = NULL;
+    bool ok = *list != 0;
+    for (char *t = strtok_r(copy, ",", &save); t && ok; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "shape") == 0)
+            *groups |= REPORT_GROUP_SHAPE;
+        else if (strcmp(t, "kind") == 0)
+            *groups |= REPORT_GROUP_KIND;
+        else if (strcmp(t, "block") == 0)
+            *groups |= REPORT_GROUP_BLOCK;
+        else if (strcmp(t, "none") != 0)
+            ok = false;
+    }
+    free(copy);
+    return ok;
+}
+
 static const run_result *sort_res;
 static const char *sort_by;
 
@@ -87,60 +108,72 @@ static int cmp_rows(const void *pa, const void *pb)
     return c ? c : a - b;
 }
 
-static int name_width(const model *m)
+/* The noise figure of a row: "-" under 3 samples, where a MAD says nothing. */
+static char *format_noise(const stats *st, char *buf, size_t len)
 {
-    int w = 4;
-    for (int i = 0; i < m->n_layers; i++) {
-        int n = (int)strlen(m->layers[i].name);
-        w = n > w ? n : w;
-    }
-    return w > 40 ? 40 : w;
+    if (st->n < 3)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.1f%%", 100 * st->noise);
+    return buf;
 }
+
+static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0.0; }
 
 static void print_layers(console *c, const run_result *res)
 {
     const model *m = res->m;
-    FILE *o = c->out;
-    int nw = name_width(m), n = m->n_layers;
+    int n = m->n_layers;
     int *rows = xmalloc((size_t)n * sizeof *rows);
     for (int i = 0; i < n; i++)
         rows[i] = i;
     sort_res = res, sort_by = c->ro.sort;
     qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
-    fprintf(o, "\nPer-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the layer "
-               "inside the chained forward):\n",
-            res->mode, c->ro.sort, shown < n ? ", top rows" : "");
-    fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %9s  %9s  %-5s  %10s  %6s  %10s  %6s  %8s  %s\n", "#", nw, "Name", "Kind",
-            "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise", "In-model", "%Total", "GFLOP/s", "Impl");
+    char title[256];
+    snprintf(title, sizeof title, "Per-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the "
+                                  "layer inside the chained forward)%s",
+             res->mode, c->ro.sort, shown < n ? ", top rows" : "", c->ro.format == TABLE_MD ? "" : ":");
+    table_heading(c->out, c->ro.format, 3, title);
+    table *t = table_new(14, "rllllrrlrrrrrl");
+    const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise",
+                           "In-model", "%Total", "GFLOP/s", "Impl"};
+    for (int k = 0; k < 14; k++)
+        table_header(t, k, heads[k], k == 1 ? 40 : 0);
     for (int k = 0; k < shown; k++) {
         int i = rows[k];
         const layer *l = &m->layers[i];
         const layer_result *r = &res->layers[i];
         const layer_result *im = res->inmodel ? &res->inmodel[i] : NULL;
-        char in[48], out[48], pa[16], fl[16], t[24], noise[16], pct[16], gf[16], inm[24] = "-";
-        shape_format_compact(&l->in, in, sizeof in);
-        shape_format_compact(&l->out, out, sizeof out);
-        report_format_count((double)l->n_weights, pa, sizeof pa);
-        report_format_count((double)l->flops, fl, sizeof fl);
+        char in[48], out[48], pa[16], fl[16], tm[24], noise[16], inm[24] = "-";
         if (im && row_timed(im))
             report_format_time(im->st.median, inm, sizeof inm);
+        table_cell(t, "%d", i);
+        table_cell(t, "%s", l->name);
+        table_cell(t, "%s", layer_kind_name(l->kind));
+        table_cell(t, "%s", shape_format_compact(&l->in, in, sizeof in));
+        table_cell(t, "%s", shape_format_compact(&l->out, out, sizeof out));
+        table_cell(t, "%s", report_format_count((double)l->n_weights, pa, sizeof pa));
+        table_cell(t, "%s", report_format_count((double)l->flops, fl, sizeof fl));
+        table_cell(t, "%s", r->mode ? r->mode : "-");
         if (row_timed(r)) {
-            report_format_time(r->st.median, t, sizeof t);
-            snprintf(noise, sizeof noise, "%.1f%%", 100 * r->st.noise);
-            snprintf(pct, sizeof pct, "%.1f%%", res->sum_medians > 0 ? 100 * r->st.median / res->sum_medians : 0);
+            table_cell(t, "%s", report_format_time(r->st.median, tm, sizeof tm));
+            table_cell(t, "%s", format_noise(&r->st, noise, sizeof noise));
+            table_cell(t, "%s", inm);
+            table_cell(t, "%.1f%%", pct(r->st.median, res->sum_medians));
             if (l->flops)
-                snprintf(gf, sizeof gf, "%.1f", gflops(l->flops, r->st.median));
+                table_cell(t, "%.1f", gflops(l->flops, r->st.median));
             else
-                snprintf(gf, sizeof gf, "-");
+                table_cell(t, "-");
         } else {
-            snprintf(t, sizeof t, "%s", row_status_name(r->status));
-            snprintf(noise, sizeof noise, "-"), snprintf(pct, sizeof pct, "-"), snprintf(gf, sizeof gf, "-");
+            table_cell(t, "%s", row_status_name(r->status));
+            table_cell(t, "-"), table_cell(t, "%s", inm), table_cell(t, "-"), table_cell(t, "-");
         }
-        fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %9s  %9s  %-5s  %10s  %6s  %10s  %6s  %8s  %s%s%s\n", i, nw, nw,
-                l->name, layer_kind_name(l->kind), in, out, pa, fl, r->mode ? r->mode : "-", t, noise, inm, pct, gf,
-                r->impl, r->note[0] ? "  " : "", r->note);
+        table_cell(t, "%s%s%s", r->impl, r->note[0] && r->impl[0] ? "  " : "", r->note);
+        table_end_row(t);
     }
+    table_print(t, c->out, c->ro.format, "");
+    table_free(t);
     free(rows);
 }
 
@@ -188,20 +221,31 @@ static void print_by_shape(console *c, const run_result *res)
     int n;
     group *g = make_groups(res, false, &n);
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
-    fprintf(c->out, "\nGrouped by input shape (same kind, input shape and parameters; by total time):\n");
-    fprintf(c->out, "%-18s  %-16s  %-44s  %5s  %10s  %10s  %6s\n", "Kind", "Input", "Parameters", "Count", "Total", "Avg",
-            "%Total");
+    table_heading(c->out, c->ro.format, 3,
+                  c->ro.format == TABLE_MD ? "Grouped by input shape (same kind, input shape and parameters; by total time)"
+                                           : "Grouped by input shape (same kind, input shape and parameters; by total "
+                                             "time):");
+    table *t = table_new(7, "lllrrrr");
+    const char *heads[] = {"Kind", "Input", "Parameters", "Count", "Total", "Avg", "%Total"};
+    for (int k = 0; k < 7; k++)
+        table_header(t, k, heads[k], k == 2 ? 44 : 0);
     for (int k = 0; k < shown; k++) {
         const layer *l = &res->m->layers[g[k].first];
         char in[48], par[160], tot[24], avg[24];
         shape_format_compact(&l->in, in, sizeof in);
         if (l->n_inputs > 1) /* more inputs: say how many */
             snprintf(in + strlen(in), sizeof in - strlen(in), " (+%d)", l->n_inputs - 1);
-        fprintf(c->out, "%-18s  %-16s  %-44.44s  %5d  %10s  %10s  %5.1f%%\n", layer_kind_name(l->kind), in,
-                layer_params_format(l, par, sizeof par), g[k].count, report_format_time(g[k].total, tot, sizeof tot),
-                report_format_time(g[k].total / g[k].count, avg, sizeof avg),
-                res->sum_medians > 0 ? 100 * g[k].total / res->sum_medians : 0);
+        table_cell(t, "%s", layer_kind_name(l->kind));
+        table_cell(t, "%s", in);
+        table_cell(t, "%s", layer_params_format(l, par, sizeof par));
+        table_cell(t, "%d", g[k].count);
+        table_cell(t, "%s", report_format_time(g[k].total, tot, sizeof tot));
+        table_cell(t, "%s", report_format_time(g[k].total / g[k].count, avg, sizeof avg));
+        table_cell(t, "%.1f%%", pct(g[k].total, res->sum_medians));
+        table_end_row(t);
     }
+    table_print(t, c->out, c->ro.format, "");
+    table_free(t);
     free(g);
 }
 
@@ -209,41 +253,126 @@ static void print_by_kind(console *c, const run_result *res)
 {
     int n;
     group *g = make_groups(res, true, &n);
-    fprintf(c->out, "\nGrouped by kind:\n");
-    fprintf(c->out, "%-18s  %5s  %10s  %10s  %6s  %8s\n", "Kind", "Count", "Total", "Avg", "%Total", "GFLOP/s");
+    table_heading(c->out, c->ro.format, 3, c->ro.format == TABLE_MD ? "Grouped by kind" : "Grouped by kind:");
+    table *t = table_new(6, "lrrrrr");
+    const char *heads[] = {"Kind", "Count", "Total", "Avg", "%Total", "GFLOP/s"};
+    for (int k = 0; k < 6; k++)
+        table_header(t, k, heads[k], 0);
     for (int k = 0; k < n; k++) {
-        char tot[24], avg[24], gf[16] = "-";
+        char tot[24], avg[24];
+        table_cell(t, "%s", layer_kind_name(res->m->layers[g[k].first].kind));
+        table_cell(t, "%d", g[k].count);
+        table_cell(t, "%s", report_format_time(g[k].total, tot, sizeof tot));
+        table_cell(t, "%s", report_format_time(g[k].total / g[k].count, avg, sizeof avg));
+        table_cell(t, "%.1f%%", pct(g[k].total, res->sum_medians));
         if (g[k].flops)
-            snprintf(gf, sizeof gf, "%.1f", gflops(g[k].flops, g[k].total));
-        fprintf(c->out, "%-18s  %5d  %10s  %10s  %5.1f%%  %8s\n", layer_kind_name(res->m->layers[g[k].first].kind),
-                g[k].count, report_format_time(g[k].total, tot, sizeof tot),
-                report_format_time(g[k].total / g[k].count, avg, sizeof avg),
-                res->sum_medians > 0 ? 100 * g[k].total / res->sum_medians : 0, gf);
+            table_cell(t, "%.1f", gflops(g[k].flops, g[k].total));
+        else
+            table_cell(t, "-");
+        table_end_row(t);
     }
+    table_print(t, c->out, c->ro.format, "");
+    table_free(t);
     free(g);
 }
 
-/* A whole-model row of the summary: graph replay, copies. */
-static void print_extra(FILE *o, const char *what, const layer_result *r, const run_result *res)
+void report_block_times(const run_result *res, const model_blocks *mb, double *total, double *self, double *inmodel)
 {
-    char t[24];
+    const model *m = res->m;
+    for (int b = 0; b < mb->n_blocks; b++)
+        total[b] = self[b] = inmodel[b] = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        double t = row_timed(&res->layers[i]) ? res->layers[i].st.median : 0;
+        double im = res->inmodel && row_timed(&res->inmodel[i]) ? res->inmodel[i].st.median : 0;
+        self[mb->layer_block[i]] += t;
+        for (int b = mb->layer_block[i]; b >= 0; b = mb->blocks[b].parent)
+            total[b] += t, inmodel[b] += im;
+    }
+}
+
+/* The module hierarchy, like torch.profiler's total and self time per module: a block's
+ * total is every layer inside it, its self time the layers directly in it. */
+static void print_by_block(console *c, const run_result *res)
+{
+    model_blocks mb;
+    model_blocks_build(res->m, &mb);
+    double *total = xmalloc(3 * (size_t)mb.n_blocks * sizeof *total), *self = total + mb.n_blocks,
+           *inm = self + mb.n_blocks;
+    report_block_times(res, &mb, total, self, inm);
+    bool md = c->ro.format == TABLE_MD, fwd = res->has_model && row_timed(&res->chained) && res->inmodel;
+    table_heading(c->out, c->ro.format, 3,
+                  md ? "By block (the module hierarchy: total is every layer inside a block, self the layers directly "
+                       "in it; alone, then inside the forward)"
+                     : "By block (the module hierarchy: total is every layer inside a block, self the layers directly "
+                       "in it; alone, then inside the forward):");
+    table *t = table_new(7, "lrrrrrr");
+    const char *heads[] = {"Block", "Layers", "Total", "Self", "%Total", "In-model", "%Forward"};
+    for (int k = 0; k < 7; k++)
+        table_header(t, k, heads[k], 0);
+    for (int b = 0; b < mb.n_blocks; b++) {
+        const block_info *bi = &mb.blocks[b];
+        char tot[24], sf[24], im[24] = "-";
+        if (md)
+            table_cell(t, "%s", bi->name);
+        else
+            table_cell(t, "%*s%s", 2 * bi->depth, "", bi->name);
+        table_cell(t, "%d", bi->n_layers);
+        table_cell(t, "%s", report_format_time(total[b], tot, sizeof tot));
+        table_cell(t, "%s", self[b] > 0 ? report_format_time(self[b], sf, sizeof sf) : "-");
+        table_cell(t, "%.1f%%", pct(total[b], res->sum_medians));
+        if (fwd) {
+            table_cell(t, "%s", report_format_time(inm[b], im, sizeof im));
+            table_cell(t, "%.1f%%", pct(inm[b], res->chained.st.median));
+        } else {
+            table_cell(t, "-"), table_cell(t, "-");
+        }
+        table_end_row(t);
+    }
+    table_print(t, c->out, c->ro.format, "");
+    table_free(t);
+    free(total);
+    model_blocks_free(&mb);
+}
+
+/* One line of the summary: "  label   value  (details)" as text, a bullet in markdown. */
+static void summary_line(console *c, const char *label, const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void summary_line(console *c, const char *label, const char *value, const char *fmt, ...)
+{
+    char more[600] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(more, sizeof more, fmt, ap);
+        va_end(ap);
+    }
+    if (c->ro.format == TABLE_MD)
+        fprintf(c->out, "- %s: **%s**%s%s\n", label, value, *more ? " " : "", more);
+    else
+        fprintf(c->out, "  %-30s %12s%s%s\n", label, value, *more ? "  " : "", more);
+}
+
+/* A whole-model row of the summary: graph replay, copies. */
+static void print_extra(console *c, const char *what, const layer_result *r, const run_result *res)
+{
+    char t[24], noise[16];
     if (r->status == ROW_NONE)
         return;
     if (!row_timed(r)) {
-        fprintf(o, "  %-30s %s\n", what, r->note);
+        summary_line(c, what, "not run", "%s", r->note);
         return;
     }
-    fprintf(o, "  %-30s %12s  (noise %.1f%%, %lld samples)", what, report_format_time(r->st.median, t, sizeof t),
-            100 * r->st.noise, (long long)r->st.n);
+    char launch[96] = "";
     if (r == &res->graph && row_timed(&res->chained) && res->chained.st.median > 0)
-        fprintf(o, "  launch overhead of the stream forward: %.1f%%",
-                100 * (res->chained.st.median - r->st.median) / res->chained.st.median);
-    fputc('\n', o);
+        snprintf(launch, sizeof launch, "  launch overhead of the stream forward: %.1f%%",
+                 100 * (res->chained.st.median - r->st.median) / res->chained.st.median);
+    summary_line(c, what, report_format_time(r->st.median, t, sizeof t), "(noise %s, %lld samples)%s",
+                 format_noise(&r->st, noise, sizeof noise), (long long)r->st.n, launch);
 }
 
 /* The in-model view, summed: what the layers take inside the forward against alone,
  * per kind, which is where the gap between the chain and the sum of layers comes from. */
-static void print_inmodel(FILE *o, const run_result *res)
+static void print_inmodel(console *c, const run_result *res)
 {
     const model *m = res->m;
     if (!res->inmodel)
@@ -253,16 +382,21 @@ static void print_inmodel(FILE *o, const run_result *res)
         if (row_timed(&res->layers[i]) && row_timed(&res->inmodel[i]))
             alone_all += res->layers[i].st.median, inside_all += res->inmodel[i].st.median;
     char a[24], b[24];
-    fprintf(o, "  sum of in-model medians        %12s  (the layers inside the forward: %+.1f%% against the chained "
-               "median)\n",
-            report_format_time(inside_all, a, sizeof a),
-            row_timed(&res->chained) && res->chained.st.median > 0
-                ? 100 * (inside_all - res->chained.st.median) / res->chained.st.median
-                : 0.0);
+    summary_line(c, "sum of in-model medians", report_format_time(inside_all, a, sizeof a),
+                 "(the layers inside the forward: %+.1f%% against the chained median)",
+                 row_timed(&res->chained) && res->chained.st.median > 0
+                     ? 100 * (inside_all - res->chained.st.median) / res->chained.st.median
+                     : 0.0);
     if (alone_all <= 0)
         return;
-    fprintf(o, "\n  Alone vs inside the forward, by kind (where the gap comes from):\n");
-    fprintf(o, "  %-18s  %5s  %12s  %12s  %8s  %s\n", "Kind", "Count", "Alone", "In forward", "Diff", "");
+    if (c->ro.format == TABLE_MD)
+        table_heading(c->out, c->ro.format, 4, "Alone vs inside the forward, by kind (where the gap comes from)");
+    else
+        fprintf(c->out, "\n  Alone vs inside the forward, by kind (where the gap comes from):\n");
+    table *t = table_new(6, "lrrrrl");
+    const char *heads[] = {"Kind", "Count", "Alone", "In forward", "Diff", "Likely cause"};
+    for (int k = 0; k < 6; k++)
+        table_header(t, k, heads[k], 0);
     for (int k = 0; k < LAYER_KIND_COUNT; k++) {
         double alone = 0, inside = 0;
         int count = 0;
@@ -279,40 +413,52 @@ static void print_inmodel(FILE *o, const run_result *res)
                           : diff < -0.05 && gpu ? "faster inside: inputs still in L2 (likely)"
                           : diff < -0.05       ? "faster inside: warmer caches or threads still awake (likely)"
                                                : "";
-        fprintf(o, "  %-18s  %5d  %12s  %12s  %+7.1f%%  %s\n", layer_kind_name((layer_kind)k), count,
-                report_format_time(alone, a, sizeof a), report_format_time(inside, b, sizeof b), 100 * diff, why);
+        table_cell(t, "%s", layer_kind_name((layer_kind)k));
+        table_cell(t, "%d", count);
+        table_cell(t, "%s", report_format_time(alone, a, sizeof a));
+        table_cell(t, "%s", report_format_time(inside, b, sizeof b));
+        table_cell(t, "%+.1f%%", 100 * diff);
+        table_cell(t, "%s", why);
+        table_end_row(t);
     }
+    table_print(t, c->out, c->ro.format, "  ");
+    table_free(t);
 }
 
 static void print_summary(console *c, const run_result *res)
 {
-    FILE *o = c->out;
     const layer_result *ch = &res->chained;
     model_totals t = model_sum(res->m);
-    char a[24], b[24], f[16];
+    char a[24], b[24], f[16], title[160], noise[16];
     int skipped = 0;
     for (int i = 0; i < res->m->n_layers; i++)
         skipped += res->layers[i].status == ROW_SKIPPED || res->layers[i].status == ROW_FAILED;
-    fprintf(o, "\nSummary (%s, %s, batch %lld, %s FLOPs):\n", res->backend, res->mode, (long long)res->m->batch,
-            report_format_count((double)t.flops, f, sizeof f));
-    fprintf(o, "  sum of layer medians (alone)   %12s%s\n", report_format_time(res->sum_medians, a, sizeof a),
-            skipped ? "  (skipped and failed layers not included)" : "");
+    snprintf(title, sizeof title, "Summary (%s, %s, batch %lld, %s FLOPs)%s", res->backend, res->mode,
+             (long long)res->m->batch, report_format_count((double)t.flops, f, sizeof f),
+             c->ro.format == TABLE_MD ? "" : ":");
+    table_heading(c->out, c->ro.format, 3, title);
+    if (c->ro.format == TABLE_MD)
+        fputc('\n', c->out);
+    summary_line(c, "sum of layer medians (alone)", report_format_time(res->sum_medians, a, sizeof a), "%s",
+                 skipped ? "(skipped and failed layers not included)" : "");
     if (!res->has_model)
         return;
     if (!row_timed(ch)) {
-        fprintf(o, "  chained forward                %s\n", ch->note);
+        summary_line(c, "chained forward", "not run", "%s", ch->note);
         return;
     }
-    fprintf(o, "  chained forward median         %12s  (noise %.1f%%, %lld samples, %.1f GFLOP/s, %.1f items/s)\n",
-            report_format_time(ch->st.median, b, sizeof b), 100 * ch->st.noise, (long long)ch->st.n,
-            gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
-    if (res->sum_medians > 0)
-        fprintf(o, "  gap (chained vs sum of layers) %+11.1f%%\n",
-                100 * (ch->st.median - res->sum_medians) / res->sum_medians);
-    print_inmodel(o, res);
-    print_extra(o, "graph replay of the forward", &res->graph, res);
-    print_extra(o, "input copy, host to device", &res->upload, res);
-    print_extra(o, "output copy, device to host", &res->download, res);
+    summary_line(c, "chained forward median", report_format_time(ch->st.median, b, sizeof b),
+                 "(noise %s, %lld samples, %.1f GFLOP/s, %.1f items/s)", format_noise(&ch->st, noise, sizeof noise),
+                 (long long)ch->st.n, gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
+    if (res->sum_medians > 0) {
+        char gap[24];
+        snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
+        summary_line(c, "gap (chained vs sum of layers)", gap, NULL);
+    }
+    print_inmodel(c, res);
+    print_extra(c, "graph replay of the forward", &res->graph, res);
+    print_extra(c, "input copy, host to device", &res->upload, res);
+    print_extra(c, "output copy, device to host", &res->download, res);
 }
 
 static bench_status console_run(reporter *r, const run_result *res)
@@ -323,12 +469,22 @@ static bench_status console_run(reporter *r, const run_result *res)
     char th[32] = "";
     if (res->threads)
         snprintf(th, sizeof th, ", %d thread%s", res->threads, res->threads == 1 ? "" : "s");
-    fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, float32 — %d layers, %s params, %s FLOPs ===\n",
-            res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
-            report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
+    if (c->ro.format == TABLE_MD)
+        fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, float32: %d layers, %s params, %s FLOPs.\n",
+                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
+                report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
+    else
+        fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, float32 — %d layers, %s params, %s FLOPs ===\n",
+                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
+                report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     print_layers(c, res);
-    print_by_shape(c, res);
-    print_by_kind(c, res);
+    unsigned g = c->ro.groups & REPORT_GROUP_SET ? c->ro.groups : REPORT_GROUP_DEFAULT;
+    if (g & REPORT_GROUP_SHAPE)
+        print_by_shape(c, res);
+    if (g & REPORT_GROUP_KIND)
+        print_by_kind(c, res);
+    if (g & REPORT_GROUP_BLOCK)
+        print_by_block(c, res);
     print_summary(c, res);
     fflush(c->out);
     return BENCH_OK;
@@ -356,64 +512,97 @@ reporter *report_console_create(FILE *out, const report_options *ro)
 typedef struct sweep {
     reporter base;
     FILE *out;
+    table_format format;
     int rows;
 } sweep;
+
+/* The sweep's table is printed a row at a time, as each batch finishes. */
+static void sweep_row(const sweep *s, const char *const *cells)
+{
+    static const int w[] = {-8, 6, 14, 7, 14, 14, 8};
+    for (int k = 0; k < 7; k++) {
+        if (s->format == TABLE_MD)
+            fprintf(s->out, "%s %s", k ? "" : "|", cells[k]), fputs(" |", s->out);
+        else
+            fprintf(s->out, "%s%*s", k ? "  " : "", w[k], cells[k]);
+    }
+    fputc('\n', s->out);
+}
 
 static bench_status sweep_run(reporter *r, const run_result *res)
 {
     sweep *s = (sweep *)r;
     const layer_result *ch = &res->chained;
-    char a[24], b[24];
+    char batch[24], med[24] = "not run", noise[16] = "-", items[32] = "-", sum[24], gap[16] = "-";
     if (!res->has_model)
         return BENCH_OK;
-    if (s->rows++ == 0)
-        fprintf(s->out, "%-8s  %6s  %14s  %7s  %14s  %14s  %8s\n", "Backend", "Batch", "Chained median", "Noise",
-                "Items/s", "Sum of layers", "Gap");
-    if (!row_timed(ch)) {
-        fprintf(s->out, "%-8s  %6lld  %14s  %7s  %14s  %14s  %8s\n", res->backend, (long long)res->m->batch, "not run",
-                "-", "-", report_format_time(res->sum_medians, b, sizeof b), "-");
-        return BENCH_OK;
+    if (s->rows++ == 0) {
+        const char *heads[] = {"Backend", "Batch", "Chained median", "Noise", "Items/s", "Sum of layers", "Gap"};
+        if (s->format == TABLE_MD)
+            fputc('\n', s->out);
+        sweep_row(s, heads);
+        if (s->format == TABLE_MD)
+            fputs("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", s->out);
     }
-    fprintf(s->out, "%-8s  %6lld  %14s  %6.1f%%  %14.1f  %14s  %+7.1f%%\n", res->backend, (long long)res->m->batch,
-            report_format_time(ch->st.median, a, sizeof a), 100 * ch->st.noise, (double)res->m->batch / ch->st.median,
-            report_format_time(res->sum_medians, b, sizeof b),
-            res->sum_medians > 0 ? 100 * (ch->st.median - res->sum_medians) / res->sum_medians : 0.0);
+    snprintf(batch, sizeof batch, "%lld", (long long)res->m->batch);
+    report_format_time(res->sum_medians, sum, sizeof sum);
+    if (row_timed(ch)) {
+        report_format_time(ch->st.median, med, sizeof med);
+        format_noise(&ch->st, noise, sizeof noise);
+        snprintf(items, sizeof items, "%.1f", (double)res->m->batch / ch->st.median);
+        if (res->sum_medians > 0)
+            snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
+    }
+    const char *cells[] = {res->backend, batch, med, noise, items, sum, gap};
+    sweep_row(s, cells);
     fflush(s->out);
     return BENCH_OK;
 }
 
-reporter *report_sweep_create(FILE *out)
+reporter *report_sweep_create(FILE *out, table_format format)
 {
     sweep *s = xcalloc(1, sizeof *s);
     s->base.run = sweep_run;
     s->base.finish = console_finish;
     s->out = out;
+    s->format = format;
     return &s->base;
 }
 
 /* ---- bench list ------------------------------------------------------------------------- */
 
-void report_list_table(FILE *o, const model *m)
+void report_list_table(FILE *o, const model *m, table_format f)
 {
-    int nw = name_width(m);
-    char in[48], out[48], pa[24], fl[24], by[24], s[48];
-    fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name, shape_format_compact(&m->input, s, sizeof s),
-            (long long)m->batch, m->n_layers);
-    fprintf(o, "%4s  %-*s  %-18s  %-16s  %-16s  %12s  %16s  %14s  %s\n", "#", nw, "Name", "Kind", "Input", "Output",
-            "Params", "FLOPs", "Bytes", "Parameters");
+    char in[48], out[48], s[48], par[160];
+    bool md = f == TABLE_MD;
+    if (md)
+        fprintf(o, "## %s\n\nInput %s, batch %lld, float32, %d layers.\n", m->name,
+                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, m->n_layers);
+    else
+        fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name,
+                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, m->n_layers);
+    table *t = table_new(9, "rllllrrrl");
+    const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Bytes", "Parameters"};
+    for (int k = 0; k < 9; k++)
+        table_header(t, k, heads[k], k == 1 ? 40 : 0);
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        char par[160];
-        snprintf(pa, sizeof pa, "%lld", (long long)l->n_weights);
-        snprintf(fl, sizeof fl, "%lld", (long long)l->flops);
-        snprintf(by, sizeof by, "%lld", (long long)l->bytes);
-        fprintf(o, "%4d  %-*.*s  %-18s  %-16s  %-16s  %12s  %16s  %14s  %s\n", i, nw, nw, l->name, layer_kind_name(l->kind),
-                shape_format_compact(&l->in, in, sizeof in), shape_format_compact(&l->out, out, sizeof out), pa, fl, by,
-                layer_params_format(l, par, sizeof par));
+        table_cell(t, "%d", i);
+        table_cell(t, "%s", l->name);
+        table_cell(t, "%s", layer_kind_name(l->kind));
+        table_cell(t, "%s", shape_format_compact(&l->in, in, sizeof in));
+        table_cell(t, "%s", shape_format_compact(&l->out, out, sizeof out));
+        table_cell(t, "%lld", (long long)l->n_weights);
+        table_cell(t, "%lld", (long long)l->flops);
+        table_cell(t, "%lld", (long long)l->bytes);
+        table_cell(t, "%s", layer_params_format(l, par, sizeof par));
+        table_end_row(t);
     }
-    model_totals t = model_sum(m);
-    fprintf(o, "\nTotals: %lld params, %lld MACs, %lld FLOPs, %lld bytes moved (layer by layer)\n",
-            (long long)t.n_weights, (long long)t.macs, (long long)t.flops, (long long)t.bytes);
-    fprintf(o, "Memory a run needs (activations, weights, isolated buffers; workspaces aside): %s\n",
+    table_print(t, o, f, "");
+    table_free(t);
+    model_totals tot = model_sum(m);
+    fprintf(o, "\n%sTotals: %lld params, %lld MACs, %lld FLOPs, %lld bytes moved (layer by layer)\n", md ? "- " : "",
+            (long long)tot.n_weights, (long long)tot.macs, (long long)tot.flops, (long long)tot.bytes);
+    fprintf(o, "%sMemory a run needs (activations, weights, isolated buffers; workspaces aside): %s\n", md ? "- " : "",
             bench_format_bytes(model_memory_bytes(m), s, sizeof s));
 }

@@ -127,22 +127,32 @@ static void print_text(const table *t, FILE *o, const char *indent)
         if (t->max_width[c] > 0 && w[c] > t->max_width[c])
             w[c] = t->max_width[c];
     }
+    size_t cap = 256, len;
+    char *line = xmalloc(cap);
     for (int r = -1; r < t->rows; r++) {
-        fputs(indent, o);
+        len = 0;
         for (int c = 0; c < t->ncols; c++) {
             const char *s = r < 0 ? (t->headers[c] ? t->headers[c] : "") : t->cells[(size_t)r * (size_t)t->ncols + (size_t)c];
             int n = bytes_for(s, w[c]), pad = w[c] - width(s);
             pad = pad < 0 ? 0 : pad;
-            bool last = c == t->ncols - 1;
+            size_t need = len + (size_t)n + (size_t)pad + 3;
+            if (need > cap) {
+                cap = 2 * need;
+                line = xrealloc(line, cap);
+            }
             if (t->align[c] == 'r')
-                fprintf(o, "%*s%.*s", pad, "", n, s);
-            else
-                fprintf(o, "%.*s%*s", n, s, last ? 0 : pad, "");
-            if (!last)
-                fputs("  ", o);
+                memset(line + len, ' ', (size_t)pad), len += (size_t)pad;
+            memcpy(line + len, s, (size_t)n), len += (size_t)n;
+            if (t->align[c] != 'r')
+                memset(line + len, ' ', (size_t)pad), len += (size_t)pad;
+            if (c < t->ncols - 1)
+                line[len++] = ' ', line[len++] = ' ';
         }
-        fputc('\n', o);
+        while (len && line[len - 1] == ' ') /* no trailing blanks */
+            len--;
+        fprintf(o, "%s%.*s\n", indent, (int)len, line);
     }
+    free(line);
     free(w);
 }
 

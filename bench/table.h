@@ -4,6 +4,7 @@
 #ifndef LAYERBENCH_TABLE_H
 #define LAYERBENCH_TABLE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef enum table_format { TABLE_TEXT = 0, TABLE_MD } table_format;

@@ -150,6 +150,18 @@ else
 fi
 expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"
 
+# the block roll-up (module hierarchy) and markdown tables
+"$BENCH" run "$R18" "${FAST[@]}" --group-by block >"$T/blocks.out" 2>&1
+grep -qE "^  layer1 +[0-9]+ " "$T/blocks.out" && grep -qE "^      layer2.0.downsample +2 " "$T/blocks.out" &&
+  ! grep -q "Grouped by kind" "$T/blocks.out" && ok || bad "--group-by block: $(grep -A4 'By block' "$T/blocks.out")"
+"$BENCH" run "$SMOKE" "${FAST[@]}" --format md >"$T/md.out" 2>/dev/null
+grep -q "^| # | Name | Kind |" "$T/md.out" && grep -q "^### Summary (cpu" "$T/md.out" &&
+  grep -q "^- chained forward median: \*\*" "$T/md.out" && ok ||
+  bad "run --format md: $(head -12 "$T/md.out")"
+expect 0 "^\| 17 \| prob \| softmax \|" -- "$BENCH" list "$SMOKE" --format md
+expect 2 "--group-by expects a comma-separated list of shape, kind and block" -- "$BENCH" run "$SMOKE" --group-by layer
+expect 2 "--format expects text or md, got 'html'" -- "$BENCH" run "$SMOKE" --format html
+
 # environment warnings: OpenBLAS kernels narrower than the CPU, a busy machine
 if grep -qw avx2 /proc/cpuinfo; then
   OPENBLAS_CORETYPE=Sandybridge "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/warn.csv" >/dev/null 2>"$T/warn.err"

@@ -1,6 +1,7 @@
 /* Reporters on hand-made results: the CSV never carries a cell a spreadsheet would run
  * as a formula, keeps numbers as they are, and quotes what needs quoting. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -185,7 +186,7 @@ static void test_compare(void)
     o.inmodel = false;
     o.markdown = true;
     compare_text(base, new_, &o, out, sizeof out);
-    EXPECT(strstr(out, "| backend | mode | batch | layer |") && strstr(out, "**SLOWER**"), "markdown:\n%s", out);
+    EXPECT(strstr(out, "| Backend | Mode | Batch | Layer |") && strstr(out, "**SLOWER**"), "markdown:\n%s", out);
     o.markdown = false;
     EXPECT(compare_text(base, base, &o, out, sizeof out) == 0 && strstr(out, "0 SLOWER, 0 FASTER, 10 SAME"),
            "a file against itself:\n%s", out);
@@ -200,15 +201,109 @@ static void test_compare(void)
     EXPECT(compare_text(not_results, base, &o, out, sizeof out) == 2, "a CSV that is not a results CSV");
 }
 
+/* The module hierarchy from names, and the block roll-up: totals are the sums of the
+ * layers inside, self times of the layers directly in a block. */
+static void test_blocks(void)
+{
+    model *m = load("name: b\ninput: [4]\nlayers:\n"
+                    "  - {kind: relu, name: stem}\n"
+                    "  - kind: block\n    name: layer1\n    layers:\n"
+                    "      - kind: block\n        name: '0'\n        layers: [{kind: relu, name: a}, {kind: relu, name: b}]\n"
+                    "      - {kind: relu, name: c}\n"
+                    "      - kind: block\n        name: '1'\n        layers: [{kind: relu, name: a}]\n"
+                    "  - {kind: relu, name: head}\n");
+    if (!m)
+        return;
+    model_blocks mb;
+    model_blocks_build(m, &mb);
+    /* b; layer1; layer1.0; layer1.1 */
+    EXPECT(mb.n_blocks == 4, "%d blocks", mb.n_blocks);
+    if (mb.n_blocks == 4) {
+        EXPECT(!strcmp(mb.blocks[0].name, "b") && mb.blocks[0].n_layers == 6 && mb.blocks[0].depth == 0, "model block");
+        EXPECT(!strcmp(mb.blocks[1].name, "layer1") && mb.blocks[1].n_layers == 4 && mb.blocks[1].first == 1 &&
+                   mb.blocks[1].last == 4 && mb.blocks[1].parent == 0,
+               "layer1: %s %d layers, %d..%d", mb.blocks[1].name, mb.blocks[1].n_layers, mb.blocks[1].first,
+               mb.blocks[1].last);
+        EXPECT(!strcmp(mb.blocks[2].name, "layer1.0") && mb.blocks[2].parent == 1 && mb.blocks[2].depth == 2 &&
+                   mb.blocks[2].n_layers == 2,
+               "layer1.0");
+        EXPECT(!strcmp(mb.blocks[3].name, "layer1.1") && mb.blocks[3].first == 4, "layer1.1");
+        EXPECT(mb.layer_block[0] == 0 && mb.layer_block[1] == 2 && mb.layer_block[3] == 1 && mb.layer_block[5] == 0,
+               "layers' blocks");
+        EXPECT(!strcmp(block_leaf_name(m->layers[4].name), "a"), "leaf of %s", m->layers[4].name);
+        run_result r = {.m = m, .backend = "cpu", .mode = "warm", .threads = 1};
+        r.layers = xcalloc((size_t)m->n_layers, sizeof *r.layers);
+        r.inmodel = xcalloc((size_t)m->n_layers, sizeof *r.inmodel);
+        for (int i = 0; i < m->n_layers; i++) { /* layer i takes (i + 1) us alone, 2 (i + 1) inside */
+            double x = 1e-6 * (i + 1), y = 2 * x;
+            r.layers[i] = (layer_result){.status = ROW_OK, .dedupe_of = -1, .launches = 1, .st = stats_compute(&x, 1)};
+            r.inmodel[i] = (layer_result){.status = ROW_OK, .dedupe_of = -1, .launches = 1, .st = stats_compute(&y, 1)};
+        }
+        r.layers[3].status = ROW_FAILED; /* c: not counted */
+        double total[4], self[4], inm[4];
+        report_block_times(&r, &mb, total, self, inm);
+        /* stem 1, layer1.0.a 2, layer1.0.b 3, layer1.c 4 (failed), layer1.1.a 5, head 6 */
+        EXPECT(fabs(total[0] - 17e-6) < 1e-12 && fabs(self[0] - 7e-6) < 1e-12, "model: %g total, %g self", total[0],
+               self[0]);
+        EXPECT(fabs(total[1] - 10e-6) < 1e-12 && self[1] == 0, "layer1: %g total, %g self", total[1], self[1]);
+        EXPECT(fabs(total[2] - 5e-6) < 1e-12 && fabs(self[2] - 5e-6) < 1e-12, "layer1.0: %g", total[2]);
+        EXPECT(fabs(total[3] - 5e-6) < 1e-12, "layer1.1: %g", total[3]);
+        EXPECT(fabs(inm[1] - 28e-6) < 1e-12 && fabs(inm[0] - 42e-6) < 1e-12, "in-model: layer1 %g, model %g", inm[1],
+               inm[0]);
+        free(r.layers), free(r.inmodel);
+    }
+    model_blocks_free(&mb);
+    model_free(m);
+}
+
+/* Tables: text pads and truncates, markdown escapes '|' and aligns numbers right. */
+static void test_tables(void)
+{
+    table *t = table_new(3, "lrl");
+    table_header(t, 0, "Name", 5);
+    table_header(t, 1, "Time", 0);
+    table_header(t, 2, "Note", 0);
+    const char *r1[] = {"conv1", "1.5 us", "a|b"};
+    table_row(t, r1);
+    table_cell(t, "%s", "layer1.0.conv1");
+    table_cell(t, "%d us", 12);
+    table_end_row(t);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    table_print(t, f, TABLE_TEXT, "");
+    fclose(f);
+    EXPECT(strcmp(buf, "Name     Time  Note\nconv1  1.5 us  a|b\nlayer   12 us\n") == 0, "text:\n%s", buf);
+    free(buf);
+    f = open_memstream(&buf, &len);
+    table_print(t, f, TABLE_MD, "");
+    fclose(f);
+    EXPECT(strcmp(buf, "\n| Name | Time | Note |\n| --- | ---: | --- |\n| conv1 | 1.5 us | a\\|b |\n"
+                       "| layer1.0.conv1 | 12 us |  |\n") == 0,
+           "markdown:\n%s", buf);
+    free(buf);
+    table_free(t);
+    table_format fm;
+    EXPECT(table_format_parse("md", &fm) && fm == TABLE_MD && !table_format_parse("html", &fm), "format names");
+    unsigned g;
+    EXPECT(report_groups_parse("kind,block", &g) && g == (REPORT_GROUP_SET | REPORT_GROUP_KIND | REPORT_GROUP_BLOCK),
+           "groups %u", g);
+    EXPECT(report_groups_parse("none", &g) && g == REPORT_GROUP_SET && !report_groups_parse("shape,layer", &g) &&
+               !report_groups_parse("", &g),
+           "group names");
+}
+
 int main(void)
 {
     test_csv_read();
+    test_tables();
     test_compare();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
     }
     test_formula_cells();
+    test_blocks();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
