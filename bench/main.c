@@ -58,6 +58,12 @@ static const char usage_text[] =
     "                    context with the same stem goes beside it. The file is replaced\n"
     "                    atomically after every finished (batch, backend): an interrupted run\n"
     "                    keeps what it finished\n"
+    "  --trace FILE      run, sweep: a Chrome / Perfetto trace (JSON) of one real forward per\n"
+    "                    backend and batch and of the layers alone, nested in their blocks\n"
+    "                    (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)\n"
+    "  --stacks FILE     run, sweep: the same forward as folded stacks for flame graphs\n"
+    "                    (flamegraph.pl, speedscope), in nanoseconds; with several backends\n"
+    "                    or batches, one file each: FILE's stem + .BACKEND[.batchN]\n"
     "  --threshold PCT   compare: how much slower (or faster) beyond both confidence intervals\n"
     "                    counts (default 5)\n"
     "  --format F        run, sweep, list, compare: the tables as text (default) or md\n"
@@ -85,6 +91,8 @@ typedef struct cli {
     const char *backend;
     const char *batch_arg;
     const char *csv;
+    const char *trace;       /* --trace FILE */
+    const char *stacks;      /* --stacks FILE */
     int threads;
     int top;
     const char *sort;
@@ -156,7 +164,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -175,6 +183,8 @@ static const struct option long_opts[] = {
     {"dedupe", no_argument, NULL, OPT_DEDUPE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"csv", required_argument, NULL, OPT_CSV},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"stacks", required_argument, NULL, OPT_STACKS},
     {"sort", required_argument, NULL, OPT_SORT},
     {"top", required_argument, NULL, OPT_TOP},
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
@@ -283,6 +293,8 @@ static int parse_cli(int argc, char **argv, cli *c)
             c->mo.seed = (uint64_t)v;
             break;
         case OPT_CSV: c->csv = optarg; break;
+        case OPT_TRACE: c->trace = optarg; break;
+        case OPT_STACKS: c->stacks = optarg; break;
         case OPT_SORT:
             if (!report_sort_valid(optarg))
                 return usage_error("--sort expects index, name, kind, params, flops, time, noise, inmodel or gflops, "
@@ -459,19 +471,42 @@ static int cmd_check(const cli *c, int64_t batch)
 
 /* The --csv file and the JSON beside it, checked before anything is measured. */
 typedef struct outputs {
-    bench_output csv, json;
-    bool has_csv, has_json;
+    bench_output csv, json, trace;
+    bool has_csv, has_json, has_trace;
+    report_stacks_file *stacks;   /* one per (backend, batch), opened once the backends are known */
+    int n_stacks;
 } outputs;
+
+/* Two results files that would be the same file. */
+static bool same_output(const char *a, const char *b) { return a && b && strcmp(a, b) == 0 && strcmp(a, "-") != 0; }
 
 static int open_outputs(const cli *c, outputs *o)
 {
     const char *inputs[] = {c->config, NULL};
     char err[1200];
     memset(o, 0, sizeof *o);
+    char *json_path = c->csv ? report_json_path(c->csv) : NULL;
+    bool clash = same_output(c->trace, c->csv) || same_output(c->trace, json_path) || same_output(c->stacks, c->csv) ||
+                 same_output(c->stacks, json_path) || same_output(c->stacks, c->trace);
+    free(json_path);
+    if (clash) {
+        fprintf(stderr, "bench: --csv (and its JSON), --trace and --stacks must name different files\n");
+        return 2;
+    }
+    if (c->trace) {
+        if (bench_output_open(&o->trace, c->trace, inputs, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: --trace: %s\n", err);
+            return 2;
+        }
+        o->has_trace = true;
+    }
     if (!c->csv)
         return 0;
     if (bench_output_open(&o->csv, c->csv, inputs, err, sizeof err) != BENCH_OK) {
         fprintf(stderr, "bench: --csv: %s\n", err);
+        if (o->has_trace)
+            bench_output_close(&o->trace);
+        o->has_trace = false;
         return 2;
     }
     o->has_csv = true;
@@ -483,9 +518,36 @@ static int open_outputs(const cli *c, outputs *o)
     if (st != BENCH_OK) {
         fprintf(stderr, "bench: the JSON context beside --csv: %s\n", err);
         bench_output_close(&o->csv);
+        if (o->has_trace)
+            bench_output_close(&o->trace);
+        o->has_csv = o->has_trace = false;
         return 2;
     }
     o->has_json = true;
+    return 0;
+}
+
+/* The --stacks files, one per (backend, batch) that will run. */
+static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, const int64_t *batches, int n_batches)
+{
+    const char *inputs[] = {c->config, NULL};
+    char err[1200];
+    if (!c->stacks)
+        return 0;
+    o->stacks = xcalloc((size_t)(nb * n_batches), sizeof *o->stacks);
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < n_batches; k++) {
+            char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k], nb == 1, n_batches == 1);
+            bench_output *out = xcalloc(1, sizeof *out);
+            bench_status st = bench_output_open(out, path, inputs, err, sizeof err);
+            free(path);
+            if (st != BENCH_OK) {
+                fprintf(stderr, "bench: --stacks: %s\n", err);
+                free(out);
+                return 2;
+            }
+            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k], out};
+        }
     return 0;
 }
 
@@ -495,6 +557,14 @@ static void close_outputs(outputs *o)
         bench_output_close(&o->csv);
     if (o->has_json)
         bench_output_close(&o->json);
+    if (o->has_trace)
+        bench_output_close(&o->trace);
+    for (int i = 0; i < o->n_stacks; i++) {
+        bench_output_close(o->stacks[i].out);
+        free(o->stacks[i].out);
+    }
+    free(o->stacks);
+    o->stacks = NULL, o->n_stacks = 0;
 }
 
 /* run and sweep: every batch on every backend, reported as it completes (runner.h). */
@@ -543,7 +613,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         return rc ? rc : -nb;
     }
     model_set_batch(m, largest, err, sizeof err);
-    if (!fits_backends(m, bs, nb)) {
+    if (!fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0) {
         close_backends(bs, nb, skipped);
         close_outputs(&out);
         free(previous), free(done), free(batches);
@@ -551,13 +621,17 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         return 2;
     }
     report_options ro = {c->sort, c->top, c->format, c->groups};
-    reporter *reps[2];
+    reporter *reps[4];
     int nr = 0;
     /* with --csv -, the CSV owns stdout and the tables go to stderr */
     FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
     reps[nr++] = sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro);
     if (out.has_csv)
         reps[nr++] = report_csv_create(&out.csv, previous);
+    if (out.has_trace)
+        reps[nr++] = report_trace_create(&out.trace);
+    if (out.n_stacks)
+        reps[nr++] = report_stacks_create(out.stacks, out.n_stacks);
     measure_options mo = c->mo;
     mo.stop = &bench_interrupted;
     const char *modes[4];

@@ -773,6 +773,39 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
     free(c->inmodel), free(c->mark_buf), free(c->states), free(c->weights), free(c->values), free(mu->host);
 }
 
+static int cmp_total(const void *a, const void *b)
+{
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* One real forward for the trace and the flame graph: of the kept samples, the one
+ * whose layers add up to the median total; its per-layer times tile it exactly. */
+static void keep_forward_sample(const model *m, model_units *mu, run_result *res)
+{
+    int nl = m->n_layers;
+    if (!res->inmodel || !row_timed(&res->chained) || nl == 0)
+        return;
+    int64_t n = mu->c.inmodel[0].n;
+    for (int i = 1; i < nl; i++)
+        n = mu->c.inmodel[i].n < n ? mu->c.inmodel[i].n : n;
+    if (n == 0)
+        return;
+    double *tot = xmalloc((size_t)n * 2 * sizeof *tot); /* (total, sample index) pairs */
+    for (int64_t k = 0; k < n; k++) {
+        double t = 0;
+        for (int i = 0; i < nl; i++)
+            t += mu->c.inmodel[i].v[k];
+        tot[2 * k] = t, tot[2 * k + 1] = (double)k;
+    }
+    qsort(tot, (size_t)n, 2 * sizeof *tot, cmp_total);
+    int64_t k = (int64_t)tot[2 * (n / 2) + 1];
+    free(tot);
+    res->forward_sample = xmalloc((size_t)nl * sizeof *res->forward_sample);
+    for (int i = 0; i < nl; i++)
+        res->forward_sample[i] = mu->c.inmodel[i].v[k];
+}
+
 /* The in-model rows: each layer's time inside the forward, from the chain's marks. */
 static void finish_inmodel(const model *m, model_units *mu, run_result *res)
 {
@@ -797,6 +830,7 @@ static void finish_inmodel(const model *m, model_units *mu, run_result *res)
         r->stop = res->chained.stop;
         r->status = ROW_OK;
     }
+    keep_forward_sample(m, mu, res);
 }
 
 /* Counts the failed rows and keeps the first failure's reason in err. */
@@ -900,5 +934,7 @@ void run_result_free(run_result *r)
 {
     free(r->layers);
     free(r->inmodel);
+    free(r->forward_sample);
     r->layers = r->inmodel = NULL;
+    r->forward_sample = NULL;
 }

@@ -108,6 +108,8 @@ typedef struct run_result {
     timer_floor floor;
     layer_result *layers;   /* m->n_layers; owned */
     layer_result *inmodel;  /* m->n_layers, each layer inside the chained forward; owned; NULL without it */
+    double *forward_sample; /* m->n_layers: one kept forward sample, the one whose layers add up to the
+                               median total, per layer seconds (for traces); owned; NULL without it */
     double sum_medians;     /* sum of the layer medians of the rows that ran */
     int failed;             /* rows that failed (layers and whole-model rows) */
     bool has_model;         /* the rows below were measured (once per backend and batch) */

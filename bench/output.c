@@ -220,3 +220,18 @@ void bench_output_close(bench_output *o)
     free(o->target);
     memset(o, 0, sizeof *o);
 }
+
+void strbuf_json(strbuf *f, const char *s)
+{
+    strbuf_append(f, "\"", 1);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            strbuf_printf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            strbuf_printf(f, "\\u%04x", ch);
+        else
+            strbuf_append(f, s, 1);
+    }
+    strbuf_append(f, "\"", 1);
+}

@@ -38,6 +38,8 @@ typedef struct strbuf {
 void strbuf_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void strbuf_append(strbuf *b, const char *s, size_t n);
 void strbuf_free(strbuf *b);
+/* s as a JSON string, quoted and escaped. */
+void strbuf_json(strbuf *b, const char *s);
 
 /* Checks that path can be written and is not one of `inputs` (NULL-terminated paths the
  * run reads; may be NULL), removes temporary files that dead runs left beside it, and

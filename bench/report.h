@@ -67,6 +67,24 @@ typedef struct report_column {
 } report_column;
 const report_column *report_csv_columns(int *n);
 
+/* The Chrome / Perfetto trace-event JSON (--trace) into out (borrowed): per backend a
+ * process, per batch a thread with one real forward and one per timing mode with the
+ * isolated medians end to end, layers nested in their blocks. Rewritten whole at every
+ * checkpoint and at the end. docs/outputs.md. */
+reporter *report_trace_create(bench_output *out);
+
+/* Folded stacks for flame graphs (--stacks): one file per (backend, batch). */
+typedef struct report_stacks_file {
+    const char *backend;
+    int64_t batch;
+    bench_output *out;   /* borrowed */
+} report_stacks_file;
+reporter *report_stacks_create(report_stacks_file *files, int n);
+/* The stacks file of one (backend, batch): path itself when the run has one of each,
+ * else "<stem>.<backend>[.batch<N>]<ext>" ("r.folded" -> "r.cuda.batch8.folded");
+ * caller frees. */
+char *report_stacks_path(const char *path, const char *backend, int64_t batch, bool one_backend, bool one_batch);
+
 /* The JSON run context written beside a CSV. */
 typedef struct report_context {
     int argc;

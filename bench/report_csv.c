@@ -363,21 +363,6 @@ bench_status report_list_csv(bench_output *out, const model *m)
 
 /* ---- JSON context ----------------------------------------------------------------------- */
 
-static void json_str(strbuf *f, const char *s)
-{
-    strbuf_append(f, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            strbuf_printf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            strbuf_printf(f, "\\u%04x", ch);
-        else
-            strbuf_append(f, s, 1);
-    }
-    strbuf_append(f, "\"", 1);
-}
-
 char *report_json_path(const char *csv_path)
 {
     size_t n = strlen(csv_path);
@@ -415,43 +400,43 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     uname(&un);
     strbuf_printf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
-    json_str(f, LAYERBENCH_VERSION);
+    strbuf_json(f, LAYERBENCH_VERSION);
     strbuf_printf(f, ",\n  \"git_revision\": ");
-    json_str(f, layerbench_git_revision());
+    strbuf_json(f, layerbench_git_revision());
     strbuf_printf(f, ",\n  \"build_type\": ");
-    json_str(f, LAYERBENCH_BUILD_TYPE);
+    strbuf_json(f, LAYERBENCH_BUILD_TYPE);
     strbuf_printf(f, ",\n  \"compiler\": ");
-    json_str(f, __VERSION__);
+    strbuf_json(f, __VERSION__);
     strbuf_printf(f, ",\n  \"command_line\": [");
     for (int i = 0; i < ctx->argc; i++) {
         strbuf_printf(f, "%s", i ? ", " : "");
-        json_str(f, ctx->argv[i]);
+        strbuf_json(f, ctx->argv[i]);
     }
     strbuf_printf(f, "],\n  \"config\": ");
-    json_str(f, ctx->config);
+    strbuf_json(f, ctx->config);
     strbuf_printf(f, ",\n  \"date_utc\": ");
-    json_str(f, date);
+    strbuf_json(f, date);
     strbuf_printf(f, ",\n  \"host\": ");
-    json_str(f, host);
+    strbuf_json(f, host);
     strbuf_printf(f, ",\n  \"os\": ");
     char os[600];
     snprintf(os, sizeof os, "%s %s %s", un.sysname, un.release, un.machine);
-    json_str(f, os);
+    strbuf_json(f, os);
     strbuf_printf(f, ",\n  \"cpu_model\": ");
-    json_str(f, cpu);
+    strbuf_json(f, cpu);
     char isa[160];
     double load[3] = {-1, -1, -1};
     getloadavg(load, 3);
     strbuf_printf(f, ",\n  \"cpu_isa\": ");
-    json_str(f, env_cpu_isa(isa, sizeof isa));
+    strbuf_json(f, env_cpu_isa(isa, sizeof isa));
     strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n  \"load_average\": [%.2f, %.2f, %.2f],\n",
                   sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
     strbuf_printf(f, "  \"libraries\": {\"libyaml\": ");
-    json_str(f, yaml_get_version_string());
+    strbuf_json(f, yaml_get_version_string());
     strbuf_printf(f, ", \"google_benchmark\": ");
-    json_str(f, gbs_version());
+    strbuf_json(f, gbs_version());
     strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
-    json_str(f, ctx->modes ? ctx->modes : "auto");
+    strbuf_json(f, ctx->modes ? ctx->modes : "auto");
     strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
                      "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu},\n",
                   ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
@@ -459,20 +444,20 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     strbuf_printf(f, "  \"backends\": {");
     for (int i = 0; i < ctx->n_backends; i++) {
         strbuf_printf(f, "%s\n    ", i ? "," : "");
-        json_str(f, ctx->backends[i].ops->name);
+        strbuf_json(f, ctx->backends[i].ops->name);
         strbuf_printf(f, ": %s", ctx->backends[i].ops->describe(ctx->backends[i].ctx));
     }
     strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
     if (ctx->skipped)
-        json_str(f, ctx->skipped);
+        strbuf_json(f, ctx->skipped);
     else
         strbuf_printf(f, "null");
     /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
     strbuf_printf(f, ",\n  \"state\": ");
-    json_str(f, ctx->state ? ctx->state : "complete");
+    strbuf_json(f, ctx->state ? ctx->state : "complete");
     strbuf_printf(f, ",\n  \"interrupted\": ");
     if (ctx->interrupted)
-        json_str(f, ctx->interrupted);
+        strbuf_json(f, ctx->interrupted);
     else
         strbuf_printf(f, "null");
     strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
@@ -484,7 +469,7 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
         size_t n = nl ? (size_t)(nl - w) : strlen(w);
         char *line = xasprintf("%.*s", (int)n, w);
         strbuf_printf(f, "%s\n    ", w == ctx->warnings ? "" : ",");
-        json_str(f, line);
+        strbuf_json(f, line);
         free(line);
         w += n + (nl != NULL);
     }

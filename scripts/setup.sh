@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Installs what layerbench needs from Debian's packages (only what is missing), then
 # configures and builds into build/. Run as root on Debian 12 (or with sudo).
+# usage: scripts/setup.sh [--test]   (--test: also python3, matplotlib and pandas, with
+# which the tests read traces back and draw the plots)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake make gcc g++ git libyaml-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev)
+# --test: also what the test suite reads results back with (scripts/test.sh)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(python3 python3-matplotlib python3-pandas)
+  shift
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -30,10 +30,16 @@ import argparse
 import importlib
 import sys
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+    import torchvision  # noqa: F401 (the model names)
+except ImportError as e:
+    sys.exit(f"torch_export: {e}: this script needs torch (1.13 or later) and torchvision in the python3 that "
+             f"runs it ({sys.executable}); on Debian: apt-get install python3-torch python3-torchvision and run "
+             f"it with /usr/bin/python3")
 
 try:
     from torchvision.ops import StochasticDepth

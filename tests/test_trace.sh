@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# --trace and --stacks: the trace loads as JSON, has one span per layer and per block,
+# nests, and its forward adds up exactly; the folded stacks add up to the same time
+# (tests/check_trace.py). Needs python3 (scripts/setup.sh --test installs it); skipped,
+# saying so, without it.
+# usage: test_trace.sh BENCH SOURCE_DIR
+set -u
+BENCH=$1
+SRC=$2
+if ! command -v python3 >/dev/null; then
+  echo "skip: no python3 to read the trace with (scripts/setup.sh --test installs it)"
+  exit 77
+fi
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
+R18=$SRC/configs/resnet18.yaml
+
+# ResNet-18: 69 layers, flatten a view: 68 spans; every block of the hierarchy
+"$BENCH" run "$R18" "${FAST[@]}" --trace "$T/r18.json" --stacks "$T/r18.folded" >/dev/null 2>"$T/err" ||
+  bad "run with --trace: $(tail -2 "$T/err")"
+python3 "$SRC/tests/check_trace.py" "$T/r18.json" "$T/r18.folded" --layers 68 --blocks layer1 layer1.0 \
+  layer1.1 layer2 layer2.0 layer2.0.downsample layer2.1 layer3 layer3.0 layer3.0.downsample layer3.1 layer4 \
+  layer4.0 layer4.0.downsample layer4.1 && ok || bad "ResNet-18 trace"
+grep -q '^resnet18;layer2;layer2.0;layer2.0.downsample;0 [0-9]*$' "$T/r18.folded" && ok ||
+  bad "stacks: no resnet18;layer2;layer2.0;layer2.0.downsample;0 line: $(head -3 "$T/r18.folded")"
+
+# a sweep: one stacks file per batch, both forwards in one trace
+"$BENCH" sweep "$SRC/configs/smoke.yaml" --batch 1,3 "${FAST[@]}" --trace "$T/s.json" --stacks "$T/s.folded" \
+  >/dev/null 2>"$T/err" || bad "sweep with --stacks: $(tail -2 "$T/err")"
+[ -s "$T/s.batch1.folded" ] && [ -s "$T/s.batch3.folded" ] && [ ! -e "$T/s.folded" ] && ok ||
+  bad "sweep stacks files: $(ls "$T")"
+python3 "$SRC/tests/check_trace.py" "$T/s.json" "$T/s.batch1.folded" "$T/s.batch3.folded" --layers 16 \
+  --blocks res down down.downsample && ok || bad "smoke sweep trace"
+
+# the results files must differ, and a trace path is checked before anything runs
+out=$("$BENCH" run "$R18" "${FAST[@]}" --csv "$T/x.csv" --trace "$T/x.json" 2>&1)
+[ $? = 2 ] && grep -q "must name different files" <<<"$out" && ok || bad "--trace onto the CSV's JSON: $out"
+out=$("$BENCH" run "$R18" "${FAST[@]}" --trace "$T/no/dir/t.json" 2>&1)
+[ $? = 2 ] && grep -q "^bench: --trace: cannot write" <<<"$out" && ok || bad "--trace into a missing folder: $out"
+
+echo "test_trace: $pass passed, $fail failed"
+[ $fail = 0 ]
