@@ -12,6 +12,16 @@ typedef struct backend_options {
     bool algo_heuristic;    /* CUDA: take cuDNN's heuristic choice instead of timing the candidates */
 } backend_options;
 
+/* The machine's ceilings for the roofline (backend_ops.peaks). */
+typedef struct backend_peaks {
+    double flops_per_s;       /* 0: unknown */
+    double bytes_per_s;       /* from memory (DRAM, HBM), working sets far beyond the caches */
+    double cache_bytes_per_s; /* the same stream over a working set the caches hold; 0: unknown */
+    int64_t cache_bytes;      /* up to this many bytes, a layer run warm streams from the caches */
+    char compute_probe[160];  /* e.g. "cblas_sgemm 1536x1536x1536, 2 threads, best of runs" */
+    char bandwidth_probe[160];
+} backend_peaks;
+
 typedef struct backend_ops {
     const char *name;
     /* Creates the backend's context. On failure err says why in one line
@@ -86,6 +96,11 @@ typedef struct backend_ops {
     /* Optional: forgets the last failure once the caller has dealt with it, so that one
      * failed layer does not fail the next. Called before each layer is set up. */
     void (*clear_error)(void *ctx);
+    /* Optional: the roofline's ceilings, measured on this machine as the backend runs
+     * (its threads, its math mode): FP32 FLOP/s of a large matrix product, and bytes/s of
+     * a stream (reads plus writes) over memory larger than the caches and over a few MiB
+     * the caches hold, each the best of a few runs (about 0.3 s together). */
+    bench_status (*peaks)(void *ctx, backend_peaks *p);
 } backend_ops;
 
 typedef struct backend {

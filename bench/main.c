@@ -77,6 +77,9 @@ static const char usage_text[] =
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
     "                    time, noise, inmodel, gflops\n"
     "  --top N           rows in the per-layer and by-shape tables (default all)\n"
+    "  --no-peaks        run, sweep: skip measuring the machine's ceilings (a large matrix\n"
+    "                    product and a memory stream, about 0.3 s per backend), and with\n"
+    "                    them the roofline columns\n"
     "  --no-progress     do not show the running layer on stderr\n"
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
@@ -100,6 +103,7 @@ typedef struct cli {
     bool tf32;
     bool algo_heuristic;
     bool resume;
+    bool no_peaks;           /* --no-peaks */
     const char *mode;        /* --mode as given */
     const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
     double threshold;        /* compare: fraction */
@@ -164,7 +168,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME };
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -185,6 +189,7 @@ static const struct option long_opts[] = {
     {"csv", required_argument, NULL, OPT_CSV},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"stacks", required_argument, NULL, OPT_STACKS},
+    {"no-peaks", no_argument, NULL, OPT_NO_PEAKS},
     {"sort", required_argument, NULL, OPT_SORT},
     {"top", required_argument, NULL, OPT_TOP},
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
@@ -309,6 +314,7 @@ static int parse_cli(int argc, char **argv, cli *c)
         case OPT_NOPROGRESS: c->no_progress = true; break;
         case OPT_TF32: c->tf32 = true; break;
         case OPT_RESUME: c->resume = true; break;
+        case OPT_NO_PEAKS: c->no_peaks = true; break;
         case OPT_ALGO:
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return usage_error("--algo expects search or heuristic, got '%s'", optarg);
@@ -644,6 +650,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
                 .n_backends = nb, .skipped = skipped},
         .sweep_progress = sweep && c->mo.progress,
+        .probe_peaks = !c->no_peaks,
     };
     bench_catch_signals();
     rc = runner_execute(m, &plan, &mo);

@@ -649,6 +649,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
     backend_clear_error(b);
+    int64_t free_before = ops->mem_available ? ops->mem_available(b->ctx) : -1;
     float *host = bench_alloc_floats(shape_numel(&m->input));
     if (host) {
         layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
@@ -694,6 +695,10 @@ static void setup_model(const model *m, const backend *b, const measure_options 
             snprintf(why, sizeof why, "not run: setting up layer '%s' failed: %s", l->name,
                      st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
         }
+    }
+    if (!*why && free_before >= 0) {
+        int64_t free_after = ops->mem_available(b->ctx);
+        res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
     }
     if (*why) {
         model_rows(res, b, ROW_FAILED, why);
@@ -849,6 +854,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     int n = m->n_layers;
     memset(out, 0, sizeof *out);
     out->m = m;
+    out->forward_device_bytes = -1;
     out->backend = b->ops->name;
     out->mode = mode;
     out->threads = backend_threads(b);

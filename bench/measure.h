@@ -118,6 +118,9 @@ typedef struct run_result {
     layer_result upload;    /* model input, host to device */
     layer_result download;  /* model output, device to host */
     double seconds;         /* wall time the measurement took */
+    int64_t forward_device_bytes; /* device memory the chained forward's setup took (free memory before
+                                     minus after: activations, weights, workspaces); -1 unknown */
+    backend_peaks peaks;    /* the backend's measured ceilings (runner: --no-peaks leaves them 0) */
 } run_result;
 
 /* Times every layer of m alone in the given mode; with with_model, also the chained

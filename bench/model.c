@@ -88,7 +88,10 @@ int64_t model_memory_bytes(const model *m)
         floats += 2 * l->n_weight_floats; /* the chain's copy and the isolated layer's own */
         if (!layer_desc_get(l->kind)->aliases_input)
             floats += shape_numel(&l->out);
-        max_in = shape_numel(&l->in) > max_in ? shape_numel(&l->in) : max_in;
+        int64_t ins = 0; /* the isolated layers' input area holds all of a layer's inputs */
+        for (int k = 0; k < l->n_inputs; k++)
+            ins += shape_numel(&l->ins[k]);
+        max_in = ins > max_in ? ins : max_in;
         max_out = shape_numel(&l->out) > max_out ? shape_numel(&l->out) : max_out;
     }
     return 4 * (floats + 2 * max_in + max_out); /* + the isolated layers' shared buffers */
@@ -105,4 +108,45 @@ bench_status model_check_memory(const model *m, int64_t available, const char *w
         return BENCH_ERR_USAGE;
     }
     return BENCH_OK;
+}
+
+void model_memory_plan(const model *m, model_memory *mm)
+{
+    int n = m->n_layers;
+    memset(mm, 0, sizeof *mm);
+    mm->peak_layer = -1;
+    /* per value (0 the input, i+1 layer i's output): its bytes if it owns storage, and
+     * the last layer that reads it, through views */
+    int64_t *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *delta = xcalloc((size_t)n + 2, sizeof *delta);
+    int *last = xmalloc(((size_t)n + 1) * sizeof *last);
+    for (int v = 0; v <= n; v++) {
+        last[v] = v - 1; /* a value nobody reads lives while it is written */
+        if (model_storage_of(m, v) == v)
+            bytes[v] = 4 * shape_numel(model_value_shape(m, v));
+        mm->all_activation_bytes += v > 0 ? bytes[v] : 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        mm->weight_bytes += 4 * l->n_weight_floats;
+        for (int k = 0; k < l->n_inputs; k++) {
+            int s = model_storage_of(m, l->inputs[k]);
+            last[s] = i > last[s] ? i : last[s];
+        }
+    }
+    if (n > 0)
+        last[model_storage_of(m, n)] = n - 1; /* the model's output is kept */
+    for (int v = 0; v <= n; v++) {
+        if (!bytes[v])
+            continue;
+        int born = v > 0 ? v - 1 : 0, dies = last[v] < born ? born : last[v];
+        delta[born] += bytes[v];
+        delta[dies + 1] -= bytes[v];
+    }
+    int64_t live = 0;
+    for (int i = 0; i < n; i++) {
+        live += delta[i];
+        if (live > mm->peak_activation_bytes)
+            mm->peak_activation_bytes = live, mm->peak_layer = i;
+    }
+    free(bytes), free(delta), free(last);
 }

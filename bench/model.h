@@ -39,6 +39,19 @@ const shape_t *model_value_shape(const model *m, int value);
  * input and output buffers the isolated layers share. */
 int64_t model_memory_bytes(const model *m);
 
+/* The memory of the chained forward, planned from the tensors' lifetimes as a framework
+ * frees them (PyTorch's inference: a tensor goes once its last reader ran; views share
+ * their input's storage; the model's input lives until its last reader, its output to
+ * the end). Workspaces are not counted. */
+typedef struct model_memory {
+    int64_t weight_bytes;            /* every layer's weights */
+    int64_t peak_activation_bytes;   /* the most activation bytes alive at once */
+    int peak_layer;                  /* the layer running then; -1 for an empty model */
+    int64_t all_activation_bytes;    /* every layer's output at once (what layerbench's chained
+                                        forward allocates, for the in-model view), input aside */
+} model_memory;
+void model_memory_plan(const model *m, model_memory *mm);
+
 /* Refuses a model that would not fit in memory, before anything is allocated: returns
  * BENCH_ERR_USAGE with "needs X, Y available" in err. available < 0 means the host's
  * available memory; where names the memory in the message ("" for the host). */

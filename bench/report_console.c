@@ -35,6 +35,25 @@ char *report_format_count(double v, char *buf, size_t len)
 
 static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (double)flops / seconds * 1e-9 : 0.0; }
 
+bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, double *pct,
+                     const char **bound)
+{
+    if (!(seconds > 0) || bytes <= 0 || !(pk->flops_per_s > 0) || !(pk->bytes_per_s > 0))
+        return false;
+    /* a layer run warm whose data the caches hold streams from them */
+    bool cached = !cold && pk->cache_bytes_per_s > 0 && bytes <= pk->cache_bytes;
+    double bw = cached ? pk->cache_bytes_per_s : pk->bytes_per_s;
+    double intensity = (double)flops / (double)bytes, balance = pk->flops_per_s / bw;
+    if (flops == 0 || intensity < balance) {
+        *bound = cached ? "cache" : "memory";
+        *pct = 100 * ((double)bytes / seconds) / bw;
+    } else {
+        *bound = "compute";
+        *pct = 100 * ((double)flops / seconds) / pk->flops_per_s;
+    }
+    return true;
+}
+
 /* ---- per-layer table ------------------------------------------------------------------- */
 
 typedef struct console {
@@ -132,13 +151,14 @@ static void print_layers(console *c, const run_result *res)
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
     char title[256];
     snprintf(title, sizeof title, "Per-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the "
-                                  "layer inside the chained forward)%s",
+                                  "layer inside the chained forward; Roofline: percent of the roof at the layer's "
+                                  "intensity, memory- or FLOP-bound)%s",
              res->mode, c->ro.sort, shown < n ? ", top rows" : "", c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
-    table *t = table_new(14, "rllllrrlrrrrrl");
+    table *t = table_new(15, "rllllrrlrrrrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise",
-                           "In-model", "%Total", "GFLOP/s", "Impl"};
-    for (int k = 0; k < 14; k++)
+                           "In-model", "%Total", "GFLOP/s", "Roofline", "Impl"};
+    for (int k = 0; k < 15; k++)
         table_header(t, k, heads[k], k == 1 ? 40 : 0);
     for (int k = 0; k < shown; k++) {
         int i = rows[k];
@@ -165,9 +185,16 @@ static void print_layers(console *c, const run_result *res)
                 table_cell(t, "%.1f", gflops(l->flops, r->st.median));
             else
                 table_cell(t, "-");
+            double roof;
+            const char *bound;
+            if (report_roofline(l->flops, l->bytes, r->st.median, r->mode && !strcmp(r->mode, "cold"), &res->peaks,
+                                &roof, &bound))
+                table_cell(t, "%.0f%% %s", roof, bound[0] == 'm' ? "mem" : bound[0] == 'c' && bound[1] == 'a' ? "cache" : "fp");
+            else
+                table_cell(t, "-");
         } else {
             table_cell(t, "%s", row_status_name(r->status));
-            table_cell(t, "-"), table_cell(t, "%s", inm), table_cell(t, "-"), table_cell(t, "-");
+            table_cell(t, "-"), table_cell(t, "%s", inm), table_cell(t, "-"), table_cell(t, "-"), table_cell(t, "-");
         }
         table_cell(t, "%s%s%s", r->impl, r->note[0] && r->impl[0] ? "  " : "", r->note);
         table_end_row(t);
@@ -425,6 +452,37 @@ static void print_inmodel(console *c, const run_result *res)
     table_free(t);
 }
 
+/* The roofline's ceilings and the forward's memory. */
+static void print_machine(console *c, const run_result *res)
+{
+    const backend_peaks *pk = &res->peaks;
+    char v[64], a[32], b[32], d[32], e[32];
+    if (pk->flops_per_s > 0 && pk->bytes_per_s > 0) {
+        snprintf(v, sizeof v, "%.1f GFLOP/s, %.1f GB/s", pk->flops_per_s * 1e-9, pk->bytes_per_s * 1e-9);
+        char cache[96] = "";
+        if (pk->cache_bytes_per_s > 0)
+            snprintf(cache, sizeof cache, "; from the caches %.1f GB/s, for layers of up to %s run warm",
+                     pk->cache_bytes_per_s * 1e-9, bench_format_bytes(pk->cache_bytes, a, sizeof a));
+        summary_line(c, "peaks (measured)", v, "(memory balance %.1f FLOP/byte%s: %s; %s)",
+                     pk->flops_per_s / pk->bytes_per_s, cache, pk->compute_probe, pk->bandwidth_probe);
+    }
+    model_memory mm;
+    model_memory_plan(res->m, &mm);
+    int64_t ws = 0;
+    for (int i = 0; i < res->m->n_layers; i++)
+        ws = res->layers[i].workspace_bytes > ws ? res->layers[i].workspace_bytes : ws;
+    summary_line(c, "memory of the forward", bench_format_bytes(mm.weight_bytes + mm.peak_activation_bytes + ws, v, sizeof v),
+                 "(weights %s + activations at most %s, while %s runs, + the largest workspace %s, if each tensor is "
+                 "freed after its last reader)",
+                 bench_format_bytes(mm.weight_bytes, a, sizeof a), bench_format_bytes(mm.peak_activation_bytes, b, sizeof b),
+                 mm.peak_layer >= 0 ? res->m->layers[mm.peak_layer].name : "-", bench_format_bytes(ws, d, sizeof d));
+    if (res->forward_device_bytes >= 0)
+        summary_line(c, "device memory of the forward", bench_format_bytes(res->forward_device_bytes, v, sizeof v),
+                     "(measured: free memory before minus after its setup; it holds all %s of activations at once, "
+                     "for the in-model view, and every layer's own workspace)",
+                     bench_format_bytes(mm.all_activation_bytes, e, sizeof e));
+}
+
 static void print_summary(console *c, const run_result *res)
 {
     const layer_result *ch = &res->chained;
@@ -443,6 +501,7 @@ static void print_summary(console *c, const run_result *res)
                  skipped ? "(skipped and failed layers not included)" : "");
     if (!res->has_model)
         return;
+    print_machine(c, res);
     if (!row_timed(ch)) {
         summary_line(c, "chained forward", "not run", "%s", ch->note);
         return;

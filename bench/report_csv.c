@@ -29,6 +29,10 @@
     X(macs, 1, "multiply-accumulates (conv2d, linear)")                                                          \
     X(flops, 1, "floating-point operations, see docs/flops.md")                                                 \
     X(bytes, 1, "bytes read and written if every tensor moves once (inputs, weights, output)")                   \
+    X(intensity, 1, "arithmetic intensity, flops / bytes (FLOP per byte): where the row sits on the roofline's x axis") \
+    X(weight_bytes, 1, "bytes of the layer's weights (the model row: all weights)")                           \
+    X(input_bytes, 1, "bytes of the layer's inputs (the model row: the model's input)")                       \
+    X(output_bytes, 1, "bytes of the layer's output; 0 for a view (the model row: the model's output)")       \
     X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
     X(inputs, 1, "layer_index of the layers whose outputs this layer reads, space-separated; -1 is the model input") \
     X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
@@ -56,6 +60,12 @@
     X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
     X(gbytes_per_s, 0, "bytes / median, 1e9 per second")                                                       \
+    X(peak_gflops_per_s, 0, "the backend's compute ceiling measured at the start of the run (a large SGEMM), 1e9 FLOP per second; empty with --no-peaks") \
+    X(peak_gbytes_per_s, 0, "the backend's bandwidth ceiling measured at the start of the run (STREAM triad on the CPU, a device copy on a GPU), 1e9 bytes per second") \
+    X(peak_cache_gbytes_per_s, 0, "the same stream over a working set the caches hold (3 MiB on the CPU, an eighth of the L2 on a GPU), 1e9 bytes per second") \
+    X(bound, 0, "what limits the row on the roofline: memory when its intensity is below the balance (peak_gflops / peak_gbytes) or it has no FLOPs; cache instead when it was timed warm (not cold) and its bytes fit the last-level cache (the JSON's peaks.cache_bytes), against the cache stream; else compute") \
+    X(roof_pct, 0, "achieved rate as a percent of the roof at its intensity: gbytes_per_s against the memory or cache stream when memory- or cache-bound, gflops_per_s / peak_gflops_per_s when compute-bound") \
+    X(peak_bytes, 0, "memory the row needs at its peak: a layer alone, its weights, inputs, output and workspace; the model rows, all weights, the most activations alive at once in a forward that frees each tensor after its last reader, and the largest workspace") \
     X(items_per_s, 0, "batch / median: images per second, model rows only")                                    \
     X(note, 0, "why a row was skipped, failed or reused; how batch mode launched")
 
@@ -162,6 +172,14 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(macs, "%lld", (long long)l->macs);
     SET(flops, "%lld", (long long)l->flops);
     SET(bytes, "%lld", (long long)l->bytes);
+    if (l->bytes > 0)
+        SET(intensity, "%.4f", (double)l->flops / (double)l->bytes);
+    int64_t in_bytes = 0;
+    for (int k = 0; k < l->n_inputs; k++)
+        in_bytes += 4 * shape_numel(&l->ins[k]);
+    SET(weight_bytes, "%lld", (long long)(4 * l->n_weight_floats));
+    SET(input_bytes, "%lld", (long long)in_bytes);
+    SET(output_bytes, "%lld", (long long)(layer_desc_get(l->kind)->aliases_input ? 0 : 4 * shape_numel(&l->out)));
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
     /* value ids: 0 is the model input, v > 0 the output of layer v - 1 */
     size_t off = 0;
@@ -205,6 +223,24 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
         SET(gflops_per_s, "%.3f", (double)flops / s->median * 1e-9);
         SET(gbytes_per_s, "%.3f", (double)bytes / s->median * 1e-9);
     }
+    double pct;
+    const char *bound;
+    if (r->mode && strcmp(r->mode, "transfer") != 0 &&
+        report_roofline(flops, bytes, s->median, strcmp(r->mode, "cold") == 0, &res->peaks, &pct, &bound)) {
+        SET(bound, "%s", bound);
+        SET(roof_pct, "%.2f", pct);
+    }
+}
+
+/* The ceilings, on every row of a backend that measured them. */
+static void fill_peaks(row_t row, const run_result *res)
+{
+    if (res->peaks.flops_per_s > 0 && res->peaks.bytes_per_s > 0) {
+        SET(peak_gflops_per_s, "%.3f", res->peaks.flops_per_s * 1e-9);
+        SET(peak_gbytes_per_s, "%.3f", res->peaks.bytes_per_s * 1e-9);
+        if (res->peaks.cache_bytes_per_s > 0)
+            SET(peak_cache_gbytes_per_s, "%.3f", res->peaks.cache_bytes_per_s * 1e-9);
+    }
 }
 
 typedef struct csv_reporter {
@@ -233,7 +269,18 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(bytes, "%lld", (long long)t.bytes);
     SET(parameters, "-");
     SET(inputs, "-1");
+    if (t.bytes > 0)
+        SET(intensity, "%.4f", (double)t.flops / (double)t.bytes);
+    model_memory mm;
+    model_memory_plan(m, &mm);
+    int64_t ws = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        ws = res->layers[i].workspace_bytes > ws ? res->layers[i].workspace_bytes : ws;
+    SET(weight_bytes, "%lld", (long long)mm.weight_bytes);
+    SET(input_bytes, "%lld", (long long)(4 * shape_numel(&m->input)));
+    SET(output_bytes, "%lld", (long long)(4 * shape_numel(&m->layers[m->n_layers - 1].out)));
     fill_stats(row, res, r, t.flops, t.bytes);
+    SET(peak_bytes, "%lld", (long long)(mm.weight_bytes + mm.peak_activation_bytes + ws));
     if (row_timed(r))
         SET(items_per_s, "%.3f", (double)m->batch / r->st.median);
 }
@@ -276,6 +323,9 @@ static bench_status csv_run(reporter *rep, const run_result *res)
             fill_layer(row, m, i);
             SET(mode, "%s", res->mode);
             fill_stats(row, res, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
+            SET(peak_bytes, "%lld",
+                (long long)(atoll(row[COL_weight_bytes]) + atoll(row[COL_input_bytes]) + atoll(row[COL_output_bytes]) +
+                            res->layers[i].workspace_bytes));
         } else if (!res->has_model) {
             break;
         } else if (i < 2 * n) {
@@ -294,6 +344,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
         }
         SET(backend, "%s", res->backend);
         SET(threads, "%d", res->threads);
+        fill_peaks(row, res);
         csv_write(&c->buf, row, false);
     }
     free(r);
@@ -463,6 +514,7 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
                   ctx->resumed_sets);
     strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", ctx->floors ? ctx->floors : "");
+    strbuf_printf(f, ",\n  \"peaks\": {%s}", ctx->peaks ? ctx->peaks : "");
     strbuf_printf(f, ",\n  \"warnings\": [");
     for (const char *w = ctx->warnings; w && *w;) {
         const char *nl = strchr(w, '\n');

@@ -16,9 +16,40 @@ static bool is_done(const runner_plan *p, const char *backend, int64_t batch)
     return false;
 }
 
-static void add_completed(strbuf *b, const char *backend, int64_t batch)
+/* A finished (backend, batch) set for the JSON; with its memory where it was measured
+ * here (not for sets kept by --resume). */
+static void add_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
+                          int64_t device_bytes)
 {
-    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld}", b->len ? ", " : "", backend, (long long)batch);
+    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
+    if (m) {
+        model_memory mm;
+        model_memory_plan(m, &mm);
+        strbuf_printf(b, ", \"memory\": {\"weight_bytes\": %lld, \"peak_activation_bytes\": %lld, \"peak_layer\": ",
+                      (long long)mm.weight_bytes, (long long)mm.peak_activation_bytes);
+        strbuf_json(b, mm.peak_layer >= 0 ? m->layers[mm.peak_layer].name : "");
+        strbuf_printf(b, ", \"largest_workspace_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
+                         "\"all_activation_bytes\": %lld",
+                      (long long)workspace, (long long)(mm.weight_bytes + mm.peak_activation_bytes + workspace),
+                      (long long)mm.all_activation_bytes);
+        if (device_bytes >= 0)
+            strbuf_printf(b, ", \"forward_device_bytes_measured\": %lld", (long long)device_bytes);
+        strbuf_append(b, "}", 1);
+    }
+    strbuf_append(b, "}", 1);
+}
+
+/* The ceilings of one backend, as a JSON member. */
+static void add_peaks(strbuf *peaks, const char *backend, const backend_peaks *pk)
+{
+    strbuf_printf(peaks, "%s\"%s\": {\"flops_per_s\": %.4e, \"bytes_per_s\": %.4e, \"cache_bytes_per_s\": %.4e, "
+                         "\"cache_bytes\": %lld, \"compute_probe\": ",
+                  peaks->len ? ", " : "", backend, pk->flops_per_s, pk->bytes_per_s, pk->cache_bytes_per_s,
+                  (long long)pk->cache_bytes);
+    strbuf_json(peaks, pk->compute_probe);
+    strbuf_append(peaks, ", \"bandwidth_probe\": ", 21);
+    strbuf_json(peaks, pk->bandwidth_probe);
+    strbuf_append(peaks, "}", 1);
 }
 
 static bool write_json(runner_plan *p, const char *state, const strbuf *completed, const char *where)
@@ -111,13 +142,14 @@ static void add_floor(strbuf *floors, const char *backend, const timer_floor *f)
 
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
-    strbuf completed = {0}, warnings = {0}, floors = {0};
+    strbuf completed = {0}, warnings = {0}, floors = {0}, peaks_json = {0};
+    backend_peaks *peaks = xcalloc((size_t)p->n_backends, sizeof *peaks);
     char err[1024], where[1200] = "", bw[2048];
     bool failed = false, io_ok = true, interrupted = false;
     timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
     bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
     for (int i = 0; i < p->n_done; i++)
-        add_completed(&completed, p->done[i].backend, p->done[i].batch);
+        add_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1);
     p->ctx.resumed_sets = p->n_done;
     env_check_host(&warnings);
     for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
@@ -145,7 +177,24 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 floor_known[k] = true;
                 add_floor(&floors, bk->ops->name, &floor[k]);
                 p->ctx.floors = floors.data;
+                if (p->probe_peaks && bk->ops->peaks) {
+                    if (mo->progress)
+                        fprintf(stderr, "\r\033[K%s: measuring the machine's peaks (--no-peaks skips it)",
+                                bk->ops->name);
+                    if (bk->ops->peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
+                        add_peaks(&peaks_json, bk->ops->name, &peaks[k]);
+                        p->ctx.peaks = peaks_json.data;
+                    } else {
+                        char line[700];
+                        snprintf(line, sizeof line, "%s: the peaks could not be measured (no roofline): %s",
+                                 bk->ops->name, backend_last_error(bk));
+                        warn(&warnings, line);
+                        memset(&peaks[k], 0, sizeof peaks[k]);
+                    }
+                    backend_clear_error(bk);
+                }
             }
+            int64_t workspace = 0, device_bytes = -1;
             /* every timing mode asked for; the whole-model rows once, with the first */
             for (int md = 0; !interrupted && md < p->n_modes; md++) {
                 run_result res;
@@ -162,6 +211,11 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                         failed = true;
                     }
                     result_warnings(&warnings, &res, mo);
+                    res.peaks = peaks[k];
+                    for (int i = 0; i < m->n_layers; i++)
+                        workspace = res.layers[i].workspace_bytes > workspace ? res.layers[i].workspace_bytes : workspace;
+                    if (res.has_model)
+                        device_bytes = res.forward_device_bytes;
                     for (int r = 0; r < p->n_reps; r++)
                         io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;
                 }
@@ -177,7 +231,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             for (int r = 0; r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            add_completed(&completed, bk->ops->name, batch);
+            add_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes);
             if (b + 1 < p->n_batches || k + 1 < p->n_backends)
                 io_ok &= write_json(p, "running", &completed, NULL);
         }
@@ -191,8 +245,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     if (interrupted)
         fprintf(stderr, "\nbench: interrupted during %s; %s\n", where,
                 completed.len ? "the finished sets are kept (--resume continues)" : "nothing had finished");
-    strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors);
-    free(floor), free(floor_known);
+    strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors), strbuf_free(&peaks_json);
+    free(floor), free(floor_known), free(peaks);
     if (interrupted)
         return 128 + bench_interrupted;
     return failed || !io_ok ? 1 : 0;

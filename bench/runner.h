@@ -35,6 +35,7 @@ typedef struct runner_plan {
     report_context ctx;          /* for the JSON context; state, completed, interrupted, floors and
                                   * warnings are set here */
     bool sweep_progress;         /* say on stderr which set is running */
+    bool probe_peaks;            /* measure each backend's ceilings for the roofline (not --no-peaks) */
 } runner_plan;
 
 /* Runs the plan on m (whose batch it changes). Returns the exit status: 0, 1 when a row

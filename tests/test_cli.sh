@@ -18,7 +18,7 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
 SMOKE=$SRC/configs/smoke.yaml
 R18=$SRC/configs/resnet18.yaml
 
@@ -72,7 +72,7 @@ expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 # docs/config.md's examples (squeeze-and-excitation, Inception branches, a U-Net step) are valid and correct
 expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
-[ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
+[ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
 cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not deterministic"
 
@@ -149,6 +149,21 @@ else
     bad "--backend cuda without a GPU: exit $rc: $(cat "$T/cuda.out")"
 fi
 expect 0 "chained forward median" -- "$BENCH" run "$SMOKE" --backend all "${FAST[@]}"
+
+# the roofline: the machine's peaks measured, in the JSON, on every timed row of the CSV
+# with the bound and the percent of the roof; the forward's memory in the summary and JSON
+NOPEAKS=()
+for a in "${FAST[@]}"; do [ "$a" = --no-peaks ] || NOPEAKS+=("$a"); done
+"$BENCH" run "$SMOKE" "${NOPEAKS[@]}" --csv "$T/roof.csv" >"$T/roof.out" 2>&1
+grep -qE "^  peaks \(measured\) +[0-9.]+ GFLOP/s, [0-9.]+ GB/s" "$T/roof.out" &&
+  grep -qE "^  memory of the forward +[0-9.]+ KiB +\(weights" "$T/roof.out" && ok || bad "summary: $(grep -A12 '^Summary' "$T/roof.out")"
+grep -q '"peaks": {"cpu": {"flops_per_s": [1-9]' "$T/roof.json" && grep -q '"memory": {"weight_bytes": 4520, "peak_activation_bytes": ' "$T/roof.json" &&
+  ok || bad "JSON peaks and memory: $(grep -E 'peaks|memory' "$T/roof.json")"
+awk -F, "$COLS"' $c["mode"]=="warm" || $c["mode"]=="batch" { n++; if ($c["bound"] !~ /^(memory|cache|compute)$/ || $c["roof_pct"] <= 0 || $c["peak_gflops_per_s"] <= 0 || $c["peak_bytes"] <= 0) bad++ }
+  END {exit !(n > 0 && !bad)}' "$T/roof.csv" && ok || bad "roofline columns: $(cut -d, -f1-5 "$T/roof.csv" | head -3)"
+"$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/noroof.csv" >/dev/null 2>&1
+awk -F, "$COLS"' $c["bound"] != "" || $c["peak_gflops_per_s"] != "" {bad++} END {exit bad}' "$T/noroof.csv" && ok ||
+  bad "--no-peaks left roofline columns"
 
 # the block roll-up (module hierarchy) and markdown tables
 "$BENCH" run "$R18" "${FAST[@]}" --group-by block >"$T/blocks.out" 2>&1

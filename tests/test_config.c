@@ -318,6 +318,46 @@ static void test_zoo(const char *configs, const char *data)
     model_free(m);
 }
 
+/* The forward's memory plan against hand-computed lifetimes. */
+static void test_memory_plan(void)
+{
+    model *m;
+    char err[512];
+    model_memory mm;
+    /* input 128 B; a 256 B; b 256 B; flatten a view of b; fc 40 B. Alive while each runs:
+     * a: input + a = 384; b: a + b = 512; flatten: b = 256; fc: b + fc = 296 */
+    EXPECT(load_text("name: t\ninput: [2, 4, 4]\nlayers:\n"
+                     "  - {kind: conv2d, name: a, out_channels: 4, kernel_size: 3, padding: 1}\n"
+                     "  - {kind: relu, name: b}\n  - {kind: flatten}\n  - {kind: linear, name: fc, out_features: 10}\n",
+                     &m, err, sizeof err) == BENCH_OK,
+           "%s", err);
+    if (m) {
+        model_memory_plan(m, &mm);
+        EXPECT(mm.peak_activation_bytes == 512 && mm.peak_layer == 1, "peak %lld at layer %d, expected 512 at 1",
+               (long long)mm.peak_activation_bytes, mm.peak_layer);
+        EXPECT(mm.all_activation_bytes == 552 && mm.weight_bytes == 4 * (76 + 650), "all %lld, weights %lld",
+               (long long)mm.all_activation_bytes, (long long)mm.weight_bytes);
+        model_free(m);
+    }
+    /* a residual keeps its input until the add: input 256 B and four 256 B layers alive
+     * in pairs or threes: c1 512, relu 768, c2 768, add 768, relu after 512 */
+    EXPECT(load_text("name: t\ninput: [4, 4, 4]\nlayers:\n"
+                     "  - kind: residual\n    name: r\n    body:\n"
+                     "      - {kind: conv2d, name: c1, out_channels: 4, kernel_size: 3, padding: 1}\n"
+                     "      - {kind: relu, name: relu}\n"
+                     "      - {kind: conv2d, name: c2, out_channels: 4, kernel_size: 3, padding: 1}\n"
+                     "    after: [{kind: relu, name: out}]\n",
+                     &m, err, sizeof err) == BENCH_OK,
+           "%s", err);
+    if (m) {
+        model_memory_plan(m, &mm);
+        EXPECT(mm.peak_activation_bytes == 768 && mm.peak_layer == 1, "residual: peak %lld at layer %d",
+               (long long)mm.peak_activation_bytes, mm.peak_layer);
+        EXPECT(mm.all_activation_bytes == 5 * 256, "residual: all %lld", (long long)mm.all_activation_bytes);
+        model_free(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -328,6 +368,7 @@ int main(int argc, char **argv)
     test_bad();
     test_names();
     test_structures();
+    test_memory_plan();
     test_zoo(argv[1], argv[2]);
     unlink(tmp_path);
     return test_summary("test_config");

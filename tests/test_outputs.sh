@@ -20,7 +20,7 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
 SMOKE=$SRC/configs/smoke.yaml
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 

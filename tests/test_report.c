@@ -256,6 +256,32 @@ static void test_blocks(void)
     model_free(m);
 }
 
+/* The roofline: memory-, cache- or compute-bound by intensity against the balance, and
+ * the percent of the roof. */
+static void test_roofline(void)
+{
+    backend_peaks pk = {.flops_per_s = 100e9, .bytes_per_s = 10e9, .cache_bytes_per_s = 50e9, .cache_bytes = 1 << 20};
+    double pct;
+    const char *bound;
+    /* 1 FLOP/byte, 100 MB in 20 ms: 5 GB/s of 10, memory-bound (balance 10) */
+    EXPECT(report_roofline(100000000, 100000000, 0.02, false, &pk, &pct, &bound) && !strcmp(bound, "memory") &&
+               fabs(pct - 50) < 1e-9,
+           "memory: %s %g", bound, pct);
+    /* 1 MB that the caches hold, run warm: against 50 GB/s; cold: against memory */
+    EXPECT(report_roofline(0, 1000000, 1e-4, false, &pk, &pct, &bound) && !strcmp(bound, "cache") && fabs(pct - 20) < 1e-9,
+           "cache: %s %g", bound, pct);
+    EXPECT(report_roofline(0, 1000000, 1e-4, true, &pk, &pct, &bound) && !strcmp(bound, "memory") &&
+               fabs(pct - 100) < 1e-9,
+           "cold: %s %g", bound, pct);
+    /* 100 FLOP/byte: 80 GFLOP in 1 s is 80% of the compute roof */
+    EXPECT(report_roofline(80000000000, 800000000, 1.0, false, &pk, &pct, &bound) && !strcmp(bound, "compute") &&
+               fabs(pct - 80) < 1e-9,
+           "compute: %s %g", bound, pct);
+    backend_peaks none = {0};
+    EXPECT(!report_roofline(1, 1, 1.0, false, &none, &pct, &bound) && !report_roofline(1, 0, 1.0, false, &pk, &pct, &bound),
+           "unknown without peaks or bytes");
+}
+
 /* Tables: text pads and truncates, markdown escapes '|' and aligns numbers right. */
 static void test_tables(void)
 {
@@ -297,6 +323,7 @@ int main(void)
 {
     test_csv_read();
     test_tables();
+    test_roofline();
     test_compare();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
-QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress)
+QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 for cfg in "$SRC"/configs/*.yaml; do
   name=$(basename "$cfg" .yaml)

@@ -480,6 +480,79 @@ static const char *cuda_describe(void *ctx)
     return c->description;
 }
 
+/* The roofline's ceilings on the GPU: cublasSgemm 8192^3 in the backend's math mode
+ * (strict FP32, or TF32 with --tf32) and a device-to-device copy of up to 1 GiB (bytes
+ * read plus written), each timed with events, the best of 5 after a warm-up; and, for
+ * layers whose data the L2 holds, copies of an eighth of the L2. Not held: these
+ * launches are long. */
+static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
+{
+    cuda_ctx *c = ctx;
+    cuda_env *env = &c->env;
+    memset(pk, 0, sizeof *pk);
+    size_t free_b = 0, total_b = 0;
+    if (!CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)))
+        return BENCH_ERR_BACKEND;
+    int n = 8192;
+    while (n > 1024 && (size_t)3 * n * n * sizeof(float) > free_b / 2)
+        n /= 2;
+    size_t copy = (size_t)1 << 30;
+    while (copy > ((size_t)64 << 20) && 2 * copy > free_b / 2)
+        copy /= 2;
+    size_t need = (size_t)3 * n * n * sizeof(float) > 2 * copy ? (size_t)3 * n * n * sizeof(float) : 2 * copy;
+    void *buf = NULL;
+    bool ok = CUDA_OK(env, cudaMalloc(&buf, need)) && CUDA_OK(env, cudaMemsetAsync(buf, 0x3c, need, env->stream));
+    float *a = buf, *b = a + (size_t)n * n, *d = b + (size_t)n * n;
+    const float one = 1.0f, zero = 0.0f;
+    float best_gemm = 1e30f, best_copy = 1e30f, ms = 0;
+    for (int r = 0; ok && r < 6; r++) { /* r = 0: warm-up */
+        ok = CUDA_OK(env, cudaEventRecord(c->start, env->stream)) &&
+             CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, d, n)) &&
+             CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+             CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+        if (ok && r > 0 && ms < best_gemm)
+            best_gemm = ms;
+        ok = ok && CUDA_OK(env, cudaEventRecord(c->start, env->stream)) &&
+             CUDA_OK(env, cudaMemcpyAsync((char *)buf + copy, buf, copy, cudaMemcpyDeviceToDevice, env->stream)) &&
+             CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+             CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+        if (ok && r > 0 && ms < best_copy)
+            best_copy = ms;
+    }
+    /* the caches: a copy of an eighth of the L2, 100 times between two events */
+    int l2 = 0;
+    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, env->device);
+    size_t small = l2 > 0 ? (size_t)l2 / 8 : 0;
+    if (small >= ((size_t)256 << 10) && small <= copy) {
+        float best_small = 1e30f;
+        for (int r = 0; ok && r < 4; r++) {
+            ok = CUDA_OK(env, cudaEventRecord(c->start, env->stream));
+            for (int k = 0; ok && k < 100; k++)
+                ok = CUDA_OK(env, cudaMemcpyAsync((char *)buf + small, buf, small, cudaMemcpyDeviceToDevice, env->stream));
+            ok = ok && CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+                 CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+            if (ok && r > 0 && ms < best_small)
+                best_small = ms;
+        }
+        if (ok) {
+            pk->cache_bytes_per_s = 2.0 * (double)small * 100 / (best_small * 1e-3);
+            pk->cache_bytes = l2 / 2;
+        }
+    }
+    if (buf)
+        CUDA_OK(env, cudaFree(buf));
+    if (!ok)
+        return BENCH_ERR_BACKEND;
+    pk->flops_per_s = 2.0 * (double)n * n * n / (best_gemm * 1e-3);
+    pk->bytes_per_s = 2.0 * (double)copy / (best_copy * 1e-3);
+    snprintf(pk->compute_probe, sizeof pk->compute_probe, "cublasSgemm %dx%dx%d, %s, best of 5", n, n, n,
+             env->tf32 ? "TF32 allowed" : "FP32");
+    snprintf(pk->bandwidth_probe, sizeof pk->bandwidth_probe,
+             "device-to-device copy of %zu MiB, read + written, best of 5 (and %zu KiB, 100 times, for the L2)",
+             copy >> 20, small >> 10);
+    return BENCH_OK;
+}
+
 const backend_ops backend_cuda_ops = {
     .name = "cuda",
     .init = cuda_init,
@@ -511,4 +584,5 @@ const backend_ops backend_cuda_ops = {
     .tolerance = cuda_tolerance,
     .last_error = cuda_last_error,
     .clear_error = cuda_clear_error,
+    .peaks = cuda_peaks,
 };
