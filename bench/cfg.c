@@ -783,7 +783,7 @@ static int parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     if (!name)
         return fail(c, root, "missing required key 'name'");
     if (!input)
-        return fail(c, root, "missing required key 'input' (per-sample shape [C, H, W] or [F])");
+        return fail(c, root, "missing required key 'input' (per-sample shape [C, H, W], [S, D] or [F])");
     if (name->type != YAML_SCALAR_NODE || !*scalar(name))
         return fail(c, name, "name: expected a non-empty string, got %s", node_type_name(name));
     /* a model name appears in every CSV row: no separators, quotes or formula starts */
@@ -801,10 +801,10 @@ static int parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     if (bn && parse_int(c, "batch", bn, 1, &cfg_batch))
         return -1;
     if (input->type != YAML_SEQUENCE_NODE)
-        return fail(c, input, "input: expected [C, H, W] or [F], got %s", node_type_name(input));
+        return fail(c, input, "input: expected [C, H, W], [S, D] (tokens) or [F], got %s", node_type_name(input));
     int rank = (int)(input->data.sequence.items.top - input->data.sequence.items.start);
-    if (rank != 3 && rank != 1)
-        return fail(c, input, "input: expected [C, H, W] or [F], got %d dimensions", rank);
+    if (rank < 1 || rank > 3)
+        return fail(c, input, "input: expected [C, H, W], [S, D] (tokens) or [F], got %d dimensions", rank);
     c->m->input.rank = rank + 1;
     c->m->input.d[0] = 1;
     for (int i = 0; i < rank; i++)

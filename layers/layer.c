@@ -10,7 +10,9 @@ extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_de
     layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
     layer_dropout_desc, layer_softmax_desc, layer_add_desc, layer_mul_desc, layer_concat_desc, layer_silu_desc,
     layer_hardswish_desc, layer_hardsigmoid_desc, layer_tanh_desc, layer_stochastic_depth_desc,
-    layer_conv_transpose2d_desc, layer_upsample_desc;
+    layer_conv_transpose2d_desc, layer_upsample_desc, layer_layernorm_desc, layer_gelu_desc,
+    layer_multihead_attention_desc, layer_transpose_desc, layer_class_token_desc, layer_pos_embedding_desc,
+    layer_select_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,
@@ -35,6 +37,13 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_STOCHASTIC_DEPTH] = &layer_stochastic_depth_desc,
     [LAYER_CONV_TRANSPOSE2D] = &layer_conv_transpose2d_desc,
     [LAYER_UPSAMPLE] = &layer_upsample_desc,
+    [LAYER_LAYERNORM] = &layer_layernorm_desc,
+    [LAYER_GELU] = &layer_gelu_desc,
+    [LAYER_MULTIHEAD_ATTENTION] = &layer_multihead_attention_desc,
+    [LAYER_TRANSPOSE] = &layer_transpose_desc,
+    [LAYER_CLASS_TOKEN] = &layer_class_token_desc,
+    [LAYER_POS_EMBEDDING] = &layer_pos_embedding_desc,
+    [LAYER_SELECT] = &layer_select_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)
@@ -58,7 +67,7 @@ int layer_kind_from_name(const char *name)
 
 const char *layer_kind_list(void)
 {
-    static char buf[256];
+    static char buf[1024];
     if (!buf[0]) {
         size_t off = 0;
         for (int k = 0; k < LAYER_KIND_COUNT; k++) {

@@ -5,8 +5,8 @@
  * and a plain-C reference used only by tests and `bench check`. Backends only know
  * how to run it (layers/cpu/, layers/cuda/).
  *
- * Tensors are float32, NCHW for rank 4 and [N, F] for rank 2. Shapes always carry
- * the batch in d[0].
+ * Tensors are float32, NCHW for rank 4, [N, S, D] (tokens) for rank 3 and [N, F] for
+ * rank 2. Shapes always carry the batch in d[0].
  */
 #ifndef LAYERBENCH_LAYER_H
 #define LAYERBENCH_LAYER_H
@@ -18,7 +18,7 @@
 #define SHAPE_MAX_RANK 4
 
 typedef struct shape {
-    int rank;                    /* 2 ([N, F]) or 4 ([N, C, H, W]) */
+    int rank;                    /* 2 ([N, F]), 3 ([N, S, D]) or 4 ([N, C, H, W]) */
     int64_t d[SHAPE_MAX_RANK];
 } shape_t;
 
@@ -65,12 +65,20 @@ typedef enum layer_kind {
     LAYER_STOCHASTIC_DEPTH,
     LAYER_CONV_TRANSPOSE2D,
     LAYER_UPSAMPLE,
+    LAYER_LAYERNORM,
+    LAYER_GELU,
+    LAYER_MULTIHEAD_ATTENTION,
+    LAYER_TRANSPOSE,
+    LAYER_CLASS_TOKEN,
+    LAYER_POS_EMBEDDING,
+    LAYER_SELECT,
     LAYER_KIND_COUNT
 } layer_kind;
 
-/* upsample's mode, stochastic_depth's mode */
+/* upsample's mode, stochastic_depth's mode, gelu's approximate */
 enum { UPSAMPLE_NEAREST, UPSAMPLE_BILINEAR };
 enum { STOCHASTIC_ROW, STOCHASTIC_BATCH };
+enum { GELU_NONE, GELU_TANH };
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -80,21 +88,27 @@ typedef struct layer_params {
     int64_t padding[2];
     int64_t dilation[2];
     int64_t groups;
-    bool bias;                   /* conv2d, linear */
+    bool bias;                   /* conv2d, linear, layernorm, multihead_attention */
     int64_t out_features;        /* linear */
     double eps;                  /* batchnorm2d */
     double momentum;             /* batchnorm2d: accepted, unused at inference */
-    bool affine;                 /* batchnorm2d */
+    bool affine;                 /* batchnorm2d; layernorm's elementwise_affine */
     int64_t output_size[2];      /* adaptive_avgpool2d */
     bool ceil_mode;              /* pools */
     bool count_include_pad;      /* avgpool2d */
-    double p;                    /* dropout: accepted, identity at inference */
+    double p;                    /* dropout, stochastic_depth, multihead_attention: identity at inference */
     bool inplace;                /* activations, dropout: accepted, see docs */
-    int64_t dim;                 /* softmax, concat */
+    int64_t dim;                 /* softmax, concat, select */
     int64_t output_padding[2];   /* conv_transpose2d */
     double scale_factor[2];      /* upsample; 0 when size is given instead */
-    int64_t mode;                /* upsample: UPSAMPLE_*; stochastic_depth: STOCHASTIC_* */
+    int64_t mode;                /* upsample: UPSAMPLE_*; stochastic_depth: STOCHASTIC_*; gelu: GELU_* */
     bool align_corners;          /* upsample (bilinear) */
+    int64_t normalized_shape;    /* layernorm: the last dimension */
+    int64_t embed_dim, num_heads;/* multihead_attention */
+    bool batch_first;            /* multihead_attention: accepted when true */
+    int64_t start_dim, end_dim;  /* flatten */
+    int64_t dim0, dim1;          /* transpose */
+    int64_t index;               /* select */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -192,6 +206,15 @@ int64_t layer_adaptive_window_sum(int64_t in, int64_t out);
 double layer_upsample_scale(const layer *l, int axis);
 int64_t layer_upsample_nearest(const layer *l, int axis, int64_t dst);
 void layer_upsample_linear(const layer *l, int axis, int64_t dst, int64_t *i0, int64_t *i1, double *w1);
+
+/* multihead_attention's weight blocks in torch's order (layers/transformer.c): the
+ * packed q, k, v projection [3E, E] and its bias [3E], the out projection [E, E] and its
+ * bias [E]; the biases are NULL without bias. */
+void layer_mha_weights(const layer *l, const float *w, const float **in_w, const float **in_b, const float **out_w,
+                       const float **out_b);
+
+/* transpose's input seen as [outer, a, mid, b, inner], a and b the dims it swaps. */
+void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner);
 
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);

@@ -5,8 +5,6 @@
 
 #include "kind_util.h"
 
-static const layer_param_spec no_params[] = {{NULL, 0, 0, false, 0, NULL}};
-
 static const layer_param_spec dropout_params[] = {
     {"p", LP_FLOAT, P_OFF(p), false, 0, NULL},
     {"inplace", LP_BOOL, P_OFF(inplace), false, 0, NULL},
@@ -23,11 +21,39 @@ static const layer_param_spec stochastic_params[] = {
     {NULL, 0, 0, false, 0, NULL},
 };
 
+static const layer_param_spec flatten_params[] = {
+    {"start_dim", LP_INT, P_OFF(start_dim), false, INT64_MIN, NULL},
+    {"end_dim", LP_INT, P_OFF(end_dim), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void flatten_defaults(layer_params *p)
+{
+    p->start_dim = 1;
+    p->end_dim = -1;
+}
+
+/* nn.Flatten(start_dim, end_dim): dims start..end merged into one ([N, C, H, W] with
+ * start_dim 2 gives [N, C, H*W]); never the batch (dim 0). A view. */
 static int flatten_infer(layer *l, char *err, size_t len)
 {
-    (void)err, (void)len;
-    /* torch.flatten(x, 1): [N, C, H, W] -> [N, C*H*W] */
-    l->out = (shape_t){2, {l->in.d[0], shape_numel(&l->in) / l->in.d[0]}};
+    int64_t r = l->in.rank, a = l->p.start_dim, b = l->p.end_dim;
+    a += a < 0 ? r : 0;
+    b += b < 0 ? r : 0;
+    if (a < 1 || a >= r || b < a || b >= r)
+        return kind_fail(err, len, "start_dim %lld and end_dim %lld must name dims 1 to %lld of a rank-%lld input, "
+                                   "start before end (dim 0 is the batch)",
+                         (long long)l->p.start_dim, (long long)l->p.end_dim, (long long)(r - 1), (long long)r);
+    shape_t o = {0, {0}};
+    for (int64_t i = 0; i < a; i++)
+        o.d[o.rank++] = l->in.d[i];
+    int64_t merged = 1;
+    for (int64_t i = a; i <= b; i++)
+        merged *= l->in.d[i];
+    o.d[o.rank++] = merged;
+    for (int64_t i = b + 1; i < r; i++)
+        o.d[o.rank++] = l->in.d[i];
+    l->out = o;
     return 0;
 }
 
@@ -53,7 +79,7 @@ static void copy_reference(const layer *l, const float *const *ins, const float 
 }
 
 const layer_desc layer_flatten_desc = {
-    .name = "flatten", .n_inputs = 1, .aliases_input = true, .params = no_params,
+    .name = "flatten", .n_inputs = 1, .aliases_input = true, .params = flatten_params, .defaults = flatten_defaults,
     .infer = flatten_infer, .count = view_count, .reference = copy_reference, .tolerance = 0.0,
 };
 

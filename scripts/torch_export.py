@@ -152,6 +152,30 @@ def module_layer(m):
         return "upsample", upsample_params(m.size, m.scale_factor, m.mode, m.align_corners)
     if StochasticDepth is not None and isinstance(m, StochasticDepth):
         return "stochastic_depth", {"p": m.p, "mode": m.mode}
+    if isinstance(m, nn.LayerNorm):
+        if len(m.normalized_shape) != 1:
+            raise Unsupported(f"LayerNorm over {tuple(m.normalized_shape)} (only the last dimension)")
+        p = {}
+        if m.eps != 1e-5:
+            p["eps"] = m.eps
+        if not m.elementwise_affine:
+            p["elementwise_affine"] = False
+        elif getattr(m, "bias", True) is None:
+            p["bias"] = False
+        return "layernorm", p
+    if isinstance(m, nn.GELU):
+        return "gelu", {"approximate": "tanh"} if m.approximate == "tanh" else {}
+    if isinstance(m, nn.MultiheadAttention):
+        if not m.batch_first:
+            raise Unsupported("MultiheadAttention with batch_first=False (layerbench's tokens are [N, S, E])")
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            raise Unsupported("MultiheadAttention with kdim/vdim, add_bias_kv or add_zero_attn")
+        p = {"embed_dim": m.embed_dim, "num_heads": m.num_heads}
+        if m.in_proj_bias is None:
+            p["bias"] = False
+        if m.dropout:
+            p["dropout"] = m.dropout
+        return "multihead_attention", p
     if isinstance(m, nn.Identity):
         return None
     raise Unsupported(f"module {type(m).__name__}")
@@ -187,6 +211,19 @@ def is_leaf(m):
 ELEMENTWISE = {"relu": "relu", "relu_": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "sigmoid_": "sigmoid",
                "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "tanh": "tanh",
                "tanh_": "tanh"}
+
+
+def flatten_dims(x, out):
+    """(start, end) such that flattening x's dims start..end gives out's shape, or None."""
+    xs, os_ = list(x.shape), list(out.shape)
+    for a in range(1, len(xs)):
+        for b in range(a, len(xs)):
+            merged = 1
+            for d in xs[a:b + 1]:
+                merged *= d
+            if xs[:a] + [merged] + xs[b + 1:] == os_:
+                return a, b
+    return None
 ADD = {"add", "add_", "__add__", "__iadd__", "__radd__"}
 MUL = {"mul", "mul_", "__mul__", "__imul__", "__rmul__"}
 
@@ -208,9 +245,36 @@ def function_layer(name, args, kwargs, out):
         return "concat", ({} if dim in (1, 1 - out.dim()) else {"dim": dim}), list(seq)
     if name in ("flatten", "view", "reshape"):
         x = tensors[0]
-        if out.dim() != 2 or out.shape[0] != x.shape[0]:
-            raise Unsupported(f"{name} to {tuple(out.shape)} (only flattening from dim 1)")
-        return "flatten", {}, [x]
+        dims = flatten_dims(x, out)
+        if dims is None:
+            raise Unsupported(f"{name} of {tuple(x.shape)} to {tuple(out.shape)} (only flattening dims, "
+                              f"never the batch)")
+        p = {}
+        if dims[0] != 1:
+            p["start_dim"] = dims[0]
+        if dims[1] != x.dim() - 1:
+            p["end_dim"] = dims[1]
+        return "flatten", p, [x]
+    if name in ("permute", "transpose", "swapaxes"):
+        x = tensors[0]
+        if name == "permute":
+            perm = list(args[1:]) if len(args) > 2 or not isinstance(args[1], (list, tuple)) else list(args[1])
+        else:
+            a, b = [d % x.dim() for d in args[1:3]]
+            perm = list(range(x.dim()))
+            perm[a], perm[b] = perm[b], perm[a]
+        moved = [i for i, d in enumerate(perm) if d != i]
+        if len(moved) != 2 or 0 in moved:
+            raise Unsupported(f"{name} {perm} (only swapping two dims other than the batch)")
+        return "transpose", {"dim0": moved[0], "dim1": moved[1]}, [x]
+    if name == "__getitem__":
+        x, idx = tensors[0], args[1]
+        if (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)):
+            return "select", ({"index": idx[1]} if idx[1] != 0 else {}), [x]
+        raise Unsupported(f"indexing with {idx!r} (only x[:, i])")
+    if name == "gelu":
+        approximate = kwargs.get("approximate", "none")
+        return "gelu", ({"approximate": "tanh"} if approximate == "tanh" else {}), tensors[:1]
     if name == "adaptive_avg_pool2d":
         size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
         return "adaptive_avgpool2d", {"output_size": compact(pair(size))}, tensors[:1]
@@ -239,6 +303,9 @@ class Trace(TorchFunctionMode):
     def __init__(self, model):
         super().__init__()
         self.names = {m: n for n, m in model.named_modules()}
+        self.param_names = {id(p): n for n, p in model.named_parameters()}
+        self.param_of = {}     # id(tensor) -> (name, numel) of the parameter it was derived from (expand)
+        self.calls = {}        # id(module) -> (args, kwargs) of its last call (MultiheadAttention)
         self.stack = []        # module paths of the modules being run
         self.leaf_depth = 0    # > 0 inside a leaf module: its own operations are not recorded
         self.producer = {}     # id(tensor) -> node index
@@ -251,12 +318,44 @@ class Trace(TorchFunctionMode):
         for m in model.modules():
             m.register_forward_pre_hook(self.pre)
             m.register_forward_hook(self.post)
+            if isinstance(m, nn.MultiheadAttention):
+                # query, key and value are often keywords, which hooks do not see before
+                # torch 2.0: keep the call's arguments
+                def forward(*a, _orig=m.forward, _m=m, **k):
+                    self.calls[id(_m)] = (a, k)
+                    return _orig(*a, **k)
+                m.forward = forward
 
     def source(self, t):
-        return self.producer.get(id(t), -1)
+        """The node that produced t: -1 for the model's input, None for a tensor the
+        trace did not see made (a parameter, a constant)."""
+        return self.producer.get(id(t))
+
+    def parameter(self, t):
+        """(name, numel) when t is a parameter of the model or derived from one (expand)."""
+        if id(t) in self.param_names:
+            return self.param_names[id(t)], t.numel()
+        return self.param_of.get(id(t))
+
+    BROKEN = -2  # the producer of a tensor made by something layerbench cannot express
+
+    def broken(self, out):
+        """Marks out (a tensor, or a module's tuple) as made by something unsupported: what
+        reads it is not reported again."""
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.producer[id(t)] = self.BROKEN
+                self.keep.append(t)
 
     def record(self, name, kind, params, inputs, out, n_params=0):
         ins = [self.source(t) for t in inputs]
+        if self.BROKEN in ins:
+            self.broken(out)
+            return
+        if None in ins:
+            self.problems.append(f"{name}: an input that is not computed from the model's input")
+            self.broken(out)
+            return
         node = Node(name, kind, params, ins, tuple(inputs[0].shape), tuple(out.shape), n_params)
         self.nodes.append(node)
         self.producer[id(out)] = len(self.nodes) - 1
@@ -278,12 +377,25 @@ class Trace(TorchFunctionMode):
         try:
             layer = module_layer(m)
         except Unsupported as e:
-            self.problems.append(f"{name or '(the model)'}: {e}")
+            if self.BROKEN not in [self.source(t) for t in tensors]:
+                self.problems.append(f"{name or '(the model)'}: {e}")
+            self.broken(out)
             return
         if layer is None:  # the identity: its output is its input
             self.producer[id(out)] = self.source(tensors[0])
             return
-        n_params = sum(p.numel() for p in m.parameters(recurse=False))
+        if layer[0] == "multihead_attention":
+            a, k = self.calls.get(id(m), ((), {}))
+            names = ("query", "key", "value")
+            tensors = [a[i] if i < len(a) else k.get(names[i]) for i in range(3)]
+            if k.get("attn_mask") is not None or k.get("key_padding_mask") is not None or len(a) > 3:
+                self.problems.append(f"{name}: attention with a mask (only unmasked self-attention)")
+                return
+            if not (tensors[0] is tensors[1] is tensors[2]):
+                self.problems.append(f"{name}: cross-attention (only self-attention: query, key and value one tensor)")
+                return
+            tensors, out = tensors[:1], out[0]
+        n_params = sum(p.numel() for p in m.parameters())  # a leaf: its children (MHA's out_proj) are its own
         self.record(name, layer[0], layer[1], tensors, out, n_params)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -298,10 +410,29 @@ class Trace(TorchFunctionMode):
                 self.keep.append(out)
             return out
         parent = self.stack[-1] if self.stack else ""
+        flat = [a for a in args if isinstance(a, torch.Tensor)]
+        for a in args:
+            if isinstance(a, (list, tuple)):
+                flat += [t for t in a if isinstance(t, torch.Tensor)]
+        params = [self.parameter(t) for t in flat]
+        traced = [t for t in flat if self.source(t) is not None]
+        if not traced:
+            # made from parameters alone (VisionTransformer's class_token.expand): remember which
+            named = [p for p in params if p]
+            if named:
+                self.param_of[id(out)] = named[0]
+                self.keep.append(out)
+            return out
+        if any(params):
+            return self.parameter_op(op, parent, args, kwargs, flat, params, traced, out)
+        if self.BROKEN in [self.source(t) for t in traced]:
+            self.broken(out)
+            return out
         try:
             kind, params, inputs = function_layer(op, args, kwargs, out)
         except Unsupported as e:
             self.problems.append(f"{parent or '(the model)'}: {e}")
+            self.broken(out)
             return out
         label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
                  "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate"}.get(kind, kind)
@@ -309,6 +440,24 @@ class Trace(TorchFunctionMode):
         self.counts[(parent, label)] = count + 1
         local = label if count == 0 else f"{label}_{count}"
         self.record(f"{parent}.{local}" if parent else local, kind, params, inputs, out)
+        return out
+
+
+    def parameter_op(self, op, parent, args, kwargs, flat, params, traced, out):
+        """An operation between the activations and a learned tensor: a class token put in
+        front of the sequence (cat), or a position embedding added; the layer is named
+        after the parameter, as the model names it."""
+        name, numel = [p for p in params if p][0]
+        x = traced[0]
+        if op in ("cat", "concat") and len(flat) == 2 and params[0] and not params[1] and x.dim() == 3 and \
+                kwargs.get("dim", args[1] if len(args) > 1 else 0) in (1, -2) and flat[0].shape[1] == 1:
+            self.record(name, "class_token", {}, [x], out, numel)
+        elif op in ADD and len(flat) == 2 and x.dim() == 3 and tuple(out.shape) == tuple(x.shape) and \
+                numel == x.shape[1] * x.shape[2]:
+            self.record(name, "pos_embedding", {}, [x], out, numel)
+        else:
+            self.problems.append(f"{parent or '(the model)'}: operation {op} on the parameter {name}")
+            self.broken(out)
         return out
 
 
@@ -332,9 +481,15 @@ def trace(model, shape):
     t = Trace(model)
     t.hooks(model)
     x = torch.rand(shape) * 2 - 1
-    with torch.no_grad(), t:
+    t.producer[id(x)] = -1
+    t.keep.append(x)
+    # with gradients on: PyTorch's fast paths for inference (TransformerEncoderLayer's
+    # fused kernel) skip the submodules, and with them the names
+    with torch.enable_grad(), t:
         out = model(x)
     t.final = t.source(out) if isinstance(out, torch.Tensor) else None
+    if isinstance(out, tuple):
+        t.final = t.source(out[0])
     return t
 
 
@@ -354,8 +509,10 @@ def scalar(v):
 def yaml_config(name, in_shape, batch, nodes):
     """Layers grouped in blocks by module path; explicit inputs where a layer does not
     read the layer before it."""
+    command = " ".join(["scripts/torch_export.py"] + [a for a in sys.argv[1:]])
     lines = [f"# {name}, written by scripts/torch_export.py from PyTorch's own execution of the model",
              f"# (torch {torch.__version__}); every module path, shape and parameter count is torch's.",
+             f"# {command}",
              f"name: {name}", f"input: [{', '.join(str(d) for d in in_shape)}]", f"batch: {batch}", "layers:"]
     open_path = []  # block path components now open
     for i, n in enumerate(nodes):

@@ -71,6 +71,7 @@ expect 0 "Totals: 11689512 params, 1814073344 MACs" -- "$BENCH" list "$R18"
 expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 # docs/config.md's examples (squeeze-and-excitation, Inception branches, a U-Net step) are valid and correct
 expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
+expect 0 "8 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
 [ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"

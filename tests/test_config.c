@@ -34,7 +34,7 @@ static const bad_case bad[] = {
     {"input: [3, 8, 8]\nlayers: [{kind: relu}]\n", "1:1", "missing required key 'name'"},
     {"name: t\nlayers: [{kind: relu}]\n", "1:1", "missing required key 'input'"},
     {"name: t\ninput: [3, 8, 8]\n", "1:1", "missing required key 'layers'"},
-    {"name: t\ninput: [3, 8]\nlayers: [{kind: relu}]\n", "2:8", "expected [C, H, W] or [F]"},
+    {"name: t\ninput: [3, 8, 8, 8]\nlayers: [{kind: relu}]\n", "2:8", "expected [C, H, W], [S, D] (tokens) or [F], got 4"},
     {"name: t\ninput: [3, 0, 8]\nlayers: [{kind: relu}]\n", "2:12", "input must be at least 1, got 0"},
     {"name: t\ninput: [3, 8, 8]\nbatch: -2\nlayers: [{kind: relu}]\n", "3:8", "batch must be at least 1, got -2"},
     {"name: t\ninput: [3, 8, 8]\ndtype: float16\nlayers: [{kind: relu}]\n", "3:8", "only float32"},
@@ -53,7 +53,21 @@ static const bad_case bad[] = {
     {HEAD "  - {kind: conv2d, out_channels: 4, kernel_size: 11}\n", "4:5", "kernel 11x11 (dilation 1x1) is larger than the padded input 8x8"},
     {HEAD "  - {kind: maxpool2d, kernel_size: 9}\n", "4:5", "pool window 9x9 is larger than its padded input 8x8"},
     {HEAD "  - {kind: maxpool2d, kernel_size: 2, padding: 2}\n", "4:5", "padding 2 must be at most half the kernel size 2"},
-    {HEAD "  - {kind: linear, out_features: 10}\n", "4:5", "linear expects a flattened [N, F] input, got [1, 3, 8, 8]"},
+    {HEAD "  - {kind: multihead_attention, embed_dim: 8, num_heads: 2}\n", "4:5",
+     "multihead_attention expects tokens [N, S, E], got [1, 3, 8, 8]"},
+    {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: multihead_attention, embed_dim: 12, num_heads: 5}\n", "4:5",
+     "embed_dim 12 is not divisible by num_heads 5"},
+    {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: multihead_attention, embed_dim: 16, num_heads: 4}\n", "4:5",
+     "embed_dim 16 differs from the input's last dimension 12"},
+    {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: layernorm, normalized_shape: 5}\n", "4:5",
+     "normalized_shape 5 must be the input's last dimension, 12"},
+    {HEAD "  - {kind: transpose, dim0: 0, dim1: 2}\n", "4:5", "dim0 0 and dim1 2 must be two different dims from 1 to 3"},
+    {HEAD "  - {kind: flatten, start_dim: 0}\n", "4:5", "start_dim 0 and end_dim -1 must name dims 1 to 3"},
+    {HEAD "  - {kind: class_token}\n", "4:5", "class_token expects tokens [N, S, D], got [1, 3, 8, 8]"},
+    {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: select, index: 5}\n", "4:5",
+     "index 5 is out of range for dim 1 of size 5"},
+    {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: multihead_attention, embed_dim: 12, num_heads: 2, "
+     "batch_first: false}\n", "4:5", "batch_first: false is not supported"},
     {HEAD "  - {kind: dropout, p: 1.5}\n", "4:5", "dropout probability p must be between 0 and 1"},
     {HEAD "  - {kind: softmax, dim: 4}\n", "4:5", "dim 4 is out of range for a rank-4 input"},
     {HEAD "  - {kind: batchnorm2d, eps: -1}\n", "4:30", "eps must not be negative"},
@@ -285,7 +299,7 @@ static model *check_against_table(const char *configs, const char *data, const c
     return m;
 }
 
-/* torchvision's totals, as torchvision counts them (sum of p.numel() of the network
+/* torch's totals, as torch counts them (sum of p.numel() of the network
  * that runs at inference; GoogLeNet without its training-only auxiliary classifiers). */
 static const struct {
     const char *name;
@@ -294,6 +308,9 @@ static const struct {
     {"resnet18", 11689512},     {"resnet50", 25557032},      {"mobilenet_v2", 3504872},
     {"vgg16", 138357544},       {"squeezenet1_0", 1248424},  {"densenet121", 7978856},
     {"googlenet", 6624904},     {"efficientnet_b0", 5288548}, {"mobilenet_v3_large", 5483032},
+    /* transformers: torchvision's vit_b_16; 12 nn.TransformerEncoderLayer(768, 12, 3072) of
+     * 7,087,872 parameters each (scripts/transformer_models.py) */
+    {"vit_b_16", 86567656},     {"bert_base", 85054464},
 };
 
 static void test_zoo(const char *configs, const char *data)

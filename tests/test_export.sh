@@ -2,8 +2,9 @@
 # scripts/torch_export.py, where a python3 with torch and torchvision is found (else the
 # test is skipped, saying so): ResNet-18 exported from torchvision lists exactly as the
 # shipped configs/resnet18.yaml (every name, kind, shape, parameter and FLOP count);
-# ViT-B/16, which needs kinds layerbench does not have, is refused with the list of what
-# is missing and no file written.
+# the transformers (ViT-B/16, the BERT-base encoder) too; ConvNeXt, which needs what
+# layerbench does not have, is refused with the list of what is missing and no file
+# written.
 # usage: test_export.sh BENCH SOURCE_DIR
 set -u
 BENCH=$1
@@ -26,11 +27,28 @@ bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
 "$BENCH" list "$T/r18.yaml" --csv "$T/exported.csv" >/dev/null && "$BENCH" list "$SRC/configs/resnet18.yaml" --csv "$T/shipped.csv" >/dev/null &&
   diff "$T/exported.csv" "$T/shipped.csv" >"$T/diff" && ok || bad "exported resnet18 differs from configs/resnet18.yaml: $(head -5 "$T/diff")"
 
-"$PY" "$SRC/scripts/torch_export.py" vit_b_16 -o "$T/vit.yaml" 2>"$T/vit.err"
+# the transformers: as shipped (bert_base from scripts/transformer_models.py)
+same_as_shipped() { # name, then the exporter's arguments
+  local name=$1; shift
+  (cd "$SRC" && "$PY" scripts/torch_export.py "$@" -o "$T/$name.yaml") 2>"$T/$name.err" ||
+    { bad "export $name: $(tail -3 "$T/$name.err")"; return; }
+  "$BENCH" list "$T/$name.yaml" --csv "$T/$name.exported.csv" >/dev/null &&
+    "$BENCH" list "$SRC/configs/$name.yaml" --csv "$T/$name.shipped.csv" >/dev/null &&
+    diff "$T/$name.exported.csv" "$T/$name.shipped.csv" >"$T/diff" && ok ||
+    bad "exported $name differs from configs/$name.yaml: $(head -5 "$T/diff")"
+}
+same_as_shipped vit_b_16 vit_b_16
+same_as_shipped bert_base transformer_models:bert_base --input 128,768 --name bert_base
+
+# ConvNeXt needs what layerbench does not have: refused with the list, nothing written,
+# and each problem said once (not again for every layer after it)
+"$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err"
 rc=$?
-[ $rc = 1 ] && [ ! -e "$T/vit.yaml" ] && grep -q "layerbench cannot express .* of vit_b_16" "$T/vit.err" &&
-  grep -q "encoder.layers.encoder_layer_0.ln_1: module LayerNorm" "$T/vit.err" && ok ||
-  bad "vit_b_16: exit $rc, $(head -3 "$T/vit.err")"
+[ $rc = 1 ] && [ ! -e "$T/cn.yaml" ] && grep -q "layerbench cannot express .* of convnext_tiny" "$T/cn.err" &&
+  grep -q "features.1.0.block.1: module Permute" "$T/cn.err" &&
+  grep -q "operation mul on the parameter features.1.0.layer_scale" "$T/cn.err" &&
+  ! grep -q "not computed from the model's input" "$T/cn.err" && ok ||
+  bad "convnext_tiny: exit $rc, $(head -5 "$T/cn.err")"
 
 echo "test_export: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -27,9 +27,8 @@ typedef struct layer_case {
     /* inputs after the first (add, mul, concat); none: a second input shaped like in */
     int n_more;
     shape_t more[3];
-    /* cuDNN has no such operation (dilated or ceil_mode pooling, uneven adaptive
-     * windows): a backend other than the CPU may report it unsupported. Anything else
-     * unsupported is a failure, never a skip. */
+    /* a backend other than the CPU may report it unsupported (cuDNN's op tensor cannot
+     * broadcast both inputs). Anything else unsupported is a failure, never a skip. */
     bool may_be_unsupported;
 } layer_case;
 
@@ -75,8 +74,27 @@ static void up_bilinear(layer_params *p) { p->scale_factor[0] = p->scale_factor[
 static void up_bilinear_ac(layer_params *p) { PAIR(output_size, 13, 6); p->mode = UPSAMPLE_BILINEAR; p->align_corners = true; }
 static void up_bilinear_down(layer_params *p) { PAIR(output_size, 4, 3); p->mode = UPSAMPLE_BILINEAR; }
 static void sd_row(layer_params *p) { p->p = 0.2; p->mode = STOCHASTIC_ROW; }
+static void ln(layer_params *p) { p->eps = 1e-5; p->affine = true; p->bias = true; }
+static void ln_eps(layer_params *p) { p->eps = 1e-6; p->affine = true; p->bias = true; }
+static void ln_noaffine(layer_params *p) { p->eps = 1e-5; p->affine = false; }
+static void ln_nobias(layer_params *p) { p->eps = 1e-5; p->affine = true; p->bias = false; }
+static void gelu_tanh(layer_params *p) { p->mode = GELU_TANH; }
+static void mha_12_3(layer_params *p) { p->embed_dim = 12; p->num_heads = 3; p->bias = true; p->batch_first = true; }
+static void mha_8_1(layer_params *p) { p->embed_dim = 8; p->num_heads = 1; p->bias = false; p->batch_first = true; }
+static void mha_16_4(layer_params *p) { p->embed_dim = 16; p->num_heads = 4; p->bias = true; p->batch_first = true; }
+static void mha_64_8(layer_params *p) { p->embed_dim = 64; p->num_heads = 8; p->bias = true; p->batch_first = true; }
+static void tr_12(layer_params *p) { p->dim0 = 1; p->dim1 = 2; }
+static void tr_13(layer_params *p) { p->dim0 = 1; p->dim1 = 3; }
+static void tr_neg(layer_params *p) { p->dim0 = -1; p->dim1 = -2; }
+static void sel_0(layer_params *p) { p->dim = 1; p->index = 0; }
+static void sel_last(layer_params *p) { p->dim = 1; p->index = -1; }
+static void sel_h(layer_params *p) { p->dim = 2; p->index = 3; }
+static void fl_2(layer_params *p) { p->start_dim = 2; p->end_dim = -1; }
+static void fl_12(layer_params *p) { p->start_dim = 1; p->end_dim = 2; }
+static void fl_1(layer_params *p) { p->start_dim = 1; p->end_dim = -1; }
 
 #define S4(n, c, h, w) {4, {n, c, h, w}}
+#define S3(n, s, d) {3, {n, s, d, 0}}
 #define S2(n, f) {2, {n, f, 0, 0}}
 
 static const layer_case cases[] = {
@@ -103,18 +121,22 @@ static const layer_case cases[] = {
     {"rank 4", LAYER_SIGMOID, S4(2, 16, 33, 35), none},
     {"rank 2", LAYER_SIGMOID, S2(7, 13), none},
     {"3x3 stride 2 pad 1", LAYER_MAXPOOL2D, S4(2, 3, 15, 12), mp_3s2p1},
-    {"2x2 ceil_mode", LAYER_MAXPOOL2D, S4(2, 4, 7, 9), mp_ceil, true},
-    {"dilation 2, 3x2 kernel", LAYER_MAXPOOL2D, S4(1, 5, 11, 10), mp_dil, true},
+    {"2x2 ceil_mode", LAYER_MAXPOOL2D, S4(2, 4, 7, 9), mp_ceil},
+    {"dilation 2, 3x2 kernel", LAYER_MAXPOOL2D, S4(1, 5, 11, 10), mp_dil},
     {"3x3 s2 p1 count_include_pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_pad},
     {"3x3 s2 p1 exclude pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_nopad},
-    {"3x2 s2x3 ceil_mode", LAYER_AVGPOOL2D, S4(3, 2, 10, 13), ap_ceil, true},
+    {"3x2 s2x3 ceil_mode", LAYER_AVGPOOL2D, S4(3, 2, 10, 13), ap_ceil},
     {"to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 9, 7, 5), ad_1},
-    {"7x5 to 3x2 (uneven windows)", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32, true},
-    {"4x4 to 6x9 (overlapping)", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 4, 4), ad_up, true},
-    {"rank 4", LAYER_FLATTEN, S4(2, 3, 5, 7), none},
+    {"7x5 to 3x2 (uneven windows)", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32},
+    {"4x4 to 6x9 (overlapping)", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 4, 4), ad_up},
+    {"rank 4", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_1},
+    {"start_dim 2 (ViT's patches)", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_2},
+    {"dims 1 to 2", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_12},
     {"p 0.5", LAYER_DROPOUT, S2(3, 29), none},
     {"batch 1 (gemv)", LAYER_LINEAR, S2(1, 37), lin},
     {"batch 3, no bias", LAYER_LINEAR, S2(3, 53), lin_nobias},
+    {"tokens [N, S, F]", LAYER_LINEAR, S3(2, 5, 13), lin},
+    {"tokens, batch 1, no bias", LAYER_LINEAR, S3(1, 9, 6), lin_nobias},
     {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},
     {"dim -1", LAYER_SOFTMAX, S2(3, 17), sm_last},
     {"dim 1 of NCHW", LAYER_SOFTMAX, S4(2, 7, 5, 3), none},
@@ -148,6 +170,26 @@ static const layer_case cases[] = {
     {"bilinear x2", LAYER_UPSAMPLE, S4(2, 3, 5, 7), up_bilinear},
     {"bilinear align_corners", LAYER_UPSAMPLE, S4(2, 2, 5, 4), up_bilinear_ac},
     {"bilinear down to 4x3", LAYER_UPSAMPLE, S4(1, 3, 9, 8), up_bilinear_down},
+    {"tokens [N, S, D]", LAYER_LAYERNORM, S3(2, 7, 13), ln},
+    {"768 wide, parallel", LAYER_LAYERNORM, S3(3, 50, 768), ln_eps},
+    {"no affine", LAYER_LAYERNORM, S3(2, 5, 9), ln_noaffine},
+    {"no bias, rank 2", LAYER_LAYERNORM, S2(5, 33), ln_nobias},
+    {"last dim of NCHW", LAYER_LAYERNORM, S4(2, 3, 4, 9), ln},
+    {"exact, tokens", LAYER_GELU, S3(2, 7, 13), none},
+    {"exact, rank 2, parallel", LAYER_GELU, S2(3, 20011), none},
+    {"tanh, parallel", LAYER_GELU, S3(2, 5, 4001), gelu_tanh},
+    {"E 12, 3 heads", LAYER_MULTIHEAD_ATTENTION, S3(2, 7, 12), mha_12_3},
+    {"one head, no bias", LAYER_MULTIHEAD_ATTENTION, S3(1, 5, 8), mha_8_1},
+    {"odd sequence, batch 3", LAYER_MULTIHEAD_ATTENTION, S3(3, 17, 16), mha_16_4},
+    {"E 64, 8 heads, 33 tokens", LAYER_MULTIHEAD_ATTENTION, S3(2, 33, 64), mha_64_8},
+    {"tokens dims 1, 2", LAYER_TRANSPOSE, S3(2, 5, 7), tr_12},
+    {"NCHW dims 1, 3", LAYER_TRANSPOSE, S4(2, 3, 5, 7), tr_13},
+    {"NCHW dims -1, -2, parallel", LAYER_TRANSPOSE, S4(2, 8, 45, 37), tr_neg},
+    {"tokens", LAYER_CLASS_TOKEN, S3(2, 5, 7), none},
+    {"tokens", LAYER_POS_EMBEDDING, S3(3, 5, 7), none},
+    {"x[:, 0]", LAYER_SELECT, S3(2, 5, 7), sel_0},
+    {"x[:, -1]", LAYER_SELECT, S3(3, 4, 6), sel_last},
+    {"NCHW dim 2", LAYER_SELECT, S4(2, 3, 5, 4), sel_h},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */

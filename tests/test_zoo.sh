@@ -18,7 +18,7 @@ for cfg in "$SRC"/configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
   out=$("$BENCH" check "$cfg" 2>&1) && grep -q " 0 failed" <<<"$out" && ok || bad "check $name: $(tail -3 <<<"$out")"
   batches="1"
-  case "$name" in vgg16 | resnet50 | densenet121) ;; *) batches="1 8" ;; esac
+  case "$name" in vgg16 | resnet50 | densenet121 | vit_b_16 | bert_base) ;; *) batches="1 8" ;; esac
   for b in $batches; do
     "$BENCH" run "$cfg" --batch "$b" "${QUICK[@]}" --csv "$T/$name.csv" >"$T/$name.out" 2>&1 || {
       bad "run $name batch $b: $(tail -3 "$T/$name.out")"

@@ -32,6 +32,13 @@ static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
     [LAYER_STOCHASTIC_DEPTH] = &cpu_view_kernel,
     [LAYER_CONV_TRANSPOSE2D] = &cpu_conv_transpose2d_kernel,
     [LAYER_UPSAMPLE] = &cpu_upsample_kernel,
+    [LAYER_LAYERNORM] = &cpu_layernorm_kernel,
+    [LAYER_GELU] = &cpu_gelu_kernel,
+    [LAYER_MULTIHEAD_ATTENTION] = &cpu_multihead_attention_kernel,
+    [LAYER_TRANSPOSE] = &cpu_transpose_kernel,
+    [LAYER_CLASS_TOKEN] = &cpu_class_token_kernel,
+    [LAYER_POS_EMBEDDING] = &cpu_pos_embedding_kernel,
+    [LAYER_SELECT] = &cpu_select_kernel,
 };
 
 typedef struct cpu_ctx {

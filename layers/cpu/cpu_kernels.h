@@ -21,7 +21,8 @@ extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kern
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
     cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,
     cpu_silu_kernel, cpu_hardswish_kernel, cpu_hardsigmoid_kernel, cpu_tanh_kernel, cpu_conv_transpose2d_kernel,
-    cpu_upsample_kernel;
+    cpu_upsample_kernel, cpu_layernorm_kernel, cpu_gelu_kernel, cpu_multihead_attention_kernel, cpu_transpose_kernel,
+    cpu_class_token_kernel, cpu_pos_embedding_kernel, cpu_select_kernel;
 
 /* Element-wise loops below this many elements stay on one thread: a parallel
  * region costs a few microseconds, more than the work. */

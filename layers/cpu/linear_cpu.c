@@ -1,4 +1,5 @@
-/* linear on the CPU: cblas_sgemv for one sample, cblas_sgemm for a batch. */
+/* linear on the CPU: cblas_sgemv for one row, cblas_sgemm for several (a batch, or the
+ * tokens of [N, S, F]). */
 #include <cblas.h>
 
 #include "cpu_kernels.h"
@@ -7,7 +8,7 @@ static void linear_run(const layer *l, void *state, const float *const *ins, con
 {
     const float *in = ins[0];
     (void)state;
-    int64_t n = l->in.d[0], f = l->in.d[1], o = l->p.out_features;
+    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
     const float *bias = l->p.bias ? w + o * f : NULL;
     if (bias)
         for (int64_t b = 0; b < n; b++)

@@ -33,6 +33,13 @@ static const cuda_kernel *const cuda_kernels[LAYER_KIND_COUNT] = {
     [LAYER_STOCHASTIC_DEPTH] = &cuda_view_kernel,
     [LAYER_CONV_TRANSPOSE2D] = &cuda_conv_transpose2d_kernel,
     [LAYER_UPSAMPLE] = &cuda_upsample_kernel,
+    [LAYER_LAYERNORM] = &cuda_layernorm_kernel,
+    [LAYER_GELU] = &cuda_gelu_kernel,
+    [LAYER_MULTIHEAD_ATTENTION] = &cuda_multihead_attention_kernel,
+    [LAYER_TRANSPOSE] = &cuda_transpose_kernel,
+    [LAYER_CLASS_TOKEN] = &cuda_class_token_kernel,
+    [LAYER_POS_EMBEDDING] = &cuda_pos_embedding_kernel,
+    [LAYER_SELECT] = &cuda_select_kernel,
 };
 
 typedef struct cuda_ctx {

@@ -72,7 +72,7 @@ static const char *math_name(cudnnMathType_t m)
     case CUDNN_FMA_MATH: return "FMA";
     case CUDNN_DEFAULT_MATH: return "default math";
     case CUDNN_TENSOR_OP_MATH: return "tensor op";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor op, conversion";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor op with conversion";
     default: return "unknown math";
     }
 }
@@ -417,8 +417,8 @@ static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, vo
         math = perf[i].math;
         cuda_conv_choice_add(env, l, c->algo, math, c->workspace_bytes);
     }
-    snprintf(impl, impl_len, "%s%s%s", algo_name(c->transposed, c->algo), env->tf32 && math != CUDNN_FMA_MATH ? ", " : "",
-             env->tf32 && math != CUDNN_FMA_MATH ? math_name(math) : "");
+    snprintf(impl, impl_len, "%s%s%s%s", algo_name(c->transposed, c->algo), env->tf32 && math != CUDNN_FMA_MATH ? " (" : "",
+             env->tf32 && math != CUDNN_FMA_MATH ? math_name(math) : "", env->tf32 && math != CUDNN_FMA_MATH ? ")" : "");
     if (env->algo == CUDA_ALGO_HEURISTIC)
         snprintf(impl + strlen(impl), impl_len - strlen(impl), " (heuristic)");
     *workspace_bytes = (int64_t)c->workspace_bytes;

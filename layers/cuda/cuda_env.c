@@ -74,7 +74,7 @@ const char *cuda_blas_status_string(cublasStatus_t s)
 
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len)
 {
-    int64_t d[4] = {s->d[0], s->d[1], s->rank == 4 ? s->d[2] : 1, s->rank == 4 ? s->d[3] : 1};
+    int64_t d[4] = {s->d[0], s->d[1], s->rank >= 3 ? s->d[2] : 1, s->rank == 4 ? s->d[3] : 1};
     /* cuDNN's descriptors hold int dimensions and strides: the element count must fit */
     if (shape_numel(s) > INT_MAX) {
         if (why)

@@ -93,7 +93,8 @@ static inline bool cuda_check_blas(cuda_env *env, cublasStatus_t s, const char *
     return false;
 }
 
-/* A cuDNN NCHW float descriptor for a rank-2 ([N, F] as [N, F, 1, 1]) or rank-4 shape.
+/* A cuDNN NCHW float descriptor for a rank-2 ([N, F] as [N, F, 1, 1]), rank-3 ([N, S, D]
+ * as [N, S, D, 1]) or rank-4 shape.
  * False if a library call failed (env->failed) or if cuDNN cannot describe the tensor
  * (more than INT_MAX elements): then why (may be NULL) says so. */
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len);
@@ -110,6 +111,19 @@ cudaError_t cuda_pool_launch(cudaStream_t s, const float *in, float *out, int64_
                              int64_t oh, int64_t ow, const int64_t *fy, const int64_t *ny, const float *dy,
                              const int64_t *fx, const int64_t *nx, const float *dx, int64_t dil_y, int64_t dil_x,
                              int is_max);
+
+/* Transformer kinds (layers/cuda/transformer_cuda.c): layernorm over rows of d (gamma
+ * and beta may be NULL), gelu (exact or tanh), transpose of [outer, a, mid, b, inner]
+ * into [outer, b, mid, a, inner], and out = in + w with w repeated every period. */
+cudaError_t cuda_layernorm_launch(cudaStream_t s, const float *in, float *out, int64_t rows, int64_t d,
+                                  const float *gamma, const float *beta, float eps);
+cudaError_t cuda_gelu_launch(cudaStream_t s, const float *in, float *out, int64_t n, int tanh_approx);
+cudaError_t cuda_transpose_launch(cudaStream_t s, const float *in, float *out, int64_t outer, int64_t a, int64_t mid,
+                                  int64_t b, int64_t inner);
+cudaError_t cuda_add_periodic_launch(cudaStream_t s, const float *in, const float *w, float *out, int64_t n,
+                                     int64_t period);
+cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const float *token, float *out, int64_t n,
+                                    int64_t s, int64_t d);
 
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets
@@ -132,6 +146,8 @@ typedef struct cuda_kernel {
 
 extern const cuda_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,
     cuda_view_kernel, cuda_linear_kernel, cuda_softmax_kernel, cuda_add_kernel, cuda_mul_kernel, cuda_concat_kernel,
-    cuda_hard_activation_kernel, cuda_conv_transpose2d_kernel, cuda_upsample_kernel;
+    cuda_hard_activation_kernel, cuda_conv_transpose2d_kernel, cuda_upsample_kernel, cuda_layernorm_kernel,
+    cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,
+    cuda_pos_embedding_kernel, cuda_select_kernel;
 
 #endif

@@ -100,3 +100,123 @@ extern "C" cudaError_t cuda_pool_launch(cudaStream_t s, const float *in, float *
                                                              dil_y, dil_x, is_max);
     return cudaGetLastError();
 }
+
+// layernorm over the last dimension: one block of 256 threads per row (grid-stride over
+// rows), two passes over the row (mean, then variance) reduced through warp shuffles
+// and shared memory; gamma and beta may be NULL.
+__device__ __forceinline__ float block_sum(float v, float *shared)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); // shared is reused between calls
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        total += shared[w];
+    return total;
+}
+
+__global__ void layernorm_kernel(const float *__restrict__ in, float *__restrict__ out, int64_t rows, int64_t d,
+                                 const float *__restrict__ gamma, const float *__restrict__ beta, float eps)
+{
+    __shared__ float shared[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *x = in + r * d;
+        float *y = out + r * d;
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+            s += x[i];
+        float mean = block_sum(s, shared) / (float)d;
+        float q = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+            q += (x[i] - mean) * (x[i] - mean);
+        float rstd = rsqrtf(block_sum(q, shared) / (float)d + eps);
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+            float v = (x[i] - mean) * rstd;
+            if (gamma)
+                v *= gamma[i];
+            if (beta)
+                v += beta[i];
+            y[i] = v;
+        }
+    }
+}
+
+extern "C" cudaError_t cuda_layernorm_launch(cudaStream_t s, const float *in, float *out, int64_t rows, int64_t d,
+                                             const float *gamma, const float *beta, float eps)
+{
+    unsigned grid = (unsigned)(rows < (1 << 20) ? rows : (1 << 20));
+    layernorm_kernel<<<grid ? grid : 1, 256, 0, s>>>(in, out, rows, d, gamma, beta, eps);
+    return cudaGetLastError();
+}
+
+__global__ void gelu_kernel(const float *__restrict__ in, float *__restrict__ out, int64_t n, int tanh_approx)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = in[i];
+        out[i] = tanh_approx ? 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))
+                             : 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    }
+}
+
+extern "C" cudaError_t cuda_gelu_launch(cudaStream_t s, const float *in, float *out, int64_t n, int tanh_approx)
+{
+    gelu_kernel<<<blocks_for(n), 256, 0, s>>>(in, out, n, tanh_approx);
+    return cudaGetLastError();
+}
+
+// transpose: the input as [outer, a, mid, b, inner], the output [outer, b, mid, a, inner];
+// one thread per output element.
+__global__ void transpose_kernel(const float *__restrict__ in, float *__restrict__ out, int64_t outer, int64_t a,
+                                 int64_t mid, int64_t b, int64_t inner)
+{
+    int64_t n = outer * a * mid * b * inner;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t k = t % inner, i = (t / inner) % a, m = (t / (inner * a)) % mid, j = (t / (inner * a * mid)) % b,
+                o = t / (inner * a * mid * b);
+        out[t] = in[(((o * a + i) * mid + m) * b + j) * inner + k];
+    }
+}
+
+extern "C" cudaError_t cuda_transpose_launch(cudaStream_t s, const float *in, float *out, int64_t outer, int64_t a,
+                                             int64_t mid, int64_t b, int64_t inner)
+{
+    transpose_kernel<<<blocks_for(outer * a * mid * b * inner), 256, 0, s>>>(in, out, outer, a, mid, b, inner);
+    return cudaGetLastError();
+}
+
+// out = in + w, w repeated every period elements (pos_embedding: [S, D] over each sample)
+__global__ void add_periodic_kernel(const float *__restrict__ in, const float *__restrict__ w, float *__restrict__ out,
+                                    int64_t n, int64_t period)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = in[i] + w[i % period];
+}
+
+extern "C" cudaError_t cuda_add_periodic_launch(cudaStream_t s, const float *in, const float *w, float *out, int64_t n,
+                                                int64_t period)
+{
+    add_periodic_kernel<<<blocks_for(n), 256, 0, s>>>(in, w, out, n, period);
+    return cudaGetLastError();
+}
+
+// class_token: out[b, 0, :] = token, out[b, 1 + t, :] = in[b, t, :]
+__global__ void class_token_kernel(const float *__restrict__ in, const float *__restrict__ token,
+                                   float *__restrict__ out, int64_t n, int64_t s, int64_t d)
+{
+    int64_t total = n * (s + 1) * d;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t k = i % d, t = (i / d) % (s + 1), b = i / (d * (s + 1));
+        out[i] = t == 0 ? token[k] : in[(b * s + t - 1) * d + k];
+    }
+}
+
+extern "C" cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const float *token, float *out,
+                                               int64_t n, int64_t s, int64_t d)
+{
+    class_token_kernel<<<blocks_for(n * (s + 1) * d), 256, 0, st>>>(in, token, out, n, s, d);
+    return cudaGetLastError();
+}

@@ -1,5 +1,6 @@
-/* linear through cublasSgemm (plus cudnnAddTensor for the bias). Row-major out[N, O] =
- * in[N, F] x W[O, F]^T is, read column-major, out^T = W^T(op T) x in^T. */
+/* linear through cublasSgemm (plus cudnnAddTensor for the bias), over the last
+ * dimension: N rows (every index but the last). Row-major out[N, O] = in[N, F] x
+ * W[O, F]^T is, read column-major, out^T = W^T(op T) x in^T. */
 #include <limits.h>
 #include <stdlib.h>
 
@@ -25,18 +26,19 @@ static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, 
                                  size_t len, int64_t *ws)
 {
     (void)ws;
-    if (l->in.d[0] > INT_MAX || l->in.d[1] > INT_MAX || l->p.out_features > INT_MAX) {
+    int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f;
+    if (rows > INT_MAX || f > INT_MAX || l->p.out_features > INT_MAX) {
         snprintf(impl, len, "dimensions beyond cuBLAS's int");
         return BENCH_ERR_UNSUPPORTED;
     }
     linear_cuda *s = calloc(1, sizeof *s);
     if (!s)
         return BENCH_ERR_NOMEM;
-    s->n = (int)l->in.d[0], s->f = (int)l->in.d[1], s->o = (int)l->p.out_features;
+    s->n = (int)rows, s->f = (int)f, s->o = (int)l->p.out_features;
     s->w = w;
     s->bias = l->p.bias ? w + (int64_t)s->o * s->f : NULL;
-    shape_t bias_shape = {2, {1, s->o}};
-    bool ok = !s->bias || (cuda_tensor_desc(env, &s->y, &l->out, impl, len) &&
+    shape_t bias_shape = {2, {1, s->o}}, out_rows = {2, {s->n, s->o}};
+    bool ok = !s->bias || (cuda_tensor_desc(env, &s->y, &out_rows, impl, len) &&
                            cuda_tensor_desc(env, &s->b, &bias_shape, impl, len));
     if (!ok) {
         linear_free(env, s);

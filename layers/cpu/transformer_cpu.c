@@ -1,0 +1,233 @@
+/* Transformer kinds on the CPU: layernorm and gelu as vectorised OpenMP loops (one pass
+ * over the data each, so they run at memory speed), multihead_attention through
+ * cblas_sgemm (the packed q/k/v projection and the out projection over all tokens,
+ * and per (sample, head) the scores Q K^T and their product with V, the heads spread
+ * over the threads), and the token kinds (transpose, class_token, pos_embedding,
+ * select) as copies. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "fast_math.h"
+
+/* ---- layernorm -------------------------------------------------------------------------- */
+
+static void layernorm_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state;
+    const float *in = ins[0];
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    const float *gamma = l->p.affine ? w : NULL, *beta = l->n_weight_floats > d ? w + d : NULL;
+    float eps = (float)l->p.eps;
+#pragma omp parallel for schedule(static) if (rows * d > CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = in + r * d;
+        float *y = out + r * d;
+        float sum = 0.0f, sq = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < d; i++)
+            sum += x[i];
+        float mean = sum / (float)d;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < d; i++)
+            sq += (x[i] - mean) * (x[i] - mean);
+        float rstd = 1.0f / sqrtf(sq / (float)d + eps);
+        if (gamma && beta) {
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++)
+                y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
+        } else if (gamma) {
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++)
+                y[i] = (x[i] - mean) * rstd * gamma[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++)
+                y[i] = (x[i] - mean) * rstd;
+        }
+    }
+}
+
+/* ---- gelu --------------------------------------------------------------------------------- */
+
+static void gelu_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state, (void)w;
+    const float *in = ins[0];
+    int64_t n = shape_numel(&l->in);
+    if (l->p.mode == GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float x = in[i];
+            out[i] = 0.5f * x * (1.0f + lb_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float x = in[i];
+            out[i] = 0.5f * x * (1.0f + lb_erff(x * 0.7071067811865476f));
+        }
+    }
+}
+
+/* ---- multihead_attention ------------------------------------------------------------------- */
+
+typedef struct mha_state {
+    float *qkv;      /* [N S, 3E] */
+    float *heads;    /* [N S, E]: the heads' outputs side by side */
+    float *scores;   /* per thread, [S, S] */
+    int threads;
+} mha_state;
+
+static bench_status mha_setup(const layer *l, void **state, char *impl, size_t len, int64_t *ws)
+{
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim;
+    mha_state *m = calloc(1, sizeof *m);
+    if (!m)
+        return BENCH_ERR_NOMEM;
+    m->threads = omp_get_max_threads();
+    m->qkv = bench_alloc_floats(n * s * 3 * e);
+    m->heads = bench_alloc_floats(n * s * e);
+    m->scores = bench_alloc_floats((int64_t)m->threads * s * s);
+    if (!m->qkv || !m->heads || !m->scores) {
+        free(m->qkv), free(m->heads), free(m->scores), free(m);
+        return BENCH_ERR_NOMEM;
+    }
+    *ws = 4 * (n * s * 4 * e + (int64_t)m->threads * s * s);
+    snprintf(impl, len, "sgemm qkv + per head QK^T softmax AV + sgemm out");
+    *state = m;
+    return BENCH_OK;
+}
+
+static void mha_free(void *state)
+{
+    mha_state *m = state;
+    if (m)
+        free(m->qkv), free(m->heads), free(m->scores);
+    free(m);
+}
+
+/* y[rows, o] = x[rows, f] W[o, f]^T + b */
+static void project(const float *x, const float *wt, const float *b, float *y, int64_t rows, int64_t f, int64_t o)
+{
+    if (b)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(y + r * o, b, (size_t)o * sizeof *y);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)o, (blasint)f, 1.0f, x, (blasint)f,
+                wt, (blasint)f, b ? 1.0f : 0.0f, y, (blasint)o);
+}
+
+static void softmax_rows(float *p, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *x = p + r * cols, m = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < cols; i++)
+            m = x[i] > m ? x[i] : m;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < cols; i++) {
+            x[i] = lb_expf(x[i] - m);
+            sum += x[i];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t i = 0; i < cols; i++)
+            x[i] *= inv;
+    }
+}
+
+static void mha_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    mha_state *m = state;
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, dh = e / h;
+    const float *in_w, *in_b, *out_w, *out_b;
+    layer_mha_weights(l, w, &in_w, &in_b, &out_w, &out_b);
+    project(ins[0], in_w, in_b, m->qkv, n * s, e, 3 * e);
+    float scale = (float)(1.0 / sqrt((double)dh));
+    /* one (sample, head) per iteration; OpenBLAS runs single-threaded inside a parallel
+     * region */
+#pragma omp parallel for schedule(dynamic) num_threads(m->threads) if (n * h > 1)
+    for (int64_t t = 0; t < n * h; t++) {
+        int64_t b = t / h, hd = t % h;
+        float *sc = m->scores + (int64_t)omp_get_thread_num() * s * s;
+        const float *q = m->qkv + b * s * 3 * e + hd * dh, *k = q + e, *v = q + 2 * e;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, scale, q,
+                    (blasint)(3 * e), k, (blasint)(3 * e), 0.0f, sc, (blasint)s);
+        softmax_rows(sc, s, s);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, sc,
+                    (blasint)s, v, (blasint)(3 * e), 0.0f, m->heads + b * s * e + hd * dh, (blasint)e);
+    }
+    project(m->heads, out_w, out_b, out, n * s, e, e);
+}
+
+/* ---- the token kinds -------------------------------------------------------------------------- */
+
+static void transpose_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state, (void)w;
+    const float *in = ins[0];
+    int64_t outer, a, mid, b, inner;
+    layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
+    /* out[o][j][m][i][k] = in[o][i][m][j][k]: blocks of 32 x 32 (i, j) for the caches */
+    int64_t bi = 32, blocks_i = (a + bi - 1) / bi, blocks_j = (b + bi - 1) / bi;
+#pragma omp parallel for collapse(2) schedule(static) if (shape_numel(&l->in) > CPU_PARALLEL_MIN)
+    for (int64_t om = 0; om < outer * mid; om++)
+        for (int64_t blk = 0; blk < blocks_i * blocks_j; blk++) {
+            int64_t o = om / mid, mm = om % mid, i0 = (blk / blocks_j) * bi, j0 = (blk % blocks_j) * bi;
+            int64_t i1 = i0 + bi < a ? i0 + bi : a, j1 = j0 + bi < b ? j0 + bi : b;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = i0; i < i1; i++) {
+                    const float *src = in + (((o * a + i) * mid + mm) * b + j) * inner;
+                    float *dst = out + (((o * b + j) * mid + mm) * a + i) * inner;
+                    for (int64_t k = 0; k < inner; k++)
+                        dst[k] = src[k];
+                }
+        }
+}
+
+static void class_token_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state;
+    int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
+#pragma omp parallel for schedule(static) if (n * s * d > CPU_PARALLEL_MIN)
+    for (int64_t b = 0; b < n; b++) {
+        memcpy(out + b * (s + 1) * d, w, (size_t)d * sizeof *w);
+        memcpy(out + b * (s + 1) * d + d, ins[0] + b * s * d, (size_t)(s * d) * sizeof *out);
+    }
+}
+
+static void pos_embedding_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state;
+    const float *in = ins[0];
+    int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
+#pragma omp parallel for schedule(static) if (n * sd > CPU_PARALLEL_MIN)
+    for (int64_t b = 0; b < n; b++) {
+#pragma omp simd
+        for (int64_t i = 0; i < sd; i++)
+            out[b * sd + i] = in[b * sd + i] + w[i];
+    }
+}
+
+static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+{
+    (void)state, (void)w;
+    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
+    for (int64_t k = 0; k < l->p.dim; k++)
+        outer *= l->in.d[k];
+    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
+        inner *= l->in.d[k];
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out + o * inner, ins[0] + (o * size + l->p.index) * inner, (size_t)inner * sizeof *out);
+}
+
+const cpu_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
+const cpu_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
+const cpu_kernel cpu_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free};
+const cpu_kernel cpu_transpose_kernel = {.run = transpose_run, .impl = "blocked copy"};
+const cpu_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "copy"};
+const cpu_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};
+const cpu_kernel cpu_select_kernel = {.run = select_run, .impl = "copy"};

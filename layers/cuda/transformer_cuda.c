@@ -1,0 +1,202 @@
+/* Transformer kinds on the GPU: multihead_attention through cuBLAS (the packed q/k/v
+ * projection and the out projection as one SGEMM each over all tokens, the scores and
+ * their product with V as batched SGEMMs over every (sample, head), whose pointers are
+ * set up once) and cuDNN's softmax; layernorm, gelu, transpose and pos_embedding through
+ * our kernels (cuda_kernels.cu), class_token too; select as a strided device copy. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cuda_env.h"
+
+/* ---- multihead_attention -------------------------------------------------------------------- */
+
+typedef struct mha_cuda {
+    int n, s, e, h, dh;
+    const float *in_w, *in_b, *out_w, *out_b;
+    float *qkv, *scores, *heads;          /* workspace: [N S, 3E], [N H, S, S], [N S, E] */
+    const float **ptrs;                   /* device: 6 arrays of N H pointers (see setup) */
+    cudnnTensorDescriptor_t qkv_rows, qkv_bias, out_rows, out_bias, sm;
+} mha_cuda;
+
+static void mha_free(cuda_env *env, void *state)
+{
+    mha_cuda *m = state;
+    if (!m)
+        return;
+    CUDA_OK(env, cudaFree(m->qkv));
+    CUDA_OK(env, cudaFree((void *)m->ptrs));
+    cudnnDestroyTensorDescriptor(m->qkv_rows), cudnnDestroyTensorDescriptor(m->qkv_bias);
+    cudnnDestroyTensorDescriptor(m->out_rows), cudnnDestroyTensorDescriptor(m->out_bias);
+    cudnnDestroyTensorDescriptor(m->sm);
+    free(m);
+}
+
+static bench_status mha_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+                              int64_t *ws)
+{
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
+    if (n * h * s * s > INT_MAX || n * s * 3 * e > INT_MAX) {
+        snprintf(impl, len, "attention scores beyond cuBLAS's and cuDNN's int");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    mha_cuda *m = calloc(1, sizeof *m);
+    if (!m)
+        return BENCH_ERR_NOMEM;
+    m->n = (int)n, m->s = (int)s, m->e = (int)e, m->h = (int)h, m->dh = (int)(e / h);
+    layer_mha_weights(l, w, &m->in_w, &m->in_b, &m->out_w, &m->out_b);
+    size_t floats = (size_t)(n * s * 3 * e + n * h * s * s + n * s * e);
+    int batch = m->n * m->h;
+    const float **host = malloc((size_t)6 * (size_t)batch * sizeof *host);
+    bool ok = host && CUDA_OK(env, cudaMalloc((void **)&m->qkv, floats * sizeof(float))) &&
+              CUDA_OK(env, cudaMalloc((void **)&m->ptrs, (size_t)6 * (size_t)batch * sizeof *m->ptrs));
+    if (ok) {
+        m->scores = m->qkv + n * s * 3 * e;
+        m->heads = m->scores + n * h * s * s;
+        /* per (sample b, head j): Q, K, V inside the packed projection (row stride 3E),
+         * the scores, and the head's columns of the output */
+        for (int b = 0; b < m->n; b++)
+            for (int j = 0; j < m->h; j++) {
+                int t = b * m->h + j;
+                const float *q = m->qkv + (int64_t)b * s * 3 * e + (int64_t)j * m->dh;
+                host[t] = q;                                                   /* Q */
+                host[batch + t] = q + e;                                       /* K */
+                host[2 * batch + t] = q + 2 * e;                               /* V */
+                host[3 * batch + t] = m->scores + (int64_t)t * s * s;          /* scores */
+                host[4 * batch + t] = m->heads + (int64_t)b * s * e + (int64_t)j * m->dh; /* out */
+                host[5 * batch + t] = NULL;
+            }
+        ok = CUDA_OK(env, cudaMemcpy((void *)m->ptrs, host, (size_t)6 * (size_t)batch * sizeof *host,
+                                     cudaMemcpyHostToDevice));
+    }
+    free(host);
+    shape_t qkv_rows = {2, {n * s, 3 * e}}, qkv_bias = {2, {1, 3 * e}}, out_rows = {2, {n * s, e}},
+            out_bias = {2, {1, e}}, sm = {4, {n * h * s, s, 1, 1}};
+    ok = ok && cuda_tensor_desc(env, &m->sm, &sm, impl, len) &&
+         (!m->in_b || (cuda_tensor_desc(env, &m->qkv_rows, &qkv_rows, impl, len) &&
+                       cuda_tensor_desc(env, &m->qkv_bias, &qkv_bias, impl, len) &&
+                       cuda_tensor_desc(env, &m->out_rows, &out_rows, impl, len) &&
+                       cuda_tensor_desc(env, &m->out_bias, &out_bias, impl, len)));
+    if (!ok) {
+        mha_free(env, m);
+        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+    }
+    *ws = (int64_t)(floats * sizeof(float));
+    snprintf(impl, len, "cublasSgemm + batched per head + cudnnSoftmaxForward%s", env->tf32 ? " (TF32)" : "");
+    *state = m;
+    return BENCH_OK;
+}
+
+static void mha_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    mha_cuda *m = state;
+    const float one = 1.0f, zero = 0.0f, scale = (float)(1.0 / sqrt((double)m->dh));
+    int ns = m->n * m->s, e = m->e, s = m->s, batch = m->n * m->h;
+    const float **p = m->ptrs;
+    /* row-major Y[rows, o] = X[rows, f] W[o, f]^T, read column-major (as linear_cuda.c) */
+    CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, 3 * e, ns, e, &one, m->in_w, e, ins[0], e, &zero,
+                               m->qkv, 3 * e));
+    if (m->in_b)
+        CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, m->qkv_bias, m->in_b, &one, m->qkv_rows, m->qkv));
+    /* scores (row-major S x S) = Q K^T: column-major, scores^T = K^T(op T) Q^T */
+    CUBLAS_OK(env, cublasSgemmBatched(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s, s, m->dh, &scale,
+                                      (const float *const *)p + batch, 3 * e, (const float *const *)p, 3 * e, &zero,
+                                      (float *const *)p + 3 * batch, s, batch));
+    CUDNN_OK(env, cudnnSoftmaxForward(env->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, m->sm,
+                                      m->scores, &zero, m->sm, m->scores));
+    /* head (row-major S x dh, row stride E) = P V: column-major, head^T = V^T P^T */
+    CUBLAS_OK(env, cublasSgemmBatched(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, m->dh, s, s, &one,
+                                      (const float *const *)p + 2 * batch, 3 * e, (const float *const *)p + 3 * batch, s,
+                                      &zero, (float *const *)p + 4 * batch, e, batch));
+    CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, e, ns, e, &one, m->out_w, e, m->heads, e, &zero,
+                               out, e));
+    if (m->out_b)
+        CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, m->out_bias, m->out_b, &one, m->out_rows, out));
+}
+
+const cuda_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free};
+
+/* ---- kinds of our own kernels, and copies --------------------------------------------------- */
+
+typedef struct plain_cuda {
+    const layer *l;
+    const float *w;
+} plain_cuda;
+
+static void plain_free(cuda_env *env, void *state)
+{
+    (void)env;
+    free(state);
+}
+
+static bench_status plain_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+                                int64_t *ws)
+{
+    (void)env, (void)ws;
+    plain_cuda *p = calloc(1, sizeof *p);
+    if (!p)
+        return BENCH_ERR_NOMEM;
+    p->l = l, p->w = w;
+    snprintf(impl, len, "%s", l->kind == LAYER_SELECT ? "cudaMemcpy2DAsync" : "kernel (layerbench)");
+    *state = p;
+    return BENCH_OK;
+}
+
+static void layernorm_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    const layer *l = p->l;
+    int64_t d = l->p.normalized_shape;
+    const float *gamma = l->p.affine ? p->w : NULL, *beta = l->n_weight_floats > d ? p->w + d : NULL;
+    CUDA_OK(env, cuda_layernorm_launch(env->stream, ins[0], out, shape_numel(&l->in) / d, d, gamma, beta,
+                                       (float)l->p.eps));
+}
+
+static void gelu_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    CUDA_OK(env, cuda_gelu_launch(env->stream, ins[0], out, shape_numel(&p->l->in), p->l->p.mode == GELU_TANH));
+}
+
+static void transpose_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    int64_t outer, a, mid, b, inner;
+    layer_transpose_dims(p->l, &outer, &a, &mid, &b, &inner);
+    CUDA_OK(env, cuda_transpose_launch(env->stream, ins[0], out, outer, a, mid, b, inner));
+}
+
+static void pos_embedding_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    const layer *l = p->l;
+    CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], p->w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
+}
+
+static void class_token_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    const layer *l = p->l;
+    CUDA_OK(env, cuda_class_token_launch(env->stream, ins[0], p->w, out, l->in.d[0], l->in.d[1], l->in.d[2]));
+}
+
+static void select_run(cuda_env *env, void *state, const float *const *ins, float *out)
+{
+    plain_cuda *p = state;
+    const layer *l = p->l;
+    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
+    for (int64_t k = 0; k < l->p.dim; k++)
+        outer *= l->in.d[k];
+    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
+        inner *= l->in.d[k];
+    size_t w = (size_t)inner * sizeof(float);
+    CUDA_OK(env, cudaMemcpy2DAsync(out, w, ins[0] + l->p.index * inner, (size_t)size * w, w, (size_t)outer,
+                                   cudaMemcpyDeviceToDevice, env->stream));
+}
+
+const cuda_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free};
+const cuda_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free};
+const cuda_kernel cuda_transpose_kernel = {.setup = plain_setup, .run = transpose_run, .free = plain_free};
+const cuda_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = pos_embedding_run, .free = plain_free};
+const cuda_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free};
+const cuda_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free};

@@ -1,0 +1,216 @@
+/* Kinds that move tokens around, for vision transformers: transpose (torch.transpose,
+ * also what permute(0, 2, 1) does to [N, C, L]), class_token (a learned token put in
+ * front of the sequence: torchvision's VisionTransformer.class_token, expanded and
+ * concatenated), pos_embedding (a learned [1, S, D] added to every sample: its
+ * Encoder.pos_embedding) and select (x[:, i], which drops that dim). torch's transpose
+ * and x[:, 0] are views that the next operation reads strided; layerbench copies, and
+ * times the copy. */
+#include <string.h>
+
+#include "kind_util.h"
+
+/* ---- transpose -------------------------------------------------------------------------- */
+
+static const layer_param_spec transpose_params[] = {
+    {"dim0", LP_INT, P_OFF(dim0), true, INT64_MIN, NULL},
+    {"dim1", LP_INT, P_OFF(dim1), true, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int transpose_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, a = l->p.dim0, b = l->p.dim1;
+    a += a < 0 ? r : 0;
+    b += b < 0 ? r : 0;
+    if (a < 1 || a >= r || b < 1 || b >= r || a == b)
+        return kind_fail(err, len, "dim0 %lld and dim1 %lld must be two different dims from 1 to %lld of a rank-%lld "
+                                   "input (dim 0 is the batch)",
+                         (long long)l->p.dim0, (long long)l->p.dim1, (long long)(r - 1), (long long)r);
+    l->p.dim0 = a < b ? a : b, l->p.dim1 = a < b ? b : a;
+    l->out = l->in;
+    l->out.d[a] = l->in.d[b];
+    l->out.d[b] = l->in.d[a];
+    return 0;
+}
+
+static void zero_flops_count(layer *l)
+{
+    l->macs = l->flops = 0;
+    kind_count_bytes(l);
+}
+
+static void no_weights_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = 0;
+    zero_flops_count(l);
+}
+
+/* The input as [outer, A, mid, B, inner] with A and B the swapped dims. */
+void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner)
+{
+    int64_t d0 = l->p.dim0, d1 = l->p.dim1;
+    *outer = *mid = *inner = 1;
+    for (int64_t i = 0; i < d0; i++)
+        *outer *= l->in.d[i];
+    for (int64_t i = d0 + 1; i < d1; i++)
+        *mid *= l->in.d[i];
+    for (int64_t i = d1 + 1; i < l->in.rank; i++)
+        *inner *= l->in.d[i];
+    *a = l->in.d[d0], *b = l->in.d[d1];
+}
+
+static void transpose_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    int64_t outer, a, mid, b, inner;
+    layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < a; i++)
+            for (int64_t m = 0; m < mid; m++)
+                for (int64_t j = 0; j < b; j++)
+                    for (int64_t k = 0; k < inner; k++)
+                        out[(((o * b + j) * mid + m) * a + i) * inner + k] =
+                            in[(((o * a + i) * mid + m) * b + j) * inner + k];
+}
+
+const layer_desc layer_transpose_desc = {
+    .name = "transpose", .n_inputs = 1, .params = transpose_params, .infer = transpose_infer,
+    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+};
+
+/* ---- class_token -------------------------------------------------------------------------- */
+
+static const layer_param_spec none[] = {{NULL, 0, 0, false, 0, NULL}};
+
+static int need_tokens(const layer *l, char *err, size_t len)
+{
+    char s[96];
+    if (l->in.rank != 3)
+        return kind_fail(err, len, "%s expects tokens [N, S, D], got %s", layer_kind_name(l->kind),
+                         shape_format(&l->in, s, sizeof s));
+    return 0;
+}
+
+static int class_token_infer(layer *l, char *err, size_t len)
+{
+    if (need_tokens(l, err, len))
+        return -1;
+    l->out = l->in;
+    l->out.d[1] += 1;
+    return 0;
+}
+
+static void class_token_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->in.d[2];
+    zero_flops_count(l);
+}
+
+static void token_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, -0.5f, 0.5f, rng);
+}
+
+static void class_token_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
+    for (int64_t b = 0; b < n; b++) {
+        memcpy(out + b * (s + 1) * d, w, (size_t)d * sizeof *w);
+        memcpy(out + b * (s + 1) * d + d, in + b * s * d, (size_t)(s * d) * sizeof *in);
+    }
+}
+
+const layer_desc layer_class_token_desc = {
+    .name = "class_token", .n_inputs = 1, .params = none, .infer = class_token_infer,
+    .count = class_token_count, .init_weights = token_init, .reference = class_token_reference, .tolerance = 0.0,
+};
+
+/* ---- pos_embedding ------------------------------------------------------------------------- */
+
+static int pos_embedding_infer(layer *l, char *err, size_t len)
+{
+    if (need_tokens(l, err, len))
+        return -1;
+    l->out = l->in;
+    return 0;
+}
+
+static void pos_embedding_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = count_mul(l->in.d[1], l->in.d[2]);
+    l->macs = 0;
+    l->flops = shape_numel(&l->out); /* one add per element */
+    kind_count_bytes(l);
+}
+
+static void pos_embedding_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < sd; i++)
+            out[b * sd + i] = in[b * sd + i] + w[i];
+}
+
+const layer_desc layer_pos_embedding_desc = {
+    .name = "pos_embedding", .n_inputs = 1, .params = none, .infer = pos_embedding_infer,
+    .count = pos_embedding_count, .init_weights = token_init, .reference = pos_embedding_reference,
+    .tolerance = 0.0,
+};
+
+/* ---- select ------------------------------------------------------------------------------- */
+
+static const layer_param_spec select_params[] = {
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN, NULL},
+    {"index", LP_INT, P_OFF(index), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void select_defaults(layer_params *p) { p->dim = 1; }
+
+static int select_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, dim = l->p.dim + (l->p.dim < 0 ? r : 0);
+    if (r < 3 || dim < 1 || dim >= r)
+        return kind_fail(err, len, "select needs an input of rank 3 or 4 and dim from 1 to %lld (dim 0 is the "
+                                   "batch), got dim %lld of a rank-%lld input",
+                         (long long)(r - 1), (long long)l->p.dim, (long long)r);
+    int64_t size = l->in.d[dim], i = l->p.index + (l->p.index < 0 ? size : 0);
+    if (i < 0 || i >= size)
+        return kind_fail(err, len, "index %lld is out of range for dim %lld of size %lld", (long long)l->p.index,
+                         (long long)dim, (long long)size);
+    l->p.dim = dim, l->p.index = i;
+    shape_t o = {0, {0}};
+    for (int64_t k = 0; k < r; k++)
+        if (k != dim)
+            o.d[o.rank++] = l->in.d[k];
+    l->out = o;
+    return 0;
+}
+
+static void select_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
+    for (int64_t k = 0; k < l->p.dim; k++)
+        outer *= l->in.d[k];
+    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
+        inner *= l->in.d[k];
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out + o * inner, in + (o * size + l->p.index) * inner, (size_t)inner * sizeof *in);
+}
+
+/* bytes: what it reads (one slice) and writes */
+static void select_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = l->flops = 0;
+    l->bytes = count_mul(8, shape_numel(&l->out));
+}
+
+const layer_desc layer_select_desc = {
+    .name = "select", .n_inputs = 1, .params = select_params, .defaults = select_defaults, .infer = select_infer,
+    .count = select_count, .reference = select_reference, .tolerance = 0.0,
+};

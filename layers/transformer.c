@@ -1,0 +1,271 @@
+/* The kinds of transformer blocks, as torch.nn defines them: layernorm (over the last
+ * dimension), gelu (exact, or the tanh approximation) and multihead_attention
+ * (self-attention as nn.MultiheadAttention with batch_first=True, on [N, S, E]).
+ *
+ * multihead_attention's weights, in torch's order: in_proj_weight [3E, E] (the query,
+ * key and value projections packed), in_proj_bias [3E], out_proj.weight [E, E],
+ * out_proj.bias [E] (the biases with bias: true). Per head h of E / num_heads columns:
+ * softmax(Q_h K_h^T / sqrt(E / num_heads)) V_h, the heads side by side, then the out
+ * projection. FLOPs (docs/flops.md): the four projections' 2 per MAC plus their bias
+ * adds, QK^T and AV 2 per MAC each, the scale 1 and the softmax 5 per score. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kind_util.h"
+#include "util.h"
+
+/* ---- layernorm ------------------------------------------------------------------------ */
+
+static const layer_param_spec layernorm_params[] = {
+    {"normalized_shape", LP_INT, P_OFF(normalized_shape), false, 1, NULL},
+    {"eps", LP_FLOAT, P_OFF(eps), false, 0, NULL},
+    {"elementwise_affine", LP_BOOL, P_OFF(affine), false, 0, NULL},
+    {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void layernorm_defaults(layer_params *p)
+{
+    p->eps = 1e-5;
+    p->affine = true;
+    p->bias = true;
+}
+
+static int layernorm_infer(layer *l, char *err, size_t len)
+{
+    int64_t d = l->in.d[l->in.rank - 1];
+    if (l->p.normalized_shape == 0)
+        l->p.normalized_shape = d;
+    if (l->p.normalized_shape != d)
+        return kind_fail(err, len, "normalized_shape %lld must be the input's last dimension, %lld (layerbench "
+                                   "normalizes over the last dimension only)",
+                         (long long)l->p.normalized_shape, (long long)d);
+    if (!(l->p.eps > 0))
+        return kind_fail(err, len, "eps must be above 0, got %g", l->p.eps);
+    l->out = l->in;
+    return 0;
+}
+
+/* gamma[D] then beta[D] (beta with bias only; neither without elementwise_affine) */
+static void layernorm_count(layer *l)
+{
+    int64_t d = l->p.normalized_shape;
+    l->n_weights = l->n_weight_floats = l->p.affine ? (l->p.bias ? 2 * d : d) : 0;
+    l->macs = 0;
+    /* per element: the mean's add, the subtraction, the variance's multiply and add,
+     * the scale; with affine, gamma's multiply and beta's add */
+    l->flops = count_mul(l->p.affine ? 7 : 5, shape_numel(&l->out));
+    kind_count_bytes(l);
+}
+
+static void layernorm_init(const layer *l, float *w, layer_rng *rng)
+{
+    int64_t d = l->p.normalized_shape;
+    layer_fill_uniform(w, d, 0.5f, 1.5f, rng);
+    if (l->n_weight_floats > d)
+        layer_fill_uniform(w + d, d, -0.5f, 0.5f, rng);
+}
+
+static void layernorm_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = in + r * d;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; i++)
+            mean += x[i];
+        mean /= (double)d;
+        for (int64_t i = 0; i < d; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        double rstd = 1.0 / sqrt(var / (double)d + l->p.eps);
+        for (int64_t i = 0; i < d; i++) {
+            double y = (x[i] - mean) * rstd;
+            if (l->p.affine)
+                y = y * w[i] + (l->n_weight_floats > d ? w[d + i] : 0.0);
+            out[r * d + i] = (float)y;
+        }
+    }
+}
+
+const layer_desc layer_layernorm_desc = {
+    .name = "layernorm", .n_inputs = 1, .params = layernorm_params, .defaults = layernorm_defaults,
+    .infer = layernorm_infer, .count = layernorm_count, .init_weights = layernorm_init,
+    .reference = layernorm_reference, .tolerance = 2e-6,
+};
+
+/* ---- gelu ------------------------------------------------------------------------------- */
+
+static const char *const gelu_modes[] = {"none", "tanh", NULL};
+
+static const layer_param_spec gelu_params[] = {
+    {"approximate", LP_ENUM, P_OFF(mode), false, 0, gelu_modes},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int gelu_infer(layer *l, char *err, size_t len)
+{
+    (void)err, (void)len;
+    l->out = l->in;
+    return 0;
+}
+
+/* exact: x / 2 (1 + erf(x / sqrt 2)): the scale, erf, the add and two multiplies, 5;
+ * tanh: the cube (2), its multiply-add (2), the scale, tanh, the add and two
+ * multiplies, 9 */
+static void gelu_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = count_mul(l->p.mode == GELU_TANH ? 9 : 5, shape_numel(&l->out));
+    kind_count_bytes(l);
+}
+
+static void gelu_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++) {
+        double x = in[i];
+        out[i] = (float)(l->p.mode == GELU_TANH
+                             ? 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)))
+                             : 0.5 * x * (1.0 + erf(x / sqrt(2.0))));
+    }
+}
+
+const layer_desc layer_gelu_desc = {
+    .name = "gelu", .n_inputs = 1, .params = gelu_params, .infer = gelu_infer, .count = gelu_count,
+    .reference = gelu_reference, .tolerance = 1e-6,
+};
+
+/* ---- multihead_attention ------------------------------------------------------------------ */
+
+static const layer_param_spec mha_params[] = {
+    {"embed_dim", LP_INT, P_OFF(embed_dim), true, 1, NULL},
+    {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
+    {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {"dropout", LP_FLOAT, P_OFF(p), false, 0, NULL},
+    {"batch_first", LP_BOOL, P_OFF(batch_first), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void mha_defaults(layer_params *p)
+{
+    p->bias = true;
+    p->batch_first = true;
+}
+
+static int mha_infer(layer *l, char *err, size_t len)
+{
+    const layer_params *p = &l->p;
+    char s[96];
+    if (!p->batch_first)
+        return kind_fail(err, len, "batch_first: false is not supported: layerbench's tokens are [N, S, E] "
+                                   "(write batch_first: true, and the model as nn.MultiheadAttention(batch_first=True))");
+    if (l->in.rank != 3)
+        return kind_fail(err, len, "multihead_attention expects tokens [N, S, E], got %s (a per-sample input of "
+                                   "[S, E])",
+                         shape_format(&l->in, s, sizeof s));
+    if (l->in.d[2] != p->embed_dim)
+        return kind_fail(err, len, "embed_dim %lld differs from the input's last dimension %lld",
+                         (long long)p->embed_dim, (long long)l->in.d[2]);
+    if (p->embed_dim % p->num_heads)
+        return kind_fail(err, len, "embed_dim %lld is not divisible by num_heads %lld (each head takes embed_dim / "
+                                   "num_heads columns)",
+                         (long long)p->embed_dim, (long long)p->num_heads);
+    if (p->p > 1.0)
+        return kind_fail(err, len, "dropout must be between 0 and 1, got %g", p->p);
+    l->out = l->in;
+    return 0;
+}
+
+static void mha_count(layer *l)
+{
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
+    int64_t tokens = count_mul(n, s);
+    l->n_weights = l->n_weight_floats = count_add(count_mul(4, count_mul(e, e)), l->p.bias ? 4 * e : 0);
+    int64_t proj = count_mul(count_mul(tokens, e), 4 * e);                /* q, k, v and out: 4 E^2 per token */
+    int64_t attn = count_mul(2, count_mul(count_mul(tokens, s), e));      /* QK^T and AV: S E per token each */
+    l->macs = count_add(proj, attn);
+    int64_t scores = count_mul(count_mul(n, h), count_mul(s, s));
+    l->flops = count_add(count_add(count_mul(2, l->macs), count_mul(6, scores)),
+                         l->p.bias ? count_mul(tokens, 4 * e) : 0);
+    kind_count_bytes(l);
+}
+
+static void mha_init(const layer *l, float *w, layer_rng *rng)
+{
+    /* torch: xavier_uniform for in_proj_weight, the Linear default for out_proj */
+    int64_t e = l->p.embed_dim;
+    float a = (float)sqrt(6.0 / (double)(e + 3 * e)), b = (float)(1.0 / sqrt((double)e));
+    layer_fill_uniform(w, 3 * e * e, -a, a, rng);
+    layer_fill_uniform(w + 3 * e * e, l->n_weight_floats - 3 * e * e, -b, b, rng);
+}
+
+/* Offsets of the four weight blocks (layer_weights: torch's order). */
+void layer_mha_weights(const layer *l, const float *w, const float **in_w, const float **in_b, const float **out_w,
+                       const float **out_b)
+{
+    int64_t e = l->p.embed_dim;
+    *in_w = w;
+    *in_b = l->p.bias ? w + 3 * e * e : NULL;
+    *out_w = w + 3 * e * e + (l->p.bias ? 3 * e : 0);
+    *out_b = l->p.bias ? *out_w + e * e : NULL;
+}
+
+/* The reference keeps one sample's projections and heads in double (its one allocation:
+ * recomputing them would cost S times more). */
+static void mha_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, dh = e / h;
+    const float *in_w, *in_b, *out_w, *out_b;
+    layer_mha_weights(l, w, &in_w, &in_b, &out_w, &out_b);
+    double *qkv = xmalloc((size_t)(s * 3 * e) * sizeof *qkv), *o = xmalloc((size_t)(s * e) * sizeof *o),
+           *p = xmalloc((size_t)s * sizeof *p);
+    double scale = 1.0 / sqrt((double)dh);
+    for (int64_t b = 0; b < n; b++) {
+        const float *x = in + b * s * e;
+        for (int64_t t = 0; t < s; t++)
+            for (int64_t j = 0; j < 3 * e; j++) {
+                double acc = in_b ? in_b[j] : 0.0;
+                for (int64_t i = 0; i < e; i++)
+                    acc += (double)x[t * e + i] * in_w[j * e + i];
+                qkv[t * 3 * e + j] = acc;
+            }
+        for (int64_t hd = 0; hd < h; hd++)
+            for (int64_t t = 0; t < s; t++) {
+                const double *q = qkv + t * 3 * e + hd * dh;
+                double m = -INFINITY, sum = 0;
+                for (int64_t u = 0; u < s; u++) {
+                    const double *k = qkv + u * 3 * e + e + hd * dh;
+                    double dot = 0;
+                    for (int64_t d = 0; d < dh; d++)
+                        dot += q[d] * k[d];
+                    p[u] = dot * scale;
+                    m = p[u] > m ? p[u] : m;
+                }
+                for (int64_t u = 0; u < s; u++)
+                    sum += p[u] = exp(p[u] - m);
+                for (int64_t d = 0; d < dh; d++) {
+                    double acc = 0;
+                    for (int64_t u = 0; u < s; u++)
+                        acc += p[u] * qkv[u * 3 * e + 2 * e + hd * dh + d];
+                    o[t * e + hd * dh + d] = acc / sum;
+                }
+            }
+        for (int64_t t = 0; t < s; t++)
+            for (int64_t j = 0; j < e; j++) {
+                double acc = out_b ? out_b[j] : 0.0;
+                for (int64_t i = 0; i < e; i++)
+                    acc += o[t * e + i] * out_w[j * e + i];
+                out[b * s * e + t * e + j] = (float)acc;
+            }
+    }
+    free(qkv), free(o), free(p);
+}
+
+const layer_desc layer_multihead_attention_desc = {
+    .name = "multihead_attention", .n_inputs = 1, .params = mha_params, .defaults = mha_defaults,
+    .infer = mha_infer, .count = mha_count, .init_weights = mha_init, .reference = mha_reference,
+    .tolerance = 5e-6,
+};
