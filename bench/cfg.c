@@ -591,9 +591,11 @@ static int emit_residual(cfg_ctx *c, yaml_node_t *item, const char *qname, int *
             yaml_node_t *k = NODE(c, pr->key), *v = NODE(c, pr->value);
             const char *bname;
             if (parse_name(c, "branch name", k, &bname))
-                return -1;
-            if (n_out == LAYER_MAX_INPUTS)
-                return fail(c, k, "more than %d branches", LAYER_MAX_INPUTS);
+                goto fail;
+            if (n_out == LAYER_MAX_INPUTS) {
+                fail(c, k, "more than %d branches", LAYER_MAX_INPUTS);
+                goto fail;
+            }
             outs[n_out] = *cur;
             names[n_out] = owned[n_out] = xasprintf("branch '%s'", bname);
             if (v->type == YAML_SCALAR_NODE && strcmp(scalar(v), "identity") == 0) {

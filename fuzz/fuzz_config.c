@@ -24,11 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cfg_load_text("fuzz.yaml", text, size, 0, &m, err, sizeof err) == BENCH_OK) {
         model_sum(m);
         model_memory_bytes(m);
-        report_list_table(sink, m);
+        report_list_table(sink, m, TABLE_TEXT);
+        report_list_table(sink, m, TABLE_MD);
         const int64_t batches[] = {1, 3, 1 << 20, INT32_MAX};
         for (size_t i = 0; i < sizeof batches / sizeof *batches; i++)
             if (model_set_batch(m, batches[i], err, sizeof err) == BENCH_OK)
-                report_list_table(sink, m);
+                report_list_table(sink, m, (table_format)(i % 2));
         model_free(m);
     } else if (strncmp(err, "fuzz.yaml:", 10) != 0) {
         fprintf(stderr, "an error that does not name the config: '%s'\n", err);
