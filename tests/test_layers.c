@@ -50,6 +50,7 @@ static void bn_noaffine(layer_params *p) { p->affine = false; }
 static void none(layer_params *p) { (void)p; }
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
+static void mp_ceil_pad(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 2, 3); PAIR(padding, 1, 1); p->ceil_mode = true; }
 static void mp_dil(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 1, 2); PAIR(dilation, 2, 2); PAIR(padding, 1, 1); }
 static void ap_pad(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void ap_nopad(layer_params *p) { ap_pad(p); p->count_include_pad = false; }
@@ -122,6 +123,8 @@ static const layer_case cases[] = {
     {"rank 2", LAYER_SIGMOID, S2(7, 13), none},
     {"3x3 stride 2 pad 1", LAYER_MAXPOOL2D, S4(2, 3, 15, 12), mp_3s2p1},
     {"2x2 ceil_mode", LAYER_MAXPOOL2D, S4(2, 4, 7, 9), mp_ceil},
+    {"3x2 s2x3 p1 ceil_mode", LAYER_MAXPOOL2D, S4(3, 2, 10, 13), mp_ceil_pad},
+    {"3x3 s2 p1, parallel", LAYER_MAXPOOL2D, S4(2, 8, 57, 61), mp_3s2p1},
     {"dilation 2, 3x2 kernel", LAYER_MAXPOOL2D, S4(1, 5, 11, 10), mp_dil},
     {"3x3 s2 p1 count_include_pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_pad},
     {"3x3 s2 p1 exclude pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_nopad},

@@ -127,10 +127,11 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_core\": \"%s\", "
                                "\"openblas_threads\": %d, \"openblas_parallel\": %d, \"openmp_max_threads\": %d, "
                                "\"GOMP_SPINCOUNT\": \"%s\", \"OMP_WAIT_POLICY\": \"%s\", \"OPENBLAS_CORETYPE\": \"%s\", "
-                               "\"last_level_cache_bytes\": %zu, \"flush_bytes\": %zu}",
+                               "\"last_level_cache_bytes\": %zu, \"flush_bytes\": %zu, \"loops_isa\": \"%s\"}",
                                threads, openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
                                openblas_get_parallel(), omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"),
-                               env_or_unset("OMP_WAIT_POLICY"), env_or_unset("OPENBLAS_CORETYPE"), llc, c->flush_bytes);
+                               env_or_unset("OMP_WAIT_POLICY"), env_or_unset("OPENBLAS_CORETYPE"), llc, c->flush_bytes,
+                               cpu_isa_level());
     *ctx = c;
     return BENCH_OK;
 }
@@ -337,6 +338,30 @@ static void cpu_layer_free(void *ctx, void *state)
     if (cl->k->free)
         cl->k->free(cl->kstate);
     free(cl);
+}
+
+const char *cpu_isa_level(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+        return "x86-64-v4 (AVX-512)";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+        return "x86-64-v3 (AVX2, FMA)";
+    return "x86-64 (SSE2)";
+#else
+    return "baseline";
+#endif
+}
+
+void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t per = (n + nt - 1) / nt;
+    per = (per + 63) / 64 * 64;
+    *lo = t * per < n ? t * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
 }
 
 /* OpenBLAS's kernels against what the CPU can run: OPENBLAS_CORETYPE (or an old

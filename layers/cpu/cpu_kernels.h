@@ -24,6 +24,27 @@ extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kern
     cpu_upsample_kernel, cpu_layernorm_kernel, cpu_gelu_kernel, cpu_multihead_attention_kernel, cpu_transpose_kernel,
     cpu_class_token_kernel, cpu_pos_embedding_kernel, cpu_select_kernel;
 
+/* ISA dispatch. The loops of the memory-bound kinds are compiled three times, for
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline (SSE2), and the
+ * dynamic loader picks the best the CPU runs (target_clones: an ifunc resolved once).
+ * Functions holding an OpenMP region are not cloned (the region's outlined body would
+ * keep the baseline ISA): the region calls a cloned function per thread's chunk.
+ * LAYERBENCH_NO_ISA_CLONES builds the baseline only. */
+#if defined(__x86_64__) && !defined(LAYERBENCH_NO_ISA_CLONES) && \
+    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 12))
+#define CPU_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_ISA_CLONES
+#endif
+
+/* The clone the loader picks on this CPU, e.g. "x86-64-v4 (AVX-512)". */
+const char *cpu_isa_level(void);
+
+/* This thread's share [*lo, *hi) of n elements split evenly over the threads of the
+ * enclosing parallel region, each share a multiple of 64 floats (a cache line
+ * times 16) except the last. */
+void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi);
+
 /* Element-wise loops below this many elements stay on one thread: a parallel
  * region costs a few microseconds, more than the work. */
 #define CPU_PARALLEL_MIN 16384

@@ -5,6 +5,15 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "fast_math.h"
+
+CPU_ISA_CLONES
+static void affine_span(const float *x, float *y, int64_t n, float scale, float shift)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * scale + shift;
+}
 
 static void bn_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
@@ -16,37 +25,43 @@ static void bn_run(const layer *l, void *state, const float *const *ins, const f
     for (int64_t pl = 0; pl < n * c; pl++) {
         int64_t ch = pl % c;
         float scale = w[ch] / sqrtf(w[3 * c + ch] + eps);
-        float shift = w[c + ch] - w[2 * c + ch] * scale;
-        const float *x = in + pl * hw;
-        float *y = out + pl * hw;
-#pragma omp simd
-        for (int64_t i = 0; i < hw; i++)
-            y[i] = x[i] * scale + shift;
+        affine_span(in + pl * hw, out + pl * hw, hw, scale, w[c + ch] - w[2 * c + ch] * scale);
     }
 }
 
-/* One element-wise loop per kind: x is in[0][i]. */
+/* One element-wise loop per kind: x is a[i] (and b[i] the second input's element), in
+ * a function cloned per ISA that each thread runs on its share. */
 #define ELEMENTWISE(fn, expr)                                                                       \
+    CPU_ISA_CLONES static void fn##_span(const float *a, const float *b, float *out, int64_t n)     \
+    {                                                                                               \
+        (void)b;                                                                                    \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                                         \
+        {                                                                                           \
+            float x = a[i];                                                                         \
+            out[i] = (expr);                                                                        \
+        }                                                                                           \
+    }                                                                                               \
     static void fn(const layer *l, void *state, const float *const *in, const float *w, float *out) \
     {                                                                                               \
         (void)state, (void)w;                                                                       \
         const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
-        (void)b;                                                                                    \
         int64_t n = shape_numel(&l->out);                                                           \
-        _Pragma("omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)")                 \
-        for (int64_t i = 0; i < n; i++) {                                                           \
-            float x = a[i];                                                                         \
-            out[i] = (expr);                                                                        \
+        _Pragma("omp parallel if (n > CPU_PARALLEL_MIN)")                                           \
+        {                                                                                           \
+            int64_t lo, hi;                                                                         \
+            cpu_thread_span(n, &lo, &hi);                                                           \
+            if (hi > lo)                                                                            \
+                fn##_span(a + lo, b ? b + lo : NULL, out + lo, hi - lo);                            \
         }                                                                                           \
     }
 
 ELEMENTWISE(relu_run, x > 0.0f ? x : 0.0f)
 ELEMENTWISE(relu6_run, fminf(fmaxf(x, 0.0f), 6.0f))
-ELEMENTWISE(sigmoid_run, 1.0f / (1.0f + expf(-x)))
-ELEMENTWISE(silu_run, x / (1.0f + expf(-x)))
+ELEMENTWISE(sigmoid_run, 1.0f / (1.0f + lb_expf(-x)))
+ELEMENTWISE(silu_run, x / (1.0f + lb_expf(-x)))
 ELEMENTWISE(hardsigmoid_run, fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f)
 ELEMENTWISE(hardswish_run, x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f))
-ELEMENTWISE(tanh_run, tanhf(x))
+ELEMENTWISE(tanh_run, lb_tanhf(x))
 ELEMENTWISE(add_run, x + b[i])
 ELEMENTWISE(mul_same_run, x * b[i])
 
@@ -72,12 +87,8 @@ static void mul_run(const layer *l, void *state, const float *const *in, const f
         const float *s = in[scale], *x = in[1 - scale];
         int64_t planes = o->d[0] * o->d[1], hw = o->d[2] * o->d[3];
 #pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
-        for (int64_t pl = 0; pl < planes; pl++) {
-            float f = s[pl];
-#pragma omp simd
-            for (int64_t i = 0; i < hw; i++)
-                out[pl * hw + i] = x[pl * hw + i] * f;
-        }
+        for (int64_t pl = 0; pl < planes; pl++)
+            affine_span(x + pl * hw, out + pl * hw, hw, s[pl], 0.0f);
         return;
     }
 #pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)

@@ -23,6 +23,31 @@ static inline int64_t end_tap(int64_t start, int64_t dilation, int64_t size, int
     return clamp64(dilation == 1 ? room : (room + dilation - 1) / dilation, 0, kernel);
 }
 
+/* maxpool with dilation 1, one output row: the column maxima of the window's rows into
+ * t (t[k] is input column k - padding; -inf outside the input), then the maxima of
+ * kw-wide windows of t at the stride. Both loops vectorise. */
+CPU_ISA_CLONES
+static void maxpool_row(const float *src, int64_t wd, int64_t rows, float *t, int64_t tlen, int64_t pad, int64_t kw,
+                        int64_t stride, float *dst, int64_t ow)
+{
+    for (int64_t k = 0; k < tlen; k++)
+        t[k] = -INFINITY;
+    float *tc = t + pad;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *row = src + i * wd;
+#pragma omp simd
+        for (int64_t j = 0; j < wd; j++)
+            tc[j] = row[j] > tc[j] ? row[j] : tc[j];
+    }
+#pragma omp simd
+    for (int64_t x = 0; x < ow; x++) {
+        float m = t[x * stride];
+        for (int64_t k = 1; k < kw; k++)
+            m = t[x * stride + k] > m ? t[x * stride + k] : m;
+        dst[x] = m;
+    }
+}
+
 static void maxpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
@@ -30,23 +55,37 @@ static void maxpool_run(const layer *l, void *state, const float *const *ins, co
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3], dh = p->dilation[0], dw = p->dilation[1];
-#pragma omp parallel for schedule(static) if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *src = in + pl * h * wd;
-        float *dst = out + pl * oh * ow;
-        for (int64_t y = 0; y < oh; y++) {
-            int64_t y0 = y * p->stride[0] - p->padding[0];
-            int64_t i0 = first_tap(y0, dh), i1 = end_tap(y0, dh, h, p->kernel[0]);
-            for (int64_t x = 0; x < ow; x++) {
-                int64_t x0 = x * p->stride[1] - p->padding[1];
-                int64_t j0 = first_tap(x0, dw), j1 = end_tap(x0, dw, wd, p->kernel[1]);
-                float m = -INFINITY;
-                for (int64_t i = i0; i < i1; i++) {
-                    const float *row = src + (y0 + i * dh) * wd + x0;
-                    for (int64_t j = j0; j < j1; j++)
-                        m = row[j * dw] > m ? row[j * dw] : m;
+    /* the row buffer spans every column a window can reach, ceil_mode's included */
+    int64_t tlen = (ow - 1) * p->stride[1] + p->kernel[1];
+    if (tlen < p->padding[1] + wd)
+        tlen = p->padding[1] + wd;
+    bool rows_path = dh == 1 && dw == 1 && tlen <= 8192;
+#pragma omp parallel if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
+    {
+        float t[rows_path ? tlen : 1];
+#pragma omp for schedule(static)
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const float *src = in + pl * h * wd;
+            float *dst = out + pl * oh * ow;
+            for (int64_t y = 0; y < oh; y++) {
+                int64_t y0 = y * p->stride[0] - p->padding[0];
+                int64_t i0 = first_tap(y0, dh), i1 = end_tap(y0, dh, h, p->kernel[0]);
+                if (rows_path) {
+                    maxpool_row(src + (y0 + i0) * wd, wd, i1 - i0, t, tlen, p->padding[1], p->kernel[1],
+                                p->stride[1], dst + y * ow, ow);
+                    continue;
                 }
-                dst[y * ow + x] = m;
+                for (int64_t x = 0; x < ow; x++) {
+                    int64_t x0 = x * p->stride[1] - p->padding[1];
+                    int64_t j0 = first_tap(x0, dw), j1 = end_tap(x0, dw, wd, p->kernel[1]);
+                    float m = -INFINITY;
+                    for (int64_t i = i0; i < i1; i++) {
+                        const float *row = src + (y0 + i * dh) * wd + x0;
+                        for (int64_t j = j0; j < j1; j++)
+                            m = row[j * dw] > m ? row[j * dw] : m;
+                    }
+                    dst[y * ow + x] = m;
+                }
             }
         }
     }
@@ -82,6 +121,17 @@ static void avgpool_run(const layer *l, void *state, const float *const *ins, co
     }
 }
 
+/* The sum of n floats, in double. */
+CPU_ISA_CLONES
+static double row_sum(const float *x, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
 static void adaptive_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
@@ -99,9 +149,11 @@ static void adaptive_run(const layer *l, void *state, const float *const *ins, c
                 /* in double: a global pool of a 112x112 map sums 12544 values, and a
                  * float sum drifts past 1e-6 of the mean */
                 double sum = 0.0;
-                for (int64_t iy = y0; iy < y1; iy++)
-                    for (int64_t ix = x0; ix < x1; ix++)
-                        sum += src[iy * wd + ix];
+                if (x0 == 0 && x1 == wd) /* whole rows: one contiguous run */
+                    sum = row_sum(src + y0 * wd, (y1 - y0) * wd);
+                else
+                    for (int64_t iy = y0; iy < y1; iy++)
+                        sum += row_sum(src + iy * wd + x0, x1 - x0);
                 dst[y * ow + x] = (float)(sum / (double)((y1 - y0) * (x1 - x0)));
             }
         }

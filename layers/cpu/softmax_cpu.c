@@ -2,6 +2,39 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "fast_math.h"
+
+/* One contiguous row (the reduced dimension is the last): max, exp and sum, scale. */
+CPU_ISA_CLONES
+static void softmax_row(const float *x, float *y, int64_t n)
+{
+    float m = -INFINITY, s = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = lb_expf(x[i] - m);
+        s += y[i];
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= inv;
+}
+
+/* A strided row (inner > 1): the same, element by element. */
+static void softmax_strided(const float *x, float *y, int64_t n, int64_t inner)
+{
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i * inner] > m ? x[i * inner] : m;
+    for (int64_t i = 0; i < n; i++)
+        s += (y[i * inner] = lb_expf(x[i * inner] - m));
+    float inv = 1.0f / s;
+    for (int64_t i = 0; i < n; i++)
+        y[i * inner] *= inv;
+}
 
 static void softmax_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
@@ -14,16 +47,11 @@ static void softmax_run(const layer *l, void *state, const float *const *ins, co
         inner *= l->in.d[i];
 #pragma omp parallel for schedule(static) if (outer * n * inner > CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < outer * inner; r++) {
-        const float *x = in + (r / inner) * n * inner + r % inner;
-        float *y = out + (r / inner) * n * inner + r % inner;
-        float m = -INFINITY, s = 0.0f;
-        for (int64_t i = 0; i < n; i++)
-            m = x[i * inner] > m ? x[i * inner] : m;
-        for (int64_t i = 0; i < n; i++)
-            s += (y[i * inner] = expf(x[i * inner] - m));
-        float inv = 1.0f / s;
-        for (int64_t i = 0; i < n; i++)
-            y[i * inner] *= inv;
+        int64_t at = (r / inner) * n * inner + r % inner;
+        if (inner == 1)
+            softmax_row(in + at, out + at, n);
+        else
+            softmax_strided(in + at, out + at, n, inner);
     }
 }
 

@@ -15,6 +15,35 @@
 
 /* ---- layernorm -------------------------------------------------------------------------- */
 
+/* One row: mean, variance about the mean (two passes: no cancellation), then the
+ * normalised and scaled values. */
+CPU_ISA_CLONES
+static void layernorm_row(const float *x, float *y, int64_t d, const float *gamma, const float *beta, float eps)
+{
+    float sum = 0.0f, sq = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < d; i++)
+        sum += x[i];
+    float mean = sum / (float)d;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < d; i++)
+        sq += (x[i] - mean) * (x[i] - mean);
+    float rstd = 1.0f / sqrtf(sq / (float)d + eps);
+    if (gamma && beta) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++)
+            y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
+    } else if (gamma) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++)
+            y[i] = (x[i] - mean) * rstd * gamma[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++)
+            y[i] = (x[i] - mean) * rstd;
+    }
+}
+
 static void layernorm_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state;
@@ -23,53 +52,42 @@ static void layernorm_run(const layer *l, void *state, const float *const *ins, 
     const float *gamma = l->p.affine ? w : NULL, *beta = l->n_weight_floats > d ? w + d : NULL;
     float eps = (float)l->p.eps;
 #pragma omp parallel for schedule(static) if (rows * d > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = in + r * d;
-        float *y = out + r * d;
-        float sum = 0.0f, sq = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < d; i++)
-            sum += x[i];
-        float mean = sum / (float)d;
-#pragma omp simd reduction(+ : sq)
-        for (int64_t i = 0; i < d; i++)
-            sq += (x[i] - mean) * (x[i] - mean);
-        float rstd = 1.0f / sqrtf(sq / (float)d + eps);
-        if (gamma && beta) {
-#pragma omp simd
-            for (int64_t i = 0; i < d; i++)
-                y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
-        } else if (gamma) {
-#pragma omp simd
-            for (int64_t i = 0; i < d; i++)
-                y[i] = (x[i] - mean) * rstd * gamma[i];
-        } else {
-#pragma omp simd
-            for (int64_t i = 0; i < d; i++)
-                y[i] = (x[i] - mean) * rstd;
-        }
-    }
+    for (int64_t r = 0; r < rows; r++)
+        layernorm_row(in + r * d, out + r * d, d, gamma, beta, eps);
 }
 
 /* ---- gelu --------------------------------------------------------------------------------- */
+
+CPU_ISA_CLONES
+static void gelu_span(const float *in, float *out, int64_t n, bool tanh_approx)
+{
+    if (tanh_approx) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float x = in[i];
+            out[i] = 0.5f * x * (1.0f + lb_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) {
+            float x = in[i];
+            out[i] = 0.5f * x * (1.0f + lb_erff(x * 0.7071067811865476f));
+        }
+    }
+}
 
 static void gelu_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state, (void)w;
     const float *in = ins[0];
     int64_t n = shape_numel(&l->in);
-    if (l->p.mode == GELU_TANH) {
-#pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float x = in[i];
-            out[i] = 0.5f * x * (1.0f + lb_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-        }
-    } else {
-#pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float x = in[i];
-            out[i] = 0.5f * x * (1.0f + lb_erff(x * 0.7071067811865476f));
-        }
+    bool tanh_approx = l->p.mode == GELU_TANH;
+#pragma omp parallel if (n > CPU_PARALLEL_MIN)
+    {
+        int64_t lo, hi;
+        cpu_thread_span(n, &lo, &hi);
+        if (hi > lo)
+            gelu_span(in + lo, out + lo, hi - lo, tanh_approx);
     }
 }
 
@@ -120,6 +138,7 @@ static void project(const float *x, const float *wt, const float *b, float *y, i
                 wt, (blasint)f, b ? 1.0f : 0.0f, y, (blasint)o);
 }
 
+CPU_ISA_CLONES
 static void softmax_rows(float *p, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -199,17 +218,23 @@ static void class_token_run(const layer *l, void *state, const float *const *ins
     }
 }
 
+/* y = a + b over n floats */
+CPU_ISA_CLONES
+static void add_span(const float *a, const float *b, float *y, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
 static void pos_embedding_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state;
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
 #pragma omp parallel for schedule(static) if (n * sd > CPU_PARALLEL_MIN)
-    for (int64_t b = 0; b < n; b++) {
-#pragma omp simd
-        for (int64_t i = 0; i < sd; i++)
-            out[b * sd + i] = in[b * sd + i] + w[i];
-    }
+    for (int64_t b = 0; b < n; b++)
+        add_span(in + b * sd, w, out + b * sd, sd);
 }
 
 static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
