@@ -401,5 +401,24 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_case(&b, &cases[i], seed + i);
     backend_close(&b);
+    if (strcmp(name, "cpu") == 0) {
+        /* the CPU's convolution algorithms, each forced where it applies (the search
+         * above keeps whichever was fastest), then the rule (--algo heuristic) */
+        static const char *const algos[] = {"im2col", "gemm-1x1", "batched:1", "batched:2", "batched:3", ""};
+        for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+            bo.algo_heuristic = !*algos[a];
+            setenv("LAYERBENCH_CPU_CONV_ALGO", algos[a], 1);
+            if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
+                EXPECT(false, "the cpu backend reopens");
+                break;
+            }
+            printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s'%s\n", algos[a], bo.algo_heuristic ? ", --algo heuristic" : "");
+            for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+                if (cases[i].kind == LAYER_CONV2D)
+                    run_case(&b, &cases[i], seed + i);
+            backend_close(&b);
+        }
+        unsetenv("LAYERBENCH_CPU_CONV_ALGO");
+    }
     return test_summary("test_layers");
 }

@@ -43,6 +43,7 @@ static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
 
 typedef struct cpu_ctx {
     int threads;
+    bool search;            /* --algo search: kernels time their candidate algorithms at setup */
     double t0;
     double *marks;          /* in-model view: times of the marks of the current sample */
     int n_marks;
@@ -103,6 +104,7 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     }
     cpu_ctx *c = xcalloc(1, sizeof *c);
     c->threads = threads;
+    c->search = !opt->algo_heuristic;
     /* twice the last-level cache, between 8 MiB and 256 MiB (a VM may report a whole
      * socket's L3 for two cores; the JSON says what was used) */
     size_t llc = last_level_cache_bytes();
@@ -302,7 +304,6 @@ static void cpu_marks_read(void *ctx, double *seconds, int n)
 static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                     size_t impl_len, int64_t *workspace_bytes)
 {
-    (void)ctx;
     *workspace_bytes = 0;
     const cpu_kernel *k = cpu_kernels[l->kind];
     if (!k)
@@ -310,7 +311,7 @@ static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, v
     cpu_layer *cl = xcalloc(1, sizeof *cl);
     *cl = (cpu_layer){.l = l, .k = k, .w = w};
     if (k->setup) {
-        bench_status st = k->setup(l, &cl->kstate, impl, impl_len, workspace_bytes);
+        bench_status st = k->setup(l, w, ((cpu_ctx *)ctx)->search, &cl->kstate, impl, impl_len, workspace_bytes);
         if (st != BENCH_OK) {
             free(cl);
             return st;

@@ -1,4 +1,6 @@
-/* conv2d on the CPU. Paths, chosen at setup:
+/* conv2d on the CPU. Paths (with --algo search, the default, every one that applies is
+ * timed at setup on the real weights and the fastest kept, as cuDNN's Find does; with
+ * --algo heuristic, the rule in conv_rule):
  *  - gemm-1x1:   1x1 kernel, stride 1, no padding: the input already is the GEMM's B matrix.
  *  - depthwise:  groups == in_channels == out_channels: a direct loop per channel plane,
  *                since a GEMM with M = 1 per group wastes the BLAS.
@@ -7,6 +9,7 @@
  *                samples are unfolded side by side so one GEMM gets a useful width
  *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW. */
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,44 +40,183 @@ static void conv_free(void *state)
     free(s);
 }
 
-static bench_status conv_setup(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
+/* One algorithm: a path and, for the batched one, the samples per GEMM. */
+typedef struct conv_algo {
+    conv_path path;
+    int64_t samples;
+} conv_algo;
+
+static bool is_pointwise(const layer_params *p)
+{
+    return p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 && p->padding[0] == 0 &&
+           p->padding[1] == 0;
+}
+
+static int64_t conv_k(const layer *l)
+{
+    return (l->in.d[1] / l->p.groups) * l->p.kernel[0] * l->p.kernel[1];
+}
+
+static int64_t batched_bytes(const layer *l, int64_t samples)
+{
+    return 4 * (conv_k(l) + l->p.out_channels / l->p.groups) * samples * l->out.d[2] * l->out.d[3];
+}
+
+/* The rule (--algo heuristic, and the first candidate of the search). */
+static conv_algo conv_rule(const layer *l)
 {
     const layer_params *p = &l->p;
+    int64_t c = l->in.d[1], ohw = l->out.d[2] * l->out.d[3];
+    if (p->groups == c && p->out_channels == c && c > 1)
+        return (conv_algo){CONV_DEPTHWISE, 1};
+    if ((l->in.d[0] > 1 && ohw < CONV_MIN_GEMM_N) || ohw < CONV_TRANSPOSE_N) {
+        int64_t samples = (CONV_MIN_GEMM_N + ohw - 1) / ohw;
+        if (samples > l->in.d[0])
+            samples = l->in.d[0];
+        while (samples > 1 && batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
+            samples--;
+        return (conv_algo){CONV_BATCHED, samples};
+    }
+    return (conv_algo){is_pointwise(p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1};
+}
+
+/* A state with its workspace, or NULL when out of memory. */
+static conv_state *conv_state_new(const layer *l, conv_algo a, int64_t *workspace_bytes)
+{
     conv_state *s = calloc(1, sizeof *s);
     if (!s)
-        return BENCH_ERR_NOMEM;
-    int64_t c = l->in.d[1], ohw = l->out.d[2] * l->out.d[3];
-    int64_t k = (c / p->groups) * p->kernel[0] * p->kernel[1], ocg = p->out_channels / p->groups;
-    s->samples = 1;
-    if (p->groups == c && p->out_channels == c && c > 1)
-        s->path = CONV_DEPTHWISE;
-    else if ((l->in.d[0] > 1 && ohw < CONV_MIN_GEMM_N) || ohw < CONV_TRANSPOSE_N) {
-        s->path = CONV_BATCHED;
-        s->samples = (CONV_MIN_GEMM_N + ohw - 1) / ohw;
-        if (s->samples > l->in.d[0])
-            s->samples = l->in.d[0];
-        while (s->samples > 1 && 4 * (k + ocg) * s->samples * ohw > CONV_MAX_BATCHED_BYTES)
-            s->samples--;
-    } else if (p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
-               p->padding[0] == 0 && p->padding[1] == 0)
-        s->path = CONV_GEMM_1X1;
-    else
-        s->path = CONV_IM2COL;
+        return NULL;
+    int64_t ohw = l->out.d[2] * l->out.d[3], ocg = l->p.out_channels / l->p.groups;
+    s->path = a.path;
+    s->samples = a.samples;
+    *workspace_bytes = 0;
     if (s->path == CONV_IM2COL || s->path == CONV_BATCHED) {
-        s->col = bench_alloc_floats(k * s->samples * ohw);
+        s->col = bench_alloc_floats(conv_k(l) * s->samples * ohw);
         s->tmp = s->path == CONV_BATCHED ? bench_alloc_floats(ocg * s->samples * ohw) : NULL;
-        *workspace_bytes = 4 * (k + (s->tmp ? ocg : 0)) * s->samples * ohw;
+        *workspace_bytes = 4 * (conv_k(l) + (s->tmp ? ocg : 0)) * s->samples * ohw;
         if (!s->col || (s->path == CONV_BATCHED && !s->tmp)) {
             conv_free(s);
-            return BENCH_ERR_NOMEM;
+            return NULL;
         }
     }
-    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm"};
-    if (s->path == CONV_BATCHED)
-        snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
-                 (long long)s->samples, s->samples > 1 ? "s" : "");
+    return s;
+}
+
+/* Every algorithm that applies, the rule's first: samples one at a time (the direct
+ * 1x1 GEMM or im2col), and for maps small enough that a GEMM per sample is narrow,
+ * 1, 2, 4, ... samples per GEMM up to the batch, within the workspace limit. */
+#define CONV_MAX_CANDIDATES 12
+#define CONV_SEARCH_MAX_N 4096
+
+static int conv_candidates(const layer *l, conv_algo *c)
+{
+    int n = 0;
+    c[n++] = conv_rule(l);
+    if (c[0].path == CONV_DEPTHWISE)
+        return n;
+    int64_t batch = l->in.d[0], ohw = l->out.d[2] * l->out.d[3];
+    conv_algo more[CONV_MAX_CANDIDATES];
+    int m = 0;
+    more[m++] = (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1};
+    if (ohw < CONV_SEARCH_MAX_N)
+        for (int64_t k = 1; m < CONV_MAX_CANDIDATES; k *= 2) {
+            int64_t samples = k < batch ? k : batch;
+            if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
+                break;
+            if (samples > 1 || ohw < CONV_TRANSPOSE_N) /* one sample untransposed is im2col plus a copy */
+                more[m++] = (conv_algo){CONV_BATCHED, samples};
+            if (samples == batch)
+                break;
+        }
+    for (int i = 0; i < m && n < CONV_MAX_CANDIDATES; i++) {
+        bool dup = false;
+        for (int j = 0; j < n; j++)
+            dup |= c[j].path == more[i].path && c[j].samples == more[i].samples;
+        if (!dup)
+            c[n++] = more[i];
+    }
+    return n;
+}
+
+static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out);
+
+/* The best of up to three timed runs after one untimed one, within about 50 ms. */
+static double conv_time(const layer *l, conv_state *s, const float *in, const float *w, float *out)
+{
+    const float *ins[1] = {in};
+    conv_run(l, s, ins, w, out);
+    double best = 1e30, spent = 0.0;
+    for (int r = 0; r < 3 && spent < 0.05; r++) {
+        double t0 = bench_now();
+        conv_run(l, s, ins, w, out);
+        double dt = bench_now() - t0;
+        spent += dt;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+/* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
+ * "im2col", "gemm-1x1" or "batched:N". */
+static bool conv_forced(const layer *l, conv_algo *a)
+{
+    const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
+    if (!e || !*e || conv_rule(l).path == CONV_DEPTHWISE)
+        return false;
+    long long n;
+    if (strcmp(e, "im2col") == 0)
+        *a = (conv_algo){CONV_IM2COL, 1};
+    else if (strcmp(e, "gemm-1x1") == 0 && is_pointwise(&l->p))
+        *a = (conv_algo){CONV_GEMM_1X1, 1};
+    else if (sscanf(e, "batched:%lld", &n) == 1 && n >= 1)
+        *a = (conv_algo){CONV_BATCHED, n < l->in.d[0] ? (int64_t)n : l->in.d[0]};
     else
-        snprintf(impl, impl_len, "%s", names[s->path]);
+        return false;
+    return true;
+}
+
+static bench_status conv_setup(const layer *l, const float *w, bool search, void **state, char *impl,
+                               size_t impl_len, int64_t *workspace_bytes)
+{
+    conv_algo cand[CONV_MAX_CANDIDATES];
+    int n = conv_candidates(l, cand), best = 0;
+    if (conv_forced(l, &cand[0]))
+        n = 1;
+    double best_s = 0.0;
+    if (search && n > 1) {
+        /* time each candidate on scratch data with the real weights */
+        int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out);
+        float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
+        if (!in || !out) {
+            free(in), free(out);
+            return BENCH_ERR_NOMEM;
+        }
+        for (int64_t i = 0; i < in_n; i++)
+            in[i] = (float)(i % 17) * 0.0625f - 0.5f;
+        best_s = 1e30;
+        for (int i = 0; i < n; i++) {
+            int64_t ws;
+            conv_state *s = conv_state_new(l, cand[i], &ws);
+            if (!s)
+                continue;
+            double t = conv_time(l, s, in, w, out);
+            conv_free(s);
+            if (t < best_s)
+                best_s = t, best = i;
+        }
+        free(in), free(out);
+    }
+    conv_state *s = conv_state_new(l, cand[best], workspace_bytes);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm"};
+    int64_t ohw = l->out.d[2] * l->out.d[3];
+    int at = s->path == CONV_BATCHED
+                 ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
+                            (long long)s->samples, s->samples > 1 ? "s" : "")
+                 : snprintf(impl, impl_len, "%s", names[s->path]);
+    if (search && n > 1 && at >= 0 && (size_t)at < impl_len)
+        snprintf(impl + at, impl_len - (size_t)at, " (fastest of %d)", n);
     *state = s;
     return BENCH_OK;
 }

@@ -20,8 +20,9 @@ static void convt_free(void *state)
     free(s);
 }
 
-static bench_status convt_setup(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
+static bench_status convt_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
+    (void)w, (void)search;
     const layer_params *p = &l->p;
     int64_t rows = (p->out_channels / p->groups) * p->kernel[0] * p->kernel[1], hw = l->in.d[2] * l->in.d[3];
     convt_state *s = calloc(1, sizeof *s);

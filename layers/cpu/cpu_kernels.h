@@ -10,7 +10,10 @@ typedef struct cpu_kernel {
     /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed
      * by free(). Writes a short name of the implementation into impl and the bytes of
      * workspace it allocated into *workspace_bytes. */
-    bench_status (*setup)(const layer *l, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes);
+    /* w: the layer's weights, in place; search: the user let the backend time its
+     * candidate algorithms (--algo search, the default) instead of taking the rule. */
+    bench_status (*setup)(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len,
+                          int64_t *workspace_bytes);
     /* The timed part: in[0..n_inputs). For kinds that alias their input, out == in[0]. */
     void (*run)(const layer *l, void *state, const float *const *in, const float *w, float *out);
     void (*free)(void *state); /* optional */

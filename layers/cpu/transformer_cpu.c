@@ -100,8 +100,9 @@ typedef struct mha_state {
     int threads;
 } mha_state;
 
-static bench_status mha_setup(const layer *l, void **state, char *impl, size_t len, int64_t *ws)
+static bench_status mha_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t len, int64_t *ws)
 {
+    (void)w, (void)search;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim;
     mha_state *m = calloc(1, sizeof *m);
     if (!m)

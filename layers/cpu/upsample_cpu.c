@@ -17,8 +17,9 @@ static void upsample_free(void *state)
     free(s);
 }
 
-static bench_status upsample_setup(const layer *l, void **state, char *impl, size_t impl_len, int64_t *ws)
+static bench_status upsample_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len, int64_t *ws)
 {
+    (void)w, (void)search;
     int64_t oh = l->out.d[2], ow = l->out.d[3];
     upsample_state *s = calloc(1, sizeof *s);
     if (!s)
