@@ -22,7 +22,13 @@ layerbench's --algo search) and TF32 off unless --tf32.
 The output has one row per layer and one per forward: name, kind, layerbench's median
 and mode, PyTorch's median, their ratio (layerbench / PyTorch: above 1 means layerbench
 measured more time), the cuDNN algorithm layerbench chose and PyTorch's kernels.
---device cpu runs the same on the CPU with a host clock (for testing the script).
+On the CPU (--device cpu --backend cpu --mode any --threads N), the same with a host
+clock: each layer alone, as many calls per sample as last about 1 ms, and the eager
+forward, PyTorch on N threads (give bench the same --threads), e.g.
+
+  build/bench run configs/resnet18.yaml --threads 2 --csv run.csv
+  /usr/bin/python3 scripts/torch_compare.py --layers layers.csv --bench run.csv \
+      --device cpu --backend cpu --mode any --threads 2 --out compare.csv
 """
 import argparse
 import csv
@@ -172,13 +178,17 @@ def main():
     ap.add_argument("--layers", required=True, help="bench list --csv output")
     ap.add_argument("--bench", help="bench run --csv output to compare with")
     ap.add_argument("--backend", default="cuda", help="layerbench backend rows to compare (default cuda)")
-    ap.add_argument("--mode", default="batch", help="layerbench mode of the layer rows (default batch)")
+    ap.add_argument("--mode", default="batch",
+                    help="layerbench mode of the layer rows (default batch; any: whichever mode each row used)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--threads", type=int, help="PyTorch's CPU threads (default: PyTorch's own choice)")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--out", help="CSV to write (default stdout)")
     args = ap.parse_args()
 
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
@@ -195,7 +205,7 @@ def main():
                     continue
                 if r["kind"] == "model":
                     ours[("model", r["mode"])] = r
-                elif r["mode"] == args.mode:
+                elif r["mode"] == args.mode or (args.mode == "any" and r["mode"] != "inmodel"):
                     ours[("layer", r["layer_index"])] = r
 
     modules = []
