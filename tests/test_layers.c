@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "cpu_kernels.h"
 #include "measure.h"
 #include "test_util.h"
 
@@ -364,6 +365,29 @@ static void test_adaptive_window_sum(void)
         }
 }
 
+/* The CPU backend's kept algorithm choices: found for the same layer again (the chained
+ * forward after the isolated row), not for another shape or other parameters. */
+static void test_cpu_choices(void)
+{
+    cpu_choices c = {0};
+    layer a, b, d;
+    layer_case ca = {"", LAYER_CONV2D, S4(2, 5, 11, 9), c_3x3}, cb = {"", LAYER_CONV2D, S4(3, 5, 11, 9), c_3x3};
+    layer_case cd = {"", LAYER_CONV2D, S4(2, 5, 11, 9), c_dil};
+    make_layer(&ca, &a);
+    make_layer(&cb, &b);
+    make_layer(&cd, &d);
+    EXPECT(cpu_choice_find(&c, &a) == NULL, "nothing kept yet");
+    cpu_choice_add(&c, &a, (const int64_t[3]){3, 2, 5});
+    const cpu_choice *f = cpu_choice_find(&c, &a);
+    EXPECT(f && f->algo[0] == 3 && f->algo[1] == 2 && f->algo[2] == 5, "the same layer finds its choice");
+    EXPECT(cpu_choice_find(&c, &b) == NULL, "another batch is another layer");
+    EXPECT(cpu_choice_find(&c, &d) == NULL, "other parameters are another layer");
+    cpu_choice_add(&c, &d, (const int64_t[3]){1, 1, 2});
+    f = cpu_choice_find(&c, &d);
+    EXPECT(f && f->algo[0] == 1 && cpu_choice_find(&c, &a)->algo[0] == 3, "two layers, two choices");
+    free(c.v);
+}
+
 /* Counts that would overflow are reported as out of range, never wrapped. */
 static void test_count_overflow(void)
 {
@@ -398,6 +422,7 @@ int main(int argc, char **argv)
     test_counts();
     test_adaptive_window_sum();
     test_count_overflow();
+    test_cpu_choices();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_case(&b, &cases[i], seed + i);
     backend_close(&b);

@@ -44,6 +44,7 @@ static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
 typedef struct cpu_ctx {
     int threads;
     bool search;            /* --algo search: kernels time their candidate algorithms at setup */
+    cpu_choices choices;    /* ... and keep what they chose here */
     double t0;
     double *marks;          /* in-model view: times of the marks of the current sample */
     int n_marks;
@@ -242,6 +243,7 @@ static void cpu_free(void *ctx)
     free(c->description);
     free(c->marks);
     free(c->flush);
+    free(c->choices.v);
     free(c);
 }
 
@@ -311,7 +313,8 @@ static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, v
     cpu_layer *cl = xcalloc(1, sizeof *cl);
     *cl = (cpu_layer){.l = l, .k = k, .w = w};
     if (k->setup) {
-        bench_status st = k->setup(l, w, ((cpu_ctx *)ctx)->search, &cl->kstate, impl, impl_len, workspace_bytes);
+        cpu_ctx *c = ctx;
+        bench_status st = k->setup(l, w, c->search ? &c->choices : NULL, &cl->kstate, impl, impl_len, workspace_bytes);
         if (st != BENCH_OK) {
             free(cl);
             return st;
@@ -339,6 +342,30 @@ static void cpu_layer_free(void *ctx, void *state)
     if (cl->k->free)
         cl->k->free(cl->kstate);
     free(cl);
+}
+
+static bool same_layer(const cpu_choice *c, const layer *l)
+{
+    return c->kind == l->kind && memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
+}
+
+const cpu_choice *cpu_choice_find(const cpu_choices *c, const layer *l)
+{
+    for (int i = 0; i < c->n; i++)
+        if (same_layer(&c->v[i], l))
+            return &c->v[i];
+    return NULL;
+}
+
+void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3])
+{
+    c->v = xrealloc(c->v, (size_t)(c->n + 1) * sizeof *c->v);
+    cpu_choice *e = &c->v[c->n++];
+    memset(e, 0, sizeof *e);
+    e->kind = l->kind;
+    e->p = l->p;
+    e->in = l->in;
+    memcpy(e->algo, algo, sizeof e->algo);
 }
 
 const char *cpu_isa_level(void)

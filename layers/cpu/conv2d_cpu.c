@@ -1,6 +1,7 @@
 /* conv2d on the CPU. Paths (with --algo search, the default, every one that applies is
- * timed at setup on the real weights and the fastest kept, as cuDNN's Find does; with
- * --algo heuristic, the rule in conv_rule):
+ * timed at setup on the real weights and the fastest kept, as cuDNN's Find does, once
+ * per distinct layer for the backend's life (cpu_choices: the chained forward runs what
+ * the isolated row ran); with --algo heuristic, the rule in conv_rule):
  *  - gemm-1x1:   1x1 kernel, stride 1, no padding: the input already is the GEMM's B matrix.
  *  - depthwise:  groups == in_channels == out_channels: a direct loop per channel plane,
  *                since a GEMM with M = 1 per group wastes the BLAS.
@@ -108,32 +109,31 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, int64_t *workspac
 #define CONV_MAX_CANDIDATES 12
 #define CONV_SEARCH_MAX_N 4096
 
+static void add_candidate(conv_algo *c, int *n, conv_algo a)
+{
+    for (int j = 0; j < *n; j++)
+        if (c[j].path == a.path && c[j].samples == a.samples)
+            return;
+    if (*n < CONV_MAX_CANDIDATES)
+        c[(*n)++] = a;
+}
+
 static int conv_candidates(const layer *l, conv_algo *c)
 {
     int n = 0;
-    c[n++] = conv_rule(l);
+    add_candidate(c, &n, conv_rule(l));
     if (c[0].path == CONV_DEPTHWISE)
         return n;
     int64_t batch = l->in.d[0], ohw = l->out.d[2] * l->out.d[3];
-    conv_algo more[CONV_MAX_CANDIDATES];
-    int m = 0;
-    more[m++] = (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1};
-    if (ohw < CONV_SEARCH_MAX_N)
-        for (int64_t k = 1; m < CONV_MAX_CANDIDATES; k *= 2) {
-            int64_t samples = k < batch ? k : batch;
-            if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
-                break;
-            if (samples > 1 || ohw < CONV_TRANSPOSE_N) /* one sample untransposed is im2col plus a copy */
-                more[m++] = (conv_algo){CONV_BATCHED, samples};
-            if (samples == batch)
-                break;
-        }
-    for (int i = 0; i < m && n < CONV_MAX_CANDIDATES; i++) {
-        bool dup = false;
-        for (int j = 0; j < n; j++)
-            dup |= c[j].path == more[i].path && c[j].samples == more[i].samples;
-        if (!dup)
-            c[n++] = more[i];
+    add_candidate(c, &n, (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1});
+    for (int64_t k = 1; ohw < CONV_SEARCH_MAX_N; k *= 2) {
+        int64_t samples = k < batch ? k : batch;
+        if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
+            break;
+        if (samples > 1 || ohw < CONV_TRANSPOSE_N) /* one sample untransposed is im2col plus a copy */
+            add_candidate(c, &n, (conv_algo){CONV_BATCHED, samples});
+        if (samples == batch || n == CONV_MAX_CANDIDATES)
+            break;
     }
     return n;
 }
@@ -175,25 +175,17 @@ static bool conv_forced(const layer *l, conv_algo *a)
     return true;
 }
 
-static bench_status conv_setup(const layer *l, const float *w, bool search, void **state, char *impl,
-                               size_t impl_len, int64_t *workspace_bytes)
+/* The fastest candidate on scratch data with the real weights: its index, or -1 when
+ * out of memory. */
+static int conv_search(const layer *l, const float *w, const conv_algo *cand, int n)
 {
-    conv_algo cand[CONV_MAX_CANDIDATES];
-    int n = conv_candidates(l, cand), best = 0;
-    if (conv_forced(l, &cand[0]))
-        n = 1;
-    double best_s = 0.0;
-    if (search && n > 1) {
-        /* time each candidate on scratch data with the real weights */
-        int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out);
-        float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
-        if (!in || !out) {
-            free(in), free(out);
-            return BENCH_ERR_NOMEM;
-        }
+    int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out);
+    float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
+    int best = -1;
+    double best_s = 1e30;
+    if (in && out) {
         for (int64_t i = 0; i < in_n; i++)
             in[i] = (float)(i % 17) * 0.0625f - 0.5f;
-        best_s = 1e30;
         for (int i = 0; i < n; i++) {
             int64_t ws;
             conv_state *s = conv_state_new(l, cand[i], &ws);
@@ -204,9 +196,31 @@ static bench_status conv_setup(const layer *l, const float *w, bool search, void
             if (t < best_s)
                 best_s = t, best = i;
         }
-        free(in), free(out);
     }
-    conv_state *s = conv_state_new(l, cand[best], workspace_bytes);
+    free(in), free(out);
+    return best;
+}
+
+static bench_status conv_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl,
+                               size_t impl_len, int64_t *workspace_bytes)
+{
+    conv_algo cand[CONV_MAX_CANDIDATES];
+    int n = conv_candidates(l, cand);
+    conv_algo chosen = cand[0];
+    const cpu_choice *known = search ? cpu_choice_find(search, l) : NULL;
+    if (conv_forced(l, &chosen)) {
+        n = 1;
+    } else if (known) {
+        chosen = (conv_algo){(conv_path)known->algo[0], known->algo[1]};
+        n = (int)known->algo[2];
+    } else if (search && n > 1) {
+        int best = conv_search(l, w, cand, n);
+        if (best < 0)
+            return BENCH_ERR_NOMEM;
+        chosen = cand[best];
+        cpu_choice_add(search, l, (const int64_t[3]){chosen.path, chosen.samples, n});
+    }
+    conv_state *s = conv_state_new(l, chosen, workspace_bytes);
     if (!s)
         return BENCH_ERR_NOMEM;
     static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm"};

@@ -20,7 +20,7 @@ static void convt_free(void *state)
     free(s);
 }
 
-static bench_status convt_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
+static bench_status convt_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
     (void)w, (void)search;
     const layer_params *p = &l->p;

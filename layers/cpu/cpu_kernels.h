@@ -6,14 +6,34 @@
 #include "layer.h"
 #include "util.h"
 
+/* What a kernel's search chose for a layer (a kernel's own numbers in algo), kept for
+ * the backend's life: a layer set up again (the chained forward after its isolated row)
+ * or an identical one runs the same algorithm without searching again, as the cuda
+ * backend does with cuDNN's choices. */
+typedef struct cpu_choice {
+    layer_kind kind;
+    layer_params p;
+    shape_t in;
+    int64_t algo[3];
+} cpu_choice;
+
+typedef struct cpu_choices {
+    cpu_choice *v;
+    int n;
+} cpu_choices;
+
+const cpu_choice *cpu_choice_find(const cpu_choices *c, const layer *l);
+void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3]);
+
 typedef struct cpu_kernel {
     /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed
      * by free(). Writes a short name of the implementation into impl and the bytes of
      * workspace it allocated into *workspace_bytes. */
-    /* w: the layer's weights, in place; search: the user let the backend time its
-     * candidate algorithms (--algo search, the default) instead of taking the rule. */
-    bench_status (*setup)(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len,
-                          int64_t *workspace_bytes);
+    /* w: the layer's weights, in place; search: where the kernel keeps what it chose
+     * when the user let it time its candidate algorithms (--algo search, the
+     * default), NULL for the rule (--algo heuristic). */
+    bench_status (*setup)(const layer *l, const float *w, cpu_choices *search, void **state, char *impl,
+                          size_t impl_len, int64_t *workspace_bytes);
     /* The timed part: in[0..n_inputs). For kinds that alias their input, out == in[0]. */
     void (*run)(const layer *l, void *state, const float *const *in, const float *w, float *out);
     void (*free)(void *state); /* optional */
@@ -47,6 +67,11 @@ const char *cpu_isa_level(void);
  * enclosing parallel region, each share a multiple of 64 floats (a cache line
  * times 16) except the last. */
 void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi);
+
+/* Shared loops (cloned per ISA): y = a + b over n floats; the softmax of one
+ * contiguous row of n floats (x == y allowed). */
+void cpu_add_span(const float *a, const float *b, float *y, int64_t n);
+void cpu_softmax_row(const float *x, float *y, int64_t n);
 
 /* Element-wise loops below this many elements stay on one thread: a parallel
  * region costs a few microseconds, more than the work. */

@@ -65,6 +65,8 @@ ELEMENTWISE(tanh_run, lb_tanhf(x))
 ELEMENTWISE(add_run, x + b[i])
 ELEMENTWISE(mul_same_run, x * b[i])
 
+void cpu_add_span(const float *a, const float *b, float *y, int64_t n) { add_run_span(a, b, y, n); }
+
 /* mul where one input is [N, C, 1, 1] and the other [N, C, H, W] (squeeze-and-excitation's
  * scale): one scalar per plane. Any other broadcast takes the general loop. */
 static bool is_plane_scale(const shape_t *s, const shape_t *out)

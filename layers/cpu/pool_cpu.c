@@ -48,18 +48,41 @@ static void maxpool_row(const float *src, int64_t wd, int64_t rows, float *t, in
     }
 }
 
+/* maxpool of one plane, tap by tap (dilation, or rows too wide for the row buffer). */
+static void maxpool_plane_taps(const layer *l, const float *src, float *dst)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
+    int64_t dh = p->dilation[0], dw = p->dilation[1];
+    for (int64_t y = 0; y < oh; y++) {
+        int64_t y0 = y * p->stride[0] - p->padding[0];
+        int64_t i0 = first_tap(y0, dh), i1 = end_tap(y0, dh, h, p->kernel[0]);
+        for (int64_t x = 0; x < ow; x++) {
+            int64_t x0 = x * p->stride[1] - p->padding[1];
+            int64_t j0 = first_tap(x0, dw), j1 = end_tap(x0, dw, wd, p->kernel[1]);
+            float m = -INFINITY;
+            for (int64_t i = i0; i < i1; i++) {
+                const float *row = src + (y0 + i * dh) * wd + x0;
+                for (int64_t j = j0; j < j1; j++)
+                    m = row[j * dw] > m ? row[j * dw] : m;
+            }
+            dst[y * ow + x] = m;
+        }
+    }
+}
+
 static void maxpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
     (void)state, (void)w;
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
-    int64_t oh = l->out.d[2], ow = l->out.d[3], dh = p->dilation[0], dw = p->dilation[1];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
     /* the row buffer spans every column a window can reach, ceil_mode's included */
     int64_t tlen = (ow - 1) * p->stride[1] + p->kernel[1];
     if (tlen < p->padding[1] + wd)
         tlen = p->padding[1] + wd;
-    bool rows_path = dh == 1 && dw == 1 && tlen <= 8192;
+    bool rows_path = p->dilation[0] == 1 && p->dilation[1] == 1 && tlen <= 8192;
 #pragma omp parallel if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
     {
         float t[rows_path ? tlen : 1];
@@ -67,25 +90,15 @@ static void maxpool_run(const layer *l, void *state, const float *const *ins, co
         for (int64_t pl = 0; pl < planes; pl++) {
             const float *src = in + pl * h * wd;
             float *dst = out + pl * oh * ow;
+            if (!rows_path) {
+                maxpool_plane_taps(l, src, dst);
+                continue;
+            }
             for (int64_t y = 0; y < oh; y++) {
                 int64_t y0 = y * p->stride[0] - p->padding[0];
-                int64_t i0 = first_tap(y0, dh), i1 = end_tap(y0, dh, h, p->kernel[0]);
-                if (rows_path) {
-                    maxpool_row(src + (y0 + i0) * wd, wd, i1 - i0, t, tlen, p->padding[1], p->kernel[1],
-                                p->stride[1], dst + y * ow, ow);
-                    continue;
-                }
-                for (int64_t x = 0; x < ow; x++) {
-                    int64_t x0 = x * p->stride[1] - p->padding[1];
-                    int64_t j0 = first_tap(x0, dw), j1 = end_tap(x0, dw, wd, p->kernel[1]);
-                    float m = -INFINITY;
-                    for (int64_t i = i0; i < i1; i++) {
-                        const float *row = src + (y0 + i * dh) * wd + x0;
-                        for (int64_t j = j0; j < j1; j++)
-                            m = row[j * dw] > m ? row[j * dw] : m;
-                    }
-                    dst[y * ow + x] = m;
-                }
+                int64_t i0 = first_tap(y0, 1), i1 = end_tap(y0, 1, h, p->kernel[0]);
+                maxpool_row(src + (y0 + i0) * wd, wd, i1 - i0, t, tlen, p->padding[1], p->kernel[1], p->stride[1],
+                            dst + y * ow, ow);
             }
         }
     }

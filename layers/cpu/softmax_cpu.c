@@ -6,7 +6,7 @@
 
 /* One contiguous row (the reduced dimension is the last): max, exp and sum, scale. */
 CPU_ISA_CLONES
-static void softmax_row(const float *x, float *y, int64_t n)
+void cpu_softmax_row(const float *x, float *y, int64_t n)
 {
     float m = -INFINITY, s = 0.0f;
 #pragma omp simd reduction(max : m)
@@ -49,7 +49,7 @@ static void softmax_run(const layer *l, void *state, const float *const *ins, co
     for (int64_t r = 0; r < outer * inner; r++) {
         int64_t at = (r / inner) * n * inner + r % inner;
         if (inner == 1)
-            softmax_row(in + at, out + at, n);
+            cpu_softmax_row(in + at, out + at, n);
         else
             softmax_strided(in + at, out + at, n, inner);
     }

@@ -100,7 +100,7 @@ typedef struct mha_state {
     int threads;
 } mha_state;
 
-static bench_status mha_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t len, int64_t *ws)
+static bench_status mha_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t len, int64_t *ws)
 {
     (void)w, (void)search;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim;
@@ -139,26 +139,6 @@ static void project(const float *x, const float *wt, const float *b, float *y, i
                 wt, (blasint)f, b ? 1.0f : 0.0f, y, (blasint)o);
 }
 
-CPU_ISA_CLONES
-static void softmax_rows(float *p, int64_t rows, int64_t cols)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        float *x = p + r * cols, m = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : m)
-        for (int64_t i = 0; i < cols; i++)
-            m = x[i] > m ? x[i] : m;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < cols; i++) {
-            x[i] = lb_expf(x[i] - m);
-            sum += x[i];
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int64_t i = 0; i < cols; i++)
-            x[i] *= inv;
-    }
-}
-
 static void mha_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     mha_state *m = state;
@@ -176,7 +156,8 @@ static void mha_run(const layer *l, void *state, const float *const *ins, const 
         const float *q = m->qkv + b * s * 3 * e + hd * dh, *k = q + e, *v = q + 2 * e;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, scale, q,
                     (blasint)(3 * e), k, (blasint)(3 * e), 0.0f, sc, (blasint)s);
-        softmax_rows(sc, s, s);
+        for (int64_t r = 0; r < s; r++)
+            cpu_softmax_row(sc + r * s, sc + r * s, s);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, sc,
                     (blasint)s, v, (blasint)(3 * e), 0.0f, m->heads + b * s * e + hd * dh, (blasint)e);
     }
@@ -219,15 +200,6 @@ static void class_token_run(const layer *l, void *state, const float *const *ins
     }
 }
 
-/* y = a + b over n floats */
-CPU_ISA_CLONES
-static void add_span(const float *a, const float *b, float *y, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
-}
-
 static void pos_embedding_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state;
@@ -235,7 +207,7 @@ static void pos_embedding_run(const layer *l, void *state, const float *const *i
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
 #pragma omp parallel for schedule(static) if (n * sd > CPU_PARALLEL_MIN)
     for (int64_t b = 0; b < n; b++)
-        add_span(in + b * sd, w, out + b * sd, sd);
+        cpu_add_span(in + b * sd, w, out + b * sd, sd);
 }
 
 static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)

@@ -17,7 +17,7 @@ static void upsample_free(void *state)
     free(s);
 }
 
-static bench_status upsample_setup(const layer *l, const float *w, bool search, void **state, char *impl, size_t impl_len, int64_t *ws)
+static bench_status upsample_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t impl_len, int64_t *ws)
 {
     (void)w, (void)search;
     int64_t oh = l->out.d[2], ow = l->out.d[3];
