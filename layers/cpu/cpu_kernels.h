@@ -68,8 +68,9 @@ const char *cpu_isa_level(void);
  * times 16) except the last. */
 void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi);
 
-/* Shared loops (cloned per ISA): y = a + b over n floats; the softmax of one
- * contiguous row of n floats (x == y allowed). */
+/* Shared loops (calling clones per ISA; a cloned function itself stays static, since
+ * clang does not export it under its own name): y = a + b over n floats; the softmax
+ * of one contiguous row of n floats (x == y allowed). */
 void cpu_add_span(const float *a, const float *b, float *y, int64_t n);
 void cpu_softmax_row(const float *x, float *y, int64_t n);
 

@@ -6,7 +6,7 @@
 
 /* One contiguous row (the reduced dimension is the last): max, exp and sum, scale. */
 CPU_ISA_CLONES
-void cpu_softmax_row(const float *x, float *y, int64_t n)
+static void softmax_row(const float *x, float *y, int64_t n)
 {
     float m = -INFINITY, s = 0.0f;
 #pragma omp simd reduction(max : m)
@@ -22,6 +22,10 @@ void cpu_softmax_row(const float *x, float *y, int64_t n)
     for (int64_t i = 0; i < n; i++)
         y[i] *= inv;
 }
+
+/* Exported as a plain function: clang names a cloned function's ifunc apart from its
+ * symbol, so other files call the clones through this. */
+void cpu_softmax_row(const float *x, float *y, int64_t n) { softmax_row(x, y, n); }
 
 /* A strided row (inner > 1): the same, element by element. */
 static void softmax_strided(const float *x, float *y, int64_t n, int64_t inner)
@@ -49,7 +53,7 @@ static void softmax_run(const layer *l, void *state, const float *const *ins, co
     for (int64_t r = 0; r < outer * inner; r++) {
         int64_t at = (r / inner) * n * inner + r % inner;
         if (inner == 1)
-            cpu_softmax_row(in + at, out + at, n);
+            softmax_row(in + at, out + at, n);
         else
             softmax_strided(in + at, out + at, n, inner);
     }
