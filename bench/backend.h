@@ -59,6 +59,13 @@ typedef struct backend_ops {
     bench_status (*marks_prepare)(void *ctx, int n);
     void (*timer_mark)(void *ctx, int i);
     void (*marks_read)(void *ctx, double *seconds, int n);
+    /* Optional: a layer's parts (layer_parts(): attention's projections, QK^T, softmax,
+     * AV) inside the in-model view. parts_enable(ctx, state, true) makes the layer's later
+     * runs record each part's time (untimed setup; never on while a graph is captured);
+     * false when the backend does not split this layer. After timer_stop, parts_read
+     * writes the last run's seconds per part, in layer_parts() order. */
+    bool (*parts_enable)(void *ctx, void *state, bool on);
+    void (*parts_read)(void *ctx, void *state, double *seconds);
     /* Optional: what the backend noticed about the machine while it ran (clocks that
      * moved, throttling), one warning per line into buf; "" when there is nothing. */
     void (*warnings)(void *ctx, char *buf, size_t len);

@@ -535,6 +535,10 @@ typedef struct chain {
     double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
     int64_t mark_calls, mark_cap;
     dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
+    int n_parts;      /* parts of layers timed inside the forward, all layers together */
+    part_result *parts; /* n_parts: which layer and part each is */
+    double *part_buf; /* per call of this chunk: n_parts seconds */
+    dvec *part_times; /* per part: seconds, one per kept sample */
 } chain;
 
 static void queue_forward(const chain *c, bool marks)
@@ -554,30 +558,58 @@ static double time_chain(void *user)
     queue_forward(c, c->marks);
     double s = c->b->ops->timer_stop(c->b->ctx);
     if (c->marks && s >= 0) {
-        int n = c->m->n_layers;
+        int n = c->m->n_layers, np = c->n_parts;
         if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
             c->mark_cap = c->mark_cap ? 2 * c->mark_cap : 64;
             c->mark_buf = xrealloc(c->mark_buf, (size_t)(c->mark_cap * n) * sizeof *c->mark_buf);
+            if (np)
+                c->part_buf = xrealloc(c->part_buf, (size_t)(c->mark_cap * np) * sizeof *c->part_buf);
         }
         c->b->ops->marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
+        for (int k = 0; k < np; k++) /* each split layer writes all its parts at its first */
+            if (c->parts[k].index == 0)
+                c->b->ops->parts_read(c->b->ctx, c->states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
     }
     c->mark_calls++;
     return s;
 }
 
 /* After a chunk of the chained forward: each kept sample's marks become one in-model
- * time per layer (from the previous layer's mark to its own). */
+ * time per layer (from the previous layer's mark to its own), and its parts' times. */
 static void chain_kept(unit *u, int64_t first, int64_t n)
 {
     chain *c = u->user;
-    int nl = c->m->n_layers;
+    int nl = c->m->n_layers, np = c->n_parts;
     for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls; k++) {
         const double *mk = c->mark_buf + k * nl;
         for (int i = 0; i < nl; i++)
             if (c->inmodel[i].n < MEASURE_MAX_SAMPLES)
                 dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
+        for (int j = 0; j < np; j++)
+            if (c->part_times[j].n < MEASURE_MAX_SAMPLES)
+                dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
     }
     c->mark_calls = 0;
+}
+
+/* Turns on the parts of the layers the backend splits inside the forward (after the
+ * graph was captured: the graph replays the forward without them). */
+static void enable_parts(chain *c)
+{
+    const backend_ops *ops = c->b->ops;
+    if (!c->marks || !ops->parts_enable || !ops->parts_read)
+        return;
+    layer_part_info info[LAYER_MAX_PARTS];
+    for (int i = 0; i < c->m->n_layers; i++) {
+        int np = layer_parts(&c->m->layers[i], info);
+        if (np == 0 || !ops->parts_enable(c->b->ctx, c->states[i], true))
+            continue;
+        c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
+        for (int j = 0; j < np; j++)
+            c->parts[c->n_parts++] = (part_result){.layer = i, .index = j, .info = info[j]};
+    }
+    if (c->n_parts)
+        c->part_times = xcalloc((size_t)c->n_parts, sizeof *c->part_times);
 }
 
 /* The captured forward replayed as one graph launch. */
@@ -642,9 +674,9 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
     chain *c = &mu->c;
-    *c = (chain){m, b, xcalloc((size_t)n, sizeof(void *)), xcalloc((size_t)n, sizeof(float *)),
-                 xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float **)), false, NULL, 0, 0,
-                 NULL};
+    *c = (chain){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(void *)),
+                 .weights = xcalloc((size_t)n, sizeof(float *)), .values = xcalloc((size_t)n + 1, sizeof(float *)),
+                 .args = xcalloc((size_t)n, sizeof(float **))};
     char why[256] = "";
     layer_rng rng;
     layer_rng_seed(&rng, o->seed);
@@ -732,6 +764,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
                                          .launches = 1, .floor = floor->warm};
         }
     }
+    enable_parts(c);
     if (ops->device_memory) {
         int last = model_storage_of(m, n);
         size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
@@ -775,6 +808,9 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
     for (int i = 0; c->args && i < m->n_layers; i++)
         free(c->args[i]);
     free(c->args);
+    for (int j = 0; j < c->n_parts; j++)
+        free(c->part_times[j].v);
+    free(c->parts), free(c->part_times), free(c->part_buf);
     free(c->inmodel), free(c->mark_buf), free(c->states), free(c->weights), free(c->values), free(mu->host);
 }
 
@@ -809,6 +845,31 @@ static void keep_forward_sample(const model *m, model_units *mu, run_result *res
     res->forward_sample = xmalloc((size_t)nl * sizeof *res->forward_sample);
     for (int i = 0; i < nl; i++)
         res->forward_sample[i] = mu->c.inmodel[i].v[k];
+    for (int j = 0; j < res->n_parts; j++)
+        res->parts[j].sample = k < mu->c.part_times[j].n ? mu->c.part_times[j].v[k] : 0.0;
+}
+
+/* The parts' rows, where the layer inside the forward was timed. */
+static void finish_parts(model_units *mu, run_result *res)
+{
+    chain *c = &mu->c;
+    if (!c->n_parts)
+        return;
+    res->parts = xmalloc((size_t)c->n_parts * sizeof *res->parts);
+    res->n_parts = c->n_parts;
+    for (int j = 0; j < c->n_parts; j++) {
+        part_result *p = &res->parts[j];
+        const layer_result *whole = &res->inmodel[c->parts[j].layer];
+        *p = c->parts[j];
+        p->r = (layer_result){.status = whole->status, .mode = "inmodel", .dedupe_of = -1, .launches = 1,
+                              .stop = whole->stop};
+        snprintf(p->r.impl, sizeof p->r.impl, "%s", whole->impl);
+        snprintf(p->r.note, sizeof p->r.note, "%s", whole->note);
+        if (whole->status == ROW_OK && c->part_times[j].n)
+            p->r.st = stats_compute(c->part_times[j].v, c->part_times[j].n);
+        else if (whole->status == ROW_OK)
+            p->r.status = ROW_FAILED, snprintf(p->r.note, sizeof p->r.note, "no sample of this part was kept");
+    }
 }
 
 /* The in-model rows: each layer's time inside the forward, from the chain's marks. */
@@ -835,6 +896,7 @@ static void finish_inmodel(const model *m, model_units *mu, run_result *res)
         r->stop = res->chained.stop;
         r->status = ROW_OK;
     }
+    finish_parts(mu, res);
     keep_forward_sample(m, mu, res);
 }
 
@@ -941,6 +1003,9 @@ void run_result_free(run_result *r)
     free(r->layers);
     free(r->inmodel);
     free(r->forward_sample);
+    free(r->parts);
+    r->parts = NULL;
+    r->n_parts = 0;
     r->layers = r->inmodel = NULL;
     r->forward_sample = NULL;
 }

@@ -99,6 +99,15 @@ typedef struct timer_floor {
 bench_status measure_timer_floor(const backend *b, const measure_options *o, timer_floor *f, char *err,
                                  size_t errlen);
 
+/* A part of a layer inside the chained forward (layer_parts(): attention's stages). */
+typedef struct part_result {
+    int layer;              /* the layer it is a part of */
+    int index;              /* its index among the layer's parts */
+    layer_part_info info;
+    layer_result r;         /* mode "inmodel" */
+    double sample;          /* seconds in the kept forward sample (forward_sample) */
+} part_result;
+
 /* One model on one backend at one batch size, in one requested timing mode. */
 typedef struct run_result {
     const model *m;         /* borrowed: valid while the caller keeps the model at this batch */
@@ -110,6 +119,9 @@ typedef struct run_result {
     layer_result *inmodel;  /* m->n_layers, each layer inside the chained forward; owned; NULL without it */
     double *forward_sample; /* m->n_layers: one kept forward sample, the one whose layers add up to the
                                median total, per layer seconds (for traces); owned; NULL without it */
+    part_result *parts;     /* n_parts, in layer order: the parts of the layers the backend splits
+                               inside the forward; owned; NULL without them */
+    int n_parts;
     double sum_medians;     /* sum of the layer medians of the rows that ran */
     int failed;             /* rows that failed (layers and whole-model rows) */
     bool has_model;         /* the rows below were measured (once per backend and batch) */

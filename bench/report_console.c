@@ -397,6 +397,60 @@ static void print_extra(console *c, const char *what, const layer_result *r, con
                  format_noise(&r->st, noise, sizeof noise), (long long)r->st.n, launch);
 }
 
+/* The parts of the layers the backend split inside the forward (attention's stages),
+ * summed per kind and part over the layers: where a block's time goes. */
+static void print_parts(console *c, const run_result *res)
+{
+    if (!res->n_parts)
+        return;
+    if (c->ro.format == TABLE_MD)
+        table_heading(c->out, c->ro.format, 4, "Inside the layers, by part (summed over the layers of a kind)");
+    else
+        fprintf(c->out, "\n  Inside the layers, by part (summed over the layers of a kind):\n");
+    table *t = table_new(6, "llrrrr");
+    const char *heads[] = {"Kind", "Part", "Count", "In forward", "%Layer", "GFLOP/s"};
+    for (int k = 0; k < 6; k++)
+        table_header(t, k, heads[k], 0);
+    /* the parts of the first split layer of each kind name the rows, in their order */
+    for (int j = 0; j < res->n_parts; j++) {
+        const part_result *p = &res->parts[j];
+        layer_kind kind = res->m->layers[p->layer].kind;
+        bool first = true;
+        for (int q = 0; q < j && first; q++)
+            first = res->m->layers[res->parts[q].layer].kind != kind;
+        if (!first)
+            continue;
+        for (int idx = j; idx < res->n_parts && res->parts[idx].layer == p->layer; idx++) {
+            const char *name = res->parts[idx].info.name;
+            double inside = 0, whole = 0;
+            int64_t flops = 0;
+            int count = 0;
+            for (int q = 0; q < res->n_parts; q++) {
+                const part_result *x = &res->parts[q];
+                if (res->m->layers[x->layer].kind != kind || strcmp(x->info.name, name) || !row_timed(&x->r))
+                    continue;
+                inside += x->r.st.median, flops += x->info.flops, count++;
+                whole += res->inmodel[x->layer].st.median;
+            }
+            if (!count)
+                continue;
+            char a[24];
+            table_cell(t, "%s", layer_kind_name(kind));
+            table_cell(t, "%s", name);
+            table_cell(t, "%d", count);
+            table_cell(t, "%s", report_format_time(inside, a, sizeof a));
+            table_cell(t, "%.1f%%", pct(inside, whole));
+            if (flops)
+                table_cell(t, "%.1f", gflops(flops, inside));
+            else
+                table_cell(t, "-");
+            table_end_row(t);
+        }
+    }
+    table_print(t, c->out, c->ro.format, "  ");
+    table_free(t);
+}
+
 /* The in-model view, summed: what the layers take inside the forward against alone,
  * per kind, which is where the gap between the chain and the sum of layers comes from. */
 static void print_inmodel(console *c, const run_result *res)
@@ -450,6 +504,7 @@ static void print_inmodel(console *c, const run_result *res)
     }
     table_print(t, c->out, c->ro.format, "  ");
     table_free(t);
+    print_parts(c, res);
 }
 
 /* The roofline's ceilings and the forward's memory. */

@@ -23,6 +23,7 @@
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
     X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the whole forward; copy for transfers")      \
+    X(part, 0, "in-model rows of a layer's parts (multihead_attention: in_proj, qk, softmax, av, out_proj, docs/outputs.md): the part, with layer_name the layer's name plus .part and macs, flops and bytes the part's; empty for every other row") \
     X(input_shape, 1, "input shape NxCxHxW or NxF; an add lists its first input")                              \
     X(output_shape, 1, "output shape")                                                                          \
     X(params, 1, "learnable parameters, as torch counts them")                                                  \
@@ -306,16 +307,39 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     fill_stats(row, res, r, 0, 4 * shape_numel(s));
 }
 
+/* A part of layer p->layer inside the forward: the layer's description with the part's
+ * name and counts. */
+static void fill_part(row_t row, const run_result *res, const part_result *p)
+{
+    const layer *l = &res->m->layers[p->layer];
+    fill_layer(row, res->m, p->layer);
+    SET(layer_name, "%s.%s", l->name, p->info.name);
+    SET(part, "%s", p->info.name);
+    SET(params, "0");
+    SET(macs, "%lld", (long long)(p->info.flops / 2));
+    SET(flops, "%lld", (long long)p->info.flops);
+    SET(bytes, "%lld", (long long)p->info.bytes);
+    SET(intensity, "%.4f", p->info.bytes > 0 ? (double)p->info.flops / (double)p->info.bytes : 0.0);
+    fill_stats(row, res, &p->r, p->info.flops, p->info.bytes);
+}
+
+static void csv_emit(csv_reporter *c, row_t row, const run_result *res)
+{
+    SET(backend, "%s", res->backend);
+    SET(threads, "%d", res->threads);
+    fill_peaks(row, res);
+    csv_write(&c->buf, row, false);
+}
+
 static bench_status csv_run(reporter *rep, const run_result *res)
 {
     csv_reporter *c = (csv_reporter *)rep;
     const model *m = res->m;
     row_t *r = xmalloc(sizeof *r);
     char(*row)[512] = *r;
-    /* the layers, then (once per backend and batch) the chained forward, and the graph
-     * replay and copies where the backend has them */
-    /* the layers alone, then inside the forward, then (once per backend and batch) the
-     * chained forward, and the graph replay and copies where the backend has them */
+    /* the layers alone, then inside the forward (each followed by its parts), then (once
+     * per backend and batch) the chained forward, and the graph replay and copies where
+     * the backend has them */
     int n = m->n_layers;
     for (int i = 0; i < 2 * n + 4; i++) {
         memset(r, 0, sizeof *r);
@@ -333,6 +357,14 @@ static bench_status csv_run(reporter *rep, const run_result *res)
                 continue;
             fill_layer(row, m, i - n);
             fill_stats(row, res, &res->inmodel[i - n], m->layers[i - n].flops, m->layers[i - n].bytes);
+            csv_emit(c, row, res);
+            for (int j = 0; j < res->n_parts; j++)
+                if (res->parts[j].layer == i - n) {
+                    memset(r, 0, sizeof *r);
+                    fill_part(row, res, &res->parts[j]);
+                    csv_emit(c, row, res);
+                }
+            continue;
         } else if (i == 2 * n) {
             fill_model(row, res, &res->chained, "chained");
         } else if (i == 2 * n + 1 && res->graph.status != ROW_NONE) {
@@ -342,10 +374,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
         } else {
             continue;
         }
-        SET(backend, "%s", res->backend);
-        SET(threads, "%d", res->threads);
-        fill_peaks(row, res);
-        csv_write(&c->buf, row, false);
+        csv_emit(c, row, res);
     }
     free(r);
     return BENCH_OK;

@@ -150,9 +150,38 @@ static void us_field(strbuf *b, const char *key, int64_t ns)
     strbuf_printf(b, "\"%s\": %lld.%03lld", key, (long long)(ns / 1000), (long long)(ns % 1000));
 }
 
-/* One timeline as complete ("X") events: the model, its blocks, its layers. */
+/* The parts of layer x->layer in the forward sample (attention's stages), laid end to end
+ * from the layer's start inside its span: complete events of category "part". */
+static void emit_parts(strbuf *b, const run_result *res, const span *x, int pid, int tid)
+{
+    int64_t ts = x->ts, end = x->ts + x->dur;
+    for (int j = 0; j < res->n_parts; j++) {
+        const part_result *p = &res->parts[j];
+        if (p->layer != x->layer || !row_timed(&p->r))
+            continue;
+        int64_t dur = to_ns(p->sample);
+        dur = ts + dur > end ? end - ts : dur;
+        strbuf_append(b, ",\n{\"name\": ", 11);
+        strbuf_json(b, p->info.name);
+        strbuf_printf(b, ", \"cat\": \"part\", \"ph\": \"X\", ");
+        us_field(b, "ts", ts);
+        strbuf_append(b, ", ", 2);
+        us_field(b, "dur", dur);
+        strbuf_printf(b, ", \"pid\": %d, \"tid\": %d, \"args\": {\"layer\": ", pid, tid);
+        strbuf_json(b, res->m->layers[p->layer].name);
+        strbuf_printf(b, ", \"part\": \"%s\", \"flops\": %lld, \"bytes\": %lld, \"in_model_median_us\": %.4f",
+                      p->info.name, (long long)p->info.flops, (long long)p->info.bytes, p->r.st.median * 1e6);
+        if (dur > 0 && p->info.flops)
+            strbuf_printf(b, ", \"gflops_per_s\": %.2f", (double)p->info.flops / (double)dur);
+        strbuf_append(b, "}}", 2);
+        ts += dur;
+    }
+}
+
+/* One timeline as complete ("X") events: the model, its blocks, its layers, and in a
+ * forward the parts of the layers split inside it. */
 static void emit_timeline(trace *t, const run_result *res, const model_blocks *mb, const int64_t *dur, int pid,
-                          int tid, const char *what)
+                          int tid, const char *what, bool forward)
 {
     const model *m = res->m;
     int n;
@@ -198,6 +227,8 @@ static void emit_timeline(trace *t, const run_result *res, const model_blocks *m
                 strbuf_printf(b, ", \"chained_median_us\": %.4f", res->chained.st.median * 1e6);
         }
         strbuf_append(b, "}}", 2);
+        if (forward && x->layer >= 0)
+            emit_parts(b, res, x, pid, tid);
     }
     free(s);
 }
@@ -216,14 +247,15 @@ static bench_status trace_run(reporter *r, const run_result *res)
         thread_of(t, res->backend, label, &pid, &tid);
         for (int i = 0; i < m->n_layers; i++)
             dur[i] = res->layers[i].status == ROW_VIEW ? -1 : to_ns(res->forward_sample[i]);
-        emit_timeline(t, res, &mb, dur, pid, tid, "one forward, the sample whose layers add up to the median total");
+        emit_timeline(t, res, &mb, dur, pid, tid, "one forward, the sample whose layers add up to the median total",
+                      true);
     }
     snprintf(label, sizeof label, "batch %lld: layers alone, %s timing (medians end to end)", (long long)m->batch,
              res->mode);
     thread_of(t, res->backend, label, &pid, &tid);
     for (int i = 0; i < m->n_layers; i++)
         dur[i] = row_timed(&res->layers[i]) ? to_ns(res->layers[i].st.median) : -1;
-    emit_timeline(t, res, &mb, dur, pid, tid, "every layer alone: its median, laid end to end");
+    emit_timeline(t, res, &mb, dur, pid, tid, "every layer alone: its median, laid end to end", false);
     free(dur);
     model_blocks_free(&mb);
     return BENCH_OK;
@@ -292,12 +324,12 @@ static void frame(strbuf *b, const char *s)
     }
 }
 
-static char *folded(const run_result *res, const int64_t *dur)
+static char *folded(const run_result *res, const int64_t *dur, bool forward)
 {
     const model *m = res->m;
     model_blocks mb;
     model_blocks_build(m, &mb);
-    strbuf b = {0};
+    strbuf b = {0}, prefix = {0};
     int *chain = xmalloc((size_t)(mb.n_blocks + 1) * sizeof *chain);
     for (int i = 0; i < m->n_layers; i++) {
         if (dur[i] < 0)
@@ -305,14 +337,33 @@ static char *folded(const run_result *res, const int64_t *dur)
         int n = 0;
         for (int k = mb.layer_block[i]; k >= 0; k = mb.blocks[k].parent)
             chain[n++] = k;
+        prefix.len = 0;
         while (n--) {
-            frame(&b, mb.blocks[chain[n]].name);
-            strbuf_append(&b, ";", 1);
+            frame(&prefix, mb.blocks[chain[n]].name);
+            strbuf_append(&prefix, ";", 1);
         }
-        frame(&b, block_leaf_name(m->layers[i].name));
-        strbuf_printf(&b, " %lld\n", (long long)dur[i]);
+        frame(&prefix, block_leaf_name(m->layers[i].name));
+        /* in a forward, a split layer's parts are its children; what they leave of the
+         * layer's time stays on the layer itself */
+        int64_t rest = dur[i];
+        for (int j = 0; forward && j < res->n_parts; j++) {
+            const part_result *p = &res->parts[j];
+            if (p->layer != i || !row_timed(&p->r))
+                continue;
+            int64_t d = to_ns(p->sample) < rest ? to_ns(p->sample) : rest;
+            strbuf_append(&b, prefix.data, prefix.len);
+            strbuf_append(&b, ";", 1);
+            frame(&b, p->info.name);
+            strbuf_printf(&b, " %lld\n", (long long)d);
+            rest -= d;
+        }
+        if (rest > 0 || rest == dur[i]) {
+            strbuf_append(&b, prefix.data, prefix.len);
+            strbuf_printf(&b, " %lld\n", (long long)rest);
+        }
     }
     free(chain);
+    free(prefix.data);
     model_blocks_free(&mb);
     if (!b.data)
         strbuf_append(&b, "", 0);
@@ -334,7 +385,7 @@ static bench_status stacks_run(reporter *r, const run_result *res)
                      : row_timed(&res->layers[i]) ? to_ns(res->layers[i].st.median)
                                                   : -1;
         free(s->text[f]);
-        s->text[f] = folded(res, dur);
+        s->text[f] = folded(res, dur, res->forward_sample != NULL);
         s->forward[f] = res->forward_sample != NULL;
         free(dur);
     }

@@ -118,6 +118,12 @@ int layer_count(layer *l)
     return ok ? 0 : -1;
 }
 
+int layer_parts(const layer *l, layer_part_info *parts)
+{
+    const layer_desc *d = layer_desc_get(l->kind);
+    return d->parts ? d->parts(l, parts) : 0;
+}
+
 char *shape_format(const shape_t *s, char *buf, size_t len)
 {
     size_t off = (size_t)snprintf(buf, len, "[");

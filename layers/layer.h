@@ -154,6 +154,16 @@ typedef struct layer_rng {
     uint64_t state;
 } layer_rng;
 
+/* A stage of a layer's work that the in-model view shows on its own (multihead_attention:
+ * its in-projection, QK^T, softmax, AV and out-projection), with its share of the
+ * layer's FLOPs and bytes (the parts' FLOPs add up to the layer's; their bytes count the
+ * intermediate tensors each stage reads and writes). */
+#define LAYER_MAX_PARTS 8
+typedef struct layer_part_info {
+    const char *name;            /* static, e.g. "qk" */
+    int64_t flops, bytes;
+} layer_part_info;
+
 /* A layer kind, described once. All functions are pure and never allocate. */
 typedef struct layer_desc {
     const char *name;                       /* as written in configs */
@@ -173,6 +183,9 @@ typedef struct layer_desc {
     /* Plain-C reference: out = f(in[0], ..., in[n_inputs - 1], w). Accumulates in double. */
     void (*reference)(const layer *l, const float *const *in, const float *w, float *out);
     double tolerance;                       /* relative L2 error accepted against the reference (FP32) */
+    /* Optional: the stages of the layer's work, in the order they run (see
+     * layer_part_info); returns how many (at most LAYER_MAX_PARTS). */
+    int (*parts)(const layer *l, layer_part_info *parts);
 } layer_desc;
 
 /* The descriptor of a kind; never NULL for a valid kind. */
@@ -222,6 +235,9 @@ int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);
 /* Runs the kind's count(); -1 when a count is out of range (more than LAYER_MAX_COUNT,
  * or weights beyond LAYER_MAX_NUMEL floats), else 0. */
 int layer_count(layer *l);
+
+/* The layer's parts (layer_desc.parts) into parts[LAYER_MAX_PARTS]; 0 for kinds without. */
+int layer_parts(const layer *l, layer_part_info *parts);
 
 /* Same kind, input shapes and parameters: the same work (used by --dedupe and the
  * grouped tables). */

@@ -264,8 +264,29 @@ static void mha_reference(const layer *l, const float *const *ins, const float *
     free(qkv), free(o), free(p);
 }
 
+/* The stages every backend runs in this order: the packed q/k/v projection, the scaled
+ * scores QK^T of every head, their softmax, the heads' outputs AV, the out-projection.
+ * FLOPs as mha_count splits them (the scale goes with QK^T); bytes: what each stage reads
+ * and writes, q/k/v and the scores included. */
+static int mha_parts(const layer *l, layer_part_info *parts)
+{
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
+    int64_t tokens = count_mul(n, s), te = count_mul(tokens, e), scores = count_mul(count_mul(n, h), count_mul(s, s));
+    int64_t bias = l->p.bias ? 1 : 0, ee = count_mul(e, e);
+    int64_t attn = count_mul(2, count_mul(count_mul(tokens, s), e)); /* FLOPs of QK^T, and of AV */
+    parts[0] = (layer_part_info){"in_proj", count_add(count_mul(6, count_mul(te, e)), count_mul(bias, count_mul(3, te))),
+                                 count_mul(4, count_add(count_add(te, count_mul(3, ee)), count_add(count_mul(3, bias * e),
+                                                                                                    count_mul(3, te))))};
+    parts[1] = (layer_part_info){"qk", count_add(attn, scores), count_mul(4, count_add(count_mul(2, te), scores))};
+    parts[2] = (layer_part_info){"softmax", count_mul(5, scores), count_mul(8, scores)};
+    parts[3] = (layer_part_info){"av", attn, count_mul(4, count_add(scores, count_mul(2, te)))};
+    parts[4] = (layer_part_info){"out_proj", count_add(count_mul(2, count_mul(te, e)), count_mul(bias, te)),
+                                 count_mul(4, count_add(count_add(count_mul(2, te), ee), bias * e))};
+    return 5;
+}
+
 const layer_desc layer_multihead_attention_desc = {
     .name = "multihead_attention", .n_inputs = 1, .params = mha_params, .defaults = mha_defaults,
     .infer = mha_infer, .count = mha_count, .init_weights = mha_init, .reference = mha_reference,
-    .tolerance = 5e-6,
+    .tolerance = 5e-6, .parts = mha_parts,
 };

@@ -2,14 +2,15 @@
 """Checks a layerbench --trace file (and, optionally, --stacks files) as a trace viewer
 and a flame-graph tool would read them, with the standard library only.
 
-usage: check_trace.py TRACE.json [STACKS ...] --layers N [--blocks NAME ...]
+usage: check_trace.py TRACE.json [STACKS ...] --layers N [--parts N] [--blocks NAME ...]
 
 The trace: well-formed JSON; a traceEvents list; every complete event ("X") has a
 name, a category, numeric ts and dur >= 0 in microseconds, a pid and a tid; on every
 thread the spans nest properly (a span starts after its parent's start and ends
 before its parent's end, or starts after it ended); every thread's timeline is one
 model span whose duration is the sum of its layer spans; the forward thread of each
-process has N layer spans and a span for every --blocks name. Every stacks file: lines
+process has N layer spans, --parts part spans (default 0; each inside a layer span, the
+parts of a layer together no longer than it) and a span for every --blocks name. Every stacks file: lines
 of ';'-separated frames, a space and an integer; its total is the forward span of the
 trace (in ns) for the backend named in its frames' file, when one trace forward matches.
 Exits 1 with the first problem."""
@@ -25,9 +26,10 @@ def fail(msg):
 def main():
     args = sys.argv[1:]
     if "--layers" not in args:
-        fail("usage: check_trace.py TRACE.json [STACKS ...] --layers N [--blocks NAME ...]")
+        fail("usage: check_trace.py TRACE.json [STACKS ...] --layers N [--parts N] [--blocks NAME ...]")
     i = args.index("--layers")
     files, n_layers = args[:i], int(args[i + 1])
+    n_parts = int(args[args.index("--parts") + 1]) if "--parts" in args else 0
     blocks = args[args.index("--blocks") + 1:] if "--blocks" in args else []
     trace_path, stacks = files[0], files[1:]
     with open(trace_path) as f:
@@ -66,7 +68,12 @@ def main():
         roots = [e for e in evs if e["cat"] == "model"]
         if len(roots) != 1:
             fail(f"thread {names.get(key, key)}: {len(roots)} model spans")
-        layers = [e for e in evs if e["cat"] not in ("model", "block")]
+        layers = [e for e in evs if e["cat"] not in ("model", "block", "part")]
+        parts = [e for e in evs if e["cat"] == "part"]
+        for layer in layers:
+            inside = [p for p in parts if layer["ts"] - 1e-6 <= p["ts"] < layer["ts"] + layer["dur"]]
+            if sum(round(p["dur"] * 1000) for p in inside) > round(layer["dur"] * 1000):
+                fail(f"thread {names.get(key, key)}: the parts of {layer['name']} take longer than it")
         total = sum(round(e["dur"] * 1000) for e in layers)
         if abs(total - round(roots[0]["dur"] * 1000)) > 0:
             fail(f"thread {names.get(key, key)}: layers add up to {total} ns, the model span is "
@@ -74,6 +81,8 @@ def main():
         if "forward" in names.get(key, ""):
             if len(layers) != n_layers:
                 fail(f"thread {names[key]}: {len(layers)} layer spans, expected {n_layers}")
+            if len(parts) != n_parts:
+                fail(f"thread {names[key]}: {len(parts)} part spans, expected {n_parts}")
             have = {e["name"] for e in evs if e["cat"] == "block"}
             missing = [b for b in blocks if b not in have]
             if missing:

@@ -32,6 +32,9 @@ typedef struct fake {
     char order[4096];          /* the layer index of every launch outside graphs, as letters */
     int n_order;
     double marks[8];
+    bool parts_on[8];          /* per layer: parts_enable(true) was called */
+    long parts_while_capturing;/* parts_enable calls during a graph capture */
+    double parts[8][LAYER_MAX_PARTS]; /* per layer: its parts' times in the last run */
     char error[128];
     bool failed;
 } fake;
@@ -125,11 +128,27 @@ static void f_run(void *ctx, void *state, const float *const *in, float *out)
         return;
     }
     F.launches++;
-    F.clock += launch_cost(fl->index);
+    double c = launch_cost(fl->index);
+    F.clock += c;
+    /* a split layer's parts: 1/15, 2/15, ... 5/15 of its time */
+    for (int k = 0; F.parts_on[fl->index] && k < 5; k++)
+        F.parts[fl->index][k] = c * (k + 1) / 15;
     if (F.n_order < (int)sizeof F.order - 1)
         F.order[F.n_order++] = (char)('a' + fl->index);
 }
 static void f_layer_free(void *ctx, void *state) { (void)ctx; free(state); }
+static bool f_parts_enable(void *ctx, void *state, bool on)
+{
+    (void)ctx;
+    F.parts_while_capturing += F.capturing;
+    F.parts_on[((fake_layer *)state)->index] = on;
+    return true;
+}
+static void f_parts_read(void *ctx, void *state, double *s)
+{
+    (void)ctx;
+    memcpy(s, F.parts[((fake_layer *)state)->index], 5 * sizeof *s);
+}
 static const char *f_describe(void *ctx) { (void)ctx; return "{}"; }
 static bench_status f_graph_begin(void *ctx)
 {
@@ -173,7 +192,8 @@ static backend_ops fake_ops = {
     .timer_mark = f_mark, .marks_read = f_marks_read, .layer_setup = f_setup, .layer_run = f_run,
     .layer_free = f_layer_free, .describe = f_describe, .device_memory = true, .graph_begin = f_graph_begin,
     .graph_end = f_graph_end, .graph_launch = f_graph_launch, .graph_free = f_graph_free,
-    .last_error = f_last_error, .clear_error = f_clear_error,
+    .last_error = f_last_error, .clear_error = f_clear_error, .parts_enable = f_parts_enable,
+    .parts_read = f_parts_read,
 };
 
 static char cfg_path[256];
@@ -447,6 +467,55 @@ static void test_chain(backend *b, model *m)
     run_result_free(&r);
 }
 
+/* A layer with parts (attention): turned on after the graph was captured, only in the
+ * chained forward; one part sample per kept forward sample, in the kind's order. */
+static void test_parts(backend *b)
+{
+    model *m = load("name: attn\ninput: [6, 8]\nlayers:\n  - {kind: relu, name: a}\n"
+                    "  - {kind: multihead_attention, name: attn, embed_dim: 8, num_heads: 2}\n");
+    if (!m)
+        return;
+    const model *saved = M;
+    M = m;
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    reset(0);
+    F.cost[0] = 10e-6, F.cost[1] = 30e-6;
+    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(F.parts_while_capturing == 0 && F.parts_on[1] && !F.parts_on[0], "parts enabled: %ld in captures",
+           F.parts_while_capturing);
+    EXPECT(r.n_parts == 5, "%d parts", r.n_parts);
+    const char *names[] = {"in_proj", "qk", "softmax", "av", "out_proj"};
+    int64_t flops = 0;
+    for (int k = 0; k < r.n_parts && k < 5; k++) {
+        const part_result *p = &r.parts[k];
+        flops += p->info.flops;
+        EXPECT(p->layer == 1 && p->index == k && strcmp(p->info.name, names[k]) == 0, "part %d: layer %d %s", k,
+               p->layer, p->info.name);
+        EXPECT(p->r.status == ROW_OK && fabs(p->r.st.median - 30e-6 * (k + 1) / 15) < 1e-12 &&
+                   p->r.st.n == r.inmodel[1].st.n && strcmp(p->r.mode, "inmodel") == 0,
+               "part %s: %s median %g, %lld samples vs %lld", p->info.name, row_status_name(p->r.status),
+               p->r.st.median, (long long)p->r.st.n, (long long)r.inmodel[1].st.n);
+        EXPECT(r.forward_sample && fabs(p->sample - 30e-6 * (k + 1) / 15) < 1e-12, "part %s in the kept sample",
+               p->info.name);
+    }
+    EXPECT(flops == m->layers[1].flops, "the parts' FLOPs %lld, the layer's %lld", (long long)flops,
+           (long long)m->layers[1].flops);
+    run_result_free(&r);
+    /* without the in-model view (no marks), no parts */
+    backend_ops saved_ops = fake_ops;
+    fake_ops.marks_prepare = NULL;
+    reset(0);
+    F.cost[0] = 10e-6, F.cost[1] = 30e-6;
+    measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err);
+    EXPECT(r.n_parts == 0 && r.parts == NULL && !F.parts_on[1], "parts without marks");
+    run_result_free(&r);
+    fake_ops = saved_ops;
+    M = saved;
+    model_free(m);
+}
+
 /* A layer that takes no time at all ends quickly, at the floor, and says so. */
 static void test_zero_time(backend *b, model *m)
 {
@@ -484,6 +553,7 @@ int main(void)
         test_zero_time(&b, m);
         model_free(m);
     }
+    test_parts(&b);
     backend_close(&b);
     unlink(cfg_path);
     return test_summary("test_measure");

@@ -36,6 +36,29 @@ grep -q '^resnet18;layer2;layer2.0;layer2.0.downsample;0 [0-9]*$' "$T/r18.folded
 python3 "$SRC/tests/check_trace.py" "$T/s.json" "$T/s.batch1.folded" "$T/s.batch3.folded" --layers 16 \
   --blocks res down down.downsample && ok || bad "smoke sweep trace"
 
+# attention's parts inside the forward: in the trace (inside the layer's span), in the
+# stacks (children of the layer), in the CSV (in-model rows whose FLOPs add up to the layer's)
+TB=$SRC/tests/data/doc_transformer.yaml
+"$BENCH" run "$TB" "${FAST[@]}" --trace "$T/tb.json" --stacks "$T/tb.folded" --csv "$T/tbr.csv" >"$T/tb.out" \
+  2>"$T/err" || bad "transformer block with --trace: $(tail -2 "$T/err")"
+python3 "$SRC/tests/check_trace.py" "$T/tb.json" "$T/tb.folded" --layers 8 --parts 5 --blocks block &&
+  ok || bad "transformer block trace"
+for part in in_proj qk softmax av out_proj; do
+  grep -q "^encoder_block;block;self_attention;$part [0-9]*$" "$T/tb.folded" || bad "stacks: no $part part"
+done
+grep -q "multihead_attention  *softmax" "$T/tb.out" && ok || bad "no parts table: $(grep -A3 'by part' "$T/tb.out")"
+python3 - "$T/tbr.csv" <<'PY' && ok || bad "CSV part rows"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+whole = [r for r in rows if r["mode"] == "inmodel" and r["kind"] == "multihead_attention" and not r["part"]]
+parts = [r for r in rows if r["part"]]
+assert len(whole) == 1 and [r["part"] for r in parts] == ["in_proj", "qk", "softmax", "av", "out_proj"], parts
+assert all(r["mode"] == "inmodel" and r["layer_name"] == "block.self_attention." + r["part"] for r in parts)
+assert sum(int(r["flops"]) for r in parts) == int(whole[0]["flops"])
+assert all(r["status"] == "ok" and float(r["median_us"]) > 0 for r in parts)
+assert not any(r["part"] for r in rows if r["mode"] != "inmodel")
+PY
+
 # the results files must differ, and a trace path is checked before anything runs
 out=$("$BENCH" run "$R18" "${FAST[@]}" --csv "$T/x.csv" --trace "$T/x.json" 2>&1)
 [ $? = 2 ] && grep -q "must name different files" <<<"$out" && ok || bad "--trace onto the CSV's JSON: $out"

@@ -333,6 +333,20 @@ static void cpu_layer_run(void *ctx, void *state, const float *const *in, float 
     cl->k->run(cl->l, cl->kstate, in, cl->w, out);
 }
 
+static bool cpu_parts_enable(void *ctx, void *state, bool on)
+{
+    (void)ctx;
+    cpu_layer *cl = state;
+    return cl->k->parts_enable && cl->k->parts_enable(cl->kstate, on);
+}
+
+static void cpu_parts_read(void *ctx, void *state, double *seconds)
+{
+    (void)ctx;
+    cpu_layer *cl = state;
+    cl->k->parts_read(cl->kstate, seconds);
+}
+
 static void cpu_layer_free(void *ctx, void *state)
 {
     (void)ctx;
@@ -439,6 +453,8 @@ const backend_ops backend_cpu_ops = {
     .marks_prepare = cpu_marks_prepare,
     .timer_mark = cpu_timer_mark,
     .marks_read = cpu_marks_read,
+    .parts_enable = cpu_parts_enable,
+    .parts_read = cpu_parts_read,
     .layer_setup = cpu_layer_setup,
     .layer_run = cpu_layer_run,
     .layer_free = cpu_layer_free,

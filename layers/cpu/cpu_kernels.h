@@ -38,6 +38,10 @@ typedef struct cpu_kernel {
     void (*run)(const layer *l, void *state, const float *const *in, const float *w, float *out);
     void (*free)(void *state); /* optional */
     const char *impl;          /* implementation name when there is no setup */
+    /* Optional (kinds with layer_parts()): turn the per-part timing of the runs on or
+     * off, and read the last run's seconds per part (backend_ops.parts_enable). */
+    bool (*parts_enable)(void *state, bool on);
+    void (*parts_read)(void *state, double *seconds);
 } cpu_kernel;
 
 extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,

@@ -93,11 +93,19 @@ static void gelu_run(const layer *l, void *state, const float *const *ins, const
 
 /* ---- multihead_attention ------------------------------------------------------------------- */
 
+/* The heads' loop runs QK^T, softmax and AV per (sample, head), the scores staying in
+ * the caches; with the parts on, each thread adds up its time in each of the three
+ * steps, and the loop's time is split between them in proportion. */
+enum { MHA_STEP_QK, MHA_STEP_SOFTMAX, MHA_STEP_AV, MHA_STEPS, MHA_STEP_STRIDE = 8 /* a cache line per thread */ };
+
 typedef struct mha_state {
     float *qkv;      /* [N S, 3E] */
     float *heads;    /* [N S, E]: the heads' outputs side by side */
     float *scores;   /* per thread, [S, S] */
     int threads;
+    bool parts;      /* time the parts (in-model view) */
+    double *steps;   /* per thread, MHA_STEP_STRIDE: seconds in each step of the heads' loop */
+    double part_s[5];/* the last run: in_proj, qk, softmax, av, out_proj */
 } mha_state;
 
 static bench_status mha_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t len, int64_t *ws)
@@ -111,8 +119,9 @@ static bench_status mha_setup(const layer *l, const float *w, cpu_choices *searc
     m->qkv = bench_alloc_floats(n * s * 3 * e);
     m->heads = bench_alloc_floats(n * s * e);
     m->scores = bench_alloc_floats((int64_t)m->threads * s * s);
-    if (!m->qkv || !m->heads || !m->scores) {
-        free(m->qkv), free(m->heads), free(m->scores), free(m);
+    m->steps = calloc((size_t)m->threads * MHA_STEP_STRIDE, sizeof *m->steps);
+    if (!m->qkv || !m->heads || !m->scores || !m->steps) {
+        free(m->qkv), free(m->heads), free(m->scores), free(m->steps), free(m);
         return BENCH_ERR_NOMEM;
     }
     *ws = 4 * (n * s * 4 * e + (int64_t)m->threads * s * s);
@@ -125,7 +134,7 @@ static void mha_free(void *state)
 {
     mha_state *m = state;
     if (m)
-        free(m->qkv), free(m->heads), free(m->scores);
+        free(m->qkv), free(m->heads), free(m->scores), free(m->steps);
     free(m);
 }
 
@@ -139,29 +148,70 @@ static void project(const float *x, const float *wt, const float *b, float *y, i
                 wt, (blasint)f, b ? 1.0f : 0.0f, y, (blasint)o);
 }
 
+/* One (sample, head): scores = scale Q K^T, their softmax, head = P V. With steps, adds
+ * the seconds of each step there. */
+static void mha_head(const float *q, const float *k, const float *v, float *sc, float *head, int64_t s, int64_t e,
+                     int64_t dh, float scale, double *steps)
+{
+    double t0 = steps ? bench_now() : 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, scale, q,
+                (blasint)(3 * e), k, (blasint)(3 * e), 0.0f, sc, (blasint)s);
+    double t1 = steps ? bench_now() : 0;
+    for (int64_t r = 0; r < s; r++)
+        cpu_softmax_row(sc + r * s, sc + r * s, s);
+    double t2 = steps ? bench_now() : 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, sc, (blasint)s,
+                v, (blasint)(3 * e), 0.0f, head, (blasint)e);
+    if (steps) {
+        double t3 = bench_now();
+        steps[MHA_STEP_QK] += t1 - t0, steps[MHA_STEP_SOFTMAX] += t2 - t1, steps[MHA_STEP_AV] += t3 - t2;
+    }
+}
+
 static void mha_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     mha_state *m = state;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, dh = e / h;
     const float *in_w, *in_b, *out_w, *out_b;
     layer_mha_weights(l, w, &in_w, &in_b, &out_w, &out_b);
+    double t0 = m->parts ? bench_now() : 0;
     project(ins[0], in_w, in_b, m->qkv, n * s, e, 3 * e);
+    double t1 = m->parts ? bench_now() : 0;
+    if (m->parts)
+        memset(m->steps, 0, (size_t)m->threads * MHA_STEP_STRIDE * sizeof *m->steps);
     float scale = (float)(1.0 / sqrt((double)dh));
     /* one (sample, head) per iteration; OpenBLAS runs single-threaded inside a parallel
      * region */
 #pragma omp parallel for schedule(dynamic) num_threads(m->threads) if (n * h > 1)
     for (int64_t t = 0; t < n * h; t++) {
-        int64_t b = t / h, hd = t % h;
-        float *sc = m->scores + (int64_t)omp_get_thread_num() * s * s;
-        const float *q = m->qkv + b * s * 3 * e + hd * dh, *k = q + e, *v = q + 2 * e;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, scale, q,
-                    (blasint)(3 * e), k, (blasint)(3 * e), 0.0f, sc, (blasint)s);
-        for (int64_t r = 0; r < s; r++)
-            cpu_softmax_row(sc + r * s, sc + r * s, s);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, sc,
-                    (blasint)s, v, (blasint)(3 * e), 0.0f, m->heads + b * s * e + hd * dh, (blasint)e);
+        int64_t b = t / h, hd = t % h, th = omp_get_thread_num();
+        const float *q = m->qkv + b * s * 3 * e + hd * dh;
+        mha_head(q, q + e, q + 2 * e, m->scores + th * s * s, m->heads + b * s * e + hd * dh, s, e, dh, scale,
+                 m->parts ? m->steps + th * MHA_STEP_STRIDE : NULL);
     }
+    double t2 = m->parts ? bench_now() : 0;
     project(m->heads, out_w, out_b, out, n * s, e, e);
+    if (m->parts) {
+        double sum[MHA_STEPS] = {0}, all = 0;
+        for (int th = 0; th < m->threads; th++)
+            for (int k = 0; k < MHA_STEPS; k++)
+                sum[k] += m->steps[th * MHA_STEP_STRIDE + k], all += m->steps[th * MHA_STEP_STRIDE + k];
+        m->part_s[0] = t1 - t0;
+        for (int k = 0; k < MHA_STEPS; k++)
+            m->part_s[1 + k] = all > 0 ? (t2 - t1) * sum[k] / all : (t2 - t1) / MHA_STEPS;
+        m->part_s[4] = bench_now() - t2;
+    }
+}
+
+static bool mha_parts_enable(void *state, bool on)
+{
+    ((mha_state *)state)->parts = on;
+    return true;
+}
+
+static void mha_parts_read(void *state, double *seconds)
+{
+    memcpy(seconds, ((mha_state *)state)->part_s, sizeof ((mha_state *)state)->part_s);
 }
 
 /* ---- the token kinds -------------------------------------------------------------------------- */
@@ -224,7 +274,8 @@ static void select_run(const layer *l, void *state, const float *const *ins, con
 
 const cpu_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
 const cpu_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
-const cpu_kernel cpu_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free};
+const cpu_kernel cpu_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
+                                                   .parts_enable = mha_parts_enable, .parts_read = mha_parts_read};
 const cpu_kernel cpu_transpose_kernel = {.run = transpose_run, .impl = "blocked copy"};
 const cpu_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "copy"};
 const cpu_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};

@@ -408,6 +408,18 @@ static void cuda_layer_run(void *ctx, void *state, const float *const *in, float
     cl->k->run(&((cuda_ctx *)ctx)->env, cl->kstate, in, out);
 }
 
+static bool cuda_parts_enable(void *ctx, void *state, bool on)
+{
+    cuda_layer *cl = state;
+    return cl->k->parts_enable && cl->k->parts_enable(&((cuda_ctx *)ctx)->env, cl->kstate, on);
+}
+
+static void cuda_parts_read(void *ctx, void *state, double *seconds)
+{
+    cuda_layer *cl = state;
+    cl->k->parts_read(&((cuda_ctx *)ctx)->env, cl->kstate, seconds);
+}
+
 static void cuda_layer_free(void *ctx, void *state)
 {
     cuda_layer *cl = state;
@@ -586,6 +598,8 @@ const backend_ops backend_cuda_ops = {
     .marks_prepare = cuda_marks_prepare,
     .timer_mark = cuda_timer_mark,
     .marks_read = cuda_marks_read,
+    .parts_enable = cuda_parts_enable,
+    .parts_read = cuda_parts_read,
     .warnings = cuda_warnings,
     .mem_available = cuda_mem_available,
     .tolerance = cuda_tolerance,

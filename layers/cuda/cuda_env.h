@@ -142,6 +142,11 @@ typedef struct cuda_kernel {
      * synchronisation. */
     void (*run)(cuda_env *env, void *state, const float *const *in, float *out);
     void (*free)(cuda_env *env, void *state);
+    /* Optional (kinds with layer_parts()): events between the parts of later runs, on or
+     * off (never on while a graph is captured), and the last run's seconds per part
+     * once the stream has passed them (backend_ops.parts_enable). */
+    bool (*parts_enable)(cuda_env *env, void *state, bool on);
+    void (*parts_read)(cuda_env *env, void *state, double *seconds);
 } cuda_kernel;
 
 extern const cuda_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,

@@ -17,7 +17,16 @@ typedef struct mha_cuda {
     float *qkv, *scores, *heads;          /* workspace: [N S, 3E], [N H, S, S], [N S, E] */
     const float **ptrs;                   /* device: 6 arrays of N H pointers (see setup) */
     cudnnTensorDescriptor_t qkv_rows, qkv_bias, out_rows, out_bias, sm;
+    bool parts;                           /* record ev around the parts (in-model view) */
+    cudaEvent_t ev[6];                    /* before in_proj, after it, qk, softmax, av, out_proj */
 } mha_cuda;
+
+/* Records the event before (i = 0) or after part i - 1 when the parts are timed. */
+static void mha_event(cuda_env *env, mha_cuda *m, int i)
+{
+    if (m->parts)
+        CUDA_OK(env, cudaEventRecord(m->ev[i], env->stream));
+}
 
 static void mha_free(cuda_env *env, void *state)
 {
@@ -29,6 +38,9 @@ static void mha_free(cuda_env *env, void *state)
     cudnnDestroyTensorDescriptor(m->qkv_rows), cudnnDestroyTensorDescriptor(m->qkv_bias);
     cudnnDestroyTensorDescriptor(m->out_rows), cudnnDestroyTensorDescriptor(m->out_bias);
     cudnnDestroyTensorDescriptor(m->sm);
+    for (int i = 0; i < 6; i++)
+        if (m->ev[i])
+            cudaEventDestroy(m->ev[i]);
     free(m);
 }
 
@@ -93,28 +105,55 @@ static void mha_run(cuda_env *env, void *state, const float *const *ins, float *
     const float one = 1.0f, zero = 0.0f, scale = (float)(1.0 / sqrt((double)m->dh));
     int ns = m->n * m->s, e = m->e, s = m->s, batch = m->n * m->h;
     const float **p = m->ptrs;
+    mha_event(env, m, 0);
     /* row-major Y[rows, o] = X[rows, f] W[o, f]^T, read column-major (as linear_cuda.c) */
     CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, 3 * e, ns, e, &one, m->in_w, e, ins[0], e, &zero,
                                m->qkv, 3 * e));
     if (m->in_b)
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, m->qkv_bias, m->in_b, &one, m->qkv_rows, m->qkv));
+    mha_event(env, m, 1);
     /* scores (row-major S x S) = Q K^T: column-major, scores^T = K^T(op T) Q^T */
     CUBLAS_OK(env, cublasSgemmBatched(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s, s, m->dh, &scale,
                                       (const float *const *)p + batch, 3 * e, (const float *const *)p, 3 * e, &zero,
                                       (float *const *)p + 3 * batch, s, batch));
+    mha_event(env, m, 2);
     CUDNN_OK(env, cudnnSoftmaxForward(env->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, m->sm,
                                       m->scores, &zero, m->sm, m->scores));
+    mha_event(env, m, 3);
     /* head (row-major S x dh, row stride E) = P V: column-major, head^T = V^T P^T */
     CUBLAS_OK(env, cublasSgemmBatched(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, m->dh, s, s, &one,
                                       (const float *const *)p + 2 * batch, 3 * e, (const float *const *)p + 3 * batch, s,
                                       &zero, (float *const *)p + 4 * batch, e, batch));
+    mha_event(env, m, 4);
     CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, e, ns, e, &one, m->out_w, e, m->heads, e, &zero,
                                out, e));
     if (m->out_b)
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, m->out_bias, m->out_b, &one, m->out_rows, out));
+    mha_event(env, m, 5);
 }
 
-const cuda_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free};
+static bool mha_parts_enable(cuda_env *env, void *state, bool on)
+{
+    mha_cuda *m = state;
+    for (int i = 0; on && i < 6; i++)
+        if (!m->ev[i] && !CUDA_OK(env, cudaEventCreate(&m->ev[i])))
+            return false;
+    m->parts = on;
+    return true;
+}
+
+/* After timer_stop: the stream passed the last event. */
+static void mha_parts_read(cuda_env *env, void *state, double *seconds)
+{
+    mha_cuda *m = state;
+    for (int i = 0; i < 5; i++) {
+        float ms = 0;
+        seconds[i] = CUDA_OK(env, cudaEventElapsedTime(&ms, m->ev[i], m->ev[i + 1])) ? 1e-3 * (double)ms : 0.0;
+    }
+}
+
+const cuda_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
+                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read};
 
 /* ---- kinds of our own kernels, and copies --------------------------------------------------- */
 
