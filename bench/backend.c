@@ -1,6 +1,6 @@
 /* Backend registry: the only place that knows which backends exist. The CPU backend is
- * built in; the cuda backend, where it was built, is a module loaded on first use
- * (liblayerbench_cuda.so beside the library holding this file). */
+ * built in; the onednn and cuda backends, where they were built, are modules loaded on
+ * first use (liblayerbench_<name>.so beside the library holding this file). */
 #define _GNU_SOURCE
 #include "backend.h"
 
@@ -13,45 +13,56 @@ static const backend_ops *const builtin[] = {&backend_cpu_ops, NULL};
 
 static char load_error[512];
 
-#ifdef LAYERBENCH_HAVE_CUDA
-/* "<folder of this library>/liblayerbench_<name>.so", loaded once; its ops table is the
- * symbol backend_<name>_ops. */
-static const backend_ops *load_module(const char *name)
-{
-    static const backend_ops *loaded;
-    static bool tried;
-    if (tried)
-        return loaded;
-    tried = true;
-    Dl_info self;
-    char path[4096] = "";
-    if (dladdr((void *)load_module, &self) && self.dli_fname) {
-        const char *slash = strrchr(self.dli_fname, '/');
-        int dir = slash ? (int)(slash - self.dli_fname) : 1;
-        snprintf(path, sizeof path, "%.*s/liblayerbench_%s.so", dir, slash ? self.dli_fname : ".", name);
-    }
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    char sym[64];
-    snprintf(sym, sizeof sym, "backend_%s_ops", name);
-    loaded = h ? (const backend_ops *)dlsym(h, sym) : NULL;
-    if (!loaded)
-        snprintf(load_error, sizeof load_error, "the %s backend cannot be loaded: %s", name, dlerror());
-    return loaded;
-}
+/* The backends built as modules: "<folder of this library>/liblayerbench_<name>.so",
+ * loaded once each; its ops table is the symbol backend_<name>_ops. */
+static const char *const modules[] = {
+#ifdef LAYERBENCH_HAVE_ONEDNN
+    "onednn",
 #endif
+#ifdef LAYERBENCH_HAVE_CUDA
+    "cuda",
+#endif
+    NULL};
+
+static const backend_ops *load_module(int i)
+{
+    static const backend_ops *loaded[4];
+    static bool tried[4];
+    static char error[4][512];
+    const char *name = modules[i];
+    if (!tried[i]) {
+        tried[i] = true;
+        Dl_info self;
+        char path[4096] = "";
+        if (dladdr((void *)load_module, &self) && self.dli_fname) {
+            const char *slash = strrchr(self.dli_fname, '/');
+            int dir = slash ? (int)(slash - self.dli_fname) : 1;
+            snprintf(path, sizeof path, "%.*s/liblayerbench_%s.so", dir, slash ? self.dli_fname : ".", name);
+        }
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        char sym[64];
+        snprintf(sym, sizeof sym, "backend_%s_ops", name);
+        loaded[i] = h ? (const backend_ops *)dlsym(h, sym) : NULL;
+        if (!loaded[i])
+            snprintf(error[i], sizeof error[i], "the %s backend cannot be loaded: %s", name, dlerror());
+    }
+    if (!loaded[i])
+        snprintf(load_error, sizeof load_error, "%s", error[i]);
+    return loaded[i];
+}
 
 const backend_ops *backend_find(const char *name)
 {
     for (int i = 0; builtin[i]; i++)
         if (strcmp(builtin[i]->name, name) == 0)
             return builtin[i];
-#ifdef LAYERBENCH_HAVE_CUDA
-    if (strcmp(name, "cuda") == 0)
-        return load_module(name);
-#endif
-    snprintf(load_error, sizeof load_error,
-             "the %s backend is not built into this binary%s", name,
-             strcmp(name, "cuda") == 0 ? " (it needs the CUDA toolkit and cuDNN at configure time)" : "");
+    for (int i = 0; modules[i]; i++)
+        if (strcmp(modules[i], name) == 0)
+            return load_module(i);
+    snprintf(load_error, sizeof load_error, "the %s backend is not built into this binary%s", name,
+             strcmp(name, "cuda") == 0     ? " (it needs the CUDA toolkit and cuDNN at configure time)"
+             : strcmp(name, "onednn") == 0 ? " (it needs oneDNN at configure time: apt-get install libdnnl-dev)"
+                                           : "");
     return NULL;
 }
 

@@ -35,7 +35,8 @@ static const char usage_text[] =
     "  help            this text\n"
     "\n"
     "options:\n"
-    "  --backend B       cpu, cuda or all (default cpu)\n"
+    "  --backend B       cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda\n"
+    "                    (cuDNN, cuBLAS), or all of those built here (default cpu)\n"
     "  --tf32            cuda: allow TF32 in convolutions and linear layers (default strict FP32)\n"
     "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
     "                    and keep the fastest: cuDNN's on cuda, the GEMM layouts on the cpu;\n"
@@ -347,8 +348,9 @@ static int parse_cli(int argc, char **argv, cli *c)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!split_modes(c->mode, NULL, NULL))
         return usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
-    if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "all"))
-        return usage_error("--backend expects cpu, cuda or all, got '%s'", c->backend);
+    if (strcmp(c->backend, "cpu") && strcmp(c->backend, "onednn") && strcmp(c->backend, "cuda") &&
+        strcmp(c->backend, "all"))
+        return usage_error("--backend expects cpu, onednn, cuda or all, got '%s'", c->backend);
     c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
     return -1;
 }
@@ -358,10 +360,10 @@ static int parse_cli(int argc, char **argv, cli *c)
 static int open_backends(const cli *c, backend *bs, char **skipped)
 {
     backend_options bo = {.threads = c->threads, .tf32 = c->tf32, .algo_heuristic = c->algo_heuristic};
-    const char *names[] = {"cpu", "cuda"};
+    const char *names[] = {"cpu", "onednn", "cuda"};
     int n = 0;
     *skipped = NULL;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (strcmp(c->backend, "all") != 0 && strcmp(c->backend, names[i]) != 0)
             continue;
         const backend_ops *ops = backend_find(names[i]);
@@ -384,7 +386,9 @@ static int open_backends(const cli *c, backend *bs, char **skipped)
             return -(st == BENCH_ERR_USAGE ? 2 : st == BENCH_ERR_UNSUPPORTED ? 2 : 1);
         }
         fprintf(stderr, "bench: %s backend skipped: %s\n", names[i], err);
-        *skipped = xasprintf("%s: %s", names[i], err);
+        char *prev = *skipped;
+        *skipped = prev ? xasprintf("%s; %s: %s", prev, names[i], err) : xasprintf("%s: %s", names[i], err);
+        free(prev);
     }
     return n;
 }
@@ -449,7 +453,7 @@ static int cmd_list(const cli *c, int64_t batch)
 static int cmd_check(const cli *c, int64_t batch)
 {
     model *m;
-    backend bs[2];
+    backend bs[3];
     char *skipped;
     char err[512];
     int rc = load(c, batch, &m);
@@ -579,7 +583,7 @@ static void close_outputs(outputs *o)
 static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
     model *m;
-    backend bs[2];
+    backend bs[3];
     char *skipped, err[1024];
     int rc = load(c, batch_args[0], &m);
     if (rc)

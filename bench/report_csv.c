@@ -16,7 +16,7 @@
 /* X(name, in_list, doc): in_list marks the columns `bench list --csv` writes too. */
 #define CSV_COLUMNS(X)                                                                                           \
     X(model, 1, "model name from the config")                                                                  \
-    X(backend, 0, "backend that ran the row: cpu or cuda")                                                     \
+    X(backend, 0, "backend that ran the row: cpu, onednn or cuda")                                                     \
     X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The onednn backend end to end (built where oneDNN was found): bench check of every
+# shipped config against the plain-C reference, a quick run whose rows name oneDNN's
+# implementations, --backend all opening it beside cpu, and its JSON context.
+# usage: test_onednn.sh BENCH SOURCE_DIR
+set -u
+BENCH=$1
+SRC=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
+COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
+for cfg in "$SRC"/configs/*.yaml; do
+  name=$(basename "$cfg" .yaml)
+  out=$("$BENCH" check "$cfg" --backend onednn 2>&1) && grep -q " 0 failed, 0 skipped" <<<"$out" && ok ||
+    bad "check $name on onednn: $(tail -3 <<<"$out")"
+done
+R18=$SRC/configs/resnet18.yaml
+"$BENCH" run "$R18" --backend all "${QUICK[@]}" --csv "$T/r.csv" >"$T/out" 2>&1 || bad "run --backend all: $(tail -3 "$T/out")"
+# every ResNet-18 layer but flatten runs a oneDNN primitive, each row timed or a view
+awk -F, "$COLS"' $c["backend"]=="onednn" && $c["mode"]!="inmodel" && $c["kind"]!="model" {
+    n++; if ($c["status"]!="ok" && $c["status"]!="view") bad=1
+    if ($c["kind"]!="flatten" && $c["impl"] ~ /^cpu kernel/) bad=1
+    if ($c["kind"]=="conv2d" && $c["impl"] !~ /reorder/ && $c["impl"] !~ /gemm/) bad=1 }
+  $c["backend"]=="cpu" {cpu=1}
+  END {exit bad || n != 69 || !cpu}' "$T/r.csv" && ok || bad "onednn rows of resnet18: $(grep -c onednn "$T/r.csv") rows"
+grep -q '"onednn": "[0-9]' "$T/r.json" && grep -q '"onednn_isa"' "$T/r.json" && ok ||
+  bad "the JSON context does not describe oneDNN"
+# a kind without a oneDNN primitive runs the cpu kernel and says so
+"$BENCH" run "$SRC/tests/data/doc_transformer.yaml" --backend onednn "${QUICK[@]}" --csv "$T/t.csv" >"$T/out" 2>&1 &&
+  grep -q "cpu kernel: sgemm qkv.*(no oneDNN primitive)" "$T/t.csv" && ok ||
+  bad "attention on onednn: $(tail -3 "$T/out")"
+echo "test_onednn: $pass passed, $fail failed"
+[ $fail = 0 ]
