@@ -29,15 +29,23 @@ forward, PyTorch on N threads (give bench the same --threads), e.g.
   build/bench run configs/resnet18.yaml --threads 2 --csv run.csv
   /usr/bin/python3 scripts/torch_compare.py --layers layers.csv --bench run.csv \
       --device cpu --backend cpu --mode any --threads 2 --out compare.csv
+
+OpenBLAS runs on one thread inside PyTorch (OPENBLAS_NUM_THREADS=1 unless the
+environment sets it), as MKL runs sequentially inside PyTorch's own builds: Debian's
+torch links the pthreads OpenBLAS, whose threads and PyTorch's OpenMP threads otherwise
+fight over the cores (on a 2-vCPU VM, a 7x7 convolution took 10.5 ms with both pools
+and 0.69 ms with OpenBLAS on one thread).
 """
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before torch loads OpenBLAS (see above)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 
 def pair(v):
@@ -177,7 +185,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", required=True, help="bench list --csv output")
     ap.add_argument("--bench", help="bench run --csv output to compare with")
-    ap.add_argument("--backend", default="cuda", help="layerbench backend rows to compare (default cuda)")
+    ap.add_argument("--backend", default="cuda",
+                    help="layerbench backend rows to compare (default cuda); several, comma-separated "
+                         "(cpu,onednn), give a column set each beside one PyTorch timing")
     ap.add_argument("--mode", default="batch",
                     help="layerbench mode of the layer rows (default batch; any: whichever mode each row used)")
     ap.add_argument("--device", default="cuda")
@@ -197,16 +207,18 @@ def main():
 
     with open(args.layers, newline="") as f:
         rows = list(csv.DictReader(f))
-    ours = {}
+    backends = args.backend.split(",")
+    ours = {b: {} for b in backends}
     if args.bench:
         with open(args.bench, newline="") as f:
             for r in csv.DictReader(f):
-                if r["backend"] != args.backend:
+                # a sweep's CSV holds several batches: the layers file's only
+                if r["backend"] not in ours or r["batch"] != rows[0]["batch"] or r.get("part"):
                     continue
                 if r["kind"] == "model":
-                    ours[("model", r["mode"])] = r
+                    ours[r["backend"]][("model", r["mode"])] = r
                 elif r["mode"] == args.mode or (args.mode == "any" and r["mode"] != "inmodel"):
-                    ours[("layer", r["layer_index"])] = r
+                    ours[r["backend"]][("layer", r["layer_index"])] = r
 
     modules = []
     for r in rows:
@@ -222,7 +234,7 @@ def main():
             t, note, kernels = time_layer(m, x, timer, device)
             print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {kernels[:60]}", file=sys.stderr)
             out_rows.append((r["layer_index"], r["layer_name"], r["kind"], t, note, kernels,
-                             ours.get(("layer", r["layer_index"]))))
+                             {b: o.get(("layer", r["layer_index"])) for b, o in ours.items()}))
 
         # the whole forward
         x0 = torch.rand(shape(rows[0]["input_shape"]), device=device) * 2 - 1
@@ -237,7 +249,7 @@ def main():
         for _ in range(10):
             forward()
         eager = timer.median(forward, 50)
-        out_rows.append(("-1", rows[0]["model"], "model", eager, "eager forward", "", ours.get(("model", "chained"))))
+        out_rows.append(("-1", rows[0]["model"], "model", eager, "eager forward", "", {b: o.get(("model", "chained")) for b, o in ours.items()}))
         if device.type == "cuda":
             graph = torch.cuda.CUDAGraph()
             stream = torch.cuda.Stream()
@@ -249,29 +261,44 @@ def main():
                 forward()
             replay = timer.median(graph.replay, 50)
             out_rows.append(("-1", rows[0]["model"], "model", replay, "CUDA graph forward", "",
-                             ours.get(("model", "graph"))))
+                             {b: o.get(("model", "graph")) for b, o in ours.items()}))
 
     out = open(args.out, "w", newline="") if args.out else sys.stdout
     w = csv.writer(out)
-    w.writerow(["layer_index", "layer_name", "kind", "batch", "layerbench_mode", "layerbench_us", "torch_us", "ratio",
-                "layerbench_impl", "torch_kernels", "torch_note"])
+    # one backend: layerbench_* columns; several: <backend>_* columns each
+    prefixes = ["layerbench"] if len(backends) == 1 else backends
+    head = ["layer_index", "layer_name", "kind", "batch"]
+    for p in prefixes:
+        head += [f"{p}_mode", f"{p}_us"]
+    head.append("torch_us")
+    for p in prefixes:
+        head += ["ratio" if len(backends) == 1 else f"{p}_ratio", f"{p}_impl"]
+    w.writerow(head + ["torch_kernels", "torch_note"])
     for idx, name, kind, t, note, kernels, mine in out_rows:
-        ours_us = float(mine["median_us"]) if mine and mine.get("median_us") else None
-        ratio = f"{ours_us / (t * 1e6):.3f}" if ours_us else ""
-        w.writerow([idx, name, kind, rows[0]["batch"], mine["mode"] if mine else "", f"{ours_us:.3f}" if ours_us else "",
-                    f"{t * 1e6:.3f}", ratio, mine["impl"] if mine else "", kernels, note])
+        cells, tail = [idx, name, kind, rows[0]["batch"]], []
+        for b in backends:
+            m = mine[b]
+            us = float(m["median_us"]) if m and m.get("median_us") else None
+            cells += [m["mode"] if m else "", f"{us:.3f}" if us else ""]
+            tail += [f"{us / (t * 1e6):.3f}" if us else "", m["impl"] if m else ""]
+        w.writerow(cells + [f"{t * 1e6:.3f}"] + tail + [kernels, note])
     if args.out:
         out.close()
 
-    # a summary on stderr: the convolutions within 10%, and the forwards
-    convs = [(r, m) for r in out_rows for m in [r[6]] if r[2] == "conv2d" and m and m.get("median_us")]
-    within = sum(1 for r, m in convs if abs(float(m["median_us"]) / (r[3] * 1e6) - 1) <= 0.10)
-    if convs:
-        print(f"convolutions within 10% of PyTorch: {within} of {len(convs)}", file=sys.stderr)
-    for idx, name, kind, t, note, kernels, mine in out_rows:
-        if kind == "model" and mine and mine.get("median_us"):
-            print(f"{note}: PyTorch {t * 1e6:.1f} us, layerbench {mine['mode']} {float(mine['median_us']):.1f} us",
-                  file=sys.stderr)
+    # a summary on stderr, per backend: the convolutions within 10%, their sums, the forwards
+    for b in backends:
+        convs = [(r, r[6][b]) for r in out_rows if r[2] == "conv2d" and r[6][b] and r[6][b].get("median_us")]
+        within = sum(1 for r, m in convs if abs(float(m["median_us"]) / (r[3] * 1e6) - 1) <= 0.10)
+        if convs:
+            ours_sum = sum(float(m["median_us"]) for r, m in convs)
+            torch_sum = sum(r[3] * 1e6 for r, m in convs)
+            print(f"{b}: convolutions within 10% of PyTorch: {within} of {len(convs)}; their sum {ours_sum:.1f} us, "
+                  f"PyTorch's {torch_sum:.1f} us", file=sys.stderr)
+        for idx, name, kind, t, note, kernels, mine in out_rows:
+            m = mine[b]
+            if kind == "model" and m and m.get("median_us"):
+                print(f"{b}: {note}: PyTorch {t * 1e6:.1f} us, layerbench {m['mode']} {float(m['median_us']):.1f} us",
+                      file=sys.stderr)
 
 
 if __name__ == "__main__":

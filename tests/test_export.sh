@@ -50,5 +50,26 @@ rc=$?
   ! grep -q "not computed from the model's input" "$T/cn.err" && ok ||
   bad "convnext_tiny: exit $rc, $(head -5 "$T/cn.err")"
 
+# scripts/torch_compare.py on the CPU: every timed layer of smoke again in PyTorch, beside
+# the rows of each backend run here (one column set per backend), and the forward
+backends=cpu
+"$BENCH" check "$SRC/configs/smoke.yaml" --backend onednn >/dev/null 2>&1 && backends=cpu,onednn
+QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
+"$BENCH" list "$SRC/configs/smoke.yaml" --csv "$T/sl.csv" >/dev/null &&
+  "$BENCH" sweep "$SRC/configs/smoke.yaml" --batch 2,3 --backend "${backends/cpu,onednn/all}" "${QUICK[@]}" \
+    --csv "$T/sr.csv" >/dev/null 2>&1 &&
+  "$PY" "$SRC/scripts/torch_compare.py" --layers "$T/sl.csv" --bench "$T/sr.csv" --backend "$backends" --mode any \
+    --device cpu --threads 1 --out "$T/sc.csv" 2>"$T/sc.err" &&
+  "$PY" - "$T/sc.csv" "$backends" <<'PY' && ok || bad "torch_compare on the CPU ($backends): $(tail -3 "$T/sc.err")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+prefixes = ["layerbench"] if "," not in sys.argv[2] else sys.argv[2].split(",")
+assert len(rows) == 17 and rows[-1]["kind"] == "model", len(rows)  # 16 timed layers (flatten, dropout: views)
+for r in rows:
+    assert r["batch"] == "2" and float(r["torch_us"]) > 0, r  # the list's batch, not the sweep's last
+    for p in prefixes:
+        assert float(r[p + "_us"]) > 0 and r[p + "_mode"], (p, r)
+PY
+
 echo "test_export: $pass passed, $fail failed"
 [ $fail = 0 ]
