@@ -30,11 +30,17 @@ forward, PyTorch on N threads (give bench the same --threads), e.g.
   /usr/bin/python3 scripts/torch_compare.py --layers layers.csv --bench run.csv \
       --device cpu --backend cpu --mode any --threads 2 --out compare.csv
 
-OpenBLAS runs on one thread inside PyTorch (OPENBLAS_NUM_THREADS=1 unless the
-environment sets it), as MKL runs sequentially inside PyTorch's own builds: Debian's
-torch links the pthreads OpenBLAS, whose threads and PyTorch's OpenMP threads otherwise
-fight over the cores (on a 2-vCPU VM, a 7x7 convolution took 10.5 ms with both pools
-and 0.69 ms with OpenBLAS on one thread).
+The script re-runs itself once with two settings unless the environment has them:
+- OPENBLAS_NUM_THREADS=1: OpenBLAS on one thread inside PyTorch, as MKL runs sequentially
+  inside PyTorch's own builds. Debian's torch links the pthreads OpenBLAS, whose threads
+  and PyTorch's OpenMP threads otherwise fight over the cores (on a 2-vCPU VM, a 7x7
+  convolution took 10.5 ms with both pools and 0.69 ms with OpenBLAS on one thread).
+- glibc's malloc keeping freed memory (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+  MALLOC_TOP_PAD_; blocks up to 32 MiB, glibc's most), as jemalloc or tcmalloc would in
+  a CPU deployment: eager PyTorch allocates every output anew, and a multi-MB block
+  from mmap is page-faulted in on every call (a batch norm on 64x56x56 measured
+  1.1-1.3 ms that way, 31 us with the memory kept), which times the VM's page faults,
+  not the layer. layerbench's buffers are allocated at setup.
 """
 import argparse
 import csv
@@ -43,7 +49,11 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before torch loads OpenBLAS (see above)
+# the settings above, before torch and glibc read them: once, by running again
+_SETTINGS = {"OPENBLAS_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "33554432",
+             "MALLOC_TRIM_THRESHOLD_": "68719476736", "MALLOC_TOP_PAD_": "268435456"}
+if any(k not in os.environ for k in _SETTINGS):
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**_SETTINGS, **os.environ})
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
