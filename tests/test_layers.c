@@ -37,6 +37,9 @@ typedef struct layer_case {
 
 #define PAIR(f, a, b) (p->f[0] = (a), p->f[1] = (b))
 static void c_3x3(layer_params *p) { p->out_channels = 7; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
+/* Winograd's awkward shapes: no padding (odd output), padding 2 and 0x1 */
+static void c_3x3_valid(layer_params *p) { p->out_channels = 3; PAIR(kernel, 3, 3); p->bias = false; }
+static void c_3x3_pad2(layer_params *p) { p->out_channels = 9; PAIR(kernel, 3, 3); PAIR(padding, 2, 0); }
 static void c_7x7s2(layer_params *p) { p->out_channels = 5; PAIR(kernel, 7, 7); PAIR(stride, 2, 2); PAIR(padding, 3, 3); p->bias = false; }
 static void c_1x1(layer_params *p) { p->out_channels = 13; PAIR(kernel, 1, 1); }
 static void c_1x1s2(layer_params *p) { p->out_channels = 6; PAIR(kernel, 1, 1); PAIR(stride, 2, 2); p->bias = false; }
@@ -114,6 +117,9 @@ static const layer_case cases[] = {
     {"3x5 kernel, stride 2x1", LAYER_CONV2D, S4(2, 4, 17, 6), c_rect},
     {"kernel as large as the input", LAYER_CONV2D, S4(2, 3, 5, 4), c_full},
     {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
+    {"3x3 no padding, 3x3 output", LAYER_CONV2D, S4(3, 2, 5, 5), c_3x3_valid},
+    {"3x3 no padding, 6x1 output", LAYER_CONV2D, S4(1, 5, 8, 3), c_3x3_valid},
+    {"3x3 padding 2x0, odd sizes", LAYER_CONV2D, S4(2, 11, 7, 10), c_3x3_pad2},
     {"eps 1e-3", LAYER_BATCHNORM2D, S4(3, 5, 7, 3), bn_eps},
     {"affine false", LAYER_BATCHNORM2D, S4(2, 17, 33, 35), bn_noaffine},
     {"rank 4", LAYER_RELU, S4(3, 7, 11, 13), none},
@@ -429,7 +435,7 @@ int main(int argc, char **argv)
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search
          * above keeps whichever was fastest), then the rule (--algo heuristic) */
-        static const char *const algos[] = {"im2col", "gemm-1x1", "batched:1", "batched:2", "batched:3", ""};
+        static const char *const algos[] = {"im2col", "gemm-1x1", "winograd", "batched:1", "batched:2", "batched:3", ""};
         for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
             bo.algo_heuristic = !*algos[a];
             setenv("LAYERBENCH_CPU_CONV_ALGO", algos[a], 1);

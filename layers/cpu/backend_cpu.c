@@ -435,6 +435,15 @@ static void cpu_warnings(void *ctx, char *buf, size_t len)
 }
 
 static int cpu_thread_count(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
+/* Each kind's own tolerance, but convolutions Winograd may run (the search may pick it
+ * for any 3x3 stride-1 layer) get CPU_WINOGRAD_TOLERANCE: its transforms round more. */
+static double cpu_tolerance(void *ctx, const layer *l)
+{
+    (void)ctx;
+    double t = layer_desc_get(l->kind)->tolerance;
+    return cpu_winograd_applies(l) && t < CPU_WINOGRAD_TOLERANCE ? CPU_WINOGRAD_TOLERANCE : t;
+}
+
 static const char *cpu_describe(void *ctx) { return ((cpu_ctx *)ctx)->description; }
 
 const backend_ops backend_cpu_ops = {
@@ -461,5 +470,6 @@ const backend_ops backend_cpu_ops = {
     .thread_count = cpu_thread_count,
     .describe = cpu_describe,
     .peaks = cpu_peaks,
+    .tolerance = cpu_tolerance,
     .device_memory = false,
 };

@@ -8,7 +8,9 @@
  *  - im2col+gemm: everything else, per sample and per group, through cblas_sgemm.
  *  - batched:    small outputs (under CONV_MIN_GEMM_N pixels) at batch > 1: several
  *                samples are unfolded side by side so one GEMM gets a useful width
- *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW. */
+ *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW.
+ *  - winograd:   3x3 stride 1, one group: F(2x2, 3x3) (winograd_cpu.c), 16 GEMMs over
+ *                every tile of the batch; a search candidate only (never the rule). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,13 +18,14 @@
 
 #include "cpu_kernels.h"
 
-typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED } conv_path;
+typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED, CONV_WINOGRAD } conv_path;
 
 typedef struct conv_state {
     conv_path path;
     int64_t samples;  /* batched: samples per GEMM */
     float *col;       /* im2col workspace: K x samples*OH*OW floats */
     float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
+    cpu_winograd *wg; /* winograd: transformed weights and workspace */
 } conv_state;
 
 /* GEMM width below which samples are batched, and the most workspace that may take.
@@ -32,12 +35,13 @@ typedef struct conv_state {
 #define CONV_MIN_GEMM_N 1024
 #define CONV_TRANSPOSE_N 128
 #define CONV_MAX_BATCHED_BYTES ((int64_t)64 << 20)
+#define CONV_MAX_WINOGRAD_BYTES ((int64_t)256 << 20)
 
 static void conv_free(void *state)
 {
     conv_state *s = state;
     if (s)
-        free(s->col), free(s->tmp);
+        free(s->col), free(s->tmp), cpu_winograd_free(s->wg);
     free(s);
 }
 
@@ -81,8 +85,9 @@ static conv_algo conv_rule(const layer *l)
     return (conv_algo){is_pointwise(p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1};
 }
 
-/* A state with its workspace, or NULL when out of memory. */
-static conv_state *conv_state_new(const layer *l, conv_algo a, int64_t *workspace_bytes)
+/* A state with its workspace (w: the weights, which Winograd transforms), or NULL when
+ * out of memory. */
+static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, int64_t *workspace_bytes)
 {
     conv_state *s = calloc(1, sizeof *s);
     if (!s)
@@ -96,6 +101,13 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, int64_t *workspac
         s->tmp = s->path == CONV_BATCHED ? bench_alloc_floats(ocg * s->samples * ohw) : NULL;
         *workspace_bytes = 4 * (conv_k(l) + (s->tmp ? ocg : 0)) * s->samples * ohw;
         if (!s->col || (s->path == CONV_BATCHED && !s->tmp)) {
+            conv_free(s);
+            return NULL;
+        }
+    }
+    if (s->path == CONV_WINOGRAD) {
+        *workspace_bytes = cpu_winograd_bytes(l);
+        if (!(s->wg = cpu_winograd_new(l, w))) {
             conv_free(s);
             return NULL;
         }
@@ -126,6 +138,8 @@ static int conv_candidates(const layer *l, conv_algo *c)
         return n;
     int64_t batch = l->in.d[0], ohw = l->out.d[2] * l->out.d[3];
     add_candidate(c, &n, (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1});
+    if (cpu_winograd_applies(l) && cpu_winograd_bytes(l) <= CONV_MAX_WINOGRAD_BYTES)
+        add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, 1});
     for (int64_t k = 1; ohw < CONV_SEARCH_MAX_N; k *= 2) {
         int64_t samples = k < batch ? k : batch;
         if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
@@ -157,7 +171,7 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 }
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
- * "im2col", "gemm-1x1" or "batched:N". */
+ * "im2col", "gemm-1x1", "winograd" or "batched:N". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
@@ -168,6 +182,8 @@ static bool conv_forced(const layer *l, conv_algo *a)
         *a = (conv_algo){CONV_IM2COL, 1};
     else if (strcmp(e, "gemm-1x1") == 0 && is_pointwise(&l->p))
         *a = (conv_algo){CONV_GEMM_1X1, 1};
+    else if (strcmp(e, "winograd") == 0 && cpu_winograd_applies(l))
+        *a = (conv_algo){CONV_WINOGRAD, 1};
     else if (sscanf(e, "batched:%lld", &n) == 1 && n >= 1)
         *a = (conv_algo){CONV_BATCHED, n < l->in.d[0] ? (int64_t)n : l->in.d[0]};
     else
@@ -188,7 +204,7 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             in[i] = (float)(i % 17) * 0.0625f - 0.5f;
         for (int i = 0; i < n; i++) {
             int64_t ws;
-            conv_state *s = conv_state_new(l, cand[i], &ws);
+            conv_state *s = conv_state_new(l, cand[i], w, &ws);
             if (!s)
                 continue;
             double t = conv_time(l, s, in, w, out);
@@ -220,10 +236,11 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
         chosen = cand[best];
         cpu_choice_add(search, l, (const int64_t[3]){chosen.path, chosen.samples, n});
     }
-    conv_state *s = conv_state_new(l, chosen, workspace_bytes);
+    conv_state *s = conv_state_new(l, chosen, w, workspace_bytes);
     if (!s)
         return BENCH_ERR_NOMEM;
-    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm"};
+    static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm",
+                                  "winograd F2x2/3x3"};
     int64_t ohw = l->out.d[2] * l->out.d[3];
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
@@ -369,6 +386,10 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
     }
     if (s->path == CONV_BATCHED) {
         batched(l, s, in, w, bias, out);
+        return;
+    }
+    if (s->path == CONV_WINOGRAD) {
+        cpu_winograd_run(l, s->wg, in, bias, out);
         return;
     }
     for (int64_t b = 0; b < n; b++) {

@@ -78,6 +78,18 @@ void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi);
 void cpu_add_span(const float *a, const float *b, float *y, int64_t n);
 void cpu_softmax_row(const float *x, float *y, int64_t n);
 
+/* Winograd F(2x2, 3x3) for conv2d (winograd_cpu.c): whether it applies to l (3x3,
+ * stride 1, no dilation, one group), the workspace it takes, its setup (weights
+ * transformed; NULL when out of memory; freed by cpu_winograd_free) and its run. */
+typedef struct cpu_winograd cpu_winograd;
+bool cpu_winograd_applies(const layer *l);
+int64_t cpu_winograd_bytes(const layer *l);
+cpu_winograd *cpu_winograd_new(const layer *l, const float *w);
+void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out);
+void cpu_winograd_free(cpu_winograd *wg);
+/* The relative error accepted against the reference for a convolution Winograd may run. */
+#define CPU_WINOGRAD_TOLERANCE 5e-6
+
 /* Element-wise loops below this many elements stay on one thread: a parallel
  * region costs a few microseconds, more than the work. */
 #define CPU_PARALLEL_MIN 16384
