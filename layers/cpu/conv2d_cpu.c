@@ -22,7 +22,7 @@ typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED, CONV_WI
 
 typedef struct conv_state {
     conv_path path;
-    int64_t samples;  /* batched: samples per GEMM */
+    int64_t samples;  /* batched: samples per GEMM; winograd: KiB of tiles per chunk */
     float *col;       /* im2col workspace: K x samples*OH*OW floats */
     float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
     cpu_winograd *wg; /* winograd: transformed weights and workspace */
@@ -36,6 +36,10 @@ typedef struct conv_state {
 #define CONV_TRANSPOSE_N 128
 #define CONV_MAX_BATCHED_BYTES ((int64_t)64 << 20)
 #define CONV_MAX_WINOGRAD_BYTES ((int64_t)256 << 20)
+/* Winograd's chunk sizes the search tries, KiB of transformed tiles per thread: about a
+ * core's L2, and larger chunks for wide layers on small maps (512 channels at 7x7 get
+ * 16 tiles per 1 MiB chunk, a narrow GEMM). */
+static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
 
 static void conv_free(void *state)
 {
@@ -45,7 +49,8 @@ static void conv_free(void *state)
     free(s);
 }
 
-/* One algorithm: a path and, for the batched one, the samples per GEMM. */
+/* One algorithm: a path and, for the batched one, the samples per GEMM (Winograd: its
+ * chunk size in KiB). */
 typedef struct conv_algo {
     conv_path path;
     int64_t samples;
@@ -106,8 +111,8 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         }
     }
     if (s->path == CONV_WINOGRAD) {
-        *workspace_bytes = cpu_winograd_bytes(l);
-        if (!(s->wg = cpu_winograd_new(l, w))) {
+        *workspace_bytes = cpu_winograd_bytes(l, s->samples << 10);
+        if (!(s->wg = cpu_winograd_new(l, w, s->samples << 10))) {
             conv_free(s);
             return NULL;
         }
@@ -138,8 +143,14 @@ static int conv_candidates(const layer *l, conv_algo *c)
         return n;
     int64_t batch = l->in.d[0], ohw = l->out.d[2] * l->out.d[3];
     add_candidate(c, &n, (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1});
-    if (cpu_winograd_applies(l) && cpu_winograd_bytes(l) <= CONV_MAX_WINOGRAD_BYTES)
-        add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, 1});
+    /* Winograd, at each chunk size that gives a different chunk */
+    for (size_t k = 0; cpu_winograd_applies(l) && k < sizeof winograd_chunks_kib / sizeof *winograd_chunks_kib; k++) {
+        int64_t kib = winograd_chunks_kib[k];
+        if (k > 0 && cpu_winograd_tiles(l, kib << 10) == cpu_winograd_tiles(l, winograd_chunks_kib[k - 1] << 10))
+            break;
+        if (cpu_winograd_bytes(l, kib << 10) <= CONV_MAX_WINOGRAD_BYTES)
+            add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, kib});
+    }
     for (int64_t k = 1; ohw < CONV_SEARCH_MAX_N; k *= 2) {
         int64_t samples = k < batch ? k : batch;
         if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
@@ -171,7 +182,7 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 }
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
- * "im2col", "gemm-1x1", "winograd" or "batched:N". */
+ * "im2col", "gemm-1x1", "winograd" (chunks of 1 MiB), "winograd:KIB" or "batched:N". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
@@ -183,7 +194,9 @@ static bool conv_forced(const layer *l, conv_algo *a)
     else if (strcmp(e, "gemm-1x1") == 0 && is_pointwise(&l->p))
         *a = (conv_algo){CONV_GEMM_1X1, 1};
     else if (strcmp(e, "winograd") == 0 && cpu_winograd_applies(l))
-        *a = (conv_algo){CONV_WINOGRAD, 1};
+        *a = (conv_algo){CONV_WINOGRAD, winograd_chunks_kib[0]};
+    else if (sscanf(e, "winograd:%lld", &n) == 1 && n >= 1 && cpu_winograd_applies(l))
+        *a = (conv_algo){CONV_WINOGRAD, (int64_t)n};
     else if (sscanf(e, "batched:%lld", &n) == 1 && n >= 1)
         *a = (conv_algo){CONV_BATCHED, n < l->in.d[0] ? (int64_t)n : l->in.d[0]};
     else
@@ -245,6 +258,9 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
                             (long long)s->samples, s->samples > 1 ? "s" : "")
+             : s->path == CONV_WINOGRAD
+                 ? snprintf(impl, impl_len, "%s x%lld-tile chunks", names[s->path],
+                            (long long)cpu_winograd_tiles(l, s->samples << 10))
                  : snprintf(impl, impl_len, "%s", names[s->path]);
     if (search && n > 1 && at >= 0 && (size_t)at < impl_len)
         snprintf(impl + at, impl_len - (size_t)at, " (fastest of %d)", n);

@@ -79,12 +79,14 @@ void cpu_add_span(const float *a, const float *b, float *y, int64_t n);
 void cpu_softmax_row(const float *x, float *y, int64_t n);
 
 /* Winograd F(2x2, 3x3) for conv2d (winograd_cpu.c): whether it applies to l (3x3,
- * stride 1, no dilation, one group), the workspace it takes, its setup (weights
+ * stride 1, no dilation, one group); with chunks of about chunk_bytes of transformed
+ * tiles per thread, the tiles per chunk and the workspace it takes; its setup (weights
  * transformed; NULL when out of memory; freed by cpu_winograd_free) and its run. */
 typedef struct cpu_winograd cpu_winograd;
 bool cpu_winograd_applies(const layer *l);
-int64_t cpu_winograd_bytes(const layer *l);
-cpu_winograd *cpu_winograd_new(const layer *l, const float *w);
+int64_t cpu_winograd_tiles(const layer *l, int64_t chunk_bytes);
+int64_t cpu_winograd_bytes(const layer *l, int64_t chunk_bytes);
+cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int64_t chunk_bytes);
 void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out);
 void cpu_winograd_free(cpu_winograd *wg);
 /* The relative error accepted against the reference for a convolution Winograd may run. */

@@ -6,11 +6,15 @@
  * become 16 GEMMs (M[xi] = U[xi] V[xi], K x C times C x tiles, through cblas_sgemm), and
  * the outputs are transformed back (Y = A^T m A).
  *
- * The transforms are vectorised across tiles: a tile row's four input rows are padded
- * into a buffer, combined row-wise first (B^T), then column-wise with stride-2 loads
- * (B); the output's 16 rows of a tile row combine the same way (A^T, then A). Each
- * plane's transform runs on one thread, in a function compiled per ISA
- * (CPU_ISA_CLONES). The rounding error is larger than the direct convolution's (the
+ * The batch's tile rows are cut into chunks small enough that a chunk's transformed
+ * input and products (16 (C + K) floats per tile) stay in a core's L2: each thread
+ * takes a chunk at a time, transforms its input, runs the 16 GEMMs on it (OpenBLAS on
+ * one thread inside the parallel region) and transforms the products back, so nothing
+ * but the input, the weights and the output goes through memory. The transforms are
+ * vectorised across tiles: a tile row's four input rows are padded into a buffer,
+ * combined row-wise first (B^T), then column-wise with stride-2 loads (B); the
+ * output's 16 rows of a tile row combine the same way (A^T, then A); both are compiled
+ * per ISA (CPU_ISA_CLONES). The rounding error is larger than the direct convolution's (the
  * transforms add and subtract tiles' values): cpu_tolerance() gives these layers
  * CPU_WINOGRAD_TOLERANCE, 5e-6 (ResNet-18's 3x3 layers measured 2.5e-7 to 4.9e-7 against
  * the reference, the same layers through im2col 2e-7 to 3e-7). */
@@ -22,11 +26,12 @@
 #include "cpu_kernels.h"
 
 struct cpu_winograd {
-    int64_t th, tw, tiles;  /* tile rows and columns per sample; tiles of the batch */
-    float *u;               /* [16][K][C] transformed weights */
-    float *v;               /* [16][C][tiles] transformed input */
-    float *m;               /* [16][K][tiles] products */
-    float *rows;            /* per thread: 8 rows of 2 tw + 2 floats */
+    int64_t th, tw;          /* tile rows and columns per sample */
+    int64_t chunk_rows;      /* tile rows per chunk */
+    int64_t chunk;           /* tiles per chunk: chunk_rows * tw */
+    float *u;                /* [16][K][C] transformed weights */
+    float *work;             /* per thread: V [16][C][chunk], M [16][K][chunk], 8 rows of 2 tw + 2 */
+    int64_t work_floats;     /* per thread */
     int threads;
 };
 
@@ -37,23 +42,40 @@ bool cpu_winograd_applies(const layer *l)
            p->stride[1] == 1 && p->dilation[0] == 1 && p->dilation[1] == 1 && p->groups == 1;
 }
 
-static void tiles_of(const layer *l, int64_t *th, int64_t *tw)
+/* Tiles, chunks (whose transformed input and products take at most about chunk_bytes,
+ * or one tile row if that is more) and the floats of one thread's work area. */
+static void plan(const layer *l, int64_t chunk_bytes, int threads, int64_t *th, int64_t *tw, int64_t *chunk_rows,
+                 int64_t *work_floats)
 {
+    int64_t c = l->in.d[1], k = l->p.out_channels;
     *th = (l->out.d[2] + 1) / 2, *tw = (l->out.d[3] + 1) / 2;
+    int64_t rows = chunk_bytes / (4 * 16 * (c + k) * *tw), all = l->in.d[0] * *th;
+    /* at least one row, at most the batch's, and enough chunks for every thread */
+    rows = rows < 1 ? 1 : rows;
+    rows = rows > (all + threads - 1) / threads ? (all + threads - 1) / threads : rows;
+    *chunk_rows = rows;
+    *work_floats = 16 * (c + k) * rows * *tw + 8 * (2 * *tw + 2);
 }
 
-int64_t cpu_winograd_bytes(const layer *l)
+int64_t cpu_winograd_tiles(const layer *l, int64_t chunk_bytes)
 {
-    int64_t th, tw, k = l->p.out_channels, c = l->in.d[1];
-    tiles_of(l, &th, &tw);
-    int64_t tiles = l->in.d[0] * th * tw;
-    return 4 * 16 * (k * c + (c + k) * tiles);
+    int64_t th, tw, rows, work;
+    plan(l, chunk_bytes, omp_get_max_threads(), &th, &tw, &rows, &work);
+    return rows * tw;
+}
+
+int64_t cpu_winograd_bytes(const layer *l, int64_t chunk_bytes)
+{
+    int threads = omp_get_max_threads();
+    int64_t th, tw, rows, work;
+    plan(l, chunk_bytes, threads, &th, &tw, &rows, &work);
+    return 4 * (16 * l->p.out_channels * l->in.d[1] + threads * work);
 }
 
 void cpu_winograd_free(cpu_winograd *wg)
 {
     if (wg)
-        free(wg->u), free(wg->v), free(wg->m), free(wg->rows);
+        free(wg->u), free(wg->work);
     free(wg);
 }
 
@@ -74,20 +96,18 @@ static void weight_tile(const float *g, float *u, int64_t stride)
     }
 }
 
-cpu_winograd *cpu_winograd_new(const layer *l, const float *w)
+cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int64_t chunk_bytes)
 {
     int64_t k = l->p.out_channels, c = l->in.d[1];
     cpu_winograd *wg = calloc(1, sizeof *wg);
     if (!wg)
         return NULL;
-    tiles_of(l, &wg->th, &wg->tw);
-    wg->tiles = l->in.d[0] * wg->th * wg->tw;
     wg->threads = omp_get_max_threads();
+    plan(l, chunk_bytes, wg->threads, &wg->th, &wg->tw, &wg->chunk_rows, &wg->work_floats);
+    wg->chunk = wg->chunk_rows * wg->tw;
     wg->u = bench_alloc_floats(16 * k * c);
-    wg->v = bench_alloc_floats(16 * c * wg->tiles);
-    wg->m = bench_alloc_floats(16 * k * wg->tiles);
-    wg->rows = bench_alloc_floats((int64_t)wg->threads * 8 * (2 * wg->tw + 2));
-    if (!wg->u || !wg->v || !wg->m || !wg->rows) {
+    wg->work = bench_alloc_floats((int64_t)wg->threads * wg->work_floats);
+    if (!wg->u || !wg->work) {
         cpu_winograd_free(wg);
         return NULL;
     }
@@ -116,29 +136,28 @@ static inline void row_b(const float *restrict s, float *restrict o0, float *res
     }
 }
 
-/* One input plane (h x w) into v: tile (ty, tx) is column ty * tw + tx of the 16 rows
- * v + xi * stride. rows: 8 rows of wp = 2 tw + 2 floats. */
-CPU_ISA_CLONES static void input_plane(const float *in, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t th,
-                                       int64_t tw, float *v, int64_t stride, float *rows)
+/* Tile row ty of one input plane (h x w) into 16 rows of tw tiles at v + xi * stride.
+ * rows: 8 rows of wp = 2 tw + 2 floats. */
+CPU_ISA_CLONES static void input_row(const float *in, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t ty,
+                                     int64_t tw, float *v, int64_t stride, float *rows)
 {
     int64_t wp = 2 * tw + 2;
     float *d[4] = {rows, rows + wp, rows + 2 * wp, rows + 3 * wp};
     float *t[4] = {rows + 4 * wp, rows + 5 * wp, rows + 6 * wp, rows + 7 * wp};
     int64_t x0 = pw, x1 = pw + w < wp ? pw + w : wp; /* padded columns [x0, x1) hold the input */
-    memset(rows, 0, (size_t)(4 * wp) * sizeof(float)); /* the padding columns stay zero */
-    for (int64_t ty = 0; ty < th; ty++) {
-        for (int r = 0; r < 4; r++) {
-            int64_t iy = 2 * ty - ph + r;
-            if (iy < 0 || iy >= h)
-                memset(d[r] + x0, 0, (size_t)(x1 - x0) * sizeof(float));
-            else
-                memcpy(d[r] + x0, in + iy * w, (size_t)(x1 - x0) * sizeof(float));
-        }
-        rows_bt(d[0], d[1], d[2], d[3], t[0], t[1], t[2], t[3], wp);
-        for (int i = 0; i < 4; i++) {
-            float *o = v + (i * 4) * stride + ty * tw;
-            row_b(t[i], o, o + stride, o + 2 * stride, o + 3 * stride, tw);
-        }
+    for (int r = 0; r < 4; r++) {
+        int64_t iy = 2 * ty - ph + r;
+        memset(d[r], 0, (size_t)x0 * sizeof(float));
+        if (iy < 0 || iy >= h)
+            memset(d[r] + x0, 0, (size_t)(x1 - x0) * sizeof(float));
+        else
+            memcpy(d[r] + x0, in + iy * w, (size_t)(x1 - x0) * sizeof(float));
+        memset(d[r] + x1, 0, (size_t)(wp - x1) * sizeof(float));
+    }
+    rows_bt(d[0], d[1], d[2], d[3], t[0], t[1], t[2], t[3], wp);
+    for (int i = 0; i < 4; i++) {
+        float *o = v + (i * 4) * stride;
+        row_b(t[i], o, o + stride, o + 2 * stride, o + 3 * stride, tw);
     }
 }
 
@@ -159,41 +178,44 @@ static inline void tile_row_out(const float *restrict q, int64_t stride, int64_t
     }
 }
 
-/* One output plane (oh x ow) from the 16 rows m + xi * stride (tile (ty, tx) in column
- * ty * tw + tx), plus bias. rows: 2 rows of 2 tw floats (and more, unused). */
-CPU_ISA_CLONES static void output_plane(const float *m, int64_t stride, int64_t th, int64_t tw, int64_t oh,
-                                        int64_t ow, float bias, float *out, float *rows)
+/* Tile row ty of one output plane (oh x ow) from the 16 rows m + xi * stride, plus
+ * bias. rows: 2 rows of 2 tw floats (and more, unused). */
+CPU_ISA_CLONES static void output_row(const float *m, int64_t stride, int64_t ty, int64_t tw, int64_t oh, int64_t ow,
+                                      float bias, float *out, float *rows)
 {
     float *y0 = rows, *y1 = rows + 2 * tw;
-    for (int64_t ty = 0; ty < th; ty++) {
-        tile_row_out(m + ty * tw, stride, tw, bias, y0, y1);
-        memcpy(out + 2 * ty * ow, y0, (size_t)ow * sizeof(float));
-        if (2 * ty + 1 < oh)
-            memcpy(out + (2 * ty + 1) * ow, y1, (size_t)ow * sizeof(float));
-    }
+    tile_row_out(m, stride, tw, bias, y0, y1);
+    memcpy(out + 2 * ty * ow, y0, (size_t)ow * sizeof(float));
+    if (2 * ty + 1 < oh)
+        memcpy(out + (2 * ty + 1) * ow, y1, (size_t)ow * sizeof(float));
 }
 
 void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out)
 {
-    int64_t n = l->in.d[0], c = l->in.d[1], h = l->in.d[2], w = l->in.d[3];
+    int64_t c = l->in.d[1], h = l->in.d[2], w = l->in.d[3];
     int64_t k = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3];
-    int64_t th = wg->th, tw = wg->tw, tiles = wg->tiles, per_sample = th * tw, wp = 2 * tw + 2;
+    int64_t th = wg->th, tw = wg->tw, chunk = wg->chunk, rows_per = wg->chunk_rows;
+    int64_t all = l->in.d[0] * th, chunks = (all + rows_per - 1) / rows_per;
     int64_t ph = l->p.padding[0], pw = l->p.padding[1];
-    /* V: the planes of the batch, sample b's tiles in columns [b per_sample, ...) */
-#pragma omp parallel for schedule(static) num_threads(wg->threads)
-    for (int64_t pl = 0; pl < n * c; pl++) {
-        int64_t b = pl / c, ci = pl % c;
-        input_plane(in + pl * h * w, h, w, ph, pw, th, tw, wg->v + ci * tiles + b * per_sample, c * tiles,
-                    wg->rows + (int64_t)omp_get_thread_num() * 8 * wp);
-    }
-    for (int xi = 0; xi < 16; xi++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)k, (blasint)tiles, (blasint)c, 1.0f,
-                    wg->u + xi * k * c, (blasint)c, wg->v + xi * c * tiles, (blasint)tiles, 0.0f,
-                    wg->m + xi * k * tiles, (blasint)tiles);
-#pragma omp parallel for schedule(static) num_threads(wg->threads)
-    for (int64_t pl = 0; pl < n * k; pl++) {
-        int64_t b = pl / k, o = pl % k;
-        output_plane(wg->m + o * tiles + b * per_sample, k * tiles, th, tw, oh, ow, bias ? bias[o] : 0.0f,
-                     out + pl * oh * ow, wg->rows + (int64_t)omp_get_thread_num() * 8 * wp);
+#pragma omp parallel num_threads(wg->threads)
+    {
+        float *v = wg->work + (int64_t)omp_get_thread_num() * wg->work_floats, *m = v + 16 * c * chunk;
+        float *rows = m + 16 * k * chunk;
+#pragma omp for schedule(dynamic)
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            int64_t r0 = ch * rows_per, r1 = r0 + rows_per < all ? r0 + rows_per : all, tiles = (r1 - r0) * tw;
+            for (int64_t ci = 0; ci < c; ci++)
+                for (int64_t r = r0; r < r1; r++)
+                    input_row(in + ((r / th) * c + ci) * h * w, h, w, ph, pw, r % th, tw,
+                              v + ci * chunk + (r - r0) * tw, c * chunk, rows);
+            for (int xi = 0; xi < 16; xi++) /* one thread each: inside a parallel region */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)k, (blasint)tiles, (blasint)c, 1.0f,
+                            wg->u + xi * k * c, (blasint)c, v + xi * c * chunk, (blasint)chunk, 0.0f,
+                            m + xi * k * chunk, (blasint)chunk);
+            for (int64_t o = 0; o < k; o++)
+                for (int64_t r = r0; r < r1; r++)
+                    output_row(m + o * chunk + (r - r0) * tw, k * chunk, r % th, tw, oh, ow, bias ? bias[o] : 0.0f,
+                               out + ((r / th) * k + o) * oh * ow, rows);
+        }
     }
 }
