@@ -9,21 +9,26 @@
  *  - batched:    small outputs (under CONV_MIN_GEMM_N pixels) at batch > 1: several
  *                samples are unfolded side by side so one GEMM gets a useful width
  *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW.
- *  - winograd:   3x3 stride 1, one group: F(2x2, 3x3) (winograd_cpu.c), 16 GEMMs over
- *                every tile of the batch; a search candidate only (never the rule). */
+ *  - winograd:   3x3 stride 1, one group: F(2x2, 3x3) (winograd_cpu.c), in chunks of
+ *                tiles per thread; a search candidate only (never the rule).
+ *  - chunked:    im2col + GEMM per thread on chunks of output rows (of one group of one
+ *                sample) whose unfolded input stays in its L2, OpenBLAS on one thread;
+ *                a search candidate only. */
 #include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
-typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED, CONV_WINOGRAD } conv_path;
+typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED, CONV_WINOGRAD, CONV_CHUNKED } conv_path;
 
 typedef struct conv_state {
     conv_path path;
-    int64_t samples;  /* batched: samples per GEMM; winograd: KiB of tiles per chunk */
-    float *col;       /* im2col workspace: K x samples*OH*OW floats */
+    int64_t samples;  /* batched: samples per GEMM; winograd: KiB of tiles per chunk; chunked: output rows
+                         per chunk */
+    float *col;       /* im2col workspace: K x samples*OH*OW floats (chunked: K x rows*OW per thread) */
     float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
     cpu_winograd *wg; /* winograd: transformed weights and workspace */
 } conv_state;
@@ -38,8 +43,12 @@ typedef struct conv_state {
 #define CONV_MAX_WINOGRAD_BYTES ((int64_t)256 << 20)
 /* Winograd's chunk sizes the search tries, KiB of transformed tiles per thread: about a
  * core's L2, and larger chunks for wide layers on small maps (512 channels at 7x7 get
- * 16 tiles per 1 MiB chunk, a narrow GEMM). */
+ * 16 tiles per 1 MiB chunk, a narrow GEMM); 0, the whole batch in one chunk with the 16
+ * GEMMs split between the threads, is tried too. */
 static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
+/* The chunked path's unfolded input per thread, KiB: candidates. */
+static const int64_t chunked_kib[] = {512, 2048};
+
 
 static void conv_free(void *state)
 {
@@ -65,6 +74,13 @@ static bool is_pointwise(const layer_params *p)
 static int64_t conv_k(const layer *l)
 {
     return (l->in.d[1] / l->p.groups) * l->p.kernel[0] * l->p.kernel[1];
+}
+
+/* Output rows per chunk for about kib KiB of unfolded input (at least one row). */
+static int64_t chunk_rows(const layer *l, int64_t kib)
+{
+    int64_t rows = (kib << 10) / (4 * conv_k(l) * l->out.d[3]);
+    return rows < 1 ? 1 : rows > l->out.d[2] ? l->out.d[2] : rows;
 }
 
 static int64_t batched_bytes(const layer *l, int64_t samples)
@@ -110,6 +126,14 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
             return NULL;
         }
     }
+    if (s->path == CONV_CHUNKED) {
+        int64_t floats = (int64_t)omp_get_max_threads() * conv_k(l) * s->samples * l->out.d[3];
+        *workspace_bytes = 4 * floats;
+        if (!(s->col = bench_alloc_floats(floats))) {
+            conv_free(s);
+            return NULL;
+        }
+    }
     if (s->path == CONV_WINOGRAD) {
         *workspace_bytes = cpu_winograd_bytes(l, s->samples << 10);
         if (!(s->wg = cpu_winograd_new(l, w, s->samples << 10))) {
@@ -143,6 +167,9 @@ static int conv_candidates(const layer *l, conv_algo *c)
         return n;
     int64_t batch = l->in.d[0], ohw = l->out.d[2] * l->out.d[3];
     add_candidate(c, &n, (conv_algo){is_pointwise(&l->p) ? CONV_GEMM_1X1 : CONV_IM2COL, 1});
+    /* chunked im2col, at each size that gives a different chunk */
+    for (size_t k = 0; !is_pointwise(&l->p) && k < sizeof chunked_kib / sizeof *chunked_kib; k++)
+        add_candidate(c, &n, (conv_algo){CONV_CHUNKED, chunk_rows(l, chunked_kib[k])});
     /* Winograd, at each chunk size that gives a different chunk */
     for (size_t k = 0; cpu_winograd_applies(l) && k < sizeof winograd_chunks_kib / sizeof *winograd_chunks_kib; k++) {
         int64_t kib = winograd_chunks_kib[k];
@@ -151,6 +178,8 @@ static int conv_candidates(const layer *l, conv_algo *c)
         if (cpu_winograd_bytes(l, kib << 10) <= CONV_MAX_WINOGRAD_BYTES)
             add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, kib});
     }
+    if (cpu_winograd_applies(l) && cpu_winograd_bytes(l, 0) <= CONV_MAX_WINOGRAD_BYTES)
+        add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, 0});
     for (int64_t k = 1; ohw < CONV_SEARCH_MAX_N; k *= 2) {
         int64_t samples = k < batch ? k : batch;
         if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
@@ -182,7 +211,8 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 }
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
- * "im2col", "gemm-1x1", "winograd" (chunks of 1 MiB), "winograd:KIB" or "batched:N". */
+ * "im2col", "gemm-1x1", "winograd" (chunks of 1 MiB), "winograd:KIB" (0: the whole
+ * batch, GEMMs split), "chunked:ROWS" or "batched:N". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
@@ -195,8 +225,10 @@ static bool conv_forced(const layer *l, conv_algo *a)
         *a = (conv_algo){CONV_GEMM_1X1, 1};
     else if (strcmp(e, "winograd") == 0 && cpu_winograd_applies(l))
         *a = (conv_algo){CONV_WINOGRAD, winograd_chunks_kib[0]};
-    else if (sscanf(e, "winograd:%lld", &n) == 1 && n >= 1 && cpu_winograd_applies(l))
+    else if (sscanf(e, "winograd:%lld", &n) == 1 && n >= 0 && cpu_winograd_applies(l))
         *a = (conv_algo){CONV_WINOGRAD, (int64_t)n};
+    else if (sscanf(e, "chunked:%lld", &n) == 1 && n >= 1)
+        *a = (conv_algo){CONV_CHUNKED, n < l->out.d[2] ? (int64_t)n : l->out.d[2]};
     else if (sscanf(e, "batched:%lld", &n) == 1 && n >= 1)
         *a = (conv_algo){CONV_BATCHED, n < l->in.d[0] ? (int64_t)n : l->in.d[0]};
     else
@@ -253,11 +285,15 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     if (!s)
         return BENCH_ERR_NOMEM;
     static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm",
-                                  "winograd F2x2/3x3"};
+                                  "winograd F2x2/3x3", "im2col+sgemm per thread"};
     int64_t ohw = l->out.d[2] * l->out.d[3];
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
                             (long long)s->samples, s->samples > 1 ? "s" : "")
+             : s->path == CONV_CHUNKED
+                 ? snprintf(impl, impl_len, "%s x%lld-row chunks", names[s->path], (long long)s->samples)
+             : s->path == CONV_WINOGRAD && s->samples == 0
+                 ? snprintf(impl, impl_len, "%s, 16 GEMMs over threads", names[s->path])
              : s->path == CONV_WINOGRAD
                  ? snprintf(impl, impl_len, "%s x%lld-tile chunks", names[s->path],
                             (long long)cpu_winograd_tiles(l, s->samples << 10))
@@ -268,49 +304,54 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     return BENCH_OK;
 }
 
-/* Unfolds one group of one sample: row (ci, i, j) of col (rows ld floats apart) holds
- * the input pixels that kernel tap (i, j) of channel ci meets at every output position,
- * zeros where it falls in padding. */
-static void im2col(const layer *l, const float *in, float *col, int64_t ld)
+/* Row r (ci, i, j) of one group's unfolding, output rows [y0, y1): the input pixels
+ * that kernel tap (i, j) of channel ci meets at each output position, zeros where it
+ * falls in padding, into dst ((y1 - y0) * OW floats). */
+CPU_ISA_CLONES static void im2col_row(const layer *l, const float *in, float *dst, int64_t r, int64_t y0, int64_t y1)
 {
     const layer_params *p = &l->p;
-    int64_t cg = l->in.d[1] / p->groups, h = l->in.d[2], w = l->in.d[3];
-    int64_t kh = p->kernel[0], kw = p->kernel[1], oh = l->out.d[2], ow = l->out.d[3];
+    int64_t h = l->in.d[2], w = l->in.d[3];
+    int64_t kh = p->kernel[0], kw = p->kernel[1], ow = l->out.d[3];
     int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
     int64_t dh = p->dilation[0], dw = p->dilation[1];
-    int64_t rows = cg * kh * kw;
-#pragma omp parallel for schedule(static) if (rows * oh * ow > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
-        const float *src = in + ci * h * w;
-        float *dst = col + r * ld;
-        /* output columns x whose input column x*sw - pw + j*dw lies inside [0, w) */
-        int64_t off = j * dw - pw;
-        int64_t x0 = off >= 0 ? 0 : (-off + sw - 1) / sw;
-        int64_t x1 = w - off <= 0 ? 0 : (w - off + sw - 1) / sw;
-        if (x1 > ow)
-            x1 = ow;
-        if (x0 > x1)
-            x0 = x1;
-        for (int64_t y = 0; y < oh; y++) {
-            int64_t iy = y * sh - ph + i * dh;
-            float *d = dst + y * ow;
-            if (iy < 0 || iy >= h) {
-                memset(d, 0, (size_t)ow * sizeof *d);
-                continue;
-            }
-            const float *s = src + iy * w + off;
-            for (int64_t x = 0; x < x0; x++)
-                d[x] = 0.0f;
-            if (sw == 1)
-                memcpy(d + x0, s + x0, (size_t)(x1 - x0) * sizeof *d);
-            else
-                for (int64_t x = x0; x < x1; x++)
-                    d[x] = s[x * sw];
-            for (int64_t x = x1; x < ow; x++)
-                d[x] = 0.0f;
+    int64_t ci = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+    const float *src = in + ci * h * w;
+    /* output columns x whose input column x*sw - pw + j*dw lies inside [0, w) */
+    int64_t off = j * dw - pw;
+    int64_t x0 = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    int64_t x1 = w - off <= 0 ? 0 : (w - off + sw - 1) / sw;
+    if (x1 > ow)
+        x1 = ow;
+    if (x0 > x1)
+        x0 = x1;
+    for (int64_t y = y0; y < y1; y++) {
+        int64_t iy = y * sh - ph + i * dh;
+        float *d = dst + (y - y0) * ow;
+        if (iy < 0 || iy >= h) {
+            memset(d, 0, (size_t)ow * sizeof *d);
+            continue;
         }
+        const float *s = src + iy * w + off;
+        for (int64_t x = 0; x < x0; x++)
+            d[x] = 0.0f;
+        if (sw == 1)
+            memcpy(d + x0, s + x0, (size_t)(x1 - x0) * sizeof *d);
+        else
+            for (int64_t x = x0; x < x1; x++)
+                d[x] = s[x * sw];
+        for (int64_t x = x1; x < ow; x++)
+            d[x] = 0.0f;
     }
+}
+
+/* Unfolds one group of one sample: row r of col (rows ld floats apart) is im2col_row's
+ * over every output row. */
+static void im2col(const layer *l, const float *in, float *col, int64_t ld)
+{
+    int64_t rows = conv_k(l), oh = l->out.d[2], ow = l->out.d[3];
+#pragma omp parallel for schedule(static) if (rows * oh * ow > CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        im2col_row(l, in, col + r * ld, r, 0, oh);
 }
 
 static void fill_bias(float *out, const float *bias, int64_t channels, int64_t plane)
@@ -387,6 +428,36 @@ static void batched(const layer *l, const conv_state *s, const float *in, const 
     }
 }
 
+/* Chunks of s->samples output rows of one group of one sample, one per thread at a
+ * time: its unfolded input into the thread's part of s->col, then one GEMM (OpenBLAS on
+ * one thread inside the parallel region) straight into the output rows. */
+static void chunked(const layer *l, const conv_state *s, const float *in, const float *w, const float *bias,
+                    float *out)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    int64_t oc = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow;
+    int64_t g = l->p.groups, cg = c / g, ocg = oc / g, k = conv_k(l), rows = s->samples;
+    int64_t per_plane = (oh + rows - 1) / rows, chunks = n * g * per_plane;
+#pragma omp parallel
+    {
+        float *col = s->col + (int64_t)omp_get_thread_num() * k * rows * ow;
+#pragma omp for schedule(dynamic)
+        for (int64_t t = 0; t < chunks; t++) {
+            int64_t b = t / (g * per_plane), gi = (t / per_plane) % g, y0 = (t % per_plane) * rows;
+            int64_t y1 = y0 + rows < oh ? y0 + rows : oh, cols = (y1 - y0) * ow;
+            const float *src = in + (b * c + gi * cg) * hw;
+            for (int64_t r = 0; r < k; r++)
+                im2col_row(l, src, col + r * cols, r, y0, y1);
+            float *dst = out + (b * oc + gi * ocg) * ohw + y0 * ow;
+            for (int64_t o = 0; bias && o < ocg; o++)
+                for (int64_t i = 0; i < cols; i++)
+                    dst[o * ohw + i] = bias[gi * ocg + o];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)cols, (blasint)k, 1.0f,
+                        w + gi * ocg * k, (blasint)k, col, (blasint)cols, bias ? 1.0f : 0.0f, dst, (blasint)ohw);
+        }
+    }
+}
+
 static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
@@ -406,6 +477,10 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
     }
     if (s->path == CONV_WINOGRAD) {
         cpu_winograd_run(l, s->wg, in, bias, out);
+        return;
+    }
+    if (s->path == CONV_CHUNKED) {
+        chunked(l, s, in, w, bias, out);
         return;
     }
     for (int64_t b = 0; b < n; b++) {

@@ -10,7 +10,9 @@
  * input and products (16 (C + K) floats per tile) stay in a core's L2: each thread
  * takes a chunk at a time, transforms its input, runs the 16 GEMMs on it (OpenBLAS on
  * one thread inside the parallel region) and transforms the products back, so nothing
- * but the input, the weights and the output goes through memory. The transforms are
+ * but the input, the weights and the output goes through memory. Where the batch has
+ * too few tiles for that (512 channels on 7x7 maps: 16 tiles at batch 1), chunk_bytes 0
+ * keeps every tile in one chunk and splits the 16 GEMMs between the threads instead. The transforms are
  * vectorised across tiles: a tile row's four input rows are padded into a buffer,
  * combined row-wise first (B^T), then column-wise with stride-2 loads (B); the
  * output's 16 rows of a tile row combine the same way (A^T, then A); both are compiled
@@ -29,9 +31,11 @@ struct cpu_winograd {
     int64_t th, tw;          /* tile rows and columns per sample */
     int64_t chunk_rows;      /* tile rows per chunk */
     int64_t chunk;           /* tiles per chunk: chunk_rows * tw */
+    bool whole;              /* one chunk of every tile, its GEMMs split between the threads */
     float *u;                /* [16][K][C] transformed weights */
-    float *work;             /* per thread: V [16][C][chunk], M [16][K][chunk], 8 rows of 2 tw + 2 */
-    int64_t work_floats;     /* per thread */
+    float *work;             /* per thread: V [16][C][chunk], M [16][K][chunk], 8 rows of 2 tw + 2
+                                (whole: one V and M, then the threads' rows) */
+    int64_t work_floats;     /* per thread (whole: V and M; the rows come after) */
     int threads;
 };
 
@@ -43,7 +47,8 @@ bool cpu_winograd_applies(const layer *l)
 }
 
 /* Tiles, chunks (whose transformed input and products take at most about chunk_bytes,
- * or one tile row if that is more) and the floats of one thread's work area. */
+ * or one tile row if that is more; 0: one chunk of the whole batch) and the floats of
+ * one thread's work area (whole: of V and M). */
 static void plan(const layer *l, int64_t chunk_bytes, int threads, int64_t *th, int64_t *tw, int64_t *chunk_rows,
                  int64_t *work_floats)
 {
@@ -53,8 +58,8 @@ static void plan(const layer *l, int64_t chunk_bytes, int threads, int64_t *th, 
     /* at least one row, at most the batch's, and enough chunks for every thread */
     rows = rows < 1 ? 1 : rows;
     rows = rows > (all + threads - 1) / threads ? (all + threads - 1) / threads : rows;
-    *chunk_rows = rows;
-    *work_floats = 16 * (c + k) * rows * *tw + 8 * (2 * *tw + 2);
+    *chunk_rows = chunk_bytes == 0 ? all : rows;
+    *work_floats = 16 * (c + k) * *chunk_rows * *tw + (chunk_bytes == 0 ? 0 : 8 * (2 * *tw + 2));
 }
 
 int64_t cpu_winograd_tiles(const layer *l, int64_t chunk_bytes)
@@ -69,7 +74,8 @@ int64_t cpu_winograd_bytes(const layer *l, int64_t chunk_bytes)
     int threads = omp_get_max_threads();
     int64_t th, tw, rows, work;
     plan(l, chunk_bytes, threads, &th, &tw, &rows, &work);
-    return 4 * (16 * l->p.out_channels * l->in.d[1] + threads * work);
+    int64_t rowbufs = (int64_t)threads * 8 * (2 * tw + 2);
+    return 4 * (16 * l->p.out_channels * l->in.d[1] + (chunk_bytes == 0 ? work + rowbufs : threads * work));
 }
 
 void cpu_winograd_free(cpu_winograd *wg)
@@ -105,8 +111,10 @@ cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int64_t chunk_byt
     wg->threads = omp_get_max_threads();
     plan(l, chunk_bytes, wg->threads, &wg->th, &wg->tw, &wg->chunk_rows, &wg->work_floats);
     wg->chunk = wg->chunk_rows * wg->tw;
+    wg->whole = chunk_bytes == 0;
     wg->u = bench_alloc_floats(16 * k * c);
-    wg->work = bench_alloc_floats((int64_t)wg->threads * wg->work_floats);
+    wg->work = bench_alloc_floats(wg->whole ? wg->work_floats + (int64_t)wg->threads * 8 * (2 * wg->tw + 2)
+                                            : (int64_t)wg->threads * wg->work_floats);
     if (!wg->u || !wg->work) {
         cpu_winograd_free(wg);
         return NULL;
@@ -197,6 +205,32 @@ void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const f
     int64_t th = wg->th, tw = wg->tw, chunk = wg->chunk, rows_per = wg->chunk_rows;
     int64_t all = l->in.d[0] * th, chunks = (all + rows_per - 1) / rows_per;
     int64_t ph = l->p.padding[0], pw = l->p.padding[1];
+    if (wg->whole) {
+        float *v = wg->work, *m = v + 16 * c * chunk, *rowbufs = m + 16 * k * chunk;
+        int64_t tiles = all * tw;
+#pragma omp parallel num_threads(wg->threads)
+        {
+            float *rows = rowbufs + (int64_t)omp_get_thread_num() * 8 * (2 * tw + 2);
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < c * all; t++) {
+                int64_t ci = t / all, r = t % all;
+                input_row(in + ((r / th) * c + ci) * h * w, h, w, ph, pw, r % th, tw, v + ci * chunk + r * tw,
+                          c * chunk, rows);
+            }
+#pragma omp for schedule(dynamic)
+            for (int xi = 0; xi < 16; xi++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)k, (blasint)tiles, (blasint)c, 1.0f,
+                            wg->u + xi * k * c, (blasint)c, v + xi * c * chunk, (blasint)chunk, 0.0f,
+                            m + xi * k * chunk, (blasint)chunk);
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < k * all; t++) {
+                int64_t o = t / all, r = t % all;
+                output_row(m + o * chunk + r * tw, k * chunk, r % th, tw, oh, ow, bias ? bias[o] : 0.0f,
+                           out + ((r / th) * k + o) * oh * ow, rows);
+            }
+        }
+        return;
+    }
 #pragma omp parallel num_threads(wg->threads)
     {
         float *v = wg->work + (int64_t)omp_get_thread_num() * wg->work_floats, *m = v + 16 * c * chunk;
