@@ -293,7 +293,7 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
              : s->path == CONV_CHUNKED
                  ? snprintf(impl, impl_len, "%s x%lld-row chunks", names[s->path], (long long)s->samples)
              : s->path == CONV_WINOGRAD && s->samples == 0
-                 ? snprintf(impl, impl_len, "%s, 16 GEMMs over threads", names[s->path])
+                 ? snprintf(impl, impl_len, "%s whole batch with GEMMs over threads", names[s->path])
              : s->path == CONV_WINOGRAD
                  ? snprintf(impl, impl_len, "%s x%lld-tile chunks", names[s->path],
                             (long long)cpu_winograd_tiles(l, s->samples << 10))
