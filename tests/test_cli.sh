@@ -4,11 +4,7 @@
 set -u
 BENCH=$1
 SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+. "$SRC/tests/common.sh"
 # expect CODE PATTERN -- command...: exit code and a regex on stdout+stderr
 expect() {
   local code=$1 pattern=$2; shift 3
@@ -18,7 +14,6 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
 SMOKE=$SRC/configs/smoke.yaml
 R18=$SRC/configs/resnet18.yaml
 
@@ -89,7 +84,6 @@ schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
 [ "$(wc -l <"$T/run.csv")" = 38 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + 18 in-model + model"
 grep -q '^smoke,cpu,chained,2,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
 # awk over named columns: c["status"] is the field number of column status
-COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 awk -F, "$COLS"' $c["kind"]!="model" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
 [ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 4 ] && ok || bad "flatten and dropout are not view rows (alone and in-model)"
 # auto mode: every timed layer row says warm or batch; in-model rows; launches 1 unless batch

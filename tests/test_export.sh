@@ -17,11 +17,7 @@ if [ -z "$PY" ]; then
   echo "skip: no python3 with torch and torchvision (Debian: python3-torch python3-torchvision)"
   exit 77
 fi
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+. "$SRC/tests/common.sh"
 
 "$PY" "$SRC/scripts/torch_export.py" resnet18 -o "$T/r18.yaml" 2>"$T/r18.err" && ok || bad "export resnet18: $(cat "$T/r18.err")"
 "$BENCH" list "$T/r18.yaml" --csv "$T/exported.csv" >/dev/null && "$BENCH" list "$SRC/configs/resnet18.yaml" --csv "$T/shipped.csv" >/dev/null &&
@@ -54,7 +50,6 @@ rc=$?
 # the rows of each backend run here (one column set per backend), and the forward
 backends=cpu
 "$BENCH" check "$SRC/configs/smoke.yaml" --backend onednn >/dev/null 2>&1 && backends=cpu,onednn
-QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
 "$BENCH" list "$SRC/configs/smoke.yaml" --csv "$T/sl.csv" >/dev/null &&
   "$BENCH" sweep "$SRC/configs/smoke.yaml" --batch 2,3 --backend "${backends/cpu,onednn/all}" "${QUICK[@]}" \
     --csv "$T/sr.csv" >/dev/null 2>&1 &&

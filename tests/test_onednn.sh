@@ -6,13 +6,7 @@
 set -u
 BENCH=$1
 SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
-QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
-COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
+. "$SRC/tests/common.sh"
 for cfg in "$SRC"/configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
   out=$("$BENCH" check "$cfg" --backend onednn 2>&1) && grep -q " 0 failed, 0 skipped" <<<"$out" && ok ||

@@ -6,11 +6,7 @@
 set -u
 BENCH=$1
 SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+. "$SRC/tests/common.sh"
 # expect CODE PATTERN -- command...: exit code and a regex on stdout+stderr
 expect() {
   local code=$1 pattern=$2; shift 3
@@ -20,9 +16,7 @@ expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
   ok
 }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
 SMOKE=$SRC/configs/smoke.yaml
-COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 
 # --- paths refused at once (exit 2, nothing measured: well under a second) -------------
 cp "$SMOKE" "$T/conf.yaml"

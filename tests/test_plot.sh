@@ -15,12 +15,8 @@ if [ -z "$PY" ]; then
   echo "skip: no python3 with matplotlib and pandas (scripts/setup.sh --test installs them)"
   exit 77
 fi
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress)
+. "$SRC/tests/common.sh"
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress) # with the peaks: the roofline plot needs them
 
 "$BENCH" sweep "$SRC/configs/smoke.yaml" --batch 1,2 "${FAST[@]}" --csv "$T/smoke.csv" >/dev/null 2>&1 ||
   bad "sweep failed"

@@ -11,12 +11,7 @@ if ! command -v python3 >/dev/null; then
   echo "skip: no python3 to read the trace with (scripts/setup.sh --test installs it)"
   exit 77
 fi
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
-FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
+. "$SRC/tests/common.sh"
 R18=$SRC/configs/resnet18.yaml
 
 # ResNet-18: 69 layers, flatten a view: 68 spans; every block of the hierarchy

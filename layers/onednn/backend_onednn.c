@@ -60,8 +60,12 @@ static bool od_soft(od_ctx *c, dnnl_status_t st, const char *call, const char *f
 }
 #define OD_SOFT(c, call) od_soft((c), (call), #call, __FILE__, __LINE__)
 
+/* What one layer makes at most: a convolution has 7 memories (input, output and
+ * weights, each plain and reordered, and the bias) and 4 primitives (itself, two
+ * reorders per run, the weights' at setup); batch norm 6 memories. */
 #define OD_MAX_ARGS 8
 #define OD_MAX_MEMS 16
+#define OD_MAX_PRIMS 6
 
 /* One layer: its primitive with its arguments, and the reorders around it. */
 typedef struct od_layer {
@@ -75,20 +79,23 @@ typedef struct od_layer {
     dnnl_memory_t in_mem[2], out_mem;      /* what the primitive reads and writes */
     dnnl_memory_t mems[OD_MAX_MEMS];       /* every memory object made here, destroyed in free */
     int n_mems;
-    dnnl_primitive_t prims[4];             /* every primitive made here */
+    dnnl_primitive_t prims[OD_MAX_PRIMS];  /* every primitive made here */
     int n_prims;
     int64_t workspace;
 } od_layer;
 
 static dnnl_memory_t od_keep(od_layer *L, dnnl_memory_t m)
 {
-    if (m)
+    if (m) {
+        BENCH_ASSERT(L->n_mems < OD_MAX_MEMS);
         L->mems[L->n_mems++] = m;
+    }
     return m;
 }
 
 static void od_arg(od_layer *L, int arg, dnnl_memory_t m)
 {
+    BENCH_ASSERT(L->n_args < OD_MAX_ARGS);
     L->args[L->n_args++] = (dnnl_exec_arg_t){arg, m};
 }
 
@@ -112,9 +119,29 @@ static dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_des
     if (!OD_OK(c, dnnl_reorder_primitive_desc_create(&pd, from, c->engine, to, c->engine, NULL)))
         return NULL;
     if (OD_OK(c, dnnl_primitive_create(&p, pd)))
-        L->prims[L->n_prims++] = p;
+        BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = p;
     dnnl_primitive_desc_destroy(pd);
     return p;
+}
+
+/* A memory in the plain md at handle (DNNL_MEMORY_NONE: set at each run) and, where the
+ * primitive wants another md, one of its own in that md (*mine; its bytes count as
+ * workspace), else *mine = NULL. Returns the plain one, NULL on failure. */
+static dnnl_memory_t od_pair(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *plain, void *handle,
+                             const dnnl_memory_desc_t *want, dnnl_memory_t *mine)
+{
+    dnnl_memory_t user = NULL;
+    *mine = NULL;
+    if (!OD_OK(c, dnnl_memory_create(&user, plain, c->engine, handle)))
+        return NULL;
+    od_keep(L, user);
+    if (dnnl_memory_desc_equal(plain, want))
+        return user;
+    if (!OD_OK(c, dnnl_memory_create(mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
+        return NULL;
+    od_keep(L, *mine);
+    L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
+    return user;
 }
 
 /* Input k (k < 0: the output) as the primitive wants it: a plain view of the run's
@@ -122,25 +149,19 @@ static dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_des
 static dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_memory_desc_t *plain,
                                    const dnnl_memory_desc_t *want)
 {
-    dnnl_memory_t user = NULL, mine = NULL;
-    if (!OD_OK(c, dnnl_memory_create(&user, plain, c->engine, DNNL_MEMORY_NONE)))
+    dnnl_memory_t mine, user = od_pair(c, L, plain, DNNL_MEMORY_NONE, want, &mine);
+    if (!user)
         return NULL;
-    od_keep(L, user);
-    if (k >= 0)
+    if (k >= 0) {
         L->user_in[k] = L->in_mem[k] = user;
-    else
+        if (mine)
+            L->in_mem[k] = mine, L->reorder_in[k] = od_reorder(c, L, plain, want);
+    } else {
         L->user_out = L->out_mem = user;
-    if (dnnl_memory_desc_equal(plain, want))
-        return user;
-    if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
-        return NULL;
-    od_keep(L, mine);
-    L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
-    if (k >= 0)
-        L->in_mem[k] = mine, L->reorder_in[k] = od_reorder(c, L, plain, want);
-    else
-        L->out_mem = mine, L->reorder_out = od_reorder(c, L, want, plain);
-    return mine;
+        if (mine)
+            L->out_mem = mine, L->reorder_out = od_reorder(c, L, want, plain);
+    }
+    return mine ? mine : user;
 }
 
 /* A constant (weights) at w in the plain md, in the md the primitive wants: w itself,
@@ -148,16 +169,9 @@ static dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_mem
 static dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const float *w, const dnnl_memory_desc_t *plain,
                                  const dnnl_memory_desc_t *want)
 {
-    dnnl_memory_t user = NULL, mine = NULL;
-    if (!OD_OK(c, dnnl_memory_create(&user, plain, c->engine, (void *)w)))
-        return NULL;
-    od_keep(L, user);
-    if (dnnl_memory_desc_equal(plain, want))
+    dnnl_memory_t mine, user = od_pair(c, L, plain, (void *)w, want, &mine);
+    if (!user || !mine)
         return user;
-    if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
-        return NULL;
-    od_keep(L, mine);
-    L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
     dnnl_primitive_t r = od_reorder(c, L, plain, want);
     dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, mine}};
     if (!r || !OD_OK(c, dnnl_primitive_execute(r, c->stream, 2, a)) || !OD_OK(c, dnnl_stream_wait(c->stream)))
@@ -177,6 +191,7 @@ static bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primi
     snprintf(impl, len, "%s", name);
     if (!OD_OK(c, dnnl_primitive_create(&L->prim, *pd)))
         return false;
+    BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS);
     L->prims[L->n_prims++] = L->prim;
     return true;
 }

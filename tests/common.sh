@@ -1,0 +1,16 @@
+# Shared by the shell tests, sourced once a test has its BENCH and SRC (and has checked
+# what it needs): a scratch folder T removed at exit, the pass and fail counters with
+# ok and bad, the timing options, and COLS, an awk prologue mapping a CSV's header to
+# its columns (c["median_us"]).
+# usage, in a test: BENCH=$1 SRC=$2, then . "$SRC/tests/common.sh"
+set -u
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
+# a few samples per row, enough for a noise figure
+FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
+# one sample per row: only that every row runs
+QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
+COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
