@@ -68,6 +68,11 @@ const backend_ops *backend_find(const char *name)
 
 const char *backend_find_error(void) { return load_error; }
 
+/* Every backend name, built here or not, in the order --backend all opens them. */
+static const char *const known[] = {"cpu", "onednn", "cuda", NULL};
+
+const char *const *backend_names(void) { return known; }
+
 bench_status backend_open(const backend_ops *ops, const backend_options *opt, backend *b, char *err,
                           size_t errlen)
 {

@@ -119,6 +119,10 @@ typedef struct backend {
  * when it was not built or cannot be loaded, and backend_find_error() says which. */
 const backend_ops *backend_find(const char *name);
 const char *backend_find_error(void);
+/* Every backend this version knows, built into this binary or not, NULL-terminated, in
+ * the order `--backend all` opens them. */
+const char *const *backend_names(void);
+#define BACKEND_MAX 4
 
 /* Opens a backend; on failure err holds a one-line reason. backend_close() frees it. */
 bench_status backend_open(const backend_ops *ops, const backend_options *opt, backend *b, char *err,

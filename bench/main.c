@@ -348,9 +348,16 @@ static int parse_cli(int argc, char **argv, cli *c)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!split_modes(c->mode, NULL, NULL))
         return usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
-    if (strcmp(c->backend, "cpu") && strcmp(c->backend, "onednn") && strcmp(c->backend, "cuda") &&
-        strcmp(c->backend, "all"))
-        return usage_error("--backend expects cpu, onednn, cuda or all, got '%s'", c->backend);
+    bool known = strcmp(c->backend, "all") == 0;
+    for (const char *const *n = backend_names(); *n; n++)
+        known = known || strcmp(c->backend, *n) == 0;
+    if (!known) {
+        char list[256] = "";
+        for (const char *const *n = backend_names(); *n; n++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", *n);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "or all, got '%s'", c->backend);
+        return usage_error("--backend expects %s", list);
+    }
     c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
     return -1;
 }
@@ -360,10 +367,10 @@ static int parse_cli(int argc, char **argv, cli *c)
 static int open_backends(const cli *c, backend *bs, char **skipped)
 {
     backend_options bo = {.threads = c->threads, .tf32 = c->tf32, .algo_heuristic = c->algo_heuristic};
-    const char *names[] = {"cpu", "onednn", "cuda"};
+    const char *const *names = backend_names();
     int n = 0;
     *skipped = NULL;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; names[i]; i++) {
         if (strcmp(c->backend, "all") != 0 && strcmp(c->backend, names[i]) != 0)
             continue;
         const backend_ops *ops = backend_find(names[i]);
@@ -453,7 +460,7 @@ static int cmd_list(const cli *c, int64_t batch)
 static int cmd_check(const cli *c, int64_t batch)
 {
     model *m;
-    backend bs[3];
+    backend bs[BACKEND_MAX];
     char *skipped;
     char err[512];
     int rc = load(c, batch, &m);
@@ -583,7 +590,7 @@ static void close_outputs(outputs *o)
 static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
     model *m;
-    backend bs[3];
+    backend bs[BACKEND_MAX];
     char *skipped, err[1024];
     int rc = load(c, batch_args[0], &m);
     if (rc)

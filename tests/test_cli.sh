@@ -32,7 +32,7 @@ expect 2 "--min-time expects" -- "$BENCH" run "$SMOKE" --min-time -1
 expect 2 "--batch expects a positive integer" -- "$BENCH" run "$SMOKE" --batch 2x
 expect 2 "--batch expects a comma-separated" -- "$BENCH" sweep "$SMOKE" --batch 1,,2
 expect 2 "--sort expects" -- "$BENCH" run "$SMOKE" --sort speed
-expect 2 "--backend expects cpu, onednn, cuda or all" -- "$BENCH" run "$SMOKE" --backend tpu
+expect 2 "--backend expects cpu, onednn, cuda, or all" -- "$BENCH" run "$SMOKE" --backend tpu
 expect 2 "option '--csv' needs a value" -- "$BENCH" run "$SMOKE" --csv
 expect 2 "cannot open: No such file" -- "$BENCH" list "$T/missing.yaml"
 expect 2 "not a regular file" -- "$BENCH" list "$T"
