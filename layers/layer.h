@@ -229,6 +229,10 @@ void layer_mha_weights(const layer *l, const float *w, const float **in_w, const
 /* transpose's input seen as [outer, a, mid, b, inner], a and b the dims it swaps. */
 void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner);
 
+/* select's input seen as [outer, size, inner], size the dim it indexes: the output is
+ * in[o][index][i] for every (o, i). */
+void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
+
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);
 

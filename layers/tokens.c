@@ -190,15 +190,21 @@ static int select_infer(layer *l, char *err, size_t len)
     return 0;
 }
 
+void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner)
+{
+    *outer = 1, *size = l->in.d[l->p.dim], *inner = 1;
+    for (int64_t k = 0; k < l->p.dim; k++)
+        *outer *= l->in.d[k];
+    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
+        *inner *= l->in.d[k];
+}
+
 static void select_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
     (void)w;
-    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
-    for (int64_t k = 0; k < l->p.dim; k++)
-        outer *= l->in.d[k];
-    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
-        inner *= l->in.d[k];
+    int64_t outer, size, inner;
+    layer_select_dims(l, &outer, &size, &inner);
     for (int64_t o = 0; o < outer; o++)
         memcpy(out + o * inner, in + (o * size + l->p.index) * inner, (size_t)inner * sizeof *in);
 }

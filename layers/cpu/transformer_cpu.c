@@ -263,11 +263,8 @@ static void pos_embedding_run(const layer *l, void *state, const float *const *i
 static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state, (void)w;
-    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
-    for (int64_t k = 0; k < l->p.dim; k++)
-        outer *= l->in.d[k];
-    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
-        inner *= l->in.d[k];
+    int64_t outer, size, inner;
+    layer_select_dims(l, &outer, &size, &inner);
     for (int64_t o = 0; o < outer; o++)
         memcpy(out + o * inner, ins[0] + (o * size + l->p.index) * inner, (size_t)inner * sizeof *out);
 }

@@ -223,11 +223,8 @@ static void select_run(cuda_env *env, void *state, const float *const *ins, floa
 {
     plain_cuda *p = state;
     const layer *l = p->l;
-    int64_t outer = 1, size = l->in.d[l->p.dim], inner = 1;
-    for (int64_t k = 0; k < l->p.dim; k++)
-        outer *= l->in.d[k];
-    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
-        inner *= l->in.d[k];
+    int64_t outer, size, inner;
+    layer_select_dims(l, &outer, &size, &inner);
     size_t w = (size_t)inner * sizeof(float);
     CUDA_OK(env, cudaMemcpy2DAsync(out, w, ins[0] + l->p.index * inner, (size_t)size * w, w, (size_t)outer,
                                    cudaMemcpyDeviceToDevice, env->stream));

@@ -398,12 +398,12 @@ static bool od_softmax(od_ctx *c, od_layer *L, const layer *l, char *impl, size_
 
 /* add (equal shapes) and mul (the second input may broadcast; the first one that does
  * is swapped into second place, a product being commutative). */
-static bool od_binary(od_ctx *c, od_layer *L, const layer *l, char *impl, size_t len, bool *swapped)
+static bool od_binary(od_ctx *c, od_layer *L, const layer *l, char *impl, size_t len)
 {
     const shape_t *a = &l->ins[0], *b = &l->ins[1];
-    *swapped = false;
+    bool swapped = false;
     if (l->kind == LAYER_MUL && !shape_equal(a, &l->out))
-        *swapped = true, a = &l->ins[1], b = &l->ins[0];
+        swapped = true, a = &l->ins[1], b = &l->ins[0];
     bool ok = a->rank == l->out.rank && b->rank == l->out.rank && shape_equal(a, &l->out);
     for (int k = 0; ok && k < b->rank; k++)
         ok = b->d[k] == l->out.d[k] || b->d[k] == 1;
@@ -422,8 +422,8 @@ static bool od_binary(od_ctx *c, od_layer *L, const layer *l, char *impl, size_t
     if (!od_primitive(c, L, &d, &pd, impl, len))
         return false;
     dnnl_primitive_desc_destroy(pd);
-    dnnl_memory_t m0 = od_activation(c, L, *swapped ? 1 : 0, &s0, &s0);
-    dnnl_memory_t m1 = od_activation(c, L, *swapped ? 0 : 1, &s1, &s1);
+    dnnl_memory_t m0 = od_activation(c, L, swapped ? 1 : 0, &s0, &s0);
+    dnnl_memory_t m1 = od_activation(c, L, swapped ? 0 : 1, &s1, &s1);
     dnnl_memory_t md = od_activation(c, L, -1, &dst, &dst);
     if (!m0 || !m1 || !md)
         return false;
@@ -470,7 +470,6 @@ static void od_layer_destroy(od_layer *L)
  * none, or a call failed (c->failed then says which). */
 static bool od_build(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
 {
-    bool swapped;
     switch (l->kind) {
     case LAYER_CONV2D: return od_conv(c, L, l, w, impl, len);
     case LAYER_BATCHNORM2D: return od_batchnorm(c, L, l, w, impl, len);
@@ -480,7 +479,7 @@ static bool od_build(od_ctx *c, od_layer *L, const layer *l, const float *w, cha
     case LAYER_MAXPOOL2D: case LAYER_AVGPOOL2D: case LAYER_ADAPTIVE_AVGPOOL2D: return od_pool(c, L, l, impl, len);
     case LAYER_LINEAR: return od_linear(c, L, l, w, impl, len);
     case LAYER_SOFTMAX: return od_softmax(c, L, l, impl, len);
-    case LAYER_ADD: case LAYER_MUL: return od_binary(c, L, l, impl, len, &swapped);
+    case LAYER_ADD: case LAYER_MUL: return od_binary(c, L, l, impl, len);
     case LAYER_LAYERNORM: return od_layernorm(c, L, l, w, impl, len);
     default: return false;
     }
