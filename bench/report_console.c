@@ -411,41 +411,34 @@ static void print_parts(console *c, const run_result *res)
     const char *heads[] = {"Kind", "Part", "Count", "In forward", "%Layer", "GFLOP/s"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
-    /* the parts of the first split layer of each kind name the rows, in their order */
+    /* one row per (kind, part), at the part's first appearance, summed over the layers */
     for (int j = 0; j < res->n_parts; j++) {
         const part_result *p = &res->parts[j];
         layer_kind kind = res->m->layers[p->layer].kind;
-        bool first = true;
-        for (int q = 0; q < j && first; q++)
-            first = res->m->layers[res->parts[q].layer].kind != kind;
-        if (!first)
-            continue;
-        for (int idx = j; idx < res->n_parts && res->parts[idx].layer == p->layer; idx++) {
-            const char *name = res->parts[idx].info.name;
-            double inside = 0, whole = 0;
-            int64_t flops = 0;
-            int count = 0;
-            for (int q = 0; q < res->n_parts; q++) {
-                const part_result *x = &res->parts[q];
-                if (res->m->layers[x->layer].kind != kind || strcmp(x->info.name, name) || !row_timed(&x->r))
-                    continue;
-                inside += x->r.st.median, flops += x->info.flops, count++;
-                whole += res->inmodel[x->layer].st.median;
-            }
-            if (!count)
-                continue;
-            char a[24];
-            table_cell(t, "%s", layer_kind_name(kind));
-            table_cell(t, "%s", name);
-            table_cell(t, "%d", count);
-            table_cell(t, "%s", report_format_time(inside, a, sizeof a));
-            table_cell(t, "%.1f%%", pct(inside, whole));
-            if (flops)
-                table_cell(t, "%.1f", gflops(flops, inside));
-            else
-                table_cell(t, "-");
-            table_end_row(t);
+        bool seen = false;
+        for (int q = 0; q < j && !seen; q++)
+            seen = res->m->layers[res->parts[q].layer].kind == kind && !strcmp(res->parts[q].info.name, p->info.name);
+        double inside = 0, whole = 0;
+        int64_t flops = 0;
+        int count = 0;
+        for (int q = j; q < res->n_parts && !seen; q++) {
+            const part_result *x = &res->parts[q];
+            if (res->m->layers[x->layer].kind == kind && !strcmp(x->info.name, p->info.name) && row_timed(&x->r))
+                inside += x->r.st.median, flops += x->info.flops, count++, whole += res->inmodel[x->layer].st.median;
         }
+        if (!count)
+            continue;
+        char a[24];
+        table_cell(t, "%s", layer_kind_name(kind));
+        table_cell(t, "%s", p->info.name);
+        table_cell(t, "%d", count);
+        table_cell(t, "%s", report_format_time(inside, a, sizeof a));
+        table_cell(t, "%.1f%%", pct(inside, whole));
+        if (flops)
+            table_cell(t, "%.1f", gflops(flops, inside));
+        else
+            table_cell(t, "-");
+        table_end_row(t);
     }
     table_print(t, c->out, c->ro.format, "  ");
     table_free(t);

@@ -41,7 +41,7 @@ python3 "$SRC/tests/check_trace.py" "$T/tb.json" "$T/tb.folded" --layers 8 --par
 for part in in_proj qk softmax av out_proj; do
   grep -q "^encoder_block;block;self_attention;$part [0-9]*$" "$T/tb.folded" || bad "stacks: no $part part"
 done
-grep -q "multihead_attention  *softmax" "$T/tb.out" && ok || bad "no parts table: $(grep -A3 'by part' "$T/tb.out")"
+grep -Eq "multihead_attention +softmax +1 " "$T/tb.out" && ok || bad "no parts table: $(grep -A3 'by part' "$T/tb.out")"
 python3 - "$T/tbr.csv" <<'PY' && ok || bad "CSV part rows"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
