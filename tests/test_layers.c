@@ -42,6 +42,10 @@ static void c_3x3_valid(layer_params *p) { p->out_channels = 3; PAIR(kernel, 3, 
 static void c_3x3_pad2(layer_params *p) { p->out_channels = 9; PAIR(kernel, 3, 3); PAIR(padding, 2, 0); }
 static void c_7x7s2(layer_params *p) { p->out_channels = 5; PAIR(kernel, 7, 7); PAIR(stride, 2, 2); PAIR(padding, 3, 3); p->bias = false; }
 static void c_1x1(layer_params *p) { p->out_channels = 13; PAIR(kernel, 1, 1); }
+/* more output channels and pixels than one register tile (14 or 6 rows, 32 or 16 columns) */
+static void c_wide(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
+static void c_wide_s2(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+static void c_wide_g2(layer_params *p) { p->out_channels = 74; p->groups = 2; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
 static void c_1x1s2(layer_params *p) { p->out_channels = 6; PAIR(kernel, 1, 1); PAIR(stride, 2, 2); p->bias = false; }
 static void c_dil(layer_params *p) { p->out_channels = 4; PAIR(kernel, 3, 3); PAIR(dilation, 2, 3); PAIR(padding, 2, 1); }
 static void c_groups(layer_params *p) { p->out_channels = 9; PAIR(kernel, 3, 2); p->groups = 3; PAIR(stride, 2, 1); }
@@ -117,6 +121,9 @@ static const layer_case cases[] = {
     {"3x5 kernel, stride 2x1", LAYER_CONV2D, S4(2, 4, 17, 6), c_rect},
     {"kernel as large as the input", LAYER_CONV2D, S4(2, 3, 5, 4), c_full},
     {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
+    {"45 channels, 75 wide (several tiles)", LAYER_CONV2D, S4(2, 6, 9, 75), c_wide},
+    {"45 channels, stride 2, 71 wide", LAYER_CONV2D, S4(1, 5, 11, 71), c_wide_s2},
+    {"2 groups of 37 channels", LAYER_CONV2D, S4(1, 4, 7, 40), c_wide_g2},
     {"3x3 no padding, 3x3 output", LAYER_CONV2D, S4(3, 2, 5, 5), c_3x3_valid},
     {"3x3 no padding, 6x1 output", LAYER_CONV2D, S4(1, 5, 8, 3), c_3x3_valid},
     {"3x3 padding 2x0, odd sizes", LAYER_CONV2D, S4(2, 11, 7, 10), c_3x3_pad2},
@@ -435,7 +442,9 @@ int main(int argc, char **argv)
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search
          * above keeps whichever was fastest), then the rule (--algo heuristic) */
-        static const char *const algos[] = {"im2col", "gemm-1x1", "winograd", "winograd:1", "winograd:0", "chunked:1", "chunked:4", "batched:1", "batched:2", "batched:3", ""};
+        static const char *const algos[] = {"im2col", "gemm-1x1", "winograd", "winograd:1", "winograd:0", "chunked:1", "chunked:4",
+                                            "batched:1", "batched:2", "batched:3", "tiles:1", "tiles:100", "tiles^T:1",
+                                            "tiles^T:100", "direct", "direct^T", ""};
         for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
             bo.algo_heuristic = !*algos[a];
             setenv("LAYERBENCH_CPU_CONV_ALGO", algos[a], 1);
@@ -449,6 +458,25 @@ int main(int argc, char **argv)
                     run_case(&b, &cases[i], seed + i);
             backend_close(&b);
         }
+        /* the tiled paths again with the lower ISAs' kernels (AVX2's 6x16 tile, the
+         * plain C loop), whatever this CPU has */
+        static const char *const isas[] = {"avx2", "generic"}, *const tiled[] = {"tiles:3", "tiles^T:3", "direct", "direct^T"};
+        for (size_t i = 0; i < sizeof isas / sizeof *isas; i++)
+            for (size_t a = 0; a < sizeof tiled / sizeof *tiled; a++) {
+                bo.algo_heuristic = false;
+                setenv("LAYERBENCH_CPU_GEMM_ISA", isas[i], 1);
+                setenv("LAYERBENCH_CPU_CONV_ALGO", tiled[a], 1);
+                if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
+                    EXPECT(false, "the cpu backend reopens");
+                    break;
+                }
+                printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s', LAYERBENCH_CPU_GEMM_ISA=%s\n", tiled[a], isas[i]);
+                for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+                    if (cases[c].kind == LAYER_CONV2D)
+                        run_case(&b, &cases[c], seed + c);
+                backend_close(&b);
+            }
+        unsetenv("LAYERBENCH_CPU_GEMM_ISA");
         unsetenv("LAYERBENCH_CPU_CONV_ALGO");
     }
     return test_summary("test_layers");

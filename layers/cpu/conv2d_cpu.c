@@ -13,7 +13,13 @@
  *                tiles per thread; a search candidate only (never the rule).
  *  - chunked:    im2col + GEMM per thread on chunks of output rows (of one group of one
  *                sample) whose unfolded input stays in its L2, OpenBLAS on one thread;
- *                a search candidate only. */
+ *                a search candidate only.
+ *  - tiles, tiles^T: the same chunks through our register-tiled kernel (pgemm_cpu.c)
+ *                instead of OpenBLAS, the weights packed for it once at setup, pixels
+ *                (tiles) or output channels (tiles^T, small maps) along the vectors.
+ *  - direct, direct^T: the kernel on a zero-padded copy of the input, nothing unfolded
+ *                (horizontal stride 1 or 2). Both pairs are search candidates only, where
+ *                the CPU has AVX2 or AVX-512 (the plain C kernel is for tests). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,7 +28,18 @@
 
 #include "cpu_kernels.h"
 
-typedef enum { CONV_GEMM_1X1, CONV_DEPTHWISE, CONV_IM2COL, CONV_BATCHED, CONV_WINOGRAD, CONV_CHUNKED } conv_path;
+typedef enum {
+    CONV_GEMM_1X1,
+    CONV_DEPTHWISE,
+    CONV_IM2COL,
+    CONV_BATCHED,
+    CONV_WINOGRAD,
+    CONV_CHUNKED,
+    CONV_TILES,  /* im2col + the register-tiled kernel, pixels along the vectors */
+    CONV_TILES_T, /* the same with output channels along the vectors */
+    CONV_DIRECT,  /* the kernel on the zero-padded input itself, pixels along the vectors */
+    CONV_DIRECT_T /* the same with output channels along the vectors */
+} conv_path;
 
 typedef struct conv_state {
     conv_path path;
@@ -31,6 +48,17 @@ typedef struct conv_state {
     float *col;       /* im2col workspace: K x samples*OH*OW floats (chunked: K x rows*OW per thread) */
     float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
     cpu_winograd *wg; /* winograd: transformed weights and workspace */
+    /* tiles: the kernel, the weights packed for it (per group, panels of g->mr output
+     * channels, k-major: [panel][K][mr]; tiles^T: panels of g->nr, [panel][K][nr]), the
+     * k block and each thread's workspace (col floats apart) */
+    const cpu_pgemm *g;
+    float *wp;
+    int64_t kc, ws_floats;
+    /* direct^T: the padded input's rows and columns (s->col holds the padded batch), the
+     * weights in panels of g->nr channels tap by tap ([panel][tap][C/groups][nr]) and
+     * each tap's offset in a padded plane */
+    int64_t hp, wpad;
+    int64_t *taps;
 } conv_state;
 
 /* GEMM width below which samples are batched, and the most workspace that may take.
@@ -46,6 +74,9 @@ typedef struct conv_state {
  * 16 tiles per 1 MiB chunk, a narrow GEMM); 0, the whole batch in one chunk with the 16
  * GEMMs split between the threads, is tried too. */
 static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
+/* The tiled paths' k block: a 14x32 tile's operands of one block, 256 x (14 + 32)
+ * floats, stay in L1. */
+#define CONV_TILES_KC 256
 /* The chunked path's unfolded input per thread, KiB: candidates. */
 static const int64_t chunked_kib[] = {512, 2048};
 
@@ -54,7 +85,7 @@ static void conv_free(void *state)
 {
     conv_state *s = state;
     if (s)
-        free(s->col), free(s->tmp), cpu_winograd_free(s->wg);
+        free(s->col), free(s->tmp), free(s->wp), free(s->taps), cpu_winograd_free(s->wg);
     free(s);
 }
 
@@ -86,6 +117,132 @@ static int64_t chunk_rows(const layer *l, int64_t kib)
 static int64_t batched_bytes(const layer *l, int64_t samples)
 {
     return 4 * (conv_k(l) + l->p.out_channels / l->p.groups) * samples * l->out.d[2] * l->out.d[3];
+}
+
+/* The tiled paths. A chunk is output rows [y0, y1) of one group of one sample, cols =
+ * (y1 - y0) * OW pixels. tiles: its unfolded input row-major, K rows of ldb floats
+ * (cols rounded up to the kernel's nr, zeros after cols), the weights broadcast from
+ * their panels and the output written in place, a tile at a time. tiles^T: the
+ * unfolded input packed in panels of the kernel's mr pixels ([panel][K][mr]) to be
+ * broadcast, the weights' panels along the vectors, the product into a pixels x
+ * channels buffer that is transposed into the output. K is cut into blocks of s->kc so
+ * that a tile's two operands stay in L1 (the later blocks accumulate). */
+static int64_t tiles_panels(const conv_state *s, const layer *l)
+{
+    int64_t ocg = l->p.out_channels / l->p.groups, w = s->path == CONV_TILES ? s->g->mr : s->g->nr;
+    return (ocg + w - 1) / w;
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* One thread's workspace for chunks of `rows` output rows: the unfolded input, and for
+ * tiles^T a row of it and the product. */
+static int64_t tiles_ws_floats(const layer *l, const cpu_pgemm *g, conv_path path, int64_t rows)
+{
+    int64_t cols = rows * l->out.d[3], k = conv_k(l);
+    if (path == CONV_TILES)
+        return k * round_up(cols, g->nr);
+    int64_t np = (l->p.out_channels / l->p.groups + g->nr - 1) / g->nr;
+    return k * round_up(cols, g->mr) + cols + cols * np * g->nr;
+}
+
+/* The weights in the kernel's panels, zeros past the group's last output channel. */
+static void tiles_pack_weights(const layer *l, conv_state *s, const float *w)
+{
+    int64_t k = conv_k(l), ocg = l->p.out_channels / l->p.groups, np = tiles_panels(s, l);
+    int64_t pw = s->path == CONV_TILES ? s->g->mr : s->g->nr;
+    for (int64_t gi = 0; gi < l->p.groups; gi++)
+        for (int64_t ip = 0; ip < np; ip++)
+            for (int64_t r = 0; r < k; r++)
+                for (int64_t i = 0; i < pw; i++) {
+                    int64_t o = ip * pw + i;
+                    s->wp[((gi * np + ip) * k + r) * pw + i] = o < ocg ? w[(gi * ocg + o) * k + r] : 0.0f;
+                }
+}
+
+/* direct, direct^T: the kernel on a zero-padded copy of the input (the size of the
+ * input: nothing unfolded), every tap of the window and every input channel of the
+ * group summed in registers, the weights packed tap by tap at setup ([panel][tap][C/g]
+ * [panel width]). A tile is a run of one output row's pixels by a panel of output
+ * channels. direct: pixels along the vectors (nr of them), read straight from the
+ * padded rows (for stride 2 each padded row keeps its even columns, then its odd ones,
+ * so a tap's pixels are contiguous), the channels broadcast from the weights, and the
+ * tile stored into the NCHW output as it is. direct^T: channels along the vectors, the
+ * pixels (up to mr, the stride apart) broadcast from the padded rows, each tile
+ * transposed into the output: for maps too narrow to fill a vector of pixels. */
+static bool direct_applies(const layer *l)
+{
+    return l->p.stride[1] >= 1 && l->p.stride[1] <= 2;
+}
+
+/* Output channels per panel and pixels per tile. direct spreads the group's channels
+ * evenly over as few panels of at most mr as it takes (64 channels: 5 panels of 13). */
+static void direct_shape(const layer *l, const conv_state *s, int64_t *pw, int64_t *tw)
+{
+    int64_t ocg = l->p.out_channels / l->p.groups, mr = s->g->mr;
+    if (s->path == CONV_DIRECT_T) {
+        *pw = s->g->nr, *tw = mr;
+        return;
+    }
+    int64_t panels = (ocg + mr - 1) / mr;
+    *pw = (ocg + panels - 1) / panels, *tw = s->g->nr;
+}
+
+/* Units of work: a channel panel of a group over a run of tiles; where there are few
+ * panels, the tiles are split into a run per thread. *run: tiles per run. */
+static int64_t direct_units(const layer *l, const conv_state *s, int threads, int64_t *run)
+{
+    int64_t pw, tw;
+    direct_shape(l, s, &pw, &tw);
+    int64_t ocg = l->p.out_channels / l->p.groups, np = (ocg + pw - 1) / pw;
+    int64_t tiles = l->out.d[0] * l->out.d[2] * ((l->out.d[3] + tw - 1) / tw);
+    int64_t panels = l->p.groups * np, split = panels >= 4 * threads ? 1 : threads;
+    *run = (tiles + split - 1) / split;
+    return panels * ((tiles + *run - 1) / *run);
+}
+
+/* The padded plane's row length: direct at stride 2 rounds it up to even (two halves). */
+static int64_t direct_row(const conv_state *s, const layer *l)
+{
+    return s->path == CONV_DIRECT && l->p.stride[1] == 2 ? round_up(s->wpad, 2) : s->wpad;
+}
+
+static bool direct_new(const layer *l, conv_state *s, const float *w, int64_t *workspace_bytes)
+{
+    const layer_params *p = &l->p;
+    int64_t kh = p->kernel[0], kw = p->kernel[1], taps = kh * kw, cg = l->in.d[1] / p->groups;
+    int64_t ocg = p->out_channels / p->groups, k = conv_k(l), pw, tw;
+    s->g = cpu_pgemm_get();
+    direct_shape(l, s, &pw, &tw);
+    int64_t np = (ocg + pw - 1) / pw;
+    /* rows and columns reaching the last output's window, and at least the input's */
+    int64_t hneed = (l->out.d[2] - 1) * p->stride[0] + (kh - 1) * p->dilation[0] + 1;
+    int64_t wneed = (l->out.d[3] - 1) * p->stride[1] + (kw - 1) * p->dilation[1] + 1;
+    s->hp = l->in.d[2] + p->padding[0] > hneed ? l->in.d[2] + p->padding[0] : hneed;
+    s->wpad = l->in.d[3] + p->padding[1] > wneed ? l->in.d[3] + p->padding[1] : wneed;
+    int64_t row = direct_row(s, l);
+    /* direct's vectors may read past a plane's last row: the slack keeps them inside */
+    int64_t pad_floats = l->in.d[0] * l->in.d[1] * s->hp * row + s->g->nr, wp_floats = p->groups * np * taps * cg * pw;
+    *workspace_bytes = 4 * (pad_floats + wp_floats);
+    s->taps = malloc((size_t)taps * sizeof *s->taps);
+    if (!s->taps || !(s->wp = bench_alloc_floats(wp_floats)) || !(s->col = bench_alloc_floats(pad_floats)))
+        return false;
+    memset(s->col, 0, (size_t)pad_floats * sizeof *s->col);
+    for (int64_t t = 0; t < taps; t++) { /* tap t's offset in a padded plane */
+        int64_t dx = (t % kw) * p->dilation[1];
+        s->taps[t] = (t / kw) * p->dilation[0] * row +
+                     (s->path == CONV_DIRECT && p->stride[1] == 2 ? (dx % 2) * (row / 2) + dx / 2 : dx);
+    }
+    for (int64_t gi = 0; gi < p->groups; gi++)
+        for (int64_t ip = 0; ip < np; ip++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t ci = 0; ci < cg; ci++)
+                    for (int64_t j = 0; j < pw; j++) {
+                        int64_t o = ip * pw + j;
+                        s->wp[(((gi * np + ip) * taps + t) * cg + ci) * pw + j] =
+                            o < ocg ? w[(gi * ocg + o) * k + ci * taps + t] : 0.0f;
+                    }
+    return true;
 }
 
 /* The rule (--algo heuristic, and the first candidate of the search). */
@@ -134,6 +291,23 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
             return NULL;
         }
     }
+    if (s->path == CONV_TILES || s->path == CONV_TILES_T) {
+        s->g = cpu_pgemm_get();
+        s->kc = CONV_TILES_KC;
+        int64_t threads = omp_get_max_threads();
+        int64_t wp_floats = l->p.groups * tiles_panels(s, l) * conv_k(l) * (s->path == CONV_TILES ? s->g->mr : s->g->nr);
+        s->ws_floats = round_up(tiles_ws_floats(l, s->g, s->path, s->samples), 16);
+        *workspace_bytes = 4 * (wp_floats + threads * s->ws_floats);
+        if (!(s->wp = bench_alloc_floats(wp_floats)) || !(s->col = bench_alloc_floats(threads * s->ws_floats))) {
+            conv_free(s);
+            return NULL;
+        }
+        tiles_pack_weights(l, s, w);
+    }
+    if ((s->path == CONV_DIRECT || s->path == CONV_DIRECT_T) && !direct_new(l, s, w, workspace_bytes)) {
+        conv_free(s);
+        return NULL;
+    }
     if (s->path == CONV_WINOGRAD) {
         *workspace_bytes = cpu_winograd_bytes(l, s->samples << 10);
         if (!(s->wg = cpu_winograd_new(l, w, s->samples << 10))) {
@@ -147,7 +321,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
 /* Every algorithm that applies, the rule's first: samples one at a time (the direct
  * 1x1 GEMM or im2col), and for maps small enough that a GEMM per sample is narrow,
  * 1, 2, 4, ... samples per GEMM up to the batch, within the workspace limit. */
-#define CONV_MAX_CANDIDATES 12
+#define CONV_MAX_CANDIDATES 16
 #define CONV_SEARCH_MAX_N 4096
 
 static void add_candidate(conv_algo *c, int *n, conv_algo a)
@@ -180,6 +354,18 @@ static int conv_candidates(const layer *l, conv_algo *c)
     }
     if (cpu_winograd_applies(l) && cpu_winograd_bytes(l, 0) <= CONV_MAX_WINOGRAD_BYTES)
         add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, 0});
+    /* the tiled kernel, where it has vector registers: pixels along the vectors in
+     * L2-sized chunks, or channels along them (small maps) */
+    if (strcmp(cpu_pgemm_get()->isa, "generic") != 0) {
+        for (size_t k = 0; k < sizeof chunked_kib / sizeof *chunked_kib; k++)
+            add_candidate(c, &n, (conv_algo){CONV_TILES, chunk_rows(l, chunked_kib[k])});
+        add_candidate(c, &n, (conv_algo){CONV_TILES_T, l->out.d[2]});
+        add_candidate(c, &n, (conv_algo){CONV_TILES_T, chunk_rows(l, chunked_kib[0])});
+        if (direct_applies(l)) {
+            add_candidate(c, &n, (conv_algo){CONV_DIRECT, 0});
+            add_candidate(c, &n, (conv_algo){CONV_DIRECT_T, 0});
+        }
+    }
     for (int64_t k = 1; ohw < CONV_SEARCH_MAX_N; k *= 2) {
         int64_t samples = k < batch ? k : batch;
         if (batched_bytes(l, samples) > CONV_MAX_BATCHED_BYTES)
@@ -212,7 +398,8 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
  * "im2col", "gemm-1x1", "winograd" (chunks of 1 MiB), "winograd:KIB" (0: the whole
- * batch, GEMMs split), "chunked:ROWS" or "batched:N". */
+ * batch, GEMMs split), "chunked:ROWS", "batched:N", "tiles:ROWS", "tiles^T:ROWS",
+ * "direct" or "direct^T". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
@@ -227,6 +414,14 @@ static bool conv_forced(const layer *l, conv_algo *a)
         *a = (conv_algo){CONV_WINOGRAD, winograd_chunks_kib[0]};
     else if (sscanf(e, "winograd:%lld", &n) == 1 && n >= 0 && cpu_winograd_applies(l))
         *a = (conv_algo){CONV_WINOGRAD, (int64_t)n};
+    else if (strcmp(e, "direct") == 0 && direct_applies(l))
+        *a = (conv_algo){CONV_DIRECT, 0};
+    else if (strcmp(e, "direct^T") == 0 && direct_applies(l))
+        *a = (conv_algo){CONV_DIRECT_T, 0};
+    else if (sscanf(e, "tiles:%lld", &n) == 1 && n >= 1)
+        *a = (conv_algo){CONV_TILES, n < l->out.d[2] ? (int64_t)n : l->out.d[2]};
+    else if (sscanf(e, "tiles^T:%lld", &n) == 1 && n >= 1)
+        *a = (conv_algo){CONV_TILES_T, n < l->out.d[2] ? (int64_t)n : l->out.d[2]};
     else if (sscanf(e, "chunked:%lld", &n) == 1 && n >= 1)
         *a = (conv_algo){CONV_CHUNKED, n < l->out.d[2] ? (int64_t)n : l->out.d[2]};
     else if (sscanf(e, "batched:%lld", &n) == 1 && n >= 1)
@@ -285,13 +480,18 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     if (!s)
         return BENCH_ERR_NOMEM;
     static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm",
-                                  "winograd F2x2/3x3", "im2col+sgemm per thread"};
+                                  "winograd F2x2/3x3", "im2col+sgemm per thread", "im2col+tiles", "im2col+tiles^T", "direct tiles", "direct tiles^T"};
     int64_t ohw = l->out.d[2] * l->out.d[3];
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
                             (long long)s->samples, s->samples > 1 ? "s" : "")
              : s->path == CONV_CHUNKED
                  ? snprintf(impl, impl_len, "%s x%lld-row chunks", names[s->path], (long long)s->samples)
+             : s->path == CONV_TILES || s->path == CONV_TILES_T
+                 ? snprintf(impl, impl_len, "%s %s %dx%d x%lld-row chunks", names[s->path], s->g->isa, s->g->mr,
+                            s->g->nr, (long long)s->samples)
+             : s->path == CONV_DIRECT || s->path == CONV_DIRECT_T
+                 ? snprintf(impl, impl_len, "%s %s %dx%d", names[s->path], s->g->isa, s->g->mr, s->g->nr)
              : s->path == CONV_WINOGRAD && s->samples == 0
                  ? snprintf(impl, impl_len, "%s whole batch with GEMMs over threads", names[s->path])
              : s->path == CONV_WINOGRAD
@@ -458,6 +658,175 @@ static void chunked(const layer *l, const conv_state *s, const float *in, const 
     }
 }
 
+/* Unfolds rows [r_lo, r_hi) of a chunk's input into col (rowbuf: cols floats, tiles^T). */
+static void tiles_unfold(const layer *l, const conv_state *s, const float *src, int64_t y0, int64_t y1, float *col,
+                         float *rowbuf, int64_t r_lo, int64_t r_hi)
+{
+    int64_t k = conv_k(l), cols = (y1 - y0) * l->out.d[3], mr = s->g->mr;
+    if (s->path == CONV_TILES) {
+        int64_t ldb = round_up(cols, s->g->nr);
+        for (int64_t r = r_lo; r < r_hi; r++) {
+            im2col_row(l, src, col + r * ldb, r, y0, y1);
+            memset(col + r * ldb + cols, 0, (size_t)(ldb - cols) * sizeof *col);
+        }
+        return;
+    }
+    for (int64_t r = r_lo; r < r_hi; r++) {
+        im2col_row(l, src, rowbuf, r, y0, y1);
+        for (int64_t jp = 0; jp * mr < cols; jp++)
+            for (int64_t i = 0; i < mr; i++)
+                col[(jp * k + r) * mr + i] = jp * mr + i < cols ? rowbuf[jp * mr + i] : 0.0f;
+    }
+}
+
+/* Output channel panels [p_lo, p_hi) of a chunk whose input is unfolded in col; dst:
+ * the chunk's first output pixel of the group's first channel; ct: tiles^T's product. */
+static void tiles_compute(const layer *l, const conv_state *s, const float *col, int64_t cols, const float *bias,
+                          float *dst, float *ct, int64_t p_lo, int64_t p_hi)
+{
+    const cpu_pgemm *g = s->g;
+    int64_t k = conv_k(l), ohw = l->out.d[2] * l->out.d[3], ocg = l->p.out_channels / l->p.groups;
+    int64_t np = tiles_panels(s, l), mr = g->mr, nr = g->nr;
+    for (int64_t kb = 0; kb < k; kb += s->kc) {
+        int64_t kc = k - kb < s->kc ? k - kb : s->kc;
+        bool acc = kb > 0;
+        for (int64_t ip = p_lo; ip < p_hi; ip++) {
+            if (s->path == CONV_TILES) {
+                int64_t o0 = ip * mr, ldb = round_up(cols, nr);
+                const float *a = s->wp + (ip * k + kb) * mr;
+                for (int64_t j = 0; j < cols; j += nr)
+                    g->kernel((int)(ocg - o0 < mr ? ocg - o0 : mr), (int)(cols - j < nr ? cols - j : nr),
+                              &(cpu_pgemm_args){.ntap = 1, .kc = kc, .a = a, .lda = mr, .sa = 1,
+                                                .b = col + kb * ldb + j, .ldb = ldb, .c = dst + o0 * ohw + j, .ldc = ohw,
+                                                .rbias = bias ? bias + o0 : NULL, .accumulate = acc});
+            } else {
+                int64_t o0 = ip * nr, ldc = np * nr;
+                const float *b = s->wp + (ip * k + kb) * nr;
+                for (int64_t q = 0; q < cols; q += mr)
+                    g->kernel((int)(cols - q < mr ? cols - q : mr), (int)(ocg - o0 < nr ? ocg - o0 : nr),
+                              &(cpu_pgemm_args){.ntap = 1, .kc = kc, .a = col + (q / mr * k + kb) * mr, .lda = mr,
+                                                .sa = 1, .b = b, .ldb = nr, .c = ct + q * ldc + o0, .ldc = ldc,
+                                                .cbias = bias ? bias + o0 : NULL, .accumulate = acc});
+            }
+        }
+    }
+    if (s->path == CONV_TILES_T)
+        for (int64_t o = p_lo * nr; o < p_hi * nr && o < ocg; o++)
+            for (int64_t q = 0; q < cols; q++)
+                dst[o * ohw + q] = ct[q * np * nr + o];
+}
+
+/* Chunks of s->samples output rows: a thread per chunk while there are enough of them,
+ * otherwise every thread on each chunk (its K rows unfolded, then its channel panels
+ * split between them). Packed weights are per group: the group's panels start at
+ * gi * np panels. */
+static void tiles(const layer *l, const conv_state *s, const float *in, const float *bias, float *out)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    int64_t oc = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow;
+    int64_t g = l->p.groups, cg = c / g, ocg = oc / g, k = conv_k(l), rows = s->samples, np = tiles_panels(s, l);
+    int64_t per_plane = (oh + rows - 1) / rows, chunks = n * g * per_plane;
+    int64_t cols_max = rows * ow, col_floats = s->path == CONV_TILES ? k * round_up(cols_max, s->g->nr)
+                                                                     : k * round_up(cols_max, s->g->mr);
+    int threads = omp_get_max_threads();
+    conv_state sg = *s; /* its wp moved to the chunk's group */
+    if (chunks >= threads) {
+#pragma omp parallel firstprivate(sg)
+        {
+            float *ws = s->col + (int64_t)omp_get_thread_num() * s->ws_floats;
+#pragma omp for schedule(dynamic)
+            for (int64_t t = 0; t < chunks; t++) {
+                int64_t b = t / (g * per_plane), gi = (t / per_plane) % g, y0 = (t % per_plane) * rows;
+                int64_t y1 = y0 + rows < oh ? y0 + rows : oh, cols = (y1 - y0) * ow;
+                sg.wp = s->wp + gi * np * k * (s->path == CONV_TILES ? s->g->mr : s->g->nr);
+                tiles_unfold(l, &sg, in + (b * c + gi * cg) * hw, y0, y1, ws, ws + col_floats, 0, k);
+                tiles_compute(l, &sg, ws, cols, bias ? bias + gi * ocg : NULL, out + (b * oc + gi * ocg) * ohw + y0 * ow,
+                              ws + col_floats + cols_max, 0, np);
+            }
+        }
+        return;
+    }
+    for (int64_t t = 0; t < chunks; t++) {
+        int64_t b = t / (g * per_plane), gi = (t / per_plane) % g, y0 = (t % per_plane) * rows;
+        int64_t y1 = y0 + rows < oh ? y0 + rows : oh, cols = (y1 - y0) * ow;
+        sg.wp = s->wp + gi * np * k * (s->path == CONV_TILES ? s->g->mr : s->g->nr);
+#pragma omp parallel firstprivate(sg)
+        {
+            int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+            tiles_unfold(l, &sg, in + (b * c + gi * cg) * hw, y0, y1, s->col, s->col + tid * s->ws_floats + col_floats,
+                         k * tid / nt, k * (tid + 1) / nt);
+#pragma omp barrier
+            tiles_compute(l, &sg, s->col, cols, bias ? bias + gi * ocg : NULL, out + (b * oc + gi * ocg) * ohw + y0 * ow,
+                          s->col + col_floats + cols_max, np * tid / nt, np * (tid + 1) / nt);
+        }
+    }
+}
+
+static void direct(const layer *l, const conv_state *s, const float *in, const float *bias, float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], c = l->in.d[1], h = l->in.d[2], w = l->in.d[3], hp = s->hp, row = direct_row(s, l);
+    int64_t oc = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow;
+    int64_t g = p->groups, cg = c / g, ocg = oc / g, taps = p->kernel[0] * p->kernel[1], pw, tw;
+    direct_shape(l, s, &pw, &tw);
+    int64_t np = (ocg + pw - 1) / pw, xb = (ow + tw - 1) / tw, tiles = n * oh * xb, run;
+    int64_t units = direct_units(l, s, omp_get_max_threads(), &run), runs = (tiles + run - 1) / run;
+    int64_t planes = n * c, sx = p->stride[1], half = row / 2;
+    bool split = s->path == CONV_DIRECT && sx == 2, t_path = s->path == CONV_DIRECT_T;
+    float *pad = s->col;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t pr = 0; pr < planes * hp; pr++) {
+            int64_t pl = pr / hp, y = pr % hp, iy = y - p->padding[0], x0 = p->padding[1];
+            float *dr = pad + pr * row;
+            const float *src = in + (pl * h + iy) * w;
+            if (iy < 0 || iy >= h) {
+                memset(dr, 0, (size_t)row * sizeof *dr);
+            } else if (!split) { /* padded column x holds input column x - padding */
+                int64_t x1 = x0 + w < s->wpad ? x0 + w : s->wpad;
+                memset(dr, 0, (size_t)x0 * sizeof *dr);
+                memcpy(dr + x0, src, (size_t)(x1 - x0) * sizeof *dr);
+                memset(dr + x1, 0, (size_t)(row - x1) * sizeof *dr);
+            } else { /* the even padded columns, then the odd ones */
+                for (int64_t e = 0; e < 2; e++)
+                    for (int64_t j = 0; j < half; j++) {
+                        int64_t ix = 2 * j + e - x0;
+                        dr[e * half + j] = ix >= 0 && ix < w ? src[ix] : 0.0f;
+                    }
+            }
+        }
+        /* units in (group, panel) order: a thread keeps few weight panels */
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; u++) {
+            int64_t gi = u / (np * runs), ip = (u / runs) % np, t0 = (u % runs) * run;
+            int64_t t1 = t0 + run < tiles ? t0 + run : tiles, o0 = ip * pw, nv = ocg - o0 < pw ? ocg - o0 : pw;
+            const float *wpanel = s->wp + (gi * np + ip) * taps * cg * pw;
+            const float *ob = bias ? bias + gi * ocg + o0 : NULL;
+            for (int64_t t = t0; t < t1; t++) {
+                int64_t b = t / (oh * xb), y = (t / xb) % oh, x0 = (t % xb) * tw, mv = ow - x0 < tw ? ow - x0 : tw;
+                const float *plane = pad + ((b * c + gi * cg) * hp + y * p->stride[0]) * row;
+                float *dst = out + (b * oc + gi * ocg + o0) * ohw + y * ow + x0;
+                if (!t_path) { /* channels broadcast, pixels along the vectors, stored as they are */
+                    s->g->kernel((int)nv, (int)mv,
+                                 &(cpu_pgemm_args){.ntap = taps, .kc = cg, .a = wpanel, .lda = pw, .sa = 1,
+                                                   .btap = s->taps, .b = plane + (split ? x0 : x0 * sx),
+                                                   .ldb = hp * row, .c = dst, .ldc = ohw, .rbias = ob});
+                    continue;
+                }
+                float tile[14 * 32];
+                s->g->kernel((int)mv, (int)nv,
+                             &(cpu_pgemm_args){.ntap = taps, .kc = cg, .atap = s->taps, .a = plane + x0 * sx,
+                                               .lda = hp * row, .sa = sx, .b = wpanel, .ldb = pw, .c = tile,
+                                               .ldc = pw, .cbias = ob});
+                for (int64_t j = 0; j < nv; j++)
+                    for (int64_t q = 0; q < mv; q++)
+                        dst[j * ohw + q] = tile[q * pw + j];
+            }
+        }
+    }
+}
+
 static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
@@ -481,6 +850,14 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
     }
     if (s->path == CONV_CHUNKED) {
         chunked(l, s, in, w, bias, out);
+        return;
+    }
+    if (s->path == CONV_TILES || s->path == CONV_TILES_T) {
+        tiles(l, s, in, bias, out);
+        return;
+    }
+    if (s->path == CONV_DIRECT || s->path == CONV_DIRECT_T) {
+        direct(l, s, in, bias, out);
         return;
     }
     for (int64_t b = 0; b < n; b++) {

@@ -89,6 +89,34 @@ int64_t cpu_winograd_bytes(const layer *l, int64_t chunk_bytes);
 cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int64_t chunk_bytes);
 void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out);
 void cpu_winograd_free(cpu_winograd *wg);
+/* The register-tiled kernel of the tiled convolutions (pgemm_cpu.c): for r < mr (at
+ * most the variant's mr) and j < nr (at most its nr),
+ *   c[r*ldc + j] = (accumulate ? c[r*ldc + j] : rbias[r] + cbias[j])
+ *                  + sum over t < ntap, k < kc of A_t[k*lda + r*sa] * B_t[k*ldb + j]
+ * where A_t = a + atap[t] and B_t = b + btap[t] (NULL offsets: the taps follow each
+ * other, t*kc*lda and t*kc*ldb), sa is 1 or 2, rbias and cbias may be NULL, and every b
+ * row's full nr columns of the variant are readable. */
+typedef struct cpu_pgemm_args {
+    int64_t ntap, kc;
+    const int64_t *atap, *btap;
+    const float *a;
+    int64_t lda, sa;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+    const float *rbias, *cbias;
+    bool accumulate;
+} cpu_pgemm_args;
+typedef void cpu_pgemm_fn(int mr, int nr, const cpu_pgemm_args *x);
+typedef struct cpu_pgemm {
+    const char *isa; /* "avx512", "avx2", "generic" */
+    int mr, nr;      /* the largest tile */
+    cpu_pgemm_fn *kernel;
+} cpu_pgemm;
+/* The best variant this CPU runs, or the one LAYERBENCH_CPU_GEMM_ISA names if it runs. */
+const cpu_pgemm *cpu_pgemm_get(void);
+
 /* The relative error accepted against the reference for a convolution Winograd may run. */
 #define CPU_WINOGRAD_TOLERANCE 5e-6
 
