@@ -549,17 +549,17 @@ CPU_ISA_CLONES static void im2col_row(const layer *l, const float *in, float *ds
 static void im2col(const layer *l, const float *in, float *col, int64_t ld)
 {
     int64_t rows = conv_k(l), oh = l->out.d[2], ow = l->out.d[3];
-#pragma omp parallel for schedule(static) if (rows * oh * ow > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++)
-        im2col_row(l, in, col + r * ld, r, 0, oh);
+    CPU_OMP_IF(rows * oh * ow > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < rows; r++)
+            im2col_row(l, in, col + r * ld, r, 0, oh););
 }
 
 static void fill_bias(float *out, const float *bias, int64_t channels, int64_t plane)
 {
-#pragma omp parallel for schedule(static) if (channels * plane > CPU_PARALLEL_MIN)
-    for (int64_t c = 0; c < channels; c++)
-        for (int64_t i = 0; i < plane; i++)
-            out[c * plane + i] = bias[c];
+    CPU_OMP_IF(channels * plane > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t c = 0; c < channels; c++)
+            for (int64_t i = 0; i < plane; i++)
+                out[c * plane + i] = bias[c];);
 }
 
 static void depthwise(const layer *l, const float *in, const float *w, const float *bias, float *out)
@@ -615,15 +615,15 @@ static void batched(const layer *l, const conv_state *s, const float *in, const 
                             w + gi * ocg * k, (blasint)k, s->col, (blasint)ld, 0.0f, s->tmp, (blasint)ld);
             /* element (o, pixel p of the batch) of the product */
             int64_t so = t ? 1 : ld, sp = t ? ocg : 1;
-#pragma omp parallel for schedule(static) if (ocg * ld > CPU_PARALLEL_MIN)
-            for (int64_t o = 0; o < ocg; o++)
-                for (int64_t j = 0; j < bs; j++) {
-                    const float *src = s->tmp + o * so + j * ohw * sp;
-                    float *dst = out + ((b0 + j) * oc + gi * ocg + o) * ohw;
-                    float b = bias ? bias[gi * ocg + o] : 0.0f;
-                    for (int64_t i = 0; i < ohw; i++)
-                        dst[i] = src[i * sp] + b;
-                }
+            CPU_OMP_IF(ocg * ld > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+                for (int64_t o = 0; o < ocg; o++)
+                    for (int64_t j = 0; j < bs; j++) {
+                        const float *src = s->tmp + o * so + j * ohw * sp;
+                        float *dst = out + ((b0 + j) * oc + gi * ocg + o) * ohw;
+                        float b = bias ? bias[gi * ocg + o] : 0.0f;
+                        for (int64_t i = 0; i < ohw; i++)
+                            dst[i] = src[i * sp] + b;
+                    });
         }
     }
 }

@@ -43,24 +43,24 @@ static void col2im_add(const layer *l, const float *col, float *out_group)
     int64_t ocg = l->out.d[1] / p->groups, kh = p->kernel[0], kw = p->kernel[1];
     int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
     int64_t dh = p->dilation[0], dw = p->dilation[1];
-#pragma omp parallel for schedule(static) if (ocg * kh * kw * h * w > CPU_PARALLEL_MIN)
-    for (int64_t o = 0; o < ocg; o++) {
-        float *dst = out_group + o * oh * ow;
-        for (int64_t i = 0; i < kh; i++)
-            for (int64_t j = 0; j < kw; j++) {
-                const float *src = col + ((o * kh + i) * kw + j) * h * w;
-                for (int64_t y = 0; y < h; y++) {
-                    int64_t oy = y * sh - ph + i * dh;
-                    if (oy < 0 || oy >= oh)
-                        continue;
-                    for (int64_t x = 0; x < w; x++) {
-                        int64_t ox = x * sw - pw + j * dw;
-                        if (ox >= 0 && ox < ow)
-                            dst[oy * ow + ox] += src[y * w + x];
+    CPU_OMP_IF(ocg * kh * kw * h * w > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < ocg; o++) {
+            float *dst = out_group + o * oh * ow;
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    const float *src = col + ((o * kh + i) * kw + j) * h * w;
+                    for (int64_t y = 0; y < h; y++) {
+                        int64_t oy = y * sh - ph + i * dh;
+                        if (oy < 0 || oy >= oh)
+                            continue;
+                        for (int64_t x = 0; x < w; x++) {
+                            int64_t ox = x * sw - pw + j * dw;
+                            if (ox >= 0 && ox < ow)
+                                dst[oy * ow + ox] += src[y * w + x];
+                        }
                     }
                 }
-            }
-    }
+        });
 }
 
 static void convt_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
@@ -73,10 +73,10 @@ static void convt_run(const layer *l, void *state, const float *const *ins, cons
     const float *bias = p->bias ? w + c * rows : NULL;
     for (int64_t b = 0; b < n; b++) {
         float *ob = out + b * oc * ohw;
-#pragma omp parallel for schedule(static) if (oc * ohw > CPU_PARALLEL_MIN)
-        for (int64_t o = 0; o < oc; o++)
-            for (int64_t i = 0; i < ohw; i++)
-                ob[o * ohw + i] = bias ? bias[o] : 0.0f;
+        CPU_OMP_IF(oc * ohw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t o = 0; o < oc; o++)
+                for (int64_t i = 0; i < ohw; i++)
+                    ob[o * ohw + i] = bias ? bias[o] : 0.0f;);
         for (int64_t gi = 0; gi < g; gi++) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)rows, (blasint)hw, (blasint)cg, 1.0f,
                         w + gi * cg * rows, (blasint)rows, ins[0] + (b * c + gi * cg) * hw, (blasint)hw, 0.0f, s->col,

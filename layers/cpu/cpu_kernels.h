@@ -124,4 +124,19 @@ const cpu_pgemm *cpu_pgemm_get(void);
  * region costs a few microseconds, more than the work. */
 #define CPU_PARALLEL_MIN 16384
 
+/* Runs the statement (the last arguments: a loop or a block, commas allowed) under
+ * `#pragma <pragma>` where cond holds, else plainly on the calling thread. Not an `if`
+ * clause: libgomp still enters its runtime for a region that clause serialises, which
+ * cost 1.3-1.5 us per region on the development VM (a 784-float relu measured 1.27 us
+ * with it, 0.02 us without). Pragmas inside the statement are written _Pragma("...");
+ * an orphaned `omp for` in the plain branch runs all its iterations, as OpenMP says. */
+#define CPU_OMP_IF(cond, pragma, ...) \
+    do {                              \
+        if (cond) {                   \
+            _Pragma(pragma) __VA_ARGS__ \
+        } else {                      \
+            __VA_ARGS__               \
+        }                             \
+    } while (0)
+
 #endif

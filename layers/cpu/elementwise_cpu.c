@@ -21,12 +21,12 @@ static void bn_run(const layer *l, void *state, const float *const *ins, const f
     (void)state;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
     float eps = (float)l->p.eps;
-#pragma omp parallel for schedule(static) if (n * c * hw > CPU_PARALLEL_MIN)
-    for (int64_t pl = 0; pl < n * c; pl++) {
-        int64_t ch = pl % c;
-        float scale = w[ch] / sqrtf(w[3 * c + ch] + eps);
-        affine_span(in + pl * hw, out + pl * hw, hw, scale, w[c + ch] - w[2 * c + ch] * scale);
-    }
+    CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < n * c; pl++) {
+            int64_t ch = pl % c;
+            float scale = w[ch] / sqrtf(w[3 * c + ch] + eps);
+            affine_span(in + pl * hw, out + pl * hw, hw, scale, w[c + ch] - w[2 * c + ch] * scale);
+        });
 }
 
 /* One element-wise loop per kind: x is a[i] (and b[i] the second input's element), in
@@ -46,7 +46,11 @@ static void bn_run(const layer *l, void *state, const float *const *ins, const f
         (void)state, (void)w;                                                                       \
         const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
         int64_t n = shape_numel(&l->out);                                                           \
-        _Pragma("omp parallel if (n > CPU_PARALLEL_MIN)")                                           \
+        if (n <= CPU_PARALLEL_MIN) {                                                                \
+            fn##_span(a, b, out, n);                                                                \
+            return;                                                                                 \
+        }                                                                                           \
+        _Pragma("omp parallel")                                                                     \
         {                                                                                           \
             int64_t lo, hi;                                                                         \
             cpu_thread_span(n, &lo, &hi);                                                           \
@@ -88,14 +92,14 @@ static void mul_run(const layer *l, void *state, const float *const *in, const f
     if (scale >= 0) {
         const float *s = in[scale], *x = in[1 - scale];
         int64_t planes = o->d[0] * o->d[1], hw = o->d[2] * o->d[3];
-#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
-        for (int64_t pl = 0; pl < planes; pl++)
-            affine_span(x + pl * hw, out + pl * hw, hw, s[pl], 0.0f);
+        CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t pl = 0; pl < planes; pl++)
+                affine_span(x + pl * hw, out + pl * hw, hw, s[pl], 0.0f););
         return;
     }
-#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++)
-        out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t i = 0; i < n; i++)
+            out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];);
 }
 
 /* concat: each input's block of every outer index is copied to its place. */
@@ -108,15 +112,15 @@ static void concat_run(const layer *l, void *state, const float *const *in, cons
     for (int64_t i = dim + 1; i < l->out.rank; i++)
         inner *= l->out.d[i];
     int64_t row = l->out.d[dim] * inner;
-#pragma omp parallel for schedule(static) if (shape_numel(&l->out) > CPU_PARALLEL_MIN)
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t at = 0;
-        for (int k = 0; k < l->n_inputs; k++) {
-            int64_t span = l->ins[k].d[dim] * inner;
-            memcpy(out + o * row + at, in[k] + o * span, (size_t)span * sizeof(float));
-            at += span;
-        }
-    }
+    CPU_OMP_IF(shape_numel(&l->out) > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < outer; o++) {
+            int64_t at = 0;
+            for (int k = 0; k < l->n_inputs; k++) {
+                int64_t span = l->ins[k].d[dim] * inner;
+                memcpy(out + o * row + at, in[k] + o * span, (size_t)span * sizeof(float));
+                at += span;
+            }
+        });
 }
 
 static void view_run(const layer *l, void *state, const float *const *in, const float *w, float *out)

@@ -49,14 +49,14 @@ static void softmax_run(const layer *l, void *state, const float *const *ins, co
         outer *= l->in.d[i];
     for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
         inner *= l->in.d[i];
-#pragma omp parallel for schedule(static) if (outer * n * inner > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < outer * inner; r++) {
-        int64_t at = (r / inner) * n * inner + r % inner;
-        if (inner == 1)
-            softmax_row(in + at, out + at, n);
-        else
-            softmax_strided(in + at, out + at, n, inner);
-    }
+    CPU_OMP_IF(outer * n * inner > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < outer * inner; r++) {
+            int64_t at = (r / inner) * n * inner + r % inner;
+            if (inner == 1)
+                softmax_row(in + at, out + at, n);
+            else
+                softmax_strided(in + at, out + at, n, inner);
+        });
 }
 
 const cpu_kernel cpu_softmax_kernel = {.run = softmax_run, .impl = "direct"};

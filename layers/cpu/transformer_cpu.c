@@ -51,9 +51,9 @@ static void layernorm_run(const layer *l, void *state, const float *const *ins, 
     int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
     const float *gamma = l->p.affine ? w : NULL, *beta = l->n_weight_floats > d ? w + d : NULL;
     float eps = (float)l->p.eps;
-#pragma omp parallel for schedule(static) if (rows * d > CPU_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++)
-        layernorm_row(in + r * d, out + r * d, d, gamma, beta, eps);
+    CPU_OMP_IF(rows * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < rows; r++)
+            layernorm_row(in + r * d, out + r * d, d, gamma, beta, eps););
 }
 
 /* ---- gelu --------------------------------------------------------------------------------- */
@@ -82,13 +82,13 @@ static void gelu_run(const layer *l, void *state, const float *const *ins, const
     const float *in = ins[0];
     int64_t n = shape_numel(&l->in);
     bool tanh_approx = l->p.mode == GELU_TANH;
-#pragma omp parallel if (n > CPU_PARALLEL_MIN)
-    {
-        int64_t lo, hi;
-        cpu_thread_span(n, &lo, &hi);
-        if (hi > lo)
-            gelu_span(in + lo, out + lo, hi - lo, tanh_approx);
-    }
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel",
+        {
+            int64_t lo, hi;
+            cpu_thread_span(n, &lo, &hi);
+            if (hi > lo)
+                gelu_span(in + lo, out + lo, hi - lo, tanh_approx);
+        });
 }
 
 /* ---- multihead_attention ------------------------------------------------------------------- */
@@ -224,30 +224,30 @@ static void transpose_run(const layer *l, void *state, const float *const *ins, 
     layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
     /* out[o][j][m][i][k] = in[o][i][m][j][k]: blocks of 32 x 32 (i, j) for the caches */
     int64_t bi = 32, blocks_i = (a + bi - 1) / bi, blocks_j = (b + bi - 1) / bi;
-#pragma omp parallel for collapse(2) schedule(static) if (shape_numel(&l->in) > CPU_PARALLEL_MIN)
-    for (int64_t om = 0; om < outer * mid; om++)
-        for (int64_t blk = 0; blk < blocks_i * blocks_j; blk++) {
-            int64_t o = om / mid, mm = om % mid, i0 = (blk / blocks_j) * bi, j0 = (blk % blocks_j) * bi;
-            int64_t i1 = i0 + bi < a ? i0 + bi : a, j1 = j0 + bi < b ? j0 + bi : b;
-            for (int64_t j = j0; j < j1; j++)
-                for (int64_t i = i0; i < i1; i++) {
-                    const float *src = in + (((o * a + i) * mid + mm) * b + j) * inner;
-                    float *dst = out + (((o * b + j) * mid + mm) * a + i) * inner;
-                    for (int64_t k = 0; k < inner; k++)
-                        dst[k] = src[k];
-                }
-        }
+    CPU_OMP_IF(shape_numel(&l->in) > CPU_PARALLEL_MIN, "omp parallel for collapse(2) schedule(static)",
+        for (int64_t om = 0; om < outer * mid; om++)
+            for (int64_t blk = 0; blk < blocks_i * blocks_j; blk++) {
+                int64_t o = om / mid, mm = om % mid, i0 = (blk / blocks_j) * bi, j0 = (blk % blocks_j) * bi;
+                int64_t i1 = i0 + bi < a ? i0 + bi : a, j1 = j0 + bi < b ? j0 + bi : b;
+                for (int64_t j = j0; j < j1; j++)
+                    for (int64_t i = i0; i < i1; i++) {
+                        const float *src = in + (((o * a + i) * mid + mm) * b + j) * inner;
+                        float *dst = out + (((o * b + j) * mid + mm) * a + i) * inner;
+                        for (int64_t k = 0; k < inner; k++)
+                            dst[k] = src[k];
+                    }
+            });
 }
 
 static void class_token_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
     (void)state;
     int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
-#pragma omp parallel for schedule(static) if (n * s * d > CPU_PARALLEL_MIN)
-    for (int64_t b = 0; b < n; b++) {
-        memcpy(out + b * (s + 1) * d, w, (size_t)d * sizeof *w);
-        memcpy(out + b * (s + 1) * d + d, ins[0] + b * s * d, (size_t)(s * d) * sizeof *out);
-    }
+    CPU_OMP_IF(n * s * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t b = 0; b < n; b++) {
+            memcpy(out + b * (s + 1) * d, w, (size_t)d * sizeof *w);
+            memcpy(out + b * (s + 1) * d + d, ins[0] + b * s * d, (size_t)(s * d) * sizeof *out);
+        });
 }
 
 static void pos_embedding_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
@@ -255,9 +255,9 @@ static void pos_embedding_run(const layer *l, void *state, const float *const *i
     (void)state;
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
-#pragma omp parallel for schedule(static) if (n * sd > CPU_PARALLEL_MIN)
-    for (int64_t b = 0; b < n; b++)
-        cpu_add_span(in + b * sd, w, out + b * sd, sd);
+    CPU_OMP_IF(n * sd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t b = 0; b < n; b++)
+            cpu_add_span(in + b * sd, w, out + b * sd, sd););
 }
 
 static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)

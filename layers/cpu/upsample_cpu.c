@@ -55,26 +55,26 @@ static void upsample_run(const layer *l, void *state, const float *const *ins, c
     (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
     bool nearest = l->p.mode == UPSAMPLE_NEAREST;
-#pragma omp parallel for schedule(static) if (planes * oh * ow > CPU_PARALLEL_MIN)
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *src = ins[0] + pl * h * wd;
-        float *dst = out + pl * oh * ow;
-        for (int64_t y = 0; y < oh; y++) {
-            const float *r0 = src + s->y0[y] * wd, *r1 = src + s->y1[y] * wd;
-            float ly = s->ly[y];
-            if (nearest) {
-                for (int64_t x = 0; x < ow; x++)
-                    dst[y * ow + x] = r0[s->x0[x]];
-                continue;
+    CPU_OMP_IF(planes * oh * ow > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const float *src = ins[0] + pl * h * wd;
+            float *dst = out + pl * oh * ow;
+            for (int64_t y = 0; y < oh; y++) {
+                const float *r0 = src + s->y0[y] * wd, *r1 = src + s->y1[y] * wd;
+                float ly = s->ly[y];
+                if (nearest) {
+                    for (int64_t x = 0; x < ow; x++)
+                        dst[y * ow + x] = r0[s->x0[x]];
+                    continue;
+                }
+                for (int64_t x = 0; x < ow; x++) {
+                    float lx = s->lx[x];
+                    float top = r0[s->x0[x]] + lx * (r0[s->x1[x]] - r0[s->x0[x]]);
+                    float bot = r1[s->x0[x]] + lx * (r1[s->x1[x]] - r1[s->x0[x]]);
+                    dst[y * ow + x] = top + ly * (bot - top);
+                }
             }
-            for (int64_t x = 0; x < ow; x++) {
-                float lx = s->lx[x];
-                float top = r0[s->x0[x]] + lx * (r0[s->x1[x]] - r0[s->x0[x]]);
-                float bot = r1[s->x0[x]] + lx * (r1[s->x1[x]] - r1[s->x0[x]]);
-                dst[y * ow + x] = top + ly * (bot - top);
-            }
-        }
-    }
+        });
 }
 
 const cpu_kernel cpu_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free};
