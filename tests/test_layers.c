@@ -58,6 +58,7 @@ static void bn_noaffine(layer_params *p) { p->affine = false; }
 static void none(layer_params *p) { (void)p; }
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
+static void mp_2s2(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); }
 static void mp_ceil_pad(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 2, 3); PAIR(padding, 1, 1); p->ceil_mode = true; }
 static void mp_dil(layer_params *p) { PAIR(kernel, 3, 2); PAIR(stride, 1, 2); PAIR(dilation, 2, 2); PAIR(padding, 1, 1); }
 static void ap_pad(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
@@ -139,11 +140,14 @@ static const layer_case cases[] = {
     {"2x2 ceil_mode", LAYER_MAXPOOL2D, S4(2, 4, 7, 9), mp_ceil},
     {"3x2 s2x3 p1 ceil_mode", LAYER_MAXPOOL2D, S4(3, 2, 10, 13), mp_ceil_pad},
     {"3x3 s2 p1, parallel", LAYER_MAXPOOL2D, S4(2, 8, 57, 61), mp_3s2p1},
+    {"2x2 s2 odd sizes, parallel", LAYER_MAXPOOL2D, S4(2, 16, 33, 35), mp_2s2},
     {"dilation 2, 3x2 kernel", LAYER_MAXPOOL2D, S4(1, 5, 11, 10), mp_dil},
     {"3x3 s2 p1 count_include_pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_pad},
     {"3x3 s2 p1 exclude pad", LAYER_AVGPOOL2D, S4(2, 3, 11, 8), ap_nopad},
     {"3x2 s2x3 ceil_mode", LAYER_AVGPOOL2D, S4(3, 2, 10, 13), ap_ceil},
     {"to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 9, 7, 5), ad_1},
+    {"17x19 to 1x1, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(3, 70, 17, 19), ad_1},
+    {"112x112 to 1x1, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 112, 112), ad_1},
     {"7x5 to 3x2 (uneven windows)", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32},
     {"4x4 to 6x9 (overlapping)", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 4, 4), ad_up},
     {"rank 4", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_1},

@@ -1,6 +1,8 @@
 /* Pooling on the CPU: one output plane per iteration of a parallel loop; window
  * bounds are clipped once per output instead of testing every tap. */
 #include <math.h>
+#include <omp.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
@@ -23,28 +25,59 @@ static inline int64_t end_tap(int64_t start, int64_t dilation, int64_t size, int
     return clamp64(dilation == 1 ? room : (room + dilation - 1) / dilation, 0, kernel);
 }
 
-/* maxpool with dilation 1, one output row: the column maxima of the window's rows into
- * t (t[k] is input column k - padding; -inf outside the input), then the maxima of
- * kw-wide windows of t at the stride. Both loops vectorise. */
+/* maxpool with dilation 1, one plane: for each output row, the column maxima of the
+ * window's rows into t (t[k] is input column k - padding; -inf outside the input),
+ * then the maxima of kw-wide windows of t at the stride. Both loops vectorise; the
+ * usual windows (3 or 2 wide at stride 2, ResNet's and VGG's) get loops with the
+ * stride a constant, which the compiler turns into even/odd shuffles instead of
+ * gathers. One call per plane: the clone is chosen once, not once per row. */
 CPU_ISA_CLONES
-static void maxpool_row(const float *src, int64_t wd, int64_t rows, float *t, int64_t tlen, int64_t pad, int64_t kw,
-                        int64_t stride, float *dst, int64_t ow)
+static void maxpool_plane_rows(const float *src, int64_t h, int64_t wd, float *t, int64_t tlen, const layer_params *p,
+                               float *dst, int64_t oh, int64_t ow)
 {
+    int64_t pad = p->padding[1], kw = p->kernel[1], stride = p->stride[1];
     for (int64_t k = 0; k < tlen; k++)
         t[k] = -INFINITY;
     float *tc = t + pad;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *row = src + i * wd;
-#pragma omp simd
+    for (int64_t y = 0; y < oh; y++, dst += ow) {
+        int64_t y0 = y * p->stride[0] - p->padding[0];
+        int64_t i0 = first_tap(y0, 1), i1 = end_tap(y0, 1, h, p->kernel[0]);
+        if (i1 <= i0) { /* a window wholly in the padding (ceil_mode) */
+            for (int64_t x = 0; x < ow; x++)
+                dst[x] = -INFINITY;
+            continue;
+        }
+        const float *row = src + (y0 + i0) * wd;
         for (int64_t j = 0; j < wd; j++)
-            tc[j] = row[j] > tc[j] ? row[j] : tc[j];
-    }
+            tc[j] = row[j];
+        for (int64_t i = 1; i < i1 - i0; i++) {
+            row += wd;
 #pragma omp simd
-    for (int64_t x = 0; x < ow; x++) {
-        float m = t[x * stride];
-        for (int64_t k = 1; k < kw; k++)
-            m = t[x * stride + k] > m ? t[x * stride + k] : m;
-        dst[x] = m;
+            for (int64_t j = 0; j < wd; j++)
+                tc[j] = row[j] > tc[j] ? row[j] : tc[j];
+        }
+        if (stride == 2 && kw == 3) {
+#pragma omp simd
+            for (int64_t x = 0; x < ow; x++) {
+                float a = t[2 * x], b = t[2 * x + 1], c = t[2 * x + 2];
+                float m = b > a ? b : a;
+                dst[x] = c > m ? c : m;
+            }
+        } else if (stride == 2 && kw == 2) {
+#pragma omp simd
+            for (int64_t x = 0; x < ow; x++) {
+                float a = t[2 * x], b = t[2 * x + 1];
+                dst[x] = b > a ? b : a;
+            }
+        } else {
+#pragma omp simd
+            for (int64_t x = 0; x < ow; x++) {
+                float m = t[x * stride];
+                for (int64_t k = 1; k < kw; k++)
+                    m = t[x * stride + k] > m ? t[x * stride + k] : m;
+                dst[x] = m;
+            }
+        }
     }
 }
 
@@ -83,25 +116,20 @@ static void maxpool_run(const layer *l, void *state, const float *const *ins, co
     if (tlen < p->padding[1] + wd)
         tlen = p->padding[1] + wd;
     bool rows_path = p->dilation[0] == 1 && p->dilation[1] == 1 && tlen <= 8192;
-#pragma omp parallel if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
-    {
-        float t[rows_path ? tlen : 1];
-#pragma omp for schedule(static)
-        for (int64_t pl = 0; pl < planes; pl++) {
-            const float *src = in + pl * h * wd;
-            float *dst = out + pl * oh * ow;
-            if (!rows_path) {
-                maxpool_plane_taps(l, src, dst);
-                continue;
+    CPU_OMP_IF(planes * oh * ow > CPU_PARALLEL_MIN / 4, "omp parallel",
+        {
+            float t[rows_path ? tlen : 1];
+            _Pragma("omp for schedule(static)")
+            for (int64_t pl = 0; pl < planes; pl++) {
+                const float *src = in + pl * h * wd;
+                float *dst = out + pl * oh * ow;
+                if (!rows_path) {
+                    maxpool_plane_taps(l, src, dst);
+                    continue;
+                }
+                maxpool_plane_rows(src, h, wd, t, tlen, p, dst, oh, ow);
             }
-            for (int64_t y = 0; y < oh; y++) {
-                int64_t y0 = y * p->stride[0] - p->padding[0];
-                int64_t i0 = first_tap(y0, 1), i1 = end_tap(y0, 1, h, p->kernel[0]);
-                maxpool_row(src + (y0 + i0) * wd, wd, i1 - i0, t, tlen, p->padding[1], p->kernel[1], p->stride[1],
-                            dst + y * ow, ow);
-            }
-        }
-    }
+        });
 }
 
 static void avgpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
@@ -111,38 +139,87 @@ static void avgpool_run(const layer *l, void *state, const float *const *ins, co
     const layer_params *p = &l->p;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
-#pragma omp parallel for schedule(static) if (planes * oh * ow > CPU_PARALLEL_MIN / 4)
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *src = in + pl * h * wd;
-        float *dst = out + pl * oh * ow;
-        for (int64_t y = 0; y < oh; y++) {
-            int64_t ys = y * p->stride[0] - p->padding[0];
-            int64_t ye = ys + p->kernel[0] < h + p->padding[0] ? ys + p->kernel[0] : h + p->padding[0];
-            int64_t pad_h = ye - ys, y0 = clamp64(ys, 0, h), y1 = clamp64(ye, 0, h);
-            for (int64_t x = 0; x < ow; x++) {
-                int64_t xs = x * p->stride[1] - p->padding[1];
-                int64_t xe = xs + p->kernel[1] < wd + p->padding[1] ? xs + p->kernel[1] : wd + p->padding[1];
-                int64_t pad_w = xe - xs, x0 = clamp64(xs, 0, wd), x1 = clamp64(xe, 0, wd);
-                float sum = 0.0f;
-                for (int64_t iy = y0; iy < y1; iy++)
-                    for (int64_t ix = x0; ix < x1; ix++)
-                        sum += src[iy * wd + ix];
-                int64_t div = p->count_include_pad ? pad_h * pad_w : (y1 - y0) * (x1 - x0);
-                dst[y * ow + x] = div ? sum / (float)div : 0.0f;
+    CPU_OMP_IF(planes * oh * ow > CPU_PARALLEL_MIN / 4, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const float *src = in + pl * h * wd;
+            float *dst = out + pl * oh * ow;
+            for (int64_t y = 0; y < oh; y++) {
+                int64_t ys = y * p->stride[0] - p->padding[0];
+                int64_t ye = ys + p->kernel[0] < h + p->padding[0] ? ys + p->kernel[0] : h + p->padding[0];
+                int64_t pad_h = ye - ys, y0 = clamp64(ys, 0, h), y1 = clamp64(ye, 0, h);
+                for (int64_t x = 0; x < ow; x++) {
+                    int64_t xs = x * p->stride[1] - p->padding[1];
+                    int64_t xe = xs + p->kernel[1] < wd + p->padding[1] ? xs + p->kernel[1] : wd + p->padding[1];
+                    int64_t pad_w = xe - xs, x0 = clamp64(xs, 0, wd), x1 = clamp64(xe, 0, wd);
+                    float sum = 0.0f;
+                    for (int64_t iy = y0; iy < y1; iy++)
+                        for (int64_t ix = x0; ix < x1; ix++)
+                            sum += src[iy * wd + ix];
+                    int64_t div = p->count_include_pad ? pad_h * pad_w : (y1 - y0) * (x1 - x0);
+                    dst[y * ow + x] = div ? sum / (float)div : 0.0f;
+                }
             }
-        }
-    }
+        });
 }
 
-/* The sum of n floats, in double. */
-CPU_ISA_CLONES
-static double row_sum(const float *x, int64_t n)
+/* Sixteen floats as one GCC vector: each clone lowers it to its widest registers
+ * (one zmm, two ymm, four xmm). */
+typedef float v16f __attribute__((vector_size(64)));
+
+/* The sum of n floats: 16 float lanes over blocks of 256 (16 terms per lane), the lanes
+ * added pairwise, the blocks summed in double (a global pool of a 112x112 map sums
+ * 12544 values, and one float sum drifts past 1e-6 of the mean). Written with a vector
+ * type because `omp simd reduction` on floats keeps the lanes' order and adds them one
+ * by one, which on a 7x7 map costs more than the loads. */
+static inline double row_sum(const float *x, int64_t n)
 {
     double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++)
-        s += x[i];
+    for (int64_t b = 0; b < n; b += 256) {
+        int64_t e = n - b < 256 ? n - b : 256, i = 0;
+        v16f acc = {0};
+        for (; i + 16 <= e; i += 16) {
+            v16f v;
+            memcpy(&v, x + b + i, sizeof v);
+            acc += v;
+        }
+        float tail = 0.0f;
+        for (; i < e; i++)
+            tail += x[b + i];
+        v16f h8 = acc + __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+        v16f h4 = h8 + __builtin_shufflevector(h8, h8, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+        s += (double)((h4[0] + h4[2]) + (h4[1] + h4[3])) + (double)tail;
+    }
     return s;
+}
+
+/* The global average of planes [p0, p1) of hw floats each: one call for the lot, so
+ * a small map (ResNet's 7x7) pays the clone's dispatch once, not once per plane. */
+CPU_ISA_CLONES
+static void global_average(const float *src, int64_t hw, int64_t p0, int64_t p1, float *dst)
+{
+    for (int64_t pl = p0; pl < p1; pl++)
+        dst[pl] = (float)(row_sum(src + pl * hw, hw) / (double)hw);
+}
+
+/* One plane of an adaptive pool with windows of several sizes. */
+CPU_ISA_CLONES
+static void adaptive_plane(const float *src, int64_t h, int64_t wd, float *dst, int64_t oh, int64_t ow)
+{
+    for (int64_t y = 0; y < oh; y++) {
+        int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+        for (int64_t x = 0; x < ow; x++) {
+            int64_t x0 = x * wd / ow, x1 = ((x + 1) * wd + ow - 1) / ow;
+            /* in double: a global pool of a 112x112 map sums 12544 values, and a
+             * float sum drifts past 1e-6 of the mean */
+            double sum = 0.0;
+            if (x0 == 0 && x1 == wd) /* whole rows: one contiguous run */
+                sum = row_sum(src + y0 * wd, (y1 - y0) * wd);
+            else
+                for (int64_t iy = y0; iy < y1; iy++)
+                    sum += row_sum(src + iy * wd + x0, x1 - x0);
+            dst[y * ow + x] = (float)(sum / (double)((y1 - y0) * (x1 - x0)));
+        }
+    }
 }
 
 static void adaptive_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
@@ -151,26 +228,17 @@ static void adaptive_run(const layer *l, void *state, const float *const *ins, c
     (void)state, (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
     int64_t oh = l->out.d[2], ow = l->out.d[3];
-#pragma omp parallel for schedule(static) if (planes * h * wd > CPU_PARALLEL_MIN)
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *src = in + pl * h * wd;
-        float *dst = out + pl * oh * ow;
-        for (int64_t y = 0; y < oh; y++) {
-            int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
-            for (int64_t x = 0; x < ow; x++) {
-                int64_t x0 = x * wd / ow, x1 = ((x + 1) * wd + ow - 1) / ow;
-                /* in double: a global pool of a 112x112 map sums 12544 values, and a
-                 * float sum drifts past 1e-6 of the mean */
-                double sum = 0.0;
-                if (x0 == 0 && x1 == wd) /* whole rows: one contiguous run */
-                    sum = row_sum(src + y0 * wd, (y1 - y0) * wd);
-                else
-                    for (int64_t iy = y0; iy < y1; iy++)
-                        sum += row_sum(src + iy * wd + x0, x1 - x0);
-                dst[y * ow + x] = (float)(sum / (double)((y1 - y0) * (x1 - x0)));
-            }
-        }
+    if (oh == 1 && ow == 1) { /* global: each thread one run of planes */
+        CPU_OMP_IF(planes * h * wd > CPU_PARALLEL_MIN, "omp parallel",
+            {
+                int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+                global_average(in, h * wd, planes * t / nt, planes * (t + 1) / nt, out);
+            });
+        return;
     }
+    CPU_OMP_IF(planes * h * wd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < planes; pl++)
+            adaptive_plane(in + pl * h * wd, h, wd, out + pl * oh * ow, oh, ow););
 }
 
 const cpu_kernel cpu_maxpool2d_kernel = {.run = maxpool_run, .impl = "direct"};
