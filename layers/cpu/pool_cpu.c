@@ -1,7 +1,6 @@
 /* Pooling on the CPU: one output plane per iteration of a parallel loop; window
  * bounds are clipped once per output instead of testing every tap. */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -209,9 +208,7 @@ static void adaptive_plane(const float *src, int64_t h, int64_t wd, float *dst, 
         int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
         for (int64_t x = 0; x < ow; x++) {
             int64_t x0 = x * wd / ow, x1 = ((x + 1) * wd + ow - 1) / ow;
-            /* in double: a global pool of a 112x112 map sums 12544 values, and a
-             * float sum drifts past 1e-6 of the mean */
-            double sum = 0.0;
+            double sum = 0.0; /* row_sum says why double */
             if (x0 == 0 && x1 == wd) /* whole rows: one contiguous run */
                 sum = row_sum(src + y0 * wd, (y1 - y0) * wd);
             else
@@ -231,8 +228,9 @@ static void adaptive_run(const layer *l, void *state, const float *const *ins, c
     if (oh == 1 && ow == 1) { /* global: each thread one run of planes */
         CPU_OMP_IF(planes * h * wd > CPU_PARALLEL_MIN, "omp parallel",
             {
-                int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-                global_average(in, h * wd, planes * t / nt, planes * (t + 1) / nt, out);
+                int64_t lo, hi;
+                cpu_thread_span(planes, &lo, &hi);
+                global_average(in, h * wd, lo, hi, out);
             });
         return;
     }
