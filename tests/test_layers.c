@@ -446,7 +446,8 @@ int main(int argc, char **argv)
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search
          * above keeps whichever was fastest), then the rule (--algo heuristic) */
-        static const char *const algos[] = {"im2col", "gemm-1x1", "winograd", "winograd:1", "winograd:0", "chunked:1", "chunked:4",
+        static const char *const algos[] = {"im2col", "gemm-1x1", "winograd", "winograd:1", "winograd:0", "winograd4", "winograd4:1",
+                                            "winograd4:0", "chunked:1", "chunked:4",
                                             "batched:1", "batched:2", "batched:3", "tiles:1", "tiles:100", "tiles^T:1",
                                             "tiles^T:100", "direct", "direct^T", ""};
         for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {

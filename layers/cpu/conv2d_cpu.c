@@ -9,8 +9,8 @@
  *  - batched:    small outputs (under CONV_MIN_GEMM_N pixels) at batch > 1: several
  *                samples are unfolded side by side so one GEMM gets a useful width
  *                (ResNet's 7x7 maps give N = 49 per sample), then scattered to NCHW.
- *  - winograd:   3x3 stride 1, one group: F(2x2, 3x3) (winograd_cpu.c), in chunks of
- *                tiles per thread; a search candidate only (never the rule).
+ *  - winograd:   3x3 stride 1, one group: F(2x2, 3x3) and F(4x4, 3x3) (winograd_cpu.c),
+ *                in chunks of tiles per thread; search candidates only (never the rule).
  *  - chunked:    im2col + GEMM per thread on chunks of output rows (of one group of one
  *                sample) whose unfolded input stays in its L2, OpenBLAS on one thread;
  *                a search candidate only.
@@ -38,12 +38,13 @@ typedef enum {
     CONV_TILES,  /* im2col + the register-tiled kernel, pixels along the vectors */
     CONV_TILES_T, /* the same with output channels along the vectors */
     CONV_DIRECT,  /* the kernel on the zero-padded input itself, pixels along the vectors */
-    CONV_DIRECT_T /* the same with output channels along the vectors */
+    CONV_DIRECT_T, /* the same with output channels along the vectors */
+    CONV_WINOGRAD4 /* Winograd F(4x4, 3x3); CONV_WINOGRAD is F(2x2, 3x3) */
 } conv_path;
 
 typedef struct conv_state {
     conv_path path;
-    int64_t samples;  /* batched: samples per GEMM; winograd: KiB of tiles per chunk; chunked: output rows
+    int64_t samples;  /* batched: samples per GEMM; winograd(4): KiB of tiles per chunk; chunked: output rows
                          per chunk */
     float *col;       /* im2col workspace: K x samples*OH*OW floats (chunked: K x rows*OW per thread) */
     float *tmp;       /* batched: GEMM result, OC/groups x samples*OH*OW */
@@ -72,7 +73,7 @@ typedef struct conv_state {
 /* Winograd's chunk sizes the search tries, KiB of transformed tiles per thread: about a
  * core's L2, and larger chunks for wide layers on small maps (512 channels at 7x7 get
  * 16 tiles per 1 MiB chunk, a narrow GEMM); 0, the whole batch in one chunk with the 16
- * GEMMs split between the threads, is tried too. */
+ * or 36 GEMMs split between the threads, is tried too. */
 static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
 /* The tiled paths' k block: a 14x32 tile's operands of one block, 256 x (14 + 32)
  * floats, stay in L1. */
@@ -80,6 +81,12 @@ static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
 /* The chunked path's unfolded input per thread, KiB: candidates. */
 static const int64_t chunked_kib[] = {512, 2048};
 
+
+/* Outputs per Winograd tile side of a Winograd path. */
+static int winograd_m(conv_path p)
+{
+    return p == CONV_WINOGRAD4 ? 4 : 2;
+}
 
 static void conv_free(void *state)
 {
@@ -308,9 +315,9 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         conv_free(s);
         return NULL;
     }
-    if (s->path == CONV_WINOGRAD) {
-        *workspace_bytes = cpu_winograd_bytes(l, s->samples << 10);
-        if (!(s->wg = cpu_winograd_new(l, w, s->samples << 10))) {
+    if (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) {
+        *workspace_bytes = cpu_winograd_bytes(l, winograd_m(s->path), s->samples << 10);
+        if (!(s->wg = cpu_winograd_new(l, w, winograd_m(s->path), s->samples << 10))) {
             conv_free(s);
             return NULL;
         }
@@ -321,7 +328,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
 /* Every algorithm that applies, the rule's first: samples one at a time (the direct
  * 1x1 GEMM or im2col), and for maps small enough that a GEMM per sample is narrow,
  * 1, 2, 4, ... samples per GEMM up to the batch, within the workspace limit. */
-#define CONV_MAX_CANDIDATES 16
+#define CONV_MAX_CANDIDATES 24
 #define CONV_SEARCH_MAX_N 4096
 
 static void add_candidate(conv_algo *c, int *n, conv_algo a)
@@ -344,16 +351,22 @@ static int conv_candidates(const layer *l, conv_algo *c)
     /* chunked im2col, at each size that gives a different chunk */
     for (size_t k = 0; !is_pointwise(&l->p) && k < sizeof chunked_kib / sizeof *chunked_kib; k++)
         add_candidate(c, &n, (conv_algo){CONV_CHUNKED, chunk_rows(l, chunked_kib[k])});
-    /* Winograd, at each chunk size that gives a different chunk */
-    for (size_t k = 0; cpu_winograd_applies(l) && k < sizeof winograd_chunks_kib / sizeof *winograd_chunks_kib; k++) {
-        int64_t kib = winograd_chunks_kib[k];
-        if (k > 0 && cpu_winograd_tiles(l, kib << 10) == cpu_winograd_tiles(l, winograd_chunks_kib[k - 1] << 10))
-            break;
-        if (cpu_winograd_bytes(l, kib << 10) <= CONV_MAX_WINOGRAD_BYTES)
-            add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, kib});
+    /* Winograd F(2x2) and F(4x4), at each chunk size that gives a different chunk */
+    static const conv_path winograds[] = {CONV_WINOGRAD, CONV_WINOGRAD4};
+    for (size_t i = 0; cpu_winograd_applies(l) && i < sizeof winograds / sizeof *winograds; i++) {
+        conv_path wp = winograds[i];
+        int m = winograd_m(wp);
+        for (size_t k = 0; k < sizeof winograd_chunks_kib / sizeof *winograd_chunks_kib; k++) {
+            int64_t kib = winograd_chunks_kib[k];
+            if (k > 0 &&
+                cpu_winograd_tiles(l, m, kib << 10) == cpu_winograd_tiles(l, m, winograd_chunks_kib[k - 1] << 10))
+                break;
+            if (cpu_winograd_bytes(l, m, kib << 10) <= CONV_MAX_WINOGRAD_BYTES)
+                add_candidate(c, &n, (conv_algo){wp, kib});
+        }
+        if (cpu_winograd_bytes(l, m, 0) <= CONV_MAX_WINOGRAD_BYTES)
+            add_candidate(c, &n, (conv_algo){wp, 0});
     }
-    if (cpu_winograd_applies(l) && cpu_winograd_bytes(l, 0) <= CONV_MAX_WINOGRAD_BYTES)
-        add_candidate(c, &n, (conv_algo){CONV_WINOGRAD, 0});
     /* the tiled kernel, where it has vector registers: pixels along the vectors in
      * L2-sized chunks, or channels along them (small maps) */
     if (strcmp(cpu_pgemm_get()->isa, "generic") != 0) {
@@ -397,8 +410,8 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 }
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
- * "im2col", "gemm-1x1", "winograd" (chunks of 1 MiB), "winograd:KIB" (0: the whole
- * batch, GEMMs split), "chunked:ROWS", "batched:N", "tiles:ROWS", "tiles^T:ROWS",
+ * "im2col", "gemm-1x1", "winograd" (F(2x2), chunks of 1 MiB), "winograd:KIB" (0: the
+ * whole batch, GEMMs split), "winograd4" and "winograd4:KIB" (F(4x4)), "chunked:ROWS", "batched:N", "tiles:ROWS", "tiles^T:ROWS",
  * "direct" or "direct^T". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
@@ -414,6 +427,10 @@ static bool conv_forced(const layer *l, conv_algo *a)
         *a = (conv_algo){CONV_WINOGRAD, winograd_chunks_kib[0]};
     else if (sscanf(e, "winograd:%lld", &n) == 1 && n >= 0 && cpu_winograd_applies(l))
         *a = (conv_algo){CONV_WINOGRAD, (int64_t)n};
+    else if (strcmp(e, "winograd4") == 0 && cpu_winograd_applies(l))
+        *a = (conv_algo){CONV_WINOGRAD4, winograd_chunks_kib[0]};
+    else if (sscanf(e, "winograd4:%lld", &n) == 1 && n >= 0 && cpu_winograd_applies(l))
+        *a = (conv_algo){CONV_WINOGRAD4, (int64_t)n};
     else if (strcmp(e, "direct") == 0 && direct_applies(l))
         *a = (conv_algo){CONV_DIRECT, 0};
     else if (strcmp(e, "direct^T") == 0 && direct_applies(l))
@@ -533,7 +550,8 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     if (!s)
         return BENCH_ERR_NOMEM;
     static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm",
-                                  "winograd F2x2/3x3", "im2col+sgemm per thread", "im2col+tiles", "im2col+tiles^T", "direct tiles", "direct tiles^T"};
+                                  "winograd F2x2/3x3", "im2col+sgemm per thread", "im2col+tiles", "im2col+tiles^T", "direct tiles", "direct tiles^T",
+                                  "winograd F4x4/3x3"};
     int64_t ohw = l->out.d[2] * l->out.d[3];
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
@@ -545,11 +563,11 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
                             s->g->nr, (long long)s->samples)
              : s->path == CONV_DIRECT || s->path == CONV_DIRECT_T
                  ? snprintf(impl, impl_len, "%s %s %dx%d", names[s->path], s->g->isa, s->g->mr, s->g->nr)
-             : s->path == CONV_WINOGRAD && s->samples == 0
+             : (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) && s->samples == 0
                  ? snprintf(impl, impl_len, "%s whole batch with GEMMs over threads", names[s->path])
-             : s->path == CONV_WINOGRAD
+             : s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4
                  ? snprintf(impl, impl_len, "%s x%lld-tile chunks", names[s->path],
-                            (long long)cpu_winograd_tiles(l, s->samples << 10))
+                            (long long)cpu_winograd_tiles(l, winograd_m(s->path), s->samples << 10))
                  : snprintf(impl, impl_len, "%s", names[s->path]);
     if (search && n > 1 && at >= 0 && (size_t)at < impl_len)
         snprintf(impl + at, impl_len - (size_t)at, " (fastest of %d)", n);
@@ -897,7 +915,7 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
         batched(l, s, in, w, bias, out);
         return;
     }
-    if (s->path == CONV_WINOGRAD) {
+    if (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) {
         cpu_winograd_run(l, s->wg, in, bias, out);
         return;
     }
