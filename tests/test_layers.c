@@ -69,6 +69,8 @@ static void ad_32(layer_params *p) { PAIR(output_size, 3, 2); }
 static void ad_up(layer_params *p) { PAIR(output_size, 6, 9); }
 static void lin(layer_params *p) { p->out_features = 11; }
 static void lin_nobias(layer_params *p) { p->out_features = 7; p->bias = false; }
+/* more rows, outputs and features than one tile and k block of the packed path */
+static void lin_wide(layer_params *p) { p->out_features = 45; }
 static void sm_last(layer_params *p) { p->dim = -1; }
 static void sm_2(layer_params *p) { p->dim = 2; }
 static void cat_2(layer_params *p) { p->dim = 2; }
@@ -156,6 +158,8 @@ static const layer_case cases[] = {
     {"p 0.5", LAYER_DROPOUT, S2(3, 29), none},
     {"batch 1 (gemv)", LAYER_LINEAR, S2(1, 37), lin},
     {"batch 3, no bias", LAYER_LINEAR, S2(3, 53), lin_nobias},
+    {"batch 20, 300 features (packed tiles)", LAYER_LINEAR, S2(20, 300), lin_wide},
+    {"batch 70 (sgemm)", LAYER_LINEAR, S2(70, 21), lin},
     {"tokens [N, S, F]", LAYER_LINEAR, S3(2, 5, 13), lin},
     {"tokens, batch 1, no bias", LAYER_LINEAR, S3(1, 9, 6), lin_nobias},
     {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},
@@ -464,7 +468,7 @@ int main(int argc, char **argv)
             backend_close(&b);
         }
         /* the tiled paths again with the lower ISAs' kernels (AVX2's 6x16 tile, the
-         * plain C loop), whatever this CPU has */
+         * plain C loop), whatever this CPU has, and linear's packed path once per ISA */
         static const char *const isas[] = {"avx2", "generic"}, *const tiled[] = {"tiles:3", "tiles^T:3", "direct", "direct^T"};
         for (size_t i = 0; i < sizeof isas / sizeof *isas; i++)
             for (size_t a = 0; a < sizeof tiled / sizeof *tiled; a++) {
@@ -475,9 +479,10 @@ int main(int argc, char **argv)
                     EXPECT(false, "the cpu backend reopens");
                     break;
                 }
-                printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s', LAYERBENCH_CPU_GEMM_ISA=%s\n", tiled[a], isas[i]);
+                printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s', LAYERBENCH_CPU_GEMM_ISA=%s%s\n", tiled[a], isas[i],
+                       a == 0 ? "; linear" : "");
                 for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-                    if (cases[c].kind == LAYER_CONV2D)
+                    if (cases[c].kind == LAYER_CONV2D || (a == 0 && cases[c].kind == LAYER_LINEAR))
                         run_case(&b, &cases[c], seed + c);
                 backend_close(&b);
             }
