@@ -149,7 +149,12 @@ static const layer_case cases[] = {
     {"3x2 s2x3 ceil_mode", LAYER_AVGPOOL2D, S4(3, 2, 10, 13), ap_ceil},
     {"to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 9, 7, 5), ad_1},
     {"17x19 to 1x1, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(3, 70, 17, 19), ad_1},
-    {"112x112 to 1x1, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 112, 112), ad_1},
+    /* small planes, 16 at a time: groups and a remainder per thread, planes of exactly
+     * one vector and of the largest size that path takes */
+    {"7x7 to 1x1, 16 planes at a time, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 701, 7, 7), ad_1},
+    {"4x4 to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 37, 4, 4), ad_1},
+    {"16x16 to 1x1", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 35, 16, 16), ad_1},
+    {"112x112 to 1x1, parallel", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 3, 112, 112), ad_1},
     {"7x5 to 3x2 (uneven windows)", LAYER_ADAPTIVE_AVGPOOL2D, S4(2, 4, 7, 5), ad_32},
     {"4x4 to 6x9 (overlapping)", LAYER_ADAPTIVE_AVGPOOL2D, S4(1, 3, 4, 4), ad_up},
     {"rank 4", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_1},
