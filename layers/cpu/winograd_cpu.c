@@ -14,9 +14,10 @@
  * but the input, the weights and the output goes through memory. Where the batch has
  * too few tiles for that (512 channels on 7x7 maps: 16 tiles at batch 1), chunk_bytes 0
  * keeps every tile in one chunk and splits the GEMMs between the threads instead. The
- * transforms are vectorised across tiles: a tile row's a input rows are padded into a
- * buffer, combined row-wise first (B^T), then column-wise with stride-m loads (B); the
- * output's a^2 rows of a tile row combine the same way (A^T, then A); both are compiled
+ * transforms are vectorised across tiles, all of a chunk's at once for each channel:
+ * each tile row's a input rows are padded into a buffer and combined row-wise (B^T),
+ * the tile rows side by side, then column-wise with stride-m loads (B); the output's
+ * a^2 rows combine in one loop over the chunk's tiles (A^T, then A); both are compiled
  * per ISA (CPU_ISA_CLONES).
  *
  * The rounding error is larger than the direct convolution's (the transforms add and
@@ -261,9 +262,9 @@ CPU_ISA_CLONES static void input_rows(int m, const float *in, int64_t c, int64_t
     }
 }
 
-/* F(2x2): A^T m A for one tile row, the 16 rows q[xi * stride + x] into two output rows
- * of 2 tw floats, plus bias. */
-static inline void tile_row_out2(const float *restrict q, int64_t stride, int64_t tw, float bias,
+/* F(2x2): A^T m A for tw tiles side by side, the 16 rows q[xi * stride + x] into two
+ * output rows of 2 tw floats, plus bias. */
+static inline void tiles_out2(const float *restrict q, int64_t stride, int64_t tw, float bias,
                                  float *restrict y0, float *restrict y1)
 {
     for (int64_t x = 0; x < tw; x++) {
@@ -278,9 +279,9 @@ static inline void tile_row_out2(const float *restrict q, int64_t stride, int64_
     }
 }
 
-/* F(4x4): the 36 rows into four output rows of 4 tw floats, plus bias. A^T's rows:
+/* F(4x4): the same from 36 rows into four output rows of 4 tw floats. A^T's rows:
  * (1 1 1 1 1 0), (0 1 -1 2 -2 0), (0 1 1 4 4 0), (0 1 -1 8 -8 1). */
-static inline void tile_row_out4(const float *restrict q, int64_t stride, int64_t tw, float bias,
+static inline void tiles_out4(const float *restrict q, int64_t stride, int64_t tw, float bias,
                                  float *restrict y0, float *restrict y1, float *restrict y2, float *restrict y3)
 {
     for (int64_t x = 0; x < tw; x++) {
@@ -309,13 +310,13 @@ CPU_ISA_CLONES static void output_rows(int m, const float *q, int64_t stride, in
                                        int64_t sample_step, float *rows)
 {
     int64_t nr = r1 - r0, tiles = nr * tw, pitch = m * tw;
-    float *y[4]; /* F(2x2) uses two (four rows of 2 tiles floats still fit in rows) */
+    float *y[4]; /* F(2x2) uses two (four rows of 2 * tiles floats still fit in rows) */
     for (int i = 0; i < 4; i++)
         y[i] = rows + i * m * tiles;
     if (m == 2)
-        tile_row_out2(q, stride, tiles, bias, y[0], y[1]);
+        tiles_out2(q, stride, tiles, bias, y[0], y[1]);
     else
-        tile_row_out4(q, stride, tiles, bias, y[0], y[1], y[2], y[3]);
+        tiles_out4(q, stride, tiles, bias, y[0], y[1], y[2], y[3]);
     for (int64_t rr = 0; rr < nr; rr++) {
         int64_t row = r0 + rr, ty = row % th;
         float *plane = out + (row / th) * sample_step;
