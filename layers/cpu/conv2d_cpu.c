@@ -411,8 +411,8 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
 
 /* LAYERBENCH_CPU_CONV_ALGO forces one algorithm where it applies (tests, experiments):
  * "im2col", "gemm-1x1", "winograd" (F(2x2), chunks of 1 MiB), "winograd:KIB" (0: the
- * whole batch, GEMMs split), "winograd4" and "winograd4:KIB" (F(4x4)), "chunked:ROWS", "batched:N", "tiles:ROWS", "tiles^T:ROWS",
- * "direct" or "direct^T". */
+ * whole batch, GEMMs split), "winograd4" and "winograd4:KIB" (F(4x4)), "chunked:ROWS",
+ * "batched:N", "tiles:ROWS", "tiles^T:ROWS", "direct" or "direct^T". */
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");
@@ -550,8 +550,8 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     if (!s)
         return BENCH_ERR_NOMEM;
     static const char *names[] = {"gemm-1x1", "depthwise-direct", "im2col+sgemm", "im2col+sgemm",
-                                  "winograd F2x2/3x3", "im2col+sgemm per thread", "im2col+tiles", "im2col+tiles^T", "direct tiles", "direct tiles^T",
-                                  "winograd F4x4/3x3"};
+                                  "winograd F2x2/3x3", "im2col+sgemm per thread", "im2col+tiles", "im2col+tiles^T",
+                                  "direct tiles", "direct tiles^T", "winograd F4x4/3x3"};
     int64_t ohw = l->out.d[2] * l->out.d[3];
     int at = s->path == CONV_BATCHED
                  ? snprintf(impl, impl_len, "im2col+sgemm%s x%lld sample%s", s->samples * ohw < CONV_TRANSPOSE_N ? "^T" : "",
