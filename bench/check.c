@@ -97,7 +97,147 @@ out:
     return r;
 }
 
-bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, FILE *out)
+/* The reference forward: the model's output from random input and weights drawn from
+ * seed (input first, then each layer's weights in order, as check_forward draws them),
+ * each layer's reference on its inputs' reference values; a value is freed after its
+ * last reader. NULL when out of memory. */
+static float *reference_forward(const model *m, uint64_t seed)
+{
+    int n = m->n_layers;
+    float **v = xcalloc((size_t)n + 1, sizeof *v), *w = NULL, *result = NULL;
+    int *last = xmalloc(((size_t)n + 1) * sizeof *last); /* the last layer reading each value */
+    for (int i = 0; i <= n; i++)
+        last[i] = -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++)
+            last[m->layers[i].inputs[k]] = i;
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    int64_t n_in = shape_numel(&m->input);
+    if (!(v[0] = bench_alloc_floats(n_in)))
+        goto out;
+    layer_fill_uniform(v[0], n_in, -1.0f, 1.0f, &rng);
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const layer_desc *d = layer_desc_get(l->kind);
+        const float *ins[LAYER_MAX_INPUTS];
+        if (l->n_weight_floats) {
+            if (!(w = bench_alloc_floats(l->n_weight_floats)))
+                goto out;
+            d->init_weights(l, w, &rng);
+        }
+        if (!(v[i + 1] = bench_alloc_floats(shape_numel(&l->out))))
+            goto out;
+        for (int k = 0; k < l->n_inputs; k++)
+            ins[k] = v[l->inputs[k]];
+        d->reference(l, ins, w, v[i + 1]);
+        free(w), w = NULL;
+        for (int k = 0; k < l->n_inputs; k++) /* an input read twice is freed once */
+            if (last[l->inputs[k]] == i && l->inputs[k] != n)
+                free(v[l->inputs[k]]), v[l->inputs[k]] = NULL;
+    }
+    result = v[n], v[n] = NULL;
+out:
+    for (int i = 0; i <= n; i++)
+        free(v[i]);
+    free(v), free(last), free(w);
+    return result;
+}
+
+check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref)
+{
+    const backend_ops *ops = b->ops;
+    int n = m->n_layers;
+    check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0};
+    float **dev = xcalloc((size_t)n + 1, sizeof *dev), **dw = xcalloc((size_t)n, sizeof *dw);
+    float *host_in = NULL, *w = NULL, *got = NULL;
+    void **states = xcalloc((size_t)n, sizeof *states);
+    int64_t n_in = shape_numel(&m->input), n_out = n ? shape_numel(&m->layers[n - 1].out) : n_in;
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    backend_clear_error(b);
+    for (int i = 0; i < n; i++)
+        r.tolerance += backend_tolerance(b, &m->layers[i]);
+    /* the same draws as reference_forward: the input, then each layer's weights */
+    if (!ref || !(host_in = bench_alloc_floats(n_in)) || !(got = bench_alloc_floats(n_out)))
+        goto out;
+    layer_fill_uniform(host_in, n_in, -1.0f, 1.0f, &rng);
+    if (!(dev[0] = backend_alloc_floats(b, n_in, host_in)))
+        goto out;
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const layer_desc *d = layer_desc_get(l->kind);
+        if (l->n_weight_floats) {
+            if (!(w = bench_alloc_floats(l->n_weight_floats)))
+                goto out;
+            d->init_weights(l, w, &rng);
+            dw[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+            free(w), w = NULL;
+            if (!dw[i])
+                goto out;
+        }
+        /* views share their input's buffer, as in the timed forward */
+        if (d->aliases_input)
+            dev[i + 1] = dev[model_storage_of(m, l->inputs[0])];
+        else if (!(dev[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL)))
+            goto out;
+        char impl[96];
+        int64_t ws;
+        if ((r.status = ops->layer_setup(b->ctx, l, dw[i], &states[i], impl, sizeof impl, &ws)) != BENCH_OK) {
+            states[i] = NULL;
+            goto out;
+        }
+        r.status = BENCH_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const float *args[LAYER_MAX_INPUTS];
+        for (int k = 0; k < l->n_inputs; k++)
+            args[k] = dev[l->inputs[k]];
+        ops->layer_run(b->ctx, states[i], args, dev[i + 1]);
+    }
+    if ((r.status = ops->sync(b->ctx)) != BENCH_OK ||
+        (r.status = ops->download(b->ctx, got, dev[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
+        goto out;
+    r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
+    r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
+out:
+    for (int i = 0; i < n; i++) {
+        if (states[i])
+            ops->layer_free(b->ctx, states[i]);
+        ops->release(b->ctx, dw[i]);
+        if (!layer_desc_get(m->layers[i].kind)->aliases_input)
+            ops->release(b->ctx, dev[i + 1]);
+    }
+    ops->release(b->ctx, dev[0]);
+    free(dev), free(dw), free(states), free(host_in), free(w), free(got);
+    return r;
+}
+
+/* One row of check_model's table; counts it. */
+static void check_row(FILE *out, const char *index, const char *name, const char *kind, const backend *b,
+                      check_result r, int *passed, int *failed, int *skipped, double *worst)
+{
+    const char *verdict = r.status == BENCH_OK                ? "ok"
+                          : r.status == BENCH_ERR_CHECK       ? "FAIL"
+                          : r.status == BENCH_ERR_UNSUPPORTED ? "skipped (unsupported)"
+                                                              : "ERROR";
+    if (r.status == BENCH_OK)
+        (*passed)++;
+    else if (r.status == BENCH_ERR_UNSUPPORTED)
+        (*skipped)++;
+    else
+        (*failed)++;
+    if (r.rel_err > *worst)
+        *worst = r.rel_err;
+    fprintf(out, "%4s  %-32.32s  %-18s  %-7s  %10.2e  %10.1e  %s", index, name, kind, b->ops->name, r.rel_err,
+            r.tolerance, verdict);
+    if (r.nonfinite)
+        fprintf(out, " (%lld non-finite outputs)", (long long)r.nonfinite);
+    fputc('\n', out);
+}
+
+bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, bool forward, FILE *out)
 {
     int failed = 0, skipped = 0, passed = 0;
     double worst = 0.0;
@@ -105,27 +245,18 @@ bench_status check_model(const model *m, const backend *bs, int n_backends, uint
             "Result");
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        for (int k = 0; k < n_backends; k++) {
-            check_result r = check_layer(l, &bs[k], seed + (uint64_t)i);
-            const char *verdict = r.status == BENCH_OK                ? "ok"
-                                  : r.status == BENCH_ERR_CHECK       ? "FAIL"
-                                  : r.status == BENCH_ERR_UNSUPPORTED ? "skipped (unsupported)"
-                                                                      : "ERROR";
-            if (r.status == BENCH_OK)
-                passed++;
-            else if (r.status == BENCH_ERR_UNSUPPORTED)
-                skipped++;
-            else
-                failed++;
-            if (r.rel_err > worst)
-                worst = r.rel_err;
-            fprintf(out, "%4d  %-32.32s  %-18s  %-7s  %10.2e  %10.1e  %s", i, l->name, layer_kind_name(l->kind),
-                    bs[k].ops->name, r.rel_err, r.tolerance, verdict);
-            if (r.nonfinite)
-                fprintf(out, " (%lld non-finite outputs)", (long long)r.nonfinite);
-            fputc('\n', out);
-        }
+        char index[16];
+        snprintf(index, sizeof index, "%d", i);
+        for (int k = 0; k < n_backends; k++)
+            check_row(out, index, l->name, layer_kind_name(l->kind), &bs[k], check_layer(l, &bs[k], seed + (uint64_t)i),
+                      &passed, &failed, &skipped, &worst);
     }
+    /* the chained forward: every layer on the previous ones' outputs */
+    float *ref = forward ? reference_forward(m, seed) : NULL;
+    for (int k = 0; forward && k < n_backends; k++)
+        check_row(out, "-", "forward (chained, model output)", "model", &bs[k], check_forward(m, &bs[k], seed, ref),
+                  &passed, &failed, &skipped, &worst);
+    free(ref);
     fprintf(out, "\nworst relative error %.2e; %d passed, %d failed, %d skipped\n", worst, passed, failed, skipped);
     return failed ? BENCH_ERR_CHECK : BENCH_OK;
 }

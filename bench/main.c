@@ -26,7 +26,8 @@ static const char usage_text[] =
     "                  table, tables grouped by input shape and by kind, and a summary\n"
     "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV\n"
     "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
-    "  check CONFIG    compare every layer on every backend with the plain-C reference\n"
+    "  check CONFIG    compare every layer on every backend with the plain-C reference, then\n"
+    "                  the chained forward's output with the reference forward's\n"
     "  compare BASE.csv NEW.csv\n"
     "                  per row: both medians, the change and a verdict, SLOWER, FASTER or SAME,\n"
     "                  that takes both rows' confidence intervals into account; exit 1 when\n"
@@ -86,6 +87,8 @@ static const char usage_text[] =
     "  --no-peaks        run, sweep: skip measuring the machine's ceilings (a large matrix\n"
     "                    product and a memory stream, about 0.3 s per backend), and with\n"
     "                    them the roofline columns\n"
+    "  --no-forward      check: skip the chained forward's check (it costs one more reference\n"
+    "                    forward, as long as checking every layer once)\n"
     "  --no-progress     do not show the running layer on stderr\n"
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
@@ -110,6 +113,7 @@ typedef struct cli {
     bool algo_heuristic;
     bool resume;
     bool no_peaks;           /* --no-peaks */
+    bool no_forward;         /* check --no-forward */
     const char *mode;        /* --mode as given */
     const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
     double threshold;        /* compare: fraction */
@@ -174,7 +178,8 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS };
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
+       OPT_NO_FORWARD };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -199,6 +204,7 @@ static const struct option long_opts[] = {
     {"sort", required_argument, NULL, OPT_SORT},
     {"top", required_argument, NULL, OPT_TOP},
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
+    {"no-forward", no_argument, NULL, OPT_NO_FORWARD},
     {"tf32", no_argument, NULL, OPT_TF32},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"resume", no_argument, NULL, OPT_RESUME},
@@ -321,6 +327,7 @@ static int parse_cli(int argc, char **argv, cli *c)
         case OPT_TF32: c->tf32 = true; break;
         case OPT_RESUME: c->resume = true; break;
         case OPT_NO_PEAKS: c->no_peaks = true; break;
+        case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ALGO:
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return usage_error("--algo expects search or heuristic, got '%s'", optarg);
@@ -485,7 +492,7 @@ static int cmd_check(const cli *c, int64_t batch)
         return 2;
     }
     printf("%s: batch %lld, seed %llu\n\n", m->name, (long long)m->batch, (unsigned long long)c->mo.seed);
-    bench_status st = check_model(m, bs, nb, c->mo.seed, stdout);
+    bench_status st = check_model(m, bs, nb, c->mo.seed, !c->no_forward, stdout);
     close_backends(bs, nb, skipped);
     model_free(m);
     return bench_exit_code(st);

@@ -14,3 +14,14 @@ FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0
 # one sample per row: only that every row runs
 QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
+# bench check's options for config $1, whose chained forward it checks or not (the
+# reference forward costs as much as checking every layer): FORWARD=most (the default)
+# every config's but VGG-16's (a plain chain, nothing to wire wrong, the costliest
+# reference: 25 s) and ViT-B/16's (BERT's covers the transformer kinds: 15 s);
+# FORWARD=few (the sanitizer build) ResNet-18's and the smoke config's only
+check_opts() {
+  case "${FORWARD:-most}:$(basename "$1" .yaml)" in
+    *:resnet18 | *:smoke) ;;
+    most:vgg16 | most:vit_b_16 | few:*) echo --no-forward ;;
+  esac
+}

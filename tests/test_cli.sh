@@ -65,8 +65,8 @@ expect 2 "needs .* but only .* is available" -- "$BENCH" sweep "$R18" --batch 1,
 expect 0 "Totals: 11689512 params, 1814073344 MACs" -- "$BENCH" list "$R18"
 expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 # docs/config.md's examples (squeeze-and-excitation, Inception branches, a U-Net step) are valid and correct
-expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
-expect 0 "8 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
+expect 0 "19 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
+expect 0 "9 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
 [ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
@@ -202,9 +202,11 @@ expect 2 "smoke.yaml:[0-9]+: " -- "$BENCH" compare "$T/run.csv" "$SMOKE"
 expect 2 "is not a layerbench results CSV: it has no .model. column" -- "$BENCH" compare "$T/run.csv" "$SRC/tests/data/not_results.csv"
 expect 2 "--format expects text or md" -- "$BENCH" compare "$T/run.csv" "$T/run.csv" --format html
 
-# check: every layer against the reference
-expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE"
-expect 0 "69 passed, 0 failed" -- "$BENCH" check "$R18"
+# check: every layer against the reference, then the chained forward's output
+expect 0 "19 passed, 0 failed" -- "$BENCH" check "$SMOKE"
+expect 0 "70 passed, 0 failed" -- "$BENCH" check "$R18"
+expect 0 "forward \(chained, model output\) +model +cpu .* ok" -- "$BENCH" check "$R18" --batch 2
+expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE" --no-forward
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

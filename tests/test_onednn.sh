@@ -2,14 +2,15 @@
 # The onednn backend end to end (built where oneDNN was found): bench check of every
 # shipped config against the plain-C reference, a quick run whose rows name oneDNN's
 # implementations, --backend all opening it beside cpu, and its JSON context.
-# usage: test_onednn.sh BENCH SOURCE_DIR
+# usage: test_onednn.sh BENCH SOURCE_DIR [most|few: as test_zoo.sh]
 set -u
 BENCH=$1
 SRC=$2
+FORWARD=${3:-most}
 . "$SRC/tests/common.sh"
 for cfg in "$SRC"/configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
-  out=$("$BENCH" check "$cfg" --backend onednn 2>&1) && grep -q " 0 failed, 0 skipped" <<<"$out" && ok ||
+  out=$("$BENCH" check "$cfg" --backend onednn $(check_opts "$cfg") 2>&1) && grep -q " 0 failed, 0 skipped" <<<"$out" && ok ||
     bad "check $name on onednn: $(tail -3 <<<"$out")"
 done
 R18=$SRC/configs/resnet18.yaml

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Every shipped config end to end on the CPU: bench check (every layer against the
-# plain-C reference) and a quick bench run at batch 1 (and 8 for the smaller ones):
-# every row timed or a view, the chained forward timed. Their layer tables are checked
-# against torch's in tests/test_config.c.
-# usage: test_zoo.sh BENCH SOURCE_DIR
+# Every shipped config end to end on the CPU: bench check (every layer, and the chained
+# forward's output, against the plain-C reference) and a quick bench run at batch 1 (and
+# 8 for the smaller ones): every row timed or a view, the chained forward timed. Their
+# layer tables are checked against torch's in tests/test_config.c.
+# usage: test_zoo.sh BENCH SOURCE_DIR [most|few: the configs whose chained forward bench
+# check checks, common.sh's check_opts]
 set -u
 BENCH=$1
 SRC=$2
+FORWARD=${3:-most}
 . "$SRC/tests/common.sh"
 for cfg in "$SRC"/configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
-  out=$("$BENCH" check "$cfg" 2>&1) && grep -q " 0 failed" <<<"$out" && ok || bad "check $name: $(tail -3 <<<"$out")"
+  out=$("$BENCH" check "$cfg" $(check_opts "$cfg") 2>&1) && grep -q " 0 failed" <<<"$out" && ok ||
+    bad "check $name: $(tail -3 <<<"$out")"
   batches="1"
   case "$name" in vgg16 | resnet50 | densenet121 | vit_b_16 | bert_base) ;; *) batches="1 8" ;; esac
   for b in $batches; do
