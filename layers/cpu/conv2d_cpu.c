@@ -82,10 +82,10 @@ static const int64_t winograd_chunks_kib[] = {1024, 4096, 16384};
 static const int64_t chunked_kib[] = {512, 2048};
 
 
-/* Outputs per Winograd tile side of a Winograd path. */
+/* Outputs per Winograd tile side of a Winograd path; 0 for the other paths. */
 static int winograd_m(conv_path p)
 {
-    return p == CONV_WINOGRAD4 ? 4 : 2;
+    return p == CONV_WINOGRAD4 ? 4 : p == CONV_WINOGRAD ? 2 : 0;
 }
 
 static void conv_free(void *state)
@@ -315,7 +315,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         conv_free(s);
         return NULL;
     }
-    if (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) {
+    if (winograd_m(s->path)) {
         *workspace_bytes = cpu_winograd_bytes(l, winograd_m(s->path), s->samples << 10);
         if (!(s->wg = cpu_winograd_new(l, w, winograd_m(s->path), s->samples << 10))) {
             conv_free(s);
@@ -563,9 +563,9 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
                             s->g->nr, (long long)s->samples)
              : s->path == CONV_DIRECT || s->path == CONV_DIRECT_T
                  ? snprintf(impl, impl_len, "%s %s %dx%d", names[s->path], s->g->isa, s->g->mr, s->g->nr)
-             : (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) && s->samples == 0
+             : winograd_m(s->path) && s->samples == 0
                  ? snprintf(impl, impl_len, "%s whole batch with GEMMs over threads", names[s->path])
-             : s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4
+             : winograd_m(s->path)
                  ? snprintf(impl, impl_len, "%s x%lld-tile chunks", names[s->path],
                             (long long)cpu_winograd_tiles(l, winograd_m(s->path), s->samples << 10))
                  : snprintf(impl, impl_len, "%s", names[s->path]);
@@ -915,7 +915,7 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
         batched(l, s, in, w, bias, out);
         return;
     }
-    if (s->path == CONV_WINOGRAD || s->path == CONV_WINOGRAD4) {
+    if (winograd_m(s->path)) {
         cpu_winograd_run(l, s->wg, in, bias, out);
         return;
     }

@@ -170,20 +170,29 @@ typedef float v16f __attribute__((vector_size(64)));
  * 12544 values, and one float sum drifts past 1e-6 of the mean). Written with a vector
  * type because `omp simd reduction` on floats keeps the lanes' order and adds them one
  * by one, which on a 7x7 map costs more than the loads. */
+/* n floats into 16 lane sums (*acc) and the sum of those past the last full vector. */
+static inline void lane_sums(const float *x, int64_t n, v16f *acc, float *tail)
+{
+    v16f a = {0};
+    float t = 0.0f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v;
+        memcpy(&v, x + i, sizeof v);
+        a += v;
+    }
+    for (; i < n; i++)
+        t += x[i];
+    *acc = a, *tail = t;
+}
+
 static inline double row_sum(const float *x, int64_t n)
 {
     double s = 0.0;
     for (int64_t b = 0; b < n; b += 256) {
-        int64_t e = n - b < 256 ? n - b : 256, i = 0;
-        v16f acc = {0};
-        for (; i + 16 <= e; i += 16) {
-            v16f v;
-            memcpy(&v, x + b + i, sizeof v);
-            acc += v;
-        }
-        float tail = 0.0f;
-        for (; i < e; i++)
-            tail += x[b + i];
+        v16f acc;
+        float tail;
+        lane_sums(x + b, n - b < 256 ? n - b : 256, &acc, &tail);
         v16f h8 = acc + __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
         v16f h4 = h8 + __builtin_shufflevector(h8, h8, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
         s += (double)((h4[0] + h4[2]) + (h4[1] + h4[3])) + (double)tail;
@@ -227,19 +236,11 @@ static void global_average(const float *src, int64_t hw, int64_t p0, int64_t p1,
     if (hw <= GLOBAL_SMALL_PLANE) {
         float inv = 1.0f / (float)hw;
         for (; pl + 16 <= p1; pl += 16) {
-            v16f acc[16], tails = {0}; /* the floats past the last full vector, per plane */
+            v16f acc[16], tails; /* the floats past the last full vector, per plane */
             for (int q = 0; q < 16; q++) {
-                const float *x = src + (pl + q) * hw;
-                v16f a = {0};
-                int64_t i = 0;
-                for (; i + 16 <= hw; i += 16) {
-                    v16f v;
-                    memcpy(&v, x + i, sizeof v);
-                    a += v;
-                }
-                for (; i < hw; i++)
-                    tails[q] += x[i];
-                acc[q] = a;
+                float t;
+                lane_sums(src + (pl + q) * hw, hw, &acc[q], &t);
+                tails[q] = t;
             }
             sum16(acc);
             v16f mean = (acc[0] + tails) * inv;

@@ -77,6 +77,13 @@ static void plan(const layer *l, int m, int64_t chunk_bytes, int threads, int64_
     *work_floats = a2 * (c + k) * *chunk_rows * *tw + (chunk_bytes == 0 ? 0 : row_floats(m, *tw, *chunk_rows));
 }
 
+/* The floats of the whole work area: per thread V, M and rows, or (whole) one V and M
+ * and each thread's rows. */
+static int64_t work_total(bool whole, int threads, int m, int64_t tw, int64_t chunk_rows, int64_t work_floats)
+{
+    return whole ? work_floats + (int64_t)threads * row_floats(m, tw, chunk_rows) : (int64_t)threads * work_floats;
+}
+
 int64_t cpu_winograd_tiles(const layer *l, int m, int64_t chunk_bytes)
 {
     int64_t th, tw, rows, work;
@@ -89,9 +96,8 @@ int64_t cpu_winograd_bytes(const layer *l, int m, int64_t chunk_bytes)
     int threads = omp_get_max_threads();
     int64_t th, tw, rows, work;
     plan(l, m, chunk_bytes, threads, &th, &tw, &rows, &work);
-    int64_t rowbufs = (int64_t)threads * row_floats(m, tw, rows);
     return 4 * ((m + 2) * (m + 2) * l->p.out_channels * l->in.d[1] +
-                (chunk_bytes == 0 ? work + rowbufs : threads * work));
+                work_total(chunk_bytes == 0, threads, m, tw, rows, work));
 }
 
 void cpu_winograd_free(cpu_winograd *wg)
@@ -142,8 +148,7 @@ cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int m, int64_t ch
     wg->chunk = wg->chunk_rows * wg->tw;
     wg->whole = chunk_bytes == 0;
     wg->u = bench_alloc_floats(a2 * k * c);
-    wg->work = bench_alloc_floats(wg->whole ? wg->work_floats + (int64_t)wg->threads * row_floats(m, wg->tw, wg->chunk_rows)
-                                            : (int64_t)wg->threads * wg->work_floats);
+    wg->work = bench_alloc_floats(work_total(wg->whole, wg->threads, m, wg->tw, wg->chunk_rows, wg->work_floats));
     if (!wg->u || !wg->work) {
         cpu_winograd_free(wg);
         return NULL;
@@ -203,6 +208,15 @@ static inline void row_b4(const float *restrict s, float *restrict o0, float *re
     }
 }
 
+/* (B^T d) B of n tiles along the transformed row s into the a rows o + j * stride. */
+static inline void row_b(int m, const float *s, float *o, int64_t stride, int64_t n)
+{
+    if (m == 2)
+        row_b2(s, o, o + stride, o + 2 * stride, o + 3 * stride, n);
+    else
+        row_b4(s, o, o + stride, o + 2 * stride, o + 3 * stride, o + 4 * stride, o + 5 * stride, n);
+}
+
 /* Channel ci's tile rows [r0, r1) of the batch (row r: sample r / th, tile row r % th)
  * into a^2 rows of (r1 - r0) tw tiles at v + xi * stride. Each tile row's a input rows
  * are padded and combined (B^T) into the transformed rows, the tile rows side by side,
@@ -220,17 +234,17 @@ CPU_ISA_CLONES static void input_rows(int m, const float *in, int64_t c, int64_t
     for (int r = 0; r < a; r++)
         d[r] = rows + r * wp, t[r] = rows + a * wp + r * tlen;
     int64_t x0 = pw, x1 = pw + w < wp ? pw + w : wp; /* padded columns [x0, x1) hold the input */
+    for (int r = 0; r < a; r++) /* the padding columns, zero for every tile row */
+        memset(d[r], 0, (size_t)x0 * sizeof(float)), memset(d[r] + x1, 0, (size_t)(wp - x1) * sizeof(float));
     for (int64_t rr = 0; rr < nr; rr++) {
         int64_t row = r0 + rr, ty = row % th;
         const float *plane = in + ((row / th) * c + ci) * h * w;
         for (int r = 0; r < a; r++) {
             int64_t iy = m * ty - ph + r;
-            memset(d[r], 0, (size_t)x0 * sizeof(float));
             if (iy < 0 || iy >= h)
                 memset(d[r] + x0, 0, (size_t)(x1 - x0) * sizeof(float));
             else
                 memcpy(d[r] + x0, plane + iy * w, (size_t)(x1 - x0) * sizeof(float));
-            memset(d[r] + x1, 0, (size_t)(wp - x1) * sizeof(float));
         }
         int64_t at = rr * pitch; /* this row's last 2 columns land on the next row's first 2 */
         if (m == 2)
@@ -243,29 +257,21 @@ CPU_ISA_CLONES static void input_rows(int m, const float *in, int64_t c, int64_t
     }
     for (int i = 0; i < a; i++) {
         float *o = v + (int64_t)(i * a) * stride;
-        for (int64_t rr = -1; rr < nr - 1; rr++) { /* -1: every tile; then each row's last again */
+        row_b(m, t[i], o, stride, nr * tw);
+        for (int64_t rr = 0; rr < nr - 1; rr++) { /* each row's last tile again, from its own columns */
+            int64_t x = rr * tw + tw - 1;
             float e[6];
-            const float *src = t[i];
-            int64_t x = 0, n = nr * tw;
-            if (rr >= 0) {
-                x = rr * tw + tw - 1, n = 1;
-                memcpy(e, t[i] + m * x, (size_t)m * sizeof(float));
-                e[m] = ext[(i * nr + rr) * 2], e[m + 1] = ext[(i * nr + rr) * 2 + 1];
-                src = e;
-            }
-            if (m == 2)
-                row_b2(src, o + x, o + stride + x, o + 2 * stride + x, o + 3 * stride + x, n);
-            else
-                row_b4(src, o + x, o + stride + x, o + 2 * stride + x, o + 3 * stride + x, o + 4 * stride + x,
-                       o + 5 * stride + x, n);
+            memcpy(e, t[i] + m * x, (size_t)m * sizeof(float));
+            e[m] = ext[(i * nr + rr) * 2], e[m + 1] = ext[(i * nr + rr) * 2 + 1];
+            row_b(m, e, o + x, stride, 1);
         }
     }
 }
 
 /* F(2x2): A^T m A for tw tiles side by side, the 16 rows q[xi * stride + x] into two
  * output rows of 2 tw floats, plus bias. */
-static inline void tiles_out2(const float *restrict q, int64_t stride, int64_t tw, float bias,
-                                 float *restrict y0, float *restrict y1)
+static inline void tiles_out2(const float *restrict q, int64_t stride, int64_t tw, float bias, float *restrict y0,
+                              float *restrict y1)
 {
     for (int64_t x = 0; x < tw; x++) {
         float m[16];
@@ -281,8 +287,8 @@ static inline void tiles_out2(const float *restrict q, int64_t stride, int64_t t
 
 /* F(4x4): the same from 36 rows into four output rows of 4 tw floats. A^T's rows:
  * (1 1 1 1 1 0), (0 1 -1 2 -2 0), (0 1 1 4 4 0), (0 1 -1 8 -8 1). */
-static inline void tiles_out4(const float *restrict q, int64_t stride, int64_t tw, float bias,
-                                 float *restrict y0, float *restrict y1, float *restrict y2, float *restrict y3)
+static inline void tiles_out4(const float *restrict q, int64_t stride, int64_t tw, float bias, float *restrict y0,
+                              float *restrict y1, float *restrict y2, float *restrict y3)
 {
     for (int64_t x = 0; x < tw; x++) {
         float s[4][6];
