@@ -6,6 +6,8 @@
 #include "layer.h"
 #include "util.h"
 
+struct model; /* model.h */
+
 typedef struct backend_options {
     int threads;            /* CPU threads; 0 = every core */
     bool tf32;              /* CUDA: allow TF32 in convolutions and GEMMs (default: strict FP32) */
@@ -66,6 +68,11 @@ typedef struct backend_ops {
      * writes the last run's seconds per part, in layer_parts() order. */
     bool (*parts_enable)(void *ctx, void *state, bool on);
     void (*parts_read)(void *ctx, void *state, double *seconds);
+    /* Optional: the parts this backend runs the layer as, where they are its own rather
+     * than the kind's (oneDNN's reorders around a primitive): writes them into
+     * parts[LAYER_MAX_PARTS] in the order they run and returns how many; 0: the kind's
+     * own (layer_parts()). parts_enable and parts_read then time these. */
+    int (*layer_parts)(void *ctx, void *state, const layer *l, layer_part_info *parts);
     /* Optional: what the backend noticed about the machine while it ran (clocks that
      * moved, throttling), one warning per line into buf; "" when there is nothing. */
     void (*warnings)(void *ctx, char *buf, size_t len);
@@ -75,6 +82,21 @@ typedef struct backend_ops {
      * BENCH_ERR_UNSUPPORTED when the backend cannot run this layer. */
     bench_status (*layer_setup)(void *ctx, const layer *l, const float *weights, void **state,
                                 char *impl, size_t impl_len, int64_t *workspace_bytes);
+    /* Optional: the isolated rows (warm, cold, batch) will run this state on the inputs
+     * in[] from now on. The backend may convert them once, here and untimed, into the
+     * layout its primitive prefers, and keep the output in that layout in its own memory
+     * (out is then not written), so that the rows time the primitive alone, as benchdnn
+     * does; the conversions show as rows of their own in the chained forward (model_link).
+     * Writes the layer's impl as it now runs into impl; leaves it alone when nothing
+     * changed. Never called on a state that bench check or the chained forward runs. */
+    void (*layer_isolate)(void *ctx, void *state, const float *const *in, char *impl, size_t impl_len);
+    /* Optional: called once every layer of a chained forward is set up (states[i]: layer
+     * i's), before the forward first runs: lets values pass between the backend's layers
+     * in the layouts it prefers (oneDNN's blocked ones) rather than plain. Whatever is read
+     * through layer_run's pointers stays plain in them: the model's input and output, and
+     * every value a view or a layer the backend does not link reads. Untimed; BENCH_OK or
+     * a failure (last_error says why), after which the forward is not run. */
+    bench_status (*model_link)(void *ctx, const struct model *m, void *const *states);
     /* Queues the layer on in[0..l->n_inputs); no allocation, printing or synchronisation. */
     void (*layer_run)(void *ctx, void *state, const float *const *in, float *out);
     void (*layer_free)(void *ctx, void *state);

@@ -146,71 +146,29 @@ out:
 
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref)
 {
-    const backend_ops *ops = b->ops;
     int n = m->n_layers;
     check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0};
-    float **dev = xcalloc((size_t)n + 1, sizeof *dev), **dw = xcalloc((size_t)n, sizeof *dw);
-    float *host_in = NULL, *w = NULL, *got = NULL;
-    void **states = xcalloc((size_t)n, sizeof *states);
-    int64_t n_in = shape_numel(&m->input), n_out = n ? shape_numel(&m->layers[n - 1].out) : n_in;
-    layer_rng rng;
-    layer_rng_seed(&rng, seed);
+    int64_t n_out = n ? shape_numel(&m->layers[n - 1].out) : shape_numel(&m->input);
+    float *got = NULL;
+    measure_net net = {0};
+    char why[224];
     backend_clear_error(b);
     for (int i = 0; i < n; i++)
         r.tolerance += backend_tolerance(b, &m->layers[i]);
     /* the same draws as reference_forward: the input, then each layer's weights */
-    if (!ref || !(host_in = bench_alloc_floats(n_in)) || !(got = bench_alloc_floats(n_out)))
+    if (!ref || !(got = bench_alloc_floats(n_out)) ||
+        (r.status = measure_net_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)
         goto out;
-    layer_fill_uniform(host_in, n_in, -1.0f, 1.0f, &rng);
-    if (!(dev[0] = backend_alloc_floats(b, n_in, host_in)))
-        goto out;
-    for (int i = 0; i < n; i++) {
-        const layer *l = &m->layers[i];
-        const layer_desc *d = layer_desc_get(l->kind);
-        if (l->n_weight_floats) {
-            if (!(w = bench_alloc_floats(l->n_weight_floats)))
-                goto out;
-            d->init_weights(l, w, &rng);
-            dw[i] = backend_alloc_floats(b, l->n_weight_floats, w);
-            free(w), w = NULL;
-            if (!dw[i])
-                goto out;
-        }
-        /* views share their input's buffer, as in the timed forward */
-        if (d->aliases_input)
-            dev[i + 1] = dev[model_storage_of(m, l->inputs[0])];
-        else if (!(dev[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL)))
-            goto out;
-        char impl[96];
-        int64_t ws;
-        if ((r.status = ops->layer_setup(b->ctx, l, dw[i], &states[i], impl, sizeof impl, &ws)) != BENCH_OK) {
-            states[i] = NULL;
-            goto out;
-        }
-        r.status = BENCH_ERR_NOMEM;
-    }
-    for (int i = 0; i < n; i++) {
-        const layer *l = &m->layers[i];
-        const float *args[LAYER_MAX_INPUTS];
-        for (int k = 0; k < l->n_inputs; k++)
-            args[k] = dev[l->inputs[k]];
-        ops->layer_run(b->ctx, states[i], args, dev[i + 1]);
-    }
-    if ((r.status = ops->sync(b->ctx)) != BENCH_OK ||
-        (r.status = ops->download(b->ctx, got, dev[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
+    measure_net_queue(&net);
+    if ((r.status = b->ops->sync(b->ctx)) != BENCH_OK ||
+        (r.status = b->ops->download(b->ctx, got, net.values[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
-    for (int i = 0; i < n; i++) {
-        if (states[i])
-            ops->layer_free(b->ctx, states[i]);
-        ops->release(b->ctx, dw[i]);
-        if (!layer_desc_get(m->layers[i].kind)->aliases_input)
-            ops->release(b->ctx, dev[i + 1]);
-    }
-    ops->release(b->ctx, dev[0]);
-    free(dev), free(dw), free(states), free(host_in), free(w), free(got);
+    if (net.states)
+        measure_net_free(&net);
+    free(got);
     return r;
 }
 

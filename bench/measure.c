@@ -473,6 +473,8 @@ static void setup_layer(const layer *l, const backend *b, const char *mode, cons
         return;
     }
     snprintf(r->impl, sizeof r->impl, "%s", why);
+    if (ops->layer_isolate)
+        ops->layer_isolate(b->ctx, lu->t.state, lu->t.in, r->impl, sizeof r->impl);
     /* One call, unheld and untimed, before any sample: what a library does on its first
      * call (CUDA loads a kernel's module lazily) must not happen while the stream is
      * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
@@ -527,10 +529,7 @@ static int find_twin(const model *m, int i)
 typedef struct chain {
     const model *m;
     const backend *b;
-    void **states;
-    float **weights;  /* per layer, backend memory */
-    float **values;   /* per value id; views point at the buffer they alias */
-    const float ***args; /* per layer: its inputs, from values */
+    measure_net net;
     bool marks;       /* the backend records a mark after each layer */
     double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
     int64_t mark_calls, mark_cap;
@@ -541,14 +540,105 @@ typedef struct chain {
     dvec *part_times; /* per part: seconds, one per kept sample */
 } chain;
 
+bench_status measure_net_build(measure_net *net, const model *m, const backend *b, uint64_t seed, char *why,
+                               size_t whylen)
+{
+    const backend_ops *ops = b->ops;
+    int n = m->n_layers;
+    *net = (measure_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(void *)),
+                         .weights = xcalloc((size_t)n, sizeof(float *)),
+                         .values = xcalloc((size_t)n + 1, sizeof(float *)),
+                         .args = xcalloc((size_t)n, sizeof(float **))};
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    float *host = bench_alloc_floats(shape_numel(&m->input));
+    if (host) {
+        layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
+        net->values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        free(host);
+    }
+    if (!net->values[0]) {
+        snprintf(why, whylen, "out of memory for the model's input");
+        return BENCH_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const layer_desc *d = layer_desc_get(l->kind);
+        net->args[i] = xmalloc((size_t)l->n_inputs * sizeof *net->args[i]);
+        for (int k = 0; k < l->n_inputs; k++)
+            net->args[i][k] = net->values[l->inputs[k]];
+        if (d->aliases_input) {
+            net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
+        } else if (!(net->values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
+            snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
+            return BENCH_ERR_NOMEM;
+        }
+        if (l->n_weight_floats) {
+            float *w = bench_alloc_floats(l->n_weight_floats);
+            if (w) {
+                d->init_weights(l, w, &rng);
+                net->weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+                free(w);
+            }
+            if (!net->weights[i]) {
+                snprintf(why, whylen, "out of memory for the weights (at layer '%s')", l->name);
+                return BENCH_ERR_NOMEM;
+            }
+        }
+        char impl[96] = "";
+        int64_t ws;
+        bench_status st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], impl, sizeof impl, &ws);
+        if (st == BENCH_ERR_UNSUPPORTED) {
+            net->states[i] = NULL;
+            snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
+            return st;
+        }
+        if (st != BENCH_OK) {
+            net->states[i] = NULL;
+            snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
+                     st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+            return st;
+        }
+    }
+    if (ops->model_link && ops->model_link(b->ctx, m, net->states) != BENCH_OK) {
+        snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
+        return BENCH_ERR_BACKEND;
+    }
+    return BENCH_OK;
+}
+
+void measure_net_free(measure_net *net)
+{
+    const backend_ops *ops = net->b ? net->b->ops : NULL;
+    for (int i = 0; net->states && i < net->m->n_layers; i++) {
+        if (net->states[i])
+            ops->layer_free(net->b->ctx, net->states[i]);
+        ops->release(net->b->ctx, net->weights[i]);
+        if (!layer_desc_get(net->m->layers[i].kind)->aliases_input)
+            ops->release(net->b->ctx, net->values[i + 1]);
+        free(net->args[i]);
+    }
+    if (net->values)
+        ops->release(net->b->ctx, net->values[0]);
+    free(net->states), free(net->weights), free(net->values), free(net->args);
+    memset(net, 0, sizeof *net);
+}
+
 static void queue_forward(const chain *c, bool marks)
 {
     const backend_ops *ops = c->b->ops;
+    const measure_net *net = &c->net;
     for (int i = 0; i < c->m->n_layers; i++) {
-        ops->layer_run(c->b->ctx, c->states[i], c->args[i], c->values[i + 1]);
+        ops->layer_run(c->b->ctx, net->states[i], net->args[i], net->values[i + 1]);
         if (marks)
             ops->timer_mark(c->b->ctx, i);
     }
+}
+
+void measure_net_queue(const measure_net *net)
+{
+    chain c = {.m = net->m, .b = net->b, .net = *net};
+    queue_forward(&c, false);
 }
 
 static double time_chain(void *user)
@@ -568,7 +658,7 @@ static double time_chain(void *user)
         c->b->ops->marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
         for (int k = 0; k < np; k++) /* each split layer writes all its parts at its first */
             if (c->parts[k].index == 0)
-                c->b->ops->parts_read(c->b->ctx, c->states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
+                c->b->ops->parts_read(c->b->ctx, c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
     }
     c->mark_calls++;
     return s;
@@ -601,8 +691,11 @@ static void enable_parts(chain *c)
         return;
     layer_part_info info[LAYER_MAX_PARTS];
     for (int i = 0; i < c->m->n_layers; i++) {
-        int np = layer_parts(&c->m->layers[i], info);
-        if (np == 0 || !ops->parts_enable(c->b->ctx, c->states[i], true))
+        void *state = c->net.states[i];
+        int np = ops->layer_parts ? ops->layer_parts(c->b->ctx, state, &c->m->layers[i], info) : 0;
+        if (np == 0)
+            np = layer_parts(&c->m->layers[i], info);
+        if (np == 0 || !ops->parts_enable(c->b->ctx, state, true))
             continue;
         c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
         for (int j = 0; j < np; j++)
@@ -674,67 +767,19 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
     chain *c = &mu->c;
-    *c = (chain){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(void *)),
-                 .weights = xcalloc((size_t)n, sizeof(float *)), .values = xcalloc((size_t)n + 1, sizeof(float *)),
-                 .args = xcalloc((size_t)n, sizeof(float **))};
-    char why[256] = "";
-    layer_rng rng;
-    layer_rng_seed(&rng, o->seed);
+    *c = (chain){.m = m, .b = b};
+    char why[200] = "", note[224];
     backend_clear_error(b);
     int64_t free_before = ops->mem_available ? ops->mem_available(b->ctx) : -1;
-    float *host = bench_alloc_floats(shape_numel(&m->input));
-    if (host) {
-        layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
-        c->values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
-        free(host);
+    bench_status built = measure_net_build(&c->net, m, b, o->seed, why, sizeof why);
+    if (built != BENCH_OK) {
+        snprintf(note, sizeof note, "not run: %s", why);
+        model_rows(res, b, built == BENCH_ERR_UNSUPPORTED ? ROW_SKIPPED : ROW_FAILED, note);
+        return;
     }
-    if (!c->values[0])
-        snprintf(why, sizeof why, "not run: out of memory for the model's input");
-    for (int i = 0; !*why && i < n; i++) {
-        const layer *l = &m->layers[i];
-        const layer_desc *d = layer_desc_get(l->kind);
-        c->args[i] = xmalloc((size_t)l->n_inputs * sizeof *c->args[i]);
-        for (int k = 0; k < l->n_inputs; k++)
-            c->args[i][k] = c->values[l->inputs[k]];
-        if (d->aliases_input) {
-            c->values[i + 1] = c->values[model_storage_of(m, l->inputs[0])];
-        } else if (!(c->values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
-            snprintf(why, sizeof why, "not run: out of memory for the activations (at layer '%s')", l->name);
-            break;
-        }
-        if (l->n_weight_floats) {
-            float *w = bench_alloc_floats(l->n_weight_floats);
-            if (w) {
-                d->init_weights(l, w, &rng);
-                c->weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
-                free(w);
-            }
-            if (!c->weights[i]) {
-                snprintf(why, sizeof why, "not run: out of memory for the weights (at layer '%s')", l->name);
-                break;
-            }
-        }
-        char impl[96] = "";
-        int64_t ws;
-        bench_status st = ops->layer_setup(b->ctx, l, c->weights[i], &c->states[i], impl, sizeof impl, &ws);
-        if (st == BENCH_ERR_UNSUPPORTED) {
-            snprintf(why, sizeof why, "not run: layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
-            model_rows(res, b, ROW_SKIPPED, why);
-            return;
-        }
-        if (st != BENCH_OK) {
-            c->states[i] = NULL;
-            snprintf(why, sizeof why, "not run: setting up layer '%s' failed: %s", l->name,
-                     st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
-        }
-    }
-    if (!*why && free_before >= 0) {
+    if (free_before >= 0) {
         int64_t free_after = ops->mem_available(b->ctx);
         res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
-    }
-    if (*why) {
-        model_rows(res, b, ROW_FAILED, why);
-        return;
     }
     res->chained.mode = "chained";
     snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
@@ -778,9 +823,11 @@ static void setup_model(const model *m, const backend *b, const measure_options 
             row_fail(&res->download, "out of host memory for the copy buffer");
             return;
         }
+        layer_rng rng;
+        layer_rng_seed(&rng, o->seed + 1);
         layer_fill_uniform(mu->host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
-        mu->up = (copy_run){b, true, c->values[0], mu->host, in_bytes};
-        mu->down = (copy_run){b, false, c->values[last], mu->host, out_bytes};
+        mu->up = (copy_run){b, true, c->net.values[0], mu->host, in_bytes};
+        mu->down = (copy_run){b, false, c->net.values[last], mu->host, out_bytes};
         units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .name = "upload", .fn = time_copy, .user = &mu->up,
                                      .launches = 1, .floor = floor->warm};
         units[(*n_units)++] = (unit){.b = b, .r = &res->download, .name = "download", .fn = time_copy,
@@ -790,28 +837,17 @@ static void setup_model(const model *m, const backend *b, const measure_options 
 
 static void free_model_units(const model *m, const backend *b, model_units *mu)
 {
-    const backend_ops *ops = b->ops;
     chain *c = &mu->c;
     if (mu->g.graph)
-        ops->graph_free(b->ctx, mu->g.graph);
-    for (int i = 0; c->states && i < m->n_layers; i++) {
-        if (c->states[i])
-            ops->layer_free(b->ctx, c->states[i]);
-        ops->release(b->ctx, c->weights[i]);
-        if (!layer_desc_get(m->layers[i].kind)->aliases_input)
-            ops->release(b->ctx, c->values[i + 1]);
-    }
-    if (c->values)
-        ops->release(b->ctx, c->values[0]);
+        b->ops->graph_free(b->ctx, mu->g.graph);
+    if (c->net.states)
+        measure_net_free(&c->net);
     for (int i = 0; c->inmodel && i < m->n_layers; i++)
         free(c->inmodel[i].v);
-    for (int i = 0; c->args && i < m->n_layers; i++)
-        free(c->args[i]);
-    free(c->args);
     for (int j = 0; j < c->n_parts; j++)
         free(c->part_times[j].v);
     free(c->parts), free(c->part_times), free(c->part_buf);
-    free(c->inmodel), free(c->mark_buf), free(c->states), free(c->weights), free(c->values), free(mu->host);
+    free(c->inmodel), free(c->mark_buf), free(mu->host);
 }
 
 static int cmp_total(const void *a, const void *b)

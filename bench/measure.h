@@ -147,6 +147,29 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
 
+/* A model's forward set up on a backend, as the chained forward and bench check's
+ * forward row run it: every value in backend memory (views share the buffer of the value
+ * they view), the input and every layer's weights drawn from one seed (the input first,
+ * then each layer's weights in order), every layer set up, then linked by the backend
+ * (backend_ops.model_link). */
+typedef struct measure_net {
+    const model *m;
+    const backend *b;
+    void **states;          /* per layer */
+    float **weights;        /* per layer, backend memory; NULL for layers without */
+    float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
+    const float ***args;    /* per layer: its inputs, pointers into values */
+} measure_net;
+
+/* Builds net; on failure why says what failed (naming the layer) and the status is
+ * BENCH_ERR_UNSUPPORTED (a layer the backend cannot run), BENCH_ERR_NOMEM or
+ * BENCH_ERR_BACKEND. measure_net_free frees what was made, after a failure too. */
+bench_status measure_net_build(measure_net *net, const model *m, const backend *b, uint64_t seed, char *why,
+                               size_t whylen);
+/* Queues the forward once (no synchronisation). */
+void measure_net_queue(const measure_net *net);
+void measure_net_free(measure_net *net);
+
 /* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer
  * has none) for layer l, in host memory; measure_free_data() frees them. */
 bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **w);
