@@ -548,7 +548,8 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
     *net = (measure_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(void *)),
                          .weights = xcalloc((size_t)n, sizeof(float *)),
                          .values = xcalloc((size_t)n + 1, sizeof(float *)),
-                         .args = xcalloc((size_t)n, sizeof(float **))};
+                         .args = xcalloc((size_t)n, sizeof(float **)),
+                         .impl = xcalloc((size_t)n, sizeof *net->impl)};
     layer_rng rng;
     layer_rng_seed(&rng, seed);
     float *host = bench_alloc_floats(shape_numel(&m->input));
@@ -585,9 +586,9 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
                 return BENCH_ERR_NOMEM;
             }
         }
-        char impl[96] = "";
         int64_t ws;
-        bench_status st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], impl, sizeof impl, &ws);
+        bench_status st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i],
+                                           sizeof net->impl[i], &ws);
         if (st == BENCH_ERR_UNSUPPORTED) {
             net->states[i] = NULL;
             snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
@@ -600,7 +601,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             return st;
         }
     }
-    if (ops->model_link && ops->model_link(b->ctx, m, net->states) != BENCH_OK) {
+    if (ops->model_link && ops->model_link(b->ctx, m, net->states, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
         snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
         return BENCH_ERR_BACKEND;
     }
@@ -620,7 +621,7 @@ void measure_net_free(measure_net *net)
     }
     if (net->values)
         ops->release(net->b->ctx, net->values[0]);
-    free(net->states), free(net->weights), free(net->values), free(net->args);
+    free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl);
     memset(net, 0, sizeof *net);
 }
 
@@ -917,7 +918,7 @@ static void finish_inmodel(const model *m, model_units *mu, run_result *res)
         r->mode = "inmodel";
         r->dedupe_of = -1;
         r->launches = 1;
-        snprintf(r->impl, sizeof r->impl, "%s", res->layers[i].impl);
+        snprintf(r->impl, sizeof r->impl, "%s", mu->c.net.impl && *mu->c.net.impl[i] ? mu->c.net.impl[i] : res->layers[i].impl);
         if (res->layers[i].status == ROW_VIEW) {
             r->status = ROW_VIEW;
             snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");

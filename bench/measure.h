@@ -159,6 +159,7 @@ typedef struct measure_net {
     float **weights;        /* per layer, backend memory; NULL for layers without */
     float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
     const float ***args;    /* per layer: its inputs, pointers into values */
+    char (*impl)[96];       /* per layer: what runs in this forward (setup's choice, as linked) */
 } measure_net;
 
 /* Builds net; on failure why says what failed (naming the layer) and the status is

@@ -22,6 +22,17 @@ awk -F, "$COLS"' $c["backend"]=="onednn" && $c["mode"]!="inmodel" && $c["kind"]!
     if ($c["kind"]=="conv2d" && $c["impl"] !~ /reorder/ && $c["impl"] !~ /gemm/) bad=1 }
   $c["backend"]=="cpu" {cpu=1}
   END {exit bad || n != 69 || !cpu}' "$T/r.csv" && ok || bad "onednn rows of resnet18: $(grep -c onednn "$T/r.csv") rows"
+# the chained forward passes oneDNN's layouts from primitive to primitive: no convolution
+# but the stem (whose input is the model's plain one) reorders inside the forward, and the
+# reorders that do run are part rows of their own; alone, a convolution's reorders ran at
+# setup and batch norm runs on the layout a convolution hands it
+awk -F, "$COLS"' $c["backend"]=="onednn" && $c["mode"]=="inmodel" && $c["kind"]=="conv2d" && $c["part"]=="" &&
+      $c["layer_index"] > 0 && $c["impl"] ~ /reorder/ {bad=1}
+  $c["backend"]=="onednn" && $c["mode"]=="inmodel" && $c["part"] ~ /^reorder/ {parts++}
+  $c["backend"]=="onednn" && $c["mode"]=="inmodel" && $c["part"]=="" && $c["impl"] ~ /reorder/ {layers++}
+  $c["backend"]=="onednn" && $c["mode"]!="inmodel" && $c["kind"]=="conv2d" && $c["impl"] ~ /\+ .*reorder/ {bad=1}
+  $c["backend"]=="onednn" && $c["mode"]!="inmodel" && $c["kind"]=="batchnorm2d" && $c["impl"] !~ /reordered at setup/ {bad=1}
+  END {exit bad || parts < layers}' "$T/r.csv" && ok || bad "onednn's layouts in the forward: $(grep onednn "$T/r.csv" | grep -c reorder) reorder rows"
 grep -q '"onednn": "[0-9]' "$T/r.json" && grep -q '"onednn_isa"' "$T/r.json" && ok ||
   bad "the JSON context does not describe oneDNN"
 # a kind without a oneDNN primitive runs the cpu kernel and says so

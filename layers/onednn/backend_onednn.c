@@ -1,16 +1,20 @@
 /* The onednn backend: the layers through oneDNN's primitives (Debian's libdnnl), the
  * library PyTorch runs on the CPU, beside our OpenBLAS backend.
  *
- * Tensors between layers stay plain (NCHW, [N, S, D], [N, F]), as PyTorch's eager
- * tensors are: a convolution lets oneDNN choose the layouts it prefers
- * (dnnl_format_tag_any), its weights are reordered once at setup, and its input and
- * output are reordered on every run, inside the layer's time, as torch's
- * mkldnn_convolution does for an NCHW tensor; impl says which reorders run. The other
- * primitives (batch norm, eltwise, pooling, inner product, softmax, binary, layer norm)
- * run on the plain layout. Kinds oneDNN has no primitive for (concat, upsample,
- * attention, the token kinds, ...) and configurations it cannot express run the cpu
- * backend's kernels, and impl says "cpu kernel: ...", as a framework falls back to its
- * own kernels.
+ * Layouts. A convolution lets oneDNN choose its layouts (dnnl_format_tag_any) and
+ * reorders its weights once at setup; batch norm, eltwise, pooling and binary follow
+ * their input's layout; inner product, softmax and layer norm run on the plain one. A
+ * layer set up on its own takes plain tensors and reorders them around its primitive
+ * inside its run (what bench check runs). Then:
+ *  - alone (the isolated rows, od_layer_isolate), its input is reordered once at setup,
+ *    into what the convolution wants or, for a layer that follows its input, into the
+ *    layout a convolution on that tensor hands on, and its output stays in the
+ *    primitive's layout: the rows time the primitive alone, as benchdnn does;
+ *  - in the chained forward (od_model_link), values pass between linkable primitives in
+ *    oneDNN's layouts, and the reorders left are parts of their layer, timed apart.
+ * Kinds oneDNN has no primitive for (concat, upsample, attention, the token kinds, ...)
+ * and configurations it cannot express run the cpu backend's kernels, and impl says
+ * "cpu kernel: ...", as a framework falls back to its own kernels.
  *
  * Memory, timers, marks, the cache flush and the ceilings are the cpu backend's (this
  * context holds one): oneDNN's CPU engine runs synchronously on the calling thread and
@@ -21,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "model.h"
 
 extern const backend_ops backend_cpu_ops;
 
@@ -32,6 +37,13 @@ typedef struct od_ctx {
     char error[512];
     char why[64];              /* why the last layer set up fell back to the cpu kernel */
     char *description;
+    /* While od_model_link rebuilds a layer: input k's value as its producer keeps it, in
+     * the primitive's layout (NULL: plain, behind the run's pointer); whether the output
+     * may stay in the primitive's layout (every reader is linked); whether to describe
+     * the primitive on plain layouts anyway (its linked description had no
+     * implementation), reordering the linked inputs to plain. */
+    dnnl_memory_t link_in[2];
+    bool link_out_own, link_plain;
 } od_ctx;
 
 /* Records the first failure: "file:line: call failed: status". */
@@ -69,6 +81,8 @@ static bool od_soft(od_ctx *c, dnnl_status_t st, const char *call, const char *f
 
 /* One layer: its primitive with its arguments, and the reorders around it. */
 typedef struct od_layer {
+    const layer *l;                        /* what it was set up for, to rebuild it linked */
+    const float *w;
     void *cpu_state;                       /* a fallback: the cpu backend's kernel runs it */
     dnnl_primitive_t prim;
     dnnl_exec_arg_t args[OD_MAX_ARGS];
@@ -77,6 +91,13 @@ typedef struct od_layer {
     dnnl_memory_t user_in[2], user_out;    /* plain views of the run's pointers */
     dnnl_primitive_t reorder_in[2], reorder_out; /* NULL where the primitive takes the plain layout */
     dnnl_memory_t in_mem[2], out_mem;      /* what the primitive reads and writes */
+    int64_t reorder_bytes[3];              /* bytes each reorder reads and writes: inputs 0, 1, output */
+    bool in_linked[2];                     /* user_in[k] is the producer's memory, not the run's pointer */
+    bool isolated;                         /* od_layer_isolate: the input reorders ran once, at setup;
+                                              the output stays in out_mem, in the primitive's layout */
+    bool timed;                            /* parts_enable: each reorder and the primitive timed apart */
+    double part_s[4];                      /* their seconds in the last run, in the order they ran */
+    char name[64];                         /* the primitive's implementation, e.g. "brgconv:avx512_core" */
     dnnl_memory_t mems[OD_MAX_MEMS];       /* every memory object made here, destroyed in free */
     int n_mems;
     dnnl_primitive_t prims[OD_MAX_PRIMS];  /* every primitive made here */
@@ -144,24 +165,91 @@ static dnnl_memory_t od_pair(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *p
     return user;
 }
 
-/* Input k (k < 0: the output) as the primitive wants it: a plain view of the run's
- * pointer and, where the primitive's md differs, a memory of its own and a reorder. */
+/* A reorder from have to want for input k (k < 0: the output, from want to plain). */
+static dnnl_primitive_t od_reorder_act(od_ctx *c, od_layer *L, int k, const dnnl_memory_desc_t *from,
+                                       const dnnl_memory_desc_t *to)
+{
+    L->reorder_bytes[k < 0 ? 2 : k] = (int64_t)(dnnl_memory_desc_get_size(from) + dnnl_memory_desc_get_size(to));
+    return od_reorder(c, L, from, to);
+}
+
+/* Input k (k < 0: the output) as the primitive wants it. The value itself is a plain view
+ * of the run's pointer or, in a linked forward, its producer's memory (an input) or a
+ * memory of this layer's own in the primitive's layout that its readers take (the
+ * output). Where the primitive wants another md: a memory of its own and a reorder. */
 static dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_memory_desc_t *plain,
                                    const dnnl_memory_desc_t *want)
 {
-    dnnl_memory_t mine, user = od_pair(c, L, plain, DNNL_MEMORY_NONE, want, &mine);
-    if (!user)
+    dnnl_memory_t mine = NULL, user;
+    if (k < 0 && c->link_out_own) {
+        if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
+            return NULL;
+        L->out_mem = od_keep(L, mine); /* user_out stays NULL: the run's pointer is not written */
+        L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
+        return mine;
+    }
+    if (k >= 0 && c->link_in[k]) {
+        const dnnl_memory_desc_t *have;
+        user = c->link_in[k];
+        L->in_linked[k] = true;
+        if (!OD_OK(c, dnnl_memory_get_memory_desc(user, &have)))
+            return NULL;
+        if (!dnnl_memory_desc_equal(have, want)) {
+            if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
+                return NULL;
+            od_keep(L, mine);
+            L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
+        }
+        plain = have;
+    } else if (!(user = od_pair(c, L, plain, DNNL_MEMORY_NONE, want, &mine))) {
         return NULL;
+    }
     if (k >= 0) {
         L->user_in[k] = L->in_mem[k] = user;
         if (mine)
-            L->in_mem[k] = mine, L->reorder_in[k] = od_reorder(c, L, plain, want);
+            L->in_mem[k] = mine, L->reorder_in[k] = od_reorder_act(c, L, k, plain, want);
     } else {
         L->user_out = L->out_mem = user;
         if (mine)
-            L->out_mem = mine, L->reorder_out = od_reorder(c, L, want, plain);
+            L->out_mem = mine, L->reorder_out = od_reorder_act(c, L, k, want, plain);
     }
     return mine ? mine : user;
+}
+
+/* Input k's md for a primitive that keeps its input's layout (eltwise, batch norm,
+ * pooling, binary): its producer's layout in a linked forward, else plain. */
+static void od_src_md(const od_ctx *c, const shape_t *s, int k, dnnl_memory_desc_t *md)
+{
+    const dnnl_memory_desc_t *have;
+    if (c->link_in[k] && !c->link_plain && dnnl_memory_get_memory_desc(c->link_in[k], &have) == dnnl_success)
+        *md = *have;
+    else
+        od_plain_shape(md, s);
+}
+
+/* The output's md for such a primitive: "any" (oneDNN follows the input) where an input
+ * is linked, else plain. */
+static void od_dst_md(const od_ctx *c, const layer *l, dnnl_memory_desc_t *md)
+{
+    od_plain_shape(md, &l->out);
+    if ((c->link_in[0] || c->link_in[1]) && !c->link_plain)
+        dnnl_memory_desc_init_by_tag(md, md->ndims, md->dims, dnnl_f32, dnnl_format_tag_any);
+}
+
+/* "nChw16c", "nchw", "nhwc" or "blocked": a 4-d md's layout, for impl. */
+static const char *od_layout(const dnnl_memory_desc_t *md, char *buf, size_t len)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked)
+        return "blocked";
+    if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && b->strides[0] >= b->strides[1] &&
+        b->strides[1] >= b->strides[2] && b->strides[2] >= b->strides[3]) {
+        snprintf(buf, len, "nChw%dc", (int)b->inner_blks[0]);
+        return buf;
+    }
+    if (b->inner_nblks == 0)
+        return b->strides[1] == 1 ? "nhwc" : b->strides[3] == 1 ? "nchw" : "blocked";
+    return "blocked";
 }
 
 /* A constant (weights) at w in the plain md, in the md the primitive wants: w itself,
@@ -189,6 +277,7 @@ static bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primi
     const char *name = "?";
     dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &name);
     snprintf(impl, len, "%s", name);
+    snprintf(L->name, sizeof L->name, "%s", name);
     if (!OD_OK(c, dnnl_primitive_create(&L->prim, *pd)))
         return false;
     BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS);
@@ -199,6 +288,23 @@ static bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primi
 static const dnnl_memory_desc_t *od_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
     return dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+/* impl for a layer whose primitive runs on its own layout: the implementation, that
+ * layout and the reorders around it. */
+static void od_impl_layout(const od_layer *L, char *impl, size_t len)
+{
+    char buf[16];
+    const dnnl_memory_desc_t *md = NULL;
+    if (L->out_mem)
+        dnnl_memory_get_memory_desc(L->out_mem, &md);
+    bool in = L->reorder_in[0] || L->reorder_in[1], out = L->reorder_out;
+    snprintf(impl, len, "%s %s%s", L->name, md ? od_layout(md, buf, sizeof buf) : "",
+             L->isolated && (in || out) ? " (reorders at setup)"
+             : in && out               ? " + src/dst reorders"
+             : in                      ? " + src reorder"
+             : out                     ? " + dst reorder"
+                                       : "");
 }
 
 /* ---- the kinds ------------------------------------------------------------------------- */
@@ -227,8 +333,7 @@ static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const float *w, char
                                                              strides, dil, pad, pad)))
         return false;
     dnnl_primitive_desc_t pd;
-    char name[64];
-    if (!od_primitive(c, L, &cd, &pd, name, sizeof name))
+    if (!od_primitive(c, L, &cd, &pd, impl, len))
         return false;
     dnnl_memory_t s = od_activation(c, L, 0, &src, od_query(pd, dnnl_query_src_md));
     dnnl_memory_t d = od_activation(c, L, -1, &dst, od_query(pd, dnnl_query_dst_md));
@@ -240,35 +345,34 @@ static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const float *w, char
     od_arg(L, DNNL_ARG_SRC, s), od_arg(L, DNNL_ARG_DST, d), od_arg(L, DNNL_ARG_WEIGHTS, wm);
     if (bm)
         od_arg(L, DNNL_ARG_BIAS, bm);
-    snprintf(impl, len, "%s%s", name,
-             L->reorder_in[0] && L->reorder_out ? " + src/dst reorders"
-             : L->reorder_in[0]                 ? " + src reorder"
-             : L->reorder_out                   ? " + dst reorder"
-                                                : "");
+    od_impl_layout(L, impl, len);
     return true;
 }
 
-/* A primitive on the plain layout with the layer's input and output as they are. */
+/* A primitive whose input and output are the layer's own tensors, in the mds its
+ * description gave (plain, or its producers' layouts in a linked forward). */
 static bool od_plain_io(od_ctx *c, od_layer *L, const layer *l, const void *op_desc, char *impl, size_t len)
 {
     dnnl_primitive_desc_t pd;
     if (!od_primitive(c, L, op_desc, &pd, impl, len))
         return false;
-    dnnl_primitive_desc_destroy(pd);
-    for (int k = 0; k < l->n_inputs; k++) {
+    bool ok = true;
+    for (int k = 0; ok && k < l->n_inputs; k++) {
         dnnl_memory_desc_t in;
         od_plain_shape(&in, &l->ins[k]);
-        dnnl_memory_t m = od_activation(c, L, k, &in, &in);
-        if (!m)
-            return false;
-        od_arg(L, l->n_inputs == 1 ? DNNL_ARG_SRC : DNNL_ARG_MULTIPLE_SRC + k, m);
+        dnnl_memory_t m = od_activation(c, L, k, &in, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, k));
+        if ((ok = m != NULL))
+            od_arg(L, l->n_inputs == 1 ? DNNL_ARG_SRC : DNNL_ARG_MULTIPLE_SRC + k, m);
     }
     dnnl_memory_desc_t out;
     od_plain_shape(&out, &l->out);
-    dnnl_memory_t m = od_activation(c, L, -1, &out, &out);
+    dnnl_memory_t m = ok ? od_activation(c, L, -1, &out, od_query(pd, dnnl_query_dst_md)) : NULL;
+    dnnl_primitive_desc_destroy(pd);
     if (!m)
         return false;
     od_arg(L, DNNL_ARG_DST, m);
+    if (L->reorder_in[0] || L->reorder_in[1] || L->reorder_out)
+        od_impl_layout(L, impl, len);
     return true;
 }
 
@@ -287,7 +391,7 @@ static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, char *impl, size_
     default: return false;
     }
     dnnl_memory_desc_t md;
-    od_plain_shape(&md, &l->in);
+    od_src_md(c, &l->in, 0, &md);
     dnnl_eltwise_desc_t d;
     return OD_SOFT(c, dnnl_eltwise_forward_desc_init(&d, dnnl_forward_inference, alg, &md, alpha, beta)) &&
            od_plain_io(c, L, l, &d, impl, len);
@@ -297,7 +401,7 @@ static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const float *w,
 {
     int64_t ch = l->in.d[1];
     dnnl_memory_desc_t md, vec;
-    od_plain_shape(&md, &l->in);
+    od_src_md(c, &l->in, 0, &md);
     od_plain(&vec, 1, &ch);
     dnnl_batch_normalization_desc_t d;
     unsigned flags = dnnl_use_global_stats | (l->p.affine ? dnnl_use_scale | dnnl_use_shift : 0);
@@ -350,8 +454,8 @@ static bool od_pool(od_ctx *c, od_layer *L, const layer *l, char *impl, size_t l
     else
         alg = dnnl_pooling_avg_exclude_padding;
     dnnl_memory_desc_t src, dst;
-    od_plain_shape(&src, &l->in);
-    od_plain_shape(&dst, &l->out);
+    od_src_md(c, &l->in, 0, &src);
+    od_dst_md(c, l, &dst);
     dnnl_pooling_v2_desc_t d;
     return OD_SOFT(c, dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, alg, &src, &dst, s, k, dil, pl, pr)) &&
            od_plain_io(c, L, l, &d, impl, len);
@@ -411,23 +515,27 @@ static bool od_binary(od_ctx *c, od_layer *L, const layer *l, char *impl, size_t
         snprintf(c->why, sizeof c->why, "a broadcast oneDNN's binary cannot express");
         return false;
     }
-    dnnl_memory_desc_t s0, s1, dst;
-    od_plain_shape(&s0, a);
-    od_plain_shape(&s1, b);
-    od_plain_shape(&dst, &l->out);
+    int k0 = swapped ? 1 : 0, k1 = 1 - k0;
+    dnnl_memory_desc_t s0, s1, dst, p0, p1, pdst;
+    od_src_md(c, a, k0, &s0);
+    od_src_md(c, b, k1, &s1);
+    od_dst_md(c, l, &dst);
+    od_plain_shape(&p0, a), od_plain_shape(&p1, b), od_plain_shape(&pdst, &l->out);
     dnnl_binary_desc_t d;
     if (!OD_SOFT(c, dnnl_binary_desc_init(&d, l->kind == LAYER_ADD ? dnnl_binary_add : dnnl_binary_mul, &s0, &s1, &dst)))
         return false;
     dnnl_primitive_desc_t pd;
     if (!od_primitive(c, L, &d, &pd, impl, len))
         return false;
+    dnnl_memory_t m0 = od_activation(c, L, k0, &p0, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
+    dnnl_memory_t m1 = m0 ? od_activation(c, L, k1, &p1, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 1)) : NULL;
+    dnnl_memory_t md = m1 ? od_activation(c, L, -1, &pdst, od_query(pd, dnnl_query_dst_md)) : NULL;
     dnnl_primitive_desc_destroy(pd);
-    dnnl_memory_t m0 = od_activation(c, L, swapped ? 1 : 0, &s0, &s0);
-    dnnl_memory_t m1 = od_activation(c, L, swapped ? 0 : 1, &s1, &s1);
-    dnnl_memory_t md = od_activation(c, L, -1, &dst, &dst);
-    if (!m0 || !m1 || !md)
+    if (!md)
         return false;
     od_arg(L, DNNL_ARG_SRC_0, m0), od_arg(L, DNNL_ARG_SRC_1, m1), od_arg(L, DNNL_ARG_DST, md);
+    if (L->reorder_in[0] || L->reorder_in[1] || L->reorder_out)
+        od_impl_layout(L, impl, len);
     return true;
 }
 
@@ -457,12 +565,19 @@ static bool od_layernorm(od_ctx *c, od_layer *L, const layer *l, const float *w,
 
 /* ---- the backend ----------------------------------------------------------------------- */
 
-static void od_layer_destroy(od_layer *L)
+/* Destroys what L made; keeps what it was set up for. */
+static void od_layer_clear(od_layer *L)
 {
     for (int k = 0; k < L->n_prims; k++)
         dnnl_primitive_destroy(L->prims[k]);
     for (int k = 0; k < L->n_mems; k++)
         dnnl_memory_destroy(L->mems[k]);
+    *L = (od_layer){.l = L->l, .w = L->w, .n_inputs = L->n_inputs};
+}
+
+static void od_layer_destroy(od_layer *L)
+{
+    od_layer_clear(L);
     free(L);
 }
 
@@ -490,7 +605,7 @@ static bench_status od_layer_setup(void *ctx, const layer *l, const float *w, vo
 {
     od_ctx *c = ctx;
     od_layer *L = xcalloc(1, sizeof *L);
-    L->n_inputs = l->n_inputs;
+    *L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs};
     *workspace_bytes = 0;
     snprintf(c->why, sizeof c->why, "no oneDNN primitive");
     if (od_build(c, L, l, w, impl, impl_len)) {
@@ -522,6 +637,14 @@ static void od_exec(od_ctx *c, dnnl_primitive_t p, dnnl_memory_t from, dnnl_memo
     OD_OK(c, dnnl_primitive_execute(p, c->stream, 2, a));
 }
 
+/* Seconds since *t; moves *t to now. */
+static double od_lap(double *t)
+{
+    double now = bench_now(), d = now - *t;
+    *t = now;
+    return d;
+}
+
 static void od_layer_run(void *ctx, void *state, const float *const *in, float *out)
 {
     od_ctx *c = ctx;
@@ -530,15 +653,147 @@ static void od_layer_run(void *ctx, void *state, const float *const *in, float *
         backend_cpu_ops.layer_run(c->cpu, L->cpu_state, in, out);
         return;
     }
+    double t = L->timed ? bench_now() : 0.0;
+    int part = 0;
+    for (int k = 0; k < L->n_inputs && k < 2; k++) {
+        if (!L->in_linked[k])
+            dnnl_memory_set_data_handle(L->user_in[k], (void *)in[k]);
+        if (L->reorder_in[k] && !L->isolated) {
+            od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k]);
+            if (L->timed)
+                L->part_s[part++] = od_lap(&t);
+        }
+    }
+    if (L->user_out)
+        dnnl_memory_set_data_handle(L->user_out, out);
+    OD_OK(c, dnnl_primitive_execute(L->prim, c->stream, L->n_args, L->args));
+    if (L->timed)
+        L->part_s[part++] = od_lap(&t);
+    if (L->reorder_out && !L->isolated) {
+        od_exec(c, L->reorder_out, L->out_mem, L->user_out);
+        if (L->timed)
+            L->part_s[part++] = od_lap(&t);
+    }
+}
+
+/* The layout oneDNN's convolution hands on a tensor of shape s (a 3x3 convolution that
+ * keeps its channels, every md "any"): what a primitive that follows its input's layout
+ * is given in a network. false where there is none (not 4-d). */
+static bool od_conv_layout(od_ctx *c, const shape_t *s, dnnl_memory_desc_t *md)
+{
+    if (s->rank != 4)
+        return false;
+    dnnl_memory_desc_t act, wei;
+    dnnl_dims_t ad = {s->d[0], s->d[1], s->d[2], s->d[3]}, wd = {s->d[1], s->d[1], 3, 3}, one = {1, 1},
+                pad = {1, 1};
+    dnnl_memory_desc_init_by_tag(&act, 4, ad, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &act, &wei, NULL,
+                                           &act, one, pad, pad) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &cd, NULL, c->engine, NULL) != dnnl_success)
+        return false;
+    *md = *od_query(pd, dnnl_query_dst_md);
+    dnnl_primitive_desc_destroy(pd);
+    return true;
+}
+
+static bool od_linkable(const od_layer *L);
+
+/* A primitive that follows its input's layout, alone on the layout a convolution would
+ * hand it: its inputs reordered into that layout once, now, and its output kept in its
+ * own memory. false, the layer as it was, where that layout is the plain one or oneDNN
+ * has nothing for it. */
+static bool od_isolate_linked(od_ctx *c, od_layer *L, const float *const *in)
+{
+    const layer *l = L->l;
+    dnnl_memory_t mem[2] = {NULL, NULL};
+    dnnl_memory_desc_t want, plain;
+    if (!od_linkable(L) || l->kind == LAYER_CONV2D || !od_conv_layout(c, &l->ins[0], &want))
+        return false;
+    od_plain_shape(&plain, &l->ins[0]);
+    if (dnnl_memory_desc_equal(&want, &plain))
+        return false;
+    bool ok = true;
+    for (int k = 0; ok && k < l->n_inputs && k < 2; k++) {
+        dnnl_memory_t user = NULL;
+        dnnl_primitive_desc_t pd = NULL;
+        dnnl_primitive_t r = NULL;
+        od_plain_shape(&plain, &l->ins[k]);
+        ok = (k == 0 || od_conv_layout(c, &l->ins[k], &want)) &&
+             OD_OK(c, dnnl_memory_create(&user, &plain, c->engine, (void *)in[k])) &&
+             OD_OK(c, dnnl_memory_create(&mem[k], &want, c->engine, DNNL_MEMORY_ALLOCATE)) &&
+             OD_OK(c, dnnl_reorder_primitive_desc_create(&pd, &plain, c->engine, &want, c->engine, NULL)) &&
+             OD_OK(c, dnnl_primitive_create(&r, pd));
+        if (ok)
+            od_exec(c, r, user, mem[k]);
+        ok = ok && OD_OK(c, dnnl_stream_wait(c->stream));
+        dnnl_primitive_destroy(r), dnnl_primitive_desc_destroy(pd), dnnl_memory_destroy(user);
+    }
+    if (ok) {
+        od_layer_clear(L);
+        c->link_in[0] = mem[0], c->link_in[1] = mem[1], c->link_out_own = true;
+        char impl[96];
+        ok = od_build(c, L, l, L->w, impl, sizeof impl);
+        c->link_in[0] = c->link_in[1] = NULL, c->link_out_own = false;
+        if (!ok && !c->failed) { /* as it was */
+            od_layer_clear(L);
+            od_build(c, L, l, L->w, impl, sizeof impl);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (ok)
+            od_keep(L, mem[k]);
+        else
+            dnnl_memory_destroy(mem[k]);
+    }
+    return ok;
+}
+
+/* The isolated rows time the primitive on its own layouts: the input reorders run once
+ * now, on the inputs the rows will pass, and the output stays in the primitive's. */
+static void od_layer_isolate(void *ctx, void *state, const float *const *in, char *impl, size_t len)
+{
+    od_ctx *c = ctx;
+    od_layer *L = state;
+    if (L->cpu_state)
+        return;
+    if (od_isolate_linked(c, L, in)) {
+        char buf[16];
+        const dnnl_memory_desc_t *md;
+        dnnl_memory_get_memory_desc(L->out_mem, &md);
+        snprintf(impl, len, "%s %s (input reordered at setup)", L->name, od_layout(md, buf, sizeof buf));
+        return;
+    }
+    if (!(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
+        return;
     for (int k = 0; k < L->n_inputs && k < 2; k++) {
         dnnl_memory_set_data_handle(L->user_in[k], (void *)in[k]);
         if (L->reorder_in[k])
             od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k]);
     }
-    dnnl_memory_set_data_handle(L->user_out, out);
-    OD_OK(c, dnnl_primitive_execute(L->prim, c->stream, L->n_args, L->args));
+    OD_OK(c, dnnl_stream_wait(c->stream));
+    L->isolated = true;
+    od_impl_layout(L, impl, len);
+}
+
+/* A oneDNN primitive with reorders around it runs as parts: each reorder, the primitive. */
+static int od_layer_parts(void *ctx, void *state, const layer *l, layer_part_info *parts)
+{
+    (void)ctx;
+    od_layer *L = state;
+    static const char *const names[3] = {"reorder src", "reorder src1", "reorder dst"};
+    if (L->cpu_state || L->isolated || !(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
+        return 0;
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        if (L->reorder_in[k])
+            parts[n++] = (layer_part_info){names[k], 0, L->reorder_bytes[k]};
+    parts[n++] = (layer_part_info){layer_kind_name(l->kind), l->flops, l->bytes};
     if (L->reorder_out)
-        od_exec(c, L->reorder_out, L->out_mem, L->user_out);
+        parts[n++] = (layer_part_info){names[2], 0, L->reorder_bytes[2]};
+    return n;
 }
 
 static void od_layer_free(void *ctx, void *state)
@@ -553,6 +808,78 @@ static void od_layer_free(void *ctx, void *state)
         return;
     }
     od_layer_destroy(L);
+}
+
+/* Primitives that take an input in the layout its producer keeps it in and may keep
+ * their output in their own: the kinds with a layout of their own (convolution) or that
+ * follow their input's (eltwise, batch norm, pooling, binary). */
+static bool od_linkable(const od_layer *L)
+{
+    if (!L || L->cpu_state || !L->prim)
+        return false;
+    switch (L->l->kind) {
+    case LAYER_CONV2D: case LAYER_BATCHNORM2D: case LAYER_RELU: case LAYER_RELU6: case LAYER_SIGMOID:
+    case LAYER_SILU: case LAYER_HARDSWISH: case LAYER_TANH: case LAYER_GELU: case LAYER_MAXPOOL2D:
+    case LAYER_AVGPOOL2D: case LAYER_ADAPTIVE_AVGPOOL2D: case LAYER_ADD: case LAYER_MUL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The chained forward with oneDNN's layouts between its primitives, as a framework that
+ * keeps blocked tensors (PyTorch's to_mkldnn, OpenVINO) runs it: a value stays in the
+ * layout its producer's primitive chose when every reader is a linkable primitive and it
+ * is not the model's output; each reader takes it as it is or reorders it (a part of its
+ * own, "reorder src"), and a value that must be plain is reordered by its producer
+ * ("reorder dst"). Layers are rebuilt in order, producers before their readers. */
+static bench_status od_model_link(void *ctx, const model *m, void *const *states, char *impls, size_t impl_len)
+{
+    od_ctx *c = ctx;
+    int n = m->n_layers;
+    bool *keep = xcalloc((size_t)n + 1, sizeof *keep); /* value v stays in its producer's layout */
+    for (int i = 0; i < n; i++)
+        keep[i + 1] = od_linkable(states[i]);
+    keep[model_storage_of(m, n)] = false;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < m->layers[i].n_inputs && !od_linkable(states[i]); k++)
+            keep[m->layers[i].inputs[k]] = false;
+    bench_status st = BENCH_OK;
+    for (int i = 0; i < n && st == BENCH_OK; i++) {
+        od_layer *L = states[i];
+        const layer *l = &m->layers[i];
+        if (!od_linkable(L))
+            continue;
+        bool linked = keep[i + 1];
+        for (int k = 0; k < 2; k++) {
+            int v = k < l->n_inputs ? l->inputs[k] : 0;
+            c->link_in[k] = keep[v] ? ((od_layer *)states[v - 1])->out_mem : NULL;
+            linked |= c->link_in[k] != NULL;
+        }
+        if (!linked)
+            continue;
+        c->link_out_own = keep[i + 1];
+        char *impl = impls + (size_t)i * impl_len;
+        /* on the producers' layouts; where oneDNN has nothing for them, on plain ones */
+        for (int plain = 0; plain < 2; plain++) {
+            c->link_plain = plain;
+            od_layer_clear(L);
+            if (od_build(c, L, l, L->w, impl, impl_len)) {
+                od_impl_layout(L, impl, impl_len);
+                break;
+            }
+            if (c->failed || plain) {
+                if (!c->failed)
+                    snprintf(c->error, sizeof c->error, "layer '%s': %s on its inputs' layouts", l->name, c->why);
+                c->failed = true;
+                st = BENCH_ERR_BACKEND;
+            }
+        }
+    }
+    c->link_in[0] = c->link_in[1] = NULL;
+    c->link_out_own = c->link_plain = false;
+    free(keep);
+    return st;
 }
 
 static bench_status od_init(const backend_options *opt, void **ctx, char *err, size_t errlen)
@@ -586,8 +913,9 @@ static bench_status od_init(const backend_options *opt, void **ctx, char *err, s
     default: isa_name = "other"; break;
     }
     c->description = xasprintf("{\"onednn\": \"%d.%d.%d\", \"onednn_git\": \"%s\", \"onednn_cpu_runtime\": %s, "
-                               "\"onednn_isa\": \"%s\", \"tensors\": \"plain NCHW between layers; convolutions "
-                               "reorder to oneDNN's layouts inside their time\", \"cpu\": %s}",
+                               "\"onednn_isa\": \"%s\", \"layouts\": \"oneDNN's: isolated rows reorder their "
+                               "inputs at setup; the chained forward keeps values in oneDNN's layouts between "
+                               "its primitives and times the reorders left as parts\", \"cpu\": %s}",
                                v->major, v->minor, v->patch, v->hash ? v->hash : "",
                                v->cpu_runtime == DNNL_RUNTIME_OMP ? "\"OpenMP\"" : "\"other\"", isa_name,
                                backend_cpu_ops.describe(c->cpu));
@@ -656,11 +984,24 @@ static bench_status od_peaks(void *ctx, backend_peaks *p) { return backend_cpu_o
 static bool od_parts_enable(void *ctx, void *state, bool on)
 {
     od_layer *L = state;
-    return L->cpu_state && backend_cpu_ops.parts_enable(((od_ctx *)ctx)->cpu, L->cpu_state, on);
+    if (L->cpu_state)
+        return backend_cpu_ops.parts_enable(((od_ctx *)ctx)->cpu, L->cpu_state, on);
+    layer_part_info info[LAYER_MAX_PARTS];
+    if (od_layer_parts(ctx, state, L->l, info) == 0)
+        return false;
+    L->timed = on;
+    return true;
 }
 static void od_parts_read(void *ctx, void *state, double *seconds)
 {
-    backend_cpu_ops.parts_read(((od_ctx *)ctx)->cpu, ((od_layer *)state)->cpu_state, seconds);
+    od_layer *L = state;
+    if (L->cpu_state) {
+        backend_cpu_ops.parts_read(((od_ctx *)ctx)->cpu, L->cpu_state, seconds);
+        return;
+    }
+    layer_part_info info[LAYER_MAX_PARTS];
+    int n = od_layer_parts(ctx, state, L->l, info);
+    memcpy(seconds, L->part_s, (size_t)n * sizeof *seconds);
 }
 
 const backend_ops backend_onednn_ops = {
@@ -681,7 +1022,10 @@ const backend_ops backend_onednn_ops = {
     .marks_read = od_marks_read,
     .parts_enable = od_parts_enable,
     .parts_read = od_parts_read,
+    .layer_parts = od_layer_parts,
     .layer_setup = od_layer_setup,
+    .layer_isolate = od_layer_isolate,
+    .model_link = od_model_link,
     .layer_run = od_layer_run,
     .layer_free = od_layer_free,
     .thread_count = od_thread_count,
