@@ -94,10 +94,14 @@ typedef struct backend_ops {
      * i's), before the forward first runs: lets values pass between the backend's layers
      * in the layouts it prefers (oneDNN's blocked ones) rather than plain. Whatever is read
      * through layer_run's pointers stays plain in them: the model's input and output, and
-     * every value a view or a layer the backend does not link reads. Rewrites the impl of
-     * each layer it changed (layer i's at impl + i * impl_len). Untimed; BENCH_OK or a
-     * failure (last_error says why), after which the forward is not run. */
-    bench_status (*model_link)(void *ctx, const struct model *m, void *const *states, char *impl, size_t impl_len);
+     * every value a view or a layer the backend does not link reads. values[v] is value
+     * v's buffer (shape_numel floats at least, shared with values whose lifetimes do not
+     * overlap v's), which a linked value may hold in its own layout where it fits.
+     * Rewrites the impl of each layer it changed (layer i's at impl + i * impl_len).
+     * Untimed; BENCH_OK or a failure (last_error says why), after which the forward is not
+     * run. */
+    bench_status (*model_link)(void *ctx, const struct model *m, void *const *states, float *const *values,
+                               char *impl, size_t impl_len);
     /* Queues the layer on in[0..l->n_inputs); no allocation, printing or synchronisation. */
     void (*layer_run)(void *ctx, void *state, const float *const *in, float *out);
     void (*layer_free)(void *ctx, void *state);

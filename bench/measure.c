@@ -552,16 +552,24 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
                          .impl = xcalloc((size_t)n, sizeof *net->impl)};
     layer_rng rng;
     layer_rng_seed(&rng, seed);
+    net->bufs = xcalloc((size_t)n + 1, sizeof *net->bufs);
+    int64_t *floats = xcalloc((size_t)n + 1, sizeof *floats);
+    int *last = xmalloc(((size_t)n + 1) * sizeof *last), *buf_of = xcalloc((size_t)n + 1, sizeof *buf_of);
+    bool *busy = xcalloc((size_t)n + 1, sizeof *busy);
+    bench_status st = BENCH_ERR_NOMEM;
+    model_last_readers(m, last);
+    last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
     float *host = bench_alloc_floats(shape_numel(&m->input));
     if (host) {
         layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
-        net->values[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        net->values[0] = net->bufs[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
         free(host);
     }
     if (!net->values[0]) {
         snprintf(why, whylen, "out of memory for the model's input");
-        return BENCH_ERR_NOMEM;
+        goto out;
     }
+    net->n_bufs = 1, busy[0] = true;
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
@@ -570,10 +578,28 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             net->args[i][k] = net->values[l->inputs[k]];
         if (d->aliases_input) {
             net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
-        } else if (!(net->values[i + 1] = backend_alloc_floats(b, shape_numel(&l->out), NULL))) {
-            snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
-            return BENCH_ERR_NOMEM;
+        } else { /* the smallest buffer free that is large enough, as an allocator's free list */
+            int64_t need = shape_numel(&l->out);
+            int j = -1;
+            for (int q = 0; q < net->n_bufs; q++)
+                if (!busy[q] && floats[q] >= need && (j < 0 || floats[q] < floats[j]))
+                    j = q;
+            if (j < 0 && (net->bufs[net->n_bufs] = backend_alloc_floats(b, need, NULL)))
+                j = net->n_bufs++, floats[j] = need;
+            if (j < 0) {
+                snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
+                goto out;
+            }
+            busy[j] = true, buf_of[i + 1] = j;
+            net->values[i + 1] = net->bufs[j];
         }
+        /* a buffer is free once the last layer reading its value has run (not before its
+         * output is placed: a layer never writes over its own input) */
+        for (int k = 0; k < l->n_inputs; k++)
+            if (last[model_storage_of(m, l->inputs[k])] == i)
+                busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
+        if (!d->aliases_input && last[i + 1] == i)
+            busy[buf_of[i + 1]] = false;
         if (l->n_weight_floats) {
             float *w = bench_alloc_floats(l->n_weight_floats);
             if (w) {
@@ -583,29 +609,31 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             }
             if (!net->weights[i]) {
                 snprintf(why, whylen, "out of memory for the weights (at layer '%s')", l->name);
-                return BENCH_ERR_NOMEM;
+                goto out;
             }
         }
         int64_t ws;
-        bench_status st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i],
-                                           sizeof net->impl[i], &ws);
-        if (st == BENCH_ERR_UNSUPPORTED) {
-            net->states[i] = NULL;
-            snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
-            return st;
-        }
+        st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i], sizeof net->impl[i], &ws);
         if (st != BENCH_OK) {
             net->states[i] = NULL;
-            snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
-                     st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
-            return st;
+            if (st == BENCH_ERR_UNSUPPORTED)
+                snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
+            else
+                snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
+                         st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+            goto out;
         }
+        st = BENCH_ERR_NOMEM;
     }
-    if (ops->model_link && ops->model_link(b->ctx, m, net->states, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
+    st = BENCH_OK;
+    if (ops->model_link &&
+        ops->model_link(b->ctx, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
         snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
-        return BENCH_ERR_BACKEND;
+        st = BENCH_ERR_BACKEND;
     }
-    return BENCH_OK;
+out:
+    free(floats), free(last), free(buf_of), free(busy);
+    return st;
 }
 
 void measure_net_free(measure_net *net)
@@ -615,13 +643,11 @@ void measure_net_free(measure_net *net)
         if (net->states[i])
             ops->layer_free(net->b->ctx, net->states[i]);
         ops->release(net->b->ctx, net->weights[i]);
-        if (!layer_desc_get(net->m->layers[i].kind)->aliases_input)
-            ops->release(net->b->ctx, net->values[i + 1]);
         free(net->args[i]);
     }
-    if (net->values)
-        ops->release(net->b->ctx, net->values[0]);
-    free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl);
+    for (int j = 0; j < net->n_bufs; j++)
+        ops->release(net->b->ctx, net->bufs[j]);
+    free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl), free(net->bufs);
     memset(net, 0, sizeof *net);
 }
 

@@ -148,10 +148,12 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
 void run_result_free(run_result *r);
 
 /* A model's forward set up on a backend, as the chained forward and bench check's
- * forward row run it: every value in backend memory (views share the buffer of the value
- * they view), the input and every layer's weights drawn from one seed (the input first,
- * then each layer's weights in order), every layer set up, then linked by the backend
- * (backend_ops.model_link). */
+ * forward row run it: every value in backend memory, the input and every layer's weights
+ * drawn from one seed (the input first, then each layer's weights in order), every layer
+ * set up, then linked by the backend (backend_ops.model_link). Views share the buffer of
+ * the value they view, and a buffer is reused once the last reader of its value has run,
+ * as a framework's allocator hands a freed block to the next tensor (the smallest free
+ * one large enough); the input and the output keep theirs. */
 typedef struct measure_net {
     const model *m;
     const backend *b;
@@ -160,6 +162,8 @@ typedef struct measure_net {
     float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
     const float ***args;    /* per layer: its inputs, pointers into values */
     char (*impl)[96];       /* per layer: what runs in this forward (setup's choice, as linked) */
+    float **bufs;           /* the activation buffers (values point into them), n_bufs; owned */
+    int n_bufs;
 } measure_net;
 
 /* Builds net; on failure why says what failed (naming the layer) and the status is

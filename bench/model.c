@@ -110,6 +110,17 @@ bench_status model_check_memory(const model *m, int64_t available, const char *w
     return BENCH_OK;
 }
 
+void model_last_readers(const model *m, int *last)
+{
+    for (int v = 0; v <= m->n_layers; v++)
+        last[v] = v - 1; /* a value nobody reads lives while it is written */
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++) {
+            int s = model_storage_of(m, m->layers[i].inputs[k]);
+            last[s] = i > last[s] ? i : last[s];
+        }
+}
+
 void model_memory_plan(const model *m, model_memory *mm)
 {
     int n = m->n_layers;
@@ -119,20 +130,14 @@ void model_memory_plan(const model *m, model_memory *mm)
      * the last layer that reads it, through views */
     int64_t *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *delta = xcalloc((size_t)n + 2, sizeof *delta);
     int *last = xmalloc(((size_t)n + 1) * sizeof *last);
+    model_last_readers(m, last);
     for (int v = 0; v <= n; v++) {
-        last[v] = v - 1; /* a value nobody reads lives while it is written */
         if (model_storage_of(m, v) == v)
             bytes[v] = 4 * shape_numel(model_value_shape(m, v));
         mm->all_activation_bytes += v > 0 ? bytes[v] : 0;
     }
-    for (int i = 0; i < n; i++) {
-        const layer *l = &m->layers[i];
-        mm->weight_bytes += 4 * l->n_weight_floats;
-        for (int k = 0; k < l->n_inputs; k++) {
-            int s = model_storage_of(m, l->inputs[k]);
-            last[s] = i > last[s] ? i : last[s];
-        }
-    }
+    for (int i = 0; i < n; i++)
+        mm->weight_bytes += 4 * m->layers[i].n_weight_floats;
     if (n > 0)
         last[model_storage_of(m, n)] = n - 1; /* the model's output is kept */
     for (int v = 0; v <= n; v++) {

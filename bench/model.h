@@ -34,6 +34,11 @@ int model_storage_of(const model *m, int value);
 /* Shape of a value (0 = input). */
 const shape_t *model_value_shape(const model *m, int value);
 
+/* last[v] for every value v that owns its storage (0 = the input, i+1 = layer i's
+ * output): the last layer that reads it, directly or through views; v - 1 when no
+ * layer does. last has m->n_layers + 1 entries; views' own entries are left as v - 1. */
+void model_last_readers(const model *m, int *last);
+
 /* Bytes a run needs on a backend, workspaces aside: the chained forward's activations
  * and weights, and, set up beside them, every isolated layer's own weights and the
  * input and output buffers the isolated layers share. */

@@ -44,6 +44,8 @@ typedef struct od_ctx {
      * implementation), reordering the linked inputs to plain. */
     dnnl_memory_t link_in[2];
     bool link_out_own, link_plain;
+    float *link_out_buf;       /* the output value's buffer, where a kept output goes if it fits */
+    size_t link_out_bytes;
 } od_ctx;
 
 /* Records the first failure: "file:line: call failed: status". */
@@ -181,11 +183,12 @@ static dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_mem
                                    const dnnl_memory_desc_t *want)
 {
     dnnl_memory_t mine = NULL, user;
-    if (k < 0 && c->link_out_own) {
-        if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
+    if (k < 0 && c->link_out_own) { /* in the value's buffer where it fits (no padding) */
+        bool fits = c->link_out_buf && dnnl_memory_desc_get_size(want) <= c->link_out_bytes;
+        if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, fits ? (void *)c->link_out_buf : DNNL_MEMORY_ALLOCATE)))
             return NULL;
-        L->out_mem = od_keep(L, mine); /* user_out stays NULL: the run's pointer is not written */
-        L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
+        L->out_mem = od_keep(L, mine); /* user_out stays NULL: the run's pointer is not used */
+        L->workspace += fits ? 0 : (int64_t)dnnl_memory_desc_get_size(want);
         return mine;
     }
     if (k >= 0 && c->link_in[k]) {
@@ -833,7 +836,8 @@ static bool od_linkable(const od_layer *L)
  * is not the model's output; each reader takes it as it is or reorders it (a part of its
  * own, "reorder src"), and a value that must be plain is reordered by its producer
  * ("reorder dst"). Layers are rebuilt in order, producers before their readers. */
-static bench_status od_model_link(void *ctx, const model *m, void *const *states, char *impls, size_t impl_len)
+static bench_status od_model_link(void *ctx, const model *m, void *const *states, float *const *values, char *impls,
+                                  size_t impl_len)
 {
     od_ctx *c = ctx;
     int n = m->n_layers;
@@ -859,6 +863,8 @@ static bench_status od_model_link(void *ctx, const model *m, void *const *states
         if (!linked)
             continue;
         c->link_out_own = keep[i + 1];
+        c->link_out_buf = values[i + 1];
+        c->link_out_bytes = (size_t)shape_numel(&l->out) * sizeof(float);
         char *impl = impls + (size_t)i * impl_len;
         /* on the producers' layouts; where oneDNN has nothing for them, on plain ones */
         for (int plain = 0; plain < 2; plain++) {
@@ -878,6 +884,7 @@ static bench_status od_model_link(void *ctx, const model *m, void *const *states
     }
     c->link_in[0] = c->link_in[1] = NULL;
     c->link_out_own = c->link_plain = false;
+    c->link_out_buf = NULL;
     free(keep);
     return st;
 }
