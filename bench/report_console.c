@@ -526,8 +526,8 @@ static void print_machine(console *c, const run_result *res)
                  mm.peak_layer >= 0 ? res->m->layers[mm.peak_layer].name : "-", bench_format_bytes(ws, d, sizeof d));
     if (res->forward_device_bytes >= 0)
         summary_line(c, "device memory of the forward", bench_format_bytes(res->forward_device_bytes, v, sizeof v),
-                     "(measured: free memory before minus after its setup; it holds all %s of activations at once, "
-                     "for the in-model view, and every layer's own workspace)",
+                     "(measured: free memory before minus after its setup; its activation buffers, each reused once "
+                     "its value's last reader has run (%s if none were), and every layer's own workspace)",
                      bench_format_bytes(mm.all_activation_bytes, e, sizeof e));
 }
 
