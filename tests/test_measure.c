@@ -532,6 +532,43 @@ static void test_zero_time(backend *b, model *m)
     run_result_free(&r);
 }
 
+/* The forward's buffers: a value's buffer is never shared with a value alive at the same
+ * time (from the layer writing it to its last reader, through views; the input and the
+ * output to the end), views share their input's, and buffers are reused: fewer than the
+ * values that own storage. */
+static void test_net_buffers(backend *b)
+{
+    model *m = load("name: reuse\ninput: [2, 4, 4]\nlayers:\n  - {kind: relu, name: pre}\n"
+                    "  - kind: residual\n    body:\n      - {kind: relu6, name: a}\n"
+                    "      - {kind: sigmoid, name: b}\n      - {kind: tanh, name: c}\n"
+                    "  - {kind: flatten, name: flat}\n  - {kind: relu, name: post}\n");
+    if (!m)
+        return;
+    measure_net net;
+    char why[200];
+    int n = m->n_layers, owners = 0;
+    EXPECT(measure_net_build(&net, m, b, 7, why, sizeof why) == BENCH_OK, "%s", why);
+    int *last = malloc(((size_t)n + 1) * sizeof *last);
+    model_last_readers(m, last);
+    last[0] = last[model_storage_of(m, n)] = n;
+    for (int u = 0; u <= n; u++) {
+        if (model_storage_of(m, u) != u) {
+            EXPECT(net.values[u] == net.values[model_storage_of(m, u)], "view %d shares its input's buffer", u);
+            continue;
+        }
+        owners++;
+        for (int v = u + 1; v <= n; v++) {
+            int bu = u ? u - 1 : 0, bv = v - 1; /* born: the layer writing it */
+            if (model_storage_of(m, v) == v && bv <= last[u] && bu <= last[v])
+                EXPECT(net.values[u] != net.values[v], "values %d and %d are alive together in one buffer", u, v);
+        }
+    }
+    EXPECT(net.n_bufs < owners, "%d buffers for %d values: none reused", net.n_bufs, owners);
+    free(last);
+    measure_net_free(&net);
+    model_free(m);
+}
+
 int main(void)
 {
     snprintf(cfg_path, sizeof cfg_path, "/tmp/layerbench_test_measure_%ld.yaml", (long)getpid());
@@ -554,6 +591,7 @@ int main(void)
         model_free(m);
     }
     test_parts(&b);
+    test_net_buffers(&b);
     backend_close(&b);
     unlink(cfg_path);
     return test_summary("test_measure");
