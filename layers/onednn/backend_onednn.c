@@ -879,6 +879,7 @@ static bench_status od_model_link(void *ctx, const model *m, void *const *states
                     snprintf(c->error, sizeof c->error, "layer '%s': %s on its inputs' layouts", l->name, c->why);
                 c->failed = true;
                 st = BENCH_ERR_BACKEND;
+                break;
             }
         }
     }
