@@ -544,6 +544,8 @@ static void test_net_buffers(backend *b)
                     "  - {kind: flatten, name: flat}\n  - {kind: relu, name: post}\n");
     if (!m)
         return;
+    reset(0);
+    M = m; /* the fake backend's setup reads it */
     measure_net net;
     char why[200];
     int n = m->n_layers, owners = 0;
@@ -566,6 +568,7 @@ static void test_net_buffers(backend *b)
     EXPECT(net.n_bufs < owners, "%d buffers for %d values: none reused", net.n_bufs, owners);
     free(last);
     measure_net_free(&net);
+    M = NULL;
     model_free(m);
 }
 
