@@ -4,8 +4,9 @@
  *
  * A small batch is what OpenBLAS does worst: with 8 rows, 1000 outputs and 512
  * features (ResNet's fc at batch 8) it packs the 2 MB of weights again on every call
- * and took 124-149 us on the 2-core Zen 5 VM, where oneDNN takes 27-29 us. Packed at setup into panels of the kernel's nr outputs, feature-major,
- * the weights stream through once per mr rows, each panel's tile summed in registers. */
+ * and took 124-149 us on the 2-core Zen 5 VM, where oneDNN takes 27-29 us. Packed at
+ * setup into panels of the kernel's nr outputs, feature-major, the weights stream
+ * through once per mr rows, each panel's tile summed in registers. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -165,11 +165,6 @@ static void avgpool_run(const layer *l, void *state, const float *const *ins, co
  * (one zmm, two ymm, four xmm). */
 typedef float v16f __attribute__((vector_size(64)));
 
-/* The sum of n floats: 16 float lanes over blocks of 256 (16 terms per lane), the lanes
- * added pairwise, the blocks summed in double (a global pool of a 112x112 map sums
- * 12544 values, and one float sum drifts past 1e-6 of the mean). Written with a vector
- * type because `omp simd reduction` on floats keeps the lanes' order and adds them one
- * by one, which on a 7x7 map costs more than the loads. */
 /* n floats into 16 lane sums (*acc) and the sum of those past the last full vector. */
 static inline void lane_sums(const float *x, int64_t n, v16f *acc, float *tail)
 {
@@ -186,6 +181,11 @@ static inline void lane_sums(const float *x, int64_t n, v16f *acc, float *tail)
     *acc = a, *tail = t;
 }
 
+/* The sum of n floats: 16 float lanes over blocks of 256 (16 terms per lane), the lanes
+ * added pairwise, the blocks summed in double (a global pool of a 112x112 map sums
+ * 12544 values, and one float sum drifts past 1e-6 of the mean). Written with a vector
+ * type because `omp simd reduction` on floats keeps the lanes' order and adds them one
+ * by one, which on a 7x7 map costs more than the loads. */
 static inline double row_sum(const float *x, int64_t n)
 {
     double s = 0.0;
