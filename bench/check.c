@@ -166,8 +166,7 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
-    if (net.states)
-        measure_net_free(&net);
+    measure_net_free(&net);
     free(got);
     return r;
 }

@@ -540,6 +540,27 @@ typedef struct chain {
     dvec *part_times; /* per part: seconds, one per kept sample */
 } chain;
 
+/* The activation buffers of a forward being built: the smallest free one at least need
+ * floats large, as an allocator's free list hands out a freed block, or a new one. The
+ * buffer's index, or -1 when out of memory. */
+typedef struct buffer_pool {
+    int64_t *floats; /* per buffer: its size */
+    bool *busy;      /* per buffer: a live value is in it */
+} buffer_pool;
+
+static int pool_take(measure_net *net, buffer_pool *p, int64_t need)
+{
+    int j = -1;
+    for (int q = 0; q < net->n_bufs; q++)
+        if (!p->busy[q] && p->floats[q] >= need && (j < 0 || p->floats[q] < p->floats[j]))
+            j = q;
+    if (j < 0 && (net->bufs[net->n_bufs] = backend_alloc_floats(net->b, need, NULL)))
+        j = net->n_bufs++, p->floats[j] = need;
+    if (j >= 0)
+        p->busy[j] = true;
+    return j;
+}
+
 bench_status measure_net_build(measure_net *net, const model *m, const backend *b, uint64_t seed, char *why,
                                size_t whylen)
 {
@@ -553,9 +574,8 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
     layer_rng rng;
     layer_rng_seed(&rng, seed);
     net->bufs = xcalloc((size_t)n + 1, sizeof *net->bufs);
-    int64_t *floats = xcalloc((size_t)n + 1, sizeof *floats);
+    buffer_pool pool = {xcalloc((size_t)n + 1, sizeof *pool.floats), xcalloc((size_t)n + 1, sizeof *pool.busy)};
     int *last = xmalloc(((size_t)n + 1) * sizeof *last), *buf_of = xcalloc((size_t)n + 1, sizeof *buf_of);
-    bool *busy = xcalloc((size_t)n + 1, sizeof *busy);
     bench_status st = BENCH_ERR_NOMEM;
     model_last_readers(m, last);
     last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
@@ -569,7 +589,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
         snprintf(why, whylen, "out of memory for the model's input");
         goto out;
     }
-    net->n_bufs = 1, busy[0] = true;
+    net->n_bufs = 1, pool.busy[0] = true;
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
@@ -578,28 +598,19 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             net->args[i][k] = net->values[l->inputs[k]];
         if (d->aliases_input) {
             net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
-        } else { /* the smallest buffer free that is large enough, as an allocator's free list */
-            int64_t need = shape_numel(&l->out);
-            int j = -1;
-            for (int q = 0; q < net->n_bufs; q++)
-                if (!busy[q] && floats[q] >= need && (j < 0 || floats[q] < floats[j]))
-                    j = q;
-            if (j < 0 && (net->bufs[net->n_bufs] = backend_alloc_floats(b, need, NULL)))
-                j = net->n_bufs++, floats[j] = need;
-            if (j < 0) {
-                snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
-                goto out;
-            }
-            busy[j] = true, buf_of[i + 1] = j;
-            net->values[i + 1] = net->bufs[j];
+        } else if ((buf_of[i + 1] = pool_take(net, &pool, shape_numel(&l->out))) >= 0) {
+            net->values[i + 1] = net->bufs[buf_of[i + 1]];
+        } else {
+            snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
+            goto out;
         }
         /* a buffer is free once the last layer reading its value has run (not before its
          * output is placed: a layer never writes over its own input) */
         for (int k = 0; k < l->n_inputs; k++)
             if (last[model_storage_of(m, l->inputs[k])] == i)
-                busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
+                pool.busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
         if (!d->aliases_input && last[i + 1] == i)
-            busy[buf_of[i + 1]] = false;
+            pool.busy[buf_of[i + 1]] = false;
         if (l->n_weight_floats) {
             float *w = bench_alloc_floats(l->n_weight_floats);
             if (w) {
@@ -613,17 +624,17 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             }
         }
         int64_t ws;
-        st = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i], sizeof net->impl[i], &ws);
-        if (st != BENCH_OK) {
-            net->states[i] = NULL;
-            if (st == BENCH_ERR_UNSUPPORTED)
+        bench_status set = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i],
+                                            sizeof net->impl[i], &ws);
+        if (set != BENCH_OK) {
+            net->states[i] = NULL, st = set;
+            if (set == BENCH_ERR_UNSUPPORTED)
                 snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
             else
                 snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
-                         st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+                         set == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
             goto out;
         }
-        st = BENCH_ERR_NOMEM;
     }
     st = BENCH_OK;
     if (ops->model_link &&
@@ -632,7 +643,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
         st = BENCH_ERR_BACKEND;
     }
 out:
-    free(floats), free(last), free(buf_of), free(busy);
+    free(pool.floats), free(pool.busy), free(last), free(buf_of);
     return st;
 }
 
@@ -651,28 +662,24 @@ void measure_net_free(measure_net *net)
     memset(net, 0, sizeof *net);
 }
 
-static void queue_forward(const chain *c, bool marks)
+/* Queues the forward; with marks, the backend records a mark after each layer. */
+static void queue_forward(const measure_net *net, bool marks)
 {
-    const backend_ops *ops = c->b->ops;
-    const measure_net *net = &c->net;
-    for (int i = 0; i < c->m->n_layers; i++) {
-        ops->layer_run(c->b->ctx, net->states[i], net->args[i], net->values[i + 1]);
+    const backend_ops *ops = net->b->ops;
+    for (int i = 0; i < net->m->n_layers; i++) {
+        ops->layer_run(net->b->ctx, net->states[i], net->args[i], net->values[i + 1]);
         if (marks)
-            ops->timer_mark(c->b->ctx, i);
+            ops->timer_mark(net->b->ctx, i);
     }
 }
 
-void measure_net_queue(const measure_net *net)
-{
-    chain c = {.m = net->m, .b = net->b, .net = *net};
-    queue_forward(&c, false);
-}
+void measure_net_queue(const measure_net *net) { queue_forward(net, false); }
 
 static double time_chain(void *user)
 {
     chain *c = user;
     begin_sample(c->b, true, false);
-    queue_forward(c, c->marks);
+    queue_forward(&c->net, c->marks);
     double s = c->b->ops->timer_stop(c->b->ctx);
     if (c->marks && s >= 0) {
         int n = c->m->n_layers, np = c->n_parts;
@@ -823,7 +830,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
         snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
         bench_status st = ops->graph_begin(b->ctx);
         if (st == BENCH_OK) {
-            queue_forward(c, false);
+            queue_forward(&c->net, false);
             st = ops->graph_end(b->ctx, &mu->g.graph);
         }
         mu->g.b = b;
@@ -867,8 +874,7 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
     chain *c = &mu->c;
     if (mu->g.graph)
         b->ops->graph_free(b->ctx, mu->g.graph);
-    if (c->net.states)
-        measure_net_free(&c->net);
+    measure_net_free(&c->net);
     for (int i = 0; c->inmodel && i < m->n_layers; i++)
         free(c->inmodel[i].v);
     for (int j = 0; j < c->n_parts; j++)

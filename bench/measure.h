@@ -173,6 +173,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
                                size_t whylen);
 /* Queues the forward once (no synchronisation). */
 void measure_net_queue(const measure_net *net);
+/* Frees what measure_net_build made; a zeroed net is a no-op. */
 void measure_net_free(measure_net *net);
 
 /* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer

@@ -150,21 +150,26 @@ static dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_des
 /* A memory in the plain md at handle (DNNL_MEMORY_NONE: set at each run) and, where the
  * primitive wants another md, one of its own in that md (*mine; its bytes count as
  * workspace), else *mine = NULL. Returns the plain one, NULL on failure. */
+/* A memory of L's in md at handle, or, with DNNL_MEMORY_ALLOCATE, in memory of its own
+ * (whose bytes count as workspace); NULL on failure. */
+static dnnl_memory_t od_memory(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *md, void *handle)
+{
+    dnnl_memory_t m = NULL;
+    if (!OD_OK(c, dnnl_memory_create(&m, md, c->engine, handle)))
+        return NULL;
+    if (handle == DNNL_MEMORY_ALLOCATE)
+        L->workspace += (int64_t)dnnl_memory_desc_get_size(md);
+    return od_keep(L, m);
+}
+
 static dnnl_memory_t od_pair(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *plain, void *handle,
                              const dnnl_memory_desc_t *want, dnnl_memory_t *mine)
 {
-    dnnl_memory_t user = NULL;
     *mine = NULL;
-    if (!OD_OK(c, dnnl_memory_create(&user, plain, c->engine, handle)))
-        return NULL;
-    od_keep(L, user);
-    if (dnnl_memory_desc_equal(plain, want))
+    dnnl_memory_t user = od_memory(c, L, plain, handle);
+    if (!user || dnnl_memory_desc_equal(plain, want))
         return user;
-    if (!OD_OK(c, dnnl_memory_create(mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
-        return NULL;
-    od_keep(L, *mine);
-    L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
-    return user;
+    return (*mine = od_memory(c, L, want, DNNL_MEMORY_ALLOCATE)) ? user : NULL;
 }
 
 /* A reorder from have to want for input k (k < 0: the output, from want to plain). */
@@ -185,24 +190,16 @@ static dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_mem
     dnnl_memory_t mine = NULL, user;
     if (k < 0 && c->link_out_own) { /* in the value's buffer where it fits (no padding) */
         bool fits = c->link_out_buf && dnnl_memory_desc_get_size(want) <= c->link_out_bytes;
-        if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, fits ? (void *)c->link_out_buf : DNNL_MEMORY_ALLOCATE)))
-            return NULL;
-        L->out_mem = od_keep(L, mine); /* user_out stays NULL: the run's pointer is not used */
-        L->workspace += fits ? 0 : (int64_t)dnnl_memory_desc_get_size(want);
-        return mine;
+        /* user_out stays NULL: the run's pointer is not used */
+        return L->out_mem = od_memory(c, L, want, fits ? (void *)c->link_out_buf : DNNL_MEMORY_ALLOCATE);
     }
     if (k >= 0 && c->link_in[k]) {
         const dnnl_memory_desc_t *have;
         user = c->link_in[k];
         L->in_linked[k] = true;
-        if (!OD_OK(c, dnnl_memory_get_memory_desc(user, &have)))
+        if (!OD_OK(c, dnnl_memory_get_memory_desc(user, &have)) ||
+            (!dnnl_memory_desc_equal(have, want) && !(mine = od_memory(c, L, want, DNNL_MEMORY_ALLOCATE))))
             return NULL;
-        if (!dnnl_memory_desc_equal(have, want)) {
-            if (!OD_OK(c, dnnl_memory_create(&mine, want, c->engine, DNNL_MEMORY_ALLOCATE)))
-                return NULL;
-            od_keep(L, mine);
-            L->workspace += (int64_t)dnnl_memory_desc_get_size(want);
-        }
         plain = have;
     } else if (!(user = od_pair(c, L, plain, DNNL_MEMORY_NONE, want, &mine))) {
         return NULL;
@@ -239,12 +236,14 @@ static void od_dst_md(const od_ctx *c, const layer *l, dnnl_memory_desc_t *md)
         dnnl_memory_desc_init_by_tag(md, md->ndims, md->dims, dnnl_f32, dnnl_format_tag_any);
 }
 
-/* "nChw16c", "nchw", "nhwc" or "blocked": a 4-d md's layout, for impl. */
+/* An md's layout, for impl: "nChw16c", "nchw", "nhwc" (4-d), "plain" (other ranks) or "blocked". */
 static const char *od_layout(const dnnl_memory_desc_t *md, char *buf, size_t len)
 {
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    if (md->ndims != 4 || md->format_kind != dnnl_blocked)
+    if (md->format_kind != dnnl_blocked)
         return "blocked";
+    if (md->ndims != 4) /* linked [N, S, D] values stay dense */
+        return b->inner_nblks == 0 ? "plain" : "blocked";
     if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && b->strides[0] >= b->strides[1] &&
         b->strides[1] >= b->strides[2] && b->strides[2] >= b->strides[3]) {
         snprintf(buf, len, "nChw%dc", (int)b->inner_blks[0]);
@@ -255,8 +254,8 @@ static const char *od_layout(const dnnl_memory_desc_t *md, char *buf, size_t len
     return "blocked";
 }
 
-/* A constant (weights) at w in the plain md, in the md the primitive wants: w itself,
- * or a copy reordered once, now. */
+/* A constant (weights, or an isolated row's input) at w in the plain md, in the md the
+ * primitive wants: w itself, or a copy reordered once, now. */
 static dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const float *w, const dnnl_memory_desc_t *plain,
                                  const dnnl_memory_desc_t *want)
 {
@@ -711,45 +710,25 @@ static bool od_linkable(const od_layer *L);
 static bool od_isolate_linked(od_ctx *c, od_layer *L, const float *const *in)
 {
     const layer *l = L->l;
-    dnnl_memory_t mem[2] = {NULL, NULL};
-    dnnl_memory_desc_t want, plain;
-    if (!od_linkable(L) || l->kind == LAYER_CONV2D || !od_conv_layout(c, &l->ins[0], &want))
+    dnnl_memory_desc_t want[2], plain;
+    if (!od_linkable(L) || l->kind == LAYER_CONV2D || !od_conv_layout(c, &l->ins[0], &want[0]))
         return false;
     od_plain_shape(&plain, &l->ins[0]);
-    if (dnnl_memory_desc_equal(&want, &plain))
+    if (dnnl_memory_desc_equal(&want[0], &plain) || (l->n_inputs > 1 && !od_conv_layout(c, &l->ins[1], &want[1])))
         return false;
+    od_layer_clear(L);
     bool ok = true;
-    for (int k = 0; ok && k < l->n_inputs && k < 2; k++) {
-        dnnl_memory_t user = NULL;
-        dnnl_primitive_desc_t pd = NULL;
-        dnnl_primitive_t r = NULL;
+    for (int k = 0; ok && k < l->n_inputs && k < 2; k++) { /* in[k], converted once */
         od_plain_shape(&plain, &l->ins[k]);
-        ok = (k == 0 || od_conv_layout(c, &l->ins[k], &want)) &&
-             OD_OK(c, dnnl_memory_create(&user, &plain, c->engine, (void *)in[k])) &&
-             OD_OK(c, dnnl_memory_create(&mem[k], &want, c->engine, DNNL_MEMORY_ALLOCATE)) &&
-             OD_OK(c, dnnl_reorder_primitive_desc_create(&pd, &plain, c->engine, &want, c->engine, NULL)) &&
-             OD_OK(c, dnnl_primitive_create(&r, pd));
-        if (ok)
-            od_exec(c, r, user, mem[k]);
-        ok = ok && OD_OK(c, dnnl_stream_wait(c->stream));
-        dnnl_primitive_destroy(r), dnnl_primitive_desc_destroy(pd), dnnl_memory_destroy(user);
+        ok = (c->link_in[k] = od_constant(c, L, in[k], &plain, &want[k])) != NULL;
     }
-    if (ok) {
+    char impl[96];
+    c->link_out_own = true;
+    ok = ok && od_build(c, L, l, L->w, impl, sizeof impl);
+    c->link_in[0] = c->link_in[1] = NULL, c->link_out_own = false;
+    if (!ok && !c->failed) { /* as it was */
         od_layer_clear(L);
-        c->link_in[0] = mem[0], c->link_in[1] = mem[1], c->link_out_own = true;
-        char impl[96];
-        ok = od_build(c, L, l, L->w, impl, sizeof impl);
-        c->link_in[0] = c->link_in[1] = NULL, c->link_out_own = false;
-        if (!ok && !c->failed) { /* as it was */
-            od_layer_clear(L);
-            od_build(c, L, l, L->w, impl, sizeof impl);
-        }
-    }
-    for (int k = 0; k < 2; k++) {
-        if (ok)
-            od_keep(L, mem[k]);
-        else
-            dnnl_memory_destroy(mem[k]);
+        od_build(c, L, l, L->w, impl, sizeof impl);
     }
     return ok;
 }
