@@ -135,6 +135,13 @@ typedef struct backend_ops {
      * a stream (reads plus writes) over memory larger than the caches and over a few MiB
      * the caches hold, each the best of a few runs (about 0.3 s together). */
     bench_status (*peaks)(void *ctx, backend_peaks *p);
+    /* Optional, the algorithm choices of --algo search (--algo-cache, choices.h): every
+     * choice setup made or took so far, as (layer key, value) text pairs without tabs or
+     * line breaks; how many given ones it found stale (their candidate no longer
+     * applies) and searched again. */
+    int (*choices_get)(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user);
+    /* ... and a choice to take instead of searching, given before any setup. */
+    void (*choices_put)(void *ctx, const char *key, const char *value);
 } backend_ops;
 
 typedef struct backend {

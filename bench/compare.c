@@ -1,5 +1,6 @@
 #include "compare.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +28,28 @@ compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, 
 
 /* One row of a results CSV, as compare sees it. */
 typedef struct crow {
-    const char *model, *backend, *mode, *batch, *layer, *kind, *status;
+    const char *model, *backend, *mode, *batch, *layer, *kind, *status, *impl, *index, *part;
     int occurrence;     /* how many rows with the same key came before it */
+    int64_t line;       /* where it starts in its file */
     bool timed;
+    bool invalid;       /* timed, but its median is no time (0, negative, NaN, inf, out of range) */
+    bool contended;     /* its threads waited for a CPU in most samples */
     double med, lo, hi; /* microseconds */
     double noise;       /* the noise figure, a fraction; 0 if unknown */
+    double spread;      /* how far its worker processes' medians lay apart, a fraction; 0 if unknown */
+    double canary;      /* the canary of its run, microseconds; 0 if unknown */
     int match;          /* index of the matched row in the other file, or -1 */
 } crow;
+
+/* A figure as a finite, positive double; false for anything else ("0", "-3", "nan",
+ * "inf", "1e400", "12abc", ""). */
+static bool positive_figure(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return *s && !*end && errno == 0 && isfinite(*v) && *v > 0;
+}
 
 static bool is_alone_mode(const char *m) { return !strcmp(m, "warm") || !strcmp(m, "batch"); }
 
@@ -61,6 +77,8 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
             return NULL;
         }
     int lo = csv_col(t, "ci_low_us"), hi = csv_col(t, "ci_high_us"), noise = csv_col(t, "noise_pct");
+    int impl = csv_col(t, "impl"), contended = csv_col(t, "contended"), spread = csv_col(t, "process_spread_pct");
+    int canary = csv_col(t, "canary_us"), index = csv_col(t, "layer_index"), part = csv_col(t, "part");
     crow *rows = xcalloc((size_t)(t->n_rows ? t->n_rows : 1), sizeof *rows);
     int k = 0;
     for (int64_t r = 0; r < t->n_rows; r++) {
@@ -72,21 +90,38 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
         c->model = csv_cell(t, r, col[0]), c->backend = csv_cell(t, r, col[1]), c->mode = csv_cell(t, r, col[2]);
         c->batch = csv_cell(t, r, col[3]), c->layer = csv_cell(t, r, col[4]), c->kind = csv_cell(t, r, col[5]);
         c->status = csv_cell(t, r, col[6]);
+        c->impl = csv_cell(t, r, impl), c->index = csv_cell(t, r, index), c->part = csv_cell(t, r, part);
+        c->line = t->lines ? t->lines[r] : r + 2;
         c->timed = (!strcmp(c->status, "ok") || !strcmp(c->status, "dedupe")) && *csv_cell(t, r, col[7]);
-        c->med = atof(csv_cell(t, r, col[7]));
+        /* what a hand-edited or damaged file may hold: a median that is no time (invalid:
+         * no verdict), an interval that does not hold the median, a noise figure that is
+         * no fraction */
+        c->invalid = c->timed && !positive_figure(csv_cell(t, r, col[7]), &c->med);
         c->lo = atof(csv_cell(t, r, lo)), c->hi = atof(csv_cell(t, r, hi));
         c->noise = atof(csv_cell(t, r, noise)) / 100;
-        /* what a hand-edited or damaged file may hold: a median that is no time, an
-         * interval that does not hold the median, a noise figure that is no fraction */
-        if (!isfinite(c->med) || c->med < 0)
-            c->timed = false;
+        c->contended = strcmp(csv_cell(t, r, contended), "true") == 0;
+        if (!positive_figure(csv_cell(t, r, spread), &c->spread))
+            c->spread = 0;
+        c->spread /= 100;
+        if (!positive_figure(csv_cell(t, r, canary), &c->canary))
+            c->canary = 0;
         if (!(isfinite(c->lo) && isfinite(c->hi) && c->lo > 0 && c->lo <= c->med && c->med <= c->hi))
             c->lo = c->hi = 0; /* unknown: the median stands for it */
         if (!isfinite(c->noise) || c->noise < 0)
             c->noise = 0;
         c->match = -1;
-        for (int p = 0; p < k; p++) /* a name torch reuses (BasicBlock's relu) repeats */
+        for (int p = 0; p < k; p++) { /* a name torch reuses (BasicBlock's relu) repeats */
             c->occurrence += same_place(&rows[p], c, false);
+            if (index >= 0 && same_place(&rows[p], c, false) && !strcmp(rows[p].index, c->index) &&
+                !strcmp(rows[p].part, c->part)) {
+                fprintf(stderr, "bench: %s:%lld: the same row as line %lld (model %s, backend %s, mode %s, batch %s, "
+                                "layer %s '%s'): a results CSV holds each once\n",
+                        name, (long long)c->line, (long long)rows[p].line, c->model, c->backend, c->mode, c->batch,
+                        c->index, c->layer);
+                free(rows);
+                return NULL;
+            }
+        }
         k++;
     }
     *n = k;
@@ -148,20 +183,45 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
             for (int j = 0; b[i].match < 0 && j < nn; j++)
                 if (n[j].match < 0 && same_key(&b[i], &n[j], pass == 1))
                     b[i].match = j, n[j].match = i;
-    int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0;
+    int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0, invalid = 0, impl_changed = 0,
+        contended = 0;
     double log_sum = 0;
     int log_n = 0;
+    /* drift: the machine's speed in each run, from the canaries of the matched rows */
+    double ratios[4096];
+    int nr = 0;
+    for (int i = 0; i < nb && nr < 4096; i++)
+        if (b[i].match >= 0 && b[i].canary > 0 && n[b[i].match].canary > 0)
+            ratios[nr++] = n[b[i].match].canary / b[i].canary;
+    double drift = 0; /* new canary / base canary - 1 */
+    if (nr) {
+        stats st = stats_compute(ratios, nr);
+        drift = st.median - 1;
+    }
     if (o->markdown)
         fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n", base_name, new_name,
                 100 * o->threshold);
     else
         fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
+    if (fabs(drift) >= COMPARE_DRIFT_SAID)
+        fprintf(out, "The machine ran %.1f%% %s in %s (its canary, a fixed workload, took %+.1f%%): every verdict's "
+                     "threshold is widened by that much.%s",
+                100 * fabs(drift) / (drift > 0 ? 1 + drift : 1), drift > 0 ? "slower" : "faster", new_name,
+                100 * drift, "\n\n");
     table *t = new_table();
     for (int i = 0; i < nb; i++) {
         const crow *x = &b[i], *y = x->match >= 0 ? &n[x->match] : NULL;
         if (!y) {
             only_base++;
             add_row(t, o->markdown, x, NULL, "-", "only in base");
+            continue;
+        }
+        if (x->invalid || y->invalid) {
+            char note[96];
+            snprintf(note, sizeof note, "invalid median in %s%s%s", x->invalid ? "base" : "",
+                     x->invalid && y->invalid ? " and " : "", y->invalid ? "new" : "");
+            invalid++;
+            add_row(t, o->markdown, x, y, "INVALID", note);
             continue;
         }
         if (!x->timed || !y->timed) {
@@ -171,8 +231,27 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
             add_row(t, o->markdown, x, y, "-", note);
             continue;
         }
-        compare_verdict v =
-            compare_verdict_of(x->med, x->lo, x->hi, x->noise, y->med, y->lo, y->hi, y->noise, o->threshold);
+        if (strcmp(x->impl, y->impl) != 0) { /* other kernels: not the same figure */
+            char note[224];
+            snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
+            impl_changed++;
+            add_row(t, o->markdown, x, y, "IMPL CHANGED", note);
+            continue;
+        }
+        if (x->contended || y->contended) {
+            char note[96];
+            snprintf(note, sizeof note, "other processes had its CPUs in %s", x->contended && y->contended ? "both runs"
+                                                                             : x->contended        ? "base"
+                                                                                                   : "new");
+            contended++;
+            add_row(t, o->markdown, x, y, "CONTENDED", note);
+            continue;
+        }
+        /* the processes' spread counts as noise; the machine's drift widens the band */
+        double xn = x->noise > x->spread / 2 ? x->noise : x->spread / 2;
+        double yn = y->noise > y->spread / 2 ? y->noise : y->spread / 2;
+        double thr = o->threshold + (fabs(drift) >= COMPARE_DRIFT_SAID ? fabs(drift) : 0);
+        compare_verdict v = compare_verdict_of(x->med, x->lo, x->hi, xn, y->med, y->lo, y->hi, yn, thr);
         counts[v]++;
         if (x->med > 0 && y->med > 0)
             log_sum += log(y->med / x->med), log_n++;
@@ -189,6 +268,9 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
     fprintf(out, "\n%s%d rows compared: %d SLOWER, %d FASTER, %d SAME (geometric mean of new/base %.3f)%s",
             o->markdown ? "**" : "", compared, counts[VERDICT_SLOWER], counts[VERDICT_FASTER], counts[VERDICT_SAME],
             log_n ? exp(log_sum / log_n) : 1.0, o->markdown ? "**" : "");
+    if (impl_changed || contended || invalid)
+        fprintf(out, "; %d IMPL CHANGED (other kernels: no verdict), %d CONTENDED (no verdict), %d INVALID", impl_changed,
+                contended, invalid);
     if (only_base || only_new || untimed)
         fprintf(out, "; %d only in base, %d only in new, %d not timed in one of them", only_base, only_new, untimed);
     if (left_out)

@@ -12,6 +12,16 @@
  * high end / base low end) is below 1 / (1 + t); SAME otherwise. Rows without an
  * interval or noise figure (CSVs of older versions) compare their medians.
  *
+ * Rows that are not comparable get a verdict of their own and none of the three: IMPL
+ * CHANGED (the backend chose other kernels: a different figure, not a faster one),
+ * CONTENDED (other processes had the CPUs in either run: csv column contended) and
+ * INVALID (a median that is no time: 0, negative, NaN, infinite). A row's noise is the
+ * larger of its noise figure and half the spread between its worker processes. The two
+ * runs' canaries (canary_us: a fixed workload timed in every round) say whether the
+ * machine itself ran slower or faster in NEW; a drift of 2% or more is said, and widens
+ * every verdict's threshold by as much, so that a slower machine is not blamed on the
+ * layers.
+ *
  * The in-model rows (a layer inside the chained forward) are left out unless asked
  * for: a small layer's time there depends on what the layer before it left behind
  * (threads, caches), and varies between two runs of the same build by more than its
@@ -32,6 +42,8 @@ typedef struct compare_options {
 } compare_options;
 
 #define COMPARE_DEFAULT_THRESHOLD 0.05
+/* A drift of the canary this large between the two runs is said, and widens the band. */
+#define COMPARE_DRIFT_SAID 0.02
 
 typedef enum compare_verdict { VERDICT_SAME, VERDICT_FASTER, VERDICT_SLOWER } compare_verdict;
 

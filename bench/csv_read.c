@@ -27,9 +27,12 @@ bench_status csv_parse(const char *name, const char *text, size_t len, csv_table
     cellvec cells = {0};
     char *field = xmalloc(len + 1);
     size_t i = 0;
-    int64_t line = 1, row_fields = 0, rows = 0;
+    int64_t line = 1, row_fields = 0, rows = 0, row_line = 1, *lines = NULL, cap_lines = 0;
     int n_cols = -1;
     bench_status st = BENCH_OK;
+    /* a UTF-8 byte-order mark, as spreadsheets save CSV, is not part of the first field */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        text += 3, len -= 3;
     if (len == 0) {
         snprintf(err, errlen, "%s: the file is empty", name);
         st = BENCH_ERR_USAGE;
@@ -38,6 +41,8 @@ bench_status csv_parse(const char *name, const char *text, size_t len, csv_table
         /* one field */
         size_t f = 0;
         int64_t start_line = line;
+        if (row_fields == 0)
+            row_line = line;
         if (text[i] == '"') {
             i++;
             for (;;) {
@@ -108,7 +113,9 @@ bench_status csv_parse(const char *name, const char *text, size_t len, csv_table
             st = BENCH_ERR_USAGE;
             break;
         } else {
-            rows++;
+            if (rows == cap_lines)
+                lines = xrealloc(lines, (size_t)(cap_lines = cap_lines ? 2 * cap_lines : 256) * sizeof *lines);
+            lines[rows++] = row_line;
         }
         row_fields = 0;
         line++;
@@ -118,11 +125,13 @@ bench_status csv_parse(const char *name, const char *text, size_t len, csv_table
         for (int64_t k = 0; k < cells.n; k++)
             free(cells.v[k]);
         free(cells.v);
+        free(lines);
         return st;
     }
     t->n_cols = n_cols;
     t->n_rows = rows;
     t->cells = cells.v;
+    t->lines = lines;
     return BENCH_OK;
 }
 
@@ -179,5 +188,6 @@ void csv_table_free(csv_table *t)
     for (int64_t k = 0; t->cells && k < (t->n_rows + 1) * t->n_cols; k++)
         free(t->cells[k]);
     free(t->cells);
+    free(t->lines);
     memset(t, 0, sizeof *t);
 }

@@ -1,4 +1,4 @@
-/* Reading CSV files as RFC 4180 says (quoted fields, doubled quotes, commas and line
+/* Reading CSV files as RFC 4180 says (a UTF-8 byte-order mark first is skipped) (quoted fields, doubled quotes, commas and line
  * breaks inside quotes; \n or \r\n line ends): what `bench compare` reads. Every row
  * must have as many fields as the header. */
 #ifndef LAYERBENCH_CSV_READ_H
@@ -13,6 +13,7 @@ typedef struct csv_table {
     int n_cols;
     int64_t n_rows;       /* data rows, the header not counted */
     char **cells;         /* (n_rows + 1) x n_cols, row 0 the header; each owned */
+    int64_t *lines;       /* per data row: the line it starts on (from 1, the header's), for messages */
 } csv_table;
 
 /* Largest CSV read: 512 MiB. */

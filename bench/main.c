@@ -9,10 +9,13 @@
 #include "backend.h"
 #include "cfg.h"
 #include "check.h"
+#include "choices.h"
 #include "compare.h"
 #include "measure.h"
 #include "report.h"
+#include "procs.h"
 #include "runner.h"
+#include "schedstat.h"
 #include "version.h"
 
 static const char usage_text[] =
@@ -59,6 +62,14 @@ static const char usage_text[] =
     "  --warmup-time S   seconds of warm-up before a layer's first samples (default 0.02)\n"
     "  --min-time S      seconds per chunk: layers are sampled in rounds, one chunk (one Google\n"
     "                    Benchmark run) each per round (default 0.01)\n"
+    "  --processes N     run, sweep: measure each (batch, backend, mode) in N worker processes,\n"
+    "                    one after the other, and pool their samples, so that the interval\n"
+    "                    covers how much one process's figures differ from the next's; each\n"
+    "                    takes 1/N of --timeout and --min-samples (default 3; 0: all in this\n"
+    "                    process)\n"
+    "  --algo-cache FILE run, sweep: keep the algorithm choices of --algo search in FILE and\n"
+    "                    reuse them in later runs (made once per machine, libraries,\n"
+    "                    threads and layer; a choice made elsewhere is not used, and said)\n"
     "  --dedupe          time layers of identical kind, shape and parameters once\n"
     "  --seed N          seed of the random inputs and weights (default 1)\n"
     "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
@@ -120,6 +131,9 @@ typedef struct cli {
     table_format format;     /* --format: text or md (markdown tables) */
     unsigned groups;         /* --group-by: REPORT_GROUP_* bits, 0 for the default */
     bool inmodel;            /* compare --inmodel */
+    int processes;           /* --processes */
+    const char *worker;      /* the hidden --worker SPEC: this process is a worker (procs.h) */
+    const char *algo_cache;  /* --algo-cache FILE */
     measure_options mo;
 } cli;
 
@@ -179,7 +193,7 @@ static bool parse_batches(const char *s, int64_t **out, int *n)
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD };
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -208,6 +222,9 @@ static const struct option long_opts[] = {
     {"tf32", no_argument, NULL, OPT_TF32},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"resume", no_argument, NULL, OPT_RESUME},
+    {"processes", required_argument, NULL, OPT_PROCESSES},
+    {"worker", required_argument, NULL, OPT_WORKER},
+    {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -242,7 +259,7 @@ static int split_modes(const char *arg, const char **modes, char **copy_out)
 /* Returns -1 to go on, or an exit code. */
 static int parse_cli(int argc, char **argv, cli *c)
 {
-    *c = (cli){.backend = "cpu", .sort = "index",
+    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT,
                .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
@@ -326,6 +343,17 @@ static int parse_cli(int argc, char **argv, cli *c)
         case OPT_NOPROGRESS: c->no_progress = true; break;
         case OPT_TF32: c->tf32 = true; break;
         case OPT_RESUME: c->resume = true; break;
+        case OPT_PROCESSES:
+            if (!parse_long(optarg, 0, 64, &v))
+                return usage_error("--processes expects an integer from 0 to 64, got '%s'", optarg);
+            c->processes = (int)v;
+            break;
+        case OPT_WORKER: c->worker = optarg; break;
+        case OPT_ALGO_CACHE:
+            if (!*optarg)
+                return usage_error("%s", "--algo-cache expects a file");
+            c->algo_cache = optarg;
+            break;
         case OPT_NO_PEAKS: c->no_peaks = true; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ALGO:
@@ -596,6 +624,123 @@ static void close_outputs(outputs *o)
     o->stacks = NULL, o->n_stacks = 0;
 }
 
+/* The worker processes' command line (procs.h): this binary, run, the config and every
+ * option that changes what is measured; procs adds the set's own. Caller frees the
+ * array and its strings. */
+static char **worker_argv(const cli *c, const char *algo_cache)
+{
+    char **a = xcalloc(40, sizeof *a);
+    int n = 0;
+    a[n++] = xstrdup("bench");
+    a[n++] = xstrdup("run");
+    a[n++] = xstrdup(c->config);
+    if (c->threads)
+        a[n++] = xstrdup("--threads"), a[n++] = xasprintf("%d", c->threads);
+    if (c->tf32)
+        a[n++] = xstrdup("--tf32");
+    a[n++] = xstrdup("--algo"), a[n++] = xstrdup(c->algo_heuristic ? "heuristic" : "search");
+    a[n++] = xstrdup("--seed"), a[n++] = xasprintf("%llu", (unsigned long long)c->mo.seed);
+    a[n++] = xstrdup("--warmup-time"), a[n++] = xasprintf("%.17g", c->mo.warmup_time);
+    a[n++] = xstrdup("--min-time"), a[n++] = xasprintf("%.17g", c->mo.min_time);
+    a[n++] = xstrdup("--max-noise"), a[n++] = xasprintf("%.17g", 100 * c->mo.max_noise);
+    a[n++] = xstrdup("--min-samples"), a[n++] = xasprintf("%d", c->mo.min_samples);
+    a[n++] = xstrdup("--timeout"), a[n++] = xasprintf("%.17g", c->mo.timeout);
+    if (c->mo.dedupe)
+        a[n++] = xstrdup("--dedupe");
+    if (c->no_progress)
+        a[n++] = xstrdup("--no-progress");
+    if (algo_cache)
+        a[n++] = xstrdup("--algo-cache"), a[n++] = xstrdup(algo_cache);
+    return a;
+}
+
+static void free_argv(char **a)
+{
+    for (int i = 0; a && a[i]; i++)
+        free(a[i]);
+    free(a);
+}
+
+static void probe_reset(void *p)
+{
+    sched_probe_close(p);
+    sched_probe_open(p);
+}
+
+/* Contention (measure.h): this process's threads' waits for a CPU, read around every
+ * sample. */
+static void watch_contention(measure_options *mo, sched_probe *probe)
+{
+    probe->n = 0;
+    if (!sched_probe_open(probe))
+        return; /* no schedstat: every sample counts as undisturbed */
+    mo->waited = sched_probe_read, mo->waited_user = probe, mo->waited_reset = probe_reset;
+}
+
+/* --algo-cache: its choices to the backends before anything is set up; what was left
+ * unused into note (a warning), the JSON context's "algo_cache" into *json (caller
+ * frees). Returns 0, or 2 when the file cannot be read or is no choices file. */
+static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, size_t notelen, char **json)
+{
+    choices_report cr;
+    char err[1200];
+    if (!c->algo_cache)
+        return 0;
+    if (choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 2;
+    }
+    choices_warning(c->algo_cache, &cr, note, notelen);
+    strbuf j = {0};
+    strbuf_append(&j, "{\"path\": ", 9);
+    strbuf_json(&j, c->algo_cache);
+    strbuf_printf(&j, ", \"taken\": %d, \"other_context\": %d, \"malformed\": %d}", cr.taken, cr.foreign,
+                  cr.malformed);
+    *json = j.data;
+    return 0;
+}
+
+/* A worker process (procs.h): one set, its result to the parent's pipe. */
+static int cmd_worker(const cli *c, int64_t batch)
+{
+    model *m;
+    backend bs[BACKEND_MAX];
+    char *skipped;
+    int rc = load(c, batch, &m);
+    if (rc)
+        return rc;
+    int nb = open_backends(c, bs, &skipped);
+    if (nb != 1) {
+        model_free(m);
+        return nb < 0 ? -nb : 2;
+    }
+    measure_options mo = c->mo;
+    mo.stop = &bench_interrupted;
+    sched_probe probe;
+    watch_contention(&mo, &probe);
+    choices_report cr;
+    char err[1024];
+    if (c->algo_cache && choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
+        fprintf(stderr, "bench: warning: %s\n", err);
+    int index = 0, count = 0;
+    sscanf(c->worker, "%*d,%d,%d", &index, &count);
+    char label[48];
+    snprintf(label, sizeof label, "process %d/%d", index, count);
+    mo.label = label;
+    bench_catch_signals();
+    rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
+    int stale = 0;
+    if (c->algo_cache && choices_save(c->algo_cache, bs, nb, &stale, err, sizeof err) != BENCH_OK)
+        fprintf(stderr, "bench: warning: %s\n", err);
+    if (stale)
+        fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
+                        "searched again\n", stale, stale == 1 ? "" : "s");
+    sched_probe_close(&probe);
+    close_backends(bs, nb, skipped);
+    model_free(m);
+    return rc;
+}
+
 /* run and sweep: every batch on every backend, reported as it completes (runner.h). */
 static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
@@ -642,7 +787,9 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         return rc ? rc : -nb;
     }
     model_set_batch(m, largest, err, sizeof err);
-    if (!fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0) {
+    char cache_note[400] = "", *cache_json = NULL;
+    if (!fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0 ||
+        load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_json) != 0) {
         close_backends(bs, nb, skipped);
         close_outputs(&out);
         free(previous), free(done), free(batches);
@@ -663,6 +810,18 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
         reps[nr++] = report_stacks_create(out.stacks, out.n_stacks);
     measure_options mo = c->mo;
     mo.stop = &bench_interrupted;
+    sched_probe probe = {.n = 0};
+    /* the workers of a run share one choices file, so that they run the same kernels */
+    char cache_tmp[] = "/tmp/layerbench-choices-XXXXXX";
+    const char *cache = c->algo_cache;
+    if (!cache && c->processes > 0 && !c->algo_heuristic) {
+        int fd = mkstemp(cache_tmp);
+        if (fd >= 0)
+            close(fd), cache = cache_tmp;
+    }
+    char **wargv = c->processes > 0 ? worker_argv(c, cache) : NULL;
+    if (!wargv) /* else the workers watch their own threads */
+        watch_contention(&mo, &probe);
     const char *modes[4];
     char *modes_text = NULL;
     int n_modes = split_modes(c->mode, modes, &modes_text);
@@ -674,13 +833,30 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
                 .n_backends = nb, .skipped = skipped},
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
+        .procs = {c->processes, wargv},
+        .note = *cache_note ? cache_note : NULL,
     };
+    plan.ctx.algo_cache = cache_json;
+    plan.ctx.processes = c->processes;
     bench_catch_signals();
     rc = runner_execute(m, &plan, &mo);
+    if (c->algo_cache && c->processes == 0) {
+        int stale = 0;
+        if (choices_save(c->algo_cache, bs, nb, &stale, err, sizeof err) != BENCH_OK)
+            fprintf(stderr, "bench: warning: %s\n", err);
+        else if (stale)
+            fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
+                            "searched again\n", stale, stale == 1 ? "" : "s");
+    }
     if (rc == 0 && out.has_json)
         fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
+    if (cache == cache_tmp)
+        unlink(cache_tmp);
+    free(cache_json);
     close_backends(bs, nb, skipped);
     close_outputs(&out);
+    sched_probe_close(&probe);
+    free_argv(wargv);
     free(previous), free(done), free(batches), free(modes_text);
     model_free(m);
     return rc;
@@ -774,7 +950,9 @@ static int run_command(int argc, char **argv)
             return usage_error("--batch expects a positive integer, got '%s'", c.batch_arg);
         one = v;
     }
-    if (!strcmp(c.command, "list"))
+    if (c.worker && strcmp(c.command, "run") == 0)
+        rc = cmd_worker(&c, one);
+    else if (!strcmp(c.command, "list"))
         rc = cmd_list(&c, one);
     else if (!strcmp(c.command, "check"))
         rc = cmd_check(&c, one);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gbench_shim.h"
+#include "schedstat.h"
 
 const char *row_status_name(row_status s)
 {
@@ -206,23 +207,36 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
 /* ---- units: what is sampled in rounds ----------------------------------------------------- */
 
 /* A sample function that gives up (fails) once a stop was asked for, so a long layer
- * does not delay an interruption. */
+ * does not delay an interruption, and that records how long the threads waited for a
+ * CPU during each call (outside the timed part). */
 typedef struct stoppable {
     gbs_iteration_fn fn;
     void *user;
-    const volatile int *stop;
+    const measure_options *o;
+    dvec *waits;    /* per call of the chunk: seconds waited; -1 unknown */
 } stoppable;
 
 static double stoppable_sample(void *user)
 {
     stoppable *s = user;
-    return s->stop && *s->stop ? -1.0 : s->fn(s->user);
+    const measure_options *o = s->o;
+    if (o->stop && *o->stop)
+        return -1.0;
+    double w0 = o->waited ? o->waited(o->waited_user) : -1.0;
+    double t = s->fn(s->user);
+    double w1 = o->waited && w0 >= 0 ? o->waited(o->waited_user) : -1.0;
+    dvec_push(s->waits, w1 >= 0 ? w1 - w0 : -1.0);
+    return t;
 }
+
+/* A sample whose threads waited for a CPU for more than MEASURE_DISTURBED_SHARE of it. */
+static bool disturbed(double waited, double sample) { return waited > MEASURE_DISTURBED_SHARE * sample; }
 
 typedef struct unit unit;
 struct unit {
     const backend *b;
     layer_result *r;        /* the row its statistics go to */
+    int layer;              /* the layer it times, -1 for the whole-model rows and the floor */
     const char *name;
     gbs_iteration_fn fn;
     void *user;
@@ -230,11 +244,14 @@ struct unit {
     double floor;           /* the timer's floor for its mode (near_floor) */
     double spent;           /* seconds its chunks cost so far (Google Benchmark's count) */
     int64_t chunk_iterations; /* iterations of every chunk after the first */
-    dvec samples;           /* whole-sample seconds, kept */
+    dvec samples;           /* whole-sample seconds, kept, disturbed or not */
+    dvec clean;             /* ... of them, those not disturbed */
+    dvec waits;             /* per call of the chunk being run: seconds waited for a CPU */
     bool done;
     /* optional: called with the calls [first, first + n) that Google Benchmark kept
-     * from the chunk just run (the chained forward collects its in-model marks) */
-    void (*kept)(unit *u, int64_t first, int64_t n);
+     * from the chunk just run, and which of them were disturbed (the chained forward
+     * collects its in-model marks) */
+    void (*kept)(unit *u, int64_t first, int64_t n, const bool *dist);
 };
 
 /* A sample this long re-warms the caches within itself: its chunks keep their first
@@ -257,7 +274,8 @@ static bench_status run_chunk(unit *u, const measure_options *o, bool first)
                       first ? 0 : u->chunk_iterations + (rewarm ? 1 : 0)};
     gbs_result gr;
     char err[200];
-    stoppable s = {u->fn, u->user, o->stop};
+    u->waits.n = 0;
+    stoppable s = {u->fn, u->user, o, &u->waits};
     backend_clear_error(u->b); /* a failure of another unit (or at setup) was reported there */
     double t0 = bench_now();
     int rc = gbs_run(u->name, stoppable_sample, &s, &go, &gr, err, (int)sizeof err);
@@ -272,21 +290,31 @@ static bench_status run_chunk(unit *u, const measure_options *o, bool first)
     int64_t skip = !rewarm || gr.n_samples < 2 ? 0 : 1;
     if (first)
         u->chunk_iterations = gr.iterations;
-    for (int64_t i = skip; i < gr.n_samples && u->samples.n < MEASURE_MAX_SAMPLES; i++)
+    bool *dist = xcalloc((size_t)(gr.n_samples > 0 ? gr.n_samples : 1), sizeof *dist);
+    for (int64_t i = skip; i < gr.n_samples && u->samples.n < MEASURE_MAX_SAMPLES; i++) {
+        int64_t call = gr.first_kept + i;
+        dist[i - skip] = call < u->waits.n && disturbed(u->waits.v[call], gr.samples[i]);
         dvec_push(&u->samples, gr.samples[i]);
+        if (dist[i - skip])
+            u->r->disturbed++;
+        else
+            dvec_push(&u->clean, gr.samples[i]);
+    }
     u->r->discarded += gr.discarded + skip;
     if (u->kept)
-        u->kept(u, gr.first_kept + skip, gr.n_samples - skip);
+        u->kept(u, gr.first_kept + skip, gr.n_samples - skip, dist);
+    free(dist);
     free(gr.samples);
     return BENCH_OK;
 }
 
-/* The stopping rule, after each chunk. */
+/* The stopping rule, after each chunk, on the undisturbed samples: a contended unit
+ * goes on sampling, for clean samples, until --timeout. */
 static void check_done(unit *u, const measure_options *o)
 {
     double med, lo, hi;
-    if (u->samples.n >= o->min_samples) {
-        stats_median_ci(u->samples.v, u->samples.n, &med, &lo, &hi);
+    if (u->clean.n >= o->min_samples) {
+        stats_median_ci(u->clean.v, u->clean.n, &med, &lo, &hi);
         if (stats_ci_rel(med, lo, hi) <= o->max_noise) {
             u->done = true, u->r->stop = STOP_NOISE;
             return;
@@ -299,15 +327,35 @@ static void check_done(unit *u, const measure_options *o)
         u->done = true, u->r->stop = STOP_SAMPLES;
 }
 
+void measure_row_stats(layer_result *r, const double *samples, int64_t n)
+{
+    free(r->kept);
+    r->kept = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *r->kept);
+    memcpy(r->kept, samples, (size_t)n * sizeof *samples);
+    r->n_kept = n;
+    double *sorted = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+    memcpy(sorted, samples, (size_t)n * sizeof *samples);
+    r->st = stats_compute(sorted, n);
+    free(sorted);
+}
+
+/* Whether a unit's statistics are of its clean samples alone: when it has at least
+ * TIMEOUT_MIN_SAMPLES of them. The row is contended when samples were disturbed and
+ * fewer than min_samples (or than all it took) stayed clean. */
+static bool use_clean(const unit *u) { return u->clean.n >= TIMEOUT_MIN_SAMPLES || u->clean.n == u->samples.n; }
+
 /* Statistics per launch from the kept samples. */
-static void finish_unit(unit *u)
+static void finish_unit(unit *u, const measure_options *o)
 {
     layer_result *r = u->r;
     if (r->status == ROW_FAILED)
         return;
-    for (int64_t i = 0; i < u->samples.n; i++)
-        u->samples.v[i] /= u->launches;
-    r->st = stats_compute(u->samples.v, u->samples.n);
+    dvec *d = use_clean(u) ? &u->clean : &u->samples;
+    for (int64_t i = 0; i < d->n; i++)
+        d->v[i] /= u->launches;
+    measure_row_stats(r, d->v, d->n);
+    int64_t want = o->min_samples < u->samples.n ? o->min_samples : u->samples.n;
+    r->contended = r->disturbed > 0 && u->clean.n < want;
     r->launches = u->launches;
     r->status = ROW_OK;
     r->near_floor = r->st.median * u->launches < NEAR_FLOOR_FACTOR * u->floor;
@@ -316,6 +364,60 @@ static void finish_unit(unit *u)
                     100 * stats_ci_rel(r->st.median, r->st.ci_low, r->st.ci_high));
     if (r->near_floor)
         note_append(r, "within 10x of the timer's floor");
+    if (r->contended)
+        note_append(r, "contended: %lld of %lld samples disturbed (its threads waited for a CPU)%s",
+                    (long long)r->disturbed, (long long)u->samples.n, use_clean(u) ? "" : "; all are in the statistics");
+}
+
+static void free_unit(unit *u)
+{
+    free(u->samples.v), free(u->clean.v), free(u->waits.v);
+}
+
+/* ---- the canary --------------------------------------------------------------------------- */
+
+double measure_canary(void)
+{
+    double a = 1.0, b = 1.5, c = 2.0, d = 2.5;
+    double t0 = bench_now();
+    for (int i = 0; i < 65536; i++) {
+        a = a * 0.999999 + 1e-6, b = b * 0.999999 + 1e-6, c = c * 0.999999 + 1e-6, d = d * 0.999999 + 1e-6;
+        __asm__ volatile("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d)); /* four chains, as written */
+    }
+    double t = bench_now() - t0;
+    __asm__ volatile("" ::"x"(a + b + c + d));
+    return t;
+}
+
+/* The canary of one round: the median of five timings, the disturbed ones left out. */
+static double canary_round(const measure_options *o)
+{
+    double v[5];
+    int n = 0;
+    for (int k = 0; k < 8 && n < 5; k++) {
+        double w0 = o->waited ? o->waited(o->waited_user) : -1.0;
+        double t = measure_canary();
+        double w1 = w0 >= 0 ? o->waited(o->waited_user) : -1.0;
+        if (!(w1 >= 0 && disturbed(w1 - w0, t)))
+            v[n++] = t;
+    }
+    if (n == 0)
+        return 0.0;
+    stats s = stats_compute(v, n);
+    return s.median;
+}
+
+void measure_canary_summary(const run_result *r, double *median, double *drift)
+{
+    *median = *drift = 0.0;
+    if (r->n_canary == 0)
+        return;
+    double *v = xmalloc((size_t)r->n_canary * sizeof *v);
+    memcpy(v, r->canary, (size_t)r->n_canary * sizeof *v);
+    stats s = stats_compute(v, r->n_canary);
+    free(v);
+    *median = s.median;
+    *drift = s.median > 0 ? (s.max - s.min) / s.median : 0.0;
 }
 
 static void progress(const measure_options *o, const backend *b, const char *mode, int round, int left, int n,
@@ -324,15 +426,17 @@ static void progress(const measure_options *o, const backend *b, const char *mod
     if (!o->progress)
         return;
     if (what)
-        fprintf(stderr, "\r\033[K%s %s: round %d, %d of %d sampling: %s", b->ops->name, mode, round + 1, left, n, what);
+        fprintf(stderr, "\r\033[K%s%s%s %s: round %d, %d of %d sampling: %s", o->label ? o->label : "",
+                o->label ? ", " : "", b->ops->name, mode, round + 1, left, n, what);
     else
         fprintf(stderr, "\r\033[K");
     fflush(stderr);
 }
 
-/* Samples every unit in rounds until each has stopped. */
+/* Samples every unit in rounds until each has stopped; with canary, times the canary
+ * at the start of every round (its per-round medians appended to *canary). */
 static bench_status sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
-                                 char *err, size_t errlen)
+                                 dvec *canary, char *err, size_t errlen)
 {
     for (int round = 0;; round++) {
         int left = 0;
@@ -340,10 +444,14 @@ static bench_status sample_units(unit *units, int n, const measure_options *o, c
             left += !units[i].done;
         if (!left)
             return BENCH_OK;
+        if (canary)
+            dvec_push(canary, canary_round(o));
         for (int i = 0; i < n; i++) {
             unit *u = &units[i];
             if (u->done)
                 continue;
+            if (o->at)
+                o->at(o->at_user, u->layer);
             progress(o, b, mode, round, left, n, u->name);
             if (run_chunk(u, o, round == 0) != BENCH_OK)
                 u->done = true;
@@ -372,17 +480,20 @@ bench_status measure_timer_floor(const backend *b, const measure_options *o, tim
     empty_sample warm = {b, false}, cold = {b, true};
     layer_result rw, rc;
     memset(&rw, 0, sizeof rw), memset(&rc, 0, sizeof rc);
-    unit units[2] = {{.b = b, .r = &rw, .name = "floor (warm)", .fn = time_empty_sample, .user = &warm, .launches = 1},
-                     {.b = b, .r = &rc, .name = "floor (cold)", .fn = time_empty_sample, .user = &cold, .launches = 1}};
+    unit units[2] = {{.b = b, .r = &rw, .layer = -1, .name = "floor (warm)", .fn = time_empty_sample, .user = &warm,
+                      .launches = 1},
+                     {.b = b, .r = &rc, .layer = -1, .name = "floor (cold)", .fn = time_empty_sample, .user = &cold,
+                      .launches = 1}};
     int n = b->ops->flush_cache ? 2 : 1;
     backend_clear_error(b);
-    bench_status st = sample_units(units, n, &fo, b, "floor", err, errlen);
+    bench_status st = sample_units(units, n, &fo, b, "floor", NULL, err, errlen);
     for (int i = 0; i < n; i++)
-        finish_unit(&units[i]);
+        finish_unit(&units[i], &fo);
     f->warm = rw.st.median;
     f->cold = n == 2 ? rc.st.median : rw.st.median;
     for (int i = 0; i < 2; i++)
-        free(units[i].samples.v);
+        free_unit(&units[i]);
+    free(rw.kept), free(rc.kept);
     if (st == BENCH_OK && (rw.status == ROW_FAILED || rc.status == ROW_FAILED)) {
         snprintf(err, errlen, "timing an empty sample failed: %s", rw.status == ROW_FAILED ? rw.note : rc.note);
         st = BENCH_ERR_BACKEND;
@@ -430,7 +541,7 @@ static bench_status scratch_alloc(const model *m, const backend *b, uint64_t see
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
  * for batch mode the launch count (and graph). Fills r on failure. */
-static void setup_layer(const layer *l, const backend *b, const char *mode, const timer_floor *floor,
+static void setup_layer(const layer *l, int index, const backend *b, const char *mode, const timer_floor *floor,
                         const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
 {
     const backend_ops *ops = b->ops;
@@ -500,7 +611,7 @@ static void setup_layer(const layer *l, const backend *b, const char *mode, cons
     if (strcmp(use, "batch") == 0)
         prepare_batch(&lu->t, single, r);
     lu->t.cold = strcmp(use, "cold") == 0;
-    *u = (unit){.b = b, .r = r, .name = l->name, .fn = time_layer_sample, .user = &lu->t,
+    *u = (unit){.b = b, .r = r, .layer = index, .name = l->name, .fn = time_layer_sample, .user = &lu->t,
                 .launches = lu->t.launches, .floor = lu->t.cold ? floor->cold : floor->warm};
 }
 
@@ -534,6 +645,8 @@ typedef struct chain {
     double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
     int64_t mark_calls, mark_cap;
     dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
+    bool *dist;       /* per kept sample: it was disturbed (contention); n_dist of them */
+    int64_t n_dist, cap_dist;
     int n_parts;      /* parts of layers timed inside the forward, all layers together */
     part_result *parts; /* n_parts: which layer and part each is */
     double *part_buf; /* per call of this chunk: n_parts seconds */
@@ -700,18 +813,20 @@ static double time_chain(void *user)
 
 /* After a chunk of the chained forward: each kept sample's marks become one in-model
  * time per layer (from the previous layer's mark to its own), and its parts' times. */
-static void chain_kept(unit *u, int64_t first, int64_t n)
+static void chain_kept(unit *u, int64_t first, int64_t n, const bool *dist)
 {
     chain *c = u->user;
     int nl = c->m->n_layers, np = c->n_parts;
-    for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls; k++) {
+    for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls && c->inmodel[0].n < MEASURE_MAX_SAMPLES;
+         k++) {
         const double *mk = c->mark_buf + k * nl;
+        if (c->n_dist == c->cap_dist)
+            c->dist = xrealloc(c->dist, (size_t)(c->cap_dist = c->cap_dist ? 2 * c->cap_dist : 256) * sizeof *c->dist);
+        c->dist[c->n_dist++] = dist[k - first];
         for (int i = 0; i < nl; i++)
-            if (c->inmodel[i].n < MEASURE_MAX_SAMPLES)
-                dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
+            dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
         for (int j = 0; j < np; j++)
-            if (c->part_times[j].n < MEASURE_MAX_SAMPLES)
-                dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
+            dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
     }
     c->mark_calls = 0;
 }
@@ -823,7 +938,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
         res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
     }
     backend_clear_error(b);
-    units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .name = m->name, .fn = time_chain, .user = c,
+    units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .layer = -1, .name = m->name, .fn = time_chain, .user = c,
                                  .launches = 1, .floor = floor->warm, .kept = chain_kept};
     if (ops->graph_begin) {
         res->graph.mode = "graph";
@@ -839,7 +954,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
             mu->g.graph = NULL;
             backend_clear_error(b);
         } else {
-            units[(*n_units)++] = (unit){.b = b, .r = &res->graph, .name = "graph", .fn = time_graph, .user = &mu->g,
+            units[(*n_units)++] = (unit){.b = b, .r = &res->graph, .layer = -1, .name = "graph", .fn = time_graph, .user = &mu->g,
                                          .launches = 1, .floor = floor->warm};
         }
     }
@@ -862,9 +977,9 @@ static void setup_model(const model *m, const backend *b, const measure_options 
         layer_fill_uniform(mu->host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
         mu->up = (copy_run){b, true, c->net.values[0], mu->host, in_bytes};
         mu->down = (copy_run){b, false, c->net.values[last], mu->host, out_bytes};
-        units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .name = "upload", .fn = time_copy, .user = &mu->up,
+        units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .layer = -1, .name = "upload", .fn = time_copy, .user = &mu->up,
                                      .launches = 1, .floor = floor->warm};
-        units[(*n_units)++] = (unit){.b = b, .r = &res->download, .name = "download", .fn = time_copy,
+        units[(*n_units)++] = (unit){.b = b, .r = &res->download, .layer = -1, .name = "download", .fn = time_copy,
                                      .user = &mu->down, .launches = 1, .floor = floor->warm};
     }
 }
@@ -879,7 +994,7 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
         free(c->inmodel[i].v);
     for (int j = 0; j < c->n_parts; j++)
         free(c->part_times[j].v);
-    free(c->parts), free(c->part_times), free(c->part_buf);
+    free(c->parts), free(c->part_times), free(c->part_buf), free(c->dist);
     free(c->inmodel), free(c->mark_buf), free(mu->host);
 }
 
@@ -935,15 +1050,36 @@ static void finish_parts(model_units *mu, run_result *res)
         snprintf(p->r.impl, sizeof p->r.impl, "%s", whole->impl);
         snprintf(p->r.note, sizeof p->r.note, "%s", whole->note);
         if (whole->status == ROW_OK && c->part_times[j].n)
-            p->r.st = stats_compute(c->part_times[j].v, c->part_times[j].n);
+            measure_row_stats(&p->r, c->part_times[j].v, c->part_times[j].n);
         else if (whole->status == ROW_OK)
             p->r.status = ROW_FAILED, snprintf(p->r.note, sizeof p->r.note, "no sample of this part was kept");
+    }
+}
+
+/* Leaves out the forward samples that were disturbed, from the in-model and part times,
+ * where the chained row's statistics leave them out (the rule of use_clean). */
+static void drop_disturbed(chain *c)
+{
+    int64_t clean = 0;
+    for (int64_t k = 0; k < c->n_dist; k++)
+        clean += !c->dist[k];
+    if (clean == c->n_dist || clean < TIMEOUT_MIN_SAMPLES)
+        return;
+    for (int i = 0; i < c->m->n_layers + c->n_parts; i++) {
+        dvec *d = i < c->m->n_layers ? &c->inmodel[i] : &c->part_times[i - c->m->n_layers];
+        int64_t w = 0;
+        for (int64_t k = 0; k < d->n && k < c->n_dist; k++)
+            if (!c->dist[k])
+                d->v[w++] = d->v[k];
+        d->n = w;
     }
 }
 
 /* The in-model rows: each layer's time inside the forward, from the chain's marks. */
 static void finish_inmodel(const model *m, model_units *mu, run_result *res)
 {
+    if (res->inmodel)
+        drop_disturbed(&mu->c);
     for (int i = 0; res->inmodel && i < m->n_layers; i++) {
         layer_result *r = &res->inmodel[i];
         dvec *d = &mu->c.inmodel[i];
@@ -961,8 +1097,9 @@ static void finish_inmodel(const model *m, model_units *mu, run_result *res)
             snprintf(r->note, sizeof r->note, "the chained forward did not run");
             continue;
         }
-        r->st = stats_compute(d->v, d->n);
+        measure_row_stats(r, d->v, d->n);
         r->stop = res->chained.stop;
+        r->contended = res->chained.contended;
         r->status = ROW_OK;
     }
     finish_parts(mu, res);
@@ -978,10 +1115,13 @@ static void tally(run_result *res, const layer_result *r, const char *name, char
         snprintf(err, errlen, "%s on %s: %s", name, res->backend, r->note);
 }
 
-bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
+bench_status measure_model(const model *m, const backend *b, const measure_options *opt, const char *mode,
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen)
 {
     double t0 = bench_now();
+    measure_options host = *opt, *o = &host;
+    if (b->ops->device_memory) /* a held device's events do not see the host's waits, and its runtime's */
+        host.waited = NULL;    /* sleeping threads would count as disturbing it */
     int n = m->n_layers;
     memset(out, 0, sizeof *out);
     out->m = m;
@@ -1020,17 +1160,42 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
             row_fail(r, "out of memory for the isolated layers' shared input and output");
             continue;
         }
-        setup_layer(l, b, mode, floor, &s, o->seed + (uint64_t)i, &lus[i], r, &units[n_units]);
+        if (o->skip && o->skip[i]) {
+            row_fail(r, "left out of this process");
+            continue;
+        }
+        if (o->at)
+            o->at(o->at_user, i);
+        setup_layer(l, i, b, mode, floor, &s, o->seed + (uint64_t)i, &lus[i], r, &units[n_units]);
         if (units[n_units].r)
             n_units++;
     }
-    if (with_model)
+    if (with_model && o->skip_model) {
+        model_rows(out, b, ROW_FAILED, "left out of this process");
+    } else if (with_model) {
+        if (o->at)
+            o->at(o->at_user, -1);
         setup_model(m, b, o, floor, out, &mu, units, &n_units);
-    st = sample_units(units, n_units, o, b, mode, err, errlen);
+    }
+    sched_others others;
+    if (o->waited)
+        sched_others_begin(&others);
+    dvec canary = {0};
+    if (o->waited_reset)
+        o->waited_reset(o->waited_user);
+    st = sample_units(units, n_units, o, b, mode, &canary, err, errlen);
     progress(o, b, mode, 0, 0, 0, NULL);
+    out->canary = canary.v, out->n_canary = (int)canary.n;
+    int64_t disturbed = 0;
     for (int i = 0; i < n_units; i++) {
-        finish_unit(&units[i]);
-        free(units[i].samples.v);
+        finish_unit(&units[i], o);
+        disturbed += units[i].r->disturbed;
+        free_unit(&units[i]);
+    }
+    if (o->waited) {
+        if (disturbed)
+            sched_others_end(&others, out->contention, sizeof out->contention);
+        sched_others_free(&others);
     }
     if (with_model)
         finish_inmodel(m, &mu, out);
@@ -1039,6 +1204,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         if (r->dedupe_of >= 0) {
             int twin = r->dedupe_of;
             *r = out->layers[twin];
+            r->kept = NULL, r->n_kept = 0; /* the twin owns them */
             r->dedupe_of = twin;
             if (r->status == ROW_OK)
                 r->status = ROW_DEDUPE;
@@ -1069,6 +1235,19 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
 
 void run_result_free(run_result *r)
 {
+    int n = r->m ? r->m->n_layers : 0;
+    for (int i = 0; i < n; i++) {
+        if (r->layers)
+            free(r->layers[i].kept);
+        if (r->inmodel)
+            free(r->inmodel[i].kept);
+    }
+    for (int j = 0; j < r->n_parts; j++)
+        free(r->parts[j].r.kept);
+    free(r->chained.kept), free(r->graph.kept), free(r->upload.kept), free(r->download.kept);
+    r->chained.kept = r->graph.kept = r->upload.kept = r->download.kept = NULL;
+    free(r->canary);
+    r->canary = NULL, r->n_canary = 0;
     free(r->layers);
     free(r->inmodel);
     free(r->forward_sample);

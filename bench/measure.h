@@ -35,7 +35,28 @@ typedef struct measure_options {
     uint64_t seed;          /* inputs and weights */
     bool progress;          /* say on stderr what is running */
     const volatile int *stop; /* when it becomes non-zero, measuring stops at the next chunk; may be NULL */
+    /* Contention: the seconds this process's threads have waited for a CPU so far
+     * (sched_probe_read; tests give a fake), read before and after every sample; a
+     * sample whose threads waited more than MEASURE_DISTURBED_SHARE of its time is
+     * dropped and counted. NULL: not measured (a GPU's events do not see the host's
+     * waits: the device is held while the launches are queued). */
+    double (*waited)(void *user);
+    void *waited_user;
+    void (*waited_reset)(void *user); /* optional: before sampling, once setup made its threads */
+    const char *label;      /* optional: said before the progress line ("process 2/3") */
+    /* Optional: told which layer is set up or sampled next (-1: the whole-model rows),
+     * so that a worker process that dies can be said to have died there (procs.h). */
+    void (*at)(void *user, int layer);
+    void *at_user;
+    /* Optional, per layer: true leaves it out (a failed row saying so); skip_model leaves
+     * out the whole-model rows. A worker process is told to skip what killed another. */
+    const bool *skip;
+    bool skip_model;
 } measure_options;
+
+/* A sample is disturbed when its threads waited for a CPU for more than this share of
+ * its time: 1%, so that it moves the median by less than the --max-noise default. */
+#define MEASURE_DISTURBED_SHARE 0.01
 
 /* The defaults of the command line (bench --help). */
 #define MEASURE_DEFAULT_WARMUP 0.02
@@ -84,6 +105,13 @@ typedef struct layer_result {
     int64_t discarded;      /* warm-up, estimation and re-warming samples, not in st */
     stop_reason stop;
     bool near_floor;        /* a sample lasts less than 10 times the timer's floor */
+    int64_t disturbed;      /* samples dropped because the threads waited for a CPU (contention) */
+    bool contended;         /* too few undisturbed samples were had: st includes disturbed ones */
+    int processes;          /* worker processes whose samples are pooled in st; 0: measured in this one */
+    double process_spread;  /* (max - min) / median of the processes' own medians; 0 with one */
+    double *kept;           /* the samples behind st, seconds per launch, n_kept of them (st.n);
+                               owned by the run_result; NULL in a dedupe row's copy */
+    int64_t n_kept;
 } layer_result;
 
 /* The row has statistics (timed, or reused from a timed twin). */
@@ -133,7 +161,23 @@ typedef struct run_result {
     int64_t forward_device_bytes; /* device memory the chained forward's setup took (free memory before
                                      minus after: activations, weights, workspaces); -1 unknown */
     backend_peaks peaks;    /* the backend's measured ceilings (runner: --no-peaks leaves them 0) */
+    /* The canary: a fixed workload (measure_canary) timed at the start of every round. Its
+     * median per round, seconds, n_canary of them (owned); across processes, all of
+     * theirs. A slower canary means a slower machine, not slower layers. */
+    double *canary;
+    int n_canary;
+    int processes;          /* worker processes that measured this set (0: this process) */
+    char contention[200];   /* the other processes that used the CPUs while it was measured, when
+                               samples were disturbed (sched_others_end); "" otherwise */
 } run_result;
+
+/* One timing of the canary: a fixed chain of dependent multiply-adds on the calling
+ * thread (about 65k steps, 50-100 us), which follows the core's clock and nothing else
+ * the harness changes. Seconds. */
+double measure_canary(void);
+/* The canary's summary over rounds: its median and its drift, (max - min) / median;
+ * zeros when none. */
+void measure_canary_summary(const run_result *r, double *median, double *drift);
 
 /* Times every layer of m alone in the given mode; with with_model, also the chained
  * forward (with the in-model view), its graph replay and the input/output copies where
@@ -146,6 +190,10 @@ typedef struct run_result {
 bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
+
+/* The statistics of a row from its samples (seconds per launch, not sorted): st, and a
+ * copy of the samples in r->kept. */
+void measure_row_stats(layer_result *r, const double *samples, int64_t n);
 
 /* A model's forward set up on a backend, as the chained forward and bench check's
  * forward row run it: every value in backend memory, the input and every layer's weights

@@ -109,6 +109,8 @@ typedef struct report_context {
     const char *floors;        /* JSON object: per backend, the timer's floor per mode, or NULL */
     const char *peaks;         /* JSON members: per backend, the measured ceilings, or NULL */
     const char *warnings;      /* one warning per line, or NULL */
+    const char *algo_cache;    /* JSON object: --algo-cache's path and what was taken from it, or NULL */
+    int processes;             /* --processes */
 } report_context;
 
 /* "results/x.csv" -> "results/x.json"; caller frees. */

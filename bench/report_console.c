@@ -139,6 +139,14 @@ static char *format_noise(const stats *st, char *buf, size_t len)
 
 static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0.0; }
 
+static int contended_rows(const run_result *res)
+{
+    int n = 0;
+    for (int i = 0; i < res->m->n_layers; i++)
+        n += row_timed(&res->layers[i]) && res->layers[i].contended;
+    return n;
+}
+
 static void print_layers(console *c, const run_result *res)
 {
     const model *m = res->m;
@@ -149,11 +157,13 @@ static void print_layers(console *c, const run_result *res)
     sort_res = res, sort_by = c->ro.sort;
     qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
     int shown = c->ro.top > 0 && c->ro.top < n ? c->ro.top : n;
-    char title[256];
+    char title[400];
     snprintf(title, sizeof title, "Per-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the "
                                   "layer inside the chained forward; Roofline: percent of the roof at the layer's "
-                                  "intensity, memory- or FLOP-bound)%s",
-             res->mode, c->ro.sort, shown < n ? ", top rows" : "", c->ro.format == TABLE_MD ? "" : ":");
+                                  "intensity, memory- or FLOP-bound%s)%s",
+             res->mode, c->ro.sort, shown < n ? ", top rows" : "",
+             contended_rows(res) ? "; Mode*: contended, its threads waited for a CPU in most samples" : "",
+             c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
     table *t = table_new(15, "rllllrrlrrrrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise",
@@ -175,7 +185,7 @@ static void print_layers(console *c, const run_result *res)
         table_cell(t, "%s", shape_format_compact(&l->out, out, sizeof out));
         table_cell(t, "%s", report_format_count((double)l->n_weights, pa, sizeof pa));
         table_cell(t, "%s", report_format_count((double)l->flops, fl, sizeof fl));
-        table_cell(t, "%s", r->mode ? r->mode : "-");
+        table_cell(t, "%s%s", r->mode ? r->mode : "-", row_timed(r) && r->contended ? "*" : "");
         if (row_timed(r)) {
             table_cell(t, "%s", report_format_time(r->st.median, tm, sizeof tm));
             table_cell(t, "%s", format_noise(&r->st, noise, sizeof noise));
@@ -573,9 +583,12 @@ static bench_status console_run(reporter *r, const run_result *res)
     console *c = (console *)r;
     model_totals t = model_sum(res->m);
     char p[16], f[16];
-    char th[32] = "";
+    char th[64] = "";
     if (res->threads)
         snprintf(th, sizeof th, ", %d thread%s", res->threads, res->threads == 1 ? "" : "s");
+    if (res->processes)
+        snprintf(th + strlen(th), sizeof th - strlen(th), ", %d process%s", res->processes,
+                 res->processes == 1 ? "" : "es");
     if (c->ro.format == TABLE_MD)
         fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, float32: %d layers, %s params, %s FLOPs.\n",
                 res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,

@@ -57,6 +57,11 @@
     X(noise_pct, 0, "the noise figure: 1.4826 MAD / median, percent (equals the CV for normal samples; robust to outliers)") \
     X(outliers, 0, "samples outside Tukey's fences (below Q1 - 1.5 IQR or above Q3 + 1.5 IQR); counted, still in the statistics") \
     X(stop, 0, "why sampling stopped: noise (the interval reached --max-noise), timeout (--timeout first), samples (the cap)") \
+    X(processes, 0, "worker processes whose samples are pooled in the row (--processes); 0: measured in the bench process itself") \
+    X(process_spread_pct, 0, "(max - min) / median of the worker processes' own medians, percent: how far one process's figure lies from the next's (ci_low_us and ci_high_us cover it); empty with fewer than 2") \
+    X(disturbed, 0, "samples dropped because the benchmark's threads waited for a CPU for more than 1% of the sample (Linux's schedstat run_delay): another process had the core") \
+    X(contended, 0, "true when too few undisturbed samples were had (fewer than --min-samples): the figure is slowed by other processes; the note says how many were disturbed") \
+    X(canary_us, 0, "the canary, a fixed multiply-add chain timed at the start of every round: its median over the set's rounds, microseconds; a slower canary in one run than another means a slower machine (bench compare uses it)") \
     X(floor_us, 0, "the timer's floor for this mode: the median of an empty sample, microseconds")            \
     X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
@@ -219,6 +224,15 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     SET(noise_pct, "%.3f", s->noise * 100);
     SET(outliers, "%lld", (long long)s->outliers);
     SET(stop, "%s", stop_reason_name(r->stop));
+    SET(processes, "%d", r->processes);
+    if (r->processes >= 2)
+        SET(process_spread_pct, "%.3f", 100 * r->process_spread);
+    SET(disturbed, "%lld", (long long)r->disturbed);
+    SET(contended, "%s", r->contended ? "true" : "false");
+    double canary, drift;
+    measure_canary_summary(res, &canary, &drift);
+    if (canary > 0)
+        SET(canary_us, "%.4f", 1e6 * canary);
     SET(near_floor, "%s", r->near_floor ? "true" : "false");
     if (s->median > 0) {
         SET(gflops_per_s, "%.3f", (double)flops / s->median * 1e-9);
@@ -518,9 +532,11 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
     strbuf_json(f, ctx->modes ? ctx->modes : "auto");
     strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
-                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu},\n",
+                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, "
+                     "\"disturbed_share\": %g, \"algo_cache\": %s},\n",
                   ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
-                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed);
+                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes,
+                  MEASURE_DISTURBED_SHARE, ctx->algo_cache ? ctx->algo_cache : "null");
     strbuf_printf(f, "  \"backends\": {");
     for (int i = 0; i < ctx->n_backends; i++) {
         strbuf_printf(f, "%s\n    ", i ? "," : "");

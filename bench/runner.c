@@ -19,9 +19,11 @@ static bool is_done(const runner_plan *p, const char *backend, int64_t batch)
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
 static void add_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
-                          int64_t device_bytes)
+                          int64_t device_bytes, const char *measurement)
 {
     strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
+    if (measurement && *measurement)
+        strbuf_printf(b, ", \"measurement\": [%s]", measurement);
     if (m) {
         model_memory mm;
         model_memory_plan(m, &mm);
@@ -105,6 +107,20 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
                  r->backend, (long long)r->m->batch, few, few == 1 ? "" : "s", mo->min_samples);
         warn(list, line);
     }
+    int contended = 0, timed = 0;
+    for (int i = 0; i < n + 2; i++) {
+        const layer_result *x = i < n ? &r->layers[i] : i == n ? &r->chained : &r->graph;
+        timed += x->status == ROW_OK;
+        contended += x->status == ROW_OK && x->contended;
+    }
+    if (contended) {
+        snprintf(line, sizeof line, "%s batch %lld: %d of %d timed rows (%.0f%%) were contended: their threads waited for "
+                                    "a CPU in most samples, so their figures are slower than this machine runs them "
+                                    "(column contended)%s%s",
+                 r->backend, (long long)r->m->batch, contended, timed, 100.0 * contended / (timed ? timed : 1),
+                 *r->contention ? "; other processes used the CPUs: " : "", r->contention);
+        warn(list, line);
+    }
     if (!r->has_model || !row_timed(&r->chained) || r->sum_medians <= 0)
         return;
     double gap = (r->chained.st.median - r->sum_medians) / r->sum_medians;
@@ -133,6 +149,32 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     warn(list, line);
 }
 
+/* How one mode of a set was measured, as a JSON object: its processes and how far
+ * their medians lay apart, its canary and how far it drifted, its contended rows. */
+static void measurement_json(strbuf *j, const run_result *r)
+{
+    double canary, drift, spread[4096];
+    int ns = 0, rows = 0, contended = 0;
+    measure_canary_summary(r, &canary, &drift);
+    const layer_result *whole[2] = {&r->chained, &r->graph};
+    for (int i = 0; i < r->m->n_layers + 2; i++) {
+        const layer_result *x = i < r->m->n_layers ? &r->layers[i] : whole[i - r->m->n_layers];
+        if (x->status != ROW_OK)
+            continue;
+        rows++, contended += x->contended;
+        if (x->processes >= 2 && ns < 4096)
+            spread[ns++] = x->process_spread;
+    }
+    stats sp = stats_compute(spread, ns);
+    strbuf_printf(j, "%s{\"mode\": \"%s\", \"processes\": %d, \"process_spread_pct\": {\"median\": %.3f, "
+                     "\"max\": %.3f}, \"canary_us\": %.4f, \"canary_drift_pct\": %.3f, \"canary_rounds\": %d, "
+                     "\"timed_rows\": %d, \"contended_rows\": %d, \"contention\": ",
+                  j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
+                  r->n_canary, rows, contended);
+    strbuf_json(j, r->contention);
+    strbuf_append(j, "}", 1);
+}
+
 /* The timer's floor of one backend, as a JSON member. */
 static void add_floor(strbuf *floors, const char *backend, const timer_floor *f)
 {
@@ -149,9 +191,11 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
     bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
     for (int i = 0; i < p->n_done; i++)
-        add_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1);
+        add_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1, NULL);
     p->ctx.resumed_sets = p->n_done;
     env_check_host(&warnings);
+    if (p->note)
+        strbuf_printf(&warnings, "%s\n", p->note);
     for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
         fprintf(stderr, "bench: warning: %.*s\n", (int)strcspn(w, "\n"), w);
     int total = p->n_batches * p->n_backends, n = 0;
@@ -195,11 +239,14 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 }
             }
             int64_t workspace = 0, device_bytes = -1;
+            strbuf measurement = {0};
             /* every timing mode asked for; the whole-model rows once, with the first */
             for (int md = 0; !interrupted && md < p->n_modes; md++) {
                 run_result res;
                 bench_status st =
-                    measure_model(m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err);
+                    p->procs.count > 0
+                        ? procs_measure(&p->procs, m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err)
+                        : measure_model(m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err);
                 if (st == BENCH_ERR_INTERRUPTED) {
                     interrupted = true;
                     snprintf(where, sizeof where, "batch %lld on %s (%s timing), %s", (long long)batch, bk->ops->name,
@@ -211,6 +258,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                         failed = true;
                     }
                     result_warnings(&warnings, &res, mo);
+                    measurement_json(&measurement, &res);
                     res.peaks = peaks[k];
                     for (int i = 0; i < m->n_layers; i++)
                         workspace = res.layers[i].workspace_bytes > workspace ? res.layers[i].workspace_bytes : workspace;
@@ -231,7 +279,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             for (int r = 0; r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            add_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes);
+            add_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes, measurement.data);
+            strbuf_free(&measurement);
             if (b + 1 < p->n_batches || k + 1 < p->n_backends)
                 io_ok &= write_json(p, "running", &completed, NULL);
         }

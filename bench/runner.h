@@ -12,6 +12,7 @@
 
 #include "measure.h"
 #include "output.h"
+#include "procs.h"
 #include "report.h"
 
 /* A (backend, batch) set of results. */
@@ -36,6 +37,8 @@ typedef struct runner_plan {
                                   * warnings are set here */
     bool sweep_progress;         /* say on stderr which set is running */
     bool probe_peaks;            /* measure each backend's ceilings for the roofline (not --no-peaks) */
+    procs_plan procs;            /* worker processes per set (--processes); count 0: this process */
+    const char *note;            /* a warning from the command line's set-up (--algo-cache), or NULL */
 } runner_plan;
 
 /* Runs the plan on m (whose batch it changes). Returns the exit status: 0, 1 when a row

@@ -37,6 +37,9 @@ typedef struct fake {
     double parts[8][LAYER_MAX_PARTS]; /* per layer: its parts' times in the last run */
     char error[128];
     bool failed;
+    double waited;             /* fake seconds the threads waited for a CPU, so far */
+    long disturb_every;        /* every this many samples is disturbed (0: none) ... */
+    double disturb_wait, disturb_cost; /* ... waiting this long, and taking this much longer */
 } fake;
 
 typedef struct fake_layer {
@@ -77,6 +80,8 @@ static double f_timer_stop(void *ctx)
 {
     (void)ctx;
     F.clock += F.timer_cost;
+    if (F.disturb_every && (F.stops + 1) % F.disturb_every == 0)
+        F.clock += F.disturb_cost, F.waited += F.disturb_wait;
     if (++F.stops == F.fail_stop_at) {
         snprintf(F.error, sizeof F.error, "injected timer failure");
         F.failed = true;
@@ -572,6 +577,54 @@ static void test_net_buffers(backend *b)
     model_free(m);
 }
 
+static double fake_waited(void *user) { (void)user; return F.waited; }
+
+/* Contention: a sample during which the threads waited for a CPU for more than 1% of it
+ * is dropped and counted; a row left with too few clean ones is contended and its
+ * statistics keep the disturbed ones; a sample that waited less is kept; every round
+ * times the canary. */
+static void test_contention(backend *b, model *m)
+{
+    run_result r;
+    char err[256];
+    measure_options o = opts();
+    o.waited = fake_waited;
+    backend_ops saved = fake_ops;
+    fake_ops.device_memory = false; /* a GPU's timings do not look at the host's waits */
+    reset(100e-6); /* every 4th sample waits 50 us and takes 200 us longer */
+    F.disturb_every = 4, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
+    EXPECT(measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    const layer_result *a = &r.layers[0];
+    EXPECT(a->disturbed > 0 && a->disturbed * 3 < a->st.n + a->disturbed && !a->contended,
+           "every 4th sample disturbed: %lld of %lld, contended %d", (long long)a->disturbed,
+           (long long)(a->st.n + a->disturbed), a->contended);
+    EXPECT(fabs(a->st.max - 100e-6) < 1e-12, "a disturbed sample was kept: max %g", a->st.max);
+    EXPECT(r.n_canary > 0, "no canary was timed");
+    run_result_free(&r);
+
+    reset(100e-6); /* every sample waits: too few clean ones */
+    F.disturb_every = 1, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
+    o.timeout = 0.1;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    a = &r.layers[0];
+    EXPECT(a->status == ROW_OK && a->contended && a->disturbed == a->st.n && strstr(a->note, "contended"),
+           "all disturbed: contended %d, %lld of %lld, note %s", a->contended, (long long)a->disturbed,
+           (long long)a->st.n, a->note);
+    EXPECT(fabs(a->st.median - 300e-6) < 1e-9, "the contended row keeps its disturbed samples: median %g",
+           a->st.median);
+    run_result_free(&r);
+
+    reset(100e-6); /* every sample waits 0.5 us of 100: undisturbed, all kept */
+    F.disturb_every = 1, F.disturb_wait = 0.5e-6, F.disturb_cost = 0;
+    o = opts();
+    o.waited = fake_waited;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    EXPECT(r.layers[0].disturbed == 0 && !r.layers[0].contended && r.layers[0].st.n >= o.min_samples,
+           "waits under 1%% dropped %lld samples", (long long)r.layers[0].disturbed);
+    run_result_free(&r);
+    fake_ops = saved;
+}
+
 int main(void)
 {
     snprintf(cfg_path, sizeof cfg_path, "/tmp/layerbench_test_measure_%ld.yaml", (long)getpid());
@@ -591,6 +644,7 @@ int main(void)
         test_row_failures(&b, m);
         test_chain(&b, m);
         test_zero_time(&b, m);
+        test_contention(&b, m);
         model_free(m);
     }
     test_parts(&b);

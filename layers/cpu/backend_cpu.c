@@ -244,6 +244,9 @@ static void cpu_free(void *ctx)
     free(c->marks);
     free(c->flush);
     free(c->choices.v);
+    for (int i = 0; i < c->choices.n_given; i++)
+        free(c->choices.given[i].key);
+    free(c->choices.given);
     free(c);
 }
 
@@ -363,7 +366,16 @@ static bool same_layer(const cpu_choice *c, const layer *l)
     return c->kind == l->kind && memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
 }
 
-const cpu_choice *cpu_choice_find(const cpu_choices *c, const layer *l)
+char *cpu_choice_key(const layer *l, char *buf, size_t len)
+{
+    char shape[96], params[320];
+    shape_format_compact(&l->in, shape, sizeof shape);
+    layer_params_format(l, params, sizeof params);
+    snprintf(buf, len, "%s %s %s", layer_kind_name(l->kind), shape, params);
+    return buf;
+}
+
+static cpu_choice *choice_of(cpu_choices *c, const layer *l)
 {
     for (int i = 0; i < c->n; i++)
         if (same_layer(&c->v[i], l))
@@ -371,15 +383,59 @@ const cpu_choice *cpu_choice_find(const cpu_choices *c, const layer *l)
     return NULL;
 }
 
+const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l)
+{
+    const cpu_choice *known = choice_of(c, l);
+    if (known || !c->n_given)
+        return known;
+    char key[512];
+    cpu_choice_key(l, key, sizeof key);
+    for (int i = 0; i < c->n_given; i++)
+        if (strcmp(c->given[i].key, key) == 0) {
+            cpu_choice_add(c, l, c->given[i].algo);
+            c->v[c->n - 1].given = true;
+            return &c->v[c->n - 1];
+        }
+    return NULL;
+}
+
 void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3])
 {
-    c->v = xrealloc(c->v, (size_t)(c->n + 1) * sizeof *c->v);
-    cpu_choice *e = &c->v[c->n++];
+    cpu_choice *e = choice_of(c, l);
+    if (!e) {
+        c->v = xrealloc(c->v, (size_t)(c->n + 1) * sizeof *c->v);
+        e = &c->v[c->n++];
+    }
     memset(e, 0, sizeof *e);
     e->kind = l->kind;
     e->p = l->p;
     e->in = l->in;
     memcpy(e->algo, algo, sizeof e->algo);
+}
+
+/* --algo-cache: a choice as "path samples candidates" */
+static int cpu_choices_get(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user)
+{
+    cpu_choices *c = &((cpu_ctx *)ctx)->choices;
+    for (int i = 0; i < c->n; i++) {
+        layer l = {.kind = c->v[i].kind, .p = c->v[i].p, .in = c->v[i].in};
+        char key[512], value[96];
+        snprintf(value, sizeof value, "%lld %lld %lld", (long long)c->v[i].algo[0], (long long)c->v[i].algo[1],
+                 (long long)c->v[i].algo[2]);
+        emit(user, cpu_choice_key(&l, key, sizeof key), value);
+    }
+    return c->stale;
+}
+
+static void cpu_choices_put(void *ctx, const char *key, const char *value)
+{
+    cpu_choices *c = &((cpu_ctx *)ctx)->choices;
+    long long a, b, n;
+    char end;
+    if (sscanf(value, "%lld %lld %lld %c", &a, &b, &n, &end) != 3)
+        return;
+    c->given = xrealloc(c->given, (size_t)(c->n_given + 1) * sizeof *c->given);
+    c->given[c->n_given++] = (cpu_given){xstrdup(key), {a, b, n}};
 }
 
 const char *cpu_isa_level(void)
@@ -471,5 +527,7 @@ const backend_ops backend_cpu_ops = {
     .describe = cpu_describe,
     .peaks = cpu_peaks,
     .tolerance = cpu_tolerance,
+    .choices_get = cpu_choices_get,
+    .choices_put = cpu_choices_put,
     .device_memory = false,
 };

@@ -449,7 +449,12 @@ static bool conv_forced(const layer *l, conv_algo *a)
 }
 
 /* How many of the fastest candidates the search times again, interleaved. */
-#define CONV_FINALISTS 3
+#define CONV_FINALISTS 4
+/* Finalists within this of the fastest are a tie, which the earlier candidate (the
+ * rule's first, then the simpler paths) wins: noise cannot flip a tie between two runs. */
+#define CONV_TIE 0.02
+/* A gap this large is settled; between CONV_TIE and it, the finalists are timed again. */
+#define CONV_CLEAR 0.06
 
 /* The fastest candidate on scratch data with the real weights: its index, or -1 when
  * out of memory. Two rounds: each candidate alone (the best of a few runs), then the
@@ -457,7 +462,10 @@ static bool conv_forced(const layer *l, conv_algo *a)
  * first round alone let this VM's slow phases, seconds long, decide: a search once took
  * a path 25% slower than the one it passed over for ResNet-18's 512-channel layers,
  * because the better one was timed during such a phase. Interleaved, a phase slows
- * every finalist alike. */
+ * every finalist alike. The finalists are timed in rounds until the fastest is either
+ * clearly ahead (CONV_CLEAR) or tied (CONV_TIE) with the next, at least 5 rounds and
+ * at most 30 or 0.5 s, so that a choice between near-equal candidates does not flip on
+ * noise between runs. */
 static int conv_search(const layer *l, const float *w, const conv_algo *cand, int n)
 {
     int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out);
@@ -504,7 +512,8 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             if (all)
                 conv_run(l, st[f], ins, w, out); /* warm, untimed */
         }
-        for (int r = 0; all && r < 5 && spent < 0.15; r++)
+        int bf = 0;
+        for (int r = 0; all && r < 30 && (r < 5 || spent < 0.5); r++) {
             for (int f = 0; f < nf; f++) {
                 double t0 = bench_now();
                 conv_run(l, st[f], ins, w, out);
@@ -512,13 +521,23 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
                 spent += dt;
                 again[f] = dt < again[f] ? dt : again[f];
             }
-        if (all) { /* else too little memory for all at once: the first round decides */
-            int bf = 0;
+            /* the fastest, then the earliest candidate tied with it */
+            bf = 0;
             for (int f = 1; f < nf; f++)
                 if (again[f] < again[bf])
                     bf = f;
-            best = fin[bf];
+            double gap = 1e30;
+            for (int f = 0; f < nf; f++)
+                if (f != bf && again[f] / again[bf] - 1 < gap)
+                    gap = again[f] / again[bf] - 1;
+            if (r >= 4 && (gap <= CONV_TIE || gap >= CONV_CLEAR))
+                break;
         }
+        for (int f = 0; all && f < nf; f++)
+            if (again[f] <= again[bf] * (1 + CONV_TIE) && fin[f] < fin[bf])
+                bf = f;
+        if (all) /* else too little memory for all at once: the first round decides */
+            best = fin[bf];
         for (int f = 0; f < nf; f++)
             if (st[f])
                 conv_free(st[f]);
@@ -534,6 +553,13 @@ static bench_status conv_setup(const layer *l, const float *w, cpu_choices *sear
     int n = conv_candidates(l, cand);
     conv_algo chosen = cand[0];
     const cpu_choice *known = search ? cpu_choice_find(search, l) : NULL;
+    if (known && known->given) { /* from --algo-cache: still one of this layer's candidates? */
+        bool applies = known->algo[2] == n;
+        for (int i = 0; applies && i < n && !(cand[i].path == known->algo[0] && cand[i].samples == known->algo[1]); i++)
+            applies = i + 1 < n;
+        if (!applies)
+            search->stale++, known = NULL;
+    }
     if (conv_forced(l, &chosen)) {
         n = 1;
     } else if (known) {

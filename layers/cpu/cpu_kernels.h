@@ -15,15 +15,29 @@ typedef struct cpu_choice {
     layer_params p;
     shape_t in;
     int64_t algo[3];
+    bool given;         /* from --algo-cache, not searched here: the kernel checks it still applies */
 } cpu_choice;
+
+/* A choice given as text (--algo-cache), taken when a layer with its key is set up. */
+typedef struct cpu_given {
+    char *key;
+    int64_t algo[3];
+} cpu_given;
 
 typedef struct cpu_choices {
     cpu_choice *v;
     int n;
+    cpu_given *given;
+    int n_given;
+    int stale;          /* given choices the kernels found no longer apply */
 } cpu_choices;
 
-const cpu_choice *cpu_choice_find(const cpu_choices *c, const layer *l);
+/* The choice for a layer like l: one made before, or a given one; NULL when none. */
+const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l);
+/* Keeps (or replaces) the choice for layers like l. */
 void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3]);
+/* The text key of a layer's choice: kind, input shape and non-default parameters. */
+char *cpu_choice_key(const layer *l, char *buf, size_t len);
 
 typedef struct cpu_kernel {
     /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed

@@ -1,0 +1,196 @@
+#include "choices.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "version.h"
+
+#define CHOICES_HEADER "# layerbench algorithm choices (bench --algo-cache), format 1: context\tlayer\tchoice\n"
+
+/* What a backend's choices depend on besides the layer; one line, no tabs. */
+static char *context_of(const backend *b)
+{
+    /* the model name, family, model and stepping of the first CPU: a VM may call a Zen 4
+     * and a Zen 5 both "AMD EPYC" */
+    char cpu[400] = "", isa[256];
+    static const char *const fields[] = {"model name", "cpu family", "model", "stepping"};
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    int found = 0;
+    while (f && found < 4 && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        for (int k = 0; colon && k < 4; k++) {
+            size_t n = strlen(fields[k]);
+            if (strncmp(line, fields[k], n) == 0 && (line[n] == ' ' || line[n] == '\t')) {
+                colon[1 + strcspn(colon + 1, "\n")] = 0;
+                size_t at = strlen(cpu);
+                snprintf(cpu + at, sizeof cpu - at, "%s%s%s", at ? ", " : "", k ? fields[k] : "", colon + (k ? 1 : 2));
+                found++;
+            }
+        }
+    }
+    if (f)
+        fclose(f);
+    char *ctx = xasprintf("%s | %s | %s | float32 | layerbench %s | %s", b->ops->name, cpu, env_cpu_isa(isa, sizeof isa),
+                          LAYERBENCH_VERSION, b->ops->describe ? b->ops->describe(b->ctx) : "");
+    for (char *p = ctx; *p; p++)
+        if (*p == '\t' || *p == '\n' || *p == '\r')
+            *p = ' ';
+    return ctx;
+}
+
+static bench_status read_all(const char *path, strbuf *text, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return BENCH_OK;
+        snprintf(err, errlen, "--algo-cache: cannot read '%s': %s", path, strerror(errno));
+        return BENCH_ERR_USAGE;
+    }
+    char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        strbuf_append(text, chunk, got);
+    fclose(f);
+    if (text->len && strncmp(text->data, CHOICES_HEADER, strlen(CHOICES_HEADER)) != 0) {
+        snprintf(err, errlen, "--algo-cache: '%s' is not a layerbench choices file (its first line differs)", path);
+        return BENCH_ERR_USAGE;
+    }
+    return BENCH_OK;
+}
+
+/* Splits the line at p (up to its newline) into three tab-separated fields, in place;
+ * false when it has not exactly three non-empty ones. */
+static bool split_line(char *p, char **f)
+{
+    char *end = p + strcspn(p, "\n");
+    *end = 0;
+    f[0] = p;
+    for (int k = 1; k < 3; k++) {
+        char *tab = strchr(f[k - 1], '\t');
+        if (!tab)
+            return false;
+        *tab = 0;
+        f[k] = tab + 1;
+    }
+    return *f[0] && *f[1] && *f[2] && !strchr(f[2], '\t');
+}
+
+bench_status choices_load(const char *path, const backend *bs, int nb, choices_report *rep, char *err, size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    strbuf text = {0};
+    bench_status st = read_all(path, &text, err, errlen);
+    if (st != BENCH_OK || !text.len) {
+        strbuf_free(&text);
+        return st;
+    }
+    char **ctx = xcalloc((size_t)nb, sizeof *ctx);
+    for (int k = 0; k < nb; k++)
+        ctx[k] = bs[k].ops->choices_put ? context_of(&bs[k]) : NULL;
+    for (char *p = text.data + strlen(CHOICES_HEADER); *p;) {
+        char *next = p + strcspn(p, "\n");
+        next += *next == '\n';
+        char *f[3];
+        if (!split_line(p, f)) {
+            rep->malformed++;
+        } else {
+            int k = 0;
+            while (k < nb && !(ctx[k] && strcmp(ctx[k], f[0]) == 0))
+                k++;
+            if (k < nb) {
+                bs[k].ops->choices_put(bs[k].ctx, f[1], f[2]);
+                rep->taken++;
+            } else if (rep->foreign++ == 0) {
+                snprintf(rep->other, sizeof rep->other, "%s", f[0]);
+            }
+        }
+        p = next;
+    }
+    for (int k = 0; k < nb; k++)
+        free(ctx[k]);
+    free(ctx);
+    strbuf_free(&text);
+    return BENCH_OK;
+}
+
+typedef struct emit_state {
+    strbuf *out;
+    const char *ctx;
+    char **keys;        /* the keys written for ctx */
+    int n_keys;
+} emit_state;
+
+static void emit(void *user, const char *key, const char *value)
+{
+    emit_state *e = user;
+    strbuf_printf(e->out, "%s\t%s\t%s\n", e->ctx, key, value);
+    e->keys = xrealloc(e->keys, (size_t)(e->n_keys + 1) * sizeof *e->keys);
+    e->keys[e->n_keys++] = xstrdup(key);
+}
+
+bench_status choices_save(const char *path, const backend *bs, int nb, int *stale, char *err, size_t errlen)
+{
+    strbuf old = {0}, out = {0};
+    *stale = 0;
+    bench_status st = read_all(path, &old, err, errlen);
+    if (st != BENCH_OK) {
+        strbuf_free(&old);
+        return st;
+    }
+    strbuf_append(&out, CHOICES_HEADER, strlen(CHOICES_HEADER));
+    emit_state *es = xcalloc((size_t)nb, sizeof *es);
+    for (int k = 0; k < nb; k++) {
+        if (!bs[k].ops->choices_get)
+            continue;
+        es[k] = (emit_state){&out, context_of(&bs[k]), NULL, 0};
+        *stale += bs[k].ops->choices_get(bs[k].ctx, emit, &es[k]);
+    }
+    /* the old lines that were not written again: other contexts, choices not remade */
+    for (char *p = old.len ? old.data + strlen(CHOICES_HEADER) : NULL; p && *p;) {
+        char *next = p + strcspn(p, "\n");
+        next += *next == '\n';
+        size_t len = (size_t)(next - p);
+        char *copy = xmalloc(len + 1), *f[3];
+        memcpy(copy, p, len);
+        copy[len] = 0;
+        bool keep = split_line(copy, f);
+        for (int k = 0; keep && k < nb; k++)
+            for (int i = 0; es[k].ctx && keep && i < es[k].n_keys; i++)
+                keep = !(strcmp(es[k].ctx, f[0]) == 0 && strcmp(es[k].keys[i], f[1]) == 0);
+        if (keep)
+            strbuf_append(&out, p, len), (len && p[len - 1] != '\n' ? strbuf_append(&out, "\n", 1) : (void)0);
+        free(copy);
+        p = next;
+    }
+    for (int k = 0; k < nb; k++) {
+        for (int i = 0; i < es[k].n_keys; i++)
+            free(es[k].keys[i]);
+        free(es[k].keys);
+        free((char *)es[k].ctx);
+    }
+    free(es);
+    bench_output o;
+    st = bench_output_open(&o, path, NULL, err, errlen);
+    if (st == BENCH_OK) {
+        st = bench_output_write(&o, out.data, out.len, err, errlen);
+        bench_output_close(&o);
+    }
+    strbuf_free(&old), strbuf_free(&out);
+    return st;
+}
+
+void choices_warning(const char *path, const choices_report *rep, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (rep->malformed)
+        snprintf(buf, len, "--algo-cache %s: %d line%s that are no choice were ignored", path, rep->malformed,
+                 rep->malformed == 1 ? "" : "s");
+    else if (rep->foreign && !rep->taken)
+        snprintf(buf, len, "--algo-cache %s: its %d choice%s were made under another context (%.100s...), not this "
+                 "machine's and settings: not used, the algorithms are searched again", path, rep->foreign,
+                 rep->foreign == 1 ? "" : "s", rep->other);
+}

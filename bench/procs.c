@@ -1,0 +1,635 @@
+#define _GNU_SOURCE
+#include "procs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "output.h"
+
+extern char **environ;
+
+/* ---- the wire: one binary stream per worker, read by the same binary --------------------- */
+
+/* Records: 'A' and an int (the layer set up or sampled next, -1 the model rows), then
+ * one 'R' with the whole result. Strings that point into a process's memory (modes,
+ * part names) travel as text and are interned on the way in. */
+enum { REC_AT = 'A', REC_RESULT = 'R' };
+
+typedef struct wire {
+    int fd;
+    bool ok;
+} wire;
+
+static void put(wire *w, const void *p, size_t n)
+{
+    const char *c = p;
+    while (w->ok && n) {
+        ssize_t k = write(w->fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            w->ok = false;
+            return;
+        }
+        c += k, n -= (size_t)k;
+    }
+}
+
+static void put_str(wire *w, const char *s)
+{
+    int n = s ? (int)strlen(s) : -1;
+    put(w, &n, sizeof n);
+    if (n > 0)
+        put(w, s, (size_t)n);
+}
+
+static void put_row(wire *w, const layer_result *r)
+{
+    put(w, r, sizeof *r); /* the pointers in it are fixed on the way in */
+    put_str(w, r->mode);
+    put(w, r->kept, (size_t)r->n_kept * sizeof *r->kept);
+}
+
+/* A buffer read whole from the worker, and a cursor into it. */
+typedef struct reader {
+    const char *p, *end;
+    bool ok;
+} reader;
+
+static void get(reader *r, void *dst, size_t n)
+{
+    if (!r->ok || (size_t)(r->end - r->p) < n) {
+        r->ok = false;
+        memset(dst, 0, n);
+        return;
+    }
+    memcpy(dst, r->p, n);
+    r->p += n;
+}
+
+/* Strings that rows point to for the life of the process (a handful: modes, parts). */
+static const char *intern(const char *s, size_t n)
+{
+    static char **names;
+    static int count;
+    for (int i = 0; i < count; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0)
+            return names[i];
+    names = xrealloc(names, (size_t)(count + 1) * sizeof *names);
+    names[count] = xmalloc(n + 1);
+    memcpy(names[count], s, n);
+    names[count][n] = 0;
+    return names[count++];
+}
+
+static const char *get_str(reader *r)
+{
+    int n;
+    get(r, &n, sizeof n);
+    if (!r->ok || n < 0)
+        return NULL;
+    if (n > 4096 || (size_t)(r->end - r->p) < (size_t)n) {
+        r->ok = false;
+        return NULL;
+    }
+    const char *s = intern(r->p, (size_t)n);
+    r->p += n;
+    return s;
+}
+
+static void get_row(reader *r, layer_result *row)
+{
+    get(r, row, sizeof *row);
+    row->mode = get_str(r);
+    row->kept = NULL;
+    if (!r->ok || row->n_kept < 0 || row->n_kept > (int64_t)((size_t)(r->end - r->p) / sizeof(double))) {
+        r->ok = false;
+        row->n_kept = 0;
+        return;
+    }
+    row->kept = xmalloc((size_t)(row->n_kept ? row->n_kept : 1) * sizeof *row->kept);
+    get(r, row->kept, (size_t)row->n_kept * sizeof *row->kept);
+}
+
+static void put_result(wire *w, const run_result *res)
+{
+    int n = res->m->n_layers, flags = (res->has_model ? 1 : 0) | (res->inmodel ? 2 : 0) | (res->forward_sample ? 4 : 0);
+    char type = REC_RESULT;
+    put(w, &type, 1);
+    put(w, &flags, sizeof flags);
+    put(w, &res->n_parts, sizeof res->n_parts);
+    put(w, &res->forward_device_bytes, sizeof res->forward_device_bytes);
+    put(w, &res->n_canary, sizeof res->n_canary);
+    put(w, res->canary, (size_t)res->n_canary * sizeof *res->canary);
+    put(w, res->contention, sizeof res->contention);
+    for (int i = 0; i < n; i++)
+        put_row(w, &res->layers[i]);
+    if (res->has_model) {
+        put_row(w, &res->chained), put_row(w, &res->graph);
+        put_row(w, &res->upload), put_row(w, &res->download);
+    }
+    for (int i = 0; res->inmodel && i < n; i++)
+        put_row(w, &res->inmodel[i]);
+    if (res->forward_sample)
+        put(w, res->forward_sample, (size_t)n * sizeof *res->forward_sample);
+    for (int j = 0; j < res->n_parts; j++) {
+        const part_result *p = &res->parts[j];
+        put(w, &p->layer, sizeof p->layer), put(w, &p->index, sizeof p->index);
+        put_str(w, p->info.name);
+        put(w, &p->info.flops, sizeof p->info.flops), put(w, &p->info.bytes, sizeof p->info.bytes);
+        put(w, &p->sample, sizeof p->sample);
+        put_row(w, &p->r);
+    }
+}
+
+/* Reads a worker's result (after its 'R') into res, for model m. */
+static bool get_result(reader *r, const model *m, run_result *res)
+{
+    int n = m->n_layers, flags = 0;
+    get(r, &flags, sizeof flags);
+    get(r, &res->n_parts, sizeof res->n_parts);
+    get(r, &res->forward_device_bytes, sizeof res->forward_device_bytes);
+    get(r, &res->n_canary, sizeof res->n_canary);
+    if (!r->ok || res->n_canary < 0 || res->n_canary > 1000000 || res->n_parts < 0 || res->n_parts > 64 * n)
+        return false;
+    res->canary = xmalloc((size_t)(res->n_canary ? res->n_canary : 1) * sizeof *res->canary);
+    get(r, res->canary, (size_t)res->n_canary * sizeof *res->canary);
+    get(r, res->contention, sizeof res->contention);
+    res->contention[sizeof res->contention - 1] = 0;
+    res->has_model = flags & 1;
+    for (int i = 0; i < n; i++)
+        get_row(r, &res->layers[i]);
+    if (res->has_model) {
+        get_row(r, &res->chained), get_row(r, &res->graph);
+        get_row(r, &res->upload), get_row(r, &res->download);
+    }
+    if (flags & 2) {
+        res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
+        for (int i = 0; i < n; i++)
+            get_row(r, &res->inmodel[i]);
+    }
+    if (flags & 4) {
+        res->forward_sample = xmalloc((size_t)n * sizeof *res->forward_sample);
+        get(r, res->forward_sample, (size_t)n * sizeof *res->forward_sample);
+    }
+    res->parts = res->n_parts ? xcalloc((size_t)res->n_parts, sizeof *res->parts) : NULL;
+    for (int j = 0; j < res->n_parts; j++) {
+        part_result *p = &res->parts[j];
+        get(r, &p->layer, sizeof p->layer), get(r, &p->index, sizeof p->index);
+        p->info.name = get_str(r);
+        get(r, &p->info.flops, sizeof p->info.flops), get(r, &p->info.bytes, sizeof p->info.bytes);
+        get(r, &p->sample, sizeof p->sample);
+        get_row(r, &p->r);
+        if (p->layer < 0 || p->layer >= n || !p->info.name)
+            r->ok = false;
+    }
+    return r->ok;
+}
+
+/* ---- the worker ---------------------------------------------------------------------------- */
+
+static void worker_at(void *user, int layer)
+{
+    wire *w = user;
+    char type = REC_AT;
+    put(w, &type, 1);
+    put(w, &layer, sizeof layer);
+}
+
+int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode)
+{
+    int fd, index, count, with_model;
+    double floor_warm, floor_cold;
+    char skip_list[4096] = "";
+    if (sscanf(spec, "%d,%d,%d,%d,%lf,%lf,%4095s", &fd, &index, &count, &with_model, &floor_warm, &floor_cold,
+               skip_list) != 7 ||
+        count < 1 || index < 1 || index > count) {
+        fprintf(stderr, "bench: --worker: malformed '%s' (this option is for bench itself)\n", spec);
+        return 2;
+    }
+    int n = m->n_layers;
+    bool *skip = xcalloc((size_t)n, sizeof *skip), skip_model = false;
+    for (char *save = NULL, *tok = strtok_r(skip_list, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
+        int i = atoi(tok);
+        if (!strcmp(tok, "m"))
+            skip_model = true;
+        else if (i >= 0 && i < n && strcmp(tok, "-"))
+            skip[i] = true;
+    }
+    wire w = {fd, true};
+    measure_options wo = *o;
+    /* this worker's share: the pooled row gets --min-samples and --timeout in all */
+    wo.min_samples = (o->min_samples + count - 1) / count;
+    wo.timeout = o->timeout / count;
+    wo.at = worker_at, wo.at_user = &w;
+    wo.skip = skip, wo.skip_model = skip_model;
+    timer_floor floor = {floor_warm, floor_cold};
+    run_result res;
+    char err[1024];
+    bench_status st = measure_model(m, b, &wo, mode, &floor, with_model != 0, &res, err, sizeof err);
+    if (st != BENCH_ERR_INTERRUPTED)
+        put_result(&w, &res);
+    run_result_free(&res);
+    free(skip);
+    if (st == BENCH_ERR_INTERRUPTED)
+        return 128 + (bench_interrupted ? bench_interrupted : SIGINT);
+    return w.ok ? 0 : 1;
+}
+
+/* ---- the parent ---------------------------------------------------------------------------- */
+
+/* Starts a worker with its pipe's write end as fd 3; its pid, or -1. */
+static pid_t spawn_worker(const procs_plan *pp, const char *const *extra, int write_fd)
+{
+    int n = 0, k = 0;
+    while (pp->argv[n])
+        n++;
+    while (extra[k])
+        k++;
+    char **argv = xcalloc((size_t)(n + k + 1), sizeof *argv);
+    for (int i = 0; i < n; i++)
+        argv[i] = pp->argv[i];
+    for (int i = 0; i < k; i++)
+        argv[n + i] = (char *)extra[i];
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, write_fd, 3);
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    free(argv);
+    return rc == 0 ? pid : -1;
+}
+
+/* Reads everything the worker writes until it closes the pipe, tracking the last
+ * layer it announced; on a stop request, asks it to stop (SIGTERM), and kills it if it
+ * has not ended 5 s later. */
+static void drain(int fd, pid_t pid, const volatile int *stop, strbuf *data, int *at)
+{
+    bool asked = false;
+    double deadline = 0;
+    size_t parsed = 0;
+    for (;;) {
+        if (stop && *stop && !asked) {
+            kill(pid, SIGTERM);
+            asked = true, deadline = bench_now() + 5.0;
+        }
+        if (asked && bench_now() > deadline) {
+            kill(pid, SIGKILL);
+            asked = false, deadline = 1e300;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        int r = poll(&p, 1, 200);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue;
+        char buf[65536];
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return;
+        strbuf_append(data, buf, (size_t)k);
+        /* the 'A' records before the result: where the worker is */
+        while (parsed < data->len && data->data[parsed] == REC_AT && data->len - parsed >= 1 + sizeof(int)) {
+            memcpy(at, data->data + parsed + 1, sizeof *at);
+            parsed += 1 + sizeof(int);
+        }
+    }
+}
+
+/* "signal 11 (Segmentation fault)" or "exit status 3" into buf. */
+static void describe_exit(int status, char *buf, size_t len)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, len, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
+}
+
+/* 97.5% quantile of Student's t with df degrees of freedom. */
+static double t975(int df)
+{
+    static const double t[] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                               2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
+    return df < 1 ? 0 : df <= 20 ? t[df] : 1.96 + 2.4 / df;
+}
+
+void procs_pool_interval(double median, const double *med, int k, double *lo, double *hi)
+{
+    if (k < 2)
+        return;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < k; i++)
+        mean += med[i] / k;
+    for (int i = 0; i < k; i++)
+        ss += (med[i] - mean) * (med[i] - mean);
+    double h = t975(k - 1) * sqrt(ss / (k - 1)) / sqrt((double)k);
+    if (median - h < *lo)
+        *lo = median - h > 0 ? median - h : 0;
+    if (median + h > *hi)
+        *hi = median + h;
+}
+
+static bool stop_worse(stop_reason a, stop_reason b) { return a == STOP_TIMEOUT || (a == STOP_SAMPLES && b == STOP_NOISE); }
+
+/* Pools row i of every worker result (rows[w]) into *dst: the samples of the workers
+ * that timed it in the first one's mode. */
+static void pool_row(layer_result *const *rows, int k, layer_result *dst)
+{
+    const layer_result *first = NULL;
+    for (int w = 0; w < k && !first; w++)
+        if (rows[w]->status == ROW_OK)
+            first = rows[w];
+    if (!first) { /* not timed anywhere: the first worker's row says why */
+        *dst = *rows[0];
+        dst->kept = NULL, dst->n_kept = 0;
+        return;
+    }
+    *dst = *first;
+    dst->kept = NULL, dst->n_kept = 0;
+    dst->disturbed = dst->discarded = 0;
+    dst->contended = false;
+    int64_t total = 0;
+    for (int w = 0; w < k; w++)
+        total += rows[w]->n_kept;
+    double *all = xmalloc((size_t)(total ? total : 1) * sizeof *all), med[64];
+    int64_t at = 0;
+    int used = 0, other_mode = 0;
+    for (int w = 0; w < k; w++) {
+        const layer_result *r = rows[w];
+        if (r->status != ROW_OK || r->n_kept == 0)
+            continue;
+        if (r->mode != first->mode && (!r->mode || !first->mode || strcmp(r->mode, first->mode))) {
+            other_mode++; /* auto mode chose otherwise in that process: not the same figure */
+            continue;
+        }
+        memcpy(all + at, r->kept, (size_t)r->n_kept * sizeof *all);
+        at += r->n_kept;
+        if (used < 64)
+            med[used] = r->st.median;
+        used++;
+        dst->disturbed += r->disturbed, dst->discarded += r->discarded;
+        dst->contended |= r->contended;
+        if (stop_worse(r->stop, dst->stop))
+            dst->stop = r->stop;
+    }
+    measure_row_stats(dst, all, at);
+    free(all);
+    dst->processes = used;
+    int nm = used < 64 ? used : 64;
+    if (nm >= 2) {
+        double lo = med[0], hi = med[0];
+        for (int i = 1; i < nm; i++)
+            lo = med[i] < lo ? med[i] : lo, hi = med[i] > hi ? med[i] : hi;
+        dst->process_spread = dst->st.median > 0 ? (hi - lo) / dst->st.median : 0;
+        procs_pool_interval(dst->st.median, med, nm, &dst->st.ci_low, &dst->st.ci_high);
+    }
+    if (other_mode)
+        snprintf(dst->note + strlen(dst->note), sizeof dst->note - strlen(dst->note),
+                 "%s%d process%s timed it in another mode (auto): left out", *dst->note ? "; " : "", other_mode,
+                 other_mode == 1 ? "" : "es");
+}
+
+/* The pooled set from the k worker results. */
+static void pool(const model *m, const backend *b, run_result *const *rs, int k, run_result *out)
+{
+    int n = m->n_layers;
+    layer_result **rows = xmalloc((size_t)k * sizeof *rows);
+#define POOL(expr_dst, expr_src)                                                                                  \
+    do {                                                                                                         \
+        for (int w = 0; w < k; w++)                                                                              \
+            rows[w] = &rs[w]->expr_src;                                                                          \
+        pool_row(rows, k, &out->expr_dst);                                                                       \
+    } while (0)
+    for (int i = 0; i < n; i++)
+        POOL(layers[i], layers[i]);
+    /* --dedupe's copies take their twin's pooled figures, as in one process */
+    for (int i = 0; i < n; i++)
+        if (out->layers[i].status == ROW_DEDUPE && out->layers[i].dedupe_of >= 0) {
+            layer_result *r = &out->layers[i], *twin = &out->layers[r->dedupe_of];
+            char note[sizeof r->note];
+            snprintf(note, sizeof note, "%s", r->note);
+            free(r->kept);
+            *r = *twin;
+            r->kept = NULL, r->n_kept = 0;
+            r->dedupe_of = (int)(twin - out->layers);
+            r->status = twin->status == ROW_OK ? ROW_DEDUPE : twin->status;
+            snprintf(r->note, sizeof r->note, "%s", note);
+        }
+    const run_result *ref = rs[0];
+    if (out->has_model) {
+        POOL(chained, chained);
+        POOL(graph, graph);
+        POOL(upload, upload);
+        POOL(download, download);
+        out->forward_device_bytes = ref->forward_device_bytes;
+    }
+    bool inmodel = true;
+    for (int w = 0; w < k; w++)
+        inmodel &= rs[w]->inmodel != NULL;
+    if (inmodel) {
+        out->inmodel = xcalloc((size_t)n, sizeof *out->inmodel);
+        for (int i = 0; i < n; i++)
+            POOL(inmodel[i], inmodel[i]);
+    }
+    /* the parts, where every process split the same layers the same way */
+    bool parts = ref->n_parts > 0;
+    for (int w = 1; w < k; w++)
+        parts &= rs[w]->n_parts == ref->n_parts;
+    if (parts) {
+        out->n_parts = ref->n_parts;
+        out->parts = xcalloc((size_t)out->n_parts, sizeof *out->parts);
+        for (int j = 0; j < out->n_parts; j++) {
+            out->parts[j] = ref->parts[j];
+            POOL(parts[j].r, parts[j].r);
+        }
+    }
+    /* the trace's forward: the process whose chained median is the middle one */
+    int mid = 0;
+    if (out->has_model && k > 1) {
+        double best = 1e300;
+        for (int w = 0; w < k; w++)
+            if (rs[w]->forward_sample && fabs(rs[w]->chained.st.median - out->chained.st.median) < best)
+                best = fabs(rs[w]->chained.st.median - out->chained.st.median), mid = w;
+    }
+    if (rs[mid]->forward_sample) {
+        out->forward_sample = xmalloc((size_t)n * sizeof *out->forward_sample);
+        memcpy(out->forward_sample, rs[mid]->forward_sample, (size_t)n * sizeof *out->forward_sample);
+        for (int j = 0; parts && j < out->n_parts; j++)
+            out->parts[j].sample = rs[mid]->parts[j].sample;
+    }
+    for (int w = 0; w < k; w++) {
+        out->canary = xrealloc(out->canary, (size_t)(out->n_canary + rs[w]->n_canary + 1) * sizeof *out->canary);
+        memcpy(out->canary + out->n_canary, rs[w]->canary, (size_t)rs[w]->n_canary * sizeof *out->canary);
+        out->n_canary += rs[w]->n_canary;
+        if (!*out->contention && *rs[w]->contention)
+            snprintf(out->contention, sizeof out->contention, "%s", rs[w]->contention);
+    }
+    (void)b;
+#undef POOL
+    free(rows);
+}
+
+/* Marks row i (or the model rows, i = -1) of out as failed with note. */
+static void fail_row(run_result *out, int i, const char *note)
+{
+    layer_result *rows[4] = {&out->chained, &out->graph, &out->upload, &out->download};
+    int n = i >= 0 ? 1 : 4;
+    for (int k = 0; k < n; k++) {
+        layer_result *r = i >= 0 ? &out->layers[i] : rows[k];
+        if (i < 0 && r->status == ROW_NONE)
+            continue;
+        free(r->kept);
+        memset(&r->st, 0, sizeof r->st);
+        r->kept = NULL, r->n_kept = 0;
+        r->status = ROW_FAILED;
+        snprintf(r->note, sizeof r->note, "%s", note);
+    }
+}
+
+/* How many workers may die before the set gives up on starting more. */
+#define PROCS_MAX_DEATHS 3
+
+bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
+                           const char *mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
+                           size_t errlen)
+{
+    double t0 = bench_now();
+    int n = m->n_layers, k = 0, deaths = 0;
+    run_result **rs = xcalloc((size_t)pp->count, sizeof *rs);
+    char **death = xcalloc((size_t)n + 1, sizeof *death); /* per layer (n: the model rows): why it failed */
+    bench_status st = BENCH_OK;
+    char batch[32], spec[4200], skip[4096];
+    snprintf(batch, sizeof batch, "%lld", (long long)m->batch);
+    for (int attempt = 0; k < pp->count && deaths < PROCS_MAX_DEATHS; attempt++) {
+        if (o->stop && *o->stop) {
+            st = BENCH_ERR_INTERRUPTED;
+            break;
+        }
+        size_t off = 0;
+        skip[0] = 0;
+        for (int i = 0; i <= n && off < sizeof skip - 16; i++)
+            if (death[i] && i < n)
+                off += (size_t)snprintf(skip + off, sizeof skip - off, "%s%d", off ? "." : "", i);
+            else if (death[i])
+                off += (size_t)snprintf(skip + off, sizeof skip - off, "%sm", off ? "." : "");
+        snprintf(spec, sizeof spec, "3,%d,%d,%d,%.9e,%.9e,%s", k + 1, pp->count, with_model ? 1 : 0, floor->warm,
+                 floor->cold, *skip ? skip : "-");
+        const char *extra[] = {"--backend", b->ops->name, "--batch", batch, "--mode", mode, "--worker", spec, NULL};
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) != 0) {
+            snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
+            st = BENCH_ERR_BACKEND;
+            break;
+        }
+        pid_t pid = spawn_worker(pp, extra, fds[1]);
+        close(fds[1]);
+        if (pid < 0) {
+            close(fds[0]);
+            snprintf(err, errlen, "cannot start a worker process: %s", strerror(errno));
+            st = BENCH_ERR_BACKEND;
+            break;
+        }
+        strbuf data = {0};
+        int at = -2; /* not yet anywhere */
+        drain(fds[0], pid, o->stop, &data, &at);
+        close(fds[0]);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        size_t head = 0;
+        while (head < data.len && data.data[head] == REC_AT)
+            head += 1 + sizeof(int);
+        bool got = WIFEXITED(status) && WEXITSTATUS(status) == 0 && head < data.len && data.data[head] == REC_RESULT;
+        if (got) {
+            run_result *r = xcalloc(1, sizeof *r);
+            r->m = m;
+            r->layers = xcalloc((size_t)n, sizeof *r->layers);
+            reader rd = {data.data + head + 1, data.data + data.len, true};
+            if (get_result(&rd, m, r)) {
+                rs[k++] = r;
+            } else {
+                run_result_free(r);
+                free(r);
+                got = false;
+            }
+        }
+        strbuf_free(&data);
+        if (got)
+            continue;
+        if (o->stop && *o->stop) {
+            st = BENCH_ERR_INTERRUPTED;
+            break;
+        }
+        /* it died: the layer it was on fails, the next worker leaves it out */
+        char how[96], note[224];
+        describe_exit(status, how, sizeof how);
+        deaths++;
+        int where = at == -1 ? n : at;
+        if (at >= -1 && !death[where]) {
+            snprintf(note, sizeof note, "the worker process %d of %d ended (%s) while measuring it; the others went on",
+                     k + 1, pp->count, how);
+            death[where] = xstrdup(note);
+        }
+        fprintf(stderr, "\nbench: worker process %d of %d on %s batch %s ended (%s)%s%s\n", k + 1, pp->count,
+                b->ops->name, batch, how, at >= 0 ? " at layer " : at == -1 ? " in the chained forward" : "",
+                at >= 0 ? m->layers[at].name : "");
+    }
+    memset(out, 0, sizeof *out);
+    out->m = m, out->backend = b->ops->name, out->mode = mode, out->threads = backend_threads(b);
+    out->floor = *floor, out->has_model = with_model, out->forward_device_bytes = -1;
+    out->layers = xcalloc((size_t)n, sizeof *out->layers);
+    out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
+    out->processes = k;
+    if (k > 0)
+        pool(m, b, rs, k, out);
+    for (int i = 0; i <= n; i++)
+        if (death[i])
+            fail_row(out, i == n ? -1 : i, death[i]);
+    if (k == 0 && st == BENCH_OK) { /* every worker died before it said anything */
+        for (int i = 0; i < n; i++)
+            if (!death[i])
+                fail_row(out, i, "no worker process finished (see the messages above)");
+        if (with_model)
+            fail_row(out, -1, "no worker process finished (see the messages above)");
+    }
+    char first[512] = "";
+    for (int i = 0; i < n; i++) {
+        layer_result *r = &out->layers[i];
+        if (row_timed(r))
+            out->sum_medians += r->st.median;
+        else if (r->status == ROW_FAILED && out->failed++ == 0)
+            snprintf(first, sizeof first, "%s on %s: %s", m->layers[i].name, out->backend, r->note);
+    }
+    layer_result *whole[4] = {&out->chained, &out->graph, &out->upload, &out->download};
+    for (int i = 0; with_model && i < 4; i++)
+        if (whole[i]->status == ROW_FAILED && out->failed++ == 0)
+            snprintf(first, sizeof first, "the whole-model rows on %s: %s", out->backend, whole[i]->note);
+    for (int w = 0; w < k; w++) {
+        run_result_free(rs[w]);
+        free(rs[w]);
+    }
+    for (int i = 0; i <= n; i++)
+        free(death[i]);
+    free(rs), free(death);
+    out->seconds = bench_now() - t0;
+    if (st == BENCH_ERR_INTERRUPTED) {
+        snprintf(err, errlen, "in worker process %d of %d", k + 1, pp->count);
+        return st;
+    }
+    if (st != BENCH_OK)
+        return st;
+    if (out->failed)
+        snprintf(err, errlen, "%s", first);
+    return out->failed ? BENCH_ERR_BACKEND : BENCH_OK;
+}

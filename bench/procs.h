@@ -1,0 +1,52 @@
+/* Worker processes: variance between processes, measured (as pyperf measures it).
+ *
+ * Memory placement, the state of the caches and the machine's phase are fixed for the
+ * life of a process, so the confidence interval of samples from one process is blind to
+ * how much its median differs from the next process's. For each (batch, backend, mode)
+ * set, `bench run` starts --processes worker processes, one after the other (never two
+ * at once: they would compete for the cores). Each is the bench binary itself, run with
+ * a hidden --worker option: it sets the model up, measures it with 1/N of --timeout and
+ * of --min-samples, and sends back every row with its kept samples through a pipe. The
+ * parent pools the samples of each row: the median of all of them is the headline, the
+ * interval covers the spread of the processes' own medians as well as the samples'
+ * (procs_pool_interval), and every row says how many processes it pools and how far
+ * their medians lay apart.
+ *
+ * A worker that dies (a crash, a kill, out of memory) said which layer it was on: that
+ * layer's row fails with the reason, the next worker leaves it out and the rest goes on.
+ * An interrupted run (SIGINT, SIGTERM) stops the worker that runs and keeps what the
+ * earlier sets finished (runner.h). */
+#ifndef LAYERBENCH_PROCS_H
+#define LAYERBENCH_PROCS_H
+
+#include "measure.h"
+
+/* The default of --processes: 3 worker processes per set. */
+#define PROCS_DEFAULT 3
+
+typedef struct procs_plan {
+    int count;            /* worker processes per set; 0: measure in this process */
+    char *const *argv;    /* the worker's command line up to its per-set options: the binary,
+                             "run", the config and every option that changes what is measured
+                             (main.c builds it); NULL-terminated */
+} procs_plan;
+
+/* Measures one set as measure_model() does, in pp->count worker processes, pooling
+ * their samples into *out (run_result_free frees it). Returns what measure_model
+ * returns; BENCH_ERR_INTERRUPTED when o->stop was set (the worker is stopped too). */
+bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
+                           const char *mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
+                           size_t errlen);
+
+/* The worker's side, from the hidden option "--worker FD,INDEX,COUNT,WITHMODEL,FLOORW,FLOORC,SKIP" (SKIP: the
+ * layers to leave out, '.'-separated, 'm' for the model rows, '-' for none): measures
+ * m (at its batch) on b in mode with the worker's share of o, writing where it is and
+ * then the result to FD. Returns the exit status. */
+int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode);
+
+/* The pooled interval of a median M from k >= 2 processes whose own medians are med[]:
+ * [M - h, M + h] with h = t(0.975, k - 1) s / sqrt(k), s the standard deviation of
+ * med[] (the between-process part); *lo and *hi are widened to hold it. */
+void procs_pool_interval(double median, const double *med, int k, double *lo, double *hi);
+
+#endif
