@@ -13,6 +13,15 @@ bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }
 FAST=(--warmup-time 0 --min-time 0.002 --max-noise 5 --min-samples 3 --timeout 0.05 --no-progress --no-peaks)
 # one sample per row: only that every row runs
 QUICK=(--warmup-time 0 --min-time 0.001 --max-noise 100 --min-samples 1 --timeout 0.001 --no-progress --no-peaks)
+# expect CODE PATTERN -- command...: exit code and a regex on stdout+stderr
+expect() {
+  local code=$1 pattern=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "$* -> exit $rc, expected $code: $(echo "$out" | tail -3)"; return; fi
+  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
+  ok
+}
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
 # bench check's options for config $1, whose chained forward it checks or not (the
 # reference forward costs as much as checking every layer): FORWARD=most (the default)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Numbers that hold between runs, end to end: the worker processes (pooled rows, a
+# killed worker's row fails and the run goes on), --algo-cache (a round trip; a foreign,
+# malformed or stale cache is not trusted and is said), and bench compare on hand-made
+# CSVs (impl changes, contended rows, the canary's drift, invalid medians, duplicate
+# rows, a byte-order mark). usage: test_processes.sh BENCH SOURCE_DIR
+set -u
+BENCH=$1
+SRC=$2
+. "$SRC/tests/common.sh"
+SMOKE=$SRC/configs/smoke.yaml
+R18=$SRC/configs/resnet18.yaml
+
+# --- the worker processes: every timed row pools 3, the JSON says how they spread
+expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
+awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" && $c["processes"]!=3 {bad++} END {exit bad>0}' "$T/p.csv" \
+  && ok || bad "a timed row does not pool 3 processes"
+grep -q '"measurement": \[{"mode": "auto", "processes": 3, "process_spread_pct"' "$T/p.json" && grep -q '"canary_us": [1-9]' "$T/p.json" \
+  && ok || bad "the JSON lacks the processes' spread or the canary: $(grep -o '"measurement".\{0,200\}' "$T/p.json")"
+expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
+awk -F, "$COLS"' $c["status"]=="ok" && $c["processes"]!=0 {bad++} END {exit bad>0}' "$T/p0.csv" && ok || bad "--processes 0 pooled"
+expect 2 "--processes expects" -- "$BENCH" run "$SMOKE" --processes 65
+
+# a worker killed mid-run: the row it was on fails with the reason, the rest is measured
+"$BENCH" run "$R18" --min-time 0.05 --timeout 1 --no-progress --no-peaks --csv "$T/k.csv" >/dev/null 2>"$T/k.err" &
+pid=$!
+for _ in $(seq 100); do w=$(pgrep -f -- '--worker 3,1,3' | head -1); [ -n "$w" ] && break; sleep 0.1; done
+sleep 2
+[ -n "$w" ] && kill -KILL "$w"
+wait $pid; rc=$?
+[ "$rc" = 1 ] && ok || bad "a run whose worker was killed exited $rc, expected 1: $(tail -3 "$T/k.err")"
+grep -q "worker process 1 of 3 .* ended (signal 9" "$T/k.err" && ok || bad "the killed worker was not said: $(tail -3 "$T/k.err")"
+awk -F, "$COLS"' $c["status"]=="failed" && $0 ~ /ended \(signal 9/ {f++} $c["status"]=="ok" {o++} END {exit !(f == 1 && o > 100)}' "$T/k.csv" \
+  && ok || bad "not one failed row and the rest timed: $(grep -c ',failed,' "$T/k.csv") failed"
+
+# --- --algo-cache: made, then taken; the same kernels run
+C=$T/choices.tsv
+expect 0 "" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 1 --algo-cache "$C" --csv "$T/a1.csv"
+[ "$(grep -c $'\t' "$C")" -ge 10 ] && head -1 "$C" | grep -q "layerbench algorithm choices" && ok || bad "no choices saved: $(head -3 "$C")"
+expect 0 "" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-cache "$C" --csv "$T/a2.csv"
+grep -qE '"algo_cache": \{"path": ".*", "taken": [1-9][0-9]*, "other_context": 0, "malformed": 0\}' "$T/a2.json" \
+  && ok || bad "the second run took no choice: $(grep -o '"algo_cache".\{0,120\}' "$T/a2.json")"
+impls() { awk -F, "$COLS"' $c["kind"]=="conv2d" && $c["mode"]!="inmodel" {print $c["layer_name"], $c["impl"]}' "$1"; }
+[ "$(impls "$T/a1.csv")" = "$(impls "$T/a2.csv")" ] && ok || bad "the cached choices ran other kernels"
+# a cache made under another context (another machine): not used, said
+sed $'2,$s/^cpu | /cpu | another machine, /' "$C" >"$T/foreign.tsv"
+expect 0 "made under another context .* not used" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --algo-cache "$T/foreign.tsv"
+grep -q "another machine" "$T/foreign.tsv" && ok || bad "the other context's lines were not kept"
+# a stale choice (its candidate count no longer matches): searched again, said
+awk -F'\t' -v OFS='\t' 'NR > 1 {split($3, v, " "); $3 = v[1] " " v[2] " " v[3] + 7} {print}' "$C" >"$T/stale.tsv"
+expect 0 "no longer applied" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-cache "$T/stale.tsv"
+printf '%s\nnot a choice\n' "$(head -1 "$C")" >"$T/bad.tsv"
+expect 0 "line that are no choice|lines that are no choice" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --algo-cache "$T/bad.tsv"
+echo "model,backend" >"$T/other.tsv"
+expect 2 "is not a layerbench choices file" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --algo-cache "$T/other.tsv"
+
+# --- compare on hand-made CSVs
+H='model,backend,mode,batch,layer_index,layer_name,kind,part,impl,status,median_us,ci_low_us,ci_high_us,noise_pct,contended,process_spread_pct,canary_us'
+row() { echo "m,cpu,warm,1,$1,$2,conv2d,,${3:-algo A},ok,$4,$(awk -v m="$4" 'BEGIN {print m * 0.99 "," m * 1.01}'),0.5,${5:-false},1.0,${6:-80}"; }
+{ echo "$H"; row 0 a "" 100; row 1 b "" 100; row 2 c "" 100; row 3 d "" 100; } >"$T/base.csv"
+{ echo "$H"; row 0 a "algo B" 150; row 1 b "" 150 true; row 2 c "" 300; row 3 d "" 100; } >"$T/new.csv"
+expect 1 "a .*IMPL CHANGED  algo A -> algo B" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
+expect 1 "b .*CONTENDED" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
+expect 1 "1 SLOWER, 0 FASTER, 1 SAME .*1 IMPL CHANGED .*1 CONTENDED" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
+# drift: NEW's canary 10% slower, its layers 8% slower: said, and not SLOWER
+{ echo "$H"; row 0 a "" 108 false 90; row 1 b "" 108 false 90; row 2 c "" 108 false 90; row 3 d "" 108 false 90; } >"$T/drift.csv"
+{ echo "$H"; row 0 a "" 100 false 90; row 1 b "" 100 false 90; row 2 c "" 100 false 90; row 3 d "" 100 false 90; } >"$T/flat.csv"
+expect 0 "The machine ran .* slower in .*drift.csv.*0 SLOWER" -- bash -c "'$BENCH' compare '$T/base.csv' '$T/drift.csv' | tr '\n' ' '"
+expect 1 "4 SLOWER" -- "$BENCH" compare "$T/flat.csv" "$T/drift.csv" --threshold 2
+# invalid medians: no verdict, called invalid
+for bad_median in 0 -5 nan inf 1e400 12abc; do
+  { echo "$H"; row 0 a "" 100; echo "m,cpu,warm,1,1,b,conv2d,,algo A,ok,$bad_median,,,0.5,false,1.0,80"; } >"$T/inv.csv"
+  expect 0 "b .*INVALID  invalid median in new" -- "$BENCH" compare "$T/base.csv" "$T/inv.csv"
+done
+# a duplicated row: an error naming its line
+{ echo "$H"; row 0 a "" 100; row 1 b "" 100; row 1 b "" 100; } >"$T/dup.csv"
+expect 2 "dup.csv:4: the same row as line 3" -- "$BENCH" compare "$T/base.csv" "$T/dup.csv"
+# a byte-order mark, as spreadsheets save CSV: read as if it were not there
+printf '\xEF\xBB\xBF' | cat - "$T/base.csv" >"$T/bom.csv"
+expect 0 "4 rows compared: 0 SLOWER, 0 FASTER, 4 SAME" -- "$BENCH" compare "$T/bom.csv" "$T/base.csv"
+
+echo "test_processes: $pass passed, $fail failed"
+[ "$fail" = 0 ]
