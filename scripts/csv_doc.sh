@@ -38,6 +38,35 @@ kernel holds while the sample is queued. Rows of mode `inmodel` are the layers i
 the chained forward: the time from the previous layer's end to the layer's own
 (timestamps on the CPU, events between kernels on a GPU), one per kept chained sample.
 
+## Worker processes, contention and the canary
+
+By default each (batch, backend, mode) set is measured in `--processes` 3 worker
+processes, one after the other, each with a third of `--timeout` and `--min-samples`;
+a row's statistics are of all their samples pooled (`processes` says how many), and its
+`ci_low_us`..`ci_high_us` also holds M +- t(0.975, k-1) s / sqrt(k), s the standard
+deviation of the k processes' own medians, so that the interval covers how much one
+process's figure differs from the next's (`process_spread_pct`: their range). Example,
+ResNet-18's `layer2.0.conv2` in a run where one process ran slow: `median_us` 305.0,
+`ci_low_us` 255.5, `ci_high_us` 354.6, `processes` 3, `process_spread_pct` 11.7; in the
+next run 269.3, 267.7, 270.9, 3, 0.47.
+
+Every sample reads how long the benchmark's threads waited for a CPU
+(`/proc/self/task/*/schedstat`, run_delay) before and after it. A sample that waited
+more than 1% of its time is dropped (`disturbed` counts them); the stopping rule counts
+only the undisturbed ones. A row that still had fewer than `--min-samples` undisturbed
+samples at `--timeout` is `contended` = `true`: its statistics are of the undisturbed
+samples if it has 3, else of all, and it is slower than the machine runs it. The
+table marks it `warm*`, a warning gives the share of contended rows and the other
+processes that used the CPUs meanwhile (`pid 4242 (sh) 99% of a CPU`), and `bench
+compare` gives it no FASTER or SLOWER verdict.
+
+`canary_us` is a fixed workload, a chain of multiply-adds on one thread, timed (five
+times, the median) at the start of every round of every process: it follows the
+machine's speed and nothing the harness changes. The JSON has its median and drift per
+set; `bench compare` divides the two runs' canaries and, when they differ by 2% or
+more, says "The machine ran X% slower in NEW" and widens every verdict's
+threshold by that much rather than blaming the layers.
+
 ## Files, interruptions and --resume
 
 A regular `--csv` file is replaced atomically (written to `FILE.tmp.PID` beside it, then
@@ -70,4 +99,25 @@ backend that was asked for and skipped, with why. `state` is `complete`, `runnin
 checkpoint of a run still going, or killed), `interrupted` (with `interrupted` saying
 where: batch, backend, mode and layer) or `failed`; `completed` lists the finished
 (backend, batch) sets and `resumed_sets` how many came from the file `--resume` read.
+Each finished set has a `measurement` list, one object per timing mode:
+
+```json
+{"mode": "auto", "processes": 3, "process_spread_pct": {"median": 3.619, "max": 22.884},
+ "canary_us": 87.6220, "canary_drift_pct": 5.303, "canary_rounds": 19, "timed_rows": 69,
+ "contended_rows": 0, "contention": ""}
+```
+
+`options` has `processes`, `disturbed_share` (0.01) and `algo_cache`: with
+`--algo-cache FILE`, `{"path": FILE, "taken": 11, "other_context": 0, "malformed": 0}`,
+how many choices the file gave this run and how many lines it left unused because they
+were made under another context (another CPU, libraries, thread count or settings).
+The choices file is text: a header line, then one choice a line, `context<TAB>layer
+key<TAB>choice`, e.g. `cpu | cpu family 26, model 2, AMD EPYC | ... | {"threads": 2,
+...}<TAB>conv2d 1x3x224x224 out_channels=64 kernel_size=7x7 stride=2x2
+padding=3x3 bias=false<TAB>8 0 9` (the cpu backend's path, its size parameter and how
+many candidates it was chosen from; a choice whose candidate count no longer matches is
+stale and searched again).
+
+The JSON above is from a default `bench run configs/resnet18.yaml --algo-cache FILE` on
+the 2-vCPU AMD EPYC VM (Zen 5, `OPENBLAS_CORETYPE` unset).
 TAIL
