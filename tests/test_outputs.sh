@@ -7,15 +7,6 @@ set -u
 BENCH=$1
 SRC=$2
 . "$SRC/tests/common.sh"
-# expect CODE PATTERN -- command...: exit code and a regex on stdout+stderr
-expect() {
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "$* -> exit $rc, expected $code: $(echo "$out" | tail -3)"; return; fi
-  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then bad "$* -> output lacks /$pattern/: $(echo "$out" | tail -3)"; return; fi
-  ok
-}
 SMOKE=$SRC/configs/smoke.yaml
 
 # --- paths refused at once (exit 2, nothing measured: well under a second) -------------
