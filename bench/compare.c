@@ -28,7 +28,7 @@ compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, 
 
 /* One row of a results CSV, as compare sees it. */
 typedef struct crow {
-    const char *model, *backend, *mode, *batch, *layer, *kind, *status, *impl, *index, *part;
+    const char *model, *backend, *mode, *batch, *layer, *kind, *status, *impl, *index, *part, *threads;
     int occurrence;     /* how many rows with the same key came before it */
     int64_t line;       /* where it starts in its file */
     bool timed;
@@ -79,6 +79,7 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
     int lo = csv_col(t, "ci_low_us"), hi = csv_col(t, "ci_high_us"), noise = csv_col(t, "noise_pct");
     int impl = csv_col(t, "impl"), contended = csv_col(t, "contended"), spread = csv_col(t, "process_spread_pct");
     int canary = csv_col(t, "canary_us"), index = csv_col(t, "layer_index"), part = csv_col(t, "part");
+    int threads = csv_col(t, "threads");
     crow *rows = xcalloc((size_t)(t->n_rows ? t->n_rows : 1), sizeof *rows);
     int k = 0;
     for (int64_t r = 0; r < t->n_rows; r++) {
@@ -91,6 +92,7 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
         c->batch = csv_cell(t, r, col[3]), c->layer = csv_cell(t, r, col[4]), c->kind = csv_cell(t, r, col[5]);
         c->status = csv_cell(t, r, col[6]);
         c->impl = csv_cell(t, r, impl), c->index = csv_cell(t, r, index), c->part = csv_cell(t, r, part);
+        c->threads = csv_cell(t, r, threads);
         c->line = t->lines ? t->lines[r] : r + 2;
         c->timed = (!strcmp(c->status, "ok") || !strcmp(c->status, "dedupe")) && *csv_cell(t, r, col[7]);
         /* what a hand-edited or damaged file may hold: a median that is no time (invalid:
@@ -231,7 +233,10 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
             add_row(t, o->markdown, x, y, "-", note);
             continue;
         }
-        if (strcmp(x->impl, y->impl) != 0) { /* other kernels: not the same figure */
+        /* other kernels in the same configuration: not the same figure. Where the thread
+         * counts differ, the choice is part of what is compared, and the note says it */
+        bool same_config = strcmp(x->threads, y->threads) == 0;
+        if (strcmp(x->impl, y->impl) != 0 && same_config) {
             char note[224];
             snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
             impl_changed++;
@@ -255,7 +260,12 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
         counts[v]++;
         if (x->med > 0 && y->med > 0)
             log_sum += log(y->med / x->med), log_n++;
-        add_row(t, o->markdown, x, y, verdict_name(v), strcmp(x->mode, y->mode) ? "auto mode timed it differently" : "");
+        char note[224] = "";
+        if (strcmp(x->mode, y->mode))
+            snprintf(note, sizeof note, "auto mode timed it differently");
+        else if (strcmp(x->impl, y->impl))
+            snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
+        add_row(t, o->markdown, x, y, verdict_name(v), note);
     }
     for (int j = 0; j < nn; j++)
         if (n[j].match < 0) {

@@ -13,7 +13,8 @@
  * interval or noise figure (CSVs of older versions) compare their medians.
  *
  * Rows that are not comparable get a verdict of their own and none of the three: IMPL
- * CHANGED (the backend chose other kernels: a different figure, not a faster one),
+ * CHANGED (the backend chose other kernels at the same thread count: a different figure,
+ * not a faster one; across thread counts the choice is part of what is compared),
  * CONTENDED (other processes had the CPUs in either run: csv column contended) and
  * INVALID (a median that is no time: 0, negative, NaN, infinite). A row's noise is the
  * larger of its noise figure and half the spread between its worker processes. The two
