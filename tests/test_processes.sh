@@ -13,8 +13,9 @@ R18=$SRC/configs/resnet18.yaml
 
 # --- the worker processes: every timed row pools 3, the JSON says how they spread
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
-awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" && $c["processes"]!=3 {bad++} END {exit bad>0}' "$T/p.csv" \
-  && ok || bad "a timed row does not pool 3 processes"
+# (a process whose auto mode timed a tiny layer in the other mode is left out of its row)
+awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {n++; three += $c["processes"]==3; bad += $c["processes"]<1 || $c["processes"]>3}
+  END {exit bad > 0 || three < n / 2}' "$T/p.csv" && ok || bad "the timed rows do not pool the 3 processes"
 grep -q '"measurement": \[{"mode": "auto", "processes": 3, "process_spread_pct"' "$T/p.json" && grep -q '"canary_us": [1-9]' "$T/p.json" \
   && ok || bad "the JSON lacks the processes' spread or the canary: $(grep -o '"measurement".\{0,200\}' "$T/p.json")"
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
