@@ -142,6 +142,11 @@ typedef struct backend_ops {
     int (*choices_get)(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user);
     /* ... and a choice to take instead of searching, given before any setup. */
     void (*choices_put)(void *ctx, const char *key, const char *value);
+    /* Optional: one timing of the backend's canary, seconds: a fixed workload that uses
+     * the backend the way layers do (the CPU: every thread of its pool, joined again and
+     * again), so that a slower machine shows in it. Without it the harness times a
+     * single-thread chain (measure_canary). */
+    double (*canary)(void *ctx);
 } backend_ops;
 
 typedef struct backend {

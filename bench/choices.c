@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "env.h"
 #include "version.h"
@@ -173,6 +174,14 @@ bench_status choices_save(const char *path, const backend *bs, int nb, int *stal
         free((char *)es[k].ctx);
     }
     free(es);
+    /* the default's folders (~/.cache/layerbench) may not exist yet */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = 0;
+        mkdir(dir, 0755);
+        *p = '/';
+    }
     bench_output o;
     st = bench_output_open(&o, path, NULL, err, errlen);
     if (st == BENCH_OK) {

@@ -67,9 +67,11 @@ static const char usage_text[] =
     "                    covers how much one process's figures differ from the next's; each\n"
     "                    takes 1/N of --timeout and --min-samples (default 3; 0: all in this\n"
     "                    process)\n"
-    "  --algo-cache FILE run, sweep: keep the algorithm choices of --algo search in FILE and\n"
-    "                    reuse them in later runs (made once per machine, libraries,\n"
-    "                    threads and layer; a choice made elsewhere is not used, and said)\n"
+    "  --algo-cache FILE run, sweep: where the algorithm choices of --algo search are kept and\n"
+    "                    reused by later runs, so that they run the same kernels (made once\n"
+    "                    per machine, libraries, threads and layer; a choice made elsewhere\n"
+    "                    is not used, and said); default $XDG_CACHE_HOME or ~/.cache, then\n"
+    "                    layerbench/choices.tsv; none: search in every run\n"
     "  --dedupe          time layers of identical kind, shape and parameters once\n"
     "  --seed N          seed of the random inputs and weights (default 1)\n"
     "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
@@ -133,7 +135,9 @@ typedef struct cli {
     bool inmodel;            /* compare --inmodel */
     int processes;           /* --processes */
     const char *worker;      /* the hidden --worker SPEC: this process is a worker (procs.h) */
-    const char *algo_cache;  /* --algo-cache FILE */
+    const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
+    bool algo_cache_given;   /* ... given on the command line */
+    char default_cache[1024];
     measure_options mo;
 } cli;
 
@@ -352,7 +356,8 @@ static int parse_cli(int argc, char **argv, cli *c)
         case OPT_ALGO_CACHE:
             if (!*optarg)
                 return usage_error("%s", "--algo-cache expects a file");
-            c->algo_cache = optarg;
+            c->algo_cache = strcmp(optarg, "none") == 0 ? NULL : optarg;
+            c->algo_cache_given = true;
             break;
         case OPT_NO_PEAKS: c->no_peaks = true; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
@@ -397,6 +402,14 @@ static int parse_cli(int argc, char **argv, cli *c)
         return usage_error("--backend expects %s", list);
     }
     c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
+    /* the choices are kept by default, as autotuners keep theirs: $XDG_CACHE_HOME or
+     * ~/.cache, layerbench/choices.tsv */
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (!c->algo_cache_given && !c->algo_heuristic && ((xdg && *xdg) || (home && *home))) {
+        snprintf(c->default_cache, sizeof c->default_cache, "%s%s/layerbench/choices.tsv", xdg && *xdg ? xdg : home,
+                 xdg && *xdg ? "" : "/.cache");
+        c->algo_cache = c->default_cache;
+    }
     return -1;
 }
 
@@ -687,10 +700,18 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
     if (!c->algo_cache)
         return 0;
     if (choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
-        return 2;
+        if (c->algo_cache_given) {
+            fprintf(stderr, "bench: %s\n", err);
+            return 2;
+        }
+        snprintf(note, notelen, "%.300s: not used (remove it, or give --algo-cache FILE or none)", err);
+        memset(&cr, 0, sizeof cr);
+    } else {
+        choices_warning(c->algo_cache, &cr, note, notelen);
     }
-    choices_warning(c->algo_cache, &cr, note, notelen);
+    if (cr.taken)
+        fprintf(stderr, "bench: %d algorithm choice%s from %s (--algo-cache none searches again)\n", cr.taken,
+                cr.taken == 1 ? "" : "s", c->algo_cache);
     strbuf j = {0};
     strbuf_append(&j, "{\"path\": ", 9);
     strbuf_json(&j, c->algo_cache);
@@ -725,7 +746,7 @@ static int cmd_worker(const cli *c, int64_t batch)
     int index = 0, count = 0;
     sscanf(c->worker, "%*d,%d,%d", &index, &count);
     char label[48];
-    snprintf(label, sizeof label, "process %d/%d", index, count);
+    snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
     mo.label = label;
     bench_catch_signals();
     rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);

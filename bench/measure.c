@@ -389,14 +389,15 @@ double measure_canary(void)
     return t;
 }
 
-/* The canary of one round: the median of five timings, the disturbed ones left out. */
-static double canary_round(const measure_options *o)
+/* The canary of one round: the backend's (backend_ops.canary), or the single-thread
+ * chain; the median of five timings, the disturbed ones left out. */
+static double canary_round(const measure_options *o, const backend *b)
 {
     double v[5];
     int n = 0;
     for (int k = 0; k < 8 && n < 5; k++) {
         double w0 = o->waited ? o->waited(o->waited_user) : -1.0;
-        double t = measure_canary();
+        double t = b->ops->canary ? b->ops->canary(b->ctx) : measure_canary();
         double w1 = w0 >= 0 ? o->waited(o->waited_user) : -1.0;
         if (!(w1 >= 0 && disturbed(w1 - w0, t)))
             v[n++] = t;
@@ -445,7 +446,7 @@ static bench_status sample_units(unit *units, int n, const measure_options *o, c
         if (!left)
             return BENCH_OK;
         if (canary)
-            dvec_push(canary, canary_round(o));
+            dvec_push(canary, canary_round(o, b));
         for (int i = 0; i < n; i++) {
             unit *u = &units[i];
             if (u->done)

@@ -166,7 +166,9 @@ typedef struct run_result {
      * theirs. A slower canary means a slower machine, not slower layers. */
     double *canary;
     int n_canary;
-    int processes;          /* worker processes that measured this set (0: this process) */
+    int processes;          /* worker processes pooled in this set (0: measured in this process) */
+    int processes_aside;    /* ... and set aside: they ran in a slow phase of the machine (procs.h) */
+    double phase_slowdown;  /* how much longer their layers took in all than the pooled ones', a fraction */
     char contention[200];   /* the other processes that used the CPUs while it was measured, when
                                samples were disturbed (sched_others_end); "" otherwise */
 } run_result;

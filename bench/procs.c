@@ -211,7 +211,7 @@ int procs_worker(const char *spec, const model *m, const backend *b, const measu
     char skip_list[4096] = "";
     if (sscanf(spec, "%d,%d,%d,%d,%lf,%lf,%4095s", &fd, &index, &count, &with_model, &floor_warm, &floor_cold,
                skip_list) != 7 ||
-        count < 1 || index < 1 || index > count) {
+        count < 1 || index < 1 || index > 2 * count) { /* past count: one more, for a slow phase */
         fprintf(stderr, "bench: --worker: malformed '%s' (this option is for bench itself)\n", spec);
         return 2;
     }
@@ -384,6 +384,7 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
             dst->stop = r->stop;
     }
     measure_row_stats(dst, all, at);
+
     free(all);
     dst->processes = used;
     int nm = used < 64 ? used : 64;
@@ -401,7 +402,7 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
 }
 
 /* The pooled set from the k worker results. */
-static void pool(const model *m, const backend *b, run_result *const *rs, int k, run_result *out)
+static void pool(const model *m, run_result *const *rs, int k, run_result *out)
 {
     int n = m->n_layers;
     layer_result **rows = xmalloc((size_t)k * sizeof *rows);
@@ -475,7 +476,6 @@ static void pool(const model *m, const backend *b, run_result *const *rs, int k,
         if (!*out->contention && *rs[w]->contention)
             snprintf(out->contention, sizeof out->contention, "%s", rs[w]->contention);
     }
-    (void)b;
 #undef POOL
     free(rows);
 }
@@ -500,18 +500,66 @@ static void fail_row(run_result *out, int i, const char *note)
 /* How many workers may die before the set gives up on starting more. */
 #define PROCS_MAX_DEATHS 3
 
+
+/* Each result's sum of the medians of the layers every result timed, into sum[], and
+ * the sum of their intervals' half-widths relative to it, into unc[]. */
+static void layer_sums(run_result *const *rs, int k, double *sum, double *unc)
+{
+    int n = k ? rs[0]->m->n_layers : 0;
+    for (int w = 0; w < k; w++)
+        sum[w] = unc[w] = 0;
+    for (int i = 0; i < n; i++) {
+        bool all = true;
+        for (int w = 0; w < k && all; w++)
+            all = rs[w]->layers[i].status == ROW_OK && rs[w]->layers[i].st.median > 0;
+        for (int w = 0; all && w < k; w++) {
+            const stats *st = &rs[w]->layers[i].st;
+            sum[w] += st->median;
+            unc[w] += (st->ci_high - st->ci_low) / 2;
+        }
+    }
+    for (int w = 0; w < k; w++)
+        unc[w] = sum[w] > 0 ? unc[w] / sum[w] : 0;
+}
+
+int procs_fast_phase(const double *sum, const double *unc, int k, bool *fast)
+{
+    int b = -1;
+    for (int w = 0; w < k; w++)
+        if (sum[w] > 0 && (b < 0 || sum[w] < sum[b]))
+            b = w;
+    int n = 0;
+    for (int w = 0; w < k; w++)
+        n += fast[w] = b < 0 || sum[w] <= sum[b] * (1 + PROCS_PHASE_BAND + unc[w] + unc[b]);
+    return n;
+}
+
+/* procs_fast_phase of the k results. */
+static int fast_phase(run_result *const *rs, int k, bool *fast)
+{
+    double *sum = xcalloc((size_t)(k ? k : 1), sizeof *sum), *unc = xcalloc((size_t)(k ? k : 1), sizeof *unc);
+    layer_sums(rs, k, sum, unc);
+    int n = procs_fast_phase(sum, unc, k, fast);
+    free(sum), free(unc);
+    return n;
+}
+
 bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
                            const char *mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
                            size_t errlen)
 {
     double t0 = bench_now();
     int n = m->n_layers, k = 0, deaths = 0;
-    run_result **rs = xcalloc((size_t)pp->count, sizeof *rs);
+    /* up to twice the workers asked for, to find enough that ran in the fast phase */
+    int most = 2 * pp->count;
+    run_result **rs = xcalloc((size_t)most, sizeof *rs);
+    bool *fast = xcalloc((size_t)most, sizeof *fast);
     char **death = xcalloc((size_t)n + 1, sizeof *death); /* per layer (n: the model rows): why it failed */
     bench_status st = BENCH_OK;
     char batch[32], spec[4200], skip[4096];
     snprintf(batch, sizeof batch, "%lld", (long long)m->batch);
-    for (int attempt = 0; k < pp->count && deaths < PROCS_MAX_DEATHS; attempt++) {
+    for (int attempt = 0; k < most && (k < pp->count || fast_phase(rs, k, fast) < pp->count) && deaths < PROCS_MAX_DEATHS;
+         attempt++) {
         if (o->stop && *o->stop) {
             st = BENCH_ERR_INTERRUPTED;
             break;
@@ -590,9 +638,28 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     out->floor = *floor, out->has_model = with_model, out->forward_device_bytes = -1;
     out->layers = xcalloc((size_t)n, sizeof *out->layers);
     out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
-    out->processes = k;
-    if (k > 0)
-        pool(m, b, rs, k, out);
+    /* the workers that ran in the fast phase; the others are set aside, and said */
+    int kept = 0, aside = 0;
+    double slow = 0, best = 0, *sum = xcalloc((size_t)most, sizeof *sum), *unc = xcalloc((size_t)most, sizeof *unc);
+    run_result **pooled = xcalloc((size_t)most, sizeof *pooled);
+    fast_phase(rs, k, fast);
+    layer_sums(rs, k, sum, unc);
+    for (int w = 0; w < k; w++) {
+        if (fast[w]) {
+            best = best == 0 || (sum[w] > 0 && sum[w] < best) ? sum[w] : best;
+            pooled[kept++] = rs[w];
+        } else {
+            slow = sum[w] > slow ? sum[w] : slow;
+            aside++;
+        }
+    }
+    free(sum), free(unc);
+    out->processes = kept;
+    out->processes_aside = aside;
+    out->phase_slowdown = aside && best > 0 ? slow / best - 1 : 0;
+    if (kept > 0)
+        pool(m, pooled, kept, out);
+    free(pooled);
     for (int i = 0; i <= n; i++)
         if (death[i])
             fail_row(out, i == n ? -1 : i, death[i]);
@@ -619,6 +686,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
         run_result_free(rs[w]);
         free(rs[w]);
     }
+    free(fast);
     for (int i = 0; i <= n; i++)
         free(death[i]);
     free(rs), free(death);

@@ -12,6 +12,16 @@
  * (procs_pool_interval), and every row says how many processes it pools and how far
  * their medians lay apart.
  *
+ * The machine itself has phases: on a VM, one process may run its layers a third slower
+ * than the next for its whole life (seen on the 2-vCPU development VM: ResNet-18's
+ * Winograd layers at 180 us in some processes and 272 us in others, every layer of a
+ * process alike). A worker whose layers took more than 5% longer in all than the
+ * fastest worker's (beyond the precision of both sums) ran in a slow phase: it is set aside, and more workers are started
+ * (up to twice --processes) until --processes of them ran in the fastest phase seen.
+ * The rows say how many were pooled, the JSON how many were set aside and how much
+ * slower they ran. When every worker of a set runs in one phase, nothing is set aside;
+ * its canary then says how fast the machine was (bench compare uses it).
+ *
  * A worker that dies (a crash, a kill, out of memory) said which layer it was on: that
  * layer's row fails with the reason, the next worker leaves it out and the rest goes on.
  * An interrupted run (SIGINT, SIGTERM) stops the worker that runs and keeps what the
@@ -43,6 +53,16 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
  * m (at its batch) on b in mode with the worker's share of o, writing where it is and
  * then the result to FD. Returns the exit status. */
 int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode);
+
+/* A worker whose layers took this much longer in all than the fastest worker's of its
+ * set ran in a slow phase of the machine (above). */
+#define PROCS_PHASE_BAND 0.05
+
+/* Which of k workers ran in the fastest phase seen, from each one's sum of the medians
+ * of the layers all of them timed (sum[w] <= 0: unknown, counted fast) and how precise
+ * it is (unc[w]: the intervals' half-widths over the sum): fast[w] true when within
+ * PROCS_PHASE_BAND, plus both sums' precision, of the least sum. Returns how many. */
+int procs_fast_phase(const double *sum, const double *unc, int k, bool *fast);
 
 /* The pooled interval of a median M from k >= 2 processes whose own medians are med[]:
  * [M - h, M + h] with h = t(0.975, k - 1) s / sqrt(k), s the standard deviation of

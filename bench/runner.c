@@ -168,9 +168,10 @@ static void measurement_json(strbuf *j, const run_result *r)
     stats sp = stats_compute(spread, ns);
     strbuf_printf(j, "%s{\"mode\": \"%s\", \"processes\": %d, \"process_spread_pct\": {\"median\": %.3f, "
                      "\"max\": %.3f}, \"canary_us\": %.4f, \"canary_drift_pct\": %.3f, \"canary_rounds\": %d, "
-                     "\"timed_rows\": %d, \"contended_rows\": %d, \"contention\": ",
+                     "\"timed_rows\": %d, \"contended_rows\": %d, \"processes_set_aside\": %d, "
+                     "\"set_aside_slower_pct\": %.1f, \"contention\": ",
                   j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
-                  r->n_canary, rows, contended);
+                  r->n_canary, rows, contended, r->processes_aside, 100 * r->phase_slowdown);
     strbuf_json(j, r->contention);
     strbuf_append(j, "}", 1);
 }

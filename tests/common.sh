@@ -6,6 +6,11 @@
 set -u
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+# the algorithm choices bench keeps by default (--algo-cache) go to the scratch folder,
+# not the user's ~/.cache
+export XDG_CACHE_HOME=$T/cache
+SMOKE=$SRC/configs/smoke.yaml
+R18=$SRC/configs/resnet18.yaml
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAILED: $*" >&2; }

@@ -5,8 +5,6 @@ set -u
 BENCH=$1
 SRC=$2
 . "$SRC/tests/common.sh"
-SMOKE=$SRC/configs/smoke.yaml
-R18=$SRC/configs/resnet18.yaml
 
 # usage
 expect 2 "missing command" -- "$BENCH"

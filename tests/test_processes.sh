@@ -8,8 +8,6 @@ set -u
 BENCH=$1
 SRC=$2
 . "$SRC/tests/common.sh"
-SMOKE=$SRC/configs/smoke.yaml
-R18=$SRC/configs/resnet18.yaml
 
 # --- the worker processes: every timed row pools 3, the JSON says how they spread
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
@@ -33,6 +31,15 @@ wait $pid; rc=$?
 grep -q "worker process 1 of 3 .* ended (signal 9" "$T/k.err" && ok || bad "the killed worker was not said: $(tail -3 "$T/k.err")"
 awk -F, "$COLS"' $c["status"]=="failed" && $0 ~ /ended \(signal 9/ {f++} $c["status"]=="ok" {o++} END {exit !(f == 1 && o > 100)}' "$T/k.csv" \
   && ok || bad "not one failed row and the rest timed: $(grep -c ',failed,' "$T/k.csv") failed"
+
+# --- the choices are kept by default ($XDG_CACHE_HOME/layerbench/choices.tsv; common.sh
+# points it at the scratch folder); --algo-cache none keeps none
+expect 0 "" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --batch 2
+[ "$(grep -c $'\t' "$XDG_CACHE_HOME/layerbench/choices.tsv" 2>/dev/null)" -ge 10 ] && ok || bad "no default choices file"
+expect 0 "algorithm choices from .*choices.tsv" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --batch 2
+rm -rf "$XDG_CACHE_HOME"
+expect 0 "" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --batch 2 --algo-cache none --csv "$T/none.csv"
+[ ! -e "$XDG_CACHE_HOME" ] && grep -q '"algo_cache": null' "$T/none.json" && ok || bad "--algo-cache none kept choices"
 
 # --- --algo-cache: made, then taken; the same kernels run
 C=$T/choices.tsv

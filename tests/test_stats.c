@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "gbench_shim.h"
+#include "procs.h"
 #include "stats.h"
 #include "test_util.h"
 
@@ -135,8 +136,41 @@ static void test_fixed_iterations(void)
     free(r.samples);
 }
 
+/* Pooling worker processes: the interval widens to hold the spread of the processes'
+ * medians (t with k - 1 degrees of freedom), never narrows; workers whose layers took
+ * more than 5% longer in all than the fastest's are the slow phase. */
+static void test_processes(void)
+{
+    double med[3] = {100, 102, 104}, lo = 99.5, hi = 100.5;
+    procs_pool_interval(102, med, 3, &lo, &hi);
+    double h = 4.303 * 2.0 / sqrt(3.0); /* s = 2 */
+    EXPECT(fabs(lo - (102 - h)) < 1e-2 && fabs(hi - (102 + h)) < 1e-2, "pooled interval %g..%g, expected +-%g", lo,
+           hi, h);
+    double same[3] = {100, 100, 100};
+    lo = 99, hi = 101;
+    procs_pool_interval(100, same, 3, &lo, &hi);
+    EXPECT(lo == 99 && hi == 101, "equal medians narrowed or moved the interval: %g..%g", lo, hi);
+    lo = 99, hi = 101;
+    procs_pool_interval(100, med, 1, &lo, &hi);
+    EXPECT(lo == 99 && hi == 101, "one process changed the interval: %g..%g", lo, hi);
+
+    double sums[5] = {7000, 8100, 7300, 0, 7400}, precise[5] = {0};
+    bool fast[5];
+    int n = procs_fast_phase(sums, precise, 5, fast);
+    EXPECT(n == 3 && fast[0] && !fast[1] && fast[2] && fast[3] && !fast[4],
+           "fast phase: %d (%d %d %d %d %d), expected 7000, 7300 and the unknown", n, fast[0], fast[1], fast[2], fast[3],
+           fast[4]);
+    double all_slow[3] = {9000, 9100, 8900};
+    EXPECT(procs_fast_phase(all_slow, precise, 3, fast) == 3, "one phase for all: none set aside");
+    /* sums known to +-3% each: 7400 is within 5% + 3% + 3% of 7000, 8100 is not */
+    double rough[5] = {0.03, 0.03, 0.03, 0.03, 0.03};
+    n = procs_fast_phase(sums, rough, 5, fast);
+    EXPECT(n == 4 && fast[4] && !fast[1], "rough sums: %d fast, 7400 %d, 8100 %d", n, fast[4], fast[1]);
+}
+
 int main(void)
 {
+    test_processes();
     test_stats();
     test_median_ci();
     test_fixed_iterations();

@@ -491,6 +491,31 @@ static void cpu_warnings(void *ctx, char *buf, size_t len)
 }
 
 static int cpu_thread_count(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
+
+/* The canary: 32 parallel regions of the thread pool, each thread running a chain of
+ * 1024 dependent multiply-adds, about 1 us, in each. It follows what small layers
+ * depend on, the cores' speed and how fast the pool's threads start and join, which a
+ * VM can slow for minutes while one thread alone runs at full speed. */
+static double cpu_canary(void *ctx)
+{
+    (void)ctx;
+    double sink = 0;
+    double t0 = bench_now();
+    for (int r = 0; r < 32; r++) {
+#pragma omp parallel reduction(+ : sink)
+        {
+            double a = 1.0 + omp_get_thread_num();
+            for (int i = 0; i < 1024; i++) {
+                a = a * 0.999999 + 1e-6;
+                __asm__ volatile("" : "+x"(a));
+            }
+            sink += a;
+        }
+    }
+    double t = bench_now() - t0;
+    __asm__ volatile("" ::"x"(sink));
+    return t;
+}
 /* Each kind's own tolerance, but convolutions Winograd may run (the search may pick it
  * for any 3x3 stride-1 layer) get CPU_WINOGRAD_TOLERANCE: its transforms round more. */
 static double cpu_tolerance(void *ctx, const layer *l)
@@ -527,6 +552,7 @@ const backend_ops backend_cpu_ops = {
     .describe = cpu_describe,
     .peaks = cpu_peaks,
     .tolerance = cpu_tolerance,
+    .canary = cpu_canary,
     .choices_get = cpu_choices_get,
     .choices_put = cpu_choices_put,
     .device_memory = false,

@@ -472,6 +472,8 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
     float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
     int best = -1;
     double t[CONV_MAX_CANDIDATES];
+    const char *env = getenv("LAYERBENCH_CPU_SEARCH_LOG");
+    bool log = env && *env && strcmp(env, "0") != 0;
     if (in && out) {
         for (int64_t i = 0; i < in_n; i++)
             in[i] = (float)(i % 17) * 0.0625f - 0.5f;
@@ -483,6 +485,9 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
                 continue;
             t[i] = conv_time(l, s, in, w, out);
             conv_free(s);
+            if (log)
+                fprintf(stderr, "cpu search %s: candidate %d (path %d, %lld): %.1f us\n", l->name, i, cand[i].path,
+                        (long long)cand[i].samples, 1e6 * t[i]);
             if (best < 0 || t[i] < t[best])
                 best = i;
         }
@@ -538,6 +543,9 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
                 bf = f;
         if (all) /* else too little memory for all at once: the first round decides */
             best = fin[bf];
+        for (int f = 0; log && f < nf; f++)
+            fprintf(stderr, "cpu search %s: finalist %d again: %.1f us%s\n", l->name, fin[f], 1e6 * again[f],
+                    fin[f] == best ? " (kept)" : "");
         for (int f = 0; f < nf; f++)
             if (st[f])
                 conv_free(st[f]);

@@ -968,6 +968,7 @@ static void od_timer_mark(void *ctx, int i) { backend_cpu_ops.timer_mark(((od_ct
 static void od_marks_read(void *ctx, double *s, int n) { backend_cpu_ops.marks_read(((od_ctx *)ctx)->cpu, s, n); }
 static int od_thread_count(void *ctx) { return backend_cpu_ops.thread_count(((od_ctx *)ctx)->cpu); }
 static bench_status od_peaks(void *ctx, backend_peaks *p) { return backend_cpu_ops.peaks(((od_ctx *)ctx)->cpu, p); }
+static double od_canary(void *ctx) { return backend_cpu_ops.canary(((od_ctx *)ctx)->cpu); }
 static bool od_parts_enable(void *ctx, void *state, bool on)
 {
     od_layer *L = state;
@@ -1018,6 +1019,7 @@ const backend_ops backend_onednn_ops = {
     .thread_count = od_thread_count,
     .describe = od_describe,
     .peaks = od_peaks,
+    .canary = od_canary,
     .tolerance = od_tolerance,
     .last_error = od_last_error,
     .clear_error = od_clear_error,
