@@ -41,7 +41,8 @@ the chained forward: the time from the previous layer's end to the layer's own
 ## Worker processes, contention and the canary
 
 By default each (batch, backend, mode) set is measured in `--processes` 3 worker
-processes, one after the other, each with a third of `--timeout` and `--min-samples`;
+processes, one after the other, each with a third of `--timeout` and `--min-samples`
+(a worker that ran in a slow phase of the machine is replaced; below);
 a row's statistics are of all their samples pooled (`processes` says how many), and its
 `ci_low_us`..`ci_high_us` also holds M +- t(0.975, k-1) s / sqrt(k), s the standard
 deviation of the k processes' own medians, so that the interval covers how much one
@@ -60,9 +61,10 @@ table marks it `warm*`, a warning gives the share of contended rows and the othe
 processes that used the CPUs meanwhile (`pid 4242 (sh) 99% of a CPU`), and `bench
 compare` gives it no FASTER or SLOWER verdict.
 
-`canary_us` is a fixed workload, a chain of multiply-adds on one thread, timed (five
-times, the median) at the start of every round of every process: it follows the
-machine's speed and nothing the harness changes. The JSON has its median and drift per
+`canary_us` is a fixed workload timed (five times, the median) at the start of every
+round of every process: on the CPU backends 32 joins of the thread pool, every thread
+running a chain of 1024 dependent multiply-adds in each; on others a chain on one
+thread. It follows the machine's speed and nothing the harness changes. The JSON has its median and drift per
 set; `bench compare` divides the two runs' canaries and, when they differ by 2% or
 more, says "The machine ran X% slower in NEW" and widens every verdict's
 threshold by that much rather than blaming the layers.
@@ -102,13 +104,17 @@ where: batch, backend, mode and layer) or `failed`; `completed` lists the finish
 Each finished set has a `measurement` list, one object per timing mode:
 
 ```json
-{"mode": "auto", "processes": 3, "process_spread_pct": {"median": 3.619, "max": 22.884},
- "canary_us": 87.6220, "canary_drift_pct": 5.303, "canary_rounds": 19, "timed_rows": 69,
- "contended_rows": 0, "contention": ""}
+{"mode": "auto", "processes": 3, "process_spread_pct": {"median": 3.389, "max": 45.323},
+ "canary_us": 58.1270, "canary_drift_pct": 6.668, "canary_rounds": 21, "timed_rows": 69,
+ "contended_rows": 0, "processes_set_aside": 0, "set_aside_slower_pct": 0.0,
+ "contention": ""}
 ```
 
-`options` has `processes`, `disturbed_share` (0.01) and `algo_cache`: with
-`--algo-cache FILE`, `{"path": FILE, "taken": 11, "other_context": 0, "malformed": 0}`,
+`processes_set_aside` counts the workers that ran in a slow phase of the machine (their
+layers took more than 5% longer in all than the fastest worker's) and were replaced;
+`set_aside_slower_pct` says how much longer. `options` has `processes`,
+`disturbed_share` (0.01) and `algo_cache` (null with `--algo-cache none`):
+`{"path": "/root/.cache/layerbench/choices.tsv", "taken": 11, "other_context": 0, "malformed": 0}`,
 how many choices the file gave this run and how many lines it left unused because they
 were made under another context (another CPU, libraries, thread count or settings).
 The choices file is text: a header line, then one choice a line, `context<TAB>layer
@@ -118,6 +124,6 @@ padding=3x3 bias=false<TAB>8 0 9` (the cpu backend's path, its size parameter an
 many candidates it was chosen from; a choice whose candidate count no longer matches is
 stale and searched again).
 
-The JSON above is from a default `bench run configs/resnet18.yaml --algo-cache FILE` on
-the 2-vCPU AMD EPYC VM (Zen 5, `OPENBLAS_CORETYPE` unset).
+The JSON above is from a default `bench run configs/resnet18.yaml` (its second run, which
+took the first's choices) on the 2-vCPU AMD EPYC VM (Zen 5, `OPENBLAS_CORETYPE` unset).
 TAIL
