@@ -694,7 +694,8 @@ static void watch_contention(measure_options *mo, sched_probe *probe)
 
 /* --algo-cache: its choices to the backends before anything is set up; what was left
  * unused into note (a warning), the JSON context's "algo_cache" into *json (caller
- * frees). Returns 0, or 2 when the file cannot be read or is no choices file. */
+ * frees). Returns 0; 2 when the file given cannot be read or is no choices file; -1
+ * when the default one is such a file (it is not used, and note says so). */
 static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, size_t notelen, char **json)
 {
     choices_report cr;
@@ -707,10 +708,9 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
             return 2;
         }
         snprintf(note, notelen, "%.300s: not used (remove it, or give --algo-cache FILE or none)", err);
-        memset(&cr, 0, sizeof cr);
-    } else {
-        choices_warning(c->algo_cache, &cr, note, notelen);
+        return -1;
     }
+    choices_warning(c->algo_cache, &cr, note, notelen);
     if (cr.taken)
         fprintf(stderr, "bench: %d algorithm choice%s from %s (--algo-cache none searches again)\n", cr.taken,
                 cr.taken == 1 ? "" : "s", c->algo_cache);
@@ -721,6 +721,18 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
                   cr.malformed);
     *json = j.data;
     return 0;
+}
+
+/* Saves the backends' choices into path (--algo-cache), saying what went wrong. */
+static void save_algo_cache(const char *path, const backend *bs, int nb)
+{
+    int stale = 0;
+    char err[1200];
+    if (choices_save(path, bs, nb, &stale, err, sizeof err) != BENCH_OK)
+        fprintf(stderr, "bench: warning: %s\n", err);
+    else if (stale)
+        fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
+                        "searched again\n", stale, stale == 1 ? "" : "s");
 }
 
 /* A worker process (procs.h): one set, its result to the parent's pipe. */
@@ -752,12 +764,8 @@ static int cmd_worker(const cli *c, int64_t batch)
     mo.label = label;
     bench_catch_signals();
     rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
-    int stale = 0;
-    if (c->algo_cache && choices_save(c->algo_cache, bs, nb, &stale, err, sizeof err) != BENCH_OK)
-        fprintf(stderr, "bench: warning: %s\n", err);
-    if (stale)
-        fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
-                        "searched again\n", stale, stale == 1 ? "" : "s");
+    if (c->algo_cache)
+        save_algo_cache(c->algo_cache, bs, nb);
     sched_probe_close(&probe);
     close_backends(bs, nb, skipped);
     model_free(m);
@@ -811,8 +819,9 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     }
     model_set_batch(m, largest, err, sizeof err);
     char cache_note[400] = "", *cache_json = NULL;
+    int cache_rc = 0;
     if (!fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0 ||
-        load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_json) != 0) {
+        (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_json)) > 0) {
         close_backends(bs, nb, skipped);
         close_outputs(&out);
         free(previous), free(done), free(batches);
@@ -836,7 +845,7 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     sched_probe probe = {.n = 0};
     /* the workers of a run share one choices file, so that they run the same kernels */
     char cache_tmp[] = "/tmp/layerbench-choices-XXXXXX";
-    const char *cache = c->algo_cache;
+    const char *cache = cache_rc < 0 ? NULL : c->algo_cache; /* a broken default is left alone */
     if (!cache && c->processes > 0 && !c->algo_heuristic) {
         int fd = mkstemp(cache_tmp);
         if (fd >= 0)
@@ -863,14 +872,8 @@ static int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch
     plan.ctx.processes = c->processes;
     bench_catch_signals();
     rc = runner_execute(m, &plan, &mo);
-    if (c->algo_cache && c->processes == 0) {
-        int stale = 0;
-        if (choices_save(c->algo_cache, bs, nb, &stale, err, sizeof err) != BENCH_OK)
-            fprintf(stderr, "bench: warning: %s\n", err);
-        else if (stale)
-            fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
-                            "searched again\n", stale, stale == 1 ? "" : "s");
-    }
+    if (cache && c->processes == 0) /* else the workers saved it */
+        save_algo_cache(cache, bs, nb);
     if (rc == 0 && out.has_json)
         fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
     if (cache == cache_tmp)
