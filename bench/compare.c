@@ -208,7 +208,7 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
     if (fabs(drift) >= COMPARE_DRIFT_SAID)
         fprintf(out, "The machine ran %.1f%% %s in %s (its canary, a fixed workload, took %+.1f%%): every verdict's "
                      "threshold is widened by that much.%s",
-                100 * fabs(drift) / (drift > 0 ? 1 + drift : 1), drift > 0 ? "slower" : "faster", new_name,
+                100 * fabs(drift) / (1 + drift), drift > 0 ? "slower" : "faster", new_name,
                 100 * drift, "\n\n");
     table *t = new_table();
     for (int i = 0; i < nb; i++) {
