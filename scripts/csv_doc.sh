@@ -118,7 +118,7 @@ layers took more than 5% longer in all than the fastest worker's) and were repla
 how many choices the file gave this run and how many lines it left unused because they
 were made under another context (another CPU, libraries, thread count or settings).
 The choices file is text: a header line, then one choice a line, `context<TAB>layer
-key<TAB>choice`, e.g. `cpu | cpu family 26, model 2, AMD EPYC | ... | {"threads": 2,
+key<TAB>choice`, e.g. `cpu | AMD EPYC, family 26, model 2, stepping 1 | ... | {"threads": 2,
 ...}<TAB>conv2d 1x3x224x224 out_channels=64 kernel_size=7x7 stride=2x2
 padding=3x3 bias=false<TAB>8 0 9` (the cpu backend's path, its size parameter and how
 many candidates it was chosen from; a choice whose candidate count no longer matches is
