@@ -57,6 +57,9 @@ typedef struct measure_options {
 /* A sample is disturbed when its threads waited for a CPU for more than this share of
  * its time: 1%, so that it moves the median by less than the --max-noise default. */
 #define MEASURE_DISTURBED_SHARE 0.01
+/* A row more than this share of whose samples were disturbed is contended, however many
+ * undisturbed ones it kept (a quiet machine disturbs at most a few percent). */
+#define MEASURE_CONTENDED_SHARE 0.25
 
 /* The defaults of the command line (bench --help). */
 #define MEASURE_DEFAULT_WARMUP 0.02
@@ -106,7 +109,8 @@ typedef struct layer_result {
     stop_reason stop;
     bool near_floor;        /* a sample lasts less than 10 times the timer's floor */
     int64_t disturbed;      /* samples dropped because the threads waited for a CPU (contention) */
-    bool contended;         /* too few undisturbed samples were had: st includes disturbed ones */
+    bool contended;         /* too few undisturbed samples, or over a quarter disturbed: other processes
+                               slowed it (st keeps the undisturbed ones if it has 3) */
     int processes;          /* worker processes whose samples are pooled in st; 0: measured in this one */
     double process_spread;  /* (max - min) / median of the processes' own medians; 0 with one */
     double *kept;           /* the samples behind st, seconds per launch, n_kept of them (st.n);

@@ -60,7 +60,7 @@
     X(processes, 0, "worker processes whose samples are pooled in the row (--processes); 0: measured in the bench process itself") \
     X(process_spread_pct, 0, "(max - min) / median of the worker processes' own medians, percent: how far one process's figure lies from the next's (ci_low_us and ci_high_us cover it); empty with fewer than 2") \
     X(disturbed, 0, "samples dropped because the benchmark's threads waited for a CPU for more than 1% of the sample (Linux's schedstat run_delay): another process had the core") \
-    X(contended, 0, "true when too few undisturbed samples were had (fewer than --min-samples): the figure is slowed by other processes; the note says how many were disturbed") \
+    X(contended, 0, "true when too few undisturbed samples were had (fewer than --min-samples) or more than a quarter of the samples were disturbed: other processes shared its cores and slowed it; the note says how many were disturbed") \
     X(canary_us, 0, "the canary, a fixed workload timed at the start of every round (on the CPU backends, 32 joins of the thread pool with a multiply-add chain on every thread): its median over the set's rounds, microseconds; a slower canary in one run than another means a slower machine (bench compare uses it)") \
     X(floor_us, 0, "the timer's floor for this mode: the median of an empty sample, microseconds")            \
     X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \

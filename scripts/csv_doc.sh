@@ -55,7 +55,8 @@ Every sample reads how long the benchmark's threads waited for a CPU
 (`/proc/self/task/*/schedstat`, run_delay) before and after it. A sample that waited
 more than 1% of its time is dropped (`disturbed` counts them); the stopping rule counts
 only the undisturbed ones. A row that still had fewer than `--min-samples` undisturbed
-samples at `--timeout` is `contended` = `true`: its statistics are of the undisturbed
+samples at `--timeout`, or more than a quarter of whose samples were disturbed, is
+`contended` = `true`: its statistics are of the undisturbed
 samples if it has 3, else of all, and it is slower than the machine runs it. The
 table marks it `warm*`, a warning gives the share of contended rows and the other
 processes that used the CPUs meanwhile (`pid 4242 (sh) 99% of a CPU`), and `bench

@@ -602,6 +602,14 @@ static void test_contention(backend *b, model *m)
     EXPECT(r.n_canary > 0, "no canary was timed");
     run_result_free(&r);
 
+    reset(100e-6); /* every 2nd sample waits: enough clean ones, but over a quarter disturbed */
+    F.disturb_every = 2, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
+    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    a = &r.layers[0];
+    EXPECT(a->contended && a->st.n >= o.min_samples && fabs(a->st.max - 100e-6) < 1e-12,
+           "half disturbed: contended %d, %lld clean, max %g", a->contended, (long long)a->st.n, a->st.max);
+    run_result_free(&r);
+
     reset(100e-6); /* every sample waits: too few clean ones */
     F.disturb_every = 1, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
     o.timeout = 0.1;
