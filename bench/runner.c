@@ -115,8 +115,9 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     }
     if (contended) {
         snprintf(line, sizeof line, "%s batch %lld: %d of %d timed rows (%.0f%%) were contended: their threads waited for "
-                                    "a CPU in most samples, so their figures are slower than this machine runs them "
-                                    "(column contended)%s%s",
+                                    "a CPU in over a quarter of their samples, or too many to keep --min-samples "
+                                    "clean ones, so their figures are slower than this machine runs them (column "
+                                    "contended)%s%s",
                  r->backend, (long long)r->m->batch, contended, timed, 100.0 * contended / (timed ? timed : 1),
                  *r->contention ? "; other processes used the CPUs: " : "", r->contention);
         warn(list, line);
