@@ -33,7 +33,7 @@ typedef struct crow {
     int64_t line;       /* where it starts in its file */
     bool timed;
     bool invalid;       /* timed, but its median is no time (0, negative, NaN, inf, out of range) */
-    bool contended;     /* its threads waited for a CPU in most samples */
+    bool contended;     /* other processes shared its cores (csv column contended) */
     double med, lo, hi; /* microseconds */
     double noise;       /* the noise figure, a fraction; 0 if unknown */
     double spread;      /* how far its worker processes' medians lay apart, a fraction; 0 if unknown */

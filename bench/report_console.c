@@ -162,7 +162,7 @@ static void print_layers(console *c, const run_result *res)
                                   "layer inside the chained forward; Roofline: percent of the roof at the layer's "
                                   "intensity, memory- or FLOP-bound%s)%s",
              res->mode, c->ro.sort, shown < n ? ", top rows" : "",
-             contended_rows(res) ? "; Mode*: contended, its threads waited for a CPU in most samples" : "",
+             contended_rows(res) ? "; Mode*: contended, other processes shared its cores" : "",
              c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
     table *t = table_new(15, "rllllrrlrrrrrrl");
