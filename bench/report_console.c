@@ -541,6 +541,34 @@ static void print_machine(console *c, const run_result *res)
                      bench_format_bytes(mm.all_activation_bytes, e, sizeof e));
 }
 
+/* How the set was measured: its worker processes, its canary, its contended rows. */
+static void print_measurement(console *c, const run_result *res)
+{
+    char v[48], t[24];
+    double canary, drift;
+    measure_canary_summary(res, &canary, &drift);
+    if (res->processes || res->processes_aside) {
+        snprintf(v, sizeof v, "%d pooled", res->processes);
+        if (res->processes_aside)
+            summary_line(c, "worker processes", v, "(%d set aside: their layers took %.0f%% longer in all, a slow phase "
+                                                   "of the machine)", res->processes_aside, 100 * res->phase_slowdown);
+        else
+            summary_line(c, "worker processes", v, NULL);
+    }
+    if (canary > 0)
+        summary_line(c, "canary", report_format_time(canary, t, sizeof t), "(a fixed workload, every round; drift %.1f%%)",
+                     100 * drift);
+    int rows = 0, contended = 0;
+    for (int i = 0; i < res->m->n_layers; i++)
+        if (res->layers[i].status == ROW_OK)
+            rows++, contended += res->layers[i].contended;
+    if (contended) {
+        snprintf(v, sizeof v, "%d of %d (%.0f%%)", contended, rows, 100.0 * contended / rows);
+        summary_line(c, "contended rows", v, "(other processes shared their cores%s%s)", *res->contention ? ": " : "",
+                     res->contention);
+    }
+}
+
 static void print_summary(console *c, const run_result *res)
 {
     const layer_result *ch = &res->chained;
@@ -557,6 +585,7 @@ static void print_summary(console *c, const run_result *res)
         fputc('\n', c->out);
     summary_line(c, "sum of layer medians (alone)", report_format_time(res->sum_medians, a, sizeof a), "%s",
                  skipped ? "(skipped and failed layers not included)" : "");
+    print_measurement(c, res);
     if (!res->has_model)
         return;
     print_machine(c, res);
