@@ -45,8 +45,8 @@ static bool to_device(const backend *b, const layer *l, float *const *in, const 
 static void release_device(const backend *b, const layer *l, device_data *dd)
 {
     for (int k = 0; k < l->n_inputs; k++)
-        b->ops->release(b->ctx, dd->in[k]);
-    b->ops->release(b->ctx, dd->w);
+        b->ops->device.release(b->ctx, dd->in[k]);
+    b->ops->device.release(b->ctx, dd->w);
 }
 
 check_result check_layer(const layer *l, const backend *b, uint64_t seed)
@@ -58,7 +58,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL, *dout = NULL;
     device_data dd;
     memset(&dd, 0, sizeof dd);
-    void *state = NULL;
+    backend_layer *state = NULL;
     char impl[96];
     int64_t ws;
     backend_clear_error(b);
@@ -77,20 +77,19 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     dout = d->aliases_input ? dd.in[0] : backend_alloc_floats(b, n_out, got);
     if (!dout)
         goto out;
-    r.status = ops->layer_setup(b->ctx, l, dd.w, &state, impl, sizeof impl, &ws);
+    r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws);
     if (r.status != BENCH_OK)
         goto out;
-    ops->layer_run(b->ctx, state, (const float *const *)dd.in, dout);
-    if ((r.status = ops->sync(b->ctx)) != BENCH_OK ||
-        (r.status = ops->download(b->ctx, got, dout, (size_t)n_out * sizeof(float))) != BENCH_OK)
+    backend_layer_run(state, (const float *const *)dd.in, dout);
+    if ((r.status = ops->device.sync(b->ctx)) != BENCH_OK ||
+        (r.status = ops->device.download(b->ctx, got, dout, (size_t)n_out * sizeof(float))) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
-    if (state)
-        ops->layer_free(b->ctx, state);
+    backend_layer_free(b, state);
     if (dout != dd.in[0])
-        ops->release(b->ctx, dout);
+        ops->device.release(b->ctx, dout);
     release_device(b, l, &dd);
     measure_free_data(l, in, &w);
     free(ref), free(got);
@@ -160,8 +159,8 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
         (r.status = measure_net_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)
         goto out;
     measure_net_queue(&net);
-    if ((r.status = b->ops->sync(b->ctx)) != BENCH_OK ||
-        (r.status = b->ops->download(b->ctx, got, net.values[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
+    if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
+        (r.status = b->ops->device.download(b->ctx, got, net.values[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;

@@ -34,7 +34,7 @@ static char *context_of(const backend *b)
     snprintf(cpu, sizeof cpu, "%s, family %s, model %s, stepping %s", *value[0] ? value[0] : "unknown", value[1],
              value[2], value[3]);
     char *ctx = xasprintf("%s | %s | %s | float32 | layerbench %s | %s", b->ops->name, cpu, env_cpu_isa(isa, sizeof isa),
-                          LAYERBENCH_VERSION, b->ops->describe ? b->ops->describe(b->ctx) : "");
+                          LAYERBENCH_VERSION, b->ops->device.describe ? b->ops->device.describe(b->ctx) : "");
     for (char *p = ctx; *p; p++)
         if (*p == '\t' || *p == '\n' || *p == '\r')
             *p = ' ';
@@ -90,7 +90,7 @@ bench_status choices_load(const char *path, const backend *bs, int nb, choices_r
     }
     char **ctx = xcalloc((size_t)nb, sizeof *ctx);
     for (int k = 0; k < nb; k++)
-        ctx[k] = bs[k].ops->choices_put ? context_of(&bs[k]) : NULL;
+        ctx[k] = bs[k].ops->layers.choices_put ? context_of(&bs[k]) : NULL;
     for (char *p = text.data + strlen(CHOICES_HEADER); *p;) {
         char *next = p + strcspn(p, "\n");
         next += *next == '\n';
@@ -102,7 +102,7 @@ bench_status choices_load(const char *path, const backend *bs, int nb, choices_r
             while (k < nb && !(ctx[k] && strcmp(ctx[k], f[0]) == 0))
                 k++;
             if (k < nb) {
-                bs[k].ops->choices_put(bs[k].ctx, f[1], f[2]);
+                bs[k].ops->layers.choices_put(bs[k].ctx, f[1], f[2]);
                 rep->taken++;
             } else if (rep->foreign++ == 0) {
                 snprintf(rep->other, sizeof rep->other, "%s", f[0]);
@@ -144,10 +144,10 @@ bench_status choices_save(const char *path, const backend *bs, int nb, int *stal
     strbuf_append(&out, CHOICES_HEADER, strlen(CHOICES_HEADER));
     emit_state *es = xcalloc((size_t)nb, sizeof *es);
     for (int k = 0; k < nb; k++) {
-        if (!bs[k].ops->choices_get)
+        if (!bs[k].ops->layers.choices_get)
             continue;
         es[k] = (emit_state){&out, context_of(&bs[k]), NULL, 0};
-        *stale += bs[k].ops->choices_get(bs[k].ctx, emit, &es[k]);
+        *stale += bs[k].ops->layers.choices_get(bs[k].ctx, emit, &es[k]);
     }
     /* the old lines that were not written again: other contexts, choices not remade */
     for (char *p = old.len ? old.data + strlen(CHOICES_HEADER) : NULL; p && *p;) {

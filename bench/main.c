@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend_registry.h"
 #include "cfg.h"
 #include "check.h"
 #include "choices.h"

@@ -98,16 +98,16 @@ static void dvec_push(dvec *d, double x)
 static void begin_sample(const backend *b, bool hold, bool cold)
 {
     const backend_ops *ops = b->ops;
-    if (hold && ops->hold)
-        ops->hold(b->ctx);
-    if (cold && ops->flush_cache)
-        ops->flush_cache(b->ctx);
-    ops->timer_start(b->ctx);
+    if (hold && ops->timing.hold)
+        ops->timing.hold(b->ctx);
+    if (cold && ops->timing.flush_cache)
+        ops->timing.flush_cache(b->ctx);
+    ops->timing.timer_start(b->ctx);
 }
 
 typedef struct timed_layer {
     const backend *b;
-    void *state;
+    backend_layer *state;
     const float **in;   /* the layer's inputs */
     float *out;
     int launches;   /* per sample */
@@ -126,11 +126,11 @@ static double time_layer_sample(void *user)
     const backend_ops *ops = t->b->ops;
     begin_sample(t->b, t->hold, t->cold);
     if (t->graph)
-        ops->graph_launch(t->b->ctx, t->graph);
+        ops->timing.graph_launch(t->b->ctx, t->graph);
     else
         for (int i = 0; i < t->launches; i++)
-            ops->layer_run(t->b->ctx, t->state, t->in, t->out);
-    return ops->timer_stop(t->b->ctx);
+            backend_layer_run(t->state, t->in, t->out);
+    return ops->timing.timer_stop(t->b->ctx);
 }
 
 /* An empty sample, held and flushed like a real one: the timer's floor. */
@@ -143,7 +143,7 @@ static double time_empty_sample(void *user)
 {
     empty_sample *e = user;
     begin_sample(e->b, true, e->cold);
-    return e->b->ops->timer_stop(e->b->ctx);
+    return e->b->ops->timing.timer_stop(e->b->ctx);
 }
 
 #define BATCH_SAMPLE_SECONDS 1e-3
@@ -184,12 +184,12 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
     const backend_ops *ops = t->b->ops;
     double n = single > 0 ? BATCH_SAMPLE_SECONDS / single : BATCH_MAX_LAUNCHES;
     t->launches = n < 1 ? 1 : n > BATCH_MAX_LAUNCHES ? BATCH_MAX_LAUNCHES : (int)n;
-    if (ops->graph_begin) {
-        bench_status st = ops->graph_begin(t->b->ctx);
+    if (ops->timing.graph_begin) {
+        bench_status st = ops->timing.graph_begin(t->b->ctx);
         for (int i = 0; st == BENCH_OK && i < t->launches; i++)
-            ops->layer_run(t->b->ctx, t->state, t->in, t->out);
+            backend_layer_run(t->state, t->in, t->out);
         if (st == BENCH_OK)
-            st = ops->graph_end(t->b->ctx, &t->graph);
+            st = ops->timing.graph_end(t->b->ctx, &t->graph);
         if (st == BENCH_OK) {
             note_append(r, "%d launches per sample, captured as one graph", t->launches);
             return;
@@ -401,7 +401,7 @@ static double canary_round(const measure_options *o, const backend *b)
     int n = 0;
     for (int k = 0; k < 8 && n < 5; k++) {
         double w0 = o->waited ? o->waited(o->waited_user) : -1.0;
-        double t = b->ops->canary ? b->ops->canary(b->ctx) : measure_canary();
+        double t = b->ops->timing.canary ? b->ops->timing.canary(b->ctx) : measure_canary();
         double w1 = w0 >= 0 ? o->waited(o->waited_user) : -1.0;
         if (!(w1 >= 0 && disturbed(w1 - w0, t)))
             v[n++] = t;
@@ -490,7 +490,7 @@ bench_status measure_timer_floor(const backend *b, const measure_options *o, tim
                       .launches = 1},
                      {.b = b, .r = &rc, .layer = -1, .name = "floor (cold)", .fn = time_empty_sample, .user = &cold,
                       .launches = 1}};
-    int n = b->ops->flush_cache ? 2 : 1;
+    int n = b->ops->timing.flush_cache ? 2 : 1;
     backend_clear_error(b);
     bench_status st = sample_units(units, n, &fo, b, "floor", NULL, err, errlen);
     for (int i = 0; i < n; i++)
@@ -577,7 +577,7 @@ static void setup_layer(const layer *l, int index, const backend *b, const char 
         return;
     }
     char why[96] = "";
-    bench_status st = ops->layer_setup(b->ctx, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
+    bench_status st = backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {
         r->status = ROW_SKIPPED;
         snprintf(r->note, sizeof r->note, "skipped: %s cannot run it: %s", ops->name,
@@ -590,14 +590,13 @@ static void setup_layer(const layer *l, int index, const backend *b, const char 
         return;
     }
     snprintf(r->impl, sizeof r->impl, "%s", why);
-    if (ops->layer_isolate)
-        ops->layer_isolate(b->ctx, lu->t.state, lu->t.in, r->impl, sizeof r->impl);
+    backend_layer_isolate(lu->t.state, lu->t.in, r->impl, sizeof r->impl);
     /* One call, unheld and untimed, before any sample: what a library does on its first
      * call (CUDA loads a kernel's module lazily) must not happen while the stream is
      * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
      * up). */
-    ops->layer_run(b->ctx, lu->t.state, lu->t.in, lu->t.out);
-    if (ops->sync(b->ctx) != BENCH_OK) {
+    backend_layer_run(lu->t.state, lu->t.in, lu->t.out);
+    if (ops->device.sync(b->ctx) != BENCH_OK) {
         row_fail(r, "the first call failed: %s", backend_last_error(b));
         return;
     }
@@ -609,7 +608,7 @@ static void setup_layer(const layer *l, int index, const backend *b, const char 
     const char *use = mode;
     if (strcmp(mode, "auto") == 0)
         use = single < AUTO_BATCH_FLOORS * floor->warm ? "batch" : "warm";
-    if (strcmp(use, "cold") == 0 && !ops->flush_cache)
+    if (strcmp(use, "cold") == 0 && !ops->timing.flush_cache)
         use = "warm"; /* no cache to flush: the note says so */
     r->mode = use;
     if (use != mode && strcmp(mode, "cold") == 0)
@@ -624,10 +623,9 @@ static void setup_layer(const layer *l, int index, const backend *b, const char 
 static void free_layer(const backend *b, layer_unit *lu)
 {
     if (lu->t.graph)
-        b->ops->graph_free(b->ctx, lu->t.graph);
-    if (lu->t.state)
-        b->ops->layer_free(b->ctx, lu->t.state);
-    b->ops->release(b->ctx, lu->w);
+        b->ops->timing.graph_free(b->ctx, lu->t.graph);
+    backend_layer_free(b, lu->t.state);
+    b->ops->device.release(b->ctx, lu->w);
     free(lu->in);
 }
 
@@ -685,7 +683,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
 {
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
-    *net = (measure_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(void *)),
+    *net = (measure_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(backend_layer *)),
                          .weights = xcalloc((size_t)n, sizeof(float *)),
                          .values = xcalloc((size_t)n + 1, sizeof(float *)),
                          .args = xcalloc((size_t)n, sizeof(float **)),
@@ -743,8 +741,8 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
             }
         }
         int64_t ws;
-        bench_status set = ops->layer_setup(b->ctx, l, net->weights[i], &net->states[i], net->impl[i],
-                                            sizeof net->impl[i], &ws);
+        bench_status set = backend_layer_setup(b, l, net->weights[i], &net->states[i], net->impl[i],
+                                                sizeof net->impl[i], &ws);
         if (set != BENCH_OK) {
             net->states[i] = NULL, st = set;
             if (set == BENCH_ERR_UNSUPPORTED)
@@ -756,8 +754,7 @@ bench_status measure_net_build(measure_net *net, const model *m, const backend *
         }
     }
     st = BENCH_OK;
-    if (ops->model_link &&
-        ops->model_link(b->ctx, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
+    if (backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
         snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
         st = BENCH_ERR_BACKEND;
     }
@@ -770,13 +767,12 @@ void measure_net_free(measure_net *net)
 {
     const backend_ops *ops = net->b ? net->b->ops : NULL;
     for (int i = 0; net->states && i < net->m->n_layers; i++) {
-        if (net->states[i])
-            ops->layer_free(net->b->ctx, net->states[i]);
-        ops->release(net->b->ctx, net->weights[i]);
+        backend_layer_free(net->b, net->states[i]);
+        ops->device.release(net->b->ctx, net->weights[i]);
         free(net->args[i]);
     }
     for (int j = 0; j < net->n_bufs; j++)
-        ops->release(net->b->ctx, net->bufs[j]);
+        ops->device.release(net->b->ctx, net->bufs[j]);
     free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl), free(net->bufs);
     memset(net, 0, sizeof *net);
 }
@@ -786,9 +782,9 @@ static void queue_forward(const measure_net *net, bool marks)
 {
     const backend_ops *ops = net->b->ops;
     for (int i = 0; i < net->m->n_layers; i++) {
-        ops->layer_run(net->b->ctx, net->states[i], net->args[i], net->values[i + 1]);
+        backend_layer_run(net->states[i], net->args[i], net->values[i + 1]);
         if (marks)
-            ops->timer_mark(net->b->ctx, i);
+            ops->timing.timer_mark(net->b->ctx, i);
     }
 }
 
@@ -799,7 +795,7 @@ static double time_chain(void *user)
     chain *c = user;
     begin_sample(c->b, true, false);
     queue_forward(&c->net, c->marks);
-    double s = c->b->ops->timer_stop(c->b->ctx);
+    double s = c->b->ops->timing.timer_stop(c->b->ctx);
     if (c->marks && s >= 0) {
         int n = c->m->n_layers, np = c->n_parts;
         if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
@@ -808,10 +804,10 @@ static double time_chain(void *user)
             if (np)
                 c->part_buf = xrealloc(c->part_buf, (size_t)(c->mark_cap * np) * sizeof *c->part_buf);
         }
-        c->b->ops->marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
+        c->b->ops->timing.marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
         for (int k = 0; k < np; k++) /* each split layer writes all its parts at its first */
             if (c->parts[k].index == 0)
-                c->b->ops->parts_read(c->b->ctx, c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
+                backend_layer_parts_read(c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
     }
     c->mark_calls++;
     return s;
@@ -841,16 +837,15 @@ static void chain_kept(unit *u, int64_t first, int64_t n, const bool *dist)
  * graph was captured: the graph replays the forward without them). */
 static void enable_parts(chain *c)
 {
-    const backend_ops *ops = c->b->ops;
-    if (!c->marks || !ops->parts_enable || !ops->parts_read)
+    if (!c->marks)
         return;
     layer_part_info info[LAYER_MAX_PARTS];
     for (int i = 0; i < c->m->n_layers; i++) {
-        void *state = c->net.states[i];
-        int np = ops->layer_parts ? ops->layer_parts(c->b->ctx, state, &c->m->layers[i], info) : 0;
+        const backend_layer *state = c->net.states[i];
+        int np = backend_layer_parts(state, info);
         if (np == 0)
             np = layer_parts(&c->m->layers[i], info);
-        if (np == 0 || !ops->parts_enable(c->b->ctx, state, true))
+        if (np == 0 || !backend_layer_parts_enable(state, true))
             continue;
         c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
         for (int j = 0; j < np; j++)
@@ -870,8 +865,8 @@ static double time_graph(void *user)
 {
     graph_run *g = user;
     begin_sample(g->b, true, false);
-    g->b->ops->graph_launch(g->b->ctx, g->graph);
-    return g->b->ops->timer_stop(g->b->ctx);
+    g->b->ops->timing.graph_launch(g->b->ctx, g->graph);
+    return g->b->ops->timing.timer_stop(g->b->ctx);
 }
 
 /* A host<->device copy of the model's input or output. Not held: a copy from pageable
@@ -888,10 +883,10 @@ static double time_copy(void *user)
 {
     copy_run *c = user;
     const backend_ops *ops = c->b->ops;
-    ops->timer_start(c->b->ctx);
-    bench_status st = c->upload ? ops->upload(c->b->ctx, c->device, c->host, c->bytes)
-                                : ops->download(c->b->ctx, c->host, c->device, c->bytes);
-    double s = ops->timer_stop(c->b->ctx);
+    ops->timing.timer_start(c->b->ctx);
+    bench_status st = c->upload ? ops->device.upload(c->b->ctx, c->device, c->host, c->bytes)
+                                : ops->device.download(c->b->ctx, c->host, c->device, c->bytes);
+    double s = ops->timing.timer_stop(c->b->ctx);
     return st == BENCH_OK ? s : -1.0;
 }
 
@@ -908,7 +903,7 @@ static void model_rows(run_result *res, const backend *b, row_status st, const c
 {
     layer_result *rows[] = {&res->chained, &res->graph, &res->upload, &res->download};
     for (int i = 0; i < 4; i++) {
-        if ((i == 1 && !b->ops->graph_begin) || (i >= 2 && !b->ops->device_memory))
+        if ((i == 1 && !b->ops->timing.graph_begin) || (i >= 2 && !b->ops->device_memory))
             continue;
         rows[i]->status = st;
         snprintf(rows[i]->note, sizeof rows[i]->note, "%s", why);
@@ -925,7 +920,7 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     *c = (chain){.m = m, .b = b};
     char why[200] = "", note[224];
     backend_clear_error(b);
-    int64_t free_before = ops->mem_available ? ops->mem_available(b->ctx) : -1;
+    int64_t free_before = ops->device.mem_available ? ops->device.mem_available(b->ctx) : -1;
     bench_status built = measure_net_build(&c->net, m, b, o->seed, why, sizeof why);
     if (built != BENCH_OK) {
         snprintf(note, sizeof note, "not run: %s", why);
@@ -933,12 +928,12 @@ static void setup_model(const model *m, const backend *b, const measure_options 
         return;
     }
     if (free_before >= 0) {
-        int64_t free_after = ops->mem_available(b->ctx);
+        int64_t free_after = ops->device.mem_available(b->ctx);
         res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
     }
     res->chained.mode = "chained";
     snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
-    c->marks = ops->marks_prepare && ops->marks_prepare(b->ctx, n) == BENCH_OK;
+    c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, n) == BENCH_OK;
     if (c->marks) {
         c->inmodel = xcalloc((size_t)n, sizeof *c->inmodel);
         res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
@@ -946,13 +941,13 @@ static void setup_model(const model *m, const backend *b, const measure_options 
     backend_clear_error(b);
     units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .layer = -1, .name = m->name, .fn = time_chain, .user = c,
                                  .launches = 1, .floor = floor->warm, .kept = chain_kept};
-    if (ops->graph_begin) {
+    if (ops->timing.graph_begin) {
         res->graph.mode = "graph";
         snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
-        bench_status st = ops->graph_begin(b->ctx);
+        bench_status st = ops->timing.graph_begin(b->ctx);
         if (st == BENCH_OK) {
             queue_forward(&c->net, false);
-            st = ops->graph_end(b->ctx, &mu->g.graph);
+            st = ops->timing.graph_end(b->ctx, &mu->g.graph);
         }
         mu->g.b = b;
         if (st != BENCH_OK) {
@@ -994,7 +989,7 @@ static void free_model_units(const model *m, const backend *b, model_units *mu)
 {
     chain *c = &mu->c;
     if (mu->g.graph)
-        b->ops->graph_free(b->ctx, mu->g.graph);
+        b->ops->timing.graph_free(b->ctx, mu->g.graph);
     measure_net_free(&c->net);
     for (int i = 0; c->inmodel && i < m->n_layers; i++)
         free(c->inmodel[i].v);
@@ -1229,7 +1224,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         tally(out, &out->upload, "the input copy", first_failure, sizeof first_failure);
         tally(out, &out->download, "the output copy", first_failure, sizeof first_failure);
     }
-    b->ops->release(b->ctx, s.in), b->ops->release(b->ctx, s.out);
+    b->ops->device.release(b->ctx, s.in), b->ops->device.release(b->ctx, s.out);
     free(units), free(lus);
     out->seconds = bench_now() - t0;
     if (st == BENCH_ERR_INTERRUPTED)

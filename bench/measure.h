@@ -211,7 +211,7 @@ void measure_row_stats(layer_result *r, const double *samples, int64_t n);
 typedef struct measure_net {
     const model *m;
     const backend *b;
-    void **states;          /* per layer */
+    backend_layer **states; /* per layer */
     float **weights;        /* per layer, backend memory; NULL for layers without */
     float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
     const float ***args;    /* per layer: its inputs, pointers into values */

@@ -545,7 +545,7 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     for (int i = 0; i < ctx->n_backends; i++) {
         strbuf_printf(f, "%s\n    ", i ? "," : "");
         strbuf_json(f, ctx->backends[i].ops->name);
-        strbuf_printf(f, ": %s", ctx->backends[i].ops->describe(ctx->backends[i].ctx));
+        strbuf_printf(f, ": %s", ctx->backends[i].ops->device.describe(ctx->backends[i].ctx));
     }
     strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
     if (ctx->skipped)

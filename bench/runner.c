@@ -223,11 +223,11 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 floor_known[k] = true;
                 add_floor(&floors, bk->ops->name, &floor[k]);
                 p->ctx.floors = floors.data;
-                if (p->probe_peaks && bk->ops->peaks) {
+                if (p->probe_peaks && bk->ops->device.peaks) {
                     if (mo->progress)
                         fprintf(stderr, "\r\033[K%s: measuring the machine's peaks (--no-peaks skips it)",
                                 bk->ops->name);
-                    if (bk->ops->peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
+                    if (bk->ops->device.peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
                         add_peaks(&peaks_json, bk->ops->name, &peaks[k]);
                         p->ctx.peaks = peaks_json.data;
                     } else {
@@ -273,8 +273,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             }
             if (interrupted)
                 break;
-            if (bk->ops->warnings) {
-                bk->ops->warnings(bk->ctx, bw, sizeof bw);
+            if (bk->ops->device.warnings) {
+                bk->ops->device.warnings(bk->ctx, bw, sizeof bw);
                 warn_lines(&warnings, bw);
             }
             p->ctx.warnings = warnings.data;

@@ -5,8 +5,9 @@
  * and a plain-C reference used only by tests and `bench check`. Backends only know
  * how to run it (layers/cpu/, layers/cuda/).
  *
- * Tensors are float32, NCHW for rank 4, [N, S, D] (tokens) for rank 3 and [N, F] for
- * rank 2. Shapes always carry the batch in d[0].
+ * Tensors hold the layer's dtype (fp32 only for now: dtype.h), NCHW for rank 4,
+ * [N, S, D] (tokens) for rank 3 and [N, F] for rank 2. Shapes always carry the batch
+ * in d[0].
  */
 #ifndef LAYERBENCH_LAYER_H
 #define LAYERBENCH_LAYER_H
@@ -14,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dtype.h"
 
 #define SHAPE_MAX_RANK 4
 
@@ -118,6 +121,7 @@ typedef struct layer_params {
 typedef struct layer {
     char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
     layer_kind kind;
+    dtype_t dtype;               /* of its inputs, weights and output (DTYPE_FP32: 0) */
     layer_params p;
     int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
@@ -164,7 +168,9 @@ typedef struct layer_part_info {
     int64_t flops, bytes;
 } layer_part_info;
 
-/* A layer kind, described once. All functions are pure and never allocate. */
+/* A layer kind, described once. All functions are pure; all but the reference never
+ * allocate (multihead_attention's reference takes scratch rows with xmalloc: it runs
+ * only in tests and `bench check`, never while timing). */
 typedef struct layer_desc {
     const char *name;                       /* as written in configs */
     int n_inputs;                           /* 1, 2 (add, mul), or -1: one or more (concat) */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend_registry.h"
 #include "cfg.h"
 #include "measure.h"
 #include "test_util.h"
@@ -50,33 +50,33 @@ int main(int argc, char **argv)
     /* events against the host clock around a 256 MiB upload */
     size_t bytes = (size_t)256 << 20;
     float *host = bench_alloc_floats((int64_t)(bytes / 4));
-    void *dev = ops->alloc(b.ctx, bytes);
+    void *dev = ops->device.alloc(b.ctx, bytes);
     EXPECT(host && dev, "allocations");
     memset(host, 1, bytes);
     for (int i = 0; i < 3; i++) {
         double h0 = bench_now();
-        ops->timer_start(b.ctx);
-        EXPECT(ops->upload(b.ctx, dev, host, bytes) == BENCH_OK, "upload: %s", backend_last_error(&b));
-        double ev = ops->timer_stop(b.ctx), host_s = bench_now() - h0;
+        ops->timing.timer_start(b.ctx);
+        EXPECT(ops->device.upload(b.ctx, dev, host, bytes) == BENCH_OK, "upload: %s", backend_last_error(&b));
+        double ev = ops->timing.timer_stop(b.ctx), host_s = bench_now() - h0;
         printf("upload of 256 MiB: events %.3f ms, host clock %.3f ms\n", ev * 1e3, host_s * 1e3);
         EXPECT(ev > 0 && ev <= host_s * 1.02 && ev >= host_s * 0.5, "event time %.6f s vs host %.6f s", ev, host_s);
     }
 
     /* a held stream: 20 ms of host sleep between hold and the work is not timed */
-    EXPECT(ops->hold != NULL, "the cuda backend holds its stream");
-    if (ops->hold) {
-        ops->hold(b.ctx);
-        ops->timer_start(b.ctx);
+    EXPECT(ops->timing.hold != NULL, "the cuda backend holds its stream");
+    if (ops->timing.hold) {
+        ops->timing.hold(b.ctx);
+        ops->timing.timer_start(b.ctx);
         usleep(20000);
-        double ev = ops->timer_stop(b.ctx);
+        double ev = ops->timing.timer_stop(b.ctx);
         printf("held stream, 20 ms host sleep before release: events %.3f ms\n", ev * 1e3);
         EXPECT(ev >= 0 && ev < 5e-3, "a held empty sample took %.6f s: the host's wait was timed", ev);
     }
-    ops->release(b.ctx, dev);
+    ops->device.release(b.ctx, dev);
     free(host);
 
     /* the flush writes more than the L2 holds */
-    const char *d = ops->describe(b.ctx);
+    const char *d = ops->device.describe(b.ctx);
     long long l2 = json_int(d, "l2_bytes"), flush = json_int(d, "flush_bytes");
     printf("L2 %lld bytes, flush %lld bytes\n", l2, flush);
     EXPECT(l2 > 0 && flush >= 2 * l2, "flush %lld for L2 %lld", flush, l2);

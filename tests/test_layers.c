@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend_registry.h"
 #include "check.h"
 #include "cpu_kernels.h"
 #include "measure.h"
@@ -275,11 +275,11 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
         din[k] = backend_alloc_floats(b, shape_numel(&l.ins[k]), in[k]);
     float *dw = w ? backend_alloc_floats(b, l.n_weight_floats, w) : NULL;
     float *dout = d->aliases_input ? NULL : backend_alloc_floats(b, n_out + 2 * GUARD, host_out);
-    void *state = NULL;
+    backend_layer *state = NULL;
     char impl[96] = "";
     int64_t ws;
     backend_clear_error(b);
-    bench_status st = ops->layer_setup(b->ctx, &l, dw, &state, impl, sizeof impl, &ws);
+    bench_status st = backend_layer_setup(b, &l, dw, &state, impl, sizeof impl, &ws);
     if (st == BENCH_ERR_UNSUPPORTED && c->may_be_unsupported && strcmp(ops->name, "cpu") != 0) {
         /* e.g. cuDNN has no dilated pooling: the backend must say so, never compute garbage */
         printf("  %-20s %-34s unsupported on %s: %s\n", kn, c->what, ops->name, impl);
@@ -290,12 +290,12 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
     EXPECT(st == BENCH_OK || st == BENCH_ERR_UNSUPPORTED, "%s %s: setup failed (%d): %s", kn, c->what, st,
            backend_last_error(b));
     if (st == BENCH_OK) {
-        ops->layer_run(b->ctx, state, (const float *const *)din, d->aliases_input ? din[0] : dout + GUARD);
-        EXPECT(ops->sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
+        backend_layer_run(state, (const float *const *)din, d->aliases_input ? din[0] : dout + GUARD);
+        EXPECT(ops->device.sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
         if (d->aliases_input)
-            ops->download(b->ctx, host_out + GUARD, din[0], (size_t)n_out * sizeof(float));
+            ops->device.download(b->ctx, host_out + GUARD, din[0], (size_t)n_out * sizeof(float));
         else
-            ops->download(b->ctx, host_out, dout, (size_t)(n_out + 2 * GUARD) * sizeof(float));
+            ops->device.download(b->ctx, host_out, dout, (size_t)(n_out + 2 * GUARD) * sizeof(float));
         int64_t nonfinite;
         double err = check_rel_err(host_out + GUARD, ref, n_out, &nonfinite);
         EXPECT(nonfinite == 0, "%s %s (%s): %lld outputs not written or not finite", kn, c->what, impl,
@@ -310,18 +310,18 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
         for (int k = 0; k < l.n_inputs; k++) {
             int64_t n = shape_numel(&l.ins[k]);
             float *after = bench_alloc_floats(n);
-            ops->download(b->ctx, after, din[k], (size_t)n * sizeof(float));
+            ops->device.download(b->ctx, after, din[k], (size_t)n * sizeof(float));
             EXPECT(memcmp(after, in[k], (size_t)n * sizeof(float)) == 0, "%s %s: input %d was modified", kn, c->what,
                    k);
             free(after);
         }
-        ops->layer_free(b->ctx, state);
+        backend_layer_free(b, state);
         printf("  %-20s %-34s %-18s rel. error %.2e\n", kn, c->what, impl, err);
     }
 done:
     for (int k = 0; k < l.n_inputs; k++)
-        ops->release(b->ctx, din[k]);
-    ops->release(b->ctx, dw), ops->release(b->ctx, dout);
+        ops->device.release(b->ctx, din[k]);
+    ops->device.release(b->ctx, dw), ops->device.release(b->ctx, dout);
     measure_free_data(&l, in, &w);
     free(ref), free(host_out);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend_registry.h"
 #include "cfg.h"
 #include "measure.h"
 #include "test_util.h"
@@ -121,9 +121,9 @@ static bench_status f_setup(void *ctx, const layer *l, const float *w, void **st
     *state = fl;
     return BENCH_OK;
 }
-static void f_run(void *ctx, void *state, const float *const *in, float *out)
+static void f_run(void *ctx, const layer *l, void *state, const float *const *in, const float *w, float *out)
 {
-    (void)ctx, (void)in, (void)out;
+    (void)ctx, (void)l, (void)in, (void)w, (void)out;
     fake_layer *fl = state;
     if (fl->view)
         return; /* a view: nothing runs, as on the real backends */
@@ -190,15 +190,22 @@ static void f_graph_free(void *ctx, void *graph) { (void)ctx; free(graph); }
 static const char *f_last_error(void *ctx) { (void)ctx; return F.error; }
 static void f_clear_error(void *ctx) { (void)ctx; F.failed = false; F.error[0] = 0; }
 
+/* One fake kernel for every kind, in fp32 (filled by f_init). */
+static const backend_kernel fake_kernel = {.setup = f_setup, .run = f_run, .free = f_layer_free,
+                                           .parts_enable = f_parts_enable, .parts_read = f_parts_read};
+static backend_kernel_table fake_kernels;
+
 static backend_ops fake_ops = {
-    .name = "fake", .init = f_init, .free = f_free, .alloc = f_alloc, .release = f_release,
-    .upload = f_copy, .download = f_copy, .sync = f_sync, .timer_start = f_timer_start,
-    .timer_stop = f_timer_stop, .hold = f_hold, .flush_cache = f_flush, .marks_prepare = f_marks_prepare,
-    .timer_mark = f_mark, .marks_read = f_marks_read, .layer_setup = f_setup, .layer_run = f_run,
-    .layer_free = f_layer_free, .describe = f_describe, .device_memory = true, .graph_begin = f_graph_begin,
-    .graph_end = f_graph_end, .graph_launch = f_graph_launch, .graph_free = f_graph_free,
-    .last_error = f_last_error, .clear_error = f_clear_error, .parts_enable = f_parts_enable,
-    .parts_read = f_parts_read,
+    .name = "fake",
+    .device_memory = true,
+    .device = {.init = f_init, .free = f_free, .alloc = f_alloc, .release = f_release, .upload = f_copy,
+               .download = f_copy, .sync = f_sync, .describe = f_describe, .last_error = f_last_error,
+               .clear_error = f_clear_error},
+    .timing = {.timer_start = f_timer_start, .timer_stop = f_timer_stop, .hold = f_hold, .flush_cache = f_flush,
+               .marks_prepare = f_marks_prepare, .timer_mark = f_mark, .marks_read = f_marks_read,
+               .graph_begin = f_graph_begin, .graph_end = f_graph_end, .graph_launch = f_graph_launch,
+               .graph_free = f_graph_free},
+    .layers = {.kernels = &fake_kernels},
 };
 
 static char cfg_path[256];
@@ -243,7 +250,7 @@ static void test_batch(backend *b, model *m, bool graphs)
     reset(2e-6);
     backend_ops saved = fake_ops;
     if (!graphs)
-        fake_ops.graph_begin = NULL;
+        fake_ops.timing.graph_begin = NULL;
     measure_options o = opts();
     run_result r;
     char err[256];
@@ -510,7 +517,7 @@ static void test_parts(backend *b)
     run_result_free(&r);
     /* without the in-model view (no marks), no parts */
     backend_ops saved_ops = fake_ops;
-    fake_ops.marks_prepare = NULL;
+    fake_ops.timing.marks_prepare = NULL;
     reset(0);
     F.cost[0] = 10e-6, F.cost[1] = 30e-6;
     measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err);
@@ -636,6 +643,8 @@ static void test_contention(backend *b, model *m)
 int main(void)
 {
     snprintf(cfg_path, sizeof cfg_path, "/tmp/layerbench_test_measure_%ld.yaml", (long)getpid());
+    for (int k = 0; k < LAYER_KIND_COUNT; k++)
+        fake_kernels[k][DTYPE_FP32].kernel = &fake_kernel;
     backend b;
     char err[128];
     EXPECT(backend_open(&fake_ops, NULL, &b, err, sizeof err) == BENCH_OK, "fake backend");

@@ -9,36 +9,38 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 
-static const cpu_kernel *const cpu_kernels[LAYER_KIND_COUNT] = {
-    [LAYER_CONV2D] = &cpu_conv2d_kernel,
-    [LAYER_BATCHNORM2D] = &cpu_batchnorm2d_kernel,
-    [LAYER_RELU] = &cpu_relu_kernel,
-    [LAYER_RELU6] = &cpu_relu6_kernel,
-    [LAYER_SIGMOID] = &cpu_sigmoid_kernel,
-    [LAYER_MAXPOOL2D] = &cpu_maxpool2d_kernel,
-    [LAYER_AVGPOOL2D] = &cpu_avgpool2d_kernel,
-    [LAYER_ADAPTIVE_AVGPOOL2D] = &cpu_adaptive_avgpool2d_kernel,
-    [LAYER_FLATTEN] = &cpu_view_kernel,
-    [LAYER_LINEAR] = &cpu_linear_kernel,
-    [LAYER_DROPOUT] = &cpu_view_kernel,
-    [LAYER_SOFTMAX] = &cpu_softmax_kernel,
-    [LAYER_ADD] = &cpu_add_kernel,
-    [LAYER_MUL] = &cpu_mul_kernel,
-    [LAYER_CONCAT] = &cpu_concat_kernel,
-    [LAYER_SILU] = &cpu_silu_kernel,
-    [LAYER_HARDSWISH] = &cpu_hardswish_kernel,
-    [LAYER_HARDSIGMOID] = &cpu_hardsigmoid_kernel,
-    [LAYER_TANH] = &cpu_tanh_kernel,
-    [LAYER_STOCHASTIC_DEPTH] = &cpu_view_kernel,
-    [LAYER_CONV_TRANSPOSE2D] = &cpu_conv_transpose2d_kernel,
-    [LAYER_UPSAMPLE] = &cpu_upsample_kernel,
-    [LAYER_LAYERNORM] = &cpu_layernorm_kernel,
-    [LAYER_GELU] = &cpu_gelu_kernel,
-    [LAYER_MULTIHEAD_ATTENTION] = &cpu_multihead_attention_kernel,
-    [LAYER_TRANSPOSE] = &cpu_transpose_kernel,
-    [LAYER_CLASS_TOKEN] = &cpu_class_token_kernel,
-    [LAYER_POS_EMBEDDING] = &cpu_pos_embedding_kernel,
-    [LAYER_SELECT] = &cpu_select_kernel,
+/* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
+ * here (docs/architecture.md); a cell left empty is an unsupported row. */
+static const backend_kernel_table cpu_kernels = {
+    [LAYER_CONV2D][DTYPE_FP32] = {&cpu_conv2d_kernel},
+    [LAYER_BATCHNORM2D][DTYPE_FP32] = {&cpu_batchnorm2d_kernel},
+    [LAYER_RELU][DTYPE_FP32] = {&cpu_relu_kernel},
+    [LAYER_RELU6][DTYPE_FP32] = {&cpu_relu6_kernel},
+    [LAYER_SIGMOID][DTYPE_FP32] = {&cpu_sigmoid_kernel},
+    [LAYER_MAXPOOL2D][DTYPE_FP32] = {&cpu_maxpool2d_kernel},
+    [LAYER_AVGPOOL2D][DTYPE_FP32] = {&cpu_avgpool2d_kernel},
+    [LAYER_ADAPTIVE_AVGPOOL2D][DTYPE_FP32] = {&cpu_adaptive_avgpool2d_kernel},
+    [LAYER_FLATTEN][DTYPE_FP32] = {&cpu_view_kernel},
+    [LAYER_LINEAR][DTYPE_FP32] = {&cpu_linear_kernel},
+    [LAYER_DROPOUT][DTYPE_FP32] = {&cpu_view_kernel},
+    [LAYER_SOFTMAX][DTYPE_FP32] = {&cpu_softmax_kernel},
+    [LAYER_ADD][DTYPE_FP32] = {&cpu_add_kernel},
+    [LAYER_MUL][DTYPE_FP32] = {&cpu_mul_kernel},
+    [LAYER_CONCAT][DTYPE_FP32] = {&cpu_concat_kernel},
+    [LAYER_SILU][DTYPE_FP32] = {&cpu_silu_kernel},
+    [LAYER_HARDSWISH][DTYPE_FP32] = {&cpu_hardswish_kernel},
+    [LAYER_HARDSIGMOID][DTYPE_FP32] = {&cpu_hardsigmoid_kernel},
+    [LAYER_TANH][DTYPE_FP32] = {&cpu_tanh_kernel},
+    [LAYER_STOCHASTIC_DEPTH][DTYPE_FP32] = {&cpu_view_kernel},
+    [LAYER_CONV_TRANSPOSE2D][DTYPE_FP32] = {&cpu_conv_transpose2d_kernel},
+    [LAYER_UPSAMPLE][DTYPE_FP32] = {&cpu_upsample_kernel},
+    [LAYER_LAYERNORM][DTYPE_FP32] = {&cpu_layernorm_kernel},
+    [LAYER_GELU][DTYPE_FP32] = {&cpu_gelu_kernel},
+    [LAYER_MULTIHEAD_ATTENTION][DTYPE_FP32] = {&cpu_multihead_attention_kernel},
+    [LAYER_TRANSPOSE][DTYPE_FP32] = {&cpu_transpose_kernel},
+    [LAYER_CLASS_TOKEN][DTYPE_FP32] = {&cpu_class_token_kernel},
+    [LAYER_POS_EMBEDDING][DTYPE_FP32] = {&cpu_pos_embedding_kernel},
+    [LAYER_SELECT][DTYPE_FP32] = {&cpu_select_kernel},
 };
 
 typedef struct cpu_ctx {
@@ -81,13 +83,6 @@ static size_t last_level_cache_bytes(void)
     }
     return best;
 }
-
-typedef struct cpu_layer {
-    const layer *l;
-    const cpu_kernel *k;
-    const float *w;
-    void *kstate;
-} cpu_layer;
 
 static const char *env_or_unset(const char *name)
 {
@@ -306,59 +301,10 @@ static void cpu_marks_read(void *ctx, double *seconds, int n)
         seconds[i] = c->marks[i] - c->t0;
 }
 
-static bench_status cpu_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
-                                    size_t impl_len, int64_t *workspace_bytes)
+cpu_choices *cpu_env_choices(void *env)
 {
-    *workspace_bytes = 0;
-    const cpu_kernel *k = cpu_kernels[l->kind];
-    if (!k)
-        return BENCH_ERR_UNSUPPORTED;
-    cpu_layer *cl = xcalloc(1, sizeof *cl);
-    *cl = (cpu_layer){.l = l, .k = k, .w = w};
-    if (k->setup) {
-        cpu_ctx *c = ctx;
-        bench_status st = k->setup(l, w, c->search ? &c->choices : NULL, &cl->kstate, impl, impl_len, workspace_bytes);
-        if (st != BENCH_OK) {
-            free(cl);
-            return st;
-        }
-    } else {
-        snprintf(impl, impl_len, "%s", k->impl);
-    }
-    *state = cl;
-    return BENCH_OK;
-}
-
-static void cpu_layer_run(void *ctx, void *state, const float *const *in, float *out)
-{
-    (void)ctx;
-    cpu_layer *cl = state;
-    cl->k->run(cl->l, cl->kstate, in, cl->w, out);
-}
-
-static bool cpu_parts_enable(void *ctx, void *state, bool on)
-{
-    (void)ctx;
-    cpu_layer *cl = state;
-    return cl->k->parts_enable && cl->k->parts_enable(cl->kstate, on);
-}
-
-static void cpu_parts_read(void *ctx, void *state, double *seconds)
-{
-    (void)ctx;
-    cpu_layer *cl = state;
-    cl->k->parts_read(cl->kstate, seconds);
-}
-
-static void cpu_layer_free(void *ctx, void *state)
-{
-    (void)ctx;
-    cpu_layer *cl = state;
-    if (!cl)
-        return;
-    if (cl->k->free)
-        cl->k->free(cl->kstate);
-    free(cl);
+    cpu_ctx *c = env;
+    return c && c->search ? &c->choices : NULL;
 }
 
 static bool same_layer(const cpu_choice *c, const layer *l)
@@ -516,44 +462,17 @@ static double cpu_canary(void *ctx)
     __asm__ volatile("" ::"x"(sink));
     return t;
 }
-/* Each kind's own tolerance, but convolutions Winograd may run (the search may pick it
- * for any 3x3 stride-1 layer) get CPU_WINOGRAD_TOLERANCE: its transforms round more. */
-static double cpu_tolerance(void *ctx, const layer *l)
-{
-    (void)ctx;
-    double t = layer_desc_get(l->kind)->tolerance;
-    return cpu_winograd_applies(l) && t < CPU_WINOGRAD_TOLERANCE ? CPU_WINOGRAD_TOLERANCE : t;
-}
 
 static const char *cpu_describe(void *ctx) { return ((cpu_ctx *)ctx)->description; }
 
 const backend_ops backend_cpu_ops = {
     .name = "cpu",
-    .init = cpu_init,
-    .free = cpu_free,
-    .alloc = cpu_alloc,
-    .release = cpu_release,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .sync = cpu_sync,
-    .timer_start = cpu_timer_start,
-    .timer_stop = cpu_timer_stop,
-    .flush_cache = cpu_flush_cache,
-    .warnings = cpu_warnings,
-    .marks_prepare = cpu_marks_prepare,
-    .timer_mark = cpu_timer_mark,
-    .marks_read = cpu_marks_read,
-    .parts_enable = cpu_parts_enable,
-    .parts_read = cpu_parts_read,
-    .layer_setup = cpu_layer_setup,
-    .layer_run = cpu_layer_run,
-    .layer_free = cpu_layer_free,
-    .thread_count = cpu_thread_count,
-    .describe = cpu_describe,
-    .peaks = cpu_peaks,
-    .tolerance = cpu_tolerance,
-    .canary = cpu_canary,
-    .choices_get = cpu_choices_get,
-    .choices_put = cpu_choices_put,
     .device_memory = false,
+    .device = {.init = cpu_init, .free = cpu_free, .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_copy,
+               .download = cpu_copy, .sync = cpu_sync, .thread_count = cpu_thread_count, .describe = cpu_describe,
+               .warnings = cpu_warnings, .peaks = cpu_peaks},
+    .timing = {.timer_start = cpu_timer_start, .timer_stop = cpu_timer_stop, .flush_cache = cpu_flush_cache,
+               .marks_prepare = cpu_marks_prepare, .timer_mark = cpu_timer_mark, .marks_read = cpu_marks_read,
+               .canary = cpu_canary},
+    .layers = {.kernels = &cpu_kernels, .choices_get = cpu_choices_get, .choices_put = cpu_choices_put},
 };

@@ -88,8 +88,9 @@ static int winograd_m(conv_path p)
     return p == CONV_WINOGRAD4 ? 4 : p == CONV_WINOGRAD ? 2 : 0;
 }
 
-static void conv_free(void *state)
+static void conv_free(void *env, void *state)
 {
+    (void)env;
     conv_state *s = state;
     if (s)
         free(s->col), free(s->tmp), free(s->wp), free(s->taps), cpu_winograd_free(s->wg);
@@ -286,7 +287,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         s->tmp = s->path == CONV_BATCHED ? bench_alloc_floats(ocg * s->samples * ohw) : NULL;
         *workspace_bytes = 4 * (conv_k(l) + (s->tmp ? ocg : 0)) * s->samples * ohw;
         if (!s->col || (s->path == CONV_BATCHED && !s->tmp)) {
-            conv_free(s);
+            conv_free(NULL, s);
             return NULL;
         }
     }
@@ -294,7 +295,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         int64_t floats = (int64_t)omp_get_max_threads() * conv_k(l) * s->samples * l->out.d[3];
         *workspace_bytes = 4 * floats;
         if (!(s->col = bench_alloc_floats(floats))) {
-            conv_free(s);
+            conv_free(NULL, s);
             return NULL;
         }
     }
@@ -306,19 +307,19 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
         s->ws_floats = round_up(tiles_ws_floats(l, s->g, s->path, s->samples), 16);
         *workspace_bytes = 4 * (wp_floats + threads * s->ws_floats);
         if (!(s->wp = bench_alloc_floats(wp_floats)) || !(s->col = bench_alloc_floats(threads * s->ws_floats))) {
-            conv_free(s);
+            conv_free(NULL, s);
             return NULL;
         }
         tiles_pack_weights(l, s, w);
     }
     if ((s->path == CONV_DIRECT || s->path == CONV_DIRECT_T) && !direct_new(l, s, w, workspace_bytes)) {
-        conv_free(s);
+        conv_free(NULL, s);
         return NULL;
     }
     if (winograd_m(s->path)) {
         *workspace_bytes = cpu_winograd_bytes(l, winograd_m(s->path), s->samples << 10);
         if (!(s->wg = cpu_winograd_new(l, w, winograd_m(s->path), s->samples << 10))) {
-            conv_free(s);
+            conv_free(NULL, s);
             return NULL;
         }
     }
@@ -391,17 +392,17 @@ static int conv_candidates(const layer *l, conv_algo *c)
     return n;
 }
 
-static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out);
+static void conv_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out);
 
 /* The best of up to three timed runs after one untimed one, within about 50 ms. */
 static double conv_time(const layer *l, conv_state *s, const float *in, const float *w, float *out)
 {
     const float *ins[1] = {in};
-    conv_run(l, s, ins, w, out);
+    conv_run(NULL, l, s, ins, w, out);
     double best = 1e30, spent = 0.0;
     for (int r = 0; r < 3 && spent < 0.05; r++) {
         double t0 = bench_now();
-        conv_run(l, s, ins, w, out);
+        conv_run(NULL, l, s, ins, w, out);
         double dt = bench_now() - t0;
         spent += dt;
         best = dt < best ? dt : best;
@@ -484,7 +485,7 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             if (!s)
                 continue;
             t[i] = conv_time(l, s, in, w, out);
-            conv_free(s);
+            conv_free(NULL, s);
             if (log)
                 fprintf(stderr, "cpu search %s: candidate %d (path %d, %lld): %.1f us\n", l->name, i, cand[i].path,
                         (long long)cand[i].samples, 1e6 * t[i]);
@@ -515,13 +516,13 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             all = st[f] != NULL;
             again[f] = 1e30;
             if (all)
-                conv_run(l, st[f], ins, w, out); /* warm, untimed */
+                conv_run(NULL, l, st[f], ins, w, out); /* warm, untimed */
         }
         int bf = 0;
         for (int r = 0; all && r < 30 && (r < 5 || spent < 0.5); r++) {
             for (int f = 0; f < nf; f++) {
                 double t0 = bench_now();
-                conv_run(l, st[f], ins, w, out);
+                conv_run(NULL, l, st[f], ins, w, out);
                 double dt = bench_now() - t0;
                 spent += dt;
                 again[f] = dt < again[f] ? dt : again[f];
@@ -548,15 +549,16 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
                     fin[f] == best ? " (kept)" : "");
         for (int f = 0; f < nf; f++)
             if (st[f])
-                conv_free(st[f]);
+                conv_free(NULL, st[f]);
     }
     free(in), free(out);
     return best;
 }
 
-static bench_status conv_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl,
+static bench_status conv_setup(void *env, const layer *l, const float *w, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
+    cpu_choices *search = cpu_env_choices(env);
     conv_algo cand[CONV_MAX_CANDIDATES];
     int n = conv_candidates(l, cand);
     conv_algo chosen = cand[0];
@@ -932,8 +934,9 @@ static void direct(const layer *l, const conv_state *s, const float *in, const f
     }
 }
 
-static void conv_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void conv_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     const conv_state *s = state;
     const layer_params *p = &l->p;
@@ -982,4 +985,14 @@ static void conv_run(const layer *l, void *state, const float *const *ins, const
     }
 }
 
-const cpu_kernel cpu_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};
+/* The kind's own tolerance, but a convolution Winograd may run (the search may pick it for
+ * any 3x3 stride-1 layer) gets CPU_WINOGRAD_TOLERANCE: its transforms round more. */
+static double conv_tolerance(void *env, const layer *l)
+{
+    (void)env;
+    double t = layer_desc_get(l->kind)->tolerance;
+    return cpu_winograd_applies(l) && t < CPU_WINOGRAD_TOLERANCE ? CPU_WINOGRAD_TOLERANCE : t;
+}
+
+const backend_kernel cpu_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free,
+                                          .tolerance = conv_tolerance};

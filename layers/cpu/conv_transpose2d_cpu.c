@@ -12,22 +12,24 @@ typedef struct convt_state {
     float *col;
 } convt_state;
 
-static void convt_free(void *state)
+static void convt_free(void *env, void *state)
 {
+    (void)env;
     convt_state *s = state;
     if (s)
         free(s->col);
     free(s);
 }
 
-static bench_status convt_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
+static bench_status convt_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
+    cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;
     const layer_params *p = &l->p;
     int64_t rows = (p->out_channels / p->groups) * p->kernel[0] * p->kernel[1], hw = l->in.d[2] * l->in.d[3];
     convt_state *s = calloc(1, sizeof *s);
     if (!s || !(s->col = bench_alloc_floats(rows * hw))) {
-        convt_free(s);
+        convt_free(NULL, s);
         return BENCH_ERR_NOMEM;
     }
     *workspace_bytes = 4 * rows * hw;
@@ -63,8 +65,9 @@ static void col2im_add(const layer *l, const float *col, float *out_group)
         });
 }
 
-static void convt_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void convt_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const convt_state *s = state;
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
@@ -86,4 +89,4 @@ static void convt_run(const layer *l, void *state, const float *const *ins, cons
     }
 }
 
-const cpu_kernel cpu_conv_transpose2d_kernel = {.setup = convt_setup, .run = convt_run, .free = convt_free};
+const backend_kernel cpu_conv_transpose2d_kernel = {.setup = convt_setup, .run = convt_run, .free = convt_free};

@@ -1,10 +1,9 @@
 /* CPU implementations of the layer kinds: OpenBLAS for convolution and linear,
- * OpenMP loops for the rest. One file per kind; the table is in backend_cpu.c. */
+ * OpenMP loops for the rest. One file per kind family; the table is in backend_cpu.c. */
 #ifndef LAYERBENCH_CPU_KERNELS_H
 #define LAYERBENCH_CPU_KERNELS_H
 
-#include "layer.h"
-#include "util.h"
+#include "backend.h"
 
 /* What a kernel's search chose for a layer (a kernel's own numbers in algo), kept for
  * the backend's life: a layer set up again (the chained forward after its isolated row)
@@ -39,26 +38,13 @@ void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3]);
 /* The text key of a layer's choice: kind, input shape and non-default parameters. */
 char *cpu_choice_key(const layer *l, char *buf, size_t len);
 
-typedef struct cpu_kernel {
-    /* Optional, untimed: allocates workspace and picks the algorithm; *state is freed
-     * by free(). Writes a short name of the implementation into impl and the bytes of
-     * workspace it allocated into *workspace_bytes. */
-    /* w: the layer's weights, in place; search: where the kernel keeps what it chose
-     * when the user let it time its candidate algorithms (--algo search, the
-     * default), NULL for the rule (--algo heuristic). */
-    bench_status (*setup)(const layer *l, const float *w, cpu_choices *search, void **state, char *impl,
-                          size_t impl_len, int64_t *workspace_bytes);
-    /* The timed part: in[0..n_inputs). For kinds that alias their input, out == in[0]. */
-    void (*run)(const layer *l, void *state, const float *const *in, const float *w, float *out);
-    void (*free)(void *state); /* optional */
-    const char *impl;          /* implementation name when there is no setup */
-    /* Optional (kinds with layer_parts()): turn the per-part timing of the runs on or
-     * off, and read the last run's seconds per part (backend_ops.parts_enable). */
-    bool (*parts_enable)(void *state, bool on);
-    void (*parts_read)(void *state, double *seconds);
-} cpu_kernel;
+/* The choices the kernels keep under --algo search (the default), from the env a kernel
+ * gets (backend_kernel.setup); NULL under --algo heuristic: the rule, no timing. */
+cpu_choices *cpu_env_choices(void *env);
 
-extern const cpu_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
+
+/* The kernels of the table in backend_cpu.c, one file per kind family. */
+extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
     cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,
     cpu_silu_kernel, cpu_hardswish_kernel, cpu_hardsigmoid_kernel, cpu_tanh_kernel, cpu_conv_transpose2d_kernel,

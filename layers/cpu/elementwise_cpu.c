@@ -15,8 +15,9 @@ static void affine_span(const float *x, float *y, int64_t n, float scale, float 
         y[i] = x[i] * scale + shift;
 }
 
-static void bn_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void bn_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     (void)state;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
@@ -41,9 +42,10 @@ static void bn_run(const layer *l, void *state, const float *const *ins, const f
             out[i] = (expr);                                                                        \
         }                                                                                           \
     }                                                                                               \
-    static void fn(const layer *l, void *state, const float *const *in, const float *w, float *out) \
+    static void fn(void *env, const layer *l, void *state, const float *const *in, const float *w,         \
+                   float *out)                                                                      \
     {                                                                                               \
-        (void)state, (void)w;                                                                       \
+        (void)env, (void)state, (void)w;                                                            \
         const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
         int64_t n = shape_numel(&l->out);                                                           \
         if (n <= CPU_PARALLEL_MIN) {                                                                \
@@ -78,12 +80,13 @@ static bool is_plane_scale(const shape_t *s, const shape_t *out)
     return s->rank == 4 && s->d[0] == out->d[0] && s->d[1] == out->d[1] && s->d[2] == 1 && s->d[3] == 1;
 }
 
-static void mul_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void mul_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
 {
+    (void)env;
     const shape_t *o = &l->out;
     int64_t n = shape_numel(o);
     if (shape_equal(&l->ins[0], &l->ins[1])) {
-        mul_same_run(l, state, in, w, out);
+        mul_same_run(env, l, state, in, w, out);
         return;
     }
     int scale = is_plane_scale(&l->ins[0], o) && shape_equal(&l->ins[1], o)   ? 0
@@ -103,9 +106,9 @@ static void mul_run(const layer *l, void *state, const float *const *in, const f
 }
 
 /* concat: each input's block of every outer index is copied to its place. */
-static void concat_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void concat_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
 {
-    (void)state, (void)w;
+    (void)env, (void)state, (void)w;
     int64_t outer = 1, inner = 1, dim = l->p.dim;
     for (int64_t i = 0; i < dim; i++)
         outer *= l->out.d[i];
@@ -123,20 +126,20 @@ static void concat_run(const layer *l, void *state, const float *const *in, cons
         });
 }
 
-static void view_run(const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void view_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
 {
-    (void)l, (void)state, (void)in, (void)w, (void)out;
+    (void)env, (void)l, (void)state, (void)in, (void)w, (void)out;
 }
 
-const cpu_kernel cpu_batchnorm2d_kernel = {.run = bn_run, .impl = "direct"};
-const cpu_kernel cpu_relu_kernel = {.run = relu_run, .impl = "direct"};
-const cpu_kernel cpu_relu6_kernel = {.run = relu6_run, .impl = "direct"};
-const cpu_kernel cpu_sigmoid_kernel = {.run = sigmoid_run, .impl = "direct"};
-const cpu_kernel cpu_silu_kernel = {.run = silu_run, .impl = "direct"};
-const cpu_kernel cpu_hardsigmoid_kernel = {.run = hardsigmoid_run, .impl = "direct"};
-const cpu_kernel cpu_hardswish_kernel = {.run = hardswish_run, .impl = "direct"};
-const cpu_kernel cpu_tanh_kernel = {.run = tanh_run, .impl = "direct"};
-const cpu_kernel cpu_add_kernel = {.run = add_run, .impl = "direct"};
-const cpu_kernel cpu_mul_kernel = {.run = mul_run, .impl = "direct"};
-const cpu_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
-const cpu_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};
+const backend_kernel cpu_batchnorm2d_kernel = {.run = bn_run, .impl = "direct"};
+const backend_kernel cpu_relu_kernel = {.run = relu_run, .impl = "direct"};
+const backend_kernel cpu_relu6_kernel = {.run = relu6_run, .impl = "direct"};
+const backend_kernel cpu_sigmoid_kernel = {.run = sigmoid_run, .impl = "direct"};
+const backend_kernel cpu_silu_kernel = {.run = silu_run, .impl = "direct"};
+const backend_kernel cpu_hardsigmoid_kernel = {.run = hardsigmoid_run, .impl = "direct"};
+const backend_kernel cpu_hardswish_kernel = {.run = hardswish_run, .impl = "direct"};
+const backend_kernel cpu_tanh_kernel = {.run = tanh_run, .impl = "direct"};
+const backend_kernel cpu_add_kernel = {.run = add_run, .impl = "direct"};
+const backend_kernel cpu_mul_kernel = {.run = mul_run, .impl = "direct"};
+const backend_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
+const backend_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};

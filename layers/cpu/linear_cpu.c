@@ -27,17 +27,19 @@ typedef struct linear_state {
     float *a;           /* the rows, packed per run: [row tile][F][mr] */
 } linear_state;
 
-static void linear_free(void *state)
+static void linear_free(void *env, void *state)
 {
+    (void)env;
     linear_state *s = state;
     if (s)
         free(s->wp), free(s->a);
     free(s);
 }
 
-static bench_status linear_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl,
+static bench_status linear_setup(void *env, const layer *l, const float *w, void **state, char *impl,
                                  size_t impl_len, int64_t *workspace_bytes)
 {
+    cpu_choices *search = cpu_env_choices(env);
     (void)search;
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
     linear_state *s = calloc(1, sizeof *s);
@@ -50,7 +52,7 @@ static bench_status linear_setup(const layer *l, const float *w, cpu_choices *se
         s->wp = bench_alloc_floats(np * f * g->nr);
         s->a = bench_alloc_floats(tiles * f * g->mr);
         if (!s->wp || !s->a) {
-            linear_free(s);
+            linear_free(NULL, s);
             return BENCH_ERR_NOMEM;
         }
         for (int64_t ip = 0; ip < np; ip++)
@@ -85,8 +87,9 @@ static void linear_panels(const linear_state *s, int64_t n, int64_t f, int64_t o
             }
 }
 
-static void linear_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void linear_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const linear_state *s = state;
     const float *in = ins[0];
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
@@ -116,4 +119,4 @@ static void linear_run(const layer *l, void *state, const float *const *ins, con
                     (blasint)f, w, (blasint)f, beta, out, (blasint)o);
 }
 
-const cpu_kernel cpu_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};
+const backend_kernel cpu_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};

@@ -103,8 +103,9 @@ static void maxpool_plane_taps(const layer *l, const float *src, float *dst)
     }
 }
 
-static void maxpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void maxpool_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
     const layer_params *p = &l->p;
@@ -131,8 +132,9 @@ static void maxpool_run(const layer *l, void *state, const float *const *ins, co
         });
 }
 
-static void avgpool_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void avgpool_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
     const layer_params *p = &l->p;
@@ -270,8 +272,9 @@ static void adaptive_plane(const float *src, int64_t h, int64_t wd, float *dst, 
     }
 }
 
-static void adaptive_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void adaptive_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
@@ -294,6 +297,6 @@ static void adaptive_run(const layer *l, void *state, const float *const *ins, c
             adaptive_plane(in + pl * h * wd, h, wd, out + pl * oh * ow, oh, ow););
 }
 
-const cpu_kernel cpu_maxpool2d_kernel = {.run = maxpool_run, .impl = "direct"};
-const cpu_kernel cpu_avgpool2d_kernel = {.run = avgpool_run, .impl = "direct"};
-const cpu_kernel cpu_adaptive_avgpool2d_kernel = {.run = adaptive_run, .impl = "direct"};
+const backend_kernel cpu_maxpool2d_kernel = {.run = maxpool_run, .impl = "direct"};
+const backend_kernel cpu_avgpool2d_kernel = {.run = avgpool_run, .impl = "direct"};
+const backend_kernel cpu_adaptive_avgpool2d_kernel = {.run = adaptive_run, .impl = "direct"};

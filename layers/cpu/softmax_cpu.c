@@ -40,8 +40,9 @@ static void softmax_strided(const float *x, float *y, int64_t n, int64_t inner)
         y[i * inner] *= inv;
 }
 
-static void softmax_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void softmax_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
     int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
@@ -59,4 +60,4 @@ static void softmax_run(const layer *l, void *state, const float *const *ins, co
         });
 }
 
-const cpu_kernel cpu_softmax_kernel = {.run = softmax_run, .impl = "direct"};
+const backend_kernel cpu_softmax_kernel = {.run = softmax_run, .impl = "direct"};

@@ -44,9 +44,9 @@ static void layernorm_row(const float *x, float *y, int64_t d, const float *gamm
     }
 }
 
-static void layernorm_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void layernorm_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state;
+    (void)env, (void)state;
     const float *in = ins[0];
     int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
     const float *gamma = l->p.affine ? w : NULL, *beta = l->n_weight_floats > d ? w + d : NULL;
@@ -76,9 +76,9 @@ static void gelu_span(const float *in, float *out, int64_t n, bool tanh_approx)
     }
 }
 
-static void gelu_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void gelu_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)w;
+    (void)env, (void)state, (void)w;
     const float *in = ins[0];
     int64_t n = shape_numel(&l->in);
     bool tanh_approx = l->p.mode == GELU_TANH;
@@ -108,8 +108,9 @@ typedef struct mha_state {
     double part_s[5];/* the last run: in_proj, qk, softmax, av, out_proj */
 } mha_state;
 
-static bench_status mha_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t len, int64_t *ws)
+static bench_status mha_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t len, int64_t *ws)
 {
+    cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim;
     mha_state *m = calloc(1, sizeof *m);
@@ -130,8 +131,9 @@ static bench_status mha_setup(const layer *l, const float *w, cpu_choices *searc
     return BENCH_OK;
 }
 
-static void mha_free(void *state)
+static void mha_free(void *env, void *state)
 {
+    (void)env;
     mha_state *m = state;
     if (m)
         free(m->qkv), free(m->heads), free(m->scores), free(m->steps);
@@ -168,8 +170,9 @@ static void mha_head(const float *q, const float *k, const float *v, float *sc, 
     }
 }
 
-static void mha_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void mha_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     mha_state *m = state;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, dh = e / h;
     const float *in_w, *in_b, *out_w, *out_b;
@@ -203,22 +206,24 @@ static void mha_run(const layer *l, void *state, const float *const *ins, const 
     }
 }
 
-static bool mha_parts_enable(void *state, bool on)
+static bool mha_parts_enable(void *env, void *state, bool on)
 {
+    (void)env;
     ((mha_state *)state)->parts = on;
     return true;
 }
 
-static void mha_parts_read(void *state, double *seconds)
+static void mha_parts_read(void *env, void *state, double *seconds)
 {
+    (void)env;
     memcpy(seconds, ((mha_state *)state)->part_s, sizeof ((mha_state *)state)->part_s);
 }
 
 /* ---- the token kinds -------------------------------------------------------------------------- */
 
-static void transpose_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void transpose_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)w;
+    (void)env, (void)state, (void)w;
     const float *in = ins[0];
     int64_t outer, a, mid, b, inner;
     layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
@@ -239,9 +244,9 @@ static void transpose_run(const layer *l, void *state, const float *const *ins, 
             });
 }
 
-static void class_token_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void class_token_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state;
+    (void)env, (void)state;
     int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
     CPU_OMP_IF(n * s * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t b = 0; b < n; b++) {
@@ -250,9 +255,9 @@ static void class_token_run(const layer *l, void *state, const float *const *ins
         });
 }
 
-static void pos_embedding_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void pos_embedding_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state;
+    (void)env, (void)state;
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
     CPU_OMP_IF(n * sd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
@@ -260,20 +265,20 @@ static void pos_embedding_run(const layer *l, void *state, const float *const *i
             cpu_add_span(in + b * sd, w, out + b * sd, sd););
 }
 
-static void select_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void select_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
-    (void)state, (void)w;
+    (void)env, (void)state, (void)w;
     int64_t outer, size, inner;
     layer_select_dims(l, &outer, &size, &inner);
     for (int64_t o = 0; o < outer; o++)
         memcpy(out + o * inner, ins[0] + (o * size + l->p.index) * inner, (size_t)inner * sizeof *out);
 }
 
-const cpu_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
-const cpu_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
-const cpu_kernel cpu_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
+const backend_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
+const backend_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
+const backend_kernel cpu_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read};
-const cpu_kernel cpu_transpose_kernel = {.run = transpose_run, .impl = "blocked copy"};
-const cpu_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "copy"};
-const cpu_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};
-const cpu_kernel cpu_select_kernel = {.run = select_run, .impl = "copy"};
+const backend_kernel cpu_transpose_kernel = {.run = transpose_run, .impl = "blocked copy"};
+const backend_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "copy"};
+const backend_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};
+const backend_kernel cpu_select_kernel = {.run = select_run, .impl = "copy"};

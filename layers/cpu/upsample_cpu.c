@@ -9,16 +9,18 @@ typedef struct upsample_state {
     float *ly, *lx;               /* bilinear: the weight of y1, x1 */
 } upsample_state;
 
-static void upsample_free(void *state)
+static void upsample_free(void *env, void *state)
 {
+    (void)env;
     upsample_state *s = state;
     if (s)
         free(s->y0), free(s->y1), free(s->x0), free(s->x1), free(s->ly), free(s->lx);
     free(s);
 }
 
-static bench_status upsample_setup(const layer *l, const float *w, cpu_choices *search, void **state, char *impl, size_t impl_len, int64_t *ws)
+static bench_status upsample_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len, int64_t *ws)
 {
+    cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;
     int64_t oh = l->out.d[2], ow = l->out.d[3];
     upsample_state *s = calloc(1, sizeof *s);
@@ -28,7 +30,7 @@ static bench_status upsample_setup(const layer *l, const float *w, cpu_choices *
     s->x0 = malloc((size_t)ow * sizeof *s->x0), s->x1 = malloc((size_t)ow * sizeof *s->x1);
     s->ly = malloc((size_t)oh * sizeof *s->ly), s->lx = malloc((size_t)ow * sizeof *s->lx);
     if (!s->y0 || !s->y1 || !s->x0 || !s->x1 || !s->ly || !s->lx) {
-        upsample_free(s);
+        upsample_free(NULL, s);
         return BENCH_ERR_NOMEM;
     }
     for (int a = 0; a < 2; a++) {
@@ -49,8 +51,9 @@ static bench_status upsample_setup(const layer *l, const float *w, cpu_choices *
     return BENCH_OK;
 }
 
-static void upsample_run(const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void upsample_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
 {
+    (void)env;
     const upsample_state *s = state;
     (void)w;
     int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
@@ -77,4 +80,4 @@ static void upsample_run(const layer *l, void *state, const float *const *ins, c
         });
 }
 
-const cpu_kernel cpu_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free};
+const backend_kernel cpu_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free};

@@ -7,39 +7,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "cuda_env.h"
 
-static const cuda_kernel *const cuda_kernels[LAYER_KIND_COUNT] = {
-    [LAYER_CONV2D] = &cuda_conv2d_kernel,
-    [LAYER_BATCHNORM2D] = &cuda_batchnorm2d_kernel,
-    [LAYER_RELU] = &cuda_activation_kernel,
-    [LAYER_RELU6] = &cuda_activation_kernel,
-    [LAYER_SIGMOID] = &cuda_activation_kernel,
-    [LAYER_MAXPOOL2D] = &cuda_pool_kernel,
-    [LAYER_AVGPOOL2D] = &cuda_pool_kernel,
-    [LAYER_ADAPTIVE_AVGPOOL2D] = &cuda_pool_kernel,
-    [LAYER_FLATTEN] = &cuda_view_kernel,
-    [LAYER_LINEAR] = &cuda_linear_kernel,
-    [LAYER_DROPOUT] = &cuda_view_kernel,
-    [LAYER_SOFTMAX] = &cuda_softmax_kernel,
-    [LAYER_ADD] = &cuda_add_kernel,
-    [LAYER_MUL] = &cuda_mul_kernel,
-    [LAYER_CONCAT] = &cuda_concat_kernel,
-    [LAYER_SILU] = &cuda_activation_kernel,
-    [LAYER_HARDSWISH] = &cuda_hard_activation_kernel,
-    [LAYER_HARDSIGMOID] = &cuda_hard_activation_kernel,
-    [LAYER_TANH] = &cuda_activation_kernel,
-    [LAYER_STOCHASTIC_DEPTH] = &cuda_view_kernel,
-    [LAYER_CONV_TRANSPOSE2D] = &cuda_conv_transpose2d_kernel,
-    [LAYER_UPSAMPLE] = &cuda_upsample_kernel,
-    [LAYER_LAYERNORM] = &cuda_layernorm_kernel,
-    [LAYER_GELU] = &cuda_gelu_kernel,
-    [LAYER_MULTIHEAD_ATTENTION] = &cuda_multihead_attention_kernel,
-    [LAYER_TRANSPOSE] = &cuda_transpose_kernel,
-    [LAYER_CLASS_TOKEN] = &cuda_class_token_kernel,
-    [LAYER_POS_EMBEDDING] = &cuda_pos_embedding_kernel,
-    [LAYER_SELECT] = &cuda_select_kernel,
+/* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
+ * here (docs/architecture.md); a cell left empty is an unsupported row. */
+static const backend_kernel_table cuda_kernels = {
+    [LAYER_CONV2D][DTYPE_FP32] = {&cuda_conv2d_kernel},
+    [LAYER_BATCHNORM2D][DTYPE_FP32] = {&cuda_batchnorm2d_kernel},
+    [LAYER_RELU][DTYPE_FP32] = {&cuda_activation_kernel},
+    [LAYER_RELU6][DTYPE_FP32] = {&cuda_activation_kernel},
+    [LAYER_SIGMOID][DTYPE_FP32] = {&cuda_activation_kernel},
+    [LAYER_MAXPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
+    [LAYER_AVGPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
+    [LAYER_ADAPTIVE_AVGPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
+    [LAYER_FLATTEN][DTYPE_FP32] = {&cuda_view_kernel},
+    [LAYER_LINEAR][DTYPE_FP32] = {&cuda_linear_kernel},
+    [LAYER_DROPOUT][DTYPE_FP32] = {&cuda_view_kernel},
+    [LAYER_SOFTMAX][DTYPE_FP32] = {&cuda_softmax_kernel},
+    [LAYER_ADD][DTYPE_FP32] = {&cuda_add_kernel},
+    [LAYER_MUL][DTYPE_FP32] = {&cuda_mul_kernel},
+    [LAYER_CONCAT][DTYPE_FP32] = {&cuda_concat_kernel},
+    [LAYER_SILU][DTYPE_FP32] = {&cuda_activation_kernel},
+    [LAYER_HARDSWISH][DTYPE_FP32] = {&cuda_hard_activation_kernel},
+    [LAYER_HARDSIGMOID][DTYPE_FP32] = {&cuda_hard_activation_kernel},
+    [LAYER_TANH][DTYPE_FP32] = {&cuda_activation_kernel},
+    [LAYER_STOCHASTIC_DEPTH][DTYPE_FP32] = {&cuda_view_kernel},
+    [LAYER_CONV_TRANSPOSE2D][DTYPE_FP32] = {&cuda_conv_transpose2d_kernel},
+    [LAYER_UPSAMPLE][DTYPE_FP32] = {&cuda_upsample_kernel},
+    [LAYER_LAYERNORM][DTYPE_FP32] = {&cuda_layernorm_kernel},
+    [LAYER_GELU][DTYPE_FP32] = {&cuda_gelu_kernel},
+    [LAYER_MULTIHEAD_ATTENTION][DTYPE_FP32] = {&cuda_multihead_attention_kernel},
+    [LAYER_TRANSPOSE][DTYPE_FP32] = {&cuda_transpose_kernel},
+    [LAYER_CLASS_TOKEN][DTYPE_FP32] = {&cuda_class_token_kernel},
+    [LAYER_POS_EMBEDDING][DTYPE_FP32] = {&cuda_pos_embedding_kernel},
+    [LAYER_SELECT][DTYPE_FP32] = {&cuda_select_kernel},
 };
 
 typedef struct cuda_ctx {
@@ -64,11 +65,6 @@ typedef struct cuda_ctx {
     int n_marks;
     char *description;
 } cuda_ctx;
-
-typedef struct cuda_layer {
-    const cuda_kernel *k;
-    void *kstate;
-} cuda_layer;
 
 /* ---- NVML, loaded at run time (it ships with the driver, not the toolkit) ----------- */
 
@@ -378,56 +374,8 @@ static void cuda_flush_cache(void *ctx)
     CUDA_OK(&c->env, cudaMemsetAsync(c->flush, c->flush_value, c->flush_bytes, c->env.stream));
 }
 
-static bench_status cuda_layer_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
-                                     size_t impl_len, int64_t *workspace_bytes)
-{
-    cuda_ctx *c = ctx;
-    const cuda_kernel *k = cuda_kernels[l->kind];
-    *workspace_bytes = 0;
-    if (!k)
-        return BENCH_ERR_UNSUPPORTED;
-    cuda_layer *cl = xcalloc(1, sizeof *cl);
-    cl->k = k;
-    impl[0] = 0;
-    bench_status st = k->setup(&c->env, l, w, &cl->kstate, impl, impl_len, workspace_bytes);
-    if (st == BENCH_OK && c->env.failed)
-        st = BENCH_ERR_BACKEND;
-    if (st == BENCH_ERR_UNSUPPORTED && !impl[0])
-        snprintf(impl, impl_len, "cuDNN/cuBLAS cannot run this configuration");
-    if (st != BENCH_OK) {
-        free(cl);
-        return st;
-    }
-    *state = cl;
-    return BENCH_OK;
-}
-
-static void cuda_layer_run(void *ctx, void *state, const float *const *in, float *out)
-{
-    cuda_layer *cl = state;
-    cl->k->run(&((cuda_ctx *)ctx)->env, cl->kstate, in, out);
-}
-
-static bool cuda_parts_enable(void *ctx, void *state, bool on)
-{
-    cuda_layer *cl = state;
-    return cl->k->parts_enable && cl->k->parts_enable(&((cuda_ctx *)ctx)->env, cl->kstate, on);
-}
-
-static void cuda_parts_read(void *ctx, void *state, double *seconds)
-{
-    cuda_layer *cl = state;
-    cl->k->parts_read(&((cuda_ctx *)ctx)->env, cl->kstate, seconds);
-}
-
-static void cuda_layer_free(void *ctx, void *state)
-{
-    cuda_layer *cl = state;
-    if (!cl)
-        return;
-    cl->k->free(&((cuda_ctx *)ctx)->env, cl->kstate);
-    free(cl);
-}
+/* The kernels' env: the library handles and the stream (cuda_env.h). */
+static void *cuda_kernel_env(void *ctx) { return &((cuda_ctx *)ctx)->env; }
 
 static bench_status cuda_graph_begin(void *ctx)
 {
@@ -460,17 +408,6 @@ static void cuda_graph_free(void *ctx, void *graph)
     (void)ctx;
     if (graph)
         cudaGraphExecDestroy((cudaGraphExec_t)graph);
-}
-
-/* FP32 on the GPU: cuDNN's FFT and Winograd algorithms round differently from a direct
- * sum, so convolutions get 1e-4; TF32 keeps 10 bits of mantissa: 5e-3. Exact kinds
- * (relu, max pooling, add, views) stay exact; the rest get 1e-5. */
-static double cuda_tolerance(void *ctx, const layer *l)
-{
-    double t = layer_desc_get(l->kind)->tolerance;
-    if (l->kind == LAYER_CONV2D || l->kind == LAYER_CONV_TRANSPOSE2D || l->kind == LAYER_LINEAR)
-        return ((cuda_ctx *)ctx)->env.tf32 ? 5e-3 : 1e-4;
-    return t == 0.0 ? 0.0 : t > 1e-5 ? t : 1e-5;
 }
 
 static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->env.error; }
@@ -574,36 +511,14 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
 
 const backend_ops backend_cuda_ops = {
     .name = "cuda",
-    .init = cuda_init,
-    .free = cuda_free,
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .upload = cuda_upload,
-    .download = cuda_download,
-    .sync = cuda_sync,
-    .timer_start = cuda_timer_start,
-    .timer_stop = cuda_timer_stop,
-    .flush_cache = cuda_flush_cache,
-    .layer_setup = cuda_layer_setup,
-    .layer_run = cuda_layer_run,
-    .layer_free = cuda_layer_free,
-    .thread_count = NULL, /* optional: not a CPU backend */
-    .describe = cuda_describe,
     .device_memory = true,
-    .graph_begin = cuda_graph_begin,
-    .graph_end = cuda_graph_end,
-    .graph_launch = cuda_graph_launch,
-    .graph_free = cuda_graph_free,
-    .hold = cuda_hold,
-    .marks_prepare = cuda_marks_prepare,
-    .timer_mark = cuda_timer_mark,
-    .marks_read = cuda_marks_read,
-    .parts_enable = cuda_parts_enable,
-    .parts_read = cuda_parts_read,
-    .warnings = cuda_warnings,
-    .mem_available = cuda_mem_available,
-    .tolerance = cuda_tolerance,
-    .last_error = cuda_last_error,
-    .clear_error = cuda_clear_error,
-    .peaks = cuda_peaks,
+    .device = {.init = cuda_init, .free = cuda_free, .alloc = cuda_alloc, .release = cuda_release,
+               .upload = cuda_upload, .download = cuda_download, .sync = cuda_sync,
+               .mem_available = cuda_mem_available, .describe = cuda_describe, .warnings = cuda_warnings,
+               .peaks = cuda_peaks, .last_error = cuda_last_error, .clear_error = cuda_clear_error},
+    .timing = {.timer_start = cuda_timer_start, .timer_stop = cuda_timer_stop, .hold = cuda_hold,
+               .flush_cache = cuda_flush_cache, .marks_prepare = cuda_marks_prepare, .timer_mark = cuda_timer_mark,
+               .marks_read = cuda_marks_read, .graph_begin = cuda_graph_begin, .graph_end = cuda_graph_end,
+               .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free},
+    .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env},
 };

@@ -77,8 +77,9 @@ static const char *math_name(cudnnMathType_t m)
     }
 }
 
-static void conv_free(cuda_env *env, void *state)
+static void conv_free(void *ctx, void *state)
 {
+    cuda_env *env = ctx;
     conv_cuda *c = state;
     if (!c)
         return;
@@ -347,9 +348,10 @@ static bool take(cuda_env *env, conv_cuda *c, int algo, cudnnMathType_t math)
     return true;
 }
 
-static bench_status conv_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status conv_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
+    cuda_env *env = ctx;
     const layer_params *p = &l->p;
     conv_cuda *c = calloc(1, sizeof *c);
     candidate *perf = NULL;
@@ -431,8 +433,10 @@ fail:
     return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
 }
 
-static void conv_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void conv_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     const float *in = ins[0];
     conv_cuda *c = state;
     const float one = 1.0f, zero = 0.0f;
@@ -448,5 +452,5 @@ static void conv_run(cuda_env *env, void *state, const float *const *ins, float 
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, c->b, c->bias, &one, c->y, out));
 }
 
-const cuda_kernel cuda_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};
-const cuda_kernel cuda_conv_transpose2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free};
+const backend_kernel cuda_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free, .tolerance = cuda_gemm_tolerance};
+const backend_kernel cuda_conv_transpose2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free, .tolerance = cuda_gemm_tolerance};

@@ -85,3 +85,62 @@ bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_
            CUDNN_OK(env, cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d[0], (int)d[1],
                                                     (int)d[2], (int)d[3]));
 }
+
+/* ---- the state of the kinds cuDNN runs in one call (elementwise_cuda.c, softmax_cuda.c) ---- */
+
+void cuda_simple_free(void *ctx, void *state)
+{
+    (void)ctx;
+    cuda_simple *s = state;
+    if (!s)
+        return;
+    cudnnDestroyTensorDescriptor(s->x), cudnnDestroyTensorDescriptor(s->y), cudnnDestroyTensorDescriptor(s->extra);
+    cudnnDestroyActivationDescriptor(s->act);
+    cudnnDestroyOpTensorDescriptor(s->op);
+    free(s);
+}
+
+/* Allocates the state with input and output descriptors; NULL with *st set (and the
+ * reason in impl when unsupported) on failure. */
+cuda_simple *cuda_simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
+                               size_t len)
+{
+    cuda_simple *s = calloc(1, sizeof *s);
+    *st = BENCH_ERR_NOMEM;
+    if (!s)
+        return NULL;
+    if (!cuda_tensor_desc(env, &s->x, in, impl, len) || !cuda_tensor_desc(env, &s->y, out, impl, len)) {
+        *st = env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+        cuda_simple_free(env, s);
+        return NULL;
+    }
+    *st = BENCH_OK;
+    return s;
+}
+
+bench_status cuda_simple_finish(cuda_env *env, cuda_simple *s, bool ok, void **state, char *impl, size_t len,
+                           const char *name)
+{
+    if (!ok) {
+        cuda_simple_free(env, s);
+        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+    }
+    snprintf(impl, len, "%s", name);
+    *state = s;
+    return BENCH_OK;
+}
+
+/* ---- tolerances ------------------------------------------------------------------------- */
+
+double cuda_gemm_tolerance(void *env, const layer *l)
+{
+    (void)l;
+    return ((cuda_env *)env)->tf32 ? 5e-3 : 1e-4;
+}
+
+double cuda_float_tolerance(void *env, const layer *l)
+{
+    (void)env;
+    double t = layer_desc_get(l->kind)->tolerance;
+    return t == 0.0 ? 0.0 : t > 1e-5 ? t : 1e-5;
+}

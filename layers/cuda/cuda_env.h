@@ -10,8 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "layer.h"
-#include "util.h"
+#include "backend.h"
 
 typedef enum cuda_algo_mode {
     CUDA_ALGO_SEARCH,     /* cudnnFind...: time the candidates once, like cudnn.benchmark = True */
@@ -131,25 +130,34 @@ cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const floa
 cudaError_t cuda_hold_launch(cudaStream_t stream, const volatile int *release, volatile int *timed_out,
                              unsigned long long timeout_ns);
 
-/* The per-kind implementation table entry, as on the CPU (layers/cpu/cpu_kernels.h). */
-typedef struct cuda_kernel {
-    /* Untimed: descriptors, algorithm choice, workspace. BENCH_ERR_UNSUPPORTED when
-     * cuDNN/cuBLAS cannot do this configuration (e.g. a transposed convolution whose
-     * output_padding is not below its stride); the reason goes into impl. */
-    bench_status (*setup)(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
-                          int64_t *workspace_bytes);
-    /* Enqueues the layer on env->stream, reading in[0..l->n_inputs): no allocation, no
-     * synchronisation. */
-    void (*run)(cuda_env *env, void *state, const float *const *in, float *out);
-    void (*free)(cuda_env *env, void *state);
-    /* Optional (kinds with layer_parts()): events between the parts of later runs, on or
-     * off (never on while a graph is captured), and the last run's seconds per part
-     * once the stream has passed them (backend_ops.parts_enable). */
-    bool (*parts_enable)(cuda_env *env, void *state, bool on);
-    void (*parts_read)(cuda_env *env, void *state, double *seconds);
-} cuda_kernel;
+/* The state of a kind cuDNN runs in one call (elementwise_cuda.c, softmax_cuda.c): its
+ * descriptors and what the call reads. cuda_simple_new allocates it with input and output
+ * descriptors (NULL with *st set, and the reason in impl when unsupported);
+ * cuda_simple_finish hands it on as *state with impl = name when ok, else frees it and
+ * returns the failure; cuda_simple_free(ctx, NULL) is a no-op. */
+typedef struct cuda_simple {
+    cudnnTensorDescriptor_t x, y, extra;   /* extra: bn's per-channel descriptor */
+    cudnnActivationDescriptor_t act;
+    cudnnOpTensorDescriptor_t op;
+    const float *w;
+    double eps;
+    int c;                                  /* channels (bn) */
+} cuda_simple;
+cuda_simple *cuda_simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
+                             size_t len);
+bench_status cuda_simple_finish(cuda_env *env, cuda_simple *s, bool ok, void **state, char *impl, size_t len,
+                                const char *name);
+void cuda_simple_free(void *ctx, void *state);
 
-extern const cuda_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,
+/* Relative errors accepted against the reference. FP32 on the GPU: cuDNN's FFT and
+ * Winograd algorithms round differently from a direct sum, so convolutions (and linear
+ * layers) get 1e-4; TF32 keeps 10 bits of mantissa: 5e-3. Exact kinds (relu, max
+ * pooling, add, views) stay exact; the rest get 1e-5. */
+double cuda_gemm_tolerance(void *env, const layer *l);
+double cuda_float_tolerance(void *env, const layer *l);
+
+/* The kernels of the table in backend_cuda.c, one file per kind family. */
+extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,
     cuda_view_kernel, cuda_linear_kernel, cuda_softmax_kernel, cuda_add_kernel, cuda_mul_kernel, cuda_concat_kernel,
     cuda_hard_activation_kernel, cuda_conv_transpose2d_kernel, cuda_upsample_kernel, cuda_layernorm_kernel,
     cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,

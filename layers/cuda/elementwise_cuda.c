@@ -1,5 +1,5 @@
 /* Memory-bound kinds: through cuDNN batchnorm2d (inference), relu / relu6 / sigmoid /
- * silu (cuDNN's swish) / tanh, softmax, add and mul (cudnnOpTensor, mul broadcasting one
+ * silu (cuDNN's swish) / tanh, add and mul (cudnnOpTensor, mul broadcasting one
  * input); hardswish and hardsigmoid through our own kernel (cuda_kernels.cu); concat as
  * one strided device copy per input; and the views (flatten, dropout, stochastic_depth:
  * nothing to run). */
@@ -7,83 +7,35 @@
 
 #include "cuda_env.h"
 
-typedef struct simple_cuda {
-    cudnnTensorDescriptor_t x, y, extra;   /* extra: bn's per-channel descriptor */
-    cudnnActivationDescriptor_t act;
-    cudnnOpTensorDescriptor_t op;
-    const float *w;
-    double eps;
-    int c;                                  /* channels (bn) */
-} simple_cuda;
-
-static void simple_free(cuda_env *env, void *state)
-{
-    (void)env;
-    simple_cuda *s = state;
-    if (!s)
-        return;
-    cudnnDestroyTensorDescriptor(s->x), cudnnDestroyTensorDescriptor(s->y), cudnnDestroyTensorDescriptor(s->extra);
-    cudnnDestroyActivationDescriptor(s->act);
-    cudnnDestroyOpTensorDescriptor(s->op);
-    free(s);
-}
-
-/* Allocates the state with input and output descriptors; NULL with *st set (and the
- * reason in impl when unsupported) on failure. */
-static simple_cuda *simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
-                               size_t len)
-{
-    simple_cuda *s = calloc(1, sizeof *s);
-    *st = BENCH_ERR_NOMEM;
-    if (!s)
-        return NULL;
-    if (!cuda_tensor_desc(env, &s->x, in, impl, len) || !cuda_tensor_desc(env, &s->y, out, impl, len)) {
-        *st = env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
-        simple_free(env, s);
-        return NULL;
-    }
-    *st = BENCH_OK;
-    return s;
-}
-
-static bench_status finish(cuda_env *env, simple_cuda *s, bool ok, void **state, char *impl, size_t len,
-                           const char *name)
-{
-    if (!ok) {
-        simple_free(env, s);
-        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
-    }
-    snprintf(impl, len, "%s", name);
-    *state = s;
-    return BENCH_OK;
-}
-
 /* ---- batchnorm2d ------------------------------------------------------------------------ */
 
-static bench_status bn_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status bn_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                              int64_t *ws)
 {
+    cuda_env *env = ctx;
     bench_status st;
     (void)ws;
     if (l->p.eps < CUDNN_BN_MIN_EPSILON) {
         snprintf(impl, len, "eps below cuDNN's minimum %g", CUDNN_BN_MIN_EPSILON);
         return BENCH_ERR_UNSUPPORTED;
     }
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     s->w = w;
     s->eps = l->p.eps;
     s->c = (int)l->in.d[1];
     shape_t per_channel = {4, {1, l->in.d[1], 1, 1}};
-    return finish(env, s, cuda_tensor_desc(env, &s->extra, &per_channel, impl, len), state, impl, len,
+    return cuda_simple_finish(env, s, cuda_tensor_desc(env, &s->extra, &per_channel, impl, len), state, impl, len,
                   "cudnnBatchNormalizationForwardInference");
 }
 
-static void bn_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void bn_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     const float *in = ins[0];
-    simple_cuda *s = state;
+    cuda_simple *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnBatchNormalizationForwardInference(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->x, in,
                                                           s->y, out, s->extra, s->w, s->w + s->c, s->w + 2 * s->c,
@@ -92,12 +44,13 @@ static void bn_run(cuda_env *env, void *state, const float *const *ins, float *o
 
 /* ---- activations ------------------------------------------------------------------------ */
 
-static bench_status act_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status act_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)w, (void)ws;
     bench_status st;
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
@@ -108,64 +61,41 @@ static bench_status act_setup(cuda_env *env, const layer *l, const float *w, voi
     bool ok = CUDNN_OK(env, cudnnCreateActivationDescriptor(&s->act)) &&
               CUDNN_OK(env, cudnnSetActivationDescriptor(s->act, mode, CUDNN_PROPAGATE_NAN, 6.0)) &&
               (mode != CUDNN_ACTIVATION_SWISH || CUDNN_OK(env, cudnnSetActivationDescriptorSwishBeta(s->act, 1.0)));
-    return finish(env, s, ok, state, impl, len, "cudnnActivationForward");
+    return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnActivationForward");
 }
 
-static void act_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void act_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     const float *in = ins[0];
-    simple_cuda *s = state;
+    cuda_simple *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnActivationForward(env->cudnn, s->act, &one, s->x, in, &zero, s->y, out));
 }
 
-/* ---- softmax: any dim, as [outer, n, inner, 1] in cuDNN's channel mode ------------------- */
-
-static bench_status softmax_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
-                                  size_t len, int64_t *ws)
-{
-    (void)w, (void)ws;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < l->p.dim; i++)
-        outer *= l->in.d[i];
-    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
-        inner *= l->in.d[i];
-    shape_t folded = {4, {outer, l->in.d[l->p.dim], inner, 1}};
-    bench_status st;
-    simple_cuda *s = simple_new(env, &folded, &folded, &st, impl, len);
-    if (!s)
-        return st;
-    return finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");
-}
-
-static void softmax_run(cuda_env *env, void *state, const float *const *ins, float *out)
-{
-    const float *in = ins[0];
-    simple_cuda *s = state;
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnSoftmaxForward(env->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, s->x, in,
-                                      &zero, s->y, out));
-}
-
 /* ---- add -------------------------------------------------------------------------------- */
 
-static bench_status add_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status add_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)w, (void)ws;
     bench_status st;
-    simple_cuda *s = simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     bool ok = CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&
               CUDNN_OK(env, cudnnSetOpTensorDescriptor(s->op, CUDNN_OP_TENSOR_ADD, CUDNN_DATA_FLOAT,
                                                        CUDNN_PROPAGATE_NAN));
-    return finish(env, s, ok, state, impl, len, "cudnnOpTensor");
+    return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnOpTensor");
 }
 
-static void add_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void add_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
-    simple_cuda *s = state;
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
+    cuda_simple *s = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnOpTensor(env->cudnn, s->op, &one, s->x, ins[0], &one, s->x, ins[1], &zero, s->y, out));
 }
@@ -177,9 +107,10 @@ typedef struct hard_cuda {
     int64_t n;
 } hard_cuda;
 
-static bench_status hard_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status hard_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)env, (void)w, (void)ws;
     hard_cuda *h = calloc(1, sizeof *h);
     if (!h)
@@ -191,28 +122,31 @@ static bench_status hard_setup(cuda_env *env, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void hard_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void hard_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     hard_cuda *h = state;
     CUDA_OK(env, cuda_hard_activation_launch(env->stream, h->swish, ins[0], out, h->n));
 }
 
-static void plain_free(cuda_env *env, void *state)
+static void plain_free(void *ctx, void *state)
 {
-    (void)env;
+    (void)ctx;
     free(state);
 }
 
 /* ---- mul: cudnnOpTensor, which broadcasts its second operand ------------------------------ */
 
 typedef struct mul_cuda {
-    simple_cuda *s;   /* x: the full operand (and output), extra: the broadcast one */
+    cuda_simple *s;   /* x: the full operand (and output), extra: the broadcast one */
     int full;         /* which input is the full one */
 } mul_cuda;
 
-static bench_status mul_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status mul_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)w, (void)ws;
     int full = shape_equal(&l->ins[0], &l->out) ? 0 : shape_equal(&l->ins[1], &l->out) ? 1 : -1;
     if (full < 0 || l->out.rank != 4) {
@@ -220,12 +154,12 @@ static bench_status mul_setup(cuda_env *env, const layer *l, const float *w, voi
         return BENCH_ERR_UNSUPPORTED;
     }
     bench_status st;
-    simple_cuda *s = simple_new(env, &l->out, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_new(env, &l->out, &l->out, &st, impl, len);
     if (!s)
         return st;
     mul_cuda *m = calloc(1, sizeof *m);
     if (!m) {
-        simple_free(env, s);
+        cuda_simple_free(env, s);
         return BENCH_ERR_NOMEM;
     }
     m->s = s;
@@ -235,7 +169,7 @@ static bench_status mul_setup(cuda_env *env, const layer *l, const float *w, voi
               CUDNN_OK(env, cudnnSetOpTensorDescriptor(s->op, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT,
                                                        CUDNN_PROPAGATE_NAN));
     if (!ok) {
-        simple_free(env, s);
+        cuda_simple_free(env, s);
         free(m);
         return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
     }
@@ -244,19 +178,22 @@ static bench_status mul_setup(cuda_env *env, const layer *l, const float *w, voi
     return BENCH_OK;
 }
 
-static void mul_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void mul_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     mul_cuda *m = state;
     const float one = 1.0f, zero = 0.0f;
     CUDNN_OK(env, cudnnOpTensor(env->cudnn, m->s->op, &one, m->s->x, ins[m->full], &one, m->s->extra, ins[1 - m->full],
                                 &zero, m->s->y, out));
 }
 
-static void mul_free(cuda_env *env, void *state)
+static void mul_free(void *ctx, void *state)
 {
+    cuda_env *env = ctx;
     mul_cuda *m = state;
     if (m)
-        simple_free(env, m->s);
+        cuda_simple_free(env, m->s);
     free(m);
 }
 
@@ -267,9 +204,10 @@ typedef struct concat_cuda {
     size_t outer, out_row, at[LAYER_MAX_INPUTS], row[LAYER_MAX_INPUTS]; /* bytes */
 } concat_cuda;
 
-static bench_status concat_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status concat_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                  size_t len, int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)env, (void)w, (void)ws;
     concat_cuda *c = calloc(1, sizeof *c);
     if (!c)
@@ -293,8 +231,10 @@ static bench_status concat_setup(cuda_env *env, const layer *l, const float *w, 
     return BENCH_OK;
 }
 
-static void concat_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void concat_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     concat_cuda *c = state;
     for (int k = 0; k < c->n; k++)
         CUDA_OK(env, cudaMemcpy2DAsync((char *)out + c->at[k], c->out_row, ins[k], c->row[k], c->row[k], c->outer,
@@ -303,28 +243,30 @@ static void concat_run(cuda_env *env, void *state, const float *const *ins, floa
 
 /* ---- views ------------------------------------------------------------------------------ */
 
-static bench_status view_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status view_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)env, (void)l, (void)w, (void)ws;
     snprintf(impl, len, "view");
     *state = NULL;
     return BENCH_OK;
 }
 
-static void view_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void view_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     const float *in = ins[0];
     (void)env, (void)state, (void)in, (void)out;
 }
 
-static void view_free(cuda_env *env, void *state) { (void)env, (void)state; }
+static void view_free(void *ctx, void *state) { (void)ctx, (void)state; }
 
-const cuda_kernel cuda_batchnorm2d_kernel = {.setup = bn_setup, .run = bn_run, .free = simple_free};
-const cuda_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, .free = simple_free};
-const cuda_kernel cuda_softmax_kernel = {.setup = softmax_setup, .run = softmax_run, .free = simple_free};
-const cuda_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = simple_free};
-const cuda_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free};
-const cuda_kernel cuda_hard_activation_kernel = {.setup = hard_setup, .run = hard_run, .free = plain_free};
-const cuda_kernel cuda_mul_kernel = {.setup = mul_setup, .run = mul_run, .free = mul_free};
-const cuda_kernel cuda_concat_kernel = {.setup = concat_setup, .run = concat_run, .free = plain_free};
+const backend_kernel cuda_batchnorm2d_kernel = {.setup = bn_setup, .run = bn_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_hard_activation_kernel = {.setup = hard_setup, .run = hard_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_mul_kernel = {.setup = mul_setup, .run = mul_run, .free = mul_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_concat_kernel = {.setup = concat_setup, .run = concat_run, .free = plain_free, .tolerance = cuda_float_tolerance};

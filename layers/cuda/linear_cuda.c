@@ -12,9 +12,9 @@ typedef struct linear_cuda {
     cudnnTensorDescriptor_t y, b;
 } linear_cuda;
 
-static void linear_free(cuda_env *env, void *state)
+static void linear_free(void *ctx, void *state)
 {
-    (void)env;
+    (void)ctx;
     linear_cuda *s = state;
     if (!s)
         return;
@@ -22,9 +22,10 @@ static void linear_free(cuda_env *env, void *state)
     free(s);
 }
 
-static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status linear_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                  size_t len, int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)ws;
     int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f;
     if (rows > INT_MAX || f > INT_MAX || l->p.out_features > INT_MAX) {
@@ -49,8 +50,10 @@ static bench_status linear_setup(cuda_env *env, const layer *l, const float *w, 
     return BENCH_OK;
 }
 
-static void linear_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void linear_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     const float *in = ins[0];
     linear_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
@@ -60,4 +63,4 @@ static void linear_run(cuda_env *env, void *state, const float *const *ins, floa
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, s->b, s->bias, &one, s->y, out));
 }
 
-const cuda_kernel cuda_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};
+const backend_kernel cuda_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free, .tolerance = cuda_gemm_tolerance};

@@ -17,8 +17,9 @@ typedef struct pool_cuda {
     int is_max;
 } pool_cuda;
 
-static void pool_free(cuda_env *env, void *state)
+static void pool_free(void *ctx, void *state)
 {
+    cuda_env *env = ctx;
     pool_cuda *p = state;
     if (!p)
         return;
@@ -85,9 +86,10 @@ static bench_status pool_setup_kernel(cuda_env *env, const layer *l, pool_cuda *
     return BENCH_OK;
 }
 
-static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status pool_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)w;
     const layer_params *lp = &l->p;
     int64_t k[2], s[2], pad[2];
@@ -142,8 +144,10 @@ static bench_status pool_setup(cuda_env *env, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void pool_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void pool_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     pool_cuda *p = state;
     if (p->tables) {
         int64_t *fy = p->tables, *ny = fy + p->oh, *fx = ny + p->oh, *nx = fx + p->ow;
@@ -156,4 +160,4 @@ static void pool_run(cuda_env *env, void *state, const float *const *ins, float 
     CUDNN_OK(env, cudnnPoolingForward(env->cudnn, p->pool, &one, p->x, ins[0], &zero, p->y, out));
 }
 
-const cuda_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free};
+const backend_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free, .tolerance = cuda_float_tolerance};

@@ -28,8 +28,9 @@ static void mha_event(cuda_env *env, mha_cuda *m, int i)
         CUDA_OK(env, cudaEventRecord(m->ev[i], env->stream));
 }
 
-static void mha_free(cuda_env *env, void *state)
+static void mha_free(void *ctx, void *state)
 {
+    cuda_env *env = ctx;
     mha_cuda *m = state;
     if (!m)
         return;
@@ -44,9 +45,10 @@ static void mha_free(cuda_env *env, void *state)
     free(m);
 }
 
-static bench_status mha_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status mha_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
+    cuda_env *env = ctx;
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
     if (n * h * s * s > INT_MAX || n * s * 3 * e > INT_MAX) {
         snprintf(impl, len, "attention scores beyond cuBLAS's and cuDNN's int");
@@ -99,8 +101,10 @@ static bench_status mha_setup(cuda_env *env, const layer *l, const float *w, voi
     return BENCH_OK;
 }
 
-static void mha_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void mha_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     mha_cuda *m = state;
     const float one = 1.0f, zero = 0.0f, scale = (float)(1.0 / sqrt((double)m->dh));
     int ns = m->n * m->s, e = m->e, s = m->s, batch = m->n * m->h;
@@ -132,8 +136,9 @@ static void mha_run(cuda_env *env, void *state, const float *const *ins, float *
     mha_event(env, m, 5);
 }
 
-static bool mha_parts_enable(cuda_env *env, void *state, bool on)
+static bool mha_parts_enable(void *ctx, void *state, bool on)
 {
+    cuda_env *env = ctx;
     mha_cuda *m = state;
     for (int i = 0; on && i < 6; i++)
         if (!m->ev[i] && !CUDA_OK(env, cudaEventCreate(&m->ev[i])))
@@ -143,8 +148,9 @@ static bool mha_parts_enable(cuda_env *env, void *state, bool on)
 }
 
 /* After timer_stop: the stream passed the last event. */
-static void mha_parts_read(cuda_env *env, void *state, double *seconds)
+static void mha_parts_read(void *ctx, void *state, double *seconds)
 {
+    cuda_env *env = ctx;
     mha_cuda *m = state;
     for (int i = 0; i < 5; i++) {
         float ms = 0;
@@ -152,8 +158,8 @@ static void mha_parts_read(cuda_env *env, void *state, double *seconds)
     }
 }
 
-const cuda_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
-                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read};
+const backend_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
+                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read, .tolerance = cuda_float_tolerance};
 
 /* ---- kinds of our own kernels, and copies --------------------------------------------------- */
 
@@ -162,15 +168,16 @@ typedef struct plain_cuda {
     const float *w;
 } plain_cuda;
 
-static void plain_free(cuda_env *env, void *state)
+static void plain_free(void *ctx, void *state)
 {
-    (void)env;
+    (void)ctx;
     free(state);
 }
 
-static bench_status plain_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status plain_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
                                 int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)env, (void)ws;
     plain_cuda *p = calloc(1, sizeof *p);
     if (!p)
@@ -181,8 +188,10 @@ static bench_status plain_setup(cuda_env *env, const layer *l, const float *w, v
     return BENCH_OK;
 }
 
-static void layernorm_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void layernorm_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     const layer *l = p->l;
     int64_t d = l->p.normalized_shape;
@@ -191,36 +200,46 @@ static void layernorm_run(cuda_env *env, void *state, const float *const *ins, f
                                        (float)l->p.eps));
 }
 
-static void gelu_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void gelu_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     CUDA_OK(env, cuda_gelu_launch(env->stream, ins[0], out, shape_numel(&p->l->in), p->l->p.mode == GELU_TANH));
 }
 
-static void transpose_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void transpose_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     int64_t outer, a, mid, b, inner;
     layer_transpose_dims(p->l, &outer, &a, &mid, &b, &inner);
     CUDA_OK(env, cuda_transpose_launch(env->stream, ins[0], out, outer, a, mid, b, inner));
 }
 
-static void pos_embedding_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void pos_embedding_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     const layer *l = p->l;
     CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], p->w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
 }
 
-static void class_token_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void class_token_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     const layer *l = p->l;
     CUDA_OK(env, cuda_class_token_launch(env->stream, ins[0], p->w, out, l->in.d[0], l->in.d[1], l->in.d[2]));
 }
 
-static void select_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void select_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     plain_cuda *p = state;
     const layer *l = p->l;
     int64_t outer, size, inner;
@@ -230,9 +249,9 @@ static void select_run(cuda_env *env, void *state, const float *const *ins, floa
                                    cudaMemcpyDeviceToDevice, env->stream));
 }
 
-const cuda_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free};
-const cuda_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free};
-const cuda_kernel cuda_transpose_kernel = {.setup = plain_setup, .run = transpose_run, .free = plain_free};
-const cuda_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = pos_embedding_run, .free = plain_free};
-const cuda_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free};
-const cuda_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free};
+const backend_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_transpose_kernel = {.setup = plain_setup, .run = transpose_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = pos_embedding_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free, .tolerance = cuda_float_tolerance};

@@ -13,17 +13,19 @@ typedef struct upsample_cuda {
     float *ly, *lx;
 } upsample_cuda;
 
-static void upsample_free(cuda_env *env, void *state)
+static void upsample_free(void *ctx, void *state)
 {
+    cuda_env *env = ctx;
     upsample_cuda *u = state;
     if (u && u->tables)
         CUDA_OK(env, cudaFree(u->tables));
     free(u);
 }
 
-static bench_status upsample_setup(cuda_env *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status upsample_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
                                    size_t len, int64_t *ws)
 {
+    cuda_env *env = ctx;
     (void)w;
     upsample_cuda *u = calloc(1, sizeof *u);
     if (!u)
@@ -67,11 +69,13 @@ static bench_status upsample_setup(cuda_env *env, const layer *l, const float *w
     return BENCH_OK;
 }
 
-static void upsample_run(cuda_env *env, void *state, const float *const *ins, float *out)
+static void upsample_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
 {
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
     upsample_cuda *u = state;
     CUDA_OK(env, cuda_upsample_launch(env->stream, ins[0], out, u->planes, u->h, u->w, u->oh, u->ow, u->y0, u->y1,
                                       u->x0, u->x1, u->ly, u->lx, u->bilinear));
 }
 
-const cuda_kernel cuda_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free};
+const backend_kernel cuda_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free, .tolerance = cuda_float_tolerance};
