@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward.h"
 #include "measure.h"
 
 double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *nonfinite)
@@ -62,7 +63,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     char impl[96];
     int64_t ws;
     backend_clear_error(b);
-    if (measure_layer_data(l, seed, in, &w) != BENCH_OK)
+    if (forward_layer_data(l, seed, in, &w) != BENCH_OK)
         return r;
     ref = bench_alloc_floats(n_out);
     got = bench_alloc_floats(n_out);
@@ -91,7 +92,7 @@ out:
     if (dout != dd.in[0])
         ops->device.release(b->ctx, dout);
     release_device(b, l, &dd);
-    measure_free_data(l, in, &w);
+    forward_free_data(l, in, &w);
     free(ref), free(got);
     return r;
 }
@@ -149,23 +150,23 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0};
     int64_t n_out = n ? shape_numel(&m->layers[n - 1].out) : shape_numel(&m->input);
     float *got = NULL;
-    measure_net net = {0};
+    forward_net net = {0};
     char why[224];
     backend_clear_error(b);
     for (int i = 0; i < n; i++)
         r.tolerance += backend_tolerance(b, &m->layers[i]);
     /* the same draws as reference_forward: the input, then each layer's weights */
     if (!ref || !(got = bench_alloc_floats(n_out)) ||
-        (r.status = measure_net_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)
+        (r.status = forward_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)
         goto out;
-    measure_net_queue(&net);
+    forward_queue(&net, false);
     if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
         (r.status = b->ops->device.download(b->ctx, got, net.values[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
-    measure_net_free(&net);
+    forward_free(&net);
     free(got);
     return r;
 }

@@ -208,31 +208,4 @@ void measure_row_stats(layer_result *r, const double *samples, int64_t n);
  * the value they view, and a buffer is reused once the last reader of its value has run,
  * as a framework's allocator hands a freed block to the next tensor (the smallest free
  * one large enough); the input and the output keep theirs. */
-typedef struct measure_net {
-    const model *m;
-    const backend *b;
-    backend_layer **states; /* per layer */
-    float **weights;        /* per layer, backend memory; NULL for layers without */
-    float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
-    const float ***args;    /* per layer: its inputs, pointers into values */
-    char (*impl)[96];       /* per layer: what runs in this forward (setup's choice, as linked) */
-    float **bufs;           /* the activation buffers (values point into them), n_bufs; owned */
-    int n_bufs;
-} measure_net;
-
-/* Builds net; on failure why says what failed (naming the layer) and the status is
- * BENCH_ERR_UNSUPPORTED (a layer the backend cannot run), BENCH_ERR_NOMEM or
- * BENCH_ERR_BACKEND. measure_net_free frees what was made, after a failure too. */
-bench_status measure_net_build(measure_net *net, const model *m, const backend *b, uint64_t seed, char *why,
-                               size_t whylen);
-/* Queues the forward once (no synchronisation). */
-void measure_net_queue(const measure_net *net);
-/* Frees what measure_net_build made; a zeroed net is a no-op. */
-void measure_net_free(measure_net *net);
-
-/* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer
- * has none) for layer l, in host memory; measure_free_data() frees them. */
-bench_status measure_layer_data(const layer *l, uint64_t seed, float **in, float **w);
-void measure_free_data(const layer *l, float **in, float **w);
-
 #endif

@@ -14,6 +14,7 @@
 #include "backend_registry.h"
 #include "check.h"
 #include "cpu_kernels.h"
+#include "forward.h"
 #include "measure.h"
 #include "test_util.h"
 
@@ -261,7 +262,7 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
     const layer_desc *d = layer_desc_get(l.kind);
     const char *kn = d->name;
     float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *din[LAYER_MAX_INPUTS] = {NULL};
-    EXPECT(measure_layer_data(&l, seed, in, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
+    EXPECT(forward_layer_data(&l, seed, in, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
     int64_t n_out = shape_numel(&l.out);
     float *ref = bench_alloc_floats(n_out);
     d->reference(&l, (const float *const *)in, w, ref);
@@ -322,7 +323,7 @@ done:
     for (int k = 0; k < l.n_inputs; k++)
         ops->device.release(b->ctx, din[k]);
     ops->device.release(b->ctx, dw), ops->device.release(b->ctx, dout);
-    measure_free_data(&l, in, &w);
+    forward_free_data(&l, in, &w);
     free(ref), free(host_out);
 }
 

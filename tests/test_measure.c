@@ -13,6 +13,7 @@
 
 #include "backend_registry.h"
 #include "cfg.h"
+#include "forward.h"
 #include "measure.h"
 #include "test_util.h"
 
@@ -558,10 +559,10 @@ static void test_net_buffers(backend *b)
         return;
     reset(0);
     M = m; /* the fake backend's setup reads it */
-    measure_net net;
+    forward_net net;
     char why[200];
     int n = m->n_layers, owners = 0;
-    EXPECT(measure_net_build(&net, m, b, 7, why, sizeof why) == BENCH_OK, "%s", why);
+    EXPECT(forward_build(&net, m, b, 7, why, sizeof why) == BENCH_OK, "%s", why);
     int *last = malloc(((size_t)n + 1) * sizeof *last);
     model_last_readers(m, last);
     last[0] = last[model_storage_of(m, n)] = n;
@@ -579,7 +580,7 @@ static void test_net_buffers(backend *b)
     }
     EXPECT(net.n_bufs < owners, "%d buffers for %d values: none reused", net.n_bufs, owners);
     free(last);
-    measure_net_free(&net);
+    forward_free(&net);
     M = NULL;
     model_free(m);
 }

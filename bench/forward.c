@@ -1,0 +1,165 @@
+/* The forward executor (forward.h). */
+#include "forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bench_status forward_layer_data(const layer *l, uint64_t seed, float **in, float **w)
+{
+    const layer_desc *d = layer_desc_get(l->kind);
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    bool ok = true;
+    for (int k = 0; k < l->n_inputs; k++)
+        ok &= (in[k] = bench_alloc_floats(shape_numel(&l->ins[k]))) != NULL;
+    *w = l->n_weight_floats ? bench_alloc_floats(l->n_weight_floats) : NULL;
+    if (!ok || (l->n_weight_floats && !*w)) {
+        forward_free_data(l, in, w);
+        return BENCH_ERR_NOMEM;
+    }
+    /* never zeros: they hide unwritten outputs and can run faster than real data */
+    for (int k = 0; k < l->n_inputs; k++)
+        layer_fill_uniform(in[k], shape_numel(&l->ins[k]), -1.0f, 1.0f, &rng);
+    if (*w)
+        d->init_weights(l, *w, &rng);
+    return BENCH_OK;
+}
+
+void forward_free_data(const layer *l, float **in, float **w)
+{
+    for (int k = 0; k < l->n_inputs; k++)
+        free(in[k]), in[k] = NULL;
+    free(*w);
+    *w = NULL;
+}
+
+/* The activation buffers of a forward being built: the smallest free one at least need
+ * floats large, as an allocator's free list hands out a freed block, or a new one. The
+ * buffer's index, or -1 when out of memory. */
+typedef struct buffer_pool {
+    int64_t *floats; /* per buffer: its size */
+    bool *busy;      /* per buffer: a live value is in it */
+} buffer_pool;
+
+static int pool_take(forward_net *net, buffer_pool *p, int64_t need)
+{
+    int j = -1;
+    for (int q = 0; q < net->n_bufs; q++)
+        if (!p->busy[q] && p->floats[q] >= need && (j < 0 || p->floats[q] < p->floats[j]))
+            j = q;
+    if (j < 0 && (net->bufs[net->n_bufs] = backend_alloc_floats(net->b, need, NULL)))
+        j = net->n_bufs++, p->floats[j] = need;
+    if (j >= 0)
+        p->busy[j] = true;
+    return j;
+}
+
+bench_status forward_build(forward_net *net, const model *m, const backend *b, uint64_t seed, char *why,
+                               size_t whylen)
+{
+    const backend_ops *ops = b->ops;
+    int n = m->n_layers;
+    *net = (forward_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(backend_layer *)),
+                         .weights = xcalloc((size_t)n, sizeof(float *)),
+                         .values = xcalloc((size_t)n + 1, sizeof(float *)),
+                         .args = xcalloc((size_t)n, sizeof(float **)),
+                         .impl = xcalloc((size_t)n, sizeof *net->impl)};
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    net->bufs = xcalloc((size_t)n + 1, sizeof *net->bufs);
+    buffer_pool pool = {xcalloc((size_t)n + 1, sizeof *pool.floats), xcalloc((size_t)n + 1, sizeof *pool.busy)};
+    int *last = xmalloc(((size_t)n + 1) * sizeof *last), *buf_of = xcalloc((size_t)n + 1, sizeof *buf_of);
+    bench_status st = BENCH_ERR_NOMEM;
+    model_last_readers(m, last);
+    last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
+    float *host = bench_alloc_floats(shape_numel(&m->input));
+    if (host) {
+        layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
+        net->values[0] = net->bufs[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        free(host);
+    }
+    if (!net->values[0]) {
+        snprintf(why, whylen, "out of memory for the model's input");
+        goto out;
+    }
+    net->n_bufs = 1, pool.busy[0] = true;
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const layer_desc *d = layer_desc_get(l->kind);
+        net->args[i] = xmalloc((size_t)l->n_inputs * sizeof *net->args[i]);
+        for (int k = 0; k < l->n_inputs; k++)
+            net->args[i][k] = net->values[l->inputs[k]];
+        if (d->aliases_input) {
+            net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
+        } else if ((buf_of[i + 1] = pool_take(net, &pool, shape_numel(&l->out))) >= 0) {
+            net->values[i + 1] = net->bufs[buf_of[i + 1]];
+        } else {
+            snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
+            goto out;
+        }
+        /* a buffer is free once the last layer reading its value has run (not before its
+         * output is placed: a layer never writes over its own input) */
+        for (int k = 0; k < l->n_inputs; k++)
+            if (last[model_storage_of(m, l->inputs[k])] == i)
+                pool.busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
+        if (!d->aliases_input && last[i + 1] == i)
+            pool.busy[buf_of[i + 1]] = false;
+        if (l->n_weight_floats) {
+            float *w = bench_alloc_floats(l->n_weight_floats);
+            if (w) {
+                d->init_weights(l, w, &rng);
+                net->weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+                free(w);
+            }
+            if (!net->weights[i]) {
+                snprintf(why, whylen, "out of memory for the weights (at layer '%s')", l->name);
+                goto out;
+            }
+        }
+        int64_t ws;
+        bench_status set = backend_layer_setup(b, l, net->weights[i], &net->states[i], net->impl[i],
+                                                sizeof net->impl[i], &ws);
+        if (set != BENCH_OK) {
+            net->states[i] = NULL, st = set;
+            if (set == BENCH_ERR_UNSUPPORTED)
+                snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
+            else
+                snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
+                         set == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+            goto out;
+        }
+    }
+    st = BENCH_OK;
+    if (backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
+        snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
+        st = BENCH_ERR_BACKEND;
+    }
+out:
+    free(pool.floats), free(pool.busy), free(last), free(buf_of);
+    return st;
+}
+
+void forward_free(forward_net *net)
+{
+    const backend_ops *ops = net->b ? net->b->ops : NULL;
+    for (int i = 0; net->states && i < net->m->n_layers; i++) {
+        backend_layer_free(net->b, net->states[i]);
+        ops->device.release(net->b->ctx, net->weights[i]);
+        free(net->args[i]);
+    }
+    for (int j = 0; j < net->n_bufs; j++)
+        ops->device.release(net->b->ctx, net->bufs[j]);
+    free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl), free(net->bufs);
+    memset(net, 0, sizeof *net);
+}
+
+/* Queues the forward; with marks, the backend records a mark after each layer. */
+void forward_queue(const forward_net *net, bool marks)
+{
+    const backend_ops *ops = net->b->ops;
+    for (int i = 0; i < net->m->n_layers; i++) {
+        backend_layer_run(net->states[i], net->args[i], net->values[i + 1]);
+        if (marks)
+            ops->timing.timer_mark(net->b->ctx, i);
+    }
+}

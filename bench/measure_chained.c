@@ -1,0 +1,300 @@
+/* The whole-model rows: the chained forward with the in-model view (a mark after each
+ * layer, and the parts of the layers a backend splits), its graph replay, and the
+ * input and output copies of a backend with its own memory. */
+#include "measure_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static double time_chain(void *user)
+{
+    chain *c = user;
+    measure_begin_sample(c->b, true, false);
+    forward_queue(&c->net, c->marks);
+    double s = c->b->ops->timing.timer_stop(c->b->ctx);
+    if (c->marks && s >= 0) {
+        int n = c->m->n_layers, np = c->n_parts;
+        if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
+            c->mark_cap = c->mark_cap ? 2 * c->mark_cap : 64;
+            c->mark_buf = xrealloc(c->mark_buf, (size_t)(c->mark_cap * n) * sizeof *c->mark_buf);
+            if (np)
+                c->part_buf = xrealloc(c->part_buf, (size_t)(c->mark_cap * np) * sizeof *c->part_buf);
+        }
+        c->b->ops->timing.marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
+        for (int k = 0; k < np; k++) /* each split layer writes all its parts at its first */
+            if (c->parts[k].index == 0)
+                backend_layer_parts_read(c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
+    }
+    c->mark_calls++;
+    return s;
+}
+
+/* After a chunk of the chained forward: each kept sample's marks become one in-model
+ * time per layer (from the previous layer's mark to its own), and its parts' times. */
+static void chain_kept(unit *u, int64_t first, int64_t n, const bool *dist)
+{
+    chain *c = u->user;
+    int nl = c->m->n_layers, np = c->n_parts;
+    for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls && c->inmodel[0].n < MEASURE_MAX_SAMPLES;
+         k++) {
+        const double *mk = c->mark_buf + k * nl;
+        if (c->n_dist == c->cap_dist)
+            c->dist = xrealloc(c->dist, (size_t)(c->cap_dist = c->cap_dist ? 2 * c->cap_dist : 256) * sizeof *c->dist);
+        c->dist[c->n_dist++] = dist[k - first];
+        for (int i = 0; i < nl; i++)
+            dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
+        for (int j = 0; j < np; j++)
+            dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
+    }
+    c->mark_calls = 0;
+}
+
+/* Turns on the parts of the layers the backend splits inside the forward (after the
+ * graph was captured: the graph replays the forward without them). */
+static void enable_parts(chain *c)
+{
+    if (!c->marks)
+        return;
+    layer_part_info info[LAYER_MAX_PARTS];
+    for (int i = 0; i < c->m->n_layers; i++) {
+        const backend_layer *state = c->net.states[i];
+        int np = backend_layer_parts(state, info);
+        if (np == 0)
+            np = layer_parts(&c->m->layers[i], info);
+        if (np == 0 || !backend_layer_parts_enable(state, true))
+            continue;
+        c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
+        for (int j = 0; j < np; j++)
+            c->parts[c->n_parts++] = (part_result){.layer = i, .index = j, .info = info[j]};
+    }
+    if (c->n_parts)
+        c->part_times = xcalloc((size_t)c->n_parts, sizeof *c->part_times);
+}
+
+static double time_graph(void *user)
+{
+    graph_run *g = user;
+    measure_begin_sample(g->b, true, false);
+    g->b->ops->timing.graph_launch(g->b->ctx, g->graph);
+    return g->b->ops->timing.timer_stop(g->b->ctx);
+}
+
+static double time_copy(void *user)
+{
+    copy_run *c = user;
+    const backend_ops *ops = c->b->ops;
+    ops->timing.timer_start(c->b->ctx);
+    bench_status st = c->upload ? ops->device.upload(c->b->ctx, c->device, c->host, c->bytes)
+                                : ops->device.download(c->b->ctx, c->host, c->device, c->bytes);
+    double s = ops->timing.timer_stop(c->b->ctx);
+    return st == BENCH_OK ? s : -1.0;
+}
+
+/* Marks the whole-model rows that apply as not run, with why. */
+void chained_rows_not_run(run_result *res, const backend *b, row_status st, const char *why)
+{
+    layer_result *rows[] = {&res->chained, &res->graph, &res->upload, &res->download};
+    for (int i = 0; i < 4; i++) {
+        if ((i == 1 && !b->ops->timing.graph_begin) || (i >= 2 && !b->ops->device_memory))
+            continue;
+        rows[i]->status = st;
+        snprintf(rows[i]->note, sizeof rows[i]->note, "%s", why);
+    }
+}
+
+/* Sets up the chained forward (and its graph and copies); appends their units. */
+void chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
+                        run_result *res, model_units *mu, unit *units, int *n_units)
+{
+    const backend_ops *ops = b->ops;
+    int n = m->n_layers;
+    chain *c = &mu->c;
+    *c = (chain){.m = m, .b = b};
+    char why[200] = "", note[224];
+    backend_clear_error(b);
+    int64_t free_before = ops->device.mem_available ? ops->device.mem_available(b->ctx) : -1;
+    bench_status built = forward_build(&c->net, m, b, o->seed, why, sizeof why);
+    if (built != BENCH_OK) {
+        snprintf(note, sizeof note, "not run: %s", why);
+        chained_rows_not_run(res, b, built == BENCH_ERR_UNSUPPORTED ? ROW_SKIPPED : ROW_FAILED, note);
+        return;
+    }
+    if (free_before >= 0) {
+        int64_t free_after = ops->device.mem_available(b->ctx);
+        res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
+    }
+    res->chained.mode = "chained";
+    snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
+    c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, n) == BENCH_OK;
+    if (c->marks) {
+        c->inmodel = xcalloc((size_t)n, sizeof *c->inmodel);
+        res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
+    }
+    backend_clear_error(b);
+    units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .layer = -1, .name = m->name, .fn = time_chain, .user = c,
+                                 .launches = 1, .floor = floor->warm, .kept = chain_kept};
+    if (ops->timing.graph_begin) {
+        res->graph.mode = "graph";
+        snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
+        bench_status st = ops->timing.graph_begin(b->ctx);
+        if (st == BENCH_OK) {
+            forward_queue(&c->net, false);
+            st = ops->timing.graph_end(b->ctx, &mu->g.graph);
+        }
+        mu->g.b = b;
+        if (st != BENCH_OK) {
+            measure_row_fail(&res->graph, "capturing the forward as a graph failed: %s", backend_last_error(b));
+            mu->g.graph = NULL;
+            backend_clear_error(b);
+        } else {
+            units[(*n_units)++] = (unit){.b = b, .r = &res->graph, .layer = -1, .name = "graph", .fn = time_graph, .user = &mu->g,
+                                         .launches = 1, .floor = floor->warm};
+        }
+    }
+    enable_parts(c);
+    if (ops->device_memory) {
+        int last = model_storage_of(m, n);
+        size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
+        size_t out_bytes = (size_t)shape_numel(&m->layers[n - 1].out) * sizeof(float);
+        res->upload.mode = res->download.mode = "transfer";
+        snprintf(res->upload.impl, sizeof res->upload.impl, "pageable host memory");
+        snprintf(res->download.impl, sizeof res->download.impl, "pageable host memory");
+        mu->host = bench_alloc_floats((int64_t)((in_bytes > out_bytes ? in_bytes : out_bytes) / sizeof(float)));
+        if (!mu->host) {
+            measure_row_fail(&res->upload, "out of host memory for the copy buffer");
+            measure_row_fail(&res->download, "out of host memory for the copy buffer");
+            return;
+        }
+        layer_rng rng;
+        layer_rng_seed(&rng, o->seed + 1);
+        layer_fill_uniform(mu->host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
+        mu->up = (copy_run){b, true, c->net.values[0], mu->host, in_bytes};
+        mu->down = (copy_run){b, false, c->net.values[last], mu->host, out_bytes};
+        units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .layer = -1, .name = "upload", .fn = time_copy, .user = &mu->up,
+                                     .launches = 1, .floor = floor->warm};
+        units[(*n_units)++] = (unit){.b = b, .r = &res->download, .layer = -1, .name = "download", .fn = time_copy,
+                                     .user = &mu->down, .launches = 1, .floor = floor->warm};
+    }
+}
+
+void chained_free(const model *m, const backend *b, model_units *mu)
+{
+    chain *c = &mu->c;
+    if (mu->g.graph)
+        b->ops->timing.graph_free(b->ctx, mu->g.graph);
+    forward_free(&c->net);
+    for (int i = 0; c->inmodel && i < m->n_layers; i++)
+        free(c->inmodel[i].v);
+    for (int j = 0; j < c->n_parts; j++)
+        free(c->part_times[j].v);
+    free(c->parts), free(c->part_times), free(c->part_buf), free(c->dist);
+    free(c->inmodel), free(c->mark_buf), free(mu->host);
+}
+
+static int cmp_total(const void *a, const void *b)
+{
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* One real forward for the trace and the flame graph: of the kept samples, the one
+ * whose layers add up to the median total; its per-layer times tile it exactly. */
+static void keep_forward_sample(const model *m, model_units *mu, run_result *res)
+{
+    int nl = m->n_layers;
+    if (!res->inmodel || !row_timed(&res->chained) || nl == 0)
+        return;
+    int64_t n = mu->c.inmodel[0].n;
+    for (int i = 1; i < nl; i++)
+        n = mu->c.inmodel[i].n < n ? mu->c.inmodel[i].n : n;
+    if (n == 0)
+        return;
+    double *tot = xmalloc((size_t)n * 2 * sizeof *tot); /* (total, sample index) pairs */
+    for (int64_t k = 0; k < n; k++) {
+        double t = 0;
+        for (int i = 0; i < nl; i++)
+            t += mu->c.inmodel[i].v[k];
+        tot[2 * k] = t, tot[2 * k + 1] = (double)k;
+    }
+    qsort(tot, (size_t)n, 2 * sizeof *tot, cmp_total);
+    int64_t k = (int64_t)tot[2 * (n / 2) + 1];
+    free(tot);
+    res->forward_sample = xmalloc((size_t)nl * sizeof *res->forward_sample);
+    for (int i = 0; i < nl; i++)
+        res->forward_sample[i] = mu->c.inmodel[i].v[k];
+    for (int j = 0; j < res->n_parts; j++)
+        res->parts[j].sample = k < mu->c.part_times[j].n ? mu->c.part_times[j].v[k] : 0.0;
+}
+
+/* The parts' rows, where the layer inside the forward was timed. */
+static void finish_parts(model_units *mu, run_result *res)
+{
+    chain *c = &mu->c;
+    if (!c->n_parts)
+        return;
+    res->parts = xmalloc((size_t)c->n_parts * sizeof *res->parts);
+    res->n_parts = c->n_parts;
+    for (int j = 0; j < c->n_parts; j++) {
+        part_result *p = &res->parts[j];
+        const layer_result *whole = &res->inmodel[c->parts[j].layer];
+        *p = c->parts[j];
+        p->r = (layer_result){.status = whole->status, .mode = "inmodel", .dedupe_of = -1, .launches = 1,
+                              .stop = whole->stop};
+        snprintf(p->r.impl, sizeof p->r.impl, "%s", whole->impl);
+        snprintf(p->r.note, sizeof p->r.note, "%s", whole->note);
+        if (whole->status == ROW_OK && c->part_times[j].n)
+            measure_row_stats(&p->r, c->part_times[j].v, c->part_times[j].n);
+        else if (whole->status == ROW_OK)
+            p->r.status = ROW_FAILED, snprintf(p->r.note, sizeof p->r.note, "no sample of this part was kept");
+    }
+}
+
+/* Leaves out the forward samples that were disturbed, from the in-model and part times,
+ * where the chained row's statistics leave them out (the rule of use_clean). */
+static void drop_disturbed(chain *c)
+{
+    int64_t clean = 0;
+    for (int64_t k = 0; k < c->n_dist; k++)
+        clean += !c->dist[k];
+    if (clean == c->n_dist || clean < TIMEOUT_MIN_SAMPLES)
+        return;
+    for (int i = 0; i < c->m->n_layers + c->n_parts; i++) {
+        dvec *d = i < c->m->n_layers ? &c->inmodel[i] : &c->part_times[i - c->m->n_layers];
+        int64_t w = 0;
+        for (int64_t k = 0; k < d->n && k < c->n_dist; k++)
+            if (!c->dist[k])
+                d->v[w++] = d->v[k];
+        d->n = w;
+    }
+}
+
+/* The in-model rows: each layer's time inside the forward, from the chain's marks. */
+void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
+{
+    if (res->inmodel)
+        drop_disturbed(&mu->c);
+    for (int i = 0; res->inmodel && i < m->n_layers; i++) {
+        layer_result *r = &res->inmodel[i];
+        dvec *d = &mu->c.inmodel[i];
+        r->mode = "inmodel";
+        r->dedupe_of = -1;
+        r->launches = 1;
+        snprintf(r->impl, sizeof r->impl, "%s", mu->c.net.impl && *mu->c.net.impl[i] ? mu->c.net.impl[i] : res->layers[i].impl);
+        if (res->layers[i].status == ROW_VIEW) {
+            r->status = ROW_VIEW;
+            snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");
+            continue;
+        }
+        if (!row_timed(&res->chained) || d->n == 0) {
+            r->status = res->chained.status == ROW_OK ? ROW_FAILED : res->chained.status;
+            snprintf(r->note, sizeof r->note, "the chained forward did not run");
+            continue;
+        }
+        measure_row_stats(r, d->v, d->n);
+        r->stop = res->chained.stop;
+        r->contended = res->chained.contended;
+        r->status = ROW_OK;
+    }
+    finish_parts(mu, res);
+    keep_forward_sample(m, mu, res);
+}

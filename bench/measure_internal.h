@@ -1,0 +1,178 @@
+/* What the measurement's files share, private to them (measure.c, measure_sampling.c,
+ * measure_isolated.c, measure_chained.c): a unit, what is sampled in rounds, and the
+ * pieces of rows. */
+#ifndef LAYERBENCH_MEASURE_INTERNAL_H
+#define LAYERBENCH_MEASURE_INTERNAL_H
+
+#include <stdarg.h>
+#include "forward.h"
+#include "gbench_shim.h"
+#include "measure.h"
+
+/* A growing array of doubles. */
+typedef struct dvec {
+    double *v;
+    int64_t n, cap;
+} dvec;
+
+/* A row whose sample is shorter than this many floors is marked near_floor. */
+#define NEAR_FLOOR_FACTOR 10.0
+
+typedef struct unit unit;
+
+struct unit {
+    const backend *b;
+    layer_result *r;        /* the row its statistics go to */
+    int layer;              /* the layer it times, -1 for the whole-model rows and the floor */
+    const char *name;
+    gbs_iteration_fn fn;
+    void *user;
+    int launches;           /* per sample */
+    double floor;           /* the timer's floor for its mode (near_floor) */
+    double spent;           /* seconds its chunks cost so far (Google Benchmark's count) */
+    int64_t chunk_iterations; /* iterations of every chunk after the first */
+    dvec samples;           /* whole-sample seconds, kept, disturbed or not */
+    dvec clean;             /* ... of them, those not disturbed */
+    dvec waits;             /* per call of the chunk being run: seconds waited for a CPU */
+    bool done;
+    /* optional: called with the calls [first, first + n) that Google Benchmark kept
+     * from the chunk just run, and which of them were measure_disturbed (the chained forward
+     * collects its in-model marks) */
+    void (*kept)(unit *u, int64_t first, int64_t n, const bool *dist);
+};
+
+/* --timeout stops a unit once it has this many samples (or --min-samples, if fewer),
+ * and not before: fewer give neither a median worth the name nor a noise figure. */
+#define TIMEOUT_MIN_SAMPLES 3
+
+/* ---- isolated layers ---------------------------------------------------------------------- */
+
+/* Buffers every isolated layer shares: each runs alone, so one input area (random,
+ * never zeros) holding all of a layer's inputs side by side, and one output of the
+ * largest size, serve them all. */
+typedef struct timed_layer {
+    const backend *b;
+    backend_layer *state;
+    const float **in;   /* the layer's inputs */
+    float *out;
+    int launches;   /* per sample */
+    bool cold;      /* flush caches before each sample */
+    bool hold;      /* hold the device while the launches are queued */
+    void *graph;    /* batch mode: the launches captured as one graph, or NULL */
+} timed_layer;
+
+typedef struct scratch {
+    float *in, *out;
+} scratch;
+
+typedef struct layer_unit {
+    timed_layer t;
+    const float **in; /* into the scratch input: n_inputs pointers; owned */
+    float *w;         /* weights in backend memory */
+} layer_unit;
+
+/* ---- the chained forward, with the in-model view ----------------------------------------- */
+
+typedef struct chain {
+    const model *m;
+    const backend *b;
+    forward_net net;
+    bool marks;       /* the backend records a mark after each layer */
+    double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
+    int64_t mark_calls, mark_cap;
+    dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
+    bool *dist;       /* per kept sample: it was measure_disturbed (contention); n_dist of them */
+    int64_t n_dist, cap_dist;
+    int n_parts;      /* parts of layers timed inside the forward, all layers together */
+    part_result *parts; /* n_parts: which layer and part each is */
+    double *part_buf; /* per call of this chunk: n_parts seconds */
+    dvec *part_times; /* per part: seconds, one per kept sample */
+} chain;
+
+/* The whole-model units, set up together. */
+/* The captured forward replayed as one graph launch. */
+typedef struct graph_run {
+    const backend *b;
+    void *graph;
+} graph_run;
+
+/* A host<->device copy of the model's input or output. Not held: a copy from pageable
+ * host memory waits for the stream to drain before it starts. */
+typedef struct copy_run {
+    const backend *b;
+    bool upload;
+    void *device;
+    float *host;
+    size_t bytes;
+} copy_run;
+
+typedef struct model_units {
+    chain c;
+    graph_run g;
+    copy_run up, down;
+    float *host;
+} model_units;
+
+void measure_row_fail(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void measure_note_append(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void dvec_push(dvec *d, double x);
+
+/* ---- one timed sample -------------------------------------------------------------------- */
+
+/* Starts a sample: the device is held (where the backend can) so that queuing the
+ * launches is not timed, the caches are flushed for a cold sample, then the timer
+ * starts. timer_stop releases the hold. */
+void measure_begin_sample(const backend *b, bool hold, bool cold);
+
+/* A sample whose threads waited for a CPU for more than MEASURE_DISTURBED_SHARE of it. */
+bool measure_disturbed(double waited, double sample);
+
+/* Whether a unit's statistics are of its clean samples alone: when it has at least
+ * TIMEOUT_MIN_SAMPLES of them. The row is contended when samples were disturbed and
+ * fewer than min_samples (or than all it took) stayed clean, or more than
+ * MEASURE_CONTENDED_SHARE of them were disturbed: a process that shares the cores that
+ * often also evicts the caches between samples, which the waits do not show (with a
+ * busy loop on one of two cores, ResNet-18's convolutions with 41% and 76% of their
+ * samples disturbed ran 12% and 16% slower in their undisturbed ones). */
+bool unit_use_clean(const unit *u);
+
+/* Statistics per launch from the kept samples. */
+void unit_finish(unit *u, const measure_options *o);
+
+void unit_free(unit *u);
+
+void measure_progress(const measure_options *o, const backend *b, const char *mode, int round, int left, int n,
+                     const char *what);
+
+/* Samples every unit in rounds until each has stopped; with canary, times the canary
+ * at the start of every round (its per-round medians appended to *canary). */
+bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
+                                 dvec *canary, char *err, size_t errlen);
+
+bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s);
+
+/* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
+ * for batch mode the launch count (and graph). Fills r on failure. */
+void isolated_setup(const layer *l, int index, const backend *b, const char *mode, const timer_floor *floor,
+                        const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u);
+
+void isolated_free(const backend *b, layer_unit *lu);
+
+/* Identical kind, shapes and parameters: the same work. */
+int isolated_find_twin(const model *m, int i);
+
+/* Marks the whole-model rows that apply as not run, with why. */
+void chained_rows_not_run(run_result *res, const backend *b, row_status st, const char *why);
+
+/* Sets up the chained forward (and its graph and copies); appends their units. */
+void chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
+                        run_result *res, model_units *mu, unit *units, int *n_units);
+
+void chained_free(const model *m, const backend *b, model_units *mu);
+
+/* The in-model rows: each layer's time inside the forward, from the chain's marks. */
+void chained_finish_inmodel(const model *m, model_units *mu, run_result *res);
+
+#endif

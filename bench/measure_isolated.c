@@ -1,0 +1,198 @@
+/* The isolated rows: each layer alone on shared scratch input and output, one unit per
+ * layer, timed warm, cold or in batches of calls. */
+#include "measure_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One sample: the whole time of one launch, or of `launches` back to back (one graph
+ * launch where they were captured). Google Benchmark gets this whole time, so its
+ * warm-up and --min-time mean what they say; the kept samples are divided by the
+ * launch count afterwards. */
+static double time_layer_sample(void *user)
+{
+    timed_layer *t = user;
+    const backend_ops *ops = t->b->ops;
+    measure_begin_sample(t->b, t->hold, t->cold);
+    if (t->graph)
+        ops->timing.graph_launch(t->b->ctx, t->graph);
+    else
+        for (int i = 0; i < t->launches; i++)
+            backend_layer_run(t->state, t->in, t->out);
+    return ops->timing.timer_stop(t->b->ctx);
+}
+
+#define BATCH_SAMPLE_SECONDS 1e-3
+
+/* The fastest of a few single warm samples: how long one call takes. */
+static double single_call_seconds(timed_layer *t)
+{
+    double best = 1e9;
+    timed_layer one = *t;
+    one.launches = 1;
+    one.cold = false;
+    one.graph = NULL;
+    for (int i = 0; i < 5; i++) {
+        double s = time_layer_sample(&one);
+        if (s >= 0 && s < best)
+            best = s;
+        if (best > BATCH_SAMPLE_SECONDS) /* long enough that the floor does not matter */
+            break;
+    }
+    return best;
+}
+
+/* Batch mode: enough back-to-back launches that one sample lasts about a
+ * millisecond (BATCH_SAMPLE_SECONDS), far above the timer's floor; between 1 and 1000. */
+#define BATCH_MAX_LAUNCHES 1000
+
+/* Launches queued while the device is held, at most (a stream's launch queue holds a
+ * thousand or so; a host blocked on a full queue would wait for the hold). */
+#define HOLD_MAX_LAUNCHES 256
+
+/* auto: batch for a call shorter than this many timer floors. */
+#define AUTO_BATCH_FLOORS 20.0
+
+/* Captures the batch's launches as one graph where the backend has graphs; otherwise
+ * (or if the capture fails) they are launched from the stream, and the note says so. */
+static void prepare_batch(timed_layer *t, double single, layer_result *r)
+{
+    const backend_ops *ops = t->b->ops;
+    double n = single > 0 ? BATCH_SAMPLE_SECONDS / single : BATCH_MAX_LAUNCHES;
+    t->launches = n < 1 ? 1 : n > BATCH_MAX_LAUNCHES ? BATCH_MAX_LAUNCHES : (int)n;
+    if (ops->timing.graph_begin) {
+        bench_status st = ops->timing.graph_begin(t->b->ctx);
+        for (int i = 0; st == BENCH_OK && i < t->launches; i++)
+            backend_layer_run(t->state, t->in, t->out);
+        if (st == BENCH_OK)
+            st = ops->timing.graph_end(t->b->ctx, &t->graph);
+        if (st == BENCH_OK) {
+            measure_note_append(r, "%d launches per sample, captured as one graph", t->launches);
+            return;
+        }
+        t->graph = NULL;
+        measure_note_append(r, "graph capture failed (%s); %d launches per sample from the stream", backend_last_error(t->b),
+                    t->launches);
+        backend_clear_error(t->b); /* the layer can still be timed from the stream */
+    } else {
+        measure_note_append(r, "%d launches per sample", t->launches);
+    }
+    t->hold = t->launches <= HOLD_MAX_LAUNCHES;
+}
+
+bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s)
+{
+    int64_t in = 1, out = 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        int64_t all = 0;
+        for (int k = 0; k < l->n_inputs; k++)
+            all += shape_numel(&l->ins[k]);
+        in = all > in ? all : in;
+        out = shape_numel(&l->out) > out ? shape_numel(&l->out) : out;
+    }
+    float *host = bench_alloc_floats(in);
+    if (!host)
+        return BENCH_ERR_NOMEM;
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
+    s->in = backend_alloc_floats(b, in, host);
+    s->out = backend_alloc_floats(b, out, NULL);
+    free(host);
+    return s->in && s->out ? BENCH_OK : BENCH_ERR_NOMEM;
+}
+
+/* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
+ * for batch mode the launch count (and graph). Fills r on failure. */
+void isolated_setup(const layer *l, int index, const backend *b, const char *mode, const timer_floor *floor,
+                        const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
+{
+    const backend_ops *ops = b->ops;
+    float *w = NULL;
+    backend_clear_error(b);
+    lu->in = xmalloc((size_t)l->n_inputs * sizeof *lu->in);
+    for (int k = 0, at = 0; k < l->n_inputs; k++) {
+        lu->in[k] = s->in + at;
+        at += (int)shape_numel(&l->ins[k]);
+    }
+    lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
+    if (l->n_weight_floats) {
+        layer_rng rng;
+        layer_rng_seed(&rng, seed);
+        if (!(w = bench_alloc_floats(l->n_weight_floats))) {
+            measure_row_fail(r, "out of host memory for the layer's weights");
+            return;
+        }
+        layer_desc_get(l->kind)->init_weights(l, w, &rng);
+    }
+    lu->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
+    free(w);
+    if (w && !lu->w) {
+        const char *why = backend_last_error(b);
+        measure_row_fail(r, "out of %s memory for the layer's weights%s%s", ops->device_memory ? "device" : "host",
+                 *why ? ": " : "", why);
+        return;
+    }
+    char why[96] = "";
+    bench_status st = backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
+    if (st == BENCH_ERR_UNSUPPORTED) {
+        r->status = ROW_SKIPPED;
+        snprintf(r->note, sizeof r->note, "skipped: %s cannot run it: %s", ops->name,
+                 *why ? why : "no implementation for this configuration");
+        return;
+    }
+    if (st != BENCH_OK) {
+        measure_row_fail(r, "setup failed: %s", st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+        lu->t.state = NULL;
+        return;
+    }
+    snprintf(r->impl, sizeof r->impl, "%s", why);
+    backend_layer_isolate(lu->t.state, lu->t.in, r->impl, sizeof r->impl);
+    /* One call, unheld and untimed, before any sample: what a library does on its first
+     * call (CUDA loads a kernel's module lazily) must not happen while the stream is
+     * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
+     * up). */
+    backend_layer_run(lu->t.state, lu->t.in, lu->t.out);
+    if (ops->device.sync(b->ctx) != BENCH_OK) {
+        measure_row_fail(r, "the first call failed: %s", backend_last_error(b));
+        return;
+    }
+    double single = single_call_seconds(&lu->t);
+    if (*backend_last_error(b)) {  /* a sample failed: say why here, not at the next call */
+        measure_row_fail(r, "%s", backend_last_error(b));
+        return;
+    }
+    const char *use = mode;
+    if (strcmp(mode, "auto") == 0)
+        use = single < AUTO_BATCH_FLOORS * floor->warm ? "batch" : "warm";
+    if (strcmp(use, "cold") == 0 && !ops->timing.flush_cache)
+        use = "warm"; /* no cache to flush: the note says so */
+    r->mode = use;
+    if (use != mode && strcmp(mode, "cold") == 0)
+        measure_note_append(r, "%s has no cache flush: timed warm", ops->name);
+    if (strcmp(use, "batch") == 0)
+        prepare_batch(&lu->t, single, r);
+    lu->t.cold = strcmp(use, "cold") == 0;
+    *u = (unit){.b = b, .r = r, .layer = index, .name = l->name, .fn = time_layer_sample, .user = &lu->t,
+                .launches = lu->t.launches, .floor = lu->t.cold ? floor->cold : floor->warm};
+}
+
+void isolated_free(const backend *b, layer_unit *lu)
+{
+    if (lu->t.graph)
+        b->ops->timing.graph_free(b->ctx, lu->t.graph);
+    backend_layer_free(b, lu->t.state);
+    b->ops->device.release(b->ctx, lu->w);
+    free(lu->in);
+}
+
+/* Identical kind, shapes and parameters: the same work. */
+int isolated_find_twin(const model *m, int i)
+{
+    const layer *a = &m->layers[i];
+    for (int j = 0; j < i; j++)
+        if (layer_same_work(&m->layers[j], a))
+            return j;
+    return -1;
+}
