@@ -15,7 +15,6 @@ void measure_row_fail(layer_result *r, const char *fmt, ...)
     va_end(ap);
 }
 
-
 void measure_note_append(layer_result *r, const char *fmt, ...)
 {
     size_t len = strlen(r->note);

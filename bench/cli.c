@@ -1,0 +1,381 @@
+/* The command line's flags: --help's text, and the parser that types every option into a
+ * cli (usage errors exit 2 and say what was expected). */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compare.h"
+#include "procs.h"
+#include "report.h"
+#include "version.h"
+
+static const char usage_text[] =
+    "usage: bench <command> CONFIG [options]\n"
+    "       bench compare BASE.csv NEW.csv [--threshold PCT] [--format md] [--inmodel]\n"
+    "\n"
+    "Layer-by-layer microbenchmarks of a model described in YAML (docs/config.md).\n"
+    "\n"
+    "commands:\n"
+    "  run CONFIG      time every layer alone, then the chained forward; print the per-layer\n"
+    "                  table, tables grouped by input shape and by kind, and a summary\n"
+    "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV\n"
+    "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
+    "  check CONFIG    compare every layer on every backend with the plain-C reference, then\n"
+    "                  the chained forward's output with the reference forward's\n"
+    "  compare BASE.csv NEW.csv\n"
+    "                  per row: both medians, the change and a verdict, SLOWER, FASTER or SAME,\n"
+    "                  that takes both rows' confidence intervals into account; exit 1 when\n"
+    "                  any row is SLOWER\n"
+    "  schema          print the CSV columns and what they hold\n"
+    "  help            this text\n"
+    "\n"
+    "options:\n"
+    "  --backend B       cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda\n"
+    "                    (cuDNN, cuBLAS), or all of those built here (default cpu)\n"
+    "  --tf32            cuda: allow TF32 in convolutions and linear layers (default strict FP32)\n"
+    "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
+    "                    and keep the fastest: cuDNN's on cuda; on the cpu the GEMM layouts,\n"
+    "                    per-thread chunks, Winograd and our register-tiled kernels; the\n"
+    "                    default) or heuristic (a rule, no timing). onednn: oneDNN chooses\n"
+    "                    its own\n"
+    "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
+    "  --threads N       CPU threads for OpenBLAS, oneDNN and the OpenMP loops (default: all\n"
+    "                    cores)\n"
+    "  --mode M[,M...]   timing modes of the isolated layers: warm (one call per sample), cold\n"
+    "                    (caches flushed before each sample), batch (many calls per sample),\n"
+    "                    auto (batch for a call under 20x the timer's floor, else warm;\n"
+    "                    the default). Each row says which mode it used\n"
+    "  --max-noise PCT   sample a layer until the 95% confidence interval of its median is\n"
+    "                    within PCT percent of it (default 1)\n"
+    "  --min-samples N   ... with at least N samples (default 10)\n"
+    "  --timeout S       ... or until it has been sampled for S seconds (default 2), but\n"
+    "                    not before it has 3 samples (or --min-samples, if fewer)\n"
+    "  --warmup-time S   seconds of warm-up before a layer's first samples (default 0.02)\n"
+    "  --min-time S      seconds per chunk: layers are sampled in rounds, one chunk (one Google\n"
+    "                    Benchmark run) each per round (default 0.01)\n"
+    "  --processes N     run, sweep: measure each (batch, backend, mode) in N worker processes,\n"
+    "                    one after the other, and pool their samples, so that the interval\n"
+    "                    covers how much one process's figures differ from the next's; each\n"
+    "                    takes 1/N of --timeout and --min-samples; a worker whose layers ran\n"
+    "                    over 5% slower in all than the fastest ran in a slow phase of the\n"
+    "                    machine and is set aside for another (up to 2N) (default 3; 0: all\n"
+    "                    in this process)\n"
+    "  --algo-cache FILE run, sweep: where the algorithm choices of --algo search are kept and\n"
+    "                    reused by later runs, so that they run the same kernels (made once\n"
+    "                    per machine, libraries, threads and layer; a choice made elsewhere\n"
+    "                    is not used, and said); default $XDG_CACHE_HOME or ~/.cache, then\n"
+    "                    layerbench/choices.tsv; none: search in every run\n"
+    "  --dedupe          time layers of identical kind, shape and parameters once\n"
+    "  --seed N          seed of the random inputs and weights (default 1)\n"
+    "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
+    "                    context with the same stem goes beside it. The file is replaced\n"
+    "                    atomically after every finished (batch, backend): an interrupted run\n"
+    "                    keeps what it finished\n"
+    "  --trace FILE      run, sweep: a Chrome / Perfetto trace (JSON) of one real forward per\n"
+    "                    backend and batch and of the layers alone, nested in their blocks\n"
+    "                    (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)\n"
+    "  --stacks FILE     run, sweep: the same forward as folded stacks for flame graphs\n"
+    "                    (flamegraph.pl, speedscope), in nanoseconds; with several backends\n"
+    "                    or batches, one file each: FILE's stem + .BACKEND[.batchN]\n"
+    "  --threshold PCT   compare: how much slower (or faster) beyond both confidence intervals\n"
+    "                    counts (default 5)\n"
+    "  --format F        run, sweep, list, compare: the tables as text (default) or md\n"
+    "                    (markdown, for pull requests and READMEs)\n"
+    "  --group-by G[,G]  run: the grouped tables, any of shape, kind and block (the module\n"
+    "                    hierarchy, total and self time per block), or none (default all)\n"
+    "  --inmodel         compare: the in-model rows too (left out by default: they vary more\n"
+    "                    between runs than their own noise says)\n"
+    "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
+    "                    the (batch, backend) sets it does not hold yet\n"
+    "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
+    "                    time, noise, inmodel, gflops\n"
+    "  --top N           rows in the per-layer and by-shape tables (default all)\n"
+    "  --no-peaks        run, sweep: skip measuring the machine's ceilings (a large matrix\n"
+    "                    product and a memory stream, about 0.3 s per backend), and with\n"
+    "                    them the roofline columns\n"
+    "  --no-forward      check: skip the chained forward's check (it costs one more reference\n"
+    "                    forward, as long as checking every layer once)\n"
+    "  --no-progress     do not show the running layer on stderr\n"
+    "  -h, --help        this text\n"
+    "  --version         version and git revision\n"
+    "\n"
+    "exit status: 0 ok; 1 failure (a check failed, a row failed, a file could not be written);\n"
+    "2 usage or config error, or a backend asked for that this machine or binary does not have;\n"
+    "128+N interrupted by signal N (what had finished is kept)\n";
+
+int cli_usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'bench --help'.\n");
+    return 2;
+}
+
+bool cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= 0) || v > 3600)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "1,2,4" -> batches; false on anything else. */
+bool cli_parse_batches(const char *s, int64_t **out, int *n)
+{
+    if (!*s || s[0] == ',' || strstr(s, ",,"))
+        return *out = NULL, false;
+    char *copy = xstrdup(s), *save = NULL;
+    int cap = 8;
+    *out = xmalloc((size_t)cap * sizeof **out);
+    *n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (!cli_parse_long(tok, 1, INT32_MAX, &v)) {
+            free(copy);
+            return false;
+        }
+        if (*n == cap)
+            *out = xrealloc(*out, (size_t)(cap *= 2) * sizeof **out);
+        (*out)[(*n)++] = v;
+    }
+    free(copy);
+    return *n > 0 && s[strlen(s) - 1] != ',';
+}
+
+enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
+       OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE };
+
+static const struct option long_opts[] = {
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"warmup-time", required_argument, NULL, OPT_WARMUP},
+    {"min-time", required_argument, NULL, OPT_MINTIME},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"max-noise", required_argument, NULL, OPT_NOISE},
+    {"min-samples", required_argument, NULL, OPT_MINSAMPLES},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"threshold", required_argument, NULL, OPT_THRESHOLD},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"group-by", required_argument, NULL, OPT_GROUP_BY},
+    {"inmodel", no_argument, NULL, OPT_INMODEL},
+    {"dedupe", no_argument, NULL, OPT_DEDUPE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"stacks", required_argument, NULL, OPT_STACKS},
+    {"no-peaks", no_argument, NULL, OPT_NO_PEAKS},
+    {"sort", required_argument, NULL, OPT_SORT},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
+    {"no-forward", no_argument, NULL, OPT_NO_FORWARD},
+    {"tf32", no_argument, NULL, OPT_TF32},
+    {"algo", required_argument, NULL, OPT_ALGO},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"processes", required_argument, NULL, OPT_PROCESSES},
+    {"worker", required_argument, NULL, OPT_WORKER},
+    {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
+ * check); the count, or 0 when the list is not valid. The strings point into *copy,
+ * which the caller frees (NULL when modes is NULL). */
+int cli_split_modes(const char *arg, const char **modes, char **copy_out)
+{
+    char *copy = xstrdup(arg), *save = NULL;
+    const char *seen[4];
+    int n = 0;
+    bool ok = *arg && arg[strlen(arg) - 1] != ',' && !strstr(arg, ",,");
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        for (int i = 0; i < n; i++)
+            ok &= strcmp(seen[i], tok) != 0;
+        ok &= measure_mode_valid(tok) && n < 4;
+        if (ok)
+            seen[n++] = tok;
+    }
+    if (!ok || !modes) {
+        free(copy);
+        return ok ? n : 0;
+    }
+    for (int i = 0; i < n; i++)
+        modes[i] = seen[i];
+    *copy_out = copy;
+    return n;
+}
+
+/* Returns -1 to go on, or an exit code. */
+int cli_parse(int argc, char **argv, cli *c)
+{
+    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT,
+               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD,
+               .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
+                      .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
+                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
+    opterr = 0;
+    int opt;
+    long v;
+    while ((opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        switch (opt) {
+        case 'h': fputs(usage_text, stdout); return 0;
+        case OPT_VERSION: printf("bench (layerbench) %s, git %s\n", LAYERBENCH_VERSION, layerbench_git_revision()); return 0;
+        case OPT_BACKEND: c->backend = optarg; break;
+        case OPT_BATCH: c->batch_arg = optarg; break;
+        case OPT_THREADS:
+            if (!cli_parse_long(optarg, 1, 1024, &v))
+                return cli_usage_error("--threads expects an integer from 1 to 1024, got '%s'", optarg);
+            c->threads = (int)v;
+            break;
+        case OPT_WARMUP:
+            if (!parse_seconds(optarg, &c->mo.warmup_time))
+                return cli_usage_error("--warmup-time expects seconds from 0 to 3600, got '%s'", optarg);
+            break;
+        case OPT_MINTIME:
+            if (!parse_seconds(optarg, &c->mo.min_time) || c->mo.min_time <= 0)
+                return cli_usage_error("--min-time expects seconds above 0 and at most 3600, got '%s'", optarg);
+            break;
+        case OPT_MODE: c->mode = optarg; break;
+        case OPT_NOISE: {
+            double pct;
+            if (!parse_seconds(optarg, &pct) || pct <= 0 || pct > 100)
+                return cli_usage_error("--max-noise expects a percentage above 0 and at most 100, got '%s'", optarg);
+            c->mo.max_noise = pct / 100;
+            break;
+        }
+        case OPT_MINSAMPLES:
+            if (!cli_parse_long(optarg, 1, 1000000, &v))
+                return cli_usage_error("--min-samples expects an integer from 1 to 1000000, got '%s'", optarg);
+            c->mo.min_samples = (int)v;
+            break;
+        case OPT_THRESHOLD: {
+            double pct;
+            if (!parse_seconds(optarg, &pct) || pct > 1000)
+                return cli_usage_error("--threshold expects a percentage from 0 to 1000, got '%s'", optarg);
+            c->threshold = pct / 100;
+            break;
+        }
+        case OPT_INMODEL: c->inmodel = true; break;
+        case OPT_FORMAT:
+            if (!table_format_parse(optarg, &c->format))
+                return cli_usage_error("--format expects text or md, got '%s'", optarg);
+            break;
+        case OPT_GROUP_BY:
+            if (!report_groups_parse(optarg, &c->groups))
+                return cli_usage_error("--group-by expects a comma-separated list of shape, kind and block (or none), "
+                                   "got '%s'", optarg);
+            break;
+        case OPT_TIMEOUT:
+            if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
+                return cli_usage_error("--timeout expects seconds above 0 and at most 3600, got '%s'", optarg);
+            break;
+        case OPT_DEDUPE: c->mo.dedupe = true; break;
+        case OPT_SEED:
+            if (!cli_parse_long(optarg, 0, LONG_MAX, &v))
+                return cli_usage_error("--seed expects a non-negative integer, got '%s'", optarg);
+            c->mo.seed = (uint64_t)v;
+            break;
+        case OPT_CSV: c->csv = optarg; break;
+        case OPT_TRACE: c->trace = optarg; break;
+        case OPT_STACKS: c->stacks = optarg; break;
+        case OPT_SORT:
+            if (!report_sort_valid(optarg))
+                return cli_usage_error("--sort expects index, name, kind, params, flops, time, noise, inmodel or gflops, "
+                                   "got '%s'", optarg);
+            c->sort = optarg;
+            break;
+        case OPT_TOP:
+            if (!cli_parse_long(optarg, 1, INT32_MAX, &v))
+                return cli_usage_error("--top expects a positive integer, got '%s'", optarg);
+            c->top = (int)v;
+            break;
+        case OPT_NOPROGRESS: c->no_progress = true; break;
+        case OPT_TF32: c->tf32 = true; break;
+        case OPT_RESUME: c->resume = true; break;
+        case OPT_PROCESSES:
+            if (!cli_parse_long(optarg, 0, 64, &v))
+                return cli_usage_error("--processes expects an integer from 0 to 64, got '%s'", optarg);
+            c->processes = (int)v;
+            break;
+        case OPT_WORKER: c->worker = optarg; break;
+        case OPT_ALGO_CACHE:
+            if (!*optarg)
+                return cli_usage_error("%s", "--algo-cache expects a file");
+            c->algo_cache = strcmp(optarg, "none") == 0 ? NULL : optarg;
+            c->algo_cache_given = true;
+            break;
+        case OPT_NO_PEAKS: c->no_peaks = true; break;
+        case OPT_NO_FORWARD: c->no_forward = true; break;
+        case OPT_ALGO:
+            if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
+                return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);
+            c->algo_heuristic = strcmp(optarg, "heuristic") == 0;
+            break;
+        case ':': return cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("%s", "missing command (run, sweep, list, check, compare, schema)");
+    c->command = argv[optind++];
+    if (strcmp(c->command, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(c->command, "compare") == 0) {
+        if (argc - optind < 2)
+            return cli_usage_error("%s", "compare needs two results CSVs: BASE.csv NEW.csv");
+        c->config = argv[optind++];
+        c->compare_new = argv[optind++];
+    } else if (strcmp(c->command, "schema") != 0) {
+        if (optind >= argc)
+            return cli_usage_error("%s needs a CONFIG file", c->command);
+        c->config = argv[optind++];
+    }
+    if (optind < argc)
+        return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!cli_split_modes(c->mode, NULL, NULL))
+        return cli_usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
+    bool known = strcmp(c->backend, "all") == 0;
+    for (const char *const *n = backend_names(); *n; n++)
+        known = known || strcmp(c->backend, *n) == 0;
+    if (!known) {
+        char list[256] = "";
+        for (const char *const *n = backend_names(); *n; n++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", *n);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "or all, got '%s'", c->backend);
+        return cli_usage_error("--backend expects %s", list);
+    }
+    c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
+    /* the choices are kept by default, as autotuners keep theirs: $XDG_CACHE_HOME or
+     * ~/.cache, layerbench/choices.tsv */
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (!c->algo_cache_given && !c->algo_heuristic && ((xdg && *xdg) || (home && *home))) {
+        snprintf(c->default_cache, sizeof c->default_cache, "%s%s/layerbench/choices.tsv", xdg && *xdg ? xdg : home,
+                 xdg && *xdg ? "" : "/.cache");
+        c->algo_cache = c->default_cache;
+    }
+    return -1;
+}

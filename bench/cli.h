@@ -1,0 +1,95 @@
+/* The bench command line's own pieces: the parsed command line (cli.c) and the commands
+ * (commands.c: list, check, compare, schema; cmd_measure.c: run, sweep and the worker
+ * processes), which main.c dispatches to. */
+#ifndef LAYERBENCH_CLI_H
+#define LAYERBENCH_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend_registry.h"
+#include "measure.h"
+#include "model.h"
+#include "output.h"
+#include "report.h"
+
+typedef struct cli {
+    const char *command;
+    const char *config;
+    const char *backend;
+    const char *batch_arg;
+    const char *csv;
+    const char *trace;       /* --trace FILE */
+    const char *stacks;      /* --stacks FILE */
+    int threads;
+    int top;
+    const char *sort;
+    bool no_progress;
+    bool tf32;
+    bool algo_heuristic;
+    bool resume;
+    bool no_peaks;           /* --no-peaks */
+    bool no_forward;         /* check --no-forward */
+    const char *mode;        /* --mode as given */
+    const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
+    double threshold;        /* compare: fraction */
+    table_format format;     /* --format: text or md (markdown tables) */
+    unsigned groups;         /* --group-by: REPORT_GROUP_* bits, 0 for the default */
+    bool inmodel;            /* compare --inmodel */
+    int processes;           /* --processes */
+    const char *worker;      /* the hidden --worker SPEC: this process is a worker (procs.h) */
+    const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
+    bool algo_cache_given;   /* ... given on the command line */
+    char default_cache[1024];
+    measure_options mo;
+} cli;
+
+/* The --csv file and the JSON beside it, checked before anything is measured. */
+typedef struct outputs {
+    bench_output csv, json, trace;
+    bool has_csv, has_json, has_trace;
+    report_stacks_file *stacks;   /* one per (backend, batch), opened once the backends are known */
+    int n_stacks;
+} outputs;
+
+int cli_usage_error(const char *fmt, const char *arg);
+
+bool cli_parse_long(const char *s, long lo, long hi, long *out);
+
+/* "1,2,4" -> batches; false on anything else. */
+bool cli_parse_batches(const char *s, int64_t **out, int *n);
+
+/* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
+ * check); the count, or 0 when the list is not valid. The strings point into *copy,
+ * which the caller frees (NULL when modes is NULL). */
+int cli_split_modes(const char *arg, const char **modes, char **copy_out);
+
+/* Returns -1 to go on, or an exit code. */
+int cli_parse(int argc, char **argv, cli *c);
+
+/* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
+ * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
+int cli_open_backends(const cli *c, backend *bs, char **skipped);
+
+void cli_close_backends(backend *bs, int nb, char *skipped);
+
+/* Device memory, checked once the backends are open (host memory is checked before). */
+bool cli_fits_backends(const model *m, const backend *bs, int nb);
+
+int cli_load_model(const cli *c, int64_t batch, model **m);
+
+int cmd_list(const cli *c, int64_t batch);
+
+int cmd_check(const cli *c, int64_t batch);
+
+/* A worker process (procs.h): one set, its result to the parent's pipe. */
+int cmd_worker(const cli *c, int64_t batch);
+
+/* run and sweep: every batch on every backend, reported as it completes (runner.h). */
+int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep);
+
+int cmd_compare(const cli *c);
+
+int cmd_schema(void);
+
+#endif

@@ -1,0 +1,354 @@
+/* run and sweep: the outputs they write, the saved algorithm choices, the worker
+ * processes (procs.c) and the hidden --worker command each of them runs. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cfg.h"
+#include "choices.h"
+#include "procs.h"
+#include "report.h"
+#include "runner.h"
+#include "schedstat.h"
+
+/* Two results files that would be the same file. */
+static bool same_output(const char *a, const char *b) { return a && b && strcmp(a, b) == 0 && strcmp(a, "-") != 0; }
+
+static int open_outputs(const cli *c, outputs *o)
+{
+    const char *inputs[] = {c->config, NULL};
+    char err[1200];
+    memset(o, 0, sizeof *o);
+    char *json_path = c->csv ? report_json_path(c->csv) : NULL;
+    bool clash = same_output(c->trace, c->csv) || same_output(c->trace, json_path) || same_output(c->stacks, c->csv) ||
+                 same_output(c->stacks, json_path) || same_output(c->stacks, c->trace);
+    free(json_path);
+    if (clash) {
+        fprintf(stderr, "bench: --csv (and its JSON), --trace and --stacks must name different files\n");
+        return 2;
+    }
+    if (c->trace) {
+        if (bench_output_open(&o->trace, c->trace, inputs, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: --trace: %s\n", err);
+            return 2;
+        }
+        o->has_trace = true;
+    }
+    if (!c->csv)
+        return 0;
+    if (bench_output_open(&o->csv, c->csv, inputs, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: --csv: %s\n", err);
+        if (o->has_trace)
+            bench_output_close(&o->trace);
+        o->has_trace = false;
+        return 2;
+    }
+    o->has_csv = true;
+    if (!o->csv.target) /* stdout, a device or a FIFO: no JSON beside it */
+        return 0;
+    char *json = report_json_path(c->csv);
+    bench_status st = bench_output_open(&o->json, json, inputs, err, sizeof err);
+    free(json);
+    if (st != BENCH_OK) {
+        fprintf(stderr, "bench: the JSON context beside --csv: %s\n", err);
+        bench_output_close(&o->csv);
+        if (o->has_trace)
+            bench_output_close(&o->trace);
+        o->has_csv = o->has_trace = false;
+        return 2;
+    }
+    o->has_json = true;
+    return 0;
+}
+
+/* The --stacks files, one per (backend, batch) that will run. */
+static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, const int64_t *batches, int n_batches)
+{
+    const char *inputs[] = {c->config, NULL};
+    char err[1200];
+    if (!c->stacks)
+        return 0;
+    o->stacks = xcalloc((size_t)(nb * n_batches), sizeof *o->stacks);
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < n_batches; k++) {
+            char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k], nb == 1, n_batches == 1);
+            bench_output *out = xcalloc(1, sizeof *out);
+            bench_status st = bench_output_open(out, path, inputs, err, sizeof err);
+            free(path);
+            if (st != BENCH_OK) {
+                fprintf(stderr, "bench: --stacks: %s\n", err);
+                free(out);
+                return 2;
+            }
+            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k], out};
+        }
+    return 0;
+}
+
+static void close_outputs(outputs *o)
+{
+    if (o->has_csv)
+        bench_output_close(&o->csv);
+    if (o->has_json)
+        bench_output_close(&o->json);
+    if (o->has_trace)
+        bench_output_close(&o->trace);
+    for (int i = 0; i < o->n_stacks; i++) {
+        bench_output_close(o->stacks[i].out);
+        free(o->stacks[i].out);
+    }
+    free(o->stacks);
+    o->stacks = NULL, o->n_stacks = 0;
+}
+
+/* The worker processes' command line (procs.h): this binary, run, the config and every
+ * option that changes what is measured; procs adds the set's own. Caller frees the
+ * array and its strings. */
+static char **worker_argv(const cli *c, const char *algo_cache)
+{
+    char **a = xcalloc(40, sizeof *a);
+    int n = 0;
+    a[n++] = xstrdup("bench");
+    a[n++] = xstrdup("run");
+    a[n++] = xstrdup(c->config);
+    if (c->threads)
+        a[n++] = xstrdup("--threads"), a[n++] = xasprintf("%d", c->threads);
+    if (c->tf32)
+        a[n++] = xstrdup("--tf32");
+    a[n++] = xstrdup("--algo"), a[n++] = xstrdup(c->algo_heuristic ? "heuristic" : "search");
+    a[n++] = xstrdup("--seed"), a[n++] = xasprintf("%llu", (unsigned long long)c->mo.seed);
+    a[n++] = xstrdup("--warmup-time"), a[n++] = xasprintf("%.17g", c->mo.warmup_time);
+    a[n++] = xstrdup("--min-time"), a[n++] = xasprintf("%.17g", c->mo.min_time);
+    a[n++] = xstrdup("--max-noise"), a[n++] = xasprintf("%.17g", 100 * c->mo.max_noise);
+    a[n++] = xstrdup("--min-samples"), a[n++] = xasprintf("%d", c->mo.min_samples);
+    a[n++] = xstrdup("--timeout"), a[n++] = xasprintf("%.17g", c->mo.timeout);
+    if (c->mo.dedupe)
+        a[n++] = xstrdup("--dedupe");
+    if (c->no_progress)
+        a[n++] = xstrdup("--no-progress");
+    if (algo_cache)
+        a[n++] = xstrdup("--algo-cache"), a[n++] = xstrdup(algo_cache);
+    return a;
+}
+
+static void free_argv(char **a)
+{
+    for (int i = 0; a && a[i]; i++)
+        free(a[i]);
+    free(a);
+}
+
+static void probe_reset(void *p)
+{
+    sched_probe_close(p);
+    sched_probe_open(p);
+}
+
+/* Contention (measure.h): this process's threads' waits for a CPU, read around every
+ * sample. */
+static void watch_contention(measure_options *mo, sched_probe *probe)
+{
+    probe->n = 0;
+    if (!sched_probe_open(probe))
+        return; /* no schedstat: every sample counts as undisturbed */
+    mo->waited = sched_probe_read, mo->waited_user = probe, mo->waited_reset = probe_reset;
+}
+
+/* --algo-cache: its choices to the backends before anything is set up; what was left
+ * unused into note (a warning), the JSON context's "algo_cache" into *json (caller
+ * frees). Returns 0; 2 when the file given cannot be read or is no choices file; -1
+ * when the default one is such a file (it is not used, and note says so). */
+static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, size_t notelen, char **json)
+{
+    choices_report cr;
+    char err[1200];
+    if (!c->algo_cache)
+        return 0;
+    if (choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
+        if (c->algo_cache_given) {
+            fprintf(stderr, "bench: %s\n", err);
+            return 2;
+        }
+        snprintf(note, notelen, "%.300s: not used (remove it, or give --algo-cache FILE or none)", err);
+        return -1;
+    }
+    choices_warning(c->algo_cache, &cr, note, notelen);
+    if (cr.taken)
+        fprintf(stderr, "bench: %d algorithm choice%s from %s (--algo-cache none searches again)\n", cr.taken,
+                cr.taken == 1 ? "" : "s", c->algo_cache);
+    strbuf j = {0};
+    strbuf_append(&j, "{\"path\": ", 9);
+    strbuf_json(&j, c->algo_cache);
+    strbuf_printf(&j, ", \"taken\": %d, \"other_context\": %d, \"malformed\": %d}", cr.taken, cr.foreign,
+                  cr.malformed);
+    *json = j.data;
+    return 0;
+}
+
+/* Saves the backends' choices into path (--algo-cache), saying what went wrong. */
+static void save_algo_cache(const char *path, const backend *bs, int nb)
+{
+    int stale = 0;
+    char err[1200];
+    if (choices_save(path, bs, nb, &stale, err, sizeof err) != BENCH_OK)
+        fprintf(stderr, "bench: warning: %s\n", err);
+    else if (stale)
+        fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
+                        "searched again\n", stale, stale == 1 ? "" : "s");
+}
+
+/* A worker process (procs.h): one set, its result to the parent's pipe. */
+int cmd_worker(const cli *c, int64_t batch)
+{
+    model *m;
+    backend bs[BACKEND_MAX];
+    char *skipped;
+    int rc = cli_load_model(c, batch, &m);
+    if (rc)
+        return rc;
+    int nb = cli_open_backends(c, bs, &skipped);
+    if (nb != 1) {
+        model_free(m);
+        return nb < 0 ? -nb : 2;
+    }
+    measure_options mo = c->mo;
+    mo.stop = &bench_interrupted;
+    sched_probe probe;
+    watch_contention(&mo, &probe);
+    choices_report cr;
+    char err[1024];
+    if (c->algo_cache && choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
+        fprintf(stderr, "bench: warning: %s\n", err);
+    int index = 0, count = 0;
+    sscanf(c->worker, "%*d,%d,%d", &index, &count);
+    char label[48];
+    snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
+    mo.label = label;
+    bench_catch_signals();
+    rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
+    if (c->algo_cache)
+        save_algo_cache(c->algo_cache, bs, nb);
+    sched_probe_close(&probe);
+    cli_close_backends(bs, nb, skipped);
+    model_free(m);
+    return rc;
+}
+
+/* run and sweep: every batch on every backend, reported as it completes (runner.h). */
+int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
+{
+    model *m;
+    backend bs[BACKEND_MAX];
+    char *skipped, err[1024];
+    int rc = cli_load_model(c, batch_args[0], &m);
+    if (rc)
+        return rc;
+    int64_t *batches = xmalloc((size_t)n_batches * sizeof *batches), largest = 0;
+    for (int b = 0; b < n_batches; b++) {
+        batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
+        if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK ||
+            model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: %s\n", err);
+            free(batches);
+            model_free(m);
+            return 2;
+        }
+        largest = batches[b] > largest ? batches[b] : largest;
+    }
+    outputs out;
+    char *previous = NULL;
+    runner_set *done = NULL;
+    int n_done = 0;
+    if ((rc = open_outputs(c, &out)) != 0) {
+        free(batches);
+        model_free(m);
+        return rc;
+    }
+    if (c->resume && (!out.has_csv || !out.csv.target)) {
+        fprintf(stderr, "bench: --resume needs --csv FILE: the results of the run to continue\n");
+        rc = 2;
+    } else if (c->resume &&
+               runner_read_previous(c->csv, m->name, &previous, &done, &n_done, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        rc = 2;
+    }
+    int nb = rc ? 0 : cli_open_backends(c, bs, &skipped);
+    if (rc || nb < 0) {
+        close_outputs(&out);
+        free(previous), free(done), free(batches);
+        model_free(m);
+        return rc ? rc : -nb;
+    }
+    model_set_batch(m, largest, err, sizeof err);
+    char cache_note[400] = "", *cache_json = NULL;
+    int cache_rc = 0;
+    if (!cli_fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0 ||
+        (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_json)) > 0) {
+        cli_close_backends(bs, nb, skipped);
+        close_outputs(&out);
+        free(previous), free(done), free(batches);
+        model_free(m);
+        return 2;
+    }
+    report_options ro = {c->sort, c->top, c->format, c->groups};
+    reporter *reps[4];
+    int nr = 0;
+    /* with --csv -, the CSV owns stdout and the tables go to stderr */
+    FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
+    reps[nr++] = sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro);
+    if (out.has_csv)
+        reps[nr++] = report_csv_create(&out.csv, previous);
+    if (out.has_trace)
+        reps[nr++] = report_trace_create(&out.trace);
+    if (out.n_stacks)
+        reps[nr++] = report_stacks_create(out.stacks, out.n_stacks);
+    measure_options mo = c->mo;
+    mo.stop = &bench_interrupted;
+    sched_probe probe = {.n = 0};
+    /* the workers of a run share one choices file, so that they run the same kernels */
+    char cache_tmp[] = "/tmp/layerbench-choices-XXXXXX";
+    const char *cache = cache_rc < 0 ? NULL : c->algo_cache; /* a broken default is left alone */
+    if (!cache && c->processes > 0 && !c->algo_heuristic) {
+        int fd = mkstemp(cache_tmp);
+        if (fd >= 0)
+            close(fd), cache = cache_tmp;
+    }
+    char **wargv = c->processes > 0 ? worker_argv(c, cache) : NULL;
+    if (!wargv) /* else the workers watch their own threads */
+        watch_contention(&mo, &probe);
+    const char *modes[4];
+    char *modes_text = NULL;
+    int n_modes = cli_split_modes(c->mode, modes, &modes_text);
+    runner_plan plan = {
+        .modes = modes, .n_modes = n_modes,
+        .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
+        .reps = reps, .n_reps = nr, .json = out.has_json ? &out.json : NULL,
+        .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
+                .n_backends = nb, .skipped = skipped},
+        .sweep_progress = sweep && c->mo.progress,
+        .probe_peaks = !c->no_peaks,
+        .procs = {c->processes, wargv},
+        .note = *cache_note ? cache_note : NULL,
+    };
+    plan.ctx.algo_cache = cache_json;
+    plan.ctx.processes = c->processes;
+    bench_catch_signals();
+    rc = runner_execute(m, &plan, &mo);
+    if (cache && c->processes == 0) /* else the workers saved it */
+        save_algo_cache(cache, bs, nb);
+    if (rc == 0 && out.has_json)
+        fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
+    if (cache == cache_tmp)
+        unlink(cache_tmp);
+    free(cache_json);
+    cli_close_backends(bs, nb, skipped);
+    close_outputs(&out);
+    sched_probe_close(&probe);
+    free_argv(wargv);
+    free(previous), free(done), free(batches), free(modes_text);
+    model_free(m);
+    return rc;
+}

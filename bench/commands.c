@@ -1,0 +1,167 @@
+/* The commands that do not time: list, check, compare and schema, and what every command
+ * shares (loading the config, opening the backends). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "check.h"
+#include "compare.h"
+#include "report.h"
+
+/* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
+ * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
+int cli_open_backends(const cli *c, backend *bs, char **skipped)
+{
+    backend_options bo = {.threads = c->threads, .tf32 = c->tf32, .algo_heuristic = c->algo_heuristic};
+    const char *const *names = backend_names();
+    int n = 0;
+    *skipped = NULL;
+    for (int i = 0; names[i]; i++) {
+        if (strcmp(c->backend, "all") != 0 && strcmp(c->backend, names[i]) != 0)
+            continue;
+        const backend_ops *ops = backend_find(names[i]);
+        char err[512];
+        bench_status st;
+        if (!ops) {
+            snprintf(err, sizeof err, "%s", backend_find_error());
+            st = BENCH_ERR_UNSUPPORTED;
+        } else {
+            st = backend_open(ops, &bo, &bs[n], err, sizeof err);
+        }
+        if (st == BENCH_OK) {
+            n++;
+            continue;
+        }
+        if (strcmp(c->backend, "all") != 0 || st == BENCH_ERR_USAGE) {
+            fprintf(stderr, "bench: %s\n", err);
+            for (int k = 0; k < n; k++)
+                backend_close(&bs[k]);
+            return -(st == BENCH_ERR_USAGE ? 2 : st == BENCH_ERR_UNSUPPORTED ? 2 : 1);
+        }
+        fprintf(stderr, "bench: %s backend skipped: %s\n", names[i], err);
+        char *prev = *skipped;
+        *skipped = prev ? xasprintf("%s; %s: %s", prev, names[i], err) : xasprintf("%s: %s", names[i], err);
+        free(prev);
+    }
+    return n;
+}
+
+void cli_close_backends(backend *bs, int nb, char *skipped)
+{
+    for (int k = 0; k < nb; k++)
+        backend_close(&bs[k]);
+    free(skipped);
+}
+
+/* Device memory, checked once the backends are open (host memory is checked before). */
+bool cli_fits_backends(const model *m, const backend *bs, int nb)
+{
+    char err[512];
+    for (int k = 0; k < nb; k++) {
+        int64_t avail = backend_mem_available(&bs[k]);
+        if (avail >= 0 && model_check_memory(m, avail, bs[k].ops->name, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: %s\n", err);
+            return false;
+        }
+    }
+    return true;
+}
+
+int cli_load_model(const cli *c, int64_t batch, model **m)
+{
+    char err[1024];
+    bench_status st = cfg_load(c->config, batch, m, err, sizeof err);
+    if (st != BENCH_OK) {
+        /* "file:line:col: ..." about the config, or "bench: --batch ..." about the command line */
+        fprintf(stderr, "%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
+        return bench_exit_code(st);
+    }
+    return 0;
+}
+
+int cmd_list(const cli *c, int64_t batch)
+{
+    model *m;
+    int rc = cli_load_model(c, batch, &m);
+    if (rc)
+        return rc;
+    if (c->csv) {
+        const char *inputs[] = {c->config, NULL};
+        char err[1200];
+        bench_output out;
+        if (bench_output_open(&out, c->csv, inputs, err, sizeof err) != BENCH_OK) {
+            fprintf(stderr, "bench: --csv: %s\n", err);
+            rc = 2;
+        } else {
+            rc = bench_exit_code(report_list_csv(&out, m));
+            bench_output_close(&out);
+        }
+    } else {
+        report_list_table(stdout, m, c->format);
+    }
+    model_free(m);
+    return rc;
+}
+
+int cmd_check(const cli *c, int64_t batch)
+{
+    model *m;
+    backend bs[BACKEND_MAX];
+    char *skipped;
+    char err[512];
+    int rc = cli_load_model(c, batch, &m);
+    if (rc)
+        return rc;
+    if (model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        model_free(m);
+        return 2;
+    }
+    int nb = cli_open_backends(c, bs, &skipped);
+    if (nb < 0) {
+        model_free(m);
+        return -nb;
+    }
+    if (!cli_fits_backends(m, bs, nb)) {
+        cli_close_backends(bs, nb, skipped);
+        model_free(m);
+        return 2;
+    }
+    printf("%s: batch %lld, seed %llu\n\n", m->name, (long long)m->batch, (unsigned long long)c->mo.seed);
+    bench_status st = check_model(m, bs, nb, c->mo.seed, !c->no_forward, stdout);
+    cli_close_backends(bs, nb, skipped);
+    model_free(m);
+    return bench_exit_code(st);
+}
+
+int cmd_compare(const cli *c)
+{
+    csv_table base, new_;
+    char err[1024];
+    if (csv_read_file(c->config, &base, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 2;
+    }
+    if (csv_read_file(c->compare_new, &new_, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        csv_table_free(&base);
+        return 2;
+    }
+    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel};
+    int rc = compare_tables(c->config, &base, c->compare_new, &new_, &o, stdout);
+    csv_table_free(&base);
+    csv_table_free(&new_);
+    return rc;
+}
+
+int cmd_schema(void)
+{
+    int n;
+    const report_column *cols = report_csv_columns(&n);
+    for (int i = 0; i < n; i++)
+        printf("%-14s  %s\n", cols[i].name, cols[i].doc);
+    return 0;
+}
