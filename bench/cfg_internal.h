@@ -1,0 +1,63 @@
+/* What the config parser's files share, private to them: the parse's context (cfg.c reads
+ * the file, cfg_yaml.c types YAML nodes, cfg_model.c builds the model from them). */
+#ifndef LAYERBENCH_CFG_INTERNAL_H
+#define LAYERBENCH_CFG_INTERNAL_H
+
+#include <stdarg.h>
+#include <yaml.h>
+
+#include "cfg.h"
+
+typedef struct cfg_ctx {
+    const char *path;
+    yaml_document_t doc;
+    char *err;
+    size_t errlen;
+    unsigned char *seen;       /* per node: visited once already (catches aliases) */
+    model *m;
+    int cap;
+    yaml_mark_t *marks;        /* per layer: where the config wrote it */
+    int *names;                /* hash table of value ids (0: empty slot), by layer name */
+    int names_cap, n_names;
+} cfg_ctx;
+
+#define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))
+
+#define fail(c, node, ...) cfg_fail_at((c), (node)->start_mark, __VA_ARGS__)
+
+int cfg_fail_at(cfg_ctx *c, yaml_mark_t mark, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+const char *cfg_node_type_name(const yaml_node_t *n);
+
+const char *cfg_scalar(const yaml_node_t *n);
+
+/* Walks the whole tree once: a node reached twice came through an alias (which
+ * could also form a cycle), and deep nesting is refused before we recurse on it. */
+int cfg_check_tree(cfg_ctx *c, int idx, int depth);
+
+/* ---- scalar values ---------------------------------------------------------------- */
+
+int cfg_parse_int(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out);
+
+/* A scalar's bytes: its length, which can hold a NUL ("\0" in a quoted scalar). */
+size_t cfg_scalar_len(const yaml_node_t *n);
+
+/* One of choices (NULL-terminated), stored as its index. */
+int cfg_parse_enum(cfg_ctx *c, const char *key, yaml_node_t *n, const char *const *choices, int64_t *out);
+
+int cfg_parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out);
+
+/* Looks key up in a mapping; NULL if absent. */
+yaml_node_t *cfg_map_get(cfg_ctx *c, yaml_node_t *map, const char *key);
+
+/* Every key of map must be in known[]. */
+int cfg_check_keys(cfg_ctx *c, yaml_node_t *map, const char *what, const char *const *known, int n);
+
+yaml_node_t *cfg_need_seq(cfg_ctx *c, yaml_node_t *map, const char *key, const char *owner);
+
+/* Parses a plain layer's parameters from its mapping. */
+int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_params *p);
+
+int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch);
+
+#endif
