@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "env.h"
+#include "sysinfo.h"
 #include "version.h"
 
 #define CHOICES_HEADER "# layerbench algorithm choices (bench --algo-cache), format 1: context\tlayer\tchoice\n"
@@ -33,7 +33,7 @@ static char *context_of(const backend *b)
         fclose(f);
     snprintf(cpu, sizeof cpu, "%s, family %s, model %s, stepping %s", *value[0] ? value[0] : "unknown", value[1],
              value[2], value[3]);
-    char *ctx = xasprintf("%s | %s | %s | float32 | layerbench %s | %s", b->ops->name, cpu, env_cpu_isa(isa, sizeof isa),
+    char *ctx = xasprintf("%s | %s | %s | float32 | layerbench %s | %s", b->ops->name, cpu, sysinfo_cpu_isa(isa, sizeof isa),
                           LAYERBENCH_VERSION, b->ops->device.describe ? b->ops->device.describe(b->ctx) : "");
     for (char *p = ctx; *p; p++)
         if (*p == '\t' || *p == '\n' || *p == '\r')

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compare.h"
+#include "log.h"
 #include "procs.h"
 #include "report.h"
 #include "version.h"
@@ -110,9 +111,9 @@ static const char usage_text[] =
 
 int cli_usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "bench: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'bench --help'.\n");
+    char what[1024];
+    snprintf(what, sizeof what, fmt, arg);
+    log_msg("%s\nTry 'bench --help'.", what);
     return 2;
 }
 

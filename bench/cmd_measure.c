@@ -9,6 +9,7 @@
 
 #include "cfg.h"
 #include "choices.h"
+#include "log.h"
 #include "procs.h"
 #include "report.h"
 #include "runner.h"
@@ -27,12 +28,12 @@ static int open_outputs(const cli *c, outputs *o)
                  same_output(c->stacks, json_path) || same_output(c->stacks, c->trace);
     free(json_path);
     if (clash) {
-        fprintf(stderr, "bench: --csv (and its JSON), --trace and --stacks must name different files\n");
+        log_msg("--csv (and its JSON), --trace and --stacks must name different files");
         return 2;
     }
     if (c->trace) {
         if (bench_output_open(&o->trace, c->trace, inputs, err, sizeof err) != BENCH_OK) {
-            fprintf(stderr, "bench: --trace: %s\n", err);
+            log_msg("--trace: %s", err);
             return 2;
         }
         o->has_trace = true;
@@ -40,7 +41,7 @@ static int open_outputs(const cli *c, outputs *o)
     if (!c->csv)
         return 0;
     if (bench_output_open(&o->csv, c->csv, inputs, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: --csv: %s\n", err);
+        log_msg("--csv: %s", err);
         if (o->has_trace)
             bench_output_close(&o->trace);
         o->has_trace = false;
@@ -53,7 +54,7 @@ static int open_outputs(const cli *c, outputs *o)
     bench_status st = bench_output_open(&o->json, json, inputs, err, sizeof err);
     free(json);
     if (st != BENCH_OK) {
-        fprintf(stderr, "bench: the JSON context beside --csv: %s\n", err);
+        log_msg("the JSON context beside --csv: %s", err);
         bench_output_close(&o->csv);
         if (o->has_trace)
             bench_output_close(&o->trace);
@@ -79,7 +80,7 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
             bench_status st = bench_output_open(out, path, inputs, err, sizeof err);
             free(path);
             if (st != BENCH_OK) {
-                fprintf(stderr, "bench: --stacks: %s\n", err);
+                log_msg("--stacks: %s", err);
                 free(out);
                 return 2;
             }
@@ -169,7 +170,7 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
         return 0;
     if (choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
         if (c->algo_cache_given) {
-            fprintf(stderr, "bench: %s\n", err);
+            log_msg("%s", err);
             return 2;
         }
         snprintf(note, notelen, "%.300s: not used (remove it, or give --algo-cache FILE or none)", err);
@@ -177,7 +178,7 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
     }
     choices_warning(c->algo_cache, &cr, note, notelen);
     if (cr.taken)
-        fprintf(stderr, "bench: %d algorithm choice%s from %s (--algo-cache none searches again)\n", cr.taken,
+        log_msg("%d algorithm choice%s from %s (--algo-cache none searches again)", cr.taken,
                 cr.taken == 1 ? "" : "s", c->algo_cache);
     strbuf j = {0};
     strbuf_append(&j, "{\"path\": ", 9);
@@ -194,10 +195,10 @@ static void save_algo_cache(const char *path, const backend *bs, int nb)
     int stale = 0;
     char err[1200];
     if (choices_save(path, bs, nb, &stale, err, sizeof err) != BENCH_OK)
-        fprintf(stderr, "bench: warning: %s\n", err);
+        log_warning("%s", err);
     else if (stale)
-        fprintf(stderr, "bench: warning: --algo-cache: %d choice%s no longer applied (the candidates changed): "
-                        "searched again\n", stale, stale == 1 ? "" : "s");
+        log_warning("--algo-cache: %d choice%s no longer applied (the candidates changed): searched again", stale,
+                    stale == 1 ? "" : "s");
 }
 
 /* A worker process (procs.h): one set, its result to the parent's pipe. */
@@ -221,7 +222,7 @@ int cmd_worker(const cli *c, int64_t batch)
     choices_report cr;
     char err[1024];
     if (c->algo_cache && choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
-        fprintf(stderr, "bench: warning: %s\n", err);
+        log_warning("%s", err);
     int index = 0, count = 0;
     sscanf(c->worker, "%*d,%d,%d", &index, &count);
     char label[48];
@@ -251,7 +252,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
         if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK ||
             model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
-            fprintf(stderr, "bench: %s\n", err);
+            log_msg("%s", err);
             free(batches);
             model_free(m);
             return 2;
@@ -268,11 +269,11 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         return rc;
     }
     if (c->resume && (!out.has_csv || !out.csv.target)) {
-        fprintf(stderr, "bench: --resume needs --csv FILE: the results of the run to continue\n");
+        log_msg("--resume needs --csv FILE: the results of the run to continue");
         rc = 2;
     } else if (c->resume &&
                runner_read_previous(c->csv, m->name, &previous, &done, &n_done, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
         rc = 2;
     }
     int nb = rc ? 0 : cli_open_backends(c, bs, &skipped);
@@ -340,7 +341,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     if (cache && c->processes == 0) /* else the workers saved it */
         save_algo_cache(cache, bs, nb);
     if (rc == 0 && out.has_json)
-        fprintf(stderr, "bench: wrote %s and its JSON context %s\n", c->csv, out.json.path);
+        log_msg("wrote %s and its JSON context %s", c->csv, out.json.path);
     if (cache == cache_tmp)
         unlink(cache_tmp);
     free(cache_json);

@@ -9,6 +9,7 @@
 #include "cfg.h"
 #include "check.h"
 #include "compare.h"
+#include "log.h"
 #include "report.h"
 
 /* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
@@ -36,12 +37,12 @@ int cli_open_backends(const cli *c, backend *bs, char **skipped)
             continue;
         }
         if (strcmp(c->backend, "all") != 0 || st == BENCH_ERR_USAGE) {
-            fprintf(stderr, "bench: %s\n", err);
+            log_msg("%s", err);
             for (int k = 0; k < n; k++)
                 backend_close(&bs[k]);
             return -(st == BENCH_ERR_USAGE ? 2 : st == BENCH_ERR_UNSUPPORTED ? 2 : 1);
         }
-        fprintf(stderr, "bench: %s backend skipped: %s\n", names[i], err);
+        log_msg("%s backend skipped: %s", names[i], err);
         char *prev = *skipped;
         *skipped = prev ? xasprintf("%s; %s: %s", prev, names[i], err) : xasprintf("%s: %s", names[i], err);
         free(prev);
@@ -63,7 +64,7 @@ bool cli_fits_backends(const model *m, const backend *bs, int nb)
     for (int k = 0; k < nb; k++) {
         int64_t avail = backend_mem_available(&bs[k]);
         if (avail >= 0 && model_check_memory(m, avail, bs[k].ops->name, err, sizeof err) != BENCH_OK) {
-            fprintf(stderr, "bench: %s\n", err);
+            log_msg("%s", err);
             return false;
         }
     }
@@ -76,7 +77,7 @@ int cli_load_model(const cli *c, int64_t batch, model **m)
     bench_status st = cfg_load(c->config, batch, m, err, sizeof err);
     if (st != BENCH_OK) {
         /* "file:line:col: ..." about the config, or "bench: --batch ..." about the command line */
-        fprintf(stderr, "%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
+        log_raw("%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
         return bench_exit_code(st);
     }
     return 0;
@@ -93,7 +94,7 @@ int cmd_list(const cli *c, int64_t batch)
         char err[1200];
         bench_output out;
         if (bench_output_open(&out, c->csv, inputs, err, sizeof err) != BENCH_OK) {
-            fprintf(stderr, "bench: --csv: %s\n", err);
+            log_msg("--csv: %s", err);
             rc = 2;
         } else {
             rc = bench_exit_code(report_list_csv(&out, m));
@@ -116,7 +117,7 @@ int cmd_check(const cli *c, int64_t batch)
     if (rc)
         return rc;
     if (model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
         model_free(m);
         return 2;
     }
@@ -142,11 +143,11 @@ int cmd_compare(const cli *c)
     csv_table base, new_;
     char err[1024];
     if (csv_read_file(c->config, &base, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
         return 2;
     }
     if (csv_read_file(c->compare_new, &new_, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
         csv_table_free(&base);
         return 2;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "report.h"
 
 compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
@@ -73,7 +74,7 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
     int col[8];
     for (int i = 0; i < 8; i++)
         if ((col[i] = csv_col(t, need[i])) < 0) {
-            fprintf(stderr, "bench: %s is not a layerbench results CSV: it has no '%s' column\n", name, need[i]);
+            log_msg("%s is not a layerbench results CSV: it has no '%s' column", name, need[i]);
             return NULL;
         }
     int lo = csv_col(t, "ci_low_us"), hi = csv_col(t, "ci_high_us"), noise = csv_col(t, "noise_pct");
@@ -116,8 +117,8 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
             c->occurrence += same_place(&rows[p], c, false);
             if (index >= 0 && same_place(&rows[p], c, false) && !strcmp(rows[p].index, c->index) &&
                 !strcmp(rows[p].part, c->part)) {
-                fprintf(stderr, "bench: %s:%lld: the same row as line %lld (model %s, backend %s, mode %s, batch %s, "
-                                "layer %s '%s'): a results CSV holds each once\n",
+                log_msg("%s:%lld: the same row as line %lld (model %s, backend %s, mode %s, batch %s, layer %s '%s'): a "
+                        "results CSV holds each once",
                         name, (long long)c->line, (long long)rows[p].line, c->model, c->backend, c->mode, c->batch,
                         c->index, c->layer);
                 free(rows);

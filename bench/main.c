@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "procs.h"
 #include "report.h"
 #include "schedstat.h"
@@ -32,7 +33,7 @@ static void set_openmp_spin(char **argv)
 static int finish_stdout(int rc)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "bench: writing to standard output failed: %s\n", strerror(errno));
+        log_msg("writing to standard output failed: %s", strerror(errno));
         return rc ? rc : 1;
     }
     return rc;

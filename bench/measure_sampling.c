@@ -2,6 +2,7 @@
  * the stopping rules, samples disturbed by waits for a CPU, the canary and the timer's
  * floor. Nothing here knows what a unit times. */
 #include "measure_internal.h"
+#include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -265,10 +266,10 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
     if (!o->progress)
         return;
     if (what)
-        fprintf(stderr, "\r\033[K%s%s%s %s: round %d, %d of %d sampling: %s", o->label ? o->label : "",
+        log_progress("%s%s%s %s: round %d, %d of %d sampling: %s", o->label ? o->label : "",
                 o->label ? ", " : "", b->ops->name, mode, round + 1, left, n, what);
     else
-        fprintf(stderr, "\r\033[K");
+        log_progress("%s", "");
     fflush(stderr);
 }
 

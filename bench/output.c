@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "output.h"
+#include "log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,7 +34,7 @@ void strbuf_printf(strbuf *b, const char *fmt, ...)
     int n = vasprintf(&s, fmt, ap);
     va_end(ap);
     if (n < 0) {
-        fprintf(stderr, "bench: out of memory\n");
+        log_msg("out of memory");
         exit(1);
     }
     strbuf_append(b, s, (size_t)n);

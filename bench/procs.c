@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "output.h"
 
 extern char **environ;
@@ -212,7 +213,7 @@ int procs_worker(const char *spec, const model *m, const backend *b, const measu
     if (sscanf(spec, "%d,%d,%d,%d,%lf,%lf,%4095s", &fd, &index, &count, &with_model, &floor_warm, &floor_cold,
                skip_list) != 7 ||
         count < 1 || index < 1 || index > 2 * count) { /* past count: one more, for a slow phase */
-        fprintf(stderr, "bench: --worker: malformed '%s' (this option is for bench itself)\n", spec);
+        log_msg("--worker: malformed '%s' (this option is for bench itself)", spec);
         return 2;
     }
     int n = m->n_layers;
@@ -641,7 +642,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
                      k + 1, pp->count, how);
             death[where] = xstrdup(note);
         }
-        fprintf(stderr, "\nbench: worker process %d of %d on %s batch %s ended (%s)%s%s\n", k + 1, pp->count,
+        log_raw("\nbench: worker process %d of %d on %s batch %s ended (%s)%s%s\n", k + 1, pp->count,
                 b->ops->name, batch, how, at >= 0 ? " at layer " : at == -1 ? " in the chained forward" : "",
                 at >= 0 ? m->layers[at].name : "");
     }

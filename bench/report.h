@@ -116,6 +116,15 @@ typedef struct report_context {
 /* "results/x.csv" -> "results/x.json"; caller frees. */
 char *report_json_path(const char *csv_path);
 bench_status report_json_write(bench_output *out, const report_context *ctx);
+/* Members of the context's lists, appended to b (with a separating comma after the
+ * first): a finished (backend, batch) set, with its memory plan where m is given and the
+ * measurement objects of its modes; the ceilings and the timer's floor of one backend;
+ * how one mode of a set was measured (processes, canary, contended rows). */
+void report_json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
+                           int64_t device_bytes, const char *measurement);
+void report_json_peaks(strbuf *b, const char *backend, const backend_peaks *pk);
+void report_json_floor(strbuf *b, const char *backend, const timer_floor *f);
+void report_json_measurement(strbuf *b, const run_result *r);
 
 /* `bench list`: the analysis table (and CSV) of a model, without timing. */
 void report_list_table(FILE *out, const model *m, table_format format);

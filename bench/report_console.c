@@ -35,25 +35,6 @@ char *report_format_count(double v, char *buf, size_t len)
 
 static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (double)flops / seconds * 1e-9 : 0.0; }
 
-bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, double *pct,
-                     const char **bound)
-{
-    if (!(seconds > 0) || bytes <= 0 || !(pk->flops_per_s > 0) || !(pk->bytes_per_s > 0))
-        return false;
-    /* a layer run warm whose data the caches hold streams from them */
-    bool cached = !cold && pk->cache_bytes_per_s > 0 && bytes <= pk->cache_bytes;
-    double bw = cached ? pk->cache_bytes_per_s : pk->bytes_per_s;
-    double intensity = (double)flops / (double)bytes, balance = pk->flops_per_s / bw;
-    if (flops == 0 || intensity < balance) {
-        *bound = cached ? "cache" : "memory";
-        *pct = 100 * ((double)bytes / seconds) / bw;
-    } else {
-        *bound = "compute";
-        *pct = 100 * ((double)flops / seconds) / pk->flops_per_s;
-    }
-    return true;
-}
-
 /* ---- per-layer table ------------------------------------------------------------------- */
 
 typedef struct console {

@@ -1,17 +1,11 @@
-/* The tidy CSV and the JSON run context. The CSV schema is defined here and only here
+/* The tidy CSV (the JSON context beside it is report_json.c). The CSV schema is defined here and only here
  * (CSV_COLUMNS); docs/csv.md documents it and a test keeps the two in step. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <time.h>
-#include <unistd.h>
-#include <yaml.h>
 
-#include "env.h"
-#include "gbench_shim.h"
 #include "report.h"
-#include "version.h"
+#include "log.h"
 
 /* X(name, in_list, doc): in_list marks the columns `bench list --csv` writes too. */
 #define CSV_COLUMNS(X)                                                                                           \
@@ -402,7 +396,7 @@ static bench_status csv_commit(csv_reporter *c)
 {
     char err[512];
     if (bench_output_write(c->out, c->buf.data, c->buf.len, err, sizeof err) != BENCH_OK) {
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
         return BENCH_ERR_IO;
     }
     c->committed = c->buf.len;
@@ -454,131 +448,7 @@ bench_status report_list_csv(bench_output *out, const model *m)
     free(row);
     bench_status st = bench_output_write(out, b.data, b.len, err, sizeof err);
     if (st != BENCH_OK)
-        fprintf(stderr, "bench: %s\n", err);
+        log_msg("%s", err);
     strbuf_free(&b);
-    return st;
-}
-
-/* ---- JSON context ----------------------------------------------------------------------- */
-
-char *report_json_path(const char *csv_path)
-{
-    size_t n = strlen(csv_path);
-    if (n > 4 && strcmp(csv_path + n - 4, ".csv") == 0)
-        return xasprintf("%.*s.json", (int)(n - 4), csv_path);
-    return xasprintf("%s.json", csv_path);
-}
-
-static void cpu_model(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    snprintf(buf, len, "unknown");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(buf, len, "%s", colon + 2);
-            buf[strcspn(buf, "\n")] = 0;
-            break;
-        }
-    }
-    fclose(f);
-}
-
-bench_status report_json_write(bench_output *out, const report_context *ctx)
-{
-    strbuf buf = {0}, *f = &buf;
-    char host[256] = "unknown", cpu[256], date[64];
-    struct utsname un;
-    time_t now = time(NULL);
-    gethostname(host, sizeof host - 1);
-    cpu_model(cpu, sizeof cpu);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    uname(&un);
-    strbuf_printf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
-    strbuf_json(f, LAYERBENCH_VERSION);
-    strbuf_printf(f, ",\n  \"git_revision\": ");
-    strbuf_json(f, layerbench_git_revision());
-    strbuf_printf(f, ",\n  \"build_type\": ");
-    strbuf_json(f, LAYERBENCH_BUILD_TYPE);
-    strbuf_printf(f, ",\n  \"compiler\": ");
-    strbuf_json(f, __VERSION__);
-    strbuf_printf(f, ",\n  \"command_line\": [");
-    for (int i = 0; i < ctx->argc; i++) {
-        strbuf_printf(f, "%s", i ? ", " : "");
-        strbuf_json(f, ctx->argv[i]);
-    }
-    strbuf_printf(f, "],\n  \"config\": ");
-    strbuf_json(f, ctx->config);
-    strbuf_printf(f, ",\n  \"date_utc\": ");
-    strbuf_json(f, date);
-    strbuf_printf(f, ",\n  \"host\": ");
-    strbuf_json(f, host);
-    strbuf_printf(f, ",\n  \"os\": ");
-    char os[600];
-    snprintf(os, sizeof os, "%s %s %s", un.sysname, un.release, un.machine);
-    strbuf_json(f, os);
-    strbuf_printf(f, ",\n  \"cpu_model\": ");
-    strbuf_json(f, cpu);
-    char isa[160];
-    double load[3] = {-1, -1, -1};
-    getloadavg(load, 3);
-    strbuf_printf(f, ",\n  \"cpu_isa\": ");
-    strbuf_json(f, env_cpu_isa(isa, sizeof isa));
-    strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n  \"load_average\": [%.2f, %.2f, %.2f],\n",
-                  sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
-    strbuf_printf(f, "  \"libraries\": {\"libyaml\": ");
-    strbuf_json(f, yaml_get_version_string());
-    strbuf_printf(f, ", \"google_benchmark\": ");
-    strbuf_json(f, gbs_version());
-    strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
-    strbuf_json(f, ctx->modes ? ctx->modes : "auto");
-    strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
-                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, "
-                     "\"disturbed_share\": %g, \"algo_cache\": %s},\n",
-                  ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
-                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes,
-                  MEASURE_DISTURBED_SHARE, ctx->algo_cache ? ctx->algo_cache : "null");
-    strbuf_printf(f, "  \"backends\": {");
-    for (int i = 0; i < ctx->n_backends; i++) {
-        strbuf_printf(f, "%s\n    ", i ? "," : "");
-        strbuf_json(f, ctx->backends[i].ops->name);
-        strbuf_printf(f, ": %s", ctx->backends[i].ops->device.describe(ctx->backends[i].ctx));
-    }
-    strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
-    if (ctx->skipped)
-        strbuf_json(f, ctx->skipped);
-    else
-        strbuf_printf(f, "null");
-    /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
-    strbuf_printf(f, ",\n  \"state\": ");
-    strbuf_json(f, ctx->state ? ctx->state : "complete");
-    strbuf_printf(f, ",\n  \"interrupted\": ");
-    if (ctx->interrupted)
-        strbuf_json(f, ctx->interrupted);
-    else
-        strbuf_printf(f, "null");
-    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
-                  ctx->resumed_sets);
-    strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", ctx->floors ? ctx->floors : "");
-    strbuf_printf(f, ",\n  \"peaks\": {%s}", ctx->peaks ? ctx->peaks : "");
-    strbuf_printf(f, ",\n  \"warnings\": [");
-    for (const char *w = ctx->warnings; w && *w;) {
-        const char *nl = strchr(w, '\n');
-        size_t n = nl ? (size_t)(nl - w) : strlen(w);
-        char *line = xasprintf("%.*s", (int)n, w);
-        strbuf_printf(f, "%s\n    ", w == ctx->warnings ? "" : ",");
-        strbuf_json(f, line);
-        free(line);
-        w += n + (nl != NULL);
-    }
-    strbuf_printf(f, "%s]\n}\n", ctx->warnings && *ctx->warnings ? "\n  " : "");
-    char err[512];
-    bench_status st = bench_output_write(out, buf.data, buf.len, err, sizeof err);
-    if (st != BENCH_OK)
-        fprintf(stderr, "bench: %s\n", err);
-    strbuf_free(&buf);
     return st;
 }

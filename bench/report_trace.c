@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "log.h"
 #include "version.h"
 
 typedef struct span {
@@ -275,7 +276,7 @@ static bench_status trace_write(trace *t)
     strbuf_printf(&f, "\n]}\n");
     bench_status st = bench_output_write(t->out, f.data, f.len, err, sizeof err);
     if (st != BENCH_OK)
-        fprintf(stderr, "bench: --trace: %s\n", err);
+        log_msg("--trace: %s", err);
     strbuf_free(&f);
     return st;
 }
@@ -400,7 +401,7 @@ static bench_status stacks_write(stacks *s)
         if (!s->text[f])
             continue;
         if (bench_output_write(s->files[f].out, s->text[f], strlen(s->text[f]), err, sizeof err) != BENCH_OK) {
-            fprintf(stderr, "bench: --stacks: %s\n", err);
+            log_msg("--stacks: %s", err);
             st = BENCH_ERR_IO;
         }
     }

@@ -1,6 +1,7 @@
 #include "runner.h"
 
-#include "env.h"
+#include "log.h"
+#include "sysinfo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,44 +15,6 @@ static bool is_done(const runner_plan *p, const char *backend, int64_t batch)
         if (p->done[i].batch == batch && strcmp(p->done[i].backend, backend) == 0)
             return true;
     return false;
-}
-
-/* A finished (backend, batch) set for the JSON; with its memory where it was measured
- * here (not for sets kept by --resume). */
-static void add_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
-                          int64_t device_bytes, const char *measurement)
-{
-    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
-    if (measurement && *measurement)
-        strbuf_printf(b, ", \"measurement\": [%s]", measurement);
-    if (m) {
-        model_memory mm;
-        model_memory_plan(m, &mm);
-        strbuf_printf(b, ", \"memory\": {\"weight_bytes\": %lld, \"peak_activation_bytes\": %lld, \"peak_layer\": ",
-                      (long long)mm.weight_bytes, (long long)mm.peak_activation_bytes);
-        strbuf_json(b, mm.peak_layer >= 0 ? m->layers[mm.peak_layer].name : "");
-        strbuf_printf(b, ", \"largest_workspace_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                         "\"all_activation_bytes\": %lld",
-                      (long long)workspace, (long long)(mm.weight_bytes + mm.peak_activation_bytes + workspace),
-                      (long long)mm.all_activation_bytes);
-        if (device_bytes >= 0)
-            strbuf_printf(b, ", \"forward_device_bytes_measured\": %lld", (long long)device_bytes);
-        strbuf_append(b, "}", 1);
-    }
-    strbuf_append(b, "}", 1);
-}
-
-/* The ceilings of one backend, as a JSON member. */
-static void add_peaks(strbuf *peaks, const char *backend, const backend_peaks *pk)
-{
-    strbuf_printf(peaks, "%s\"%s\": {\"flops_per_s\": %.4e, \"bytes_per_s\": %.4e, \"cache_bytes_per_s\": %.4e, "
-                         "\"cache_bytes\": %lld, \"compute_probe\": ",
-                  peaks->len ? ", " : "", backend, pk->flops_per_s, pk->bytes_per_s, pk->cache_bytes_per_s,
-                  (long long)pk->cache_bytes);
-    strbuf_json(peaks, pk->compute_probe);
-    strbuf_append(peaks, ", \"bandwidth_probe\": ", 21);
-    strbuf_json(peaks, pk->bandwidth_probe);
-    strbuf_append(peaks, "}", 1);
 }
 
 static bool write_json(runner_plan *p, const char *state, const strbuf *completed, const char *where)
@@ -76,7 +39,7 @@ static void warn(strbuf *list, const char *line)
             return;
         w += m + (w[m] == '\n');
     }
-    fprintf(stderr, "bench: warning: %.*s\n", (int)n, line);
+    log_warning("%.*s", (int)n, line);
     strbuf_append(list, line, n);
     strbuf_append(list, "\n", 1);
 }
@@ -150,40 +113,6 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     warn(list, line);
 }
 
-/* How one mode of a set was measured, as a JSON object: its processes and how far
- * their medians lay apart, its canary and how far it drifted, its contended rows. */
-static void measurement_json(strbuf *j, const run_result *r)
-{
-    double canary, drift, spread[4096];
-    int ns = 0, rows = 0, contended = 0;
-    measure_canary_summary(r, &canary, &drift);
-    const layer_result *whole[2] = {&r->chained, &r->graph};
-    for (int i = 0; i < r->m->n_layers + 2; i++) {
-        const layer_result *x = i < r->m->n_layers ? &r->layers[i] : whole[i - r->m->n_layers];
-        if (x->status != ROW_OK)
-            continue;
-        rows++, contended += x->contended;
-        if (x->processes >= 2 && ns < 4096)
-            spread[ns++] = x->process_spread;
-    }
-    stats sp = stats_compute(spread, ns);
-    strbuf_printf(j, "%s{\"mode\": \"%s\", \"processes\": %d, \"process_spread_pct\": {\"median\": %.3f, "
-                     "\"max\": %.3f}, \"canary_us\": %.4f, \"canary_drift_pct\": %.3f, \"canary_rounds\": %d, "
-                     "\"timed_rows\": %d, \"contended_rows\": %d, \"processes_set_aside\": %d, "
-                     "\"set_aside_slower_pct\": %.1f, \"contention\": ",
-                  j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
-                  r->n_canary, rows, contended, r->processes_aside, 100 * r->phase_slowdown);
-    strbuf_json(j, r->contention);
-    strbuf_append(j, "}", 1);
-}
-
-/* The timer's floor of one backend, as a JSON member. */
-static void add_floor(strbuf *floors, const char *backend, const timer_floor *f)
-{
-    strbuf_printf(floors, "%s\"%s\": {\"warm\": %.3e, \"cold\": %.3e}", floors->len ? ", " : "", backend, f->warm,
-                  f->cold);
-}
-
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
     strbuf completed = {0}, warnings = {0}, floors = {0}, peaks_json = {0};
@@ -193,13 +122,13 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
     bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
     for (int i = 0; i < p->n_done; i++)
-        add_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1, NULL);
+        report_json_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1, NULL);
     p->ctx.resumed_sets = p->n_done;
-    env_check_host(&warnings);
+    sysinfo_check_host(&warnings);
     if (p->note)
         strbuf_printf(&warnings, "%s\n", p->note);
     for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
-        fprintf(stderr, "bench: warning: %.*s\n", (int)strcspn(w, "\n"), w);
+        log_warning("%.*s", (int)strcspn(w, "\n"), w);
     int total = p->n_batches * p->n_backends, n = 0;
     for (int b = 0; io_ok && !interrupted && b < p->n_batches; b++) {
         int64_t batch = p->batches[b];
@@ -208,12 +137,12 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             const backend *bk = &p->backends[k];
             n++;
             if (is_done(p, bk->ops->name, batch)) {
-                fprintf(stderr, "bench: batch %lld on %s: kept from the previous run (--resume)\n", (long long)batch,
+                log_msg("batch %lld on %s: kept from the previous run (--resume)", (long long)batch,
                         bk->ops->name);
                 continue;
             }
             if (p->sweep_progress)
-                fprintf(stderr, "\r\033[Kbatch %lld (%d/%d) on %s\n", (long long)batch, n, total, bk->ops->name);
+                log_progress("batch %lld (%d/%d) on %s\n", (long long)batch, n, total, bk->ops->name);
             if (!floor_known[k]) {
                 if (measure_timer_floor(bk, mo, &floor[k], err, sizeof err) != BENCH_OK) {
                     char line[1200];
@@ -221,14 +150,14 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                     warn(&warnings, line);
                 }
                 floor_known[k] = true;
-                add_floor(&floors, bk->ops->name, &floor[k]);
+                report_json_floor(&floors, bk->ops->name, &floor[k]);
                 p->ctx.floors = floors.data;
                 if (p->probe_peaks && bk->ops->device.peaks) {
                     if (mo->progress)
-                        fprintf(stderr, "\r\033[K%s: measuring the machine's peaks (--no-peaks skips it)",
+                        log_progress("%s: measuring the machine's peaks (--no-peaks skips it)",
                                 bk->ops->name);
                     if (bk->ops->device.peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
-                        add_peaks(&peaks_json, bk->ops->name, &peaks[k]);
+                        report_json_peaks(&peaks_json, bk->ops->name, &peaks[k]);
                         p->ctx.peaks = peaks_json.data;
                     } else {
                         char line[700];
@@ -255,12 +184,12 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                              p->modes[md], err);
                 } else {
                     if (st != BENCH_OK) {
-                        fprintf(stderr, "bench: %d row%s failed; the first: %s\n", res.failed,
+                        log_msg("%d row%s failed; the first: %s", res.failed,
                                 res.failed == 1 ? "" : "s", err);
                         failed = true;
                     }
                     result_warnings(&warnings, &res, mo);
-                    measurement_json(&measurement, &res);
+                    report_json_measurement(&measurement, &res);
                     res.peaks = peaks[k];
                     for (int i = 0; i < m->n_layers; i++)
                         workspace = res.layers[i].workspace_bytes > workspace ? res.layers[i].workspace_bytes : workspace;
@@ -281,7 +210,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             for (int r = 0; r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            add_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes, measurement.data);
+            report_json_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes, measurement.data);
             strbuf_free(&measurement);
             if (b + 1 < p->n_batches || k + 1 < p->n_backends)
                 io_ok &= write_json(p, "running", &completed, NULL);
@@ -294,7 +223,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         io_ok &= write_json(p, interrupted ? "interrupted" : io_ok ? "complete" : "failed", &completed,
                             interrupted ? where : NULL);
     if (interrupted)
-        fprintf(stderr, "\nbench: interrupted during %s; %s\n", where,
+        log_raw("\nbench: interrupted during %s; %s\n", where,
                 completed.len ? "the finished sets are kept (--resume continues)" : "nothing had finished");
     strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors), strbuf_free(&peaks_json);
     free(floor), free(floor_known), free(peaks);

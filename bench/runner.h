@@ -5,7 +5,7 @@
  * the run at the next layer; the unfinished set is dropped, the finished ones stay, and
  * the JSON says where the run was interrupted. Sets a previous run finished (--resume)
  * are not measured again. Before a backend's first set its timer floor is measured; the
- * host is checked for what could spoil the figures (env.h), and each set's results and
+ * host is checked for what could spoil the figures (sysinfo.h), and each set's results and
  * the backend for what they show: every warning goes to stderr once and into the JSON. */
 #ifndef LAYERBENCH_RUNNER_H
 #define LAYERBENCH_RUNNER_H

@@ -1,8 +1,9 @@
 #define _GNU_SOURCE
-#include "env.h"
+#include "sysinfo.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #ifndef LAYERBENCH_BUILD_TYPE
@@ -41,7 +42,7 @@ static unsigned long long self_jiffies(void)
     return ut + st;
 }
 
-void env_check_host(strbuf *w)
+void sysinfo_check_host(strbuf *w)
 {
     const char *type = LAYERBENCH_BUILD_TYPE;
     if (strcmp(type, "Release") != 0 && strcmp(type, "RelWithDebInfo") != 0)
@@ -84,7 +85,7 @@ void env_check_host(strbuf *w)
     }
 }
 
-char *env_cpu_isa(char *buf, size_t len)
+char *sysinfo_cpu_isa(char *buf, size_t len)
 {
     __builtin_cpu_init();
     /* __builtin_cpu_supports takes a literal, so the table is built here */
@@ -103,5 +104,42 @@ char *env_cpu_isa(char *buf, size_t len)
     for (size_t i = 0; i < sizeof isa / sizeof *isa && off < len; i++)
         if (isa[i].has)
             off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? " " : "", isa[i].name);
+    return buf;
+}
+
+char *sysinfo_cpu_model(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(buf, len, "unknown");
+    if (!f)
+        return buf;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(buf, len, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+char *sysinfo_host_name(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    if (len > 1)
+        gethostname(buf, len - 1);
+    return buf;
+}
+
+char *sysinfo_os(char *buf, size_t len)
+{
+    struct utsname un;
+    if (uname(&un) != 0)
+        snprintf(buf, len, "unknown");
+    else
+        snprintf(buf, len, "%s %s %s", un.sysname, un.release, un.machine);
     return buf;
 }

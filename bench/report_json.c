@@ -1,0 +1,191 @@
+/* The JSON run context beside the CSV (docs/outputs.md): the machine, the build, the
+ * options and each finished set with how it was measured, rewritten at every
+ * checkpoint; and the pieces the runner collects for it as the sets finish. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "gbench_shim.h"
+#include "log.h"
+#include "report.h"
+#include "stats.h"
+#include "sysinfo.h"
+#include "version.h"
+
+#ifndef LAYERBENCH_BUILD_TYPE
+#define LAYERBENCH_BUILD_TYPE "unknown"
+#endif
+
+/* A finished (backend, batch) set for the JSON; with its memory where it was measured
+ * here (not for sets kept by --resume). */
+void report_json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
+                           int64_t device_bytes, const char *measurement)
+{
+    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
+    if (measurement && *measurement)
+        strbuf_printf(b, ", \"measurement\": [%s]", measurement);
+    if (m) {
+        model_memory mm;
+        model_memory_plan(m, &mm);
+        strbuf_printf(b, ", \"memory\": {\"weight_bytes\": %lld, \"peak_activation_bytes\": %lld, \"peak_layer\": ",
+                      (long long)mm.weight_bytes, (long long)mm.peak_activation_bytes);
+        strbuf_json(b, mm.peak_layer >= 0 ? m->layers[mm.peak_layer].name : "");
+        strbuf_printf(b, ", \"largest_workspace_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
+                         "\"all_activation_bytes\": %lld",
+                      (long long)workspace, (long long)(mm.weight_bytes + mm.peak_activation_bytes + workspace),
+                      (long long)mm.all_activation_bytes);
+        if (device_bytes >= 0)
+            strbuf_printf(b, ", \"forward_device_bytes_measured\": %lld", (long long)device_bytes);
+        strbuf_append(b, "}", 1);
+    }
+    strbuf_append(b, "}", 1);
+}
+
+/* The ceilings of one backend, as a JSON member. */
+void report_json_peaks(strbuf *peaks, const char *backend, const backend_peaks *pk)
+{
+    strbuf_printf(peaks, "%s\"%s\": {\"flops_per_s\": %.4e, \"bytes_per_s\": %.4e, \"cache_bytes_per_s\": %.4e, "
+                         "\"cache_bytes\": %lld, \"compute_probe\": ",
+                  peaks->len ? ", " : "", backend, pk->flops_per_s, pk->bytes_per_s, pk->cache_bytes_per_s,
+                  (long long)pk->cache_bytes);
+    strbuf_json(peaks, pk->compute_probe);
+    strbuf_append(peaks, ", \"bandwidth_probe\": ", 21);
+    strbuf_json(peaks, pk->bandwidth_probe);
+    strbuf_append(peaks, "}", 1);
+}
+
+/* How one mode of a set was measured, as a JSON object: its processes and how far
+ * their medians lay apart, its canary and how far it drifted, its contended rows. */
+void report_json_measurement(strbuf *j, const run_result *r)
+{
+    double canary, drift, spread[4096];
+    int ns = 0, rows = 0, contended = 0;
+    measure_canary_summary(r, &canary, &drift);
+    const layer_result *whole[2] = {&r->chained, &r->graph};
+    for (int i = 0; i < r->m->n_layers + 2; i++) {
+        const layer_result *x = i < r->m->n_layers ? &r->layers[i] : whole[i - r->m->n_layers];
+        if (x->status != ROW_OK)
+            continue;
+        rows++, contended += x->contended;
+        if (x->processes >= 2 && ns < 4096)
+            spread[ns++] = x->process_spread;
+    }
+    stats sp = stats_compute(spread, ns);
+    strbuf_printf(j, "%s{\"mode\": \"%s\", \"processes\": %d, \"process_spread_pct\": {\"median\": %.3f, "
+                     "\"max\": %.3f}, \"canary_us\": %.4f, \"canary_drift_pct\": %.3f, \"canary_rounds\": %d, "
+                     "\"timed_rows\": %d, \"contended_rows\": %d, \"processes_set_aside\": %d, "
+                     "\"set_aside_slower_pct\": %.1f, \"contention\": ",
+                  j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
+                  r->n_canary, rows, contended, r->processes_aside, 100 * r->phase_slowdown);
+    strbuf_json(j, r->contention);
+    strbuf_append(j, "}", 1);
+}
+
+/* The timer's floor of one backend, as a JSON member. */
+void report_json_floor(strbuf *floors, const char *backend, const timer_floor *f)
+{
+    strbuf_printf(floors, "%s\"%s\": {\"warm\": %.3e, \"cold\": %.3e}", floors->len ? ", " : "", backend, f->warm,
+                  f->cold);
+}
+
+char *report_json_path(const char *csv_path)
+{
+    size_t n = strlen(csv_path);
+    if (n > 4 && strcmp(csv_path + n - 4, ".csv") == 0)
+        return xasprintf("%.*s.json", (int)(n - 4), csv_path);
+    return xasprintf("%s.json", csv_path);
+}
+
+bench_status report_json_write(bench_output *out, const report_context *ctx)
+{
+    strbuf buf = {0}, *f = &buf;
+    char host[256], cpu[256], date[64], os[600];
+    time_t now = time(NULL);
+    sysinfo_host_name(host, sizeof host);
+    sysinfo_cpu_model(cpu, sizeof cpu);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    strbuf_printf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
+    strbuf_json(f, LAYERBENCH_VERSION);
+    strbuf_printf(f, ",\n  \"git_revision\": ");
+    strbuf_json(f, layerbench_git_revision());
+    strbuf_printf(f, ",\n  \"build_type\": ");
+    strbuf_json(f, LAYERBENCH_BUILD_TYPE);
+    strbuf_printf(f, ",\n  \"compiler\": ");
+    strbuf_json(f, __VERSION__);
+    strbuf_printf(f, ",\n  \"command_line\": [");
+    for (int i = 0; i < ctx->argc; i++) {
+        strbuf_printf(f, "%s", i ? ", " : "");
+        strbuf_json(f, ctx->argv[i]);
+    }
+    strbuf_printf(f, "],\n  \"config\": ");
+    strbuf_json(f, ctx->config);
+    strbuf_printf(f, ",\n  \"date_utc\": ");
+    strbuf_json(f, date);
+    strbuf_printf(f, ",\n  \"host\": ");
+    strbuf_json(f, host);
+    strbuf_printf(f, ",\n  \"os\": ");
+    strbuf_json(f, sysinfo_os(os, sizeof os));
+    strbuf_printf(f, ",\n  \"cpu_model\": ");
+    strbuf_json(f, cpu);
+    char isa[160];
+    double load[3] = {-1, -1, -1};
+    getloadavg(load, 3);
+    strbuf_printf(f, ",\n  \"cpu_isa\": ");
+    strbuf_json(f, sysinfo_cpu_isa(isa, sizeof isa));
+    strbuf_printf(f, ",\n  \"cpu_cores_online\": %ld,\n  \"load_average\": [%.2f, %.2f, %.2f],\n",
+                  sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
+    strbuf_printf(f, "  \"libraries\": {\"libyaml\": ");
+    strbuf_json(f, yaml_get_version_string());
+    strbuf_printf(f, ", \"google_benchmark\": ");
+    strbuf_json(f, gbs_version());
+    strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
+    strbuf_json(f, ctx->modes ? ctx->modes : "auto");
+    strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
+                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, "
+                     "\"disturbed_share\": %g, \"algo_cache\": %s},\n",
+                  ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
+                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes,
+                  MEASURE_DISTURBED_SHARE, ctx->algo_cache ? ctx->algo_cache : "null");
+    strbuf_printf(f, "  \"backends\": {");
+    for (int i = 0; i < ctx->n_backends; i++) {
+        strbuf_printf(f, "%s\n    ", i ? "," : "");
+        strbuf_json(f, ctx->backends[i].ops->name);
+        strbuf_printf(f, ": %s", ctx->backends[i].ops->device.describe(ctx->backends[i].ctx));
+    }
+    strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
+    if (ctx->skipped)
+        strbuf_json(f, ctx->skipped);
+    else
+        strbuf_printf(f, "null");
+    /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
+    strbuf_printf(f, ",\n  \"state\": ");
+    strbuf_json(f, ctx->state ? ctx->state : "complete");
+    strbuf_printf(f, ",\n  \"interrupted\": ");
+    if (ctx->interrupted)
+        strbuf_json(f, ctx->interrupted);
+    else
+        strbuf_printf(f, "null");
+    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
+                  ctx->resumed_sets);
+    strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", ctx->floors ? ctx->floors : "");
+    strbuf_printf(f, ",\n  \"peaks\": {%s}", ctx->peaks ? ctx->peaks : "");
+    strbuf_printf(f, ",\n  \"warnings\": [");
+    for (const char *w = ctx->warnings; w && *w;) {
+        const char *nl = strchr(w, '\n');
+        size_t n = nl ? (size_t)(nl - w) : strlen(w);
+        char *line = xasprintf("%.*s", (int)n, w);
+        strbuf_printf(f, "%s\n    ", w == ctx->warnings ? "" : ",");
+        strbuf_json(f, line);
+        free(line);
+        w += n + (nl != NULL);
+    }
+    strbuf_printf(f, "%s]\n}\n", ctx->warnings && *ctx->warnings ? "\n  " : "");
+    char err[512];
+    bench_status st = bench_output_write(out, buf.data, buf.len, err, sizeof err);
+    if (st != BENCH_OK)
+        log_msg("%s", err);
+    strbuf_free(&buf);
+    return st;
+}
