@@ -14,6 +14,7 @@
 #include "report.h"
 #include "runner.h"
 #include "schedstat.h"
+#include "signals.h"
 
 /* Two results files that would be the same file. */
 static bool same_output(const char *a, const char *b) { return a && b && strcmp(a, b) == 0 && strcmp(a, "-") != 0; }
@@ -216,7 +217,7 @@ int cmd_worker(const cli *c, int64_t batch)
         return nb < 0 ? -nb : 2;
     }
     measure_options mo = c->mo;
-    mo.stop = &bench_interrupted;
+    mo.stop = &signals_interrupted;
     sched_probe probe;
     watch_contention(&mo, &probe);
     choices_report cr;
@@ -228,7 +229,7 @@ int cmd_worker(const cli *c, int64_t batch)
     char label[48];
     snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
     mo.label = label;
-    bench_catch_signals();
+    signals_catch();
     rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
     if (c->algo_cache)
         save_algo_cache(c->algo_cache, bs, nb);
@@ -307,7 +308,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     if (out.n_stacks)
         reps[nr++] = report_stacks_create(out.stacks, out.n_stacks);
     measure_options mo = c->mo;
-    mo.stop = &bench_interrupted;
+    mo.stop = &signals_interrupted;
     sched_probe probe = {.n = 0};
     /* the workers of a run share one choices file, so that they run the same kernels */
     char cache_tmp[] = "/tmp/layerbench-choices-XXXXXX";
@@ -336,7 +337,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     };
     plan.ctx.algo_cache = cache_json;
     plan.ctx.processes = c->processes;
-    bench_catch_signals();
+    signals_catch();
     rc = runner_execute(m, &plan, &mo);
     if (cache && c->processes == 0) /* else the workers saved it */
         save_algo_cache(cache, bs, nb);

@@ -138,7 +138,7 @@ static const char *verdict_name(compare_verdict v)
 
 static table *new_table(void)
 {
-    table *t = table_new(8, "llrlrrrl");
+    table *t = table_create(8, "llrlrrrl");
     const char *heads[] = {"Backend", "Mode", "Batch", "Layer", "Base", "New", "Change", "Verdict"};
     for (int k = 0; k < 8; k++)
         table_header(t, k, heads[k], k == 3 ? 40 : 0);

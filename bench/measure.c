@@ -9,13 +9,13 @@
 
 #include "schedstat.h"
 
-const char *row_status_name(row_status s)
+const char *measure_row_status_name(row_status s)
 {
     static const char *const names[] = {"", "ok", "dedupe", "view", "skipped", "failed"};
     return s >= ROW_NONE && s <= ROW_FAILED ? names[s] : "?";
 }
 
-const char *stop_reason_name(stop_reason s)
+const char *measure_stop_reason_name(stop_reason s)
 {
     static const char *const names[] = {"", "noise", "timeout", "samples"};
     return s >= STOP_NONE && s <= STOP_SAMPLES ? names[s] : "?";

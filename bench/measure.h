@@ -84,7 +84,7 @@ typedef enum row_status {
 } row_status;
 
 /* "ok", "dedupe", "view", "skipped", "failed" ("" for ROW_NONE). */
-const char *row_status_name(row_status s);
+const char *measure_row_status_name(row_status s);
 
 /* Why sampling stopped. */
 typedef enum stop_reason {
@@ -93,7 +93,7 @@ typedef enum stop_reason {
     STOP_TIMEOUT,    /* --timeout was reached first */
     STOP_SAMPLES,    /* the most samples a unit keeps (MEASURE_MAX_SAMPLES) */
 } stop_reason;
-const char *stop_reason_name(stop_reason s); /* "noise", "timeout", "samples", "" */
+const char *measure_stop_reason_name(stop_reason s); /* "noise", "timeout", "samples", "" */
 #define MEASURE_MAX_SAMPLES 1000000
 
 typedef struct layer_result {

@@ -1,6 +1,5 @@
 #define _GNU_SOURCE
 #include "output.h"
-#include "log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,60 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- text buffers ------------------------------------------------------------------------- */
-
-void strbuf_append(strbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->data = xrealloc(b->data, b->cap);
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void strbuf_printf(strbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s;
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        log_msg("out of memory");
-        exit(1);
-    }
-    strbuf_append(b, s, (size_t)n);
-    free(s);
-}
-
-void strbuf_free(strbuf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-/* ---- signals -------------------------------------------------------------------------------- */
-
-volatile int bench_interrupted;
-
-static void on_signal(int sig) { bench_interrupted = sig; }
-
-void bench_catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND; /* a second signal takes the default action: the process ends */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
-
-/* ---- results files -------------------------------------------------------------------------- */
 
 static bench_status refuse(char *err, size_t errlen, const char *path, const char *why)
 {
@@ -220,19 +165,4 @@ void bench_output_close(bench_output *o)
     free(o->path);
     free(o->target);
     memset(o, 0, sizeof *o);
-}
-
-void strbuf_json(strbuf *f, const char *s)
-{
-    strbuf_append(f, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            strbuf_printf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            strbuf_printf(f, "\\u%04x", ch);
-        else
-            strbuf_append(f, s, 1);
-    }
-    strbuf_append(f, "\"", 1);
 }

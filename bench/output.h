@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "strbuf.h"
 #include "util.h"
 
 typedef struct bench_output {
@@ -29,17 +30,6 @@ typedef struct bench_output {
     mode_t mode;       /* permissions for the replacement */
     size_t written;    /* bytes already written in place */
 } bench_output;
-
-/* A growing text buffer (for a file's whole content). */
-typedef struct strbuf {
-    char *data;        /* NUL-terminated; owned */
-    size_t len, cap;
-} strbuf;
-void strbuf_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void strbuf_append(strbuf *b, const char *s, size_t n);
-void strbuf_free(strbuf *b);
-/* s as a JSON string, quoted and escaped. */
-void strbuf_json(strbuf *b, const char *s);
 
 /* Checks that path can be written and is not one of `inputs` (NULL-terminated paths the
  * run reads; may be NULL), removes temporary files that dead runs left beside it, and
@@ -53,11 +43,5 @@ bench_status bench_output_open(bench_output *o, const char *path, const char *co
 bench_status bench_output_write(bench_output *o, const char *data, size_t len, char *err, size_t errlen);
 /* Frees o (and closes an in-place file); close(NULL-filled o) is a no-op. */
 void bench_output_close(bench_output *o);
-
-/* Set by SIGINT, SIGTERM and SIGHUP once bench_catch_signals() ran (0: none): long work
- * stops at the next layer and what was finished is kept. A second signal ends the
- * process at once. */
-extern volatile int bench_interrupted;
-void bench_catch_signals(void);
 
 #endif

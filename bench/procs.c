@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "output.h"
+#include "signals.h"
 
 extern char **environ;
 
@@ -241,7 +242,7 @@ int procs_worker(const char *spec, const model *m, const backend *b, const measu
     run_result_free(&res);
     free(skip);
     if (st == BENCH_ERR_INTERRUPTED)
-        return 128 + (bench_interrupted ? bench_interrupted : SIGINT);
+        return 128 + (signals_interrupted ? signals_interrupted : SIGINT);
     return w.ok ? 0 : 1;
 }
 

@@ -146,7 +146,7 @@ static void print_layers(console *c, const run_result *res)
              contended_rows(res) ? "; Mode*: contended, other processes shared its cores" : "",
              c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
-    table *t = table_new(15, "rllllrrlrrrrrrl");
+    table *t = table_create(15, "rllllrrlrrrrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise",
                            "In-model", "%Total", "GFLOP/s", "Roofline", "Impl"};
     for (int k = 0; k < 15; k++)
@@ -184,7 +184,7 @@ static void print_layers(console *c, const run_result *res)
             else
                 table_cell(t, "-");
         } else {
-            table_cell(t, "%s", row_status_name(r->status));
+            table_cell(t, "%s", measure_row_status_name(r->status));
             table_cell(t, "-"), table_cell(t, "%s", inm), table_cell(t, "-"), table_cell(t, "-"), table_cell(t, "-");
         }
         table_cell(t, "%s%s%s", r->impl, r->note[0] && r->impl[0] ? "  " : "", r->note);
@@ -243,7 +243,7 @@ static void print_by_shape(console *c, const run_result *res)
                   c->ro.format == TABLE_MD ? "Grouped by input shape (same kind, input shape and parameters; by total time)"
                                            : "Grouped by input shape (same kind, input shape and parameters; by total "
                                              "time):");
-    table *t = table_new(7, "lllrrrr");
+    table *t = table_create(7, "lllrrrr");
     const char *heads[] = {"Kind", "Input", "Parameters", "Count", "Total", "Avg", "%Total"};
     for (int k = 0; k < 7; k++)
         table_header(t, k, heads[k], k == 2 ? 44 : 0);
@@ -272,7 +272,7 @@ static void print_by_kind(console *c, const run_result *res)
     int n;
     group *g = make_groups(res, true, &n);
     table_heading(c->out, c->ro.format, 3, c->ro.format == TABLE_MD ? "Grouped by kind" : "Grouped by kind:");
-    table *t = table_new(6, "lrrrrr");
+    table *t = table_create(6, "lrrrrr");
     const char *heads[] = {"Kind", "Count", "Total", "Avg", "%Total", "GFLOP/s"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
@@ -323,7 +323,7 @@ static void print_by_block(console *c, const run_result *res)
                        "in it; alone, then inside the forward)"
                      : "By block (the module hierarchy: total is every layer inside a block, self the layers directly "
                        "in it; alone, then inside the forward):");
-    table *t = table_new(7, "lrrrrrr");
+    table *t = table_create(7, "lrrrrrr");
     const char *heads[] = {"Block", "Layers", "Total", "Self", "%Total", "In-model", "%Forward"};
     for (int k = 0; k < 7; k++)
         table_header(t, k, heads[k], 0);
@@ -398,7 +398,7 @@ static void print_parts(console *c, const run_result *res)
         table_heading(c->out, c->ro.format, 4, "Inside the layers, by part (summed over the layers of a kind)");
     else
         fprintf(c->out, "\n  Inside the layers, by part (summed over the layers of a kind):\n");
-    table *t = table_new(6, "llrrrr");
+    table *t = table_create(6, "llrrrr");
     const char *heads[] = {"Kind", "Part", "Count", "In forward", "%Layer", "GFLOP/s"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
@@ -458,7 +458,7 @@ static void print_inmodel(console *c, const run_result *res)
         table_heading(c->out, c->ro.format, 4, "Alone vs inside the forward, by kind (where the gap comes from)");
     else
         fprintf(c->out, "\n  Alone vs inside the forward, by kind (where the gap comes from):\n");
-    table *t = table_new(6, "lrrrrl");
+    table *t = table_create(6, "lrrrrl");
     const char *heads[] = {"Kind", "Count", "Alone", "In forward", "Diff", "Likely cause"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
@@ -711,7 +711,7 @@ void report_list_table(FILE *o, const model *m, table_format f)
     else
         fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name,
                 shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, m->n_layers);
-    table *t = table_new(9, "rllllrrrl");
+    table *t = table_create(9, "rllllrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Bytes", "Parameters"};
     for (int k = 0; k < 9; k++)
         table_header(t, k, heads[k], k == 1 ? 40 : 0);

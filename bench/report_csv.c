@@ -197,7 +197,7 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     SET(note, "%s", r->note);
     SET(dedupe_of, "%d", r->dedupe_of);
     SET(workspace_bytes, "%lld", (long long)r->workspace_bytes);
-    SET(status, "%s", row_status_name(r->status));
+    SET(status, "%s", measure_row_status_name(r->status));
     if (!row_timed(r))
         return;
     const stats *s = &r->st;
@@ -217,7 +217,7 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     SET(mad_us, "%.4f", s->mad * 1e6);
     SET(noise_pct, "%.3f", s->noise * 100);
     SET(outliers, "%lld", (long long)s->outliers);
-    SET(stop, "%s", stop_reason_name(r->stop));
+    SET(stop, "%s", measure_stop_reason_name(r->stop));
     SET(processes, "%d", r->processes);
     if (r->processes >= 2)
         SET(process_spread_pct, "%.3f", 100 * r->process_spread);

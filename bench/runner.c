@@ -1,6 +1,7 @@
 #include "runner.h"
 
 #include "log.h"
+#include "signals.h"
 #include "sysinfo.h"
 
 #include <errno.h>
@@ -228,7 +229,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors), strbuf_free(&peaks_json);
     free(floor), free(floor_known), free(peaks);
     if (interrupted)
-        return 128 + bench_interrupted;
+        return 128 + signals_interrupted;
     return failed || !io_ok ? 1 : 0;
 }
 

@@ -28,7 +28,7 @@ bool table_format_parse(const char *s, table_format *f)
     return true;
 }
 
-table *table_new(int ncols, const char *align)
+table *table_create(int ncols, const char *align)
 {
     BENCH_ASSERT(ncols > 0 && (int)strlen(align) == ncols);
     table *t = xcalloc(1, sizeof *t);

@@ -15,7 +15,7 @@ bool table_format_parse(const char *s, table_format *f);
 typedef struct table table;
 
 /* ncols columns; align holds one letter per column: 'l' left, 'r' right. */
-table *table_new(int ncols, const char *align);
+table *table_create(int ncols, const char *align);
 /* A column's header, and the most characters text output shows of its cells (0: all;
  * markdown always shows all). */
 void table_header(table *t, int col, const char *header, int max_width);

@@ -24,7 +24,7 @@ static int act_infer(layer *l, char *err, size_t len)
 static void act_count_per(layer *l, int64_t per)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = count_mul(per, shape_numel(&l->out));
+    l->flops = layer_count_mul(per, shape_numel(&l->out));
     kind_count_bytes(l);
 }
 static void relu_count(layer *l) { act_count_per(l, 1); }

@@ -31,10 +31,10 @@ static int bn_infer(layer *l, char *err, size_t len)
 static void bn_count(layer *l)
 {
     int64_t c = l->in.d[1];
-    l->n_weights = l->p.affine ? count_mul(2, c) : 0; /* running stats are buffers, not parameters */
-    l->n_weight_floats = count_mul(4, c);
+    l->n_weights = l->p.affine ? layer_count_mul(2, c) : 0; /* running stats are buffers, not parameters */
+    l->n_weight_floats = layer_count_mul(4, c);
     l->macs = 0;
-    l->flops = count_mul(2, shape_numel(&l->out)); /* x * scale + shift, folded per channel */
+    l->flops = layer_count_mul(2, shape_numel(&l->out)); /* x * scale + shift, folded per channel */
     kind_count_bytes(l);
 }
 

@@ -49,16 +49,16 @@ static int conv2d_infer(layer *l, char *err, size_t len)
 /* Weights per output channel (C/groups x KH x KW), -1 when out of range. */
 static int64_t conv2d_k(const layer *l)
 {
-    return count_mul(count_mul(l->in.d[1] / l->p.groups, l->p.kernel[0]), l->p.kernel[1]);
+    return layer_count_mul(layer_count_mul(l->in.d[1] / l->p.groups, l->p.kernel[0]), l->p.kernel[1]);
 }
 
 static void conv2d_count(layer *l)
 {
     int64_t k = conv2d_k(l), outs = shape_numel(&l->out);
-    l->n_weights = count_add(count_mul(l->p.out_channels, k), l->p.bias ? l->p.out_channels : 0);
+    l->n_weights = layer_count_add(layer_count_mul(l->p.out_channels, k), l->p.bias ? l->p.out_channels : 0);
     l->n_weight_floats = l->n_weights;
-    l->macs = count_mul(outs, k);
-    l->flops = count_add(count_mul(2, l->macs), l->p.bias ? outs : 0);
+    l->macs = layer_count_mul(outs, k);
+    l->flops = layer_count_add(layer_count_mul(2, l->macs), l->p.bias ? outs : 0);
     kind_count_bytes(l);
 }
 

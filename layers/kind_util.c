@@ -11,8 +11,8 @@ int kind_need_nchw(const layer *l, char *err, size_t errlen)
 
 void kind_count_bytes(layer *l)
 {
-    int64_t n = count_add(shape_numel(&l->out), l->n_weight_floats);
+    int64_t n = layer_count_add(shape_numel(&l->out), l->n_weight_floats);
     for (int k = 0; k < l->n_inputs; k++)
-        n = count_add(n, shape_numel(&l->ins[k]));
-    l->bytes = count_mul(4, n);
+        n = layer_count_add(n, shape_numel(&l->ins[k]));
+    l->bytes = layer_count_mul(4, n);
 }

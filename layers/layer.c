@@ -95,7 +95,7 @@ int64_t shape_numel_checked(const shape_t *s)
     return n;
 }
 
-int64_t count_mul(int64_t a, int64_t b)
+int64_t layer_count_mul(int64_t a, int64_t b)
 {
     int64_t r;
     if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > LAYER_MAX_COUNT)
@@ -103,7 +103,7 @@ int64_t count_mul(int64_t a, int64_t b)
     return r;
 }
 
-int64_t count_add(int64_t a, int64_t b)
+int64_t layer_count_add(int64_t a, int64_t b)
 {
     if (a < 0 || b < 0 || a + b > LAYER_MAX_COUNT) /* both <= 2^62: no overflow */
         return -1;

@@ -37,8 +37,8 @@ int64_t shape_numel(const shape_t *s);
 int64_t shape_numel_checked(const shape_t *s);
 /* a * b and a + b for counts: -1 when an operand is -1 (already out of range), or the
  * result is beyond LAYER_MAX_COUNT. */
-int64_t count_mul(int64_t a, int64_t b);
-int64_t count_add(int64_t a, int64_t b);
+int64_t layer_count_mul(int64_t a, int64_t b);
+int64_t layer_count_add(int64_t a, int64_t b);
 /* Writes "[1, 64, 56, 56]" into buf; returns buf. */
 char *shape_format(const shape_t *s, char *buf, size_t len);
 /* Writes the compact form "1x64x56x56" (no separators that need CSV quoting); returns buf. */
@@ -181,7 +181,7 @@ typedef struct layer_desc {
      * Returns 0, or -1 with a message in err ("what is wrong and what was expected"). */
     int (*infer)(layer *l, char *err, size_t errlen);
     /* Sets n_weights, n_weight_floats, macs, flops and bytes from the shapes, with
-     * count_mul/count_add: a count out of range is -1 (see layer_count). Its cost does
+     * layer_count_mul/layer_count_add: a count out of range is -1 (see layer_count). Its cost does
      * not depend on the sizes (closed forms, no loops over dimensions). */
     void (*count)(layer *l);
     /* Fills the l->n_weight_floats weights with plausible random values; optional. */

@@ -25,9 +25,9 @@ static int linear_infer(layer *l, char *err, size_t len)
 static void linear_count(layer *l)
 {
     int64_t in = l->in.d[l->in.rank - 1], o = l->p.out_features, rows = shape_numel(&l->in) / in;
-    l->n_weights = l->n_weight_floats = count_add(count_mul(o, in), l->p.bias ? o : 0);
-    l->macs = count_mul(count_mul(rows, o), in);
-    l->flops = count_add(count_mul(2, l->macs), l->p.bias ? count_mul(rows, o) : 0);
+    l->n_weights = l->n_weight_floats = layer_count_add(layer_count_mul(o, in), l->p.bias ? o : 0);
+    l->macs = layer_count_mul(layer_count_mul(rows, o), in);
+    l->flops = layer_count_add(layer_count_mul(2, l->macs), l->p.bias ? layer_count_mul(rows, o) : 0);
     kind_count_bytes(l);
 }
 

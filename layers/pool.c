@@ -63,7 +63,7 @@ static int pool_infer(layer *l, char *err, size_t len)
 static void pool_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = count_mul(count_mul(shape_numel(&l->out), l->p.kernel[0]), l->p.kernel[1]);
+    l->flops = layer_count_mul(layer_count_mul(shape_numel(&l->out), l->p.kernel[0]), l->p.kernel[1]);
     kind_count_bytes(l);
 }
 
@@ -160,7 +160,7 @@ static void adaptive_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
     /* every output reads its window once; sums of window sizes per axis multiply */
-    l->flops = count_mul(count_mul(count_mul(l->in.d[0], l->in.d[1]), layer_adaptive_window_sum(l->in.d[2], l->out.d[2])),
+    l->flops = layer_count_mul(layer_count_mul(layer_count_mul(l->in.d[0], l->in.d[1]), layer_adaptive_window_sum(l->in.d[2], l->out.d[2])),
                          layer_adaptive_window_sum(l->in.d[3], l->out.d[3]));
     kind_count_bytes(l);
 }

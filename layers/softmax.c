@@ -26,7 +26,7 @@ static int softmax_infer(layer *l, char *err, size_t len)
 static void softmax_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = count_mul(5, shape_numel(&l->out));
+    l->flops = layer_count_mul(5, shape_numel(&l->out));
     kind_count_bytes(l);
 }
 

@@ -139,7 +139,7 @@ static int pos_embedding_infer(layer *l, char *err, size_t len)
 
 static void pos_embedding_count(layer *l)
 {
-    l->n_weights = l->n_weight_floats = count_mul(l->in.d[1], l->in.d[2]);
+    l->n_weights = l->n_weight_floats = layer_count_mul(l->in.d[1], l->in.d[2]);
     l->macs = 0;
     l->flops = shape_numel(&l->out); /* one add per element */
     kind_count_bytes(l);
@@ -213,7 +213,7 @@ static void select_reference(const layer *l, const float *const *ins, const floa
 static void select_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = l->flops = 0;
-    l->bytes = count_mul(8, shape_numel(&l->out));
+    l->bytes = layer_count_mul(8, shape_numel(&l->out));
 }
 
 const layer_desc layer_select_desc = {

@@ -54,7 +54,7 @@ static void layernorm_count(layer *l)
     l->macs = 0;
     /* per element: the mean's add, the subtraction, the variance's multiply and add,
      * the scale; with affine, gamma's multiply and beta's add */
-    l->flops = count_mul(l->p.affine ? 7 : 5, shape_numel(&l->out));
+    l->flops = layer_count_mul(l->p.affine ? 7 : 5, shape_numel(&l->out));
     kind_count_bytes(l);
 }
 
@@ -116,7 +116,7 @@ static int gelu_infer(layer *l, char *err, size_t len)
 static void gelu_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = count_mul(l->p.mode == GELU_TANH ? 9 : 5, shape_numel(&l->out));
+    l->flops = layer_count_mul(l->p.mode == GELU_TANH ? 9 : 5, shape_numel(&l->out));
     kind_count_bytes(l);
 }
 
@@ -181,14 +181,14 @@ static int mha_infer(layer *l, char *err, size_t len)
 static void mha_count(layer *l)
 {
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
-    int64_t tokens = count_mul(n, s);
-    l->n_weights = l->n_weight_floats = count_add(count_mul(4, count_mul(e, e)), l->p.bias ? 4 * e : 0);
-    int64_t proj = count_mul(count_mul(tokens, e), 4 * e);                /* q, k, v and out: 4 E^2 per token */
-    int64_t attn = count_mul(2, count_mul(count_mul(tokens, s), e));      /* QK^T and AV: S E per token each */
-    l->macs = count_add(proj, attn);
-    int64_t scores = count_mul(count_mul(n, h), count_mul(s, s));
-    l->flops = count_add(count_add(count_mul(2, l->macs), count_mul(6, scores)),
-                         l->p.bias ? count_mul(tokens, 4 * e) : 0);
+    int64_t tokens = layer_count_mul(n, s);
+    l->n_weights = l->n_weight_floats = layer_count_add(layer_count_mul(4, layer_count_mul(e, e)), l->p.bias ? 4 * e : 0);
+    int64_t proj = layer_count_mul(layer_count_mul(tokens, e), 4 * e);                /* q, k, v and out: 4 E^2 per token */
+    int64_t attn = layer_count_mul(2, layer_count_mul(layer_count_mul(tokens, s), e));      /* QK^T and AV: S E per token each */
+    l->macs = layer_count_add(proj, attn);
+    int64_t scores = layer_count_mul(layer_count_mul(n, h), layer_count_mul(s, s));
+    l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs), layer_count_mul(6, scores)),
+                         l->p.bias ? layer_count_mul(tokens, 4 * e) : 0);
     kind_count_bytes(l);
 }
 
@@ -271,17 +271,17 @@ static void mha_reference(const layer *l, const float *const *ins, const float *
 static int mha_parts(const layer *l, layer_part_info *parts)
 {
     int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads;
-    int64_t tokens = count_mul(n, s), te = count_mul(tokens, e), scores = count_mul(count_mul(n, h), count_mul(s, s));
-    int64_t bias = l->p.bias ? 1 : 0, ee = count_mul(e, e);
-    int64_t attn = count_mul(2, count_mul(count_mul(tokens, s), e)); /* FLOPs of QK^T, and of AV */
-    parts[0] = (layer_part_info){"in_proj", count_add(count_mul(6, count_mul(te, e)), count_mul(bias, count_mul(3, te))),
-                                 count_mul(4, count_add(count_add(te, count_mul(3, ee)), count_add(count_mul(3, bias * e),
-                                                                                                    count_mul(3, te))))};
-    parts[1] = (layer_part_info){"qk", count_add(attn, scores), count_mul(4, count_add(count_mul(2, te), scores))};
-    parts[2] = (layer_part_info){"softmax", count_mul(5, scores), count_mul(8, scores)};
-    parts[3] = (layer_part_info){"av", attn, count_mul(4, count_add(scores, count_mul(2, te)))};
-    parts[4] = (layer_part_info){"out_proj", count_add(count_mul(2, count_mul(te, e)), count_mul(bias, te)),
-                                 count_mul(4, count_add(count_add(count_mul(2, te), ee), bias * e))};
+    int64_t tokens = layer_count_mul(n, s), te = layer_count_mul(tokens, e), scores = layer_count_mul(layer_count_mul(n, h), layer_count_mul(s, s));
+    int64_t bias = l->p.bias ? 1 : 0, ee = layer_count_mul(e, e);
+    int64_t attn = layer_count_mul(2, layer_count_mul(layer_count_mul(tokens, s), e)); /* FLOPs of QK^T, and of AV */
+    parts[0] = (layer_part_info){"in_proj", layer_count_add(layer_count_mul(6, layer_count_mul(te, e)), layer_count_mul(bias, layer_count_mul(3, te))),
+                                 layer_count_mul(4, layer_count_add(layer_count_add(te, layer_count_mul(3, ee)), layer_count_add(layer_count_mul(3, bias * e),
+                                                                                                    layer_count_mul(3, te))))};
+    parts[1] = (layer_part_info){"qk", layer_count_add(attn, scores), layer_count_mul(4, layer_count_add(layer_count_mul(2, te), scores))};
+    parts[2] = (layer_part_info){"softmax", layer_count_mul(5, scores), layer_count_mul(8, scores)};
+    parts[3] = (layer_part_info){"av", attn, layer_count_mul(4, layer_count_add(scores, layer_count_mul(2, te)))};
+    parts[4] = (layer_part_info){"out_proj", layer_count_add(layer_count_mul(2, layer_count_mul(te, e)), layer_count_mul(bias, te)),
+                                 layer_count_mul(4, layer_count_add(layer_count_add(layer_count_mul(2, te), ee), bias * e))};
     return 5;
 }
 

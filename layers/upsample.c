@@ -48,7 +48,7 @@ static int upsample_infer(layer *l, char *err, size_t len)
 static void upsample_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
-    l->flops = l->p.mode == UPSAMPLE_BILINEAR ? count_mul(8, shape_numel(&l->out)) : 0;
+    l->flops = l->p.mode == UPSAMPLE_BILINEAR ? layer_count_mul(8, shape_numel(&l->out)) : 0;
     kind_count_bytes(l);
 }
 

@@ -28,7 +28,7 @@ static void expect_all_rows_ran(const run_result *r, const char *mode)
     for (int i = 0; i < r->m->n_layers; i++) {
         const layer_result *lr = &r->layers[i];
         EXPECT(row_timed(lr) || lr->status == ROW_VIEW, "%s: layer %s is %s: %s", mode, r->m->layers[i].name,
-               row_status_name(lr->status), lr->note);
+               measure_row_status_name(lr->status), lr->note);
         EXPECT(lr->status != ROW_OK || lr->st.median > 0, "%s: layer %s has no time", mode, r->m->layers[i].name);
     }
 }
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
         EXPECT(measure_model(m, &b, &mo, "cold", &fl, true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
         expect_all_rows_ran(&r, "cold");
         EXPECT(r.chained.status == ROW_OK && r.graph.status == ROW_OK, "chained %s (%s), graph %s (%s)",
-               row_status_name(r.chained.status), r.chained.note, row_status_name(r.graph.status), r.graph.note);
+               measure_row_status_name(r.chained.status), r.chained.note, measure_row_status_name(r.graph.status), r.graph.note);
         EXPECT(r.upload.status == ROW_OK && r.download.status == ROW_OK, "copies: %s / %s", r.upload.note,
                r.download.note);
         EXPECT(r.inmodel != NULL, "the in-model view (events between layers)");

@@ -418,10 +418,10 @@ static void test_cpu_choices(void)
 /* Counts that would overflow are reported as out of range, never wrapped. */
 static void test_count_overflow(void)
 {
-    EXPECT(count_mul((int64_t)1 << 31, (int64_t)1 << 31) == ((int64_t)1 << 62), "2^62 is in range");
-    EXPECT(count_mul((int64_t)1 << 32, (int64_t)1 << 31) == -1, "2^63 is out of range");
-    EXPECT(count_mul(INT64_MAX, 3) == -1 && count_mul(-1, 0) == -1, "overflow and propagation");
-    EXPECT(count_add(LAYER_MAX_COUNT, 1) == -1 && count_add(-1, 1) == -1, "sums");
+    EXPECT(layer_count_mul((int64_t)1 << 31, (int64_t)1 << 31) == ((int64_t)1 << 62), "2^62 is in range");
+    EXPECT(layer_count_mul((int64_t)1 << 32, (int64_t)1 << 31) == -1, "2^63 is out of range");
+    EXPECT(layer_count_mul(INT64_MAX, 3) == -1 && layer_count_mul(-1, 0) == -1, "overflow and propagation");
+    EXPECT(layer_count_add(LAYER_MAX_COUNT, 1) == -1 && layer_count_add(-1, 1) == -1, "sums");
     shape_t huge = {4, {16777216, 1048576, 1048576, 1}};
     EXPECT(shape_numel_checked(&huge) == -1, "2^64 elements must not wrap to 0");
 }

@@ -262,13 +262,13 @@ static void test_batch(backend *b, model *m, bool graphs)
     EXPECT(fabs(a->st.median - 2e-6) < 1e-12 && fabs(a->st.max - 2e-6) < 1e-12, "per-launch median %g max %g",
            a->st.median, a->st.max);
     EXPECT(a->stop == STOP_NOISE && a->st.n >= o.min_samples, "noise-free samples stop on noise: %s, %lld samples",
-           stop_reason_name(a->stop), (long long)a->st.n);
+           measure_stop_reason_name(a->stop), (long long)a->st.n);
     double per_layer = F.clock / 3; /* three timed layers */
     EXPECT(per_layer < 10 * (o.warmup_time + o.min_time), "a batch layer took %.3f s of fake time", per_layer);
     EXPECT(strstr(a->note, graphs ? "captured as one graph" : "launches per sample") != NULL, "note: %s", a->note);
     /* holds: one per sample where launches were captured; 500 stream launches are not held */
     EXPECT(graphs ? F.holds == F.stops : F.holds == 3 * 5, "holds %ld for %ld samples", F.holds, F.stops);
-    EXPECT(r.layers[2].status == ROW_VIEW, "flatten is a view, %s", row_status_name(r.layers[2].status));
+    EXPECT(r.layers[2].status == ROW_VIEW, "flatten is a view, %s", measure_row_status_name(r.layers[2].status));
     run_result_free(&r);
     fake_ops = saved;
 }
@@ -306,7 +306,7 @@ static void test_stopping(backend *b, model *m)
     measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].stop == STOP_NOISE && r.layers[0].st.n >= 450 && r.layers[0].st.n < 600,
            "--min-samples 450: %lld samples, stopped on %s", (long long)r.layers[0].st.n,
-           stop_reason_name(r.layers[0].stop));
+           measure_stop_reason_name(r.layers[0].stop));
     run_result_free(&r);
 
     reset(100e-6);
@@ -318,7 +318,7 @@ static void test_stopping(backend *b, model *m)
     measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
     double wall = bench_now() - t0;
     EXPECT(r.layers[0].stop == STOP_TIMEOUT && strstr(r.layers[0].note, "stopped on --timeout"), "timeout: %s, %s",
-           stop_reason_name(r.layers[0].stop), r.layers[0].note);
+           measure_stop_reason_name(r.layers[0].stop), r.layers[0].note);
     EXPECT(wall < 3 * 0.05 * 3 + 1.0, "three layers with a 0.05 s timeout took %.2f s", wall);
     EXPECT(r.layers[0].st.ci_low <= r.layers[0].st.median && r.layers[0].st.median <= r.layers[0].st.ci_high,
            "the interval holds the median");
@@ -331,7 +331,7 @@ static void test_stopping(backend *b, model *m)
     measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
     const stats *s = &r.layers[0].st;
     EXPECT(r.layers[0].stop == STOP_NOISE && (s->ci_high - s->ci_low) / 2 <= 0.01 * s->median + 1e-15,
-           "noise stop: %s, interval %g..%g around %g", stop_reason_name(r.layers[0].stop), s->ci_low, s->ci_high,
+           "noise stop: %s, interval %g..%g around %g", measure_stop_reason_name(r.layers[0].stop), s->ci_low, s->ci_high,
            s->median);
     run_result_free(&r);
 }
@@ -350,7 +350,7 @@ static void test_long_samples(backend *b, model *m)
     measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
     const layer_result *a = &r.layers[0];
     EXPECT(a->status == ROW_OK && a->st.n >= 3 && a->stop == STOP_TIMEOUT, "0.2 s samples, 0.3 s timeout: %lld samples, "
-           "stopped on %s", (long long)a->st.n, stop_reason_name(a->stop));
+           "stopped on %s", (long long)a->st.n, measure_stop_reason_name(a->stop));
     /* no warm-up asked for, and later chunks drop no re-warming sample: nothing discarded
      * (with re-warming, each chunk after the first would discard one) */
     EXPECT(a->discarded == 0, "%lld kept, %lld discarded", (long long)a->st.n, (long long)a->discarded);
@@ -414,7 +414,7 @@ static void test_row_failures(backend *b, model *m)
     EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "a failed row");
     EXPECT(r.layers[0].status == ROW_OK, "layer a: %s", r.layers[0].note);
     EXPECT(r.layers[1].status == ROW_FAILED && strstr(r.layers[1].note, "injected setup failure"), "layer b: %s %s",
-           row_status_name(r.layers[1].status), r.layers[1].note);
+           measure_row_status_name(r.layers[1].status), r.layers[1].note);
     EXPECT(r.layers[3].status == ROW_OK, "the layer after a failed one: %s", r.layers[3].note);
     EXPECT(r.chained.status == ROW_FAILED && strstr(r.chained.note, "'b'"), "chained: %s", r.chained.note);
     EXPECT(strstr(err, "injected setup failure") != NULL, "first failure: %s", err);
@@ -434,7 +434,7 @@ static void test_row_failures(backend *b, model *m)
     EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "graph failure");
     EXPECT(r.chained.status == ROW_OK, "chained: %s", r.chained.note);
     EXPECT(r.graph.status == ROW_FAILED && strstr(r.graph.note, "injected capture failure"), "graph row: %s %s",
-           row_status_name(r.graph.status), r.graph.note);
+           measure_row_status_name(r.graph.status), r.graph.note);
     EXPECT(r.upload.status == ROW_OK && r.download.status == ROW_OK, "copies after a failed graph");
     EXPECT(r.failed == 1, "%d failed rows", r.failed);
     run_result_free(&r);
@@ -508,7 +508,7 @@ static void test_parts(backend *b)
                p->layer, p->info.name);
         EXPECT(p->r.status == ROW_OK && fabs(p->r.st.median - 30e-6 * (k + 1) / 15) < 1e-12 &&
                    p->r.st.n == r.inmodel[1].st.n && strcmp(p->r.mode, "inmodel") == 0,
-               "part %s: %s median %g, %lld samples vs %lld", p->info.name, row_status_name(p->r.status),
+               "part %s: %s median %g, %lld samples vs %lld", p->info.name, measure_row_status_name(p->r.status),
                p->r.st.median, (long long)p->r.st.n, (long long)r.inmodel[1].st.n);
         EXPECT(r.forward_sample && fabs(p->sample - 30e-6 * (k + 1) / 15) < 1e-12, "part %s in the kept sample",
                p->info.name);
@@ -541,7 +541,7 @@ static void test_zero_time(backend *b, model *m)
     measure_model(m, b, &o, "warm", &fl, false, &r, err, sizeof err);
     EXPECT(bench_now() - t0 < 10.0, "zero-time layers took %.1f s", bench_now() - t0);
     EXPECT(r.layers[0].status == ROW_OK && r.layers[0].st.median == 0 && r.layers[0].near_floor, "zero time: %s %s",
-           row_status_name(r.layers[0].status), r.layers[0].note);
+           measure_row_status_name(r.layers[0].status), r.layers[0].note);
     run_result_free(&r);
 }
 

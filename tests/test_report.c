@@ -285,7 +285,7 @@ static void test_roofline(void)
 /* Tables: text pads and truncates, markdown escapes '|' and aligns numbers right. */
 static void test_tables(void)
 {
-    table *t = table_new(3, "lrl");
+    table *t = table_create(3, "lrl");
     table_header(t, 0, "Name", 5);
     table_header(t, 1, "Time", 0);
     table_header(t, 2, "Note", 0);

@@ -318,7 +318,7 @@ static conv_state *conv_state_new(const layer *l, conv_algo a, const float *w, i
     }
     if (winograd_m(s->path)) {
         *workspace_bytes = cpu_winograd_bytes(l, winograd_m(s->path), s->samples << 10);
-        if (!(s->wg = cpu_winograd_new(l, w, winograd_m(s->path), s->samples << 10))) {
+        if (!(s->wg = cpu_winograd_create(l, w, winograd_m(s->path), s->samples << 10))) {
             conv_free(NULL, s);
             return NULL;
         }

@@ -87,7 +87,7 @@ typedef struct cpu_winograd cpu_winograd;
 bool cpu_winograd_applies(const layer *l);
 int64_t cpu_winograd_tiles(const layer *l, int m, int64_t chunk_bytes);
 int64_t cpu_winograd_bytes(const layer *l, int m, int64_t chunk_bytes);
-cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int m, int64_t chunk_bytes);
+cpu_winograd *cpu_winograd_create(const layer *l, const float *w, int m, int64_t chunk_bytes);
 void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out);
 void cpu_winograd_free(cpu_winograd *wg);
 /* The register-tiled kernel of the tiled convolutions (pgemm_cpu.c): for r < mr (at

@@ -136,7 +136,7 @@ static void weight_tile(int m, const float *g, float *u, int64_t stride)
     }
 }
 
-cpu_winograd *cpu_winograd_new(const layer *l, const float *w, int m, int64_t chunk_bytes)
+cpu_winograd *cpu_winograd_create(const layer *l, const float *w, int m, int64_t chunk_bytes)
 {
     int64_t k = l->p.out_channels, c = l->in.d[1], a2 = (m + 2) * (m + 2);
     cpu_winograd *wg = calloc(1, sizeof *wg);

@@ -102,7 +102,7 @@ void cuda_simple_free(void *ctx, void *state)
 
 /* Allocates the state with input and output descriptors; NULL with *st set (and the
  * reason in impl when unsupported) on failure. */
-cuda_simple *cuda_simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
+cuda_simple *cuda_simple_create(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
                                size_t len)
 {
     cuda_simple *s = calloc(1, sizeof *s);

@@ -131,7 +131,7 @@ cudaError_t cuda_hold_launch(cudaStream_t stream, const volatile int *release, v
                              unsigned long long timeout_ns);
 
 /* The state of a kind cuDNN runs in one call (elementwise_cuda.c, softmax_cuda.c): its
- * descriptors and what the call reads. cuda_simple_new allocates it with input and output
+ * descriptors and what the call reads. cuda_simple_create allocates it with input and output
  * descriptors (NULL with *st set, and the reason in impl when unsupported);
  * cuda_simple_finish hands it on as *state with impl = name when ok, else frees it and
  * returns the failure; cuda_simple_free(ctx, NULL) is a no-op. */
@@ -143,7 +143,7 @@ typedef struct cuda_simple {
     double eps;
     int c;                                  /* channels (bn) */
 } cuda_simple;
-cuda_simple *cuda_simple_new(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
+cuda_simple *cuda_simple_create(cuda_env *env, const shape_t *in, const shape_t *out, bench_status *st, char *impl,
                              size_t len);
 bench_status cuda_simple_finish(cuda_env *env, cuda_simple *s, bool ok, void **state, char *impl, size_t len,
                                 const char *name);

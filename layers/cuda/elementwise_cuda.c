@@ -19,7 +19,7 @@ static bench_status bn_setup(void *ctx, const layer *l, const float *w, void **s
         snprintf(impl, len, "eps below cuDNN's minimum %g", CUDNN_BN_MIN_EPSILON);
         return BENCH_ERR_UNSUPPORTED;
     }
-    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     s->w = w;
@@ -50,7 +50,7 @@ static bench_status act_setup(void *ctx, const layer *l, const float *w, void **
     cuda_env *env = ctx;
     (void)w, (void)ws;
     bench_status st;
-    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
@@ -82,7 +82,7 @@ static bench_status add_setup(void *ctx, const layer *l, const float *w, void **
     cuda_env *env = ctx;
     (void)w, (void)ws;
     bench_status st;
-    cuda_simple *s = cuda_simple_new(env, &l->in, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
     bool ok = CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&
@@ -154,7 +154,7 @@ static bench_status mul_setup(void *ctx, const layer *l, const float *w, void **
         return BENCH_ERR_UNSUPPORTED;
     }
     bench_status st;
-    cuda_simple *s = cuda_simple_new(env, &l->out, &l->out, &st, impl, len);
+    cuda_simple *s = cuda_simple_create(env, &l->out, &l->out, &st, impl, len);
     if (!s)
         return st;
     mul_cuda *m = calloc(1, sizeof *m);

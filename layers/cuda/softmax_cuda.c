@@ -13,7 +13,7 @@ static bench_status softmax_setup(void *ctx, const layer *l, const float *w, voi
         inner *= l->in.d[i];
     shape_t folded = {4, {outer, l->in.d[l->p.dim], inner, 1}};
     bench_status st;
-    cuda_simple *s = cuda_simple_new(env, &folded, &folded, &st, impl, len);
+    cuda_simple *s = cuda_simple_create(env, &folded, &folded, &st, impl, len);
     if (!s)
         return st;
     return cuda_simple_finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");

@@ -1,0 +1,57 @@
+#define _GNU_SOURCE
+#include "strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+void strbuf_append(strbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->data = xrealloc(b->data, b->cap);
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+void strbuf_printf(strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        log_msg("out of memory");
+        exit(1);
+    }
+    strbuf_append(b, s, (size_t)n);
+    free(s);
+}
+
+void strbuf_free(strbuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+void strbuf_json(strbuf *f, const char *s)
+{
+    strbuf_append(f, "\"", 1);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            strbuf_printf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            strbuf_printf(f, "\\u%04x", ch);
+        else
+            strbuf_append(f, s, 1);
+    }
+    strbuf_append(f, "\"", 1);
+}
