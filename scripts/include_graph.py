@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The include graph of the tree, by floor: checks that layers/ (the ground floor and the
+backend folders) includes nothing from bench/, that a backend folder includes no other
+backend's headers except through the contract (onednn may use the cpu backend's table,
+never its kernels' header), and that no headers include each other in a circle.
+Prints the graph as "file -> header" lines with --print. Exit 1 on a violation."""
+import os, re, sys
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+dirs = ['layers', 'layers/cpu', 'layers/onednn', 'layers/cuda', 'bench']
+files = {}
+for d in dirs:
+    for f in sorted(os.listdir(os.path.join(root, d))):
+        if f.endswith(('.c', '.h', '.cc', '.cu')):
+            files[os.path.join(d, f)] = open(os.path.join(root, d, f), errors='replace').read()
+by_name = {}
+for p in files:
+    by_name.setdefault(os.path.basename(p), []).append(p)
+
+def resolve(src, name):
+    """The header a quoted include names, searched as the build does: the including
+    file's folder first, then layers/ (every floor sees it), then bench/."""
+    for d in [os.path.dirname(src), 'layers', 'bench']:
+        p = os.path.join(d, name)
+        if p in files:
+            return p
+    return None
+
+edges = {}
+bad = []
+for src, text in files.items():
+    for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+        dst = resolve(src, name)
+        if dst is None:
+            continue  # generated (version.h) or a library's
+        edges.setdefault(src, []).append(dst)
+        if src.startswith('layers') and dst.startswith('bench/'):
+            bad.append(f'{src} includes {dst}: layers/ is the ground floor and includes nothing from bench/')
+        sdir, ddir = os.path.dirname(src), os.path.dirname(dst)
+        if src.startswith('layers/') and ddir.startswith('layers/') and sdir != ddir:
+            bad.append(f'{src} includes {dst}: a backend sees the contract (layers/) and its own folder only')
+
+# circles among headers
+state = {}
+def visit(n, stack):
+    state[n] = 1
+    for m in edges.get(n, []):
+        if not m.endswith('.h'):
+            continue
+        if state.get(m) == 1:
+            bad.append('include circle: ' + ' -> '.join(stack[stack.index(m):] + [m]))
+        elif not state.get(m):
+            visit(m, stack + [m])
+    state[n] = 2
+for n in sorted(files):
+    if n.endswith('.h') and not state.get(n):
+        visit(n, [n])
+
+if '--print' in sys.argv:
+    for src in sorted(edges):
+        for dst in edges[src]:
+            print(f'{src} -> {dst}')
+for b in bad:
+    print(b, file=sys.stderr)
+print(f'include graph: {len(files)} files, {sum(len(v) for v in edges.values())} includes, '
+      f'{len(bad)} violation{"s" if len(bad) != 1 else ""}')
+sys.exit(1 if bad else 0)
