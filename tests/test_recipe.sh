@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The add-a-kind recipe of docs/architecture.md, followed literally: the patch
+# tests/data/recipe_kind.patch adds the test-only kind recipe_scale (y = alpha * x) by
+# its steps. This test checks that the patch touches the files the recipe names (every
+# required step, nothing else), applies it to a copy of the tree, builds that copy (the
+# cuda module aside: its table is compiled for syntax where the CUDA headers are), and
+# checks the new kind end to end: the kernel tests on cpu and onednn against its
+# reference, `bench list`, `bench check`, `bench run`, a config error, and the cuda
+# cell's reason. When the recipe or the files it names change, this test says which.
+# usage: test_recipe.sh BENCH SOURCE_DIR   (BENCH: unused, the copy is built here)
+set -u
+SRC=$2
+. "$SRC/tests/common.sh"
+PATCH=$SRC/tests/data/recipe_kind.patch
+
+# 1. the patch touches what the recipe lists: each file matches a path of the recipe
+# (<...> standing for a name), and each required step (1 to 7) is touched
+python3 - "$SRC/docs/architecture.md" "$PATCH" <<'EOF' && ok || bad "the patch and the add-a-kind recipe disagree"
+import re, sys
+doc = open(sys.argv[1]).read()
+recipe = doc[doc.index('## Recipe: add a kind'):doc.index('## Recipe: add a backend')]
+steps = re.split(r'\n(?=\d+\. )', recipe)[1:]
+files = re.findall(r'^\+\+\+ b/(\S+)', open(sys.argv[2]).read(), re.M)
+def pattern(p):
+    return re.compile('^' + re.sub(r'<[^>]+>', '[a-z0-9_]+', re.escape(p).replace(r'\<', '<').replace(r'\>', '>')) + '$')
+touched = set()
+ok = True
+for f in files:
+    hit = [i for i, s in enumerate(steps) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|md|txt|py|sh))`', s)
+           if pattern(p).match(f)]
+    if not hit:
+        print(f'the patch touches {f}, which no step of the recipe names', file=sys.stderr)
+        ok = False
+    touched.update(hit)
+for i, s in enumerate(steps[:7]):
+    if i not in touched:
+        print(f'recipe step {i + 1} is not followed by the patch: {s.splitlines()[0]}', file=sys.stderr)
+        ok = False
+print(f'recipe: {len(files)} files, steps touched: {sorted(i + 1 for i in touched)}')
+sys.exit(0 if ok else 1)
+EOF
+
+# 2. a copy of the tree with the patch applied, built
+mkdir -p "$T/src"
+for p in CMakeLists.txt cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
+if ! (cd "$T/src" && patch -p1 --quiet --no-backup-if-mismatch <"$PATCH"); then
+  bad "tests/data/recipe_kind.patch no longer applies to the tree: rebase it on the files it touches"
+  echo "test_recipe: $pass passed, $fail failed"; exit 1
+fi
+ok
+DEPS=()
+if [ -n "${LAYERBENCH_DEPS_PREFIX:-}" ]; then DEPS=(-DLAYERBENCH_DEPS_PREFIX="$LAYERBENCH_DEPS_PREFIX"); fi
+if ! cmake -S "$T/src" -B "$T/build" -DCMAKE_BUILD_TYPE=Release -DLAYERBENCH_CUDA=OFF "${DEPS[@]}" >"$T/cfg.log" 2>&1 ||
+   ! cmake --build "$T/build" -j"$(nproc)" --target test_layers bench >"$T/build.log" 2>&1; then
+  bad "the patched tree does not build: $(grep -m3 -E 'error' "$T/build.log" "$T/cfg.log")"
+  echo "test_recipe: $pass passed, $fail failed"; exit 1
+fi
+ok
+B=$T/build/bench
+HAVE_ONEDNN=0
+grep -q 'onednn backend: on' "$T/cfg.log" && HAVE_ONEDNN=1
+if [ $HAVE_ONEDNN = 1 ]; then cmake --build "$T/build" --target layerbench_onednn >>"$T/build.log" 2>&1 || bad "onednn module"; fi
+
+# 3. the kernel tests: the new kind's cases against its reference, on every backend built
+"$T/build/test_layers" cpu >"$T/cpu.txt" 2>&1 && grep -q '^  recipe_scale .*alpha 2.5' "$T/cpu.txt" && ok ||
+  bad "test_layers cpu with recipe_scale: $(tail -3 "$T/cpu.txt")"
+if [ $HAVE_ONEDNN = 1 ]; then
+  "$T/build/test_layers" onednn >"$T/od.txt" 2>&1 && grep -q '^  recipe_scale .*cpu kernel: direct' "$T/od.txt" && ok ||
+    bad "test_layers onednn with recipe_scale: $(tail -3 "$T/od.txt")"
+fi
+# the cuda cell, compiled for syntax where the toolkit's headers are
+CUDA_INC=${CUDAToolkit_ROOT:-/usr/local/cuda}/include
+if [ -f "$CUDA_INC/cudnn.h" ] && [ -f "$CUDA_INC/cublas_v2.h" ]; then
+  cc -fsyntax-only -Wall -Wextra -Werror -Wno-deprecated-declarations -I"$T/src/layers" -I"$T/src/layers/cuda" \
+    -I"$CUDA_INC" "$T/src/layers/cuda/backend_cuda.c" 2>"$T/cuda.txt" && ok || bad "cuda table: $(head -3 "$T/cuda.txt")"
+else
+  echo "test_recipe: the cuda table is not compiled here: no CUDA headers under $CUDA_INC"
+fi
+
+# 4. the kind in a config, end to end
+cat >"$T/scale.yaml" <<'EOF'
+name: recipe
+input: [3, 9, 7]
+batch: 2
+layers:
+  - {kind: conv2d, name: conv, out_channels: 4, kernel_size: 3, padding: 1}
+  - {kind: recipe_scale, name: scale, alpha: 0.5}
+  - {kind: relu, name: relu}
+EOF
+expect 0 'scale +recipe_scale .*504 ' -- "$B" list "$T/scale.yaml"   # 2*4*9*7 multiplies
+BACKENDS=cpu
+[ $HAVE_ONEDNN = 1 ] && BACKENDS=all
+expect 0 ' 0 failed, 0 skipped' -- "$B" check "$T/scale.yaml" --backend "$BACKENDS"
+"$B" run "$T/scale.yaml" --backend cpu --processes 0 "${QUICK[@]}" --csv "$T/r.csv" >"$T/run.txt" 2>&1 &&
+  awk -F, "$COLS"' $c["layer_name"]=="scale" && $c["mode"]!="inmodel" {n++; if ($c["impl"]!="direct" || $c["status"]!="ok" || $c["flops"]!=504) bad=1}
+    END {exit bad || n != 1}' "$T/r.csv" && ok || bad "run with recipe_scale: $(tail -3 "$T/run.txt")"
+sed 's/alpha: 0.5/alpha: -1/' "$T/scale.yaml" >"$T/bad.yaml"
+expect 2 'bad.yaml:6:[0-9]+: alpha must not be negative' -- "$B" list "$T/bad.yaml"
+
+echo "test_recipe: $pass passed, $fail failed"
+[ $fail = 0 ]
