@@ -21,7 +21,8 @@ static void convt_free(void *env, void *state)
     free(s);
 }
 
-static bench_status convt_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len, int64_t *workspace_bytes)
+static bench_status convt_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
+                                int64_t *workspace_bytes)
 {
     cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;

@@ -108,7 +108,8 @@ typedef struct mha_state {
     double part_s[5];/* the last run: in_proj, qk, softmax, av, out_proj */
 } mha_state;
 
-static bench_status mha_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t len, int64_t *ws)
+static bench_status mha_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+                              int64_t *ws)
 {
     cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;
@@ -255,7 +256,8 @@ static void class_token_run(void *env, const layer *l, void *state, const float 
         });
 }
 
-static void pos_embedding_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void pos_embedding_run(void *env, const layer *l, void *state, const float *const *ins, const float *w,
+                              float *out)
 {
     (void)env, (void)state;
     const float *in = ins[0];

@@ -18,7 +18,8 @@ static void upsample_free(void *env, void *state)
     free(s);
 }
 
-static bench_status upsample_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len, int64_t *ws)
+static bench_status upsample_setup(void *env, const layer *l, const float *w, void **state, char *impl,
+                                   size_t impl_len, int64_t *ws)
 {
     cpu_choices *search = cpu_env_choices(env);
     (void)w, (void)search;

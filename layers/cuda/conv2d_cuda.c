@@ -452,5 +452,7 @@ static void conv_run(void *ctx, const layer *l_, void *state, const float *const
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, c->b, c->bias, &one, c->y, out));
 }
 
-const backend_kernel cuda_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free, .tolerance = cuda_gemm_tolerance};
-const backend_kernel cuda_conv_transpose2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free, .tolerance = cuda_gemm_tolerance};
+const backend_kernel cuda_conv2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free,
+                                           .tolerance = cuda_gemm_tolerance};
+const backend_kernel cuda_conv_transpose2d_kernel = {.setup = conv_setup, .run = conv_run, .free = conv_free,
+                                                     .tolerance = cuda_gemm_tolerance};

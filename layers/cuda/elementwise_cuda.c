@@ -263,10 +263,17 @@ static void view_run(void *ctx, const layer *l_, void *state, const float *const
 
 static void view_free(void *ctx, void *state) { (void)ctx, (void)state; }
 
-const backend_kernel cuda_batchnorm2d_kernel = {.setup = bn_setup, .run = bn_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_hard_activation_kernel = {.setup = hard_setup, .run = hard_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_mul_kernel = {.setup = mul_setup, .run = mul_run, .free = mul_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_concat_kernel = {.setup = concat_setup, .run = concat_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_batchnorm2d_kernel = {.setup = bn_setup, .run = bn_run, .free = cuda_simple_free,
+                                                .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, .free = cuda_simple_free,
+                                               .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = cuda_simple_free,
+                                        .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free,
+                                         .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_hard_activation_kernel = {.setup = hard_setup, .run = hard_run, .free = plain_free,
+                                                    .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_mul_kernel = {.setup = mul_setup, .run = mul_run, .free = mul_free,
+                                        .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_concat_kernel = {.setup = concat_setup, .run = concat_run, .free = plain_free,
+                                           .tolerance = cuda_float_tolerance};

@@ -63,4 +63,5 @@ static void linear_run(void *ctx, const layer *l_, void *state, const float *con
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, s->b, s->bias, &one, s->y, out));
 }
 
-const backend_kernel cuda_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free, .tolerance = cuda_gemm_tolerance};
+const backend_kernel cuda_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free,
+                                           .tolerance = cuda_gemm_tolerance};

@@ -160,4 +160,5 @@ static void pool_run(void *ctx, const layer *l_, void *state, const float *const
     CUDNN_OK(env, cudnnPoolingForward(env->cudnn, p->pool, &one, p->x, ins[0], &zero, p->y, out));
 }
 
-const backend_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free,
+                                         .tolerance = cuda_float_tolerance};

@@ -30,4 +30,5 @@ static void softmax_run(void *ctx, const layer *l_, void *state, const float *co
                                       &zero, s->y, out));
 }
 
-const backend_kernel cuda_softmax_kernel = {.setup = softmax_setup, .run = softmax_run, .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_softmax_kernel = {.setup = softmax_setup, .run = softmax_run, .free = cuda_simple_free,
+                                            .tolerance = cuda_float_tolerance};

@@ -159,7 +159,8 @@ static void mha_parts_read(void *ctx, void *state, double *seconds)
 }
 
 const backend_kernel cuda_multihead_attention_kernel = {.setup = mha_setup, .run = mha_run, .free = mha_free,
-                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read, .tolerance = cuda_float_tolerance};
+                                                    .parts_enable = mha_parts_enable, .parts_read = mha_parts_read,
+                                                    .tolerance = cuda_float_tolerance};
 
 /* ---- kinds of our own kernels, and copies --------------------------------------------------- */
 
@@ -218,7 +219,8 @@ static void transpose_run(void *ctx, const layer *l_, void *state, const float *
     CUDA_OK(env, cuda_transpose_launch(env->stream, ins[0], out, outer, a, mid, b, inner));
 }
 
-static void pos_embedding_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void pos_embedding_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_,
+                              float *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -227,7 +229,8 @@ static void pos_embedding_run(void *ctx, const layer *l_, void *state, const flo
     CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], p->w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
 }
 
-static void class_token_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void class_token_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_,
+                            float *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -249,9 +252,15 @@ static void select_run(void *ctx, const layer *l_, void *state, const float *con
                                    cudaMemcpyDeviceToDevice, env->stream));
 }
 
-const backend_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_transpose_kernel = {.setup = plain_setup, .run = transpose_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = pos_embedding_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free, .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free,
+                                              .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free,
+                                         .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_transpose_kernel = {.setup = plain_setup, .run = transpose_run, .free = plain_free,
+                                              .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = pos_embedding_run, .free = plain_free,
+                                                  .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free,
+                                                .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free,
+                                           .tolerance = cuda_float_tolerance};

@@ -78,4 +78,5 @@ static void upsample_run(void *ctx, const layer *l_, void *state, const float *c
                                       u->x0, u->x1, u->ly, u->lx, u->bilinear));
 }
 
-const backend_kernel cuda_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free, .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_upsample_kernel = {.setup = upsample_setup, .run = upsample_run, .free = upsample_free,
+                                             .tolerance = cuda_float_tolerance};

@@ -1,5 +1,5 @@
-/* The onednn backend (this folder): the layers through oneDNN's primitives (Debian's libdnnl), the
- * library PyTorch runs on the CPU, beside our OpenBLAS backend.
+/* The onednn backend (this folder): the layers through oneDNN's primitives (Debian's
+ * libdnnl), the library PyTorch runs on the CPU, beside our OpenBLAS backend.
  *
  * Layouts. A convolution lets oneDNN choose its layouts (dnnl_format_tag_any) and
  * reorders its weights once at setup; batch norm, eltwise, pooling and binary follow
