@@ -160,10 +160,9 @@ static void watch_contention(measure_options *mo, sched_probe *probe)
 }
 
 /* --algo-cache: its choices to the backends before anything is set up; what was left
- * unused into note (a warning), the JSON context's "algo_cache" into *json (caller
- * frees). Returns 0; 2 when the file given cannot be read or is no choices file; -1
+ * unused into note (a warning), what the JSON context says of it into ctx. Returns 0; 2 when the file given cannot be read or is no choices file; -1
  * when the default one is such a file (it is not used, and note says so). */
-static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, size_t notelen, char **json)
+static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, size_t notelen, report_context *ctx)
 {
     choices_report cr;
     char err[1200];
@@ -181,12 +180,8 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
     if (cr.taken)
         log_msg("%d algorithm choice%s from %s (--algo-cache none searches again)", cr.taken,
                 cr.taken == 1 ? "" : "s", c->algo_cache);
-    strbuf j = {0};
-    strbuf_append(&j, "{\"path\": ", 9);
-    strbuf_json(&j, c->algo_cache);
-    strbuf_printf(&j, ", \"taken\": %d, \"other_context\": %d, \"malformed\": %d}", cr.taken, cr.foreign,
-                  cr.malformed);
-    *json = j.data;
+    ctx->algo_cache = c->algo_cache;
+    ctx->algo_taken = cr.taken, ctx->algo_other_context = cr.foreign, ctx->algo_malformed = cr.malformed;
     return 0;
 }
 
@@ -262,7 +257,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     }
     outputs out;
     char *previous = NULL;
-    runner_set *done = NULL;
+    report_set *done = NULL;
     int n_done = 0;
     if ((rc = open_outputs(c, &out)) != 0) {
         free(batches);
@@ -285,10 +280,11 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         return rc ? rc : -nb;
     }
     model_set_batch(m, largest, err, sizeof err);
-    char cache_note[400] = "", *cache_json = NULL;
+    char cache_note[400] = "";
+    report_context cache_ctx = {0};
     int cache_rc = 0;
     if (!cli_fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0 ||
-        (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_json)) > 0) {
+        (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_ctx)) > 0) {
         cli_close_backends(bs, nb, skipped);
         close_outputs(&out);
         free(previous), free(done), free(batches);
@@ -296,7 +292,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         return 2;
     }
     report_options ro = {c->sort, c->top, c->format, c->groups};
-    reporter *reps[4];
+    reporter *reps[5];
     int nr = 0;
     /* with --csv -, the CSV owns stdout and the tables go to stderr */
     FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
@@ -327,7 +323,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes,
         .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
-        .reps = reps, .n_reps = nr, .json = out.has_json ? &out.json : NULL,
+        .reps = reps, .n_reps = nr,
         .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
                 .n_backends = nb, .skipped = skipped},
         .sweep_progress = sweep && c->mo.progress,
@@ -335,7 +331,12 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         .procs = {c->processes, wargv},
         .note = *cache_note ? cache_note : NULL,
     };
-    plan.ctx.algo_cache = cache_json;
+    plan.ctx.algo_cache = cache_ctx.algo_cache;
+    plan.ctx.algo_taken = cache_ctx.algo_taken;
+    plan.ctx.algo_other_context = cache_ctx.algo_other_context;
+    plan.ctx.algo_malformed = cache_ctx.algo_malformed;
+    if (out.has_json) /* last: it says how the others' writes went */
+        plan.reps[plan.n_reps++] = report_json_create(&out.json, &plan.ctx);
     plan.ctx.processes = c->processes;
     signals_catch();
     rc = runner_execute(m, &plan, &mo);
@@ -345,7 +346,6 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         log_msg("wrote %s and its JSON context %s", c->csv, out.json.path);
     if (cache == cache_tmp)
         unlink(cache_tmp);
-    free(cache_json);
     cli_close_backends(bs, nb, skipped);
     close_outputs(&out);
     sched_probe_close(&probe);

@@ -93,6 +93,14 @@ reporter *report_stacks_create(report_stacks_file *files, int n);
 char *report_stacks_path(const char *path, const char *backend, int64_t batch, bool one_backend, bool one_batch);
 
 /* The JSON run context written beside a CSV. */
+/* A (backend, batch) set of results. */
+typedef struct report_set {
+    char backend[16];
+    int64_t batch;
+} report_set;
+
+/* What the JSON run context says besides the results, typed; the runner keeps the
+ * fields it owns current (floors, peaks, warnings, interrupted) as the run goes. */
 typedef struct report_context {
     int argc;
     char **argv;
@@ -102,29 +110,27 @@ typedef struct report_context {
     const backend *backends;   /* the backends that ran */
     int n_backends;
     const char *skipped;       /* backends asked for but not run, with why; or NULL */
-    const char *state;         /* "complete" (NULL too), "running" (a checkpoint) or "interrupted" */
-    const char *interrupted;   /* where the run was interrupted, or NULL */
-    const char *completed;     /* JSON objects {"backend": ..., "batch": ...} of the finished sets, comma-separated */
-    int resumed_sets;          /* sets kept from a previous run's CSV (--resume) */
-    const char *floors;        /* JSON object: per backend, the timer's floor per mode, or NULL */
-    const char *peaks;         /* JSON members: per backend, the measured ceilings, or NULL */
+    const report_set *resumed; /* sets kept from a previous run's CSV (--resume) */
+    int resumed_sets;
+    const timer_floor *floors; /* per backend (backends[i]): its timer's floor, where floor_known[i] */
+    const bool *floor_known;
+    const backend_peaks *peaks;/* per backend: its measured ceilings, where peaks_known[i] */
+    const bool *peaks_known;
     const char *warnings;      /* one warning per line, or NULL */
-    const char *algo_cache;    /* JSON object: --algo-cache's path and what was taken from it, or NULL */
+    const char *interrupted;   /* where the run was interrupted, or NULL */
+    const char *algo_cache;    /* --algo-cache's path, or NULL when none was used; then: */
+    int algo_taken, algo_other_context, algo_malformed; /* choices taken, made elsewhere, unreadable */
     int processes;             /* --processes */
 } report_context;
 
 /* "results/x.csv" -> "results/x.json"; caller frees. */
 char *report_json_path(const char *csv_path);
-bench_status report_json_write(bench_output *out, const report_context *ctx);
-/* Members of the context's lists, appended to b (with a separating comma after the
- * first): a finished (backend, batch) set, with its memory plan where m is given and the
- * measurement objects of its modes; the ceilings and the timer's floor of one backend;
- * how one mode of a set was measured (processes, canary, contended rows). */
-void report_json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
-                           int64_t device_bytes, const char *measurement);
-void report_json_peaks(strbuf *b, const char *backend, const backend_peaks *pk);
-void report_json_floor(strbuf *b, const char *backend, const timer_floor *f);
-void report_json_measurement(strbuf *b, const run_result *r);
+/* The JSON run context beside the CSV (docs/outputs.md) into out (borrowed), from ctx
+ * (borrowed, read at each write) and the results: each checkpoint adds the finished set
+ * (its memory, and how each mode was measured) and rewrites the file with state
+ * "running"; finish writes "complete", "failed" or, where ctx says so, "interrupted"
+ * (no file when nothing had finished). */
+reporter *report_json_create(bench_output *out, const report_context *ctx);
 
 /* `bench list`: the analysis table (and CSV) of a model, without timing. */
 void report_list_table(FILE *out, const model *m, table_format format);

@@ -20,7 +20,7 @@
 
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
-void report_json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
+static void json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
                            int64_t device_bytes, const char *measurement)
 {
     strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
@@ -44,7 +44,7 @@ void report_json_completed(strbuf *b, const char *backend, int64_t batch, const 
 }
 
 /* The ceilings of one backend, as a JSON member. */
-void report_json_peaks(strbuf *peaks, const char *backend, const backend_peaks *pk)
+static void json_peaks(strbuf *peaks, const char *backend, const backend_peaks *pk)
 {
     strbuf_printf(peaks, "%s\"%s\": {\"flops_per_s\": %.4e, \"bytes_per_s\": %.4e, \"cache_bytes_per_s\": %.4e, "
                          "\"cache_bytes\": %lld, \"compute_probe\": ",
@@ -58,7 +58,7 @@ void report_json_peaks(strbuf *peaks, const char *backend, const backend_peaks *
 
 /* How one mode of a set was measured, as a JSON object: its processes and how far
  * their medians lay apart, its canary and how far it drifted, its contended rows. */
-void report_json_measurement(strbuf *j, const run_result *r)
+static void json_measurement(strbuf *j, const run_result *r)
 {
     double canary, drift, spread[4096];
     int ns = 0, rows = 0, contended = 0;
@@ -84,7 +84,7 @@ void report_json_measurement(strbuf *j, const run_result *r)
 }
 
 /* The timer's floor of one backend, as a JSON member. */
-void report_json_floor(strbuf *floors, const char *backend, const timer_floor *f)
+static void json_floor(strbuf *floors, const char *backend, const timer_floor *f)
 {
     strbuf_printf(floors, "%s\"%s\": {\"warm\": %.3e, \"cold\": %.3e}", floors->len ? ", " : "", backend, f->warm,
                   f->cold);
@@ -98,7 +98,8 @@ char *report_json_path(const char *csv_path)
     return xasprintf("%s.json", csv_path);
 }
 
-bench_status report_json_write(bench_output *out, const report_context *ctx)
+/* The whole context, in the state given, with the finished sets' JSON objects. */
+static bench_status json_write(bench_output *out, const report_context *ctx, const char *state, const char *completed)
 {
     strbuf buf = {0}, *f = &buf;
     char host[256], cpu[256], date[64], os[600];
@@ -144,10 +145,19 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
     strbuf_json(f, ctx->modes ? ctx->modes : "auto");
     strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
                      "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, "
-                     "\"disturbed_share\": %g, \"algo_cache\": %s},\n",
+                     "\"disturbed_share\": %g, \"algo_cache\": ",
                   ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
                   ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes,
-                  MEASURE_DISTURBED_SHARE, ctx->algo_cache ? ctx->algo_cache : "null");
+                  MEASURE_DISTURBED_SHARE);
+    if (ctx->algo_cache) {
+        strbuf_append(f, "{\"path\": ", 9);
+        strbuf_json(f, ctx->algo_cache);
+        strbuf_printf(f, ", \"taken\": %d, \"other_context\": %d, \"malformed\": %d}", ctx->algo_taken,
+                      ctx->algo_other_context, ctx->algo_malformed);
+    } else {
+        strbuf_printf(f, "null");
+    }
+    strbuf_printf(f, "},\n");
     strbuf_printf(f, "  \"backends\": {");
     for (int i = 0; i < ctx->n_backends; i++) {
         strbuf_printf(f, "%s\n    ", i ? "," : "");
@@ -161,16 +171,25 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
         strbuf_printf(f, "null");
     /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
     strbuf_printf(f, ",\n  \"state\": ");
-    strbuf_json(f, ctx->state ? ctx->state : "complete");
+    strbuf_json(f, state);
     strbuf_printf(f, ",\n  \"interrupted\": ");
     if (ctx->interrupted)
         strbuf_json(f, ctx->interrupted);
     else
         strbuf_printf(f, "null");
-    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", ctx->completed ? ctx->completed : "",
+    strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", completed ? completed : "",
                   ctx->resumed_sets);
-    strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", ctx->floors ? ctx->floors : "");
-    strbuf_printf(f, ",\n  \"peaks\": {%s}", ctx->peaks ? ctx->peaks : "");
+    strbuf floors = {0}, peaks = {0};
+    for (int i = 0; i < ctx->n_backends; i++) {
+        const char *name = ctx->backends[i].ops->name;
+        if (ctx->floor_known && ctx->floor_known[i])
+            json_floor(&floors, name, &ctx->floors[i]);
+        if (ctx->peaks_known && ctx->peaks_known[i])
+            json_peaks(&peaks, name, &ctx->peaks[i]);
+    }
+    strbuf_printf(f, ",\n  \"timer_floor_s\": {%s}", floors.data ? floors.data : "");
+    strbuf_printf(f, ",\n  \"peaks\": {%s}", peaks.data ? peaks.data : "");
+    strbuf_free(&floors), strbuf_free(&peaks);
     strbuf_printf(f, ",\n  \"warnings\": [");
     for (const char *w = ctx->warnings; w && *w;) {
         const char *nl = strchr(w, '\n');
@@ -188,4 +207,76 @@ bench_status report_json_write(bench_output *out, const report_context *ctx)
         log_msg("%s", err);
     strbuf_free(&buf);
     return st;
+}
+
+/* ---- the reporter ----------------------------------------------------------------------- */
+
+typedef struct json_reporter {
+    reporter base;
+    bench_output *out;          /* borrowed */
+    const report_context *ctx;  /* borrowed */
+    strbuf completed;           /* the finished sets' objects, the resumed ones first */
+    /* the set being reported: its first result's backend and batch, its model, the
+     * largest workspace of its layers, the forward's device memory, and its modes */
+    bool in_set;
+    char backend[16];
+    int64_t batch;
+    const model *m;
+    int64_t workspace, device_bytes;
+    strbuf measurement;
+} json_reporter;
+
+static bench_status json_run(reporter *rep, const run_result *res)
+{
+    json_reporter *j = (json_reporter *)rep;
+    if (!j->in_set) {
+        j->in_set = true;
+        snprintf(j->backend, sizeof j->backend, "%s", res->backend);
+        j->batch = res->m->batch;
+        j->m = res->m;
+        j->workspace = 0, j->device_bytes = -1;
+    }
+    json_measurement(&j->measurement, res);
+    for (int i = 0; i < res->m->n_layers; i++)
+        if (res->layers[i].workspace_bytes > j->workspace)
+            j->workspace = res->layers[i].workspace_bytes;
+    if (res->has_model)
+        j->device_bytes = res->forward_device_bytes;
+    return BENCH_OK;
+}
+
+static bench_status json_checkpoint(reporter *rep)
+{
+    json_reporter *j = (json_reporter *)rep;
+    if (j->in_set)
+        json_completed(&j->completed, j->backend, j->batch, j->m, j->workspace, j->device_bytes, j->measurement.data);
+    j->in_set = false;
+    strbuf_free(&j->measurement);
+    return json_write(j->out, j->ctx, "running", j->completed.data);
+}
+
+static bench_status json_finish(reporter *rep, bool ok)
+{
+    json_reporter *j = (json_reporter *)rep;
+    bench_status st = BENCH_OK;
+    /* an interrupted run that finished nothing leaves no file */
+    if (!j->ctx->interrupted || j->completed.len)
+        st = json_write(j->out, j->ctx, j->ctx->interrupted ? "interrupted" : ok ? "complete" : "failed",
+                        j->completed.data);
+    strbuf_free(&j->completed), strbuf_free(&j->measurement);
+    free(j);
+    return st;
+}
+
+reporter *report_json_create(bench_output *out, const report_context *ctx)
+{
+    json_reporter *j = xcalloc(1, sizeof *j);
+    j->base.run = json_run;
+    j->base.checkpoint = json_checkpoint;
+    j->base.finish = json_finish;
+    j->out = out;
+    j->ctx = ctx;
+    for (int i = 0; i < ctx->resumed_sets; i++)
+        json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, NULL, 0, -1, NULL);
+    return &j->base;
 }

@@ -18,16 +18,6 @@ static bool is_done(const runner_plan *p, const char *backend, int64_t batch)
     return false;
 }
 
-static bool write_json(runner_plan *p, const char *state, const strbuf *completed, const char *where)
-{
-    if (!p->json)
-        return true;
-    p->ctx.state = state;
-    p->ctx.completed = completed->data;
-    p->ctx.interrupted = where;
-    return report_json_write(p->json, &p->ctx) == BENCH_OK;
-}
-
 /* Each warning once: to stderr as it comes, and into the list for the JSON. */
 static void warn(strbuf *list, const char *line)
 {
@@ -116,15 +106,17 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
 
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
-    strbuf completed = {0}, warnings = {0}, floors = {0}, peaks_json = {0};
+    strbuf warnings = {0};
     backend_peaks *peaks = xcalloc((size_t)p->n_backends, sizeof *peaks);
     char err[1024], where[1200] = "", bw[2048];
-    bool failed = false, io_ok = true, interrupted = false;
+    bool failed = false, io_ok = true, interrupted = false, finished_any = p->n_done > 0;
     timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
     bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
-    for (int i = 0; i < p->n_done; i++)
-        report_json_completed(&completed, p->done[i].backend, p->done[i].batch, NULL, 0, -1, NULL);
-    p->ctx.resumed_sets = p->n_done;
+    bool *peaks_known = xcalloc((size_t)p->n_backends, sizeof *peaks_known);
+    p->ctx.resumed = p->done, p->ctx.resumed_sets = p->n_done;
+    p->ctx.floors = floor, p->ctx.floor_known = floor_known;
+    p->ctx.peaks = peaks, p->ctx.peaks_known = peaks_known;
+    p->ctx.interrupted = NULL;
     sysinfo_check_host(&warnings);
     if (p->note)
         strbuf_printf(&warnings, "%s\n", p->note);
@@ -151,15 +143,12 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                     warn(&warnings, line);
                 }
                 floor_known[k] = true;
-                report_json_floor(&floors, bk->ops->name, &floor[k]);
-                p->ctx.floors = floors.data;
                 if (p->probe_peaks && bk->ops->device.peaks) {
                     if (mo->progress)
                         log_progress("%s: measuring the machine's peaks (--no-peaks skips it)",
                                 bk->ops->name);
                     if (bk->ops->device.peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
-                        report_json_peaks(&peaks_json, bk->ops->name, &peaks[k]);
-                        p->ctx.peaks = peaks_json.data;
+                        peaks_known[k] = true;
                     } else {
                         char line[700];
                         snprintf(line, sizeof line, "%s: the peaks could not be measured (no roofline): %s",
@@ -170,8 +159,6 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                     backend_clear_error(bk);
                 }
             }
-            int64_t workspace = 0, device_bytes = -1;
-            strbuf measurement = {0};
             /* every timing mode asked for; the whole-model rows once, with the first */
             for (int md = 0; !interrupted && md < p->n_modes; md++) {
                 run_result res;
@@ -190,12 +177,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                         failed = true;
                     }
                     result_warnings(&warnings, &res, mo);
-                    report_json_measurement(&measurement, &res);
                     res.peaks = peaks[k];
-                    for (int i = 0; i < m->n_layers; i++)
-                        workspace = res.layers[i].workspace_bytes > workspace ? res.layers[i].workspace_bytes : workspace;
-                    if (res.has_model)
-                        device_bytes = res.forward_device_bytes;
                     for (int r = 0; r < p->n_reps; r++)
                         io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;
                 }
@@ -211,29 +193,26 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
             for (int r = 0; r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            report_json_completed(&completed, bk->ops->name, batch, m, workspace, device_bytes, measurement.data);
-            strbuf_free(&measurement);
-            if (b + 1 < p->n_batches || k + 1 < p->n_backends)
-                io_ok &= write_json(p, "running", &completed, NULL);
+            finished_any = true;
         }
     }
     p->ctx.warnings = warnings.data;
+    p->ctx.interrupted = interrupted ? where : NULL;
     for (int r = 0; r < p->n_reps; r++)
         io_ok &= p->reps[r]->finish(p->reps[r], io_ok && !interrupted) == BENCH_OK;
-    if (!interrupted || completed.len) /* an interrupted run that finished nothing leaves no file */
-        io_ok &= write_json(p, interrupted ? "interrupted" : io_ok ? "complete" : "failed", &completed,
-                            interrupted ? where : NULL);
     if (interrupted)
         log_raw("\nbench: interrupted during %s; %s\n", where,
-                completed.len ? "the finished sets are kept (--resume continues)" : "nothing had finished");
-    strbuf_free(&completed), strbuf_free(&warnings), strbuf_free(&floors), strbuf_free(&peaks_json);
-    free(floor), free(floor_known), free(peaks);
+                finished_any ? "the finished sets are kept (--resume continues)" : "nothing had finished");
+    p->ctx.warnings = NULL, p->ctx.interrupted = NULL;
+    p->ctx.floors = NULL, p->ctx.floor_known = NULL, p->ctx.peaks = NULL, p->ctx.peaks_known = NULL;
+    strbuf_free(&warnings);
+    free(floor), free(floor_known), free(peaks), free(peaks_known);
     if (interrupted)
         return 128 + signals_interrupted;
     return failed || !io_ok ? 1 : 0;
 }
 
-bench_status runner_read_previous(const char *path, const char *model_name, char **text, runner_set **sets,
+bench_status runner_read_previous(const char *path, const char *model_name, char **text, report_set **sets,
                                   int *n_sets, char *err, size_t errlen)
 {
     *text = NULL;

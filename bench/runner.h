@@ -15,12 +15,6 @@
 #include "procs.h"
 #include "report.h"
 
-/* A (backend, batch) set of results. */
-typedef struct runner_set {
-    char backend[16];
-    int64_t batch;
-} runner_set;
-
 typedef struct runner_plan {
     const char *const *modes;    /* timing modes of the isolated layers (auto, warm, cold, batch) */
     int n_modes;
@@ -28,13 +22,12 @@ typedef struct runner_plan {
     int n_batches;
     backend *backends;
     int n_backends;
-    const runner_set *done;      /* sets kept from a previous run (--resume); may be NULL */
+    const report_set *done;      /* sets kept from a previous run (--resume); may be NULL */
     int n_done;
-    reporter **reps;             /* console or sweep summary, then the CSV */
+    reporter **reps;             /* console or sweep summary, the CSV, ..., the JSON context last */
     int n_reps;
-    bench_output *json;          /* the JSON context, or NULL */
-    report_context ctx;          /* for the JSON context; state, completed, interrupted, floors and
-                                  * warnings are set here */
+    report_context ctx;          /* what the reporters read besides the results; the runner sets
+                                  * resumed, floors, peaks, warnings and interrupted */
     bool sweep_progress;         /* say on stderr which set is running */
     bool probe_peaks;            /* measure each backend's ceilings for the roofline (not --no-peaks) */
     procs_plan procs;            /* worker processes per set (--processes); count 0: this process */
@@ -49,7 +42,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo);
  * it holds model_name, and lists the (backend, batch) sets in it (a CSV written by a
  * checkpoint holds only finished sets). *text is the file (caller frees) to keep, or
  * NULL when there is no file yet. BENCH_ERR_USAGE with err otherwise. */
-bench_status runner_read_previous(const char *path, const char *model_name, char **text, runner_set **sets,
+bench_status runner_read_previous(const char *path, const char *model_name, char **text, report_set **sets,
                                   int *n_sets, char *err, size_t errlen);
 
 #endif
