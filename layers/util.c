@@ -108,3 +108,11 @@ char *bench_format_bytes(int64_t bytes, char *buf, size_t len)
     snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
     return buf;
 }
+
+void bench_diag(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}

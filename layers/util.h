@@ -36,6 +36,12 @@ char *xstrdup(const char *s);
 /* printf into a new string; caller frees. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Diagnostics from below the harness (a kernel search's log, asked for with
+ * LAYERBENCH_CPU_SEARCH_LOG or LAYERBENCH_CUDNN_LOG; a backend's warning at start):
+ * formatted as given, to stderr. Layers print nothing else; the harness's own messages
+ * go through bench/log.h. */
+void bench_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* 64-byte aligned float buffer of n elements, or NULL; free with free(). */
 float *bench_alloc_floats(int64_t n);
 

@@ -118,8 +118,8 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     memset(c->flush, 1, c->flush_bytes);
     /* 2 = OpenMP: OpenBLAS shares libgomp's threads with our loops (see CMakeLists.txt) */
     if (openblas_get_parallel() != 2)
-        fprintf(stderr, "bench: warning: OpenBLAS is not its OpenMP build (parallel mode %d); "
-                        "its threads and ours will compete for the cores\n", openblas_get_parallel());
+        bench_diag("bench: warning: OpenBLAS is not its OpenMP build (parallel mode %d); "
+                   "its threads and ours will compete for the cores\n", openblas_get_parallel());
     openblas_set_num_threads(threads);
     omp_set_num_threads(threads);
     c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_core\": \"%s\", "

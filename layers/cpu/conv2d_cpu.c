@@ -487,8 +487,8 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             t[i] = conv_time(l, s, in, w, out);
             conv_free(NULL, s);
             if (log)
-                fprintf(stderr, "cpu search %s: candidate %d (path %d, %lld): %.1f us\n", l->name, i, cand[i].path,
-                        (long long)cand[i].samples, 1e6 * t[i]);
+                bench_diag("cpu search %s: candidate %d (path %d, %lld): %.1f us\n", l->name, i, cand[i].path,
+                           (long long)cand[i].samples, 1e6 * t[i]);
             if (best < 0 || t[i] < t[best])
                 best = i;
         }
@@ -545,8 +545,8 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
         if (all) /* else too little memory for all at once: the first round decides */
             best = fin[bf];
         for (int f = 0; log && f < nf; f++)
-            fprintf(stderr, "cpu search %s: finalist %d again: %.1f us%s\n", l->name, fin[f], 1e6 * again[f],
-                    fin[f] == best ? " (kept)" : "");
+            bench_diag("cpu search %s: finalist %d again: %.1f us%s\n", l->name, fin[f], 1e6 * again[f],
+                       fin[f] == best ? " (kept)" : "");
         for (int f = 0; f < nf; f++)
             if (st[f])
                 conv_free(NULL, st[f]);

@@ -123,19 +123,19 @@ static void log_candidates(cuda_env *env, const layer *l, const conv_cuda *c, co
         return;
     char in[64], out[64];
     shape_format(&l->in, in, sizeof in), shape_format(&l->out, out, sizeof out);
-    fprintf(stderr, "cudnn: %s (%s %s -> %s), %s, %d candidates:\n", l->name, layer_kind_name(l->kind), in, out,
-            what, n);
+    bench_diag("cudnn: %s (%s %s -> %s), %s, %d candidates:\n", l->name, layer_kind_name(l->kind), in, out,
+               what, n);
     for (int i = 0; i < n; i++) {
         const char *why = cand[i].status != CUDNN_STATUS_SUCCESS ? cudnnGetErrorString(cand[i].status)
                           : !env->tf32 && cand[i].math != CUDNN_FMA_MATH ? "left out: not FMA math (--tf32 allows it)"
                           : cand[i].retimed                             ? "allowed, retimed"
                                                                         : "allowed";
         if (cand[i].ms >= 0)
-            fprintf(stderr, "cudnn:   %-22s %-22s %9.4f ms %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
-                    math_name(cand[i].math), cand[i].ms, cand[i].workspace, why);
+            bench_diag("cudnn:   %-22s %-22s %9.4f ms %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
+                       math_name(cand[i].math), cand[i].ms, cand[i].workspace, why);
         else
-            fprintf(stderr, "cudnn:   %-22s %-22s %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
-                    math_name(cand[i].math), cand[i].workspace, why);
+            bench_diag("cudnn:   %-22s %-22s %10zu B  %s\n", algo_name(c->transposed, cand[i].algo),
+                       math_name(cand[i].math), cand[i].workspace, why);
     }
 }
 
