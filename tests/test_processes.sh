@@ -32,8 +32,11 @@ sleep 2
 wait $pid; rc=$?
 [ "$rc" = 1 ] && ok || bad "a run whose worker was killed exited $rc, expected 1: $(tail -3 "$T/k.err")"
 grep -q "worker process 1 of 3 .* ended (signal 9" "$T/k.err" && ok || bad "the killed worker was not said: $(tail -3 "$T/k.err")"
-awk -F, "$COLS"' $c["status"]=="failed" && $0 ~ /ended \(signal 9/ {f++} $c["status"]=="ok" {o++} END {exit !(f == 1 && o > 100)}' "$T/k.csv" \
-  && ok || bad "not one failed row and the rest timed: $(grep -c ',failed,' "$T/k.csv") failed"
+# (the killed row is a layer, or the chained forward, whose in-model rows then go with it:
+# every other layer's row is timed either way, 68 of ResNet-18's 69 but the view)
+awk -F, "$COLS"' $c["status"]=="failed" && $0 ~ /ended \(signal 9/ {f++} $c["status"]=="ok" && $c["mode"]!="inmodel" {o++}
+  END {exit !(f == 1 && o >= 67)}' "$T/k.csv" \
+  && ok || bad "not one failed row and the rest timed: $(grep -c ',failed,' "$T/k.csv") failed, $(grep -c ',ok,' "$T/k.csv") ok"
 
 # --- the choices are kept by default ($XDG_CACHE_HOME/layerbench/choices.tsv; common.sh
 # points it at the scratch folder); --algo-cache none keeps none
