@@ -43,7 +43,9 @@ EOF
 # 2. a copy of the tree with the patch applied, built
 mkdir -p "$T/src"
 for p in CMakeLists.txt cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
-if ! (cd "$T/src" && patch -p1 --quiet --no-backup-if-mismatch <"$PATCH"); then
+# git apply (git is a build dependency, patch(1) may be missing on a fresh machine), outside
+# any repository the scratch folder may sit in
+if ! (cd "$T/src" && GIT_CEILING_DIRECTORIES="$T" git apply "$PATCH"); then
   bad "tests/data/recipe_kind.patch no longer applies to the tree: rebase it on the files it touches"
   echo "test_recipe: $pass passed, $fail failed"; exit 1
 fi
