@@ -19,6 +19,7 @@ typedef struct cfg_ctx {
     yaml_mark_t *marks;        /* per layer: where the config wrote it */
     int *names;                /* hash table of value ids (0: empty slot), by layer name */
     int names_cap, n_names;
+    int dtype;                 /* the dtype of the block being read (-1: the model-wide one) */
 } cfg_ctx;
 
 #define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))
@@ -38,6 +39,8 @@ int cfg_check_tree(cfg_ctx *c, int idx, int depth);
 /* ---- scalar values ---------------------------------------------------------------- */
 
 int cfg_parse_int(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out);
+/* A dtype by any of its names (dtype.h); the error lists the valid ones. */
+int cfg_parse_dtype(cfg_ctx *c, yaml_node_t *n, dtype_t *out);
 
 /* A scalar's bytes: its length, which can hold a NUL ("\0" in a quoted scalar). */
 size_t cfg_scalar_len(const yaml_node_t *n);

@@ -113,6 +113,8 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
     memset(l, 0, sizeof *l);
     l->name = name;
     l->kind = kind;
+    l->dtype = c->dtype >= 0 ? (dtype_t)c->dtype : c->m->dtype;
+    l->dtype_pinned = c->dtype >= 0;
     l->p = *p;
     l->n_inputs = n_in;
     l->inputs = xmalloc((size_t)n_in * sizeof *l->inputs);
@@ -140,10 +142,10 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
 
 static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, int *cur);
 
-static const char *const block_keys[] = {"kind", "name", "repeat", "input", "layers"};
+static const char *const block_keys[] = {"kind", "name", "repeat", "input", "layers", "dtype"};
 
 static const char *const residual_keys[] = {"kind", "name", "repeat", "input", "body", "shortcut", "shortcut_name",
-                                            "branches", "merge", "merge_name", "dim", "after"};
+                                            "branches", "merge", "merge_name", "dim", "after", "dtype"};
 
 static const char *const merges[] = {"add", "mul", "concat", NULL};
 
@@ -362,11 +364,11 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     int kind;
     if (strcmp(cfg_scalar(kn), "block") == 0) {
         kind = -1;
-        if (cfg_check_keys(c, item, "block", block_keys, 5))
+        if (cfg_check_keys(c, item, "block", block_keys, 6))
             return -1;
     } else if (strcmp(cfg_scalar(kn), "residual") == 0) {
         kind = -2;
-        if (cfg_check_keys(c, item, "residual", residual_keys, 12))
+        if (cfg_check_keys(c, item, "residual", residual_keys, 13))
             return -1;
     } else {
         kind = layer_kind_from_name(cfg_scalar(kn));
@@ -383,6 +385,14 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     if (repeat > CFG_MAX_LAYERS)
         return fail(c, rn, "repeat %lld is more than the %d layers a model may have", (long long)repeat,
                     CFG_MAX_LAYERS);
+    /* dtype: this item's layers (a block's or a residual's, all of them) keep their own */
+    yaml_node_t *dn = cfg_map_get(c, item, "dtype");
+    dtype_t dt;
+    int outer = c->dtype;
+    if (dn && cfg_parse_dtype(c, dn, &dt))
+        return -1;
+    if (dn)
+        c->dtype = (int)dt;
     yaml_node_t *explicit_in = cfg_map_get(c, item, "input") ? cfg_map_get(c, item, "input") : cfg_map_get(c, item, "inputs");
     if (explicit_in && repeat > 1)
         return fail(c, explicit_in, "'%s' and repeat cannot be combined: the copies would all read the same layers",
@@ -410,6 +420,7 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     if (name)
         (*pos)++;
     free(base);
+    c->dtype = outer;
     return 0;
 }
 
@@ -486,8 +497,9 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
         return fail(c, name, "name: use at most 128 letters, digits, '_', '.', '+', '-' and spaces, "
                              "starting with a letter, digit or '_'");
     c->m->name = xstrdup(cfg_scalar(name));
-    if (dtype && (dtype->type != YAML_SCALAR_NODE || strcmp(cfg_scalar(dtype), "float32") != 0))
-        return fail(c, dtype, "dtype: only float32 is supported");
+    c->dtype = -1;
+    if (dtype && cfg_parse_dtype(c, dtype, &c->m->dtype))
+        return -1;
     int64_t cfg_batch = 1;
     if (bn && cfg_parse_int(c, "batch", bn, 1, &cfg_batch))
         return -1;
@@ -507,6 +519,7 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     int pos = 0, cur = 0;
     if (!layers || emit_seq(c, layers, "", &pos, &cur) || check_unique_names(c))
         return -1;
+    model_set_dtype(c->m, c->m->dtype); /* views take their input's */
     char why[256];
     if (model_set_batch(c->m, batch > 0 ? batch : cfg_batch, why, sizeof why)) {
         if (batch > 0) { /* the command line's --batch, not the config, is at fault */

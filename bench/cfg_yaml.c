@@ -175,6 +175,18 @@ int cfg_parse_enum(cfg_ctx *c, const char *key, yaml_node_t *n, const char *cons
                 n->type == YAML_SCALAR_NODE ? cfg_scalar(n) : cfg_node_type_name(n), n->type == YAML_SCALAR_NODE ? "'" : "");
 }
 
+int cfg_parse_dtype(cfg_ctx *c, yaml_node_t *n, dtype_t *out)
+{
+    int t = n->type == YAML_SCALAR_NODE ? dtype_from_name(cfg_scalar(n)) : -1;
+    if (t < 0)
+        return fail(c, n, "dtype: expected one of %s (or torch's float32, bfloat16, float16), got %s%s%s", dtype_list(),
+                    n->type == YAML_SCALAR_NODE ? "'" : "",
+                    n->type == YAML_SCALAR_NODE ? cfg_scalar(n) : cfg_node_type_name(n),
+                    n->type == YAML_SCALAR_NODE ? "'" : "");
+    *out = (dtype_t)t;
+    return 0;
+}
+
 int cfg_parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out)
 {
     if (n->type != YAML_SCALAR_NODE || !*cfg_scalar(n))
@@ -271,8 +283,8 @@ yaml_node_t *cfg_need_seq(cfg_ctx *c, yaml_node_t *map, const char *key, const c
 int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_params *p)
 {
     const layer_desc *d = layer_desc_get(kind);
-    const char *known[32] = {"kind", "name", "repeat", "input", "inputs"};
-    int nk = 5;
+    const char *known[32] = {"kind", "name", "repeat", "input", "inputs", "dtype"};
+    int nk = 6;
     for (const layer_param_spec *s = d->params; s->key; s++)
         known[nk++] = s->key;
     if (cfg_check_keys(c, item, d->name, known, nk))

@@ -113,6 +113,9 @@ int64_t layer_count_add(int64_t a, int64_t b)
 int layer_count(layer *l)
 {
     layer_desc_get(l->kind)->count(l);
+    /* the kinds count 4-byte elements; a layer stores its dtype's (all its tensors) */
+    if (l->bytes > 0)
+        l->bytes = l->bytes / 4 * (int64_t)dtype_size(l->dtype);
     bool ok = l->n_weights >= 0 && l->n_weight_floats >= 0 && l->n_weight_floats <= LAYER_MAX_NUMEL &&
               l->macs >= 0 && l->flops >= 0 && l->bytes >= 0;
     return ok ? 0 : -1;
@@ -121,7 +124,10 @@ int layer_count(layer *l)
 int layer_parts(const layer *l, layer_part_info *parts)
 {
     const layer_desc *d = layer_desc_get(l->kind);
-    return d->parts ? d->parts(l, parts) : 0;
+    int n = d->parts ? d->parts(l, parts) : 0;
+    for (int i = 0; i < n; i++)
+        parts[i].bytes = parts[i].bytes / 4 * (int64_t)dtype_size(l->dtype);
+    return n;
 }
 
 char *shape_format(const shape_t *s, char *buf, size_t len)

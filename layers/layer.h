@@ -5,7 +5,7 @@
  * and a plain-C reference used only by tests and `bench check`. Backends only know
  * how to run it (layers/cpu/, layers/cuda/).
  *
- * Tensors hold the layer's dtype (fp32 only for now: dtype.h), NCHW for rank 4,
+ * Tensors hold the layer's dtype (dtype.h), NCHW for rank 4,
  * [N, S, D] (tokens) for rank 3 and [N, F] for rank 2. Shapes always carry the batch
  * in d[0].
  */
@@ -122,6 +122,7 @@ typedef struct layer {
     char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
     layer_kind kind;
     dtype_t dtype;               /* of its inputs, weights and output (DTYPE_FP32: 0) */
+    bool dtype_pinned;           /* the config gave this layer its own dtype: --dtype leaves it */
     layer_params p;
     int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
@@ -133,7 +134,8 @@ typedef struct layer {
     int64_t n_weight_floats;     /* floats the backends keep (bn: gamma, beta, mean, var) */
     int64_t macs;                /* multiply-accumulates (conv2d, linear) */
     int64_t flops;               /* see docs/flops.md */
-    int64_t bytes;               /* inputs read once + weights read once + output written once */
+    int64_t bytes;               /* inputs read once + weights read once + output written once,
+                                    in the dtype's element size */
 } layer;
 
 typedef enum layer_param_type {

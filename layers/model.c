@@ -67,6 +67,40 @@ model_totals model_sum(const model *m)
     return t;
 }
 
+void model_set_dtype(model *m, dtype_t t)
+{
+    m->dtype = t;
+    for (int i = 0; i < m->n_layers; i++) {
+        layer *l = &m->layers[i];
+        if (!l->dtype_pinned)
+            l->dtype = t;
+        /* a view is its input's storage, in its input's dtype (layers come in order) */
+        if (layer_desc_get(l->kind)->aliases_input)
+            l->dtype = model_value_dtype(m, l->inputs[0]);
+        layer_count(l); /* it counted at this batch already: in range */
+    }
+}
+
+dtype_t model_value_dtype(const model *m, int value)
+{
+    if (value > 0)
+        return m->layers[value - 1].dtype;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++)
+            if (m->layers[i].inputs[k] == 0)
+                return m->layers[i].dtype;
+    return m->dtype;
+}
+
+bool model_mixed(const model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++)
+            if (model_value_dtype(m, m->layers[i].inputs[k]) != m->layers[i].dtype)
+                return true;
+    return false;
+}
+
 int model_storage_of(const model *m, int value)
 {
     while (value > 0 && layer_desc_get(m->layers[value - 1].kind)->aliases_input)
@@ -133,11 +167,11 @@ void model_memory_plan(const model *m, model_memory *mm)
     model_last_readers(m, last);
     for (int v = 0; v <= n; v++) {
         if (model_storage_of(m, v) == v)
-            bytes[v] = 4 * shape_numel(model_value_shape(m, v));
+            bytes[v] = (int64_t)dtype_size(model_value_dtype(m, v)) * shape_numel(model_value_shape(m, v));
         mm->all_activation_bytes += v > 0 ? bytes[v] : 0;
     }
     for (int i = 0; i < n; i++)
-        mm->weight_bytes += 4 * m->layers[i].n_weight_floats;
+        mm->weight_bytes += (int64_t)dtype_size(m->layers[i].dtype) * m->layers[i].n_weight_floats;
     if (n > 0)
         last[model_storage_of(m, n)] = n - 1; /* the model's output is kept */
     for (int v = 0; v <= n; v++) {

@@ -11,6 +11,7 @@ typedef struct model {
     char *path;          /* the config file; owned */
     int64_t batch;       /* batch size the shapes are resolved for */
     shape_t input;       /* model input, batch in d[0] */
+    dtype_t dtype;       /* the model-wide dtype: the config's, or --dtype's */
     layer *layers;       /* n_layers, in execution order; owned */
     int n_layers;
 } model;
@@ -27,6 +28,15 @@ void model_free(model *m);
 bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen);
 
 model_totals model_sum(const model *m);
+
+/* The model-wide dtype: every layer's but those the config pinned to their own (a view,
+ * flatten or dropout, keeps its input's); recounts their bytes. */
+void model_set_dtype(model *m, dtype_t t);
+/* The dtype value v is stored in: its producer's (0, the input: its first reader's). */
+dtype_t model_value_dtype(const model *m, int value);
+/* Whether any layer reads a value stored in another dtype than its own (a mixed model:
+ * the chained forward converts those inputs). */
+bool model_mixed(const model *m);
 
 /* The value a layer's output lives in, following flatten/dropout views back to the
  * buffer that holds the data: 0 = model input, i+1 = output of layer i. */

@@ -37,7 +37,11 @@ static const bad_case bad[] = {
     {"name: t\ninput: [3, 8, 8, 8]\nlayers: [{kind: relu}]\n", "2:8", "expected [C, H, W], [S, D] (tokens) or [F], got 4"},
     {"name: t\ninput: [3, 0, 8]\nlayers: [{kind: relu}]\n", "2:12", "input must be at least 1, got 0"},
     {"name: t\ninput: [3, 8, 8]\nbatch: -2\nlayers: [{kind: relu}]\n", "3:8", "batch must be at least 1, got -2"},
-    {"name: t\ninput: [3, 8, 8]\ndtype: float16\nlayers: [{kind: relu}]\n", "3:8", "only float32"},
+    {"name: t\ninput: [3, 8, 8]\ndtype: bfloat61\nlayers: [{kind: relu}]\n", "3:8",
+     "dtype: expected one of fp32, tf32, bf16, fp16, int8 (or torch's float32, bfloat16, float16), got 'bfloat61'"},
+    {"name: t\ninput: [3, 8, 8]\ndtype: [bf16]\nlayers: [{kind: relu}]\n", "3:8", "dtype: expected one of"},
+    {HEAD "  - {kind: relu, dtype: fp8}\n", "4:25", "dtype: expected one of fp32, tf32, bf16, fp16, int8"},
+    {HEAD "  - {kind: block, dtype: bf61, layers: [{kind: relu}]}\n", "4:26", "got 'bf61'"},
     {"name: t\ninput: [3, 8, 8]\nlayres: []\n", "3:1", "unknown key 'layres' for a model (did you mean 'layers'?)"},
     {HEAD "  - {kind: conv3d, out_channels: 4}\n", "4:12", "unknown layer kind 'conv3d'; known kinds: conv2d, batchnorm2d"},
     {HEAD "  - {kind: conv2d, out_channels: 4, kernal_size: 3}\n", "4:37",
@@ -375,6 +379,51 @@ static void test_memory_plan(void)
     }
 }
 
+/* The model-wide dtype, a block's and a layer's own, views following their input, and
+ * bytes in each layer's element size. */
+static void test_dtypes(void)
+{
+    model *m;
+    char err[512];
+    EXPECT(load_text("name: t\ninput: [2, 4, 4]\ndtype: bfloat16\nlayers:\n"
+                     "  - {kind: conv2d, name: stem, out_channels: 4, kernel_size: 3, padding: 1, dtype: float32}\n"
+                     "  - {kind: relu, name: a}\n"
+                     "  - kind: block\n    name: head\n    dtype: fp16\n    layers:\n"
+                     "      - {kind: flatten}\n      - {kind: linear, name: fc, out_features: 10}\n",
+                     &m, err, sizeof err) == BENCH_OK,
+           "%s", err);
+    if (!m)
+        return;
+    EXPECT(m->dtype == DTYPE_BF16, "model dtype %s", dtype_name(m->dtype));
+    EXPECT(m->layers[0].dtype == DTYPE_FP32 && m->layers[0].dtype_pinned, "stem: %s", dtype_name(m->layers[0].dtype));
+    EXPECT(m->layers[1].dtype == DTYPE_BF16 && !m->layers[1].dtype_pinned, "a: %s", dtype_name(m->layers[1].dtype));
+    /* flatten is a view of a's bf16 output, whatever its block says */
+    EXPECT(m->layers[2].dtype == DTYPE_BF16, "flatten: %s", dtype_name(m->layers[2].dtype));
+    EXPECT(m->layers[3].dtype == DTYPE_FP16, "fc: %s", dtype_name(m->layers[3].dtype));
+    /* relu reads and writes 64 elements each: 256 B in bf16; fc (64 in, 650 weights, 10
+     * out) in fp16 */
+    EXPECT(m->layers[1].bytes == 2 * 128, "relu bytes %lld", (long long)m->layers[1].bytes);
+    EXPECT(m->layers[3].bytes == 2 * (64 + 650 + 10), "fc bytes %lld", (long long)m->layers[3].bytes);
+    EXPECT(model_mixed(m), "a mixed model");
+    EXPECT(model_value_dtype(m, 0) == DTYPE_FP32, "the input is the stem's: %s", dtype_name(model_value_dtype(m, 0)));
+    model_memory mm;
+    model_memory_plan(m, &mm);
+    /* stem 4 * 2 * 9 + 4 weights in fp32, fc 650 in fp16 */
+    EXPECT(mm.weight_bytes == 4 * 76 + 2 * 650, "weight bytes %lld", (long long)mm.weight_bytes);
+    /* --dtype fp32 moves the unpinned layers; the pinned block stays fp16 */
+    model_set_dtype(m, DTYPE_FP32);
+    EXPECT(m->layers[1].dtype == DTYPE_FP32 && m->layers[3].dtype == DTYPE_FP16, "after --dtype fp32: a %s, fc %s",
+           dtype_name(m->layers[1].dtype), dtype_name(m->layers[3].dtype));
+    EXPECT(m->layers[1].bytes == 4 * 128, "relu bytes in fp32 %lld", (long long)m->layers[1].bytes);
+    model_free(m);
+    /* names */
+    EXPECT(dtype_from_name("bf16") == DTYPE_BF16 && dtype_from_name("bfloat16") == DTYPE_BF16 &&
+               dtype_from_name("half") == DTYPE_FP16 && dtype_from_name("float32") == DTYPE_FP32 &&
+               dtype_from_name("tf32") == DTYPE_TF32 && dtype_from_name("int8") == DTYPE_INT8 &&
+               dtype_from_name("fp8") == -1 && dtype_from_name("") == -1,
+           "dtype names");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -386,6 +435,7 @@ int main(int argc, char **argv)
     test_names();
     test_structures();
     test_memory_plan();
+    test_dtypes();
     test_zoo(argv[1], argv[2]);
     unlink(tmp_path);
     return test_summary("test_config");
