@@ -27,10 +27,11 @@ double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *non
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Host inputs and weights in backend memory, for one run of a layer; frees what it holds. */
+/* Host inputs and weights in backend memory, in the layer's dtype, for one run of a
+ * layer; frees what it holds. */
 typedef struct device_data {
-    float *in[LAYER_MAX_INPUTS];
-    float *w;
+    void *in[LAYER_MAX_INPUTS];
+    void *w;
 } device_data;
 
 static bool to_device(const backend *b, const layer *l, float *const *in, const float *w, device_data *dd)
@@ -38,8 +39,8 @@ static bool to_device(const backend *b, const layer *l, float *const *in, const 
     bool ok = true;
     memset(dd, 0, sizeof *dd);
     for (int k = 0; k < l->n_inputs; k++)
-        ok &= (dd->in[k] = backend_alloc_floats(b, shape_numel(&l->ins[k]), in[k])) != NULL;
-    dd->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
+        ok &= (dd->in[k] = backend_alloc_values(b, l->dtype, shape_numel(&l->ins[k]), in[k])) != NULL;
+    dd->w = w ? backend_alloc_values(b, l->dtype, l->n_weight_floats, w) : NULL;
     return ok && (!w || dd->w);
 }
 
@@ -56,13 +57,20 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     const layer_desc *d = layer_desc_get(l->kind);
     check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0};
     int64_t n_out = shape_numel(&l->out);
-    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL, *dout = NULL;
+    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL;
+    void *dout = NULL;
     device_data dd;
     memset(&dd, 0, sizeof dd);
     backend_layer *state = NULL;
     char impl[96];
     int64_t ws;
     backend_clear_error(b);
+    if (!backend_kernel_of(b, l).kernel) {
+        r.status = BENCH_ERR_UNSUPPORTED;
+        return r;
+    }
+    /* the reference runs in fp32 (in double) on the inputs and weights rounded to the
+     * layer's dtype: the values the backend holds */
     if (forward_layer_data(l, seed, in, &w) != BENCH_OK)
         return r;
     ref = bench_alloc_floats(n_out);
@@ -75,15 +83,15 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
         got[i] = NAN;
     if (!to_device(b, l, in, w, &dd))
         goto out;
-    dout = d->aliases_input ? dd.in[0] : backend_alloc_floats(b, n_out, got);
+    dout = d->aliases_input ? dd.in[0] : backend_alloc_values(b, l->dtype, n_out, got);
     if (!dout)
         goto out;
     r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws);
     if (r.status != BENCH_OK)
         goto out;
-    backend_layer_run(state, (const float *const *)dd.in, dout);
+    backend_layer_run(state, (const void *const *)dd.in, dout);
     if ((r.status = ops->device.sync(b->ctx)) != BENCH_OK ||
-        (r.status = ops->device.download(b->ctx, got, dout, (size_t)n_out * sizeof(float))) != BENCH_OK)
+        (r.status = backend_download_values(b, l->dtype, got, dout, n_out)) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
@@ -117,6 +125,7 @@ static float *reference_forward(const model *m, uint64_t seed)
     if (!(v[0] = bench_alloc_floats(n_in)))
         goto out;
     layer_fill_uniform(v[0], n_in, -1.0f, 1.0f, &rng);
+    dtype_round(model_value_dtype(m, 0), v[0], n_in); /* as forward_build uploads it */
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
@@ -125,6 +134,7 @@ static float *reference_forward(const model *m, uint64_t seed)
             if (!(w = bench_alloc_floats(l->n_weight_floats)))
                 goto out;
             d->init_weights(l, w, &rng);
+            dtype_round(l->dtype, w, l->n_weight_floats);
         }
         if (!(v[i + 1] = bench_alloc_floats(shape_numel(&l->out))))
             goto out;
@@ -153,15 +163,23 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     forward_net net = {0};
     char why[224];
     backend_clear_error(b);
-    for (int i = 0; i < n; i++)
-        r.tolerance += backend_tolerance(b, &m->layers[i]);
+    /* each layer's own error adds up; its dtype's roundings, independent from layer to
+     * layer, grow as the square root of how many layers store that type */
+    int per_type[DTYPE_COUNT] = {0};
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        r.tolerance += backend_tolerance(b, l) - dtype_tolerance(l->dtype);
+        per_type[l->dtype] += !layer_desc_get(l->kind)->aliases_input;
+    }
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        r.tolerance += dtype_tolerance((dtype_t)t) * sqrt((double)per_type[t]);
     /* the same draws as reference_forward: the input, then each layer's weights */
     if (!ref || !(got = bench_alloc_floats(n_out)) ||
         (r.status = forward_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)
         goto out;
     forward_queue(&net, false);
     if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
-        (r.status = b->ops->device.download(b->ctx, got, net.values[n], (size_t)n_out * sizeof(float))) != BENCH_OK)
+        (r.status = backend_download_values(b, model_value_dtype(m, n), got, net.values[n], n_out)) != BENCH_OK)
         goto out;
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;

@@ -38,7 +38,13 @@ static const char usage_text[] =
     "options:\n"
     "  --backend B       cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda\n"
     "                    (cuDNN, cuBLAS), or all of those built here (default cpu)\n"
-    "  --tf32            cuda: allow TF32 in convolutions and linear layers (default strict FP32)\n"
+    "  --dtype T[,T...]  run, sweep, check, list: the model's dtype, fp32, tf32, bf16, fp16 or\n"
+    "                    int8 (default: the config's dtype:, else fp32); run, sweep and check\n"
+    "                    take a list and do each. Layers the config gives a dtype of their\n"
+    "                    own keep it. A dtype a backend cannot run is a skipped row that\n"
+    "                    says why (docs/precision.md)\n"
+    "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
+    "                    convolutions and GEMMs), kept for older scripts\n"
     "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
     "                    and keep the fastest: cuDNN's on cuda; on the cpu the GEMM layouts,\n"
     "                    per-thread chunks, Winograd and our register-tiled kernels; the\n"
@@ -162,10 +168,29 @@ bool cli_parse_batches(const char *s, int64_t **out, int *n)
     return *n > 0 && s[strlen(s) - 1] != ',';
 }
 
+/* "fp32,bf16" -> dtypes, each once; false on anything else. */
+bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
+{
+    *n = 0;
+    if (!*s || s[0] == ',' || strstr(s, ",,") || s[strlen(s) - 1] == ',')
+        return false;
+    char *copy = xstrdup(s), *save = NULL;
+    bool ok = true;
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        int t = dtype_from_name(tok);
+        for (int i = 0; t >= 0 && i < *n; i++)
+            t = out[i] == (dtype_t)t ? -1 : t;
+        if ((ok = t >= 0 && *n < DTYPE_COUNT))
+            out[(*n)++] = (dtype_t)t;
+    }
+    free(copy);
+    return ok && *n > 0;
+}
+
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE };
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -192,6 +217,7 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
     {"no-forward", no_argument, NULL, OPT_NO_FORWARD},
     {"tf32", no_argument, NULL, OPT_TF32},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
@@ -239,6 +265,7 @@ int cli_parse(int argc, char **argv, cli *c)
     opterr = 0;
     int opt;
     long v;
+    bool tf32 = false;
     while ((opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
@@ -313,7 +340,14 @@ int cli_parse(int argc, char **argv, cli *c)
             c->top = (int)v;
             break;
         case OPT_NOPROGRESS: c->no_progress = true; break;
-        case OPT_TF32: c->tf32 = true; break;
+        case OPT_TF32: tf32 = true; break;
+        case OPT_DTYPE:
+            if (c->n_dtypes)
+                return cli_usage_error("%s", "--dtype given twice: give one list, e.g. --dtype fp32,bf16");
+            if (!cli_parse_dtypes(optarg, c->dtypes, &c->n_dtypes))
+                return cli_usage_error("--dtype expects fp32, tf32, bf16, fp16 or int8 (or a comma-separated list of "
+                                       "them, each once), got '%s'", optarg);
+            break;
         case OPT_RESUME: c->resume = true; break;
         case OPT_PROCESSES:
             if (!cli_parse_long(optarg, 0, 64, &v))
@@ -357,6 +391,15 @@ int cli_parse(int argc, char **argv, cli *c)
     }
     if (optind < argc)
         return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (tf32 && c->n_dtypes)
+        return cli_usage_error("%s", "--tf32 and --dtype both given: --tf32 is --dtype tf32, list it there");
+    if (tf32) {
+        c->dtypes[c->n_dtypes++] = DTYPE_TF32;
+        if (!c->worker)
+            log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
+    }
+    if (c->n_dtypes > 1 && strcmp(c->command, "list") == 0)
+        return cli_usage_error("list takes one --dtype, got '%s'", "a list");
     if (!cli_split_modes(c->mode, NULL, NULL))
         return cli_usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
     bool known = strcmp(c->backend, "all") == 0;

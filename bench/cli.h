@@ -25,7 +25,8 @@ typedef struct cli {
     int top;
     const char *sort;
     bool no_progress;
-    bool tf32;
+    dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
+    int n_dtypes;
     bool algo_heuristic;
     bool resume;
     bool no_peaks;           /* --no-peaks */
@@ -58,6 +59,9 @@ bool cli_parse_long(const char *s, long lo, long hi, long *out);
 
 /* "1,2,4" -> batches; false on anything else. */
 bool cli_parse_batches(const char *s, int64_t **out, int *n);
+
+/* "fp32,bf16" -> dtypes, each once; false on anything else. */
+bool cli_parse_dtypes(const char *s, dtype_t *out, int *n);
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
  * check); the count, or 0 when the list is not valid. The strings point into *copy,

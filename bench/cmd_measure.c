@@ -66,17 +66,20 @@ static int open_outputs(const cli *c, outputs *o)
     return 0;
 }
 
-/* The --stacks files, one per (backend, batch) that will run. */
-static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, const int64_t *batches, int n_batches)
+/* The --stacks files, one per (backend, batch, dtype) that will run. */
+static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, const int64_t *batches, int n_batches,
+                       const dtype_t *dtypes, int n_dtypes)
 {
     const char *inputs[] = {c->config, NULL};
     char err[1200];
     if (!c->stacks)
         return 0;
-    o->stacks = xcalloc((size_t)(nb * n_batches), sizeof *o->stacks);
+    o->stacks = xcalloc((size_t)(nb * n_batches * n_dtypes), sizeof *o->stacks);
     for (int b = 0; b < nb; b++)
-        for (int k = 0; k < n_batches; k++) {
-            char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k], nb == 1, n_batches == 1);
+        for (int k = 0; k < n_batches * n_dtypes; k++) {
+            dtype_t dt = dtypes[k % n_dtypes];
+            char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k / n_dtypes],
+                                            n_dtypes > 1 ? dtype_name(dt) : NULL, nb == 1, n_batches == 1);
             bench_output *out = xcalloc(1, sizeof *out);
             bench_status st = bench_output_open(out, path, inputs, err, sizeof err);
             free(path);
@@ -85,7 +88,7 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
                 free(out);
                 return 2;
             }
-            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k], out};
+            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k / n_dtypes], dt, out};
         }
     return 0;
 }
@@ -118,8 +121,6 @@ static char **worker_argv(const cli *c, const char *algo_cache)
     a[n++] = xstrdup(c->config);
     if (c->threads)
         a[n++] = xstrdup("--threads"), a[n++] = xasprintf("%d", c->threads);
-    if (c->tf32)
-        a[n++] = xstrdup("--tf32");
     a[n++] = xstrdup("--algo"), a[n++] = xstrdup(c->algo_heuristic ? "heuristic" : "search");
     a[n++] = xstrdup("--seed"), a[n++] = xasprintf("%llu", (unsigned long long)c->mo.seed);
     a[n++] = xstrdup("--warmup-time"), a[n++] = xasprintf("%.17g", c->mo.warmup_time);
@@ -244,6 +245,11 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     if (rc)
         return rc;
     int64_t *batches = xmalloc((size_t)n_batches * sizeof *batches), largest = 0;
+    /* the dtypes asked for, or the config's */
+    dtype_t dtypes[DTYPE_COUNT];
+    int n_dtypes = c->n_dtypes ? c->n_dtypes : 1;
+    for (int d = 0; d < n_dtypes; d++)
+        dtypes[d] = c->n_dtypes ? c->dtypes[d] : m->dtype;
     for (int b = 0; b < n_batches; b++) {
         batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
         if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK ||
@@ -283,7 +289,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     char cache_note[400] = "";
     report_context cache_ctx = {0};
     int cache_rc = 0;
-    if (!cli_fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches) != 0 ||
+    if (!cli_fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches, dtypes, n_dtypes) != 0 ||
         (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_ctx)) > 0) {
         cli_close_backends(bs, nb, skipped);
         close_outputs(&out);
@@ -322,7 +328,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     int n_modes = cli_split_modes(c->mode, modes, &modes_text);
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes,
-        .batches = batches, .n_batches = n_batches, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
+        .batches = batches, .n_batches = n_batches, .dtypes = dtypes, .n_dtypes = n_dtypes, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
         .reps = reps, .n_reps = nr,
         .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
                 .n_backends = nb, .skipped = skipped},

@@ -16,7 +16,7 @@
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
 int cli_open_backends(const cli *c, backend *bs, char **skipped)
 {
-    backend_options bo = {.threads = c->threads, .tf32 = c->tf32, .algo_heuristic = c->algo_heuristic};
+    backend_options bo = {.threads = c->threads, .algo_heuristic = c->algo_heuristic};
     const char *const *names = backend_names();
     int n = 0;
     *skipped = NULL;
@@ -80,6 +80,8 @@ int cli_load_model(const cli *c, int64_t batch, model **m)
         log_raw("%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
         return bench_exit_code(st);
     }
+    if (c->n_dtypes) /* the first; run, sweep and check go through the others themselves */
+        model_set_dtype(*m, c->dtypes[0]);
     return 0;
 }
 
@@ -131,8 +133,16 @@ int cmd_check(const cli *c, int64_t batch)
         model_free(m);
         return 2;
     }
-    printf("%s: batch %lld, seed %llu\n\n", m->name, (long long)m->batch, (unsigned long long)c->mo.seed);
-    bench_status st = check_model(m, bs, nb, c->mo.seed, !c->no_forward, stdout);
+    bench_status st = BENCH_OK;
+    for (int d = 0; d < (c->n_dtypes ? c->n_dtypes : 1); d++) {
+        if (c->n_dtypes)
+            model_set_dtype(m, c->dtypes[d]);
+        printf("%s%s: batch %lld, dtype %s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
+               dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
+               (unsigned long long)c->mo.seed);
+        bench_status one = check_model(m, bs, nb, c->mo.seed, !c->no_forward, stdout);
+        st = st == BENCH_OK ? one : st;
+    }
     cli_close_backends(bs, nb, skipped);
     model_free(m);
     return bench_exit_code(st);

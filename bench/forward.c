@@ -22,6 +22,10 @@ bench_status forward_layer_data(const layer *l, uint64_t seed, float **in, float
         layer_fill_uniform(in[k], shape_numel(&l->ins[k]), -1.0f, 1.0f, &rng);
     if (*w)
         d->init_weights(l, *w, &rng);
+    for (int k = 0; k < l->n_inputs; k++)
+        dtype_round(l->dtype, in[k], shape_numel(&l->ins[k]));
+    if (*w)
+        dtype_round(l->dtype, *w, l->n_weight_floats);
     return BENCH_OK;
 }
 
@@ -34,10 +38,10 @@ void forward_free_data(const layer *l, float **in, float **w)
 }
 
 /* The activation buffers of a forward being built: the smallest free one at least need
- * floats large, as an allocator's free list hands out a freed block, or a new one. The
+ * bytes large, as an allocator's free list hands out a freed block, or a new one. The
  * buffer's index, or -1 when out of memory. */
 typedef struct buffer_pool {
-    int64_t *floats; /* per buffer: its size */
+    int64_t *bytes;  /* per buffer: its size */
     bool *busy;      /* per buffer: a live value is in it */
 } buffer_pool;
 
@@ -45,10 +49,10 @@ static int pool_take(forward_net *net, buffer_pool *p, int64_t need)
 {
     int j = -1;
     for (int q = 0; q < net->n_bufs; q++)
-        if (!p->busy[q] && p->floats[q] >= need && (j < 0 || p->floats[q] < p->floats[j]))
+        if (!p->busy[q] && p->bytes[q] >= need && (j < 0 || p->bytes[q] < p->bytes[j]))
             j = q;
-    if (j < 0 && (net->bufs[net->n_bufs] = backend_alloc_floats(net->b, need, NULL)))
-        j = net->n_bufs++, p->floats[j] = need;
+    if (j < 0 && (net->bufs[net->n_bufs] = net->b->ops->device.alloc(net->b->ctx, (size_t)(need ? need : 1))))
+        j = net->n_bufs++, p->bytes[j] = need;
     if (j >= 0)
         p->busy[j] = true;
     return j;
@@ -60,38 +64,72 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
     *net = (forward_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(backend_layer *)),
-                         .weights = xcalloc((size_t)n, sizeof(float *)),
-                         .values = xcalloc((size_t)n + 1, sizeof(float *)),
-                         .args = xcalloc((size_t)n, sizeof(float **)),
+                         .weights = xcalloc((size_t)n, sizeof(void *)),
+                         .values = xcalloc((size_t)n + 1, sizeof(void *)),
+                         .args = xcalloc((size_t)n, sizeof(void **)),
                          .impl = xcalloc((size_t)n, sizeof *net->impl)};
     layer_rng rng;
     layer_rng_seed(&rng, seed);
     net->bufs = xcalloc((size_t)n + 1, sizeof *net->bufs);
-    buffer_pool pool = {xcalloc((size_t)n + 1, sizeof *pool.floats), xcalloc((size_t)n + 1, sizeof *pool.busy)};
+    buffer_pool pool = {xcalloc((size_t)n + 1, sizeof *pool.bytes), xcalloc((size_t)n + 1, sizeof *pool.busy)};
     int *last = xmalloc(((size_t)n + 1) * sizeof *last), *buf_of = xcalloc((size_t)n + 1, sizeof *buf_of);
     bench_status st = BENCH_ERR_NOMEM;
     model_last_readers(m, last);
     last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
+    /* every layer the backend cannot run, before anything large is allocated */
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        backend_kernel_entry e = backend_kernel_of(b, l);
+        if (!e.kernel) {
+            snprintf(why, whylen, "layer '%s' (%s, %s) is not supported on %s: %s", l->name, layer_kind_name(l->kind),
+                     dtype_name(l->dtype), ops->name, e.unsupported ? e.unsupported : "no kernel");
+            st = BENCH_ERR_UNSUPPORTED;
+            goto out;
+        }
+        for (int k = 0; k < l->n_inputs; k++)
+            if (model_value_dtype(m, l->inputs[k]) != l->dtype && !ops->device.convert) {
+                snprintf(why, whylen, "layer '%s' reads a %s value as %s, and %s cannot convert between dtypes",
+                         l->name, dtype_name(model_value_dtype(m, l->inputs[k])), dtype_name(l->dtype), ops->name);
+                st = BENCH_ERR_UNSUPPORTED;
+                goto out;
+            }
+    }
+    dtype_t in_type = model_value_dtype(m, 0);
     float *host = bench_alloc_floats(shape_numel(&m->input));
     if (host) {
         layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
-        net->values[0] = net->bufs[0] = backend_alloc_floats(b, shape_numel(&m->input), host);
+        net->values[0] = net->bufs[0] = backend_alloc_values(b, in_type, shape_numel(&m->input), host);
         free(host);
     }
     if (!net->values[0]) {
         snprintf(why, whylen, "out of memory for the model's input");
         goto out;
     }
+    net->casts = xcalloc(1, sizeof *net->casts);
     net->n_bufs = 1, pool.busy[0] = true;
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
         net->args[i] = xmalloc((size_t)l->n_inputs * sizeof *net->args[i]);
-        for (int k = 0; k < l->n_inputs; k++)
+        for (int k = 0; k < l->n_inputs; k++) {
+            dtype_t from = model_value_dtype(m, l->inputs[k]);
             net->args[i][k] = net->values[l->inputs[k]];
+            if (from == l->dtype)
+                continue;
+            int64_t count = shape_numel(&l->ins[k]);
+            forward_cast cast = {i, net->values[l->inputs[k]], NULL, from, l->dtype, count};
+            if (!(cast.dst = backend_alloc_values(b, l->dtype, count, NULL))) {
+                snprintf(why, whylen, "out of memory for the conversion of an input of layer '%s'", l->name);
+                goto out;
+            }
+            net->casts = xrealloc(net->casts, (size_t)(net->n_casts + 1) * sizeof *net->casts);
+            net->casts[net->n_casts++] = cast;
+            net->args[i][k] = cast.dst;
+        }
+        int64_t out_bytes = shape_numel(&l->out) * (int64_t)dtype_size(l->dtype);
         if (d->aliases_input) {
             net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
-        } else if ((buf_of[i + 1] = pool_take(net, &pool, shape_numel(&l->out))) >= 0) {
+        } else if ((buf_of[i + 1] = pool_take(net, &pool, out_bytes)) >= 0) {
             net->values[i + 1] = net->bufs[buf_of[i + 1]];
         } else {
             snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
@@ -108,7 +146,7 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
             float *w = bench_alloc_floats(l->n_weight_floats);
             if (w) {
                 d->init_weights(l, w, &rng);
-                net->weights[i] = backend_alloc_floats(b, l->n_weight_floats, w);
+                net->weights[i] = backend_alloc_values(b, l->dtype, l->n_weight_floats, w);
                 free(w);
             }
             if (!net->weights[i]) {
@@ -135,7 +173,7 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
         st = BENCH_ERR_BACKEND;
     }
 out:
-    free(pool.floats), free(pool.busy), free(last), free(buf_of);
+    free(pool.bytes), free(pool.busy), free(last), free(buf_of);
     return st;
 }
 
@@ -149,7 +187,10 @@ void forward_free(forward_net *net)
     }
     for (int j = 0; j < net->n_bufs; j++)
         ops->device.release(net->b->ctx, net->bufs[j]);
+    for (int j = 0; j < net->n_casts; j++)
+        ops->device.release(net->b->ctx, net->casts[j].dst);
     free(net->states), free(net->weights), free(net->values), free(net->args), free(net->impl), free(net->bufs);
+    free(net->casts);
     memset(net, 0, sizeof *net);
 }
 
@@ -157,7 +198,10 @@ void forward_free(forward_net *net)
 void forward_queue(const forward_net *net, bool marks)
 {
     const backend_ops *ops = net->b->ops;
+    const forward_cast *c = net->casts, *end = net->casts + net->n_casts;
     for (int i = 0; i < net->m->n_layers; i++) {
+        for (; c < end && c->layer == i; c++)
+            ops->device.convert(net->b->ctx, c->dst, c->to, c->src, c->from, c->n);
         backend_layer_run(net->states[i], net->args[i], net->values[i + 1]);
         if (marks)
             ops->timing.timer_mark(net->b->ctx, i);

@@ -8,16 +8,31 @@
 #include "backend.h"
 #include "model.h"
 
+/* A layer's input stored in another dtype than the layer's (a mixed model): converted
+ * into the layer's own buffer just before it runs, by the backend's device.convert, so
+ * that the conversion counts in that layer's in-model time, as torch's aten::to would
+ * sit beside it. */
+typedef struct forward_cast {
+    int layer;
+    const void *src;
+    void *dst;              /* owned */
+    dtype_t from, to;
+    int64_t n;
+} forward_cast;
+
 typedef struct forward_net {
     const model *m;
     const backend *b;
     backend_layer **states; /* per layer */
-    float **weights;        /* per layer, backend memory; NULL for layers without */
-    float **values;         /* per value id: values[0] the input, values[i + 1] layer i's output */
-    const float ***args;    /* per layer: its inputs, pointers into values */
+    void **weights;         /* per layer, backend memory in the layer's dtype; NULL for layers without */
+    void **values;          /* per value id: values[0] the input, values[i + 1] layer i's output,
+                               each in its dtype (model_value_dtype) */
+    const void ***args;     /* per layer: its inputs, pointers into values (or casts) */
     char (*impl)[96];       /* per layer: what runs in this forward (setup's choice, as linked) */
-    float **bufs;           /* the activation buffers (values point into them), n_bufs; owned */
+    void **bufs;            /* the activation buffers (values point into them), n_bufs; owned */
     int n_bufs;
+    forward_cast *casts;    /* in the order they run */
+    int n_casts;
 } forward_net;
 
 /* Builds net; on failure why says what failed (naming the layer) and the status is
@@ -32,7 +47,8 @@ void forward_queue(const forward_net *net, bool marks);
 void forward_free(forward_net *net);
 
 /* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer
- * has none) for layer l, in host memory; forward_free_data() frees them. */
+ * has none) for layer l, in host memory as floats, rounded to the layer's dtype (the
+ * values it really holds); forward_free_data() frees them. */
 bench_status forward_layer_data(const layer *l, uint64_t seed, float **in, float **w);
 void forward_free_data(const layer *l, float **in, float **w);
 

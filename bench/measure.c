@@ -59,7 +59,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     memset(&mu, 0, sizeof mu);
     int n_units = 0;
     char first_failure[512] = "";
-    scratch s = {NULL, NULL};
+    scratch s = {{NULL}, NULL};
     bench_status st = isolated_scratch_alloc(m, b, o->seed, &s);
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
@@ -143,7 +143,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         tally(out, &out->upload, "the input copy", first_failure, sizeof first_failure);
         tally(out, &out->download, "the output copy", first_failure, sizeof first_failure);
     }
-    b->ops->device.release(b->ctx, s.in), b->ops->device.release(b->ctx, s.out);
+    isolated_scratch_free(b, &s);
     free(units), free(lus);
     out->seconds = bench_now() - t0;
     if (st == BENCH_ERR_INTERRUPTED)

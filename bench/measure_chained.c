@@ -154,12 +154,14 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
     enable_parts(c);
     if (ops->device_memory) {
         int last = model_storage_of(m, n);
-        size_t in_bytes = (size_t)shape_numel(&m->input) * sizeof(float);
-        size_t out_bytes = (size_t)shape_numel(&m->layers[n - 1].out) * sizeof(float);
+        dtype_t in_type = model_value_dtype(m, 0), out_type = model_value_dtype(m, last);
+        size_t in_bytes = (size_t)shape_numel(&m->input) * dtype_size(in_type);
+        size_t out_bytes = (size_t)shape_numel(&m->layers[n - 1].out) * dtype_size(out_type);
         res->upload.mode = res->download.mode = "transfer";
         snprintf(res->upload.impl, sizeof res->upload.impl, "pageable host memory");
         snprintf(res->download.impl, sizeof res->download.impl, "pageable host memory");
-        mu->host = bench_alloc_floats((int64_t)((in_bytes > out_bytes ? in_bytes : out_bytes) / sizeof(float)));
+        int64_t in_n = shape_numel(&m->input), floats = in_n > (int64_t)(out_bytes / 4) ? in_n : (int64_t)(out_bytes / 4);
+        mu->host = bench_alloc_floats(floats + 1);
         if (!mu->host) {
             measure_row_fail(&res->upload, "out of host memory for the copy buffer");
             measure_row_fail(&res->download, "out of host memory for the copy buffer");
@@ -167,7 +169,9 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
         }
         layer_rng rng;
         layer_rng_seed(&rng, o->seed + 1);
-        layer_fill_uniform(mu->host, (int64_t)(in_bytes / sizeof(float)), -1.0f, 1.0f, &rng);
+        /* the upload writes the model's input: values of its dtype, not fp32 bits */
+        layer_fill_uniform(mu->host, in_n, -1.0f, 1.0f, &rng);
+        dtype_from_f32(in_type, mu->host, mu->host, in_n); /* narrows in place, front to back */
         mu->up = (copy_run){b, true, c->net.values[0], mu->host, in_bytes};
         mu->down = (copy_run){b, false, c->net.values[last], mu->host, out_bytes};
         units[(*n_units)++] = (unit){.b = b, .r = &res->upload, .layer = -1, .name = "upload", .fn = time_copy, .user = &mu->up,

@@ -53,22 +53,24 @@ struct unit {
 typedef struct timed_layer {
     const backend *b;
     backend_layer *state;
-    const float **in;   /* the layer's inputs */
-    float *out;
+    const void **in;    /* the layer's inputs */
+    void *out;
     int launches;   /* per sample */
     bool cold;      /* flush caches before each sample */
     bool hold;      /* hold the device while the launches are queued */
     void *graph;    /* batch mode: the launches captured as one graph, or NULL */
 } timed_layer;
 
+/* The input area once per dtype the model's layers use (each holds that type's values),
+ * and one output area of the largest output in any type. */
 typedef struct scratch {
-    float *in, *out;
+    void *in[DTYPE_COUNT], *out;
 } scratch;
 
 typedef struct layer_unit {
     timed_layer t;
-    const float **in; /* into the scratch input: n_inputs pointers; owned */
-    float *w;         /* weights in backend memory */
+    const void **in;  /* into the scratch input: n_inputs pointers; owned */
+    void *w;          /* weights in backend memory, in the layer's dtype */
 } layer_unit;
 
 /* ---- the chained forward, with the in-model view ----------------------------------------- */
@@ -152,6 +154,7 @@ bench_status measure_sample_units(unit *units, int n, const measure_options *o, 
                                  dvec *canary, char *err, size_t errlen);
 
 bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s);
+void isolated_scratch_free(const backend *b, scratch *s);
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
  * for batch mode the launch count (and graph). Fills r on failure. */

@@ -82,25 +82,38 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
 
 bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s)
 {
-    int64_t in = 1, out = 1;
+    int64_t in[DTYPE_COUNT] = {0}, out = 4;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
         int64_t all = 0;
         for (int k = 0; k < l->n_inputs; k++)
             all += shape_numel(&l->ins[k]);
-        in = all > in ? all : in;
-        out = shape_numel(&l->out) > out ? shape_numel(&l->out) : out;
+        in[l->dtype] = all > in[l->dtype] ? all : in[l->dtype];
+        int64_t bytes = shape_numel(&l->out) * (int64_t)dtype_size(l->dtype);
+        out = bytes > out ? bytes : out;
     }
-    float *host = bench_alloc_floats(in);
-    if (!host)
-        return BENCH_ERR_NOMEM;
-    layer_rng rng;
-    layer_rng_seed(&rng, seed);
-    layer_fill_uniform(host, in, -1.0f, 1.0f, &rng);
-    s->in = backend_alloc_floats(b, in, host);
-    s->out = backend_alloc_floats(b, out, NULL);
-    free(host);
-    return s->in && s->out ? BENCH_OK : BENCH_ERR_NOMEM;
+    bool ok = (s->out = b->ops->device.alloc(b->ctx, (size_t)out)) != NULL;
+    for (int t = 0; ok && t < DTYPE_COUNT; t++) {
+        if (!in[t] || !dtype_convertible((dtype_t)t)) /* int8 rows are skipped at setup */
+            continue;
+        float *host = bench_alloc_floats(in[t]);
+        if (!host)
+            return BENCH_ERR_NOMEM;
+        layer_rng rng;
+        layer_rng_seed(&rng, seed);
+        layer_fill_uniform(host, in[t], -1.0f, 1.0f, &rng);
+        ok = (s->in[t] = backend_alloc_values(b, (dtype_t)t, in[t], host)) != NULL;
+        free(host);
+    }
+    return ok ? BENCH_OK : BENCH_ERR_NOMEM;
+}
+
+void isolated_scratch_free(const backend *b, scratch *s)
+{
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        b->ops->device.release(b->ctx, s->in[t]);
+    b->ops->device.release(b->ctx, s->out);
+    memset(s, 0, sizeof *s);
 }
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
@@ -112,11 +125,19 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
     float *w = NULL;
     backend_clear_error(b);
     lu->in = xmalloc((size_t)l->n_inputs * sizeof *lu->in);
+    lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
+    backend_kernel_entry e = backend_kernel_of(b, l);
+    if (!e.kernel || !s->in[l->dtype]) { /* before its weights are made */
+        r->status = ROW_SKIPPED;
+        snprintf(r->note, sizeof r->note, "skipped: %s cannot run it in %s: %s", ops->name, dtype_name(l->dtype),
+                 e.unsupported ? e.unsupported : "no kernel");
+        snprintf(r->impl, sizeof r->impl, "%s", e.unsupported ? e.unsupported : "no kernel");
+        return;
+    }
     for (int k = 0, at = 0; k < l->n_inputs; k++) {
-        lu->in[k] = s->in + at;
+        lu->in[k] = (const char *)s->in[l->dtype] + at * (int64_t)dtype_size(l->dtype);
         at += (int)shape_numel(&l->ins[k]);
     }
-    lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
     if (l->n_weight_floats) {
         layer_rng rng;
         layer_rng_seed(&rng, seed);
@@ -126,7 +147,7 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
         }
         layer_desc_get(l->kind)->init_weights(l, w, &rng);
     }
-    lu->w = w ? backend_alloc_floats(b, l->n_weight_floats, w) : NULL;
+    lu->w = w ? backend_alloc_values(b, l->dtype, l->n_weight_floats, w) : NULL;
     free(w);
     if (w && !lu->w) {
         const char *why = backend_last_error(b);
@@ -138,7 +159,8 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
     bench_status st = backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {
         r->status = ROW_SKIPPED;
-        snprintf(r->note, sizeof r->note, "skipped: %s cannot run it: %s", ops->name,
+        snprintf(r->note, sizeof r->note, "skipped: %s cannot run it%s%s: %s", ops->name,
+                 l->dtype != DTYPE_FP32 ? " in " : "", l->dtype != DTYPE_FP32 ? dtype_name(l->dtype) : "",
                  *why ? why : "no implementation for this configuration");
         return;
     }

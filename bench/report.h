@@ -84,19 +84,22 @@ reporter *report_trace_create(bench_output *out);
 typedef struct report_stacks_file {
     const char *backend;
     int64_t batch;
+    dtype_t dtype;
     bench_output *out;   /* borrowed */
 } report_stacks_file;
 reporter *report_stacks_create(report_stacks_file *files, int n);
-/* The stacks file of one (backend, batch): path itself when the run has one of each,
- * else "<stem>.<backend>[.batch<N>]<ext>" ("r.folded" -> "r.cuda.batch8.folded");
- * caller frees. */
-char *report_stacks_path(const char *path, const char *backend, int64_t batch, bool one_backend, bool one_batch);
+/* The stacks file of one (backend, batch, dtype): path itself when the run has one of
+ * each, else "<stem>[.<backend>][.batch<N>][.<dtype>]<ext>" ("r.folded" ->
+ * "r.cuda.batch8.folded"), naming what varies; dtype NULL when it does not; caller frees. */
+char *report_stacks_path(const char *path, const char *backend, int64_t batch, const char *dtype, bool one_backend,
+                         bool one_batch);
 
 /* The JSON run context written beside a CSV. */
-/* A (backend, batch) set of results. */
+/* A (backend, batch, dtype) set of results. */
 typedef struct report_set {
     char backend[16];
     int64_t batch;
+    dtype_t dtype;
 } report_set;
 
 /* What the JSON run context says besides the results, typed; the runner keeps the

@@ -599,13 +599,15 @@ static bench_status console_run(reporter *r, const run_result *res)
     if (res->processes)
         snprintf(th + strlen(th), sizeof th - strlen(th), ", %d process%s", res->processes,
                  res->processes == 1 ? "" : "es");
+    char dt[40];
+    snprintf(dt, sizeof dt, "%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "");
     if (c->ro.format == TABLE_MD)
-        fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, float32: %d layers, %s params, %s FLOPs.\n",
-                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
+        fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, %s: %d layers, %s params, %s FLOPs.\n",
+                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, dt, res->m->n_layers,
                 report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     else
-        fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, float32 — %d layers, %s params, %s FLOPs ===\n",
-                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, res->m->n_layers,
+        fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, %s — %d layers, %s params, %s FLOPs ===\n",
+                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, dt, res->m->n_layers,
                 report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     print_layers(c, res);
     unsigned g = c->ro.groups & REPORT_GROUP_SET ? c->ro.groups : REPORT_GROUP_DEFAULT;
@@ -649,8 +651,8 @@ typedef struct sweep {
 /* The sweep's table is printed a row at a time, as each batch finishes. */
 static void sweep_row(const sweep *s, const char *const *cells)
 {
-    static const int w[] = {-8, 6, 14, 7, 14, 14, 8};
-    for (int k = 0; k < 7; k++) {
+    static const int w[] = {-8, 6, -6, 14, 7, 14, 14, 8};
+    for (int k = 0; k < 8; k++) {
         if (s->format == TABLE_MD)
             fprintf(s->out, "%s %s", k ? "" : "|", cells[k]), fputs(" |", s->out);
         else
@@ -667,12 +669,12 @@ static bench_status sweep_run(reporter *r, const run_result *res)
     if (!res->has_model)
         return BENCH_OK;
     if (s->rows++ == 0) {
-        const char *heads[] = {"Backend", "Batch", "Chained median", "Noise", "Items/s", "Sum of layers", "Gap"};
+        const char *heads[] = {"Backend", "Batch", "Dtype", "Chained median", "Noise", "Items/s", "Sum of layers", "Gap"};
         if (s->format == TABLE_MD)
             fputc('\n', s->out);
         sweep_row(s, heads);
         if (s->format == TABLE_MD)
-            fputs("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", s->out);
+            fputs("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n", s->out);
     }
     snprintf(batch, sizeof batch, "%lld", (long long)res->m->batch);
     report_format_time(res->sum_medians, sum, sizeof sum);
@@ -683,7 +685,7 @@ static bench_status sweep_run(reporter *r, const run_result *res)
         if (res->sum_medians > 0)
             snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
     }
-    const char *cells[] = {res->backend, batch, med, noise, items, sum, gap};
+    const char *cells[] = {res->backend, batch, dtype_name(res->m->dtype), med, noise, items, sum, gap};
     sweep_row(s, cells);
     fflush(s->out);
     return BENCH_OK;
@@ -706,11 +708,13 @@ void report_list_table(FILE *o, const model *m, table_format f)
     char in[48], out[48], s[48], par[160];
     bool md = f == TABLE_MD;
     if (md)
-        fprintf(o, "## %s\n\nInput %s, batch %lld, float32, %d layers.\n", m->name,
-                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, m->n_layers);
+        fprintf(o, "## %s\n\nInput %s, batch %lld, %s%s, %d layers.\n", m->name,
+                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, dtype_name(m->dtype),
+                model_mixed(m) ? " (mixed)" : "", m->n_layers);
     else
-        fprintf(o, "%s: input %s, batch %lld, float32, %d layers\n\n", m->name,
-                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, m->n_layers);
+        fprintf(o, "%s: input %s, batch %lld, %s%s, %d layers\n\n", m->name,
+                shape_format_compact(&m->input, s, sizeof s), (long long)m->batch, dtype_name(m->dtype),
+                model_mixed(m) ? " (mixed)" : "", m->n_layers);
     table *t = table_create(9, "rllllrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Bytes", "Parameters"};
     for (int k = 0; k < 9; k++)

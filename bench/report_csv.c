@@ -13,6 +13,8 @@
     X(backend, 0, "backend that ran the row: cpu, onednn or cuda")                                                     \
     X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
+    X(dtype, 1, "the run's dtype, an axis like batch (--dtype, else the config's dtype:): fp32, tf32, bf16, fp16 or int8; bench compare matches rows of the same dtype") \
+    X(layer_dtype, 1, "the dtype the row's layer stores its tensors in and runs in: dtype, or the layer's own where the config gives it one (a mixed model); bytes count its element size") \
     X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
@@ -163,6 +165,8 @@ static void fill_layer(row_t row, const model *m, int i)
     const layer *l = &m->layers[i];
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
+    SET(dtype, "%s", dtype_name(m->dtype));
+    SET(layer_dtype, "%s", dtype_name(l->dtype));
     SET(layer_index, "%d", i);
     SET(layer_name, "%s", l->name);
     SET(kind, "%s", layer_kind_name(l->kind));
@@ -174,12 +178,12 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(bytes, "%lld", (long long)l->bytes);
     if (l->bytes > 0)
         SET(intensity, "%.4f", (double)l->flops / (double)l->bytes);
-    int64_t in_bytes = 0;
+    int64_t in_bytes = 0, size = (int64_t)dtype_size(l->dtype);
     for (int k = 0; k < l->n_inputs; k++)
-        in_bytes += 4 * shape_numel(&l->ins[k]);
-    SET(weight_bytes, "%lld", (long long)(4 * l->n_weight_floats));
+        in_bytes += size * shape_numel(&l->ins[k]);
+    SET(weight_bytes, "%lld", (long long)(size * l->n_weight_floats));
     SET(input_bytes, "%lld", (long long)in_bytes);
-    SET(output_bytes, "%lld", (long long)(layer_desc_get(l->kind)->aliases_input ? 0 : 4 * shape_numel(&l->out)));
+    SET(output_bytes, "%lld", (long long)(layer_desc_get(l->kind)->aliases_input ? 0 : size * shape_numel(&l->out)));
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
     /* value ids: 0 is the model input, v > 0 the output of layer v - 1 */
     size_t off = 0;
@@ -263,6 +267,8 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     model_totals t = model_sum(m);
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
+    SET(dtype, "%s", dtype_name(m->dtype));
+    SET(layer_dtype, "%s", model_mixed(m) ? "mixed" : dtype_name(m->dtype));
     SET(mode, "%s", mode);
     SET(layer_index, "-1");
     SET(layer_name, "%s", m->name);
@@ -283,8 +289,9 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     for (int i = 0; i < m->n_layers; i++)
         ws = res->layers[i].workspace_bytes > ws ? res->layers[i].workspace_bytes : ws;
     SET(weight_bytes, "%lld", (long long)mm.weight_bytes);
-    SET(input_bytes, "%lld", (long long)(4 * shape_numel(&m->input)));
-    SET(output_bytes, "%lld", (long long)(4 * shape_numel(&m->layers[m->n_layers - 1].out)));
+    SET(input_bytes, "%lld", (long long)(dtype_size(model_value_dtype(m, 0)) * shape_numel(&m->input)));
+    SET(output_bytes, "%lld", (long long)(dtype_size(model_value_dtype(m, m->n_layers)) *
+                                          shape_numel(&m->layers[m->n_layers - 1].out)));
     fill_stats(row, res, r, t.flops, t.bytes);
     SET(peak_bytes, "%lld", (long long)(mm.weight_bytes + mm.peak_activation_bytes + ws));
     if (row_timed(r))
@@ -298,6 +305,10 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     const shape_t *s = upload ? &m->input : &m->layers[m->n_layers - 1].out;
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
+    dtype_t t = model_value_dtype(m, upload ? 0 : m->n_layers);
+    int64_t bytes = (int64_t)dtype_size(t) * shape_numel(s);
+    SET(dtype, "%s", dtype_name(m->dtype));
+    SET(layer_dtype, "%s", dtype_name(t));
     SET(mode, "transfer");
     SET(layer_index, "-1");
     SET(layer_name, "%s", upload ? "input_host_to_device" : "output_device_to_host");
@@ -307,9 +318,9 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     SET(params, "0");
     SET(macs, "0");
     SET(flops, "0");
-    SET(bytes, "%lld", (long long)(4 * shape_numel(s)));
+    SET(bytes, "%lld", (long long)bytes);
     SET(parameters, "-");
-    fill_stats(row, res, r, 0, 4 * shape_numel(s));
+    fill_stats(row, res, r, 0, bytes);
 }
 
 /* A part of layer p->layer inside the forward: the layer's description with the part's

@@ -20,10 +20,23 @@
 
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
-static void json_completed(strbuf *b, const char *backend, int64_t batch, const model *m, int64_t workspace,
-                           int64_t device_bytes, const char *measurement)
+static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, const model *m,
+                           int64_t workspace, int64_t device_bytes, const char *measurement)
 {
-    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld", b->len ? ", " : "", backend, (long long)batch);
+    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld, \"dtype\": \"%s\"", b->len ? ", " : "", backend,
+                  (long long)batch, dtype_name(dtype));
+    if (m && model_mixed(m)) { /* the layers the config keeps in their own dtype */
+        strbuf_printf(b, ", \"layers_in_own_dtype\": {");
+        bool first = true;
+        for (int i = 0; i < m->n_layers; i++)
+            if (m->layers[i].dtype != m->dtype) {
+                strbuf_printf(b, "%s", first ? "" : ", ");
+                strbuf_json(b, m->layers[i].name);
+                strbuf_printf(b, ": \"%s\"", dtype_name(m->layers[i].dtype));
+                first = false;
+            }
+        strbuf_printf(b, "}");
+    }
     if (measurement && *measurement)
         strbuf_printf(b, ", \"measurement\": [%s]", measurement);
     if (m) {
@@ -221,6 +234,7 @@ typedef struct json_reporter {
     bool in_set;
     char backend[16];
     int64_t batch;
+    dtype_t dtype;
     const model *m;
     int64_t workspace, device_bytes;
     strbuf measurement;
@@ -233,6 +247,7 @@ static bench_status json_run(reporter *rep, const run_result *res)
         j->in_set = true;
         snprintf(j->backend, sizeof j->backend, "%s", res->backend);
         j->batch = res->m->batch;
+        j->dtype = res->m->dtype;
         j->m = res->m;
         j->workspace = 0, j->device_bytes = -1;
     }
@@ -249,7 +264,8 @@ static bench_status json_checkpoint(reporter *rep)
 {
     json_reporter *j = (json_reporter *)rep;
     if (j->in_set)
-        json_completed(&j->completed, j->backend, j->batch, j->m, j->workspace, j->device_bytes, j->measurement.data);
+        json_completed(&j->completed, j->backend, j->batch, j->dtype, j->m, j->workspace, j->device_bytes,
+                       j->measurement.data);
     j->in_set = false;
     strbuf_free(&j->measurement);
     return json_write(j->out, j->ctx, "running", j->completed.data);
@@ -277,6 +293,7 @@ reporter *report_json_create(bench_output *out, const report_context *ctx)
     j->out = out;
     j->ctx = ctx;
     for (int i = 0; i < ctx->resumed_sets; i++)
-        json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, NULL, 0, -1, NULL);
+        json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, ctx->resumed[i].dtype, NULL, 0,
+                       -1, NULL);
     return &j->base;
 }

@@ -80,7 +80,7 @@ static bench_status stacks_run(reporter *r, const run_result *res)
     stacks *s = (stacks *)r;
     const model *m = res->m;
     for (int f = 0; f < s->n_files; f++) {
-        if (strcmp(s->files[f].backend, res->backend) || s->files[f].batch != m->batch)
+        if (strcmp(s->files[f].backend, res->backend) || s->files[f].batch != m->batch || s->files[f].dtype != m->dtype)
             continue;
         if (s->forward[f] || (s->text[f] && !res->forward_sample))
             return BENCH_OK; /* a forward's stacks are kept; else the first mode's */
@@ -137,15 +137,16 @@ reporter *report_stacks_create(report_stacks_file *files, int n)
     return &s->base;
 }
 
-char *report_stacks_path(const char *path, const char *backend, int64_t batch, bool one_backend, bool one_batch)
+char *report_stacks_path(const char *path, const char *backend, int64_t batch, const char *dtype, bool one_backend,
+                         bool one_batch)
 {
-    if (one_backend && one_batch)
+    if (one_backend && one_batch && !dtype)
         return xstrdup(path);
     const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
     size_t stem = dot && (!slash || dot > slash + 1) ? (size_t)(dot - path) : strlen(path);
     char batch_part[32] = "";
     if (!one_batch)
         snprintf(batch_part, sizeof batch_part, ".batch%lld", (long long)batch);
-    return xasprintf("%.*s%s%s%s%s", (int)stem, path, one_backend ? "" : ".", one_backend ? "" : backend, batch_part,
-                     path + stem);
+    return xasprintf("%.*s%s%s%s%s%s%s", (int)stem, path, one_backend ? "" : ".", one_backend ? "" : backend, batch_part,
+                     dtype ? "." : "", dtype ? dtype : "", path + stem);
 }

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_done(const runner_plan *p, const char *backend, int64_t batch)
+static bool is_done(const runner_plan *p, const char *backend, int64_t batch, dtype_t dtype)
 {
     for (int i = 0; i < p->n_done; i++)
-        if (p->done[i].batch == batch && strcmp(p->done[i].backend, backend) == 0)
+        if (p->done[i].batch == batch && p->done[i].dtype == dtype && strcmp(p->done[i].backend, backend) == 0)
             return true;
     return false;
 }
@@ -122,20 +122,26 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         strbuf_printf(&warnings, "%s\n", p->note);
     for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
         log_warning("%.*s", (int)strcspn(w, "\n"), w);
-    int total = p->n_batches * p->n_backends, n = 0;
-    for (int b = 0; io_ok && !interrupted && b < p->n_batches; b++) {
-        int64_t batch = p->batches[b];
+    int n_dtypes = p->n_dtypes > 0 ? p->n_dtypes : 1;
+    int total = p->n_batches * n_dtypes * p->n_backends, n = 0;
+    for (int s = 0; io_ok && !interrupted && s < p->n_batches * n_dtypes; s++) {
+        int64_t batch = p->batches[s / n_dtypes];
         model_set_batch(m, batch, err, sizeof err); /* checked for every batch before */
+        if (p->n_dtypes > 0)
+            model_set_dtype(m, p->dtypes[s % n_dtypes]);
+        char dt[24] = "";
+        if (p->n_dtypes > 1)
+            snprintf(dt, sizeof dt, " in %s", dtype_name(m->dtype));
         for (int k = 0; io_ok && !interrupted && k < p->n_backends; k++) {
             const backend *bk = &p->backends[k];
             n++;
-            if (is_done(p, bk->ops->name, batch)) {
-                log_msg("batch %lld on %s: kept from the previous run (--resume)", (long long)batch,
+            if (is_done(p, bk->ops->name, batch, m->dtype)) {
+                log_msg("batch %lld%s on %s: kept from the previous run (--resume)", (long long)batch, dt,
                         bk->ops->name);
                 continue;
             }
             if (p->sweep_progress)
-                log_progress("batch %lld (%d/%d) on %s\n", (long long)batch, n, total, bk->ops->name);
+                log_progress("batch %lld%s (%d/%d) on %s\n", (long long)batch, dt, n, total, bk->ops->name);
             if (!floor_known[k]) {
                 if (measure_timer_floor(bk, mo, &floor[k], err, sizeof err) != BENCH_OK) {
                     char line[1200];
@@ -168,8 +174,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                         : measure_model(m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err);
                 if (st == BENCH_ERR_INTERRUPTED) {
                     interrupted = true;
-                    snprintf(where, sizeof where, "batch %lld on %s (%s timing), %s", (long long)batch, bk->ops->name,
-                             p->modes[md], err);
+                    snprintf(where, sizeof where, "batch %lld%s on %s (%s timing), %s", (long long)batch, dt,
+                             bk->ops->name, p->modes[md], err);
                 } else {
                     if (st != BENCH_OK) {
                         log_msg("%d row%s failed; the first: %s", res.failed,
@@ -240,11 +246,13 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
         snprintf(err, errlen, "--resume: '%s' does not end with a complete row", path);
         st = BENCH_ERR_USAGE;
     }
-    /* rows start: model,backend,mode,batch, none of which is ever quoted */
+    /* rows start: model,backend,mode,batch,dtype, none of which is ever quoted */
     for (char *line = b.data ? strchr(b.data, '\n') : NULL; st == BENCH_OK && line && line[1]; line = strchr(line + 1, '\n')) {
-        char model[160], backend[16];
+        char model[160], backend[16], dt[16];
         long long batch;
-        if (sscanf(line + 1, "%159[^,],%15[^,],%*[^,],%lld,", model, backend, &batch) != 3) {
+        int dtype = -1;
+        if (sscanf(line + 1, "%159[^,],%15[^,],%*[^,],%lld,%15[^,],", model, backend, &batch, dt) != 4 ||
+            (dtype = dtype_from_name(dt)) < 0) {
             snprintf(err, errlen, "--resume: '%s' has a row that is not a layerbench row", path);
             st = BENCH_ERR_USAGE;
         } else if (strcmp(model, model_name) != 0) {
@@ -252,12 +260,14 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
             st = BENCH_ERR_USAGE;
         } else {
             int i = 0;
-            while (i < *n_sets && !((*sets)[i].batch == batch && strcmp((*sets)[i].backend, backend) == 0))
+            while (i < *n_sets && !((*sets)[i].batch == batch && (*sets)[i].dtype == (dtype_t)dtype &&
+                                    strcmp((*sets)[i].backend, backend) == 0))
                 i++;
             if (i == *n_sets) {
                 *sets = xrealloc(*sets, (size_t)(*n_sets + 1) * sizeof **sets);
                 snprintf((*sets)[i].backend, sizeof (*sets)[i].backend, "%s", backend);
                 (*sets)[i].batch = batch;
+                (*sets)[i].dtype = (dtype_t)dtype;
                 (*n_sets)++;
             }
         }

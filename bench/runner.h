@@ -1,4 +1,4 @@
-/* The plan of `bench run` and `bench sweep`: every batch size on every backend, in each
+/* The plan of `bench run` and `bench sweep`: every batch size in every dtype on every backend, in each
  * of the backend's timing modes, handed to the reporters as it completes. After each
  * (batch, backend) set the reporters checkpoint (the CSV on disk holds every finished
  * set) and the JSON context says how far the run got. A SIGINT, SIGTERM or SIGHUP stops
@@ -20,6 +20,8 @@ typedef struct runner_plan {
     int n_modes;
     const int64_t *batches;      /* batch sizes, in order */
     int n_batches;
+    const dtype_t *dtypes;       /* the model-wide dtypes, in order (each batch runs every one) */
+    int n_dtypes;
     backend *backends;
     int n_backends;
     const report_set *done;      /* sets kept from a previous run (--resume); may be NULL */
@@ -34,7 +36,7 @@ typedef struct runner_plan {
     const char *note;            /* a warning from the command line's set-up (--algo-cache), or NULL */
 } runner_plan;
 
-/* Runs the plan on m (whose batch it changes). Returns the exit status: 0, 1 when a row
+/* Runs the plan on m (whose batch and dtype it changes). Returns the exit status: 0, 1 when a row
  * failed or a file could not be written, 128 + the signal when interrupted. */
 int runner_execute(model *m, runner_plan *p, const measure_options *mo);
 

@@ -36,6 +36,45 @@ float *backend_alloc_floats(const backend *b, int64_t n, const float *host)
     return p;
 }
 
+void *backend_alloc_values(const backend *b, dtype_t t, int64_t n, const float *host)
+{
+    if (t == DTYPE_FP32 || t == DTYPE_TF32)
+        return backend_alloc_floats(b, n, host);
+    if (!dtype_convertible(t))
+        return NULL;
+    size_t bytes = (size_t)(n > 0 ? n : 1) * dtype_size(t);
+    void *p = b->ops->device.alloc(b->ctx, bytes), *tmp = NULL;
+    if (p && host && n > 0) {
+        if (!(tmp = bench_alloc_floats((int64_t)(bytes / 4 + 1))) ||
+            (dtype_from_f32(t, tmp, host, n), b->ops->device.upload(b->ctx, p, tmp, bytes)) != BENCH_OK) {
+            b->ops->device.release(b->ctx, p);
+            p = NULL;
+        }
+    }
+    free(tmp);
+    return p;
+}
+
+bench_status backend_download_values(const backend *b, dtype_t t, float *host, const void *src, int64_t n)
+{
+    size_t size = dtype_size(t), bytes = (size_t)n * size;
+    if (size == 4)
+        return b->ops->device.download(b->ctx, host, src, bytes);
+    if (!dtype_convertible(t))
+        return BENCH_ERR_UNSUPPORTED;
+    /* the narrow elements land in the upper part of host, and widen from the front */
+    char *tail = (char *)host + (size_t)n * 4 - bytes;
+    bench_status st = b->ops->device.download(b->ctx, tail, src, bytes);
+    if (st != BENCH_OK)
+        return st;
+    if (t == DTYPE_BF16 || t == DTYPE_FP16) {
+        const uint16_t *h = (const uint16_t *)tail;
+        for (int64_t i = 0; i < n; i++) /* h[i] sits at byte 2n + 2i: at or after host[i]'s end */
+            host[i] = t == DTYPE_BF16 ? dtype_bf16_to_f32(h[i]) : dtype_fp16_to_f32(h[i]);
+    }
+    return BENCH_OK;
+}
+
 int64_t backend_mem_available(const backend *b)
 {
     return b->ops->device.mem_available ? b->ops->device.mem_available(b->ctx) : -1;
@@ -60,7 +99,7 @@ backend_kernel_entry backend_kernel_of(const backend *b, const layer *l)
     return (*t)[l->kind][l->dtype];
 }
 
-bench_status backend_layer_setup(const backend *b, const layer *l, const float *w, backend_layer **out, char *impl,
+bench_status backend_layer_setup(const backend *b, const layer *l, const void *w, backend_layer **out, char *impl,
                                  size_t impl_len, int64_t *workspace_bytes)
 {
     *out = NULL;
@@ -97,7 +136,7 @@ bench_status backend_layer_setup(const backend *b, const layer *l, const float *
     return BENCH_OK;
 }
 
-void backend_layer_run(const backend_layer *bl, const float *const *in, float *out)
+void backend_layer_run(const backend_layer *bl, const void *const *in, void *out)
 {
     bl->kernel->run(bl->env, bl->l, bl->state, in, bl->w, out);
 }
@@ -128,7 +167,7 @@ int backend_layer_parts(const backend_layer *bl, layer_part_info *parts)
     return bl->kernel->parts ? bl->kernel->parts(bl->env, bl->state, bl->l, parts) : 0;
 }
 
-void backend_layer_isolate(const backend_layer *bl, const float *const *in, char *impl, size_t impl_len)
+void backend_layer_isolate(const backend_layer *bl, const void *const *in, char *impl, size_t impl_len)
 {
     if (bl->kernel->isolate)
         bl->kernel->isolate(bl->env, bl->state, in, impl, impl_len);
@@ -137,12 +176,13 @@ void backend_layer_isolate(const backend_layer *bl, const float *const *in, char
 double backend_tolerance(const backend *b, const layer *l)
 {
     backend_kernel_entry e = backend_kernel_of(b, l);
-    if (!e.kernel || !e.kernel->tolerance)
-        return layer_desc_get(l->kind)->tolerance;
-    return e.kernel->tolerance(b->ops->layers.kernel_env ? b->ops->layers.kernel_env(b->ctx) : b->ctx, l);
+    double own = !e.kernel || !e.kernel->tolerance
+                     ? layer_desc_get(l->kind)->tolerance
+                     : e.kernel->tolerance(b->ops->layers.kernel_env ? b->ops->layers.kernel_env(b->ctx) : b->ctx, l);
+    return own + dtype_tolerance(l->dtype); /* the type's rounding on top of the kernel's own */
 }
 
-bench_status backend_model_link(const backend *b, const model *m, backend_layer *const *layers, float *const *values,
+bench_status backend_model_link(const backend *b, const model *m, backend_layer *const *layers, void *const *values,
                                 char *impl, size_t impl_len)
 {
     if (!b->ops->layers.model_link)

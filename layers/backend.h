@@ -18,7 +18,6 @@
 
 typedef struct backend_options {
     int threads;            /* CPU threads; 0 = every core */
-    bool tf32;              /* CUDA: allow TF32 in convolutions and GEMMs (default: strict FP32) */
     bool algo_heuristic;    /* CUDA: take cuDNN's heuristic choice instead of timing the candidates */
 } backend_options;
 
@@ -47,6 +46,10 @@ typedef struct backend_device_i {
      * may surface only at the next sync or timer_stop. */
     bench_status (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
     bench_status (*download)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* Optional: queues the conversion of n elements at src, of dtype from, into dst as
+     * dtype to (round to nearest even), ordered like a layer; both convertible types
+     * (dtype_convertible). Without it, a mixed model's chained forward cannot run. */
+    void (*convert)(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n);
     /* Waits for all work queued so far; BENCH_ERR_BACKEND if any of it failed. */
     bench_status (*sync)(void *ctx);
     /* Optional: bytes of its own memory the backend can still allocate (free device
@@ -118,12 +121,12 @@ typedef struct backend_kernel {
      * allocated into *workspace_bytes. BENCH_ERR_UNSUPPORTED when the backend cannot run
      * this configuration of the kind. Without setup, the layer runs with a NULL state
      * and impl is the entry's impl. */
-    bench_status (*setup)(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
+    bench_status (*setup)(void *env, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
                           int64_t *workspace_bytes);
     const char *impl;
     /* The timed part: queues the layer on in[0..l->n_inputs); no allocation, printing or
      * synchronisation. For kinds that alias their input, out == in[0]. */
-    void (*run)(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out);
+    void (*run)(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out);
     void (*free)(void *env, void *state); /* optional */
     /* Optional (kinds with layer_parts()): turns the per-part timing of the layer's later
      * runs on or off (untimed; never on while a graph is captured); false when this
@@ -143,9 +146,10 @@ typedef struct backend_kernel {
      * does; the conversions show as rows of their own in the chained forward (model_link).
      * Writes the layer's impl as it now runs into impl; leaves it alone when nothing
      * changed. Never called on a state that bench check or the chained forward runs. */
-    void (*isolate)(void *env, void *state, const float *const *in, char *impl, size_t impl_len);
+    void (*isolate)(void *env, void *state, const void *const *in, char *impl, size_t impl_len);
     /* Optional: relative error accepted against the reference for l with this kernel
-     * (default: the kind's own tolerance). */
+     * (default: the kind's own tolerance), its dtype's rounding aside: backend_tolerance
+     * adds dtype_tolerance. */
     double (*tolerance)(void *env, const layer *l);
 } backend_kernel;
 
@@ -170,12 +174,12 @@ typedef struct backend_layers_i {
      * between the backend's layers in the layouts it prefers (oneDNN's blocked ones)
      * rather than plain. Whatever is read through the kernels' pointers stays plain in
      * them: the model's input and output, and every value a view or a layer the backend
-     * does not link reads. values[v] is value v's buffer (shape_numel floats at least,
+     * does not link reads. values[v] is value v's buffer (shape_numel elements of its dtype at least,
      * shared with values whose lifetimes do not overlap v's), which a linked value may
      * hold in its own layout where it fits. Rewrites the impl of each layer it changed
      * (layer i's at impl + i * impl_len). Untimed; BENCH_OK or a failure (last_error says
      * why), after which the forward is not run. */
-    bench_status (*model_link)(void *ctx, const model *m, void *const *states, float *const *values, char *impl,
+    bench_status (*model_link)(void *ctx, const model *m, void *const *states, void *const *values, char *impl,
                                size_t impl_len);
     /* Optional, the algorithm choices of --algo search (--algo-cache, choices.h): every
      * choice setup made or took so far, as (layer key, value) text pairs without tabs or
@@ -217,12 +221,18 @@ int64_t backend_mem_available(const backend *b);
 
 /* Allocates n floats on the backend and uploads host data into them (host may be NULL). */
 float *backend_alloc_floats(const backend *b, int64_t n, const float *host);
+/* Allocates n elements of t on the backend and uploads host's n floats into them,
+ * converted to t (host may be NULL); NULL when out of memory or t has no host conversion
+ * (int8). */
+void *backend_alloc_values(const backend *b, dtype_t t, int64_t n, const float *host);
+/* Downloads n elements of t from the backend into host as floats. */
+bench_status backend_download_values(const backend *b, dtype_t t, float *host, const void *src, int64_t n);
 
 /* A layer set up on a backend by its kernel table's entry for (l->kind, l->dtype). */
 typedef struct backend_layer {
     const backend_kernel *kernel;
     const layer *l;
-    const float *w;
+    const void *w;
     void *env;
     void *state;    /* the kernel's own */
 } backend_layer;
@@ -232,10 +242,10 @@ backend_kernel_entry backend_kernel_of(const backend *b, const layer *l);
 /* Untimed setup of l, whose weights w live in b's memory (see backend_kernel.setup):
  * *out is freed by backend_layer_free(). BENCH_ERR_UNSUPPORTED, with the reason in impl,
  * when the table has no kernel or the kernel refuses the layer. */
-bench_status backend_layer_setup(const backend *b, const layer *l, const float *w, backend_layer **out, char *impl,
+bench_status backend_layer_setup(const backend *b, const layer *l, const void *w, backend_layer **out, char *impl,
                                  size_t impl_len, int64_t *workspace_bytes);
 /* Queues the layer (backend_kernel.run). */
-void backend_layer_run(const backend_layer *bl, const float *const *in, float *out);
+void backend_layer_run(const backend_layer *bl, const void *const *in, void *out);
 /* backend_layer_free(b, NULL) is a no-op. */
 void backend_layer_free(const backend *b, backend_layer *bl);
 /* The kernel's optional slots; without them: false, nothing, 0, nothing, and the kind's
@@ -243,11 +253,12 @@ void backend_layer_free(const backend *b, backend_layer *bl);
 bool backend_layer_parts_enable(const backend_layer *bl, bool on);
 void backend_layer_parts_read(const backend_layer *bl, double *seconds);
 int backend_layer_parts(const backend_layer *bl, layer_part_info *parts);
-void backend_layer_isolate(const backend_layer *bl, const float *const *in, char *impl, size_t impl_len);
-/* Relative error accepted for l on b. */
+void backend_layer_isolate(const backend_layer *bl, const void *const *in, char *impl, size_t impl_len);
+/* Relative error accepted for l on b: the kernel's (or the kind's) plus its dtype's
+ * (dtype_tolerance). */
 double backend_tolerance(const backend *b, const layer *l);
 /* The backend's model_link on these layers (BENCH_OK when it has none). */
-bench_status backend_model_link(const backend *b, const model *m, backend_layer *const *layers, float *const *values,
+bench_status backend_model_link(const backend *b, const model *m, backend_layer *const *layers, void *const *values,
                                 char *impl, size_t impl_len);
 
 #endif

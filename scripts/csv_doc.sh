@@ -7,7 +7,7 @@ cat <<'HEAD'
 # The results CSV
 
 `bench run --csv FILE` and `bench sweep --csv FILE` write one tidy CSV: one row per
-layer per backend per timing mode per batch size; then, once per backend and batch, the
+layer per backend per timing mode per batch size and dtype; then, once per backend, batch and dtype, the
 whole forward (`kind` = `model`, mode `chained`, and `graph` where the backend replays
 graphs) and, for backends with their own memory, the model input and output copies
 (`kind` = `copy`, mode `transfer`). It loads with `pandas.read_csv(FILE)` and no options.

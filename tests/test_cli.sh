@@ -57,7 +57,7 @@ expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 expect 0 "19 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
 expect 0 "9 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
-[ "$(head -1 "$T/list.csv")" = "model,batch,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
+[ "$(head -1 "$T/list.csv")" = "model,batch,dtype,layer_dtype,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
 cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not deterministic"
 
@@ -71,7 +71,7 @@ header=$(head -1 "$T/run.csv")
 schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
 [ "$header" = "$schema" ] && ok || bad "CSV header differs from 'bench schema': $header"
 [ "$(wc -l <"$T/run.csv")" = 38 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + 18 in-model + model"
-grep -q '^smoke,cpu,chained,2,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
+grep -q '^smoke,cpu,chained,2,fp32,fp32,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
 # awk over named columns: c["status"] is the field number of column status
 awk -F, "$COLS"' $c["kind"]!="model" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
 [ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 4 ] && ok || bad "flatten and dropout are not view rows (alone and in-model)"
@@ -189,7 +189,7 @@ awk -F, -v OFS=, 'NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; print; next} {$c["
 awk -F, -v OFS=, 'NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; print; next}
   $c["layer_name"]=="stem" && $c["mode"]!="inmodel" {$c["median_us"] *= 2; $c["ci_low_us"] *= 2; $c["ci_high_us"] *= 2} {print}' "$T/quiet.csv" >"$T/slow.csv"
 expect 1 "stem .*SLOWER" -- "$BENCH" compare "$T/quiet.csv" "$T/slow.csv"
-expect 1 "\| cpu \| (warm|batch) \| 2 \| stem \|.*\*\*SLOWER\*\*" -- "$BENCH" compare "$T/quiet.csv" "$T/slow.csv" --format md
+expect 1 "\| cpu \| (warm|batch) \| 2 \| fp32 \| stem \|.*\*\*SLOWER\*\*" -- "$BENCH" compare "$T/quiet.csv" "$T/slow.csv" --format md
 expect 2 "compare needs two results CSVs" -- "$BENCH" compare "$T/run.csv"
 expect 2 "smoke.yaml:[0-9]+: " -- "$BENCH" compare "$T/run.csv" "$SMOKE"
 expect 2 "is not a layerbench results CSV: it has no .model. column" -- "$BENCH" compare "$T/run.csv" "$SRC/tests/data/not_results.csv"

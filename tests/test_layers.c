@@ -291,7 +291,7 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
     EXPECT(st == BENCH_OK || st == BENCH_ERR_UNSUPPORTED, "%s %s: setup failed (%d): %s", kn, c->what, st,
            backend_last_error(b));
     if (st == BENCH_OK) {
-        backend_layer_run(state, (const float *const *)din, d->aliases_input ? din[0] : dout + GUARD);
+        backend_layer_run(state, (const void *const *)din, d->aliases_input ? din[0] : dout + GUARD);
         EXPECT(ops->device.sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
         if (d->aliases_input)
             ops->device.download(b->ctx, host_out + GUARD, din[0], (size_t)n_out * sizeof(float));

@@ -105,7 +105,7 @@ static bench_status f_init(const backend_options *o, void **ctx, char *err, size
     return BENCH_OK;
 }
 static void f_free(void *ctx) { (void)ctx; }
-static bench_status f_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status f_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                             int64_t *ws)
 {
     (void)ctx, (void)w;
@@ -122,7 +122,7 @@ static bench_status f_setup(void *ctx, const layer *l, const float *w, void **st
     *state = fl;
     return BENCH_OK;
 }
-static void f_run(void *ctx, const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void f_run(void *ctx, const layer *l, void *state, const void *const *in, const void *w, void *out)
 {
     (void)ctx, (void)l, (void)in, (void)w, (void)out;
     fake_layer *fl = state;

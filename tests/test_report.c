@@ -186,7 +186,7 @@ static void test_compare(void)
     o.inmodel = false;
     o.markdown = true;
     compare_text(base, new_, &o, out, sizeof out);
-    EXPECT(strstr(out, "| Backend | Mode | Batch | Layer |") && strstr(out, "**SLOWER**"), "markdown:\n%s", out);
+    EXPECT(strstr(out, "| Backend | Mode | Batch | Dtype | Layer |") && strstr(out, "**SLOWER**"), "markdown:\n%s", out);
     o.markdown = false;
     EXPECT(compare_text(base, base, &o, out, sizeof out) == 0 && strstr(out, "0 SLOWER, 0 FASTER, 10 SAME"),
            "a file against itself:\n%s", out);

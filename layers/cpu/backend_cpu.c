@@ -11,37 +11,50 @@
 
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
+/* Where a kind has no kernel in bf16 or fp16, cpu_via_f32_kernel runs its fp32 one on
+ * fp32 copies (convert_cpu.c); views and concat move bytes in any dtype. */
+#define CPU_NO_TF32 "tf32 is a math mode of NVIDIA's tensor cores: a CPU has none (run fp32)"
+#define CPU_NO_INT8 "the cpu backend has no int8 kernels"
+#define CPU_ROW(kind, f32, b16)                                                                                \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {NULL, CPU_NO_TF32}, [kind][DTYPE_BF16] = {&b16},       \
+    [kind][DTYPE_FP16] = {&b16}, [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
+
 static const backend_kernel_table cpu_kernels = {
-    [LAYER_CONV2D][DTYPE_FP32] = {&cpu_conv2d_kernel},
-    [LAYER_BATCHNORM2D][DTYPE_FP32] = {&cpu_batchnorm2d_kernel},
-    [LAYER_RELU][DTYPE_FP32] = {&cpu_relu_kernel},
-    [LAYER_RELU6][DTYPE_FP32] = {&cpu_relu6_kernel},
-    [LAYER_SIGMOID][DTYPE_FP32] = {&cpu_sigmoid_kernel},
-    [LAYER_MAXPOOL2D][DTYPE_FP32] = {&cpu_maxpool2d_kernel},
-    [LAYER_AVGPOOL2D][DTYPE_FP32] = {&cpu_avgpool2d_kernel},
-    [LAYER_ADAPTIVE_AVGPOOL2D][DTYPE_FP32] = {&cpu_adaptive_avgpool2d_kernel},
-    [LAYER_FLATTEN][DTYPE_FP32] = {&cpu_view_kernel},
-    [LAYER_LINEAR][DTYPE_FP32] = {&cpu_linear_kernel},
-    [LAYER_DROPOUT][DTYPE_FP32] = {&cpu_view_kernel},
-    [LAYER_SOFTMAX][DTYPE_FP32] = {&cpu_softmax_kernel},
-    [LAYER_ADD][DTYPE_FP32] = {&cpu_add_kernel},
-    [LAYER_MUL][DTYPE_FP32] = {&cpu_mul_kernel},
-    [LAYER_CONCAT][DTYPE_FP32] = {&cpu_concat_kernel},
-    [LAYER_SILU][DTYPE_FP32] = {&cpu_silu_kernel},
-    [LAYER_HARDSWISH][DTYPE_FP32] = {&cpu_hardswish_kernel},
-    [LAYER_HARDSIGMOID][DTYPE_FP32] = {&cpu_hardsigmoid_kernel},
-    [LAYER_TANH][DTYPE_FP32] = {&cpu_tanh_kernel},
-    [LAYER_STOCHASTIC_DEPTH][DTYPE_FP32] = {&cpu_view_kernel},
-    [LAYER_CONV_TRANSPOSE2D][DTYPE_FP32] = {&cpu_conv_transpose2d_kernel},
-    [LAYER_UPSAMPLE][DTYPE_FP32] = {&cpu_upsample_kernel},
-    [LAYER_LAYERNORM][DTYPE_FP32] = {&cpu_layernorm_kernel},
-    [LAYER_GELU][DTYPE_FP32] = {&cpu_gelu_kernel},
-    [LAYER_MULTIHEAD_ATTENTION][DTYPE_FP32] = {&cpu_multihead_attention_kernel},
-    [LAYER_TRANSPOSE][DTYPE_FP32] = {&cpu_transpose_kernel},
-    [LAYER_CLASS_TOKEN][DTYPE_FP32] = {&cpu_class_token_kernel},
-    [LAYER_POS_EMBEDDING][DTYPE_FP32] = {&cpu_pos_embedding_kernel},
-    [LAYER_SELECT][DTYPE_FP32] = {&cpu_select_kernel},
+    CPU_ROW(LAYER_CONV2D, cpu_conv2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_RELU, cpu_relu_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_RELU6, cpu_relu6_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_SIGMOID, cpu_sigmoid_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_MAXPOOL2D, cpu_maxpool2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_AVGPOOL2D, cpu_avgpool2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_adaptive_avgpool2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_FLATTEN, cpu_view_kernel, cpu_view_kernel),
+    CPU_ROW(LAYER_LINEAR, cpu_linear_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_DROPOUT, cpu_view_kernel, cpu_view_kernel),
+    CPU_ROW(LAYER_SOFTMAX, cpu_softmax_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_ADD, cpu_add_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_MUL, cpu_mul_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_CONCAT, cpu_concat_kernel, cpu_concat_kernel),
+    CPU_ROW(LAYER_SILU, cpu_silu_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_HARDSWISH, cpu_hardswish_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_HARDSIGMOID, cpu_hardsigmoid_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_TANH, cpu_tanh_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_STOCHASTIC_DEPTH, cpu_view_kernel, cpu_view_kernel),
+    CPU_ROW(LAYER_CONV_TRANSPOSE2D, cpu_conv_transpose2d_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_UPSAMPLE, cpu_upsample_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_LAYERNORM, cpu_layernorm_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_GELU, cpu_gelu_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_MULTIHEAD_ATTENTION, cpu_multihead_attention_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_TRANSPOSE, cpu_transpose_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_CLASS_TOKEN, cpu_class_token_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_POS_EMBEDDING, cpu_pos_embedding_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_SELECT, cpu_select_kernel, cpu_via_f32_kernel),
 };
+
+const backend_kernel *cpu_fp32_kernel(layer_kind kind)
+{
+    return (unsigned)kind < LAYER_KIND_COUNT ? cpu_kernels[kind][DTYPE_FP32].kernel : NULL;
+}
 
 typedef struct cpu_ctx {
     int threads;
@@ -469,7 +482,7 @@ const backend_ops backend_cpu_ops = {
     .name = "cpu",
     .device_memory = false,
     .device = {.init = cpu_init, .free = cpu_free, .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_copy,
-               .download = cpu_copy, .sync = cpu_sync, .thread_count = cpu_thread_count, .describe = cpu_describe,
+               .download = cpu_copy, .convert = cpu_convert, .sync = cpu_sync, .thread_count = cpu_thread_count, .describe = cpu_describe,
                .warnings = cpu_warnings, .peaks = cpu_peaks},
     .timing = {.timer_start = cpu_timer_start, .timer_stop = cpu_timer_stop, .flush_cache = cpu_flush_cache,
                .marks_prepare = cpu_marks_prepare, .timer_mark = cpu_timer_mark, .marks_read = cpu_marks_read,

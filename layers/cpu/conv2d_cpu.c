@@ -392,17 +392,17 @@ static int conv_candidates(const layer *l, conv_algo *c)
     return n;
 }
 
-static void conv_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out);
+static void conv_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out);
 
 /* The best of up to three timed runs after one untimed one, within about 50 ms. */
 static double conv_time(const layer *l, conv_state *s, const float *in, const float *w, float *out)
 {
     const float *ins[1] = {in};
-    conv_run(NULL, l, s, ins, w, out);
+    conv_run(NULL, l, s, (const void *const *)ins, w, out);
     double best = 1e30, spent = 0.0;
     for (int r = 0; r < 3 && spent < 0.05; r++) {
         double t0 = bench_now();
-        conv_run(NULL, l, s, ins, w, out);
+        conv_run(NULL, l, s, (const void *const *)ins, w, out);
         double dt = bench_now() - t0;
         spent += dt;
         best = dt < best ? dt : best;
@@ -516,13 +516,13 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             all = st[f] != NULL;
             again[f] = 1e30;
             if (all)
-                conv_run(NULL, l, st[f], ins, w, out); /* warm, untimed */
+                conv_run(NULL, l, st[f], (const void *const *)ins, w, out); /* warm, untimed */
         }
         int bf = 0;
         for (int r = 0; all && r < 30 && (r < 5 || spent < 0.5); r++) {
             for (int f = 0; f < nf; f++) {
                 double t0 = bench_now();
-                conv_run(NULL, l, st[f], ins, w, out);
+                conv_run(NULL, l, st[f], (const void *const *)ins, w, out);
                 double dt = bench_now() - t0;
                 spent += dt;
                 again[f] = dt < again[f] ? dt : again[f];
@@ -555,7 +555,7 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
     return best;
 }
 
-static bench_status conv_setup(void *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status conv_setup(void *env, const layer *l, const void *w, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
     cpu_choices *search = cpu_env_choices(env);
@@ -934,8 +934,11 @@ static void direct(const layer *l, const conv_state *s, const float *in, const f
     }
 }
 
-static void conv_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void conv_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     const conv_state *s = state;

@@ -21,7 +21,7 @@ static void convt_free(void *env, void *state)
     free(s);
 }
 
-static bench_status convt_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t impl_len,
+static bench_status convt_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
                                 int64_t *workspace_bytes)
 {
     cpu_choices *search = cpu_env_choices(env);
@@ -66,8 +66,11 @@ static void col2im_add(const layer *l, const float *col, float *out_group)
         });
 }
 
-static void convt_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void convt_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const convt_state *s = state;
     const layer_params *p = &l->p;

@@ -51,6 +51,13 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
     cpu_upsample_kernel, cpu_layernorm_kernel, cpu_gelu_kernel, cpu_multihead_attention_kernel, cpu_transpose_kernel,
     cpu_class_token_kernel, cpu_pos_embedding_kernel, cpu_select_kernel;
 
+/* bf16 and fp16 through fp32 copies of the tensors around the kind's fp32 kernel
+ * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */
+extern const backend_kernel cpu_via_f32_kernel;
+const backend_kernel *cpu_fp32_kernel(layer_kind kind);
+/* backend_device_i.convert, on the thread pool. */
+void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n);
+
 /* ISA dispatch. The loops of the memory-bound kinds are compiled three times, for
  * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the x86-64 baseline (SSE2), and the
  * dynamic loader picks the best the CPU runs (target_clones: an ifunc resolved once).

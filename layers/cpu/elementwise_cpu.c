@@ -15,8 +15,11 @@ static void affine_span(const float *x, float *y, int64_t n, float scale, float 
         y[i] = x[i] * scale + shift;
 }
 
-static void bn_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void bn_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     (void)state;
@@ -42,11 +45,12 @@ static void bn_run(void *env, const layer *l, void *state, const float *const *i
             out[i] = (expr);                                                                        \
         }                                                                                           \
     }                                                                                               \
-    static void fn(void *env, const layer *l, void *state, const float *const *in, const float *w,         \
-                   float *out)                                                                      \
+    static void fn(void *env, const layer *l, void *state, const void *const *in, const void *w,           \
+                   void *out_)                                                                      \
     {                                                                                               \
         (void)env, (void)state, (void)w;                                                            \
         const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
+        float *out = out_;                                                                          \
         int64_t n = shape_numel(&l->out);                                                           \
         if (n <= CPU_PARALLEL_MIN) {                                                                \
             fn##_span(a, b, out, n);                                                                \
@@ -80,13 +84,16 @@ static bool is_plane_scale(const shape_t *s, const shape_t *out)
     return s->rank == 4 && s->d[0] == out->d[0] && s->d[1] == out->d[1] && s->d[2] == 1 && s->d[3] == 1;
 }
 
-static void mul_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void mul_run(void *env, const layer *l, void *state, const void *const *in_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *in = (const float *const *)in_;
     (void)env;
     const shape_t *o = &l->out;
     int64_t n = shape_numel(o);
     if (shape_equal(&l->ins[0], &l->ins[1])) {
-        mul_same_run(env, l, state, in, w, out);
+        mul_same_run(env, l, state, in_, w, out);
         return;
     }
     int scale = is_plane_scale(&l->ins[0], o) && shape_equal(&l->ins[1], o)   ? 0
@@ -105,10 +112,12 @@ static void mul_run(void *env, const layer *l, void *state, const float *const *
             out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];);
 }
 
-/* concat: each input's block of every outer index is copied to its place. */
-static void concat_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
+/* concat: each input's block of every outer index is copied to its place, in any dtype. */
+static void concat_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out_)
 {
     (void)env, (void)state, (void)w;
+    char *out = out_;
+    size_t size = dtype_size(l->dtype);
     int64_t outer = 1, inner = 1, dim = l->p.dim;
     for (int64_t i = 0; i < dim; i++)
         outer *= l->out.d[i];
@@ -120,13 +129,14 @@ static void concat_run(void *env, const layer *l, void *state, const float *cons
             int64_t at = 0;
             for (int k = 0; k < l->n_inputs; k++) {
                 int64_t span = l->ins[k].d[dim] * inner;
-                memcpy(out + o * row + at, in[k] + o * span, (size_t)span * sizeof(float));
+                memcpy(out + (o * row + at) * (int64_t)size, (const char *)in[k] + o * span * (int64_t)size,
+                       (size_t)span * size);
                 at += span;
             }
         });
 }
 
-static void view_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
+static void view_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
 {
     (void)env, (void)l, (void)state, (void)in, (void)w, (void)out;
 }

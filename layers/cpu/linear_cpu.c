@@ -36,9 +36,10 @@ static void linear_free(void *env, void *state)
     free(s);
 }
 
-static bench_status linear_setup(void *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status linear_setup(void *env, const layer *l, const void *w_, void **state, char *impl,
                                  size_t impl_len, int64_t *workspace_bytes)
 {
+    const float *w = w_;
     cpu_choices *search = cpu_env_choices(env);
     (void)search;
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
@@ -87,8 +88,11 @@ static void linear_panels(const linear_state *s, int64_t n, int64_t f, int64_t o
             }
 }
 
-static void linear_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void linear_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const linear_state *s = state;
     const float *in = ins[0];

@@ -103,8 +103,11 @@ static void maxpool_plane_taps(const layer *l, const float *src, float *dst)
     }
 }
 
-static void maxpool_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void maxpool_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
@@ -132,8 +135,11 @@ static void maxpool_run(void *env, const layer *l, void *state, const float *con
         });
 }
 
-static void avgpool_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void avgpool_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
@@ -272,8 +278,11 @@ static void adaptive_plane(const float *src, int64_t h, int64_t wd, float *dst, 
     }
 }
 
-static void adaptive_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void adaptive_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     (void)state, (void)w;

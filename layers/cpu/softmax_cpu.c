@@ -40,8 +40,11 @@ static void softmax_strided(const float *x, float *y, int64_t n, int64_t inner)
         y[i * inner] *= inv;
 }
 
-static void softmax_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void softmax_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const float *in = ins[0];
     (void)state, (void)w;

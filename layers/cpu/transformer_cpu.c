@@ -44,8 +44,11 @@ static void layernorm_row(const float *x, float *y, int64_t d, const float *gamm
     }
 }
 
-static void layernorm_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void layernorm_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state;
     const float *in = ins[0];
     int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
@@ -76,8 +79,11 @@ static void gelu_span(const float *in, float *out, int64_t n, bool tanh_approx)
     }
 }
 
-static void gelu_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void gelu_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state, (void)w;
     const float *in = ins[0];
     int64_t n = shape_numel(&l->in);
@@ -108,7 +114,7 @@ typedef struct mha_state {
     double part_s[5];/* the last run: in_proj, qk, softmax, av, out_proj */
 } mha_state;
 
-static bench_status mha_setup(void *env, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status mha_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
     cpu_choices *search = cpu_env_choices(env);
@@ -171,7 +177,7 @@ static void mha_head(const float *q, const float *k, const float *v, float *sc, 
     }
 }
 
-static void mha_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void mha_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
 {
     (void)env;
     mha_state *m = state;
@@ -222,8 +228,11 @@ static void mha_parts_read(void *env, void *state, double *seconds)
 
 /* ---- the token kinds -------------------------------------------------------------------------- */
 
-static void transpose_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void transpose_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state, (void)w;
     const float *in = ins[0];
     int64_t outer, a, mid, b, inner;
@@ -245,8 +254,11 @@ static void transpose_run(void *env, const layer *l, void *state, const float *c
             });
 }
 
-static void class_token_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void class_token_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state;
     int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
     CPU_OMP_IF(n * s * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
@@ -256,9 +268,12 @@ static void class_token_run(void *env, const layer *l, void *state, const float 
         });
 }
 
-static void pos_embedding_run(void *env, const layer *l, void *state, const float *const *ins, const float *w,
-                              float *out)
+static void pos_embedding_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_,
+                              void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state;
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
@@ -267,8 +282,11 @@ static void pos_embedding_run(void *env, const layer *l, void *state, const floa
             cpu_add_span(in + b * sd, w, out + b * sd, sd););
 }
 
-static void select_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void select_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env, (void)state, (void)w;
     int64_t outer, size, inner;
     layer_select_dims(l, &outer, &size, &inner);

@@ -18,7 +18,7 @@ static void upsample_free(void *env, void *state)
     free(s);
 }
 
-static bench_status upsample_setup(void *env, const layer *l, const float *w, void **state, char *impl,
+static bench_status upsample_setup(void *env, const layer *l, const void *w, void **state, char *impl,
                                    size_t impl_len, int64_t *ws)
 {
     cpu_choices *search = cpu_env_choices(env);
@@ -52,8 +52,11 @@ static bench_status upsample_setup(void *env, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void upsample_run(void *env, const layer *l, void *state, const float *const *ins, const float *w, float *out)
+static void upsample_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
+    const float *w = w_;
+    float *out = out_;
+    const float *const *ins = (const float *const *)ins_;
     (void)env;
     const upsample_state *s = state;
     (void)w;

@@ -11,36 +11,43 @@
 
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
+/* tf32 is fp32 storage: every kind's fp32 kernel, the GEMM kinds in tensor-core math. */
+#define CUDA_NO_HALF "bf16 and fp16 kernels on cuda are not written yet"
+#define CUDA_NO_INT8 "the cuda backend has no int8 kernels"
+#define CUDA_ROW(kind, f32)                                                                                    \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {&f32}, [kind][DTYPE_BF16] = {NULL, CUDA_NO_HALF},       \
+    [kind][DTYPE_FP16] = {NULL, CUDA_NO_HALF}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
+
 static const backend_kernel_table cuda_kernels = {
-    [LAYER_CONV2D][DTYPE_FP32] = {&cuda_conv2d_kernel},
-    [LAYER_BATCHNORM2D][DTYPE_FP32] = {&cuda_batchnorm2d_kernel},
-    [LAYER_RELU][DTYPE_FP32] = {&cuda_activation_kernel},
-    [LAYER_RELU6][DTYPE_FP32] = {&cuda_activation_kernel},
-    [LAYER_SIGMOID][DTYPE_FP32] = {&cuda_activation_kernel},
-    [LAYER_MAXPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
-    [LAYER_AVGPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
-    [LAYER_ADAPTIVE_AVGPOOL2D][DTYPE_FP32] = {&cuda_pool_kernel},
-    [LAYER_FLATTEN][DTYPE_FP32] = {&cuda_view_kernel},
-    [LAYER_LINEAR][DTYPE_FP32] = {&cuda_linear_kernel},
-    [LAYER_DROPOUT][DTYPE_FP32] = {&cuda_view_kernel},
-    [LAYER_SOFTMAX][DTYPE_FP32] = {&cuda_softmax_kernel},
-    [LAYER_ADD][DTYPE_FP32] = {&cuda_add_kernel},
-    [LAYER_MUL][DTYPE_FP32] = {&cuda_mul_kernel},
-    [LAYER_CONCAT][DTYPE_FP32] = {&cuda_concat_kernel},
-    [LAYER_SILU][DTYPE_FP32] = {&cuda_activation_kernel},
-    [LAYER_HARDSWISH][DTYPE_FP32] = {&cuda_hard_activation_kernel},
-    [LAYER_HARDSIGMOID][DTYPE_FP32] = {&cuda_hard_activation_kernel},
-    [LAYER_TANH][DTYPE_FP32] = {&cuda_activation_kernel},
-    [LAYER_STOCHASTIC_DEPTH][DTYPE_FP32] = {&cuda_view_kernel},
-    [LAYER_CONV_TRANSPOSE2D][DTYPE_FP32] = {&cuda_conv_transpose2d_kernel},
-    [LAYER_UPSAMPLE][DTYPE_FP32] = {&cuda_upsample_kernel},
-    [LAYER_LAYERNORM][DTYPE_FP32] = {&cuda_layernorm_kernel},
-    [LAYER_GELU][DTYPE_FP32] = {&cuda_gelu_kernel},
-    [LAYER_MULTIHEAD_ATTENTION][DTYPE_FP32] = {&cuda_multihead_attention_kernel},
-    [LAYER_TRANSPOSE][DTYPE_FP32] = {&cuda_transpose_kernel},
-    [LAYER_CLASS_TOKEN][DTYPE_FP32] = {&cuda_class_token_kernel},
-    [LAYER_POS_EMBEDDING][DTYPE_FP32] = {&cuda_pos_embedding_kernel},
-    [LAYER_SELECT][DTYPE_FP32] = {&cuda_select_kernel},
+    CUDA_ROW(LAYER_CONV2D, cuda_conv2d_kernel),
+    CUDA_ROW(LAYER_BATCHNORM2D, cuda_batchnorm2d_kernel),
+    CUDA_ROW(LAYER_RELU, cuda_activation_kernel),
+    CUDA_ROW(LAYER_RELU6, cuda_activation_kernel),
+    CUDA_ROW(LAYER_SIGMOID, cuda_activation_kernel),
+    CUDA_ROW(LAYER_MAXPOOL2D, cuda_pool_kernel),
+    CUDA_ROW(LAYER_AVGPOOL2D, cuda_pool_kernel),
+    CUDA_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cuda_pool_kernel),
+    CUDA_ROW(LAYER_FLATTEN, cuda_view_kernel),
+    CUDA_ROW(LAYER_LINEAR, cuda_linear_kernel),
+    CUDA_ROW(LAYER_DROPOUT, cuda_view_kernel),
+    CUDA_ROW(LAYER_SOFTMAX, cuda_softmax_kernel),
+    CUDA_ROW(LAYER_ADD, cuda_add_kernel),
+    CUDA_ROW(LAYER_MUL, cuda_mul_kernel),
+    CUDA_ROW(LAYER_CONCAT, cuda_concat_kernel),
+    CUDA_ROW(LAYER_SILU, cuda_activation_kernel),
+    CUDA_ROW(LAYER_HARDSWISH, cuda_hard_activation_kernel),
+    CUDA_ROW(LAYER_HARDSIGMOID, cuda_hard_activation_kernel),
+    CUDA_ROW(LAYER_TANH, cuda_activation_kernel),
+    CUDA_ROW(LAYER_STOCHASTIC_DEPTH, cuda_view_kernel),
+    CUDA_ROW(LAYER_CONV_TRANSPOSE2D, cuda_conv_transpose2d_kernel),
+    CUDA_ROW(LAYER_UPSAMPLE, cuda_upsample_kernel),
+    CUDA_ROW(LAYER_LAYERNORM, cuda_layernorm_kernel),
+    CUDA_ROW(LAYER_GELU, cuda_gelu_kernel),
+    CUDA_ROW(LAYER_MULTIHEAD_ATTENTION, cuda_multihead_attention_kernel),
+    CUDA_ROW(LAYER_TRANSPOSE, cuda_transpose_kernel),
+    CUDA_ROW(LAYER_CLASS_TOKEN, cuda_class_token_kernel),
+    CUDA_ROW(LAYER_POS_EMBEDDING, cuda_pos_embedding_kernel),
+    CUDA_ROW(LAYER_SELECT, cuda_select_kernel),
 };
 
 typedef struct cuda_ctx {
@@ -161,7 +168,6 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
     cuda_ctx *c = xcalloc(1, sizeof *c);
     cuda_env *env = &c->env;
     env->device = 0;
-    env->tf32 = opt->tf32;
     env->algo = opt->algo_heuristic ? CUDA_ALGO_HEURISTIC : CUDA_ALGO_SEARCH;
     struct cudaDeviceProp prop;
     bool ok = CUDA_OK(env, cudaSetDevice(0)) && CUDA_OK(env, cudaGetDeviceProperties(&prop, 0)) &&
@@ -172,8 +178,7 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
               CUBLAS_OK(env, cublasCreate(&env->cublas)) && CUBLAS_OK(env, cublasSetStream(env->cublas, env->stream)) &&
               /* FP32 without TF32 is CUBLAS_DEFAULT_MATH, as PyTorch runs it (PEDANTIC is
                * meant for testing and may be slower) */
-              CUBLAS_OK(env, cublasSetMathMode(env->cublas, opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                       : CUBLAS_DEFAULT_MATH)) &&
+              CUBLAS_OK(env, cublasSetMathMode(env->cublas, CUBLAS_DEFAULT_MATH)) &&
               CUBLAS_OK(env, cublasGetVersion(env->cublas, &c->cublas_version));
     if (ok) {
         snprintf(c->name, sizeof c->name, "%s", prop.name);
@@ -427,18 +432,17 @@ static const char *cuda_describe(void *ctx)
     c->description = xasprintf(
         "{\"device\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
         "\"sm_clock_mhz_end\": %d, \"sm_clock_mhz_max\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
-        "\"math\": \"%s\", \"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
+        "\"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
         "\"host_memory\": \"pageable\", \"stream_hold\": \"spinning kernel\", \"batch_launches\": \"one CUDA graph\", "
         "\"warm_up_s\": %g}",
         c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device, false), c->sm_clock_max, c->driver, c->runtime,
-        c->cudnn_version, c->cublas_version, c->env.tf32 ? "tf32" : "fp32",
+        c->cudnn_version, c->cublas_version,
         c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
     return c->description;
 }
 
-/* The roofline's ceilings on the GPU: cublasSgemm 8192^3 in the backend's math mode
- * (strict FP32, or TF32 with --tf32) and a device-to-device copy of up to 1 GiB (bytes
- * read plus written), each timed with events, the best of 5 after a warm-up; and, for
+/* The roofline's ceilings on the GPU: cublasSgemm 8192^3 in FP32 and a device-to-device
+ * copy of up to 1 GiB (bytes read plus written), each timed with events, the best of 5 after a warm-up; and, for
  * layers whose data the L2 holds, copies of an eighth of the L2. Not held: these
  * launches are long. */
 static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
@@ -501,8 +505,7 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
         return BENCH_ERR_BACKEND;
     pk->flops_per_s = 2.0 * (double)n * n * n / (best_gemm * 1e-3);
     pk->bytes_per_s = 2.0 * (double)copy / (best_copy * 1e-3);
-    snprintf(pk->compute_probe, sizeof pk->compute_probe, "cublasSgemm %dx%dx%d, %s, best of 5", n, n, n,
-             env->tf32 ? "TF32 allowed" : "FP32");
+    snprintf(pk->compute_probe, sizeof pk->compute_probe, "cublasSgemm %dx%dx%d, FP32, best of 5", n, n, n);
     snprintf(pk->bandwidth_probe, sizeof pk->bandwidth_probe,
              "device-to-device copy of %zu MiB, read + written, best of 5 (and %zu KiB, 100 times, for the L2)",
              copy >> 20, small >> 10);

@@ -4,7 +4,7 @@
  * it is). The algorithm is chosen at setup, by timing the candidates (--algo search,
  * like cudnn.benchmark = True: cuDNN's search, then its leading candidates timed again
  * over several rounds, see retime) or by cuDNN's heuristic (--algo heuristic), among those
- * of the requested math mode only: FMA (true FP32) unless --tf32. As PyTorch does, the
+ * of the layer's math mode only: FMA (true FP32) unless its dtype is tf32. As PyTorch does, the
  * chosen result's math type is set on the descriptor together with the algorithm; the
  * choice is cached for the process (cuda_env.h). A candidate whose workspace cannot be
  * allocated gives way to the next one. Bias: cudnnAddTensor after the convolution,
@@ -112,7 +112,7 @@ static int allowed(candidate *cand, int n, bool tf32)
 
 /* LAYERBENCH_CUDNN_LOG=1 in the environment: every candidate of every search (or
  * heuristic) on stderr, in cuDNN's order, with its math type, its timing and its
- * workspace, and whether the math mode (--tf32 or not) keeps it; then the leading
+ * workspace, and whether the math mode (dtype tf32 or not) keeps it; then the leading
  * candidates as retimed: why an algorithm was chosen, when a layer is slower than
  * another framework's. */
 static void log_candidates(cuda_env *env, const layer *l, const conv_cuda *c, const candidate *cand, int n,
@@ -127,7 +127,7 @@ static void log_candidates(cuda_env *env, const layer *l, const conv_cuda *c, co
                what, n);
     for (int i = 0; i < n; i++) {
         const char *why = cand[i].status != CUDNN_STATUS_SUCCESS ? cudnnGetErrorString(cand[i].status)
-                          : !env->tf32 && cand[i].math != CUDNN_FMA_MATH ? "left out: not FMA math (--tf32 allows it)"
+                          : !env->tf32 && cand[i].math != CUDNN_FMA_MATH ? "left out: not FMA math (dtype tf32 allows it)"
                           : cand[i].retimed                             ? "allowed, retimed"
                                                                         : "allowed";
         if (cand[i].ms >= 0)
@@ -348,10 +348,12 @@ static bool take(cuda_env *env, conv_cuda *c, int algo, cudnnMathType_t math)
     return true;
 }
 
-static bench_status conv_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
+    const float *w = w_;
     cuda_env *env = ctx;
+    env->tf32 = l->dtype == DTYPE_TF32;
     const layer_params *p = &l->p;
     conv_cuda *c = calloc(1, sizeof *c);
     candidate *perf = NULL;
@@ -433,8 +435,9 @@ fail:
     return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
 }
 
-static void conv_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void conv_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
+
     cuda_env *env = ctx;
     (void)l_, (void)w_;
     const float *in = ins[0];

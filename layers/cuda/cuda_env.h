@@ -22,6 +22,7 @@ typedef enum cuda_algo_mode {
  * and `bench check` run the same kernel. */
 typedef struct cuda_conv_choice {
     layer_kind kind;           /* conv2d or conv_transpose2d */
+    dtype_t dtype;             /* fp32 and tf32 choose among different math types */
     layer_params p;
     shape_t in;
     int algo;                  /* cudnnConvolutionFwdAlgo_t */
@@ -34,7 +35,8 @@ typedef struct cuda_env {
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
-    bool tf32;                 /* allow TF32 in convolutions and GEMMs */
+    bool tf32;                 /* the layer being set up runs in TF32 (its dtype is tf32): its
+                                  setup sets it from the layer, for the search's helpers */
     cuda_algo_mode algo;
     bool failed;               /* a checked call failed since the last cuda_env_clear; error says which */
     char error[512];

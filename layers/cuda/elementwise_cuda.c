@@ -9,7 +9,7 @@
 
 /* ---- batchnorm2d ------------------------------------------------------------------------ */
 
-static bench_status bn_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status bn_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                              int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -30,7 +30,7 @@ static bench_status bn_setup(void *ctx, const layer *l, const float *w, void **s
                   "cudnnBatchNormalizationForwardInference");
 }
 
-static void bn_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void bn_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -44,7 +44,7 @@ static void bn_run(void *ctx, const layer *l_, void *state, const float *const *
 
 /* ---- activations ------------------------------------------------------------------------ */
 
-static bench_status act_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status act_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -64,7 +64,7 @@ static bench_status act_setup(void *ctx, const layer *l, const float *w, void **
     return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnActivationForward");
 }
 
-static void act_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void act_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -76,7 +76,7 @@ static void act_run(void *ctx, const layer *l_, void *state, const float *const 
 
 /* ---- add -------------------------------------------------------------------------------- */
 
-static bench_status add_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status add_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -91,7 +91,7 @@ static bench_status add_setup(void *ctx, const layer *l, const float *w, void **
     return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnOpTensor");
 }
 
-static void add_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void add_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -107,7 +107,7 @@ typedef struct hard_cuda {
     int64_t n;
 } hard_cuda;
 
-static bench_status hard_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status hard_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -122,7 +122,7 @@ static bench_status hard_setup(void *ctx, const layer *l, const float *w, void *
     return BENCH_OK;
 }
 
-static void hard_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void hard_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -143,7 +143,7 @@ typedef struct mul_cuda {
     int full;         /* which input is the full one */
 } mul_cuda;
 
-static bench_status mul_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status mul_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -178,7 +178,7 @@ static bench_status mul_setup(void *ctx, const layer *l, const float *w, void **
     return BENCH_OK;
 }
 
-static void mul_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void mul_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -204,7 +204,7 @@ typedef struct concat_cuda {
     size_t outer, out_row, at[LAYER_MAX_INPUTS], row[LAYER_MAX_INPUTS]; /* bytes */
 } concat_cuda;
 
-static bench_status concat_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+static bench_status concat_setup(void *ctx, const layer *l, const void *w, void **state, char *impl,
                                  size_t len, int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -231,7 +231,7 @@ static bench_status concat_setup(void *ctx, const layer *l, const float *w, void
     return BENCH_OK;
 }
 
-static void concat_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void concat_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -243,7 +243,7 @@ static void concat_run(void *ctx, const layer *l_, void *state, const float *con
 
 /* ---- views ------------------------------------------------------------------------------ */
 
-static bench_status view_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status view_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -253,7 +253,7 @@ static bench_status view_setup(void *ctx, const layer *l, const float *w, void *
     return BENCH_OK;
 }
 
-static void view_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void view_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;

@@ -8,6 +8,7 @@
 
 typedef struct linear_cuda {
     int n, f, o;
+    bool tf32;                 /* tensor-core math for the GEMM (dtype tf32) */
     const float *w, *bias;
     cudnnTensorDescriptor_t y, b;
 } linear_cuda;
@@ -22,9 +23,10 @@ static void linear_free(void *ctx, void *state)
     free(s);
 }
 
-static bench_status linear_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+static bench_status linear_setup(void *ctx, const layer *l, const void *w_, void **state, char *impl,
                                  size_t len, int64_t *ws)
 {
+    const float *w = w_;
     cuda_env *env = ctx;
     (void)ws;
     int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f;
@@ -45,18 +47,21 @@ static bench_status linear_setup(void *ctx, const layer *l, const float *w, void
         linear_free(env, s);
         return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
     }
-    snprintf(impl, len, "cublasSgemm%s", env->tf32 ? " (TF32)" : "");
+    s->tf32 = l->dtype == DTYPE_TF32;
+    snprintf(impl, len, "cublasSgemm%s", s->tf32 ? " (TF32)" : "");
     *state = s;
     return BENCH_OK;
 }
 
-static void linear_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void linear_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
     const float *in = ins[0];
     linear_cuda *s = state;
     const float one = 1.0f, zero = 0.0f;
+    /* the handle's math mode is the layer's (set on the host: captured graphs keep it) */
+    CUBLAS_OK(env, cublasSetMathMode(env->cublas, s->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s->o, s->n, s->f, &one, s->w, s->f, in, s->f,
                                &zero, out, s->o));
     if (s->bias)

@@ -86,7 +86,7 @@ static bench_status pool_setup_kernel(cuda_env *env, const layer *l, pool_cuda *
     return BENCH_OK;
 }
 
-static bench_status pool_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status pool_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                                int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -144,7 +144,7 @@ static bench_status pool_setup(void *ctx, const layer *l, const float *w, void *
     return BENCH_OK;
 }
 
-static void pool_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void pool_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;

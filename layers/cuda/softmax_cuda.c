@@ -1,7 +1,7 @@
 /* softmax through cuDNN: any dim, as [outer, n, inner, 1] in its channel mode. */
 #include "cuda_env.h"
 
-static bench_status softmax_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+static bench_status softmax_setup(void *ctx, const layer *l, const void *w, void **state, char *impl,
                                   size_t len, int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -19,7 +19,7 @@ static bench_status softmax_setup(void *ctx, const layer *l, const float *w, voi
     return cuda_simple_finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");
 }
 
-static void softmax_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void softmax_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;

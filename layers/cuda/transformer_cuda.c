@@ -19,6 +19,7 @@ typedef struct mha_cuda {
     cudnnTensorDescriptor_t qkv_rows, qkv_bias, out_rows, out_bias, sm;
     bool parts;                           /* record ev around the parts (in-model view) */
     cudaEvent_t ev[6];                    /* before in_proj, after it, qk, softmax, av, out_proj */
+    bool tf32;                 /* tensor-core math for the GEMMs (dtype tf32) */
 } mha_cuda;
 
 /* Records the event before (i = 0) or after part i - 1 when the parts are timed. */
@@ -45,7 +46,7 @@ static void mha_free(void *ctx, void *state)
     free(m);
 }
 
-static bench_status mha_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status mha_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -96,12 +97,13 @@ static bench_status mha_setup(void *ctx, const layer *l, const float *w, void **
         return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
     }
     *ws = (int64_t)(floats * sizeof(float));
-    snprintf(impl, len, "cublasSgemm + batched per head + cudnnSoftmaxForward%s", env->tf32 ? " (TF32)" : "");
+    m->tf32 = l->dtype == DTYPE_TF32;
+    snprintf(impl, len, "cublasSgemm + batched per head + cudnnSoftmaxForward%s", m->tf32 ? " (TF32)" : "");
     *state = m;
     return BENCH_OK;
 }
 
-static void mha_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void mha_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -109,6 +111,7 @@ static void mha_run(void *ctx, const layer *l_, void *state, const float *const 
     const float one = 1.0f, zero = 0.0f, scale = (float)(1.0 / sqrt((double)m->dh));
     int ns = m->n * m->s, e = m->e, s = m->s, batch = m->n * m->h;
     const float **p = m->ptrs;
+    CUBLAS_OK(env, cublasSetMathMode(env->cublas, m->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     mha_event(env, m, 0);
     /* row-major Y[rows, o] = X[rows, f] W[o, f]^T, read column-major (as linear_cuda.c) */
     CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_T, CUBLAS_OP_N, 3 * e, ns, e, &one, m->in_w, e, ins[0], e, &zero,
@@ -175,7 +178,7 @@ static void plain_free(void *ctx, void *state)
     free(state);
 }
 
-static bench_status plain_setup(void *ctx, const layer *l, const float *w, void **state, char *impl, size_t len,
+static bench_status plain_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                                 int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -189,7 +192,7 @@ static bench_status plain_setup(void *ctx, const layer *l, const float *w, void 
     return BENCH_OK;
 }
 
-static void layernorm_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void layernorm_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -201,7 +204,7 @@ static void layernorm_run(void *ctx, const layer *l_, void *state, const float *
                                        (float)l->p.eps));
 }
 
-static void gelu_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void gelu_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -209,7 +212,7 @@ static void gelu_run(void *ctx, const layer *l_, void *state, const float *const
     CUDA_OK(env, cuda_gelu_launch(env->stream, ins[0], out, shape_numel(&p->l->in), p->l->p.mode == GELU_TANH));
 }
 
-static void transpose_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void transpose_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -219,8 +222,8 @@ static void transpose_run(void *ctx, const layer *l_, void *state, const float *
     CUDA_OK(env, cuda_transpose_launch(env->stream, ins[0], out, outer, a, mid, b, inner));
 }
 
-static void pos_embedding_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_,
-                              float *out)
+static void pos_embedding_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_,
+                              void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -229,8 +232,8 @@ static void pos_embedding_run(void *ctx, const layer *l_, void *state, const flo
     CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], p->w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
 }
 
-static void class_token_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_,
-                            float *out)
+static void class_token_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_,
+                            void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -239,7 +242,7 @@ static void class_token_run(void *ctx, const layer *l_, void *state, const float
     CUDA_OK(env, cuda_class_token_launch(env->stream, ins[0], p->w, out, l->in.d[0], l->in.d[1], l->in.d[2]));
 }
 
-static void select_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void select_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;
@@ -248,7 +251,7 @@ static void select_run(void *ctx, const layer *l_, void *state, const float *con
     int64_t outer, size, inner;
     layer_select_dims(l, &outer, &size, &inner);
     size_t w = (size_t)inner * sizeof(float);
-    CUDA_OK(env, cudaMemcpy2DAsync(out, w, ins[0] + l->p.index * inner, (size_t)size * w, w, (size_t)outer,
+    CUDA_OK(env, cudaMemcpy2DAsync(out, w, (const float *)ins[0] + l->p.index * inner, (size_t)size * w, w, (size_t)outer,
                                    cudaMemcpyDeviceToDevice, env->stream));
 }
 

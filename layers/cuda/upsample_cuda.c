@@ -22,7 +22,7 @@ static void upsample_free(void *ctx, void *state)
     free(u);
 }
 
-static bench_status upsample_setup(void *ctx, const layer *l, const float *w, void **state, char *impl,
+static bench_status upsample_setup(void *ctx, const layer *l, const void *w, void **state, char *impl,
                                    size_t len, int64_t *ws)
 {
     cuda_env *env = ctx;
@@ -69,7 +69,7 @@ static bench_status upsample_setup(void *ctx, const layer *l, const float *w, vo
     return BENCH_OK;
 }
 
-static void upsample_run(void *ctx, const layer *l_, void *state, const float *const *ins, const float *w_, float *out)
+static void upsample_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
     (void)l_, (void)w_;

@@ -85,6 +85,10 @@ static bench_status od_copy(void *ctx, void *dst, const void *src, size_t bytes)
 {
     return backend_cpu_ops.device.upload(((od_ctx *)ctx)->cpu, dst, src, bytes);
 }
+static void od_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n)
+{
+    backend_cpu_ops.device.convert(((od_ctx *)ctx)->cpu, dst, to, src, from, n);
+}
 static void od_timer_start(void *ctx) { backend_cpu_ops.timing.timer_start(((od_ctx *)ctx)->cpu); }
 static void od_flush_cache(void *ctx) { backend_cpu_ops.timing.flush_cache(((od_ctx *)ctx)->cpu); }
 static void od_warnings(void *ctx, char *buf, size_t len) { backend_cpu_ops.device.warnings(((od_ctx *)ctx)->cpu, buf, len); }
@@ -98,43 +102,53 @@ static double od_canary(void *ctx) { return backend_cpu_ops.timing.canary(((od_c
 /* The kernel table: the kinds oneDNN has a primitive for run it (or, in configurations it
  * cannot express, fall back onto the cpu backend's kernel inside their setup); the others
  * run the cpu backend's kernel. */
+/* bf16 and fp16 take the same kernels: a primitive in that data type where oneDNN has an
+ * implementation on this CPU (bf16 needs AVX512_BF16, or AVX-512 with conversions; fp16
+ * none in oneDNN 2.6), else, as for the kinds it has no primitive for, the cpu backend's
+ * kernel, and impl says why. */
+#define OD_NO_TF32 "tf32 is a math mode of NVIDIA's tensor cores: a CPU has none (run fp32)"
+#define OD_NO_INT8 "int8 needs quantized primitives with scales, not written yet on onednn"
+#define OD_ROW(kind, k)                                                                                        \
+    [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {&k},            \
+    [kind][DTYPE_FP16] = {&k}, [kind][DTYPE_INT8] = {NULL, OD_NO_INT8}
+
 static const backend_kernel_table od_kernels = {
-    [LAYER_CONV2D][DTYPE_FP32] = {&od_conv_kernel},
-    [LAYER_BATCHNORM2D][DTYPE_FP32] = {&od_batchnorm_kernel},
-    [LAYER_RELU][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_RELU6][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_SIGMOID][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_SILU][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_HARDSWISH][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_TANH][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_GELU][DTYPE_FP32] = {&od_eltwise_kernel},
-    [LAYER_MAXPOOL2D][DTYPE_FP32] = {&od_pool_kernel},
-    [LAYER_AVGPOOL2D][DTYPE_FP32] = {&od_pool_kernel},
-    [LAYER_ADAPTIVE_AVGPOOL2D][DTYPE_FP32] = {&od_pool_kernel},
-    [LAYER_LINEAR][DTYPE_FP32] = {&od_linear_kernel},
-    [LAYER_SOFTMAX][DTYPE_FP32] = {&od_softmax_kernel},
-    [LAYER_ADD][DTYPE_FP32] = {&od_binary_kernel},
-    [LAYER_MUL][DTYPE_FP32] = {&od_binary_kernel},
-    [LAYER_LAYERNORM][DTYPE_FP32] = {&od_layernorm_kernel},
-    [LAYER_FLATTEN][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_DROPOUT][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_CONCAT][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_HARDSIGMOID][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_STOCHASTIC_DEPTH][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_CONV_TRANSPOSE2D][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_UPSAMPLE][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_MULTIHEAD_ATTENTION][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_TRANSPOSE][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_CLASS_TOKEN][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_POS_EMBEDDING][DTYPE_FP32] = {&od_cpu_kernel},
-    [LAYER_SELECT][DTYPE_FP32] = {&od_cpu_kernel},
+    OD_ROW(LAYER_CONV2D, od_conv_kernel),
+    OD_ROW(LAYER_BATCHNORM2D, od_batchnorm_kernel),
+    OD_ROW(LAYER_RELU, od_eltwise_kernel),
+    OD_ROW(LAYER_RELU6, od_eltwise_kernel),
+    OD_ROW(LAYER_SIGMOID, od_eltwise_kernel),
+    OD_ROW(LAYER_SILU, od_eltwise_kernel),
+    OD_ROW(LAYER_HARDSWISH, od_eltwise_kernel),
+    OD_ROW(LAYER_TANH, od_eltwise_kernel),
+    OD_ROW(LAYER_GELU, od_eltwise_kernel),
+    OD_ROW(LAYER_MAXPOOL2D, od_pool_kernel),
+    OD_ROW(LAYER_AVGPOOL2D, od_pool_kernel),
+    OD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, od_pool_kernel),
+    OD_ROW(LAYER_LINEAR, od_linear_kernel),
+    OD_ROW(LAYER_SOFTMAX, od_softmax_kernel),
+    OD_ROW(LAYER_ADD, od_binary_kernel),
+    OD_ROW(LAYER_MUL, od_binary_kernel),
+    OD_ROW(LAYER_LAYERNORM, od_layernorm_kernel),
+    OD_ROW(LAYER_FLATTEN, od_cpu_kernel),
+    OD_ROW(LAYER_DROPOUT, od_cpu_kernel),
+    OD_ROW(LAYER_CONCAT, od_cpu_kernel),
+    OD_ROW(LAYER_HARDSIGMOID, od_cpu_kernel),
+    OD_ROW(LAYER_STOCHASTIC_DEPTH, od_cpu_kernel),
+    OD_ROW(LAYER_CONV_TRANSPOSE2D, od_cpu_kernel),
+    OD_ROW(LAYER_UPSAMPLE, od_cpu_kernel),
+    OD_ROW(LAYER_MULTIHEAD_ATTENTION, od_cpu_kernel),
+    OD_ROW(LAYER_TRANSPOSE, od_cpu_kernel),
+    OD_ROW(LAYER_CLASS_TOKEN, od_cpu_kernel),
+    OD_ROW(LAYER_POS_EMBEDDING, od_cpu_kernel),
+    OD_ROW(LAYER_SELECT, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {
     .name = "onednn",
     .device_memory = false,
     .device = {.init = od_init, .free = od_free, .alloc = od_alloc, .release = od_release, .upload = od_copy,
-               .download = od_copy, .sync = od_sync, .thread_count = od_thread_count, .describe = od_describe,
+               .download = od_copy, .convert = od_convert, .sync = od_sync, .thread_count = od_thread_count, .describe = od_describe,
                .warnings = od_warnings, .peaks = od_peaks, .last_error = od_last_error,
                .clear_error = od_clear_error},
     .timing = {.timer_start = od_timer_start, .timer_stop = od_timer_stop, .flush_cache = od_flush_cache,

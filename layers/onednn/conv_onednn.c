@@ -5,22 +5,23 @@
 
 #include "onednn.h"
 
-static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     const layer_params *p = &l->p;
     int64_t g = p->groups, oc = p->out_channels, ic = l->in.d[1];
+    dnnl_data_type_t dt = od_dtype(l->dtype);
     dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any;
-    od_plain_shape(&src, &l->in);
-    od_plain_shape(&dst, &l->out);
+    od_plain_shape(&src, &l->in, dt);
+    od_plain_shape(&dst, &l->out, dt);
     int64_t wd[5] = {g, oc / g, ic / g, p->kernel[0], p->kernel[1]};
     if (g == 1)
-        od_plain(&wei, 4, wd + 1);
+        od_plain(&wei, 4, wd + 1, dt);
     else
-        od_plain(&wei, 5, wd);
-    od_plain(&bias, 1, &oc);
-    dnnl_memory_desc_init_by_tag(&src_any, 4, src.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dst_any, 4, dst.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wei_any, wei.ndims, wei.dims, dnnl_f32, dnnl_format_tag_any);
+        od_plain(&wei, 5, wd, dt);
+    od_plain(&bias, 1, &oc, dt);
+    dnnl_memory_desc_init_by_tag(&src_any, 4, src.dims, dt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dst_any, 4, dst.dims, dt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei_any, wei.ndims, wei.dims, dt, dnnl_format_tag_any);
     dnnl_dims_t strides = {p->stride[0], p->stride[1]}, dil = {p->dilation[0] - 1, p->dilation[1] - 1},
                 pad = {p->padding[0], p->padding[1]};
     dnnl_convolution_desc_t cd;
@@ -34,7 +35,8 @@ static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const float *w, char
     dnnl_memory_t s = od_activation(c, L, 0, &src, od_query(pd, dnnl_query_src_md));
     dnnl_memory_t d = od_activation(c, L, -1, &dst, od_query(pd, dnnl_query_dst_md));
     dnnl_memory_t wm = od_constant(c, L, w, &wei, od_query(pd, dnnl_query_weights_md));
-    dnnl_memory_t bm = p->bias ? od_constant(c, L, w + oc * (ic / g) * p->kernel[0] * p->kernel[1], &bias, &bias) : NULL;
+    size_t wbytes = (size_t)(oc * (ic / g) * p->kernel[0] * p->kernel[1]) * dtype_size(l->dtype);
+    dnnl_memory_t bm = p->bias ? od_constant(c, L, (const char *)w + wbytes, &bias, &bias) : NULL;
     dnnl_primitive_desc_destroy(pd);
     if (!s || !d || !wm || (p->bias && !bm))
         return false;

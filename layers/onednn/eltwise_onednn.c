@@ -5,7 +5,7 @@
 
 #include "onednn.h"
 
-static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     dnnl_alg_kind_t alg;
@@ -21,18 +21,19 @@ static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, const float *w, c
     default: return false;
     }
     dnnl_memory_desc_t md;
-    od_src_md(c, &l->in, 0, &md);
+    od_src_md(c, l, &l->in, 0, &md);
     dnnl_eltwise_desc_t d;
     return OD_SOFT(c, dnnl_eltwise_forward_desc_init(&d, dnnl_forward_inference, alg, &md, alpha, beta)) &&
            od_plain_io(c, L, l, &d, impl, len);
 }
 
-static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     int64_t ch = l->in.d[1];
-    dnnl_memory_desc_t md, vec;
-    od_src_md(c, &l->in, 0, &md);
-    od_plain(&vec, 1, &ch);
+    dnnl_memory_desc_t md, vec, vec32;
+    od_src_md(c, l, &l->in, 0, &md);
+    od_plain(&vec, 1, &ch, od_dtype(l->dtype)); /* as stored; oneDNN takes the statistics in f32 */
+    od_plain(&vec32, 1, &ch, dnnl_f32);
     dnnl_batch_normalization_desc_t d;
     unsigned flags = dnnl_use_global_stats | (l->p.affine ? dnnl_use_scale | dnnl_use_shift : 0);
     if (!OD_SOFT(c, dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &md, (float)l->p.eps, flags)) ||
@@ -40,7 +41,7 @@ static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const float *w,
         return false;
     static const int args[4] = {DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
     for (int k = l->p.affine ? 0 : 2; k < 4; k++) {
-        dnnl_memory_t m = od_constant(c, L, w + k * ch, &vec, &vec);
+        dnnl_memory_t m = od_constant(c, L, (const char *)w + k * ch * (int64_t)dtype_size(l->dtype), &vec, &vec32);
         if (!m)
             return false;
         od_arg(L, args[k], m);
@@ -50,7 +51,7 @@ static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const float *w,
 
 /* add (equal shapes) and mul (the second input may broadcast; the first one that does
  * is swapped into second place, a product being commutative). */
-static bool od_binary(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_binary(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     const shape_t *a = &l->ins[0], *b = &l->ins[1];
@@ -66,10 +67,11 @@ static bool od_binary(od_ctx *c, od_layer *L, const layer *l, const float *w, ch
     }
     int k0 = swapped ? 1 : 0, k1 = 1 - k0;
     dnnl_memory_desc_t s0, s1, dst, p0, p1, pdst;
-    od_src_md(c, a, k0, &s0);
-    od_src_md(c, b, k1, &s1);
+    dnnl_data_type_t dt = od_dtype(l->dtype);
+    od_src_md(c, l, a, k0, &s0);
+    od_src_md(c, l, b, k1, &s1);
     od_dst_md(c, l, &dst);
-    od_plain_shape(&p0, a), od_plain_shape(&p1, b), od_plain_shape(&pdst, &l->out);
+    od_plain_shape(&p0, a, dt), od_plain_shape(&p1, b, dt), od_plain_shape(&pdst, &l->out, dt);
     dnnl_binary_desc_t d;
     if (!OD_SOFT(c, dnnl_binary_desc_init(&d, l->kind == LAYER_ADD ? dnnl_binary_add : dnnl_binary_mul, &s0, &s1, &dst)))
         return false;

@@ -6,7 +6,7 @@
 
 #include "onednn.h"
 
-bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const float *w, void **state, char *impl,
+bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const void *w, void **state, char *impl,
                       size_t impl_len, int64_t *workspace_bytes)
 {
     *workspace_bytes = 0;
@@ -64,7 +64,7 @@ static double od_lap(double *t)
     return d;
 }
 
-void od_layer_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out)
+void od_layer_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
 {
     (void)l, (void)w;
     od_ctx *c = env;
@@ -99,15 +99,15 @@ void od_layer_run(void *env, const layer *l, void *state, const float *const *in
 /* The layout oneDNN's convolution hands on a tensor of shape s (a 3x3 convolution that
  * keeps its channels, every md "any"): what a primitive that follows its input's layout
  * is given in a network. false where there is none (not 4-d). */
-static bool od_conv_layout(od_ctx *c, const shape_t *s, dnnl_memory_desc_t *md)
+static bool od_conv_layout(od_ctx *c, const shape_t *s, dnnl_data_type_t dt, dnnl_memory_desc_t *md)
 {
     if (s->rank != 4)
         return false;
     dnnl_memory_desc_t act, wei;
     dnnl_dims_t ad = {s->d[0], s->d[1], s->d[2], s->d[3]}, wd = {s->d[1], s->d[1], 3, 3}, one = {1, 1},
                 pad = {1, 1};
-    dnnl_memory_desc_init_by_tag(&act, 4, ad, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&act, 4, ad, dt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei, 4, wd, dt, dnnl_format_tag_any);
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
     if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &act, &wei, NULL,
@@ -123,19 +123,19 @@ static bool od_conv_layout(od_ctx *c, const shape_t *s, dnnl_memory_desc_t *md)
  * hand it: its inputs reordered into that layout once, now, and its output kept in its
  * own memory. false, the layer as it was, where that layout is the plain one or oneDNN
  * has nothing for it. */
-static bool od_isolate_linked(od_ctx *c, od_layer *L, const float *const *in)
+static bool od_isolate_linked(od_ctx *c, od_layer *L, const void *const *in)
 {
     const layer *l = L->l;
     dnnl_memory_desc_t want[2], plain;
-    if (!od_linkable(L) || l->kind == LAYER_CONV2D || !od_conv_layout(c, &l->ins[0], &want[0]))
+    if (!od_linkable(L) || l->kind == LAYER_CONV2D || !od_conv_layout(c, &l->ins[0], od_dtype(l->dtype), &want[0]))
         return false;
-    od_plain_shape(&plain, &l->ins[0]);
-    if (dnnl_memory_desc_equal(&want[0], &plain) || (l->n_inputs > 1 && !od_conv_layout(c, &l->ins[1], &want[1])))
+    od_plain_shape(&plain, &l->ins[0], od_dtype(l->dtype));
+    if (dnnl_memory_desc_equal(&want[0], &plain) || (l->n_inputs > 1 && !od_conv_layout(c, &l->ins[1], od_dtype(l->dtype), &want[1])))
         return false;
     od_layer_clear(L);
     bool ok = true;
     for (int k = 0; ok && k < l->n_inputs && k < 2; k++) { /* in[k], converted once */
-        od_plain_shape(&plain, &l->ins[k]);
+        od_plain_shape(&plain, &l->ins[k], od_dtype(l->dtype));
         ok = (c->link_in[k] = od_constant(c, L, in[k], &plain, &want[k])) != NULL;
     }
     char impl[96];
@@ -151,7 +151,7 @@ static bool od_isolate_linked(od_ctx *c, od_layer *L, const float *const *in)
 
 /* The isolated rows time the primitive on its own layouts: the input reorders run once
  * now, on the inputs the rows will pass, and the output stays in the primitive's. */
-void od_layer_isolate(void *env, void *state, const float *const *in, char *impl, size_t len)
+void od_layer_isolate(void *env, void *state, const void *const *in, char *impl, size_t len)
 {
     od_ctx *c = env;
     od_layer *L = state;

@@ -5,16 +5,17 @@
 #include "onednn.h"
 
 /* linear over the last dimension: an inner product over rows = every other index. */
-static bool od_linear(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_linear(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     int64_t f = l->in.d[l->in.rank - 1], o = l->p.out_features, rows = shape_numel(&l->in) / f;
     int64_t sd[2] = {rows, f}, dd[2] = {rows, o}, wd[2] = {o, f};
     dnnl_memory_desc_t src, dst, wei, wei_any, bias;
-    od_plain(&src, 2, sd);
-    od_plain(&dst, 2, dd);
-    od_plain(&wei, 2, wd);
-    od_plain(&bias, 1, &o);
-    dnnl_memory_desc_init_by_tag(&wei_any, 2, wei.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_data_type_t dt = od_dtype(l->dtype);
+    od_plain(&src, 2, sd, dt);
+    od_plain(&dst, 2, dd, dt);
+    od_plain(&wei, 2, wd, dt);
+    od_plain(&bias, 1, &o, dt);
+    dnnl_memory_desc_init_by_tag(&wei_any, 2, wei.dims, dt, dnnl_format_tag_any);
     dnnl_inner_product_desc_t d;
     dnnl_primitive_desc_t pd;
     if (!OD_SOFT(c, dnnl_inner_product_forward_desc_init(&d, dnnl_forward_inference, &src, &wei_any,
@@ -24,7 +25,8 @@ static bool od_linear(od_ctx *c, od_layer *L, const layer *l, const float *w, ch
     dnnl_memory_t wm = od_constant(c, L, w, &wei, od_query(pd, dnnl_query_weights_md));
     dnnl_memory_t sm = od_activation(c, L, 0, &src, od_query(pd, dnnl_query_src_md));
     dnnl_memory_t dm = od_activation(c, L, -1, &dst, od_query(pd, dnnl_query_dst_md));
-    dnnl_memory_t bm = l->p.bias ? od_constant(c, L, w + o * f, &bias, &bias) : NULL;
+    dnnl_memory_t bm = l->p.bias ? od_constant(c, L, (const char *)w + o * f * (int64_t)dtype_size(l->dtype), &bias, &bias)
+                                 : NULL;
     dnnl_primitive_desc_destroy(pd);
     if (!wm || !sm || !dm || (l->p.bias && !bm))
         return false;

@@ -28,7 +28,7 @@ bool od_linkable(const od_layer *L)
  * is not the model's output; each reader takes it as it is or reorders it (a part of its
  * own, "reorder src"), and a value that must be plain is reordered by its producer
  * ("reorder dst"). Layers are rebuilt in order, producers before their readers. */
-bench_status od_model_link(void *ctx, const model *m, void *const *states, float *const *values, char *impls,
+bench_status od_model_link(void *ctx, const model *m, void *const *states, void *const *values, char *impls,
                                   size_t impl_len)
 {
     od_ctx *c = ctx;
@@ -38,8 +38,9 @@ bench_status od_model_link(void *ctx, const model *m, void *const *states, float
         keep[i + 1] = od_linkable(states[i]);
     keep[model_storage_of(m, n)] = false;
     for (int i = 0; i < n; i++)
-        for (int k = 0; k < m->layers[i].n_inputs && !od_linkable(states[i]); k++)
-            keep[m->layers[i].inputs[k]] = false;
+        for (int k = 0; k < m->layers[i].n_inputs; k++) /* a cast between dtypes reads the plain value */
+            if (!od_linkable(states[i]) || model_value_dtype(m, m->layers[i].inputs[k]) != m->layers[i].dtype)
+                keep[m->layers[i].inputs[k]] = false;
     bench_status st = BENCH_OK;
     for (int i = 0; i < n && st == BENCH_OK; i++) {
         od_layer *L = states[i];
@@ -56,7 +57,7 @@ bench_status od_model_link(void *ctx, const model *m, void *const *states, float
             continue;
         c->link_out_own = keep[i + 1];
         c->link_out_buf = values[i + 1];
-        c->link_out_bytes = (size_t)shape_numel(&l->out) * sizeof(float);
+        c->link_out_bytes = (size_t)shape_numel(&l->out) * dtype_size(l->dtype);
         char *impl = impls + (size_t)i * impl_len;
         /* on the producers' layouts; where oneDNN has nothing for them, on plain ones */
         for (int plain = 0; plain < 2; plain++) {

@@ -45,16 +45,26 @@ void od_arg(od_layer *L, int arg, dnnl_memory_t m)
 }
 
 /* A plain md of the shape (row-major, dense), or of its dims as given. */
-void od_plain(dnnl_memory_desc_t *md, int rank, const int64_t *d)
+dnnl_data_type_t od_dtype(dtype_t t)
+{
+    switch (t) {
+    case DTYPE_BF16: return dnnl_bf16;
+    case DTYPE_FP16: return dnnl_f16;
+    case DTYPE_INT8: return dnnl_s8;
+    default: return dnnl_f32;
+    }
+}
+
+void od_plain(dnnl_memory_desc_t *md, int rank, const int64_t *d, dnnl_data_type_t dt)
 {
     dnnl_dims_t dims, strides;
     int64_t s = 1;
     for (int k = rank - 1; k >= 0; k--)
         dims[k] = d[k], strides[k] = s, s *= d[k];
-    dnnl_memory_desc_init_by_strides(md, rank, dims, dnnl_f32, strides);
+    dnnl_memory_desc_init_by_strides(md, rank, dims, dt, strides);
 }
 
-void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s) { od_plain(md, s->rank, s->d); }
+void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s, dnnl_data_type_t dt) { od_plain(md, s->rank, s->d, dt); }
 
 /* A reorder from one md to the other, run now or at each run. */
 dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
@@ -140,22 +150,22 @@ dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_memory_des
 
 /* Input k's md for a primitive that keeps its input's layout (eltwise, batch norm,
  * pooling, binary): its producer's layout in a linked forward, else plain. */
-void od_src_md(const od_ctx *c, const shape_t *s, int k, dnnl_memory_desc_t *md)
+void od_src_md(const od_ctx *c, const layer *l, const shape_t *s, int k, dnnl_memory_desc_t *md)
 {
     const dnnl_memory_desc_t *have;
     if (c->link_in[k] && !c->link_plain && dnnl_memory_get_memory_desc(c->link_in[k], &have) == dnnl_success)
         *md = *have;
     else
-        od_plain_shape(md, s);
+        od_plain_shape(md, s, od_dtype(l->dtype));
 }
 
 /* The output's md for such a primitive: "any" (oneDNN follows the input) where an input
  * is linked, else plain. */
 void od_dst_md(const od_ctx *c, const layer *l, dnnl_memory_desc_t *md)
 {
-    od_plain_shape(md, &l->out);
+    od_plain_shape(md, &l->out, od_dtype(l->dtype));
     if ((c->link_in[0] || c->link_in[1]) && !c->link_plain)
-        dnnl_memory_desc_init_by_tag(md, md->ndims, md->dims, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(md, md->ndims, md->dims, od_dtype(l->dtype), dnnl_format_tag_any);
 }
 
 /* An md's layout, for impl: "nChw16c", "nchw", "nhwc" (4-d), "plain" (other ranks) or "blocked". */
@@ -178,7 +188,7 @@ const char *od_layout(const dnnl_memory_desc_t *md, char *buf, size_t len)
 
 /* A constant (weights, or an isolated row's input) at w in the plain md, in the md the
  * primitive wants: w itself, or a copy reordered once, now. */
-dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const float *w, const dnnl_memory_desc_t *plain,
+dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const void *w, const dnnl_memory_desc_t *plain,
                                  const dnnl_memory_desc_t *want)
 {
     dnnl_memory_t mine, user = od_pair(c, L, plain, (void *)w, want, &mine);
@@ -243,13 +253,13 @@ bool od_plain_io(od_ctx *c, od_layer *L, const layer *l, const void *op_desc, ch
     bool ok = true;
     for (int k = 0; ok && k < l->n_inputs; k++) {
         dnnl_memory_desc_t in;
-        od_plain_shape(&in, &l->ins[k]);
+        od_plain_shape(&in, &l->ins[k], od_dtype(l->dtype));
         dnnl_memory_t m = od_activation(c, L, k, &in, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, k));
         if ((ok = m != NULL))
             od_arg(L, l->n_inputs == 1 ? DNNL_ARG_SRC : DNNL_ARG_MULTIPLE_SRC + k, m);
     }
     dnnl_memory_desc_t out;
-    od_plain_shape(&out, &l->out);
+    od_plain_shape(&out, &l->out, od_dtype(l->dtype));
     dnnl_memory_t m = ok ? od_activation(c, L, -1, &out, od_query(pd, dnnl_query_dst_md)) : NULL;
     dnnl_primitive_desc_destroy(pd);
     if (!m)

@@ -44,7 +44,7 @@ typedef struct od_ctx {
      * implementation), reordering the linked inputs to plain. */
     dnnl_memory_t link_in[2];
     bool link_out_own, link_plain;
-    float *link_out_buf;       /* the output value's buffer, where a kept output goes if it fits */
+    void *link_out_buf;       /* the output value's buffer, where a kept output goes if it fits */
     size_t link_out_bytes;
 } od_ctx;
 
@@ -71,12 +71,12 @@ typedef struct od_layer od_layer;
  * the memories and reorders around it into L, and its implementation into impl; false
  * (nothing made) where this configuration has none (c->why says why), or a call failed
  * (c->failed then says which). */
-typedef bool od_build_fn(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len);
+typedef bool od_build_fn(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len);
 
 /* One layer: its primitive with its arguments, and the reorders around it. */
 typedef struct od_layer {
     const layer *l;                        /* what it was set up for, to rebuild it linked */
-    const float *w;
+    const void *w;
     od_build_fn *build;                    /* its family's builder, to build it again (isolated, linked) */
     backend_layer *cpu;                    /* a fallback: the cpu backend's kernel runs it */
     dnnl_primitive_t prim;
@@ -103,9 +103,11 @@ typedef struct od_layer {
 /* Memories, mds, reorders and primitives (memory_onednn.c). */
 dnnl_memory_t od_keep(od_layer *L, dnnl_memory_t m);
 void od_arg(od_layer *L, int arg, dnnl_memory_t m);
-/* A plain md of the shape (row-major, dense), or of its dims as given. */
-void od_plain(dnnl_memory_desc_t *md, int rank, const int64_t *d);
-void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s);
+/* oneDNN's data type for a dtype (tf32 is f32: a math mode, not a storage type). */
+dnnl_data_type_t od_dtype(dtype_t t);
+/* A plain md of the shape (row-major, dense), or of its dims as given, of data type dt. */
+void od_plain(dnnl_memory_desc_t *md, int rank, const int64_t *d, dnnl_data_type_t dt);
+void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s, dnnl_data_type_t dt);
 /* A reorder from one md to the other, run now or at each run. */
 dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
 /* A memory in the plain md at handle (DNNL_MEMORY_NONE: set at each run) and, where the
@@ -127,7 +129,7 @@ dnnl_memory_t od_activation(od_ctx *c, od_layer *L, int k, const dnnl_memory_des
                                    const dnnl_memory_desc_t *want);
 /* Input k's md for a primitive that keeps its input's layout (eltwise, batch norm,
  * pooling, binary): its producer's layout in a linked forward, else plain. */
-void od_src_md(const od_ctx *c, const shape_t *s, int k, dnnl_memory_desc_t *md);
+void od_src_md(const od_ctx *c, const layer *l, const shape_t *s, int k, dnnl_memory_desc_t *md);
 /* The output's md for such a primitive: "any" (oneDNN follows the input) where an input
  * is linked, else plain. */
 void od_dst_md(const od_ctx *c, const layer *l, dnnl_memory_desc_t *md);
@@ -135,7 +137,7 @@ void od_dst_md(const od_ctx *c, const layer *l, dnnl_memory_desc_t *md);
 const char *od_layout(const dnnl_memory_desc_t *md, char *buf, size_t len);
 /* A constant (weights, or an isolated row's input) at w in the plain md, in the md the
  * primitive wants: w itself, or a copy reordered once, now. */
-dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const float *w, const dnnl_memory_desc_t *plain,
+dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const void *w, const dnnl_memory_desc_t *plain,
                                  const dnnl_memory_desc_t *want);
 /* Makes the primitive of op_desc; its implementation name (e.g. "brgconv:avx512_core")
  * into impl. The caller destroys *pd. */
@@ -153,12 +155,12 @@ bool od_plain_io(od_ctx *c, od_layer *L, const layer *l, const void *op_desc, ch
  * or, where oneDNN has nothing for this configuration, sets up the cpu backend's kernel
  * (impl then says "cpu kernel: ..." and why); the rest are every family's kernel slots
  * (OD_KERNEL). */
-bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const float *w, void **state, char *impl,
+bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const void *w, void **state, char *impl,
                       size_t impl_len, int64_t *workspace_bytes);
 void od_layer_clear(od_layer *L);
-void od_layer_run(void *env, const layer *l, void *state, const float *const *in, const float *w, float *out);
+void od_layer_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out);
 void od_layer_free(void *env, void *state);
-void od_layer_isolate(void *env, void *state, const float *const *in, char *impl, size_t len);
+void od_layer_isolate(void *env, void *state, const void *const *in, char *impl, size_t len);
 int od_layer_parts(void *env, void *state, const layer *l, layer_part_info *parts);
 bool od_parts_enable(void *env, void *state, bool on);
 void od_parts_read(void *env, void *state, double *seconds);
@@ -166,7 +168,7 @@ double od_tolerance(void *env, const layer *l);
 
 /* A family's setup, name: od_setup with its builder. */
 #define OD_SETUP(name, build)                                                                                  \
-    static bench_status name(void *env, const layer *l, const float *w, void **state, char *impl, size_t len,  \
+    static bench_status name(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,  \
                              int64_t *workspace_bytes)                                                         \
     {                                                                                                          \
         return od_setup(env, (build), l, w, state, impl, len, workspace_bytes);                                \
@@ -186,7 +188,7 @@ extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kern
 
 /* The chained forward in oneDNN's layouts (link_onednn.c): backend_layers_i.model_link. */
 bool od_linkable(const od_layer *L);
-bench_status od_model_link(void *ctx, const model *m, void *const *states, float *const *values, char *impls,
+bench_status od_model_link(void *ctx, const model *m, void *const *states, void *const *values, char *impls,
                            size_t impl_len);
 
 #endif

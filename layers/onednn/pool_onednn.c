@@ -4,7 +4,7 @@
 
 #include "onednn.h"
 
-static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     const layer_params *p = &l->p;
@@ -41,7 +41,7 @@ static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const float *w, char
     else
         alg = dnnl_pooling_avg_exclude_padding;
     dnnl_memory_desc_t src, dst;
-    od_src_md(c, &l->in, 0, &src);
+    od_src_md(c, l, &l->in, 0, &src);
     od_dst_md(c, l, &dst);
     dnnl_pooling_v2_desc_t d;
     return OD_SOFT(c, dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, alg, &src, &dst, s, k, dil, pl, pr)) &&

@@ -4,11 +4,11 @@
 
 #include "onednn.h"
 
-static bool od_softmax(od_ctx *c, od_layer *L, const layer *l, const float *w, char *impl, size_t len)
+static bool od_softmax(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     dnnl_memory_desc_t md;
-    od_plain_shape(&md, &l->in);
+    od_plain_shape(&md, &l->in, od_dtype(l->dtype));
     dnnl_softmax_desc_t d;
     return OD_SOFT(c, dnnl_softmax_forward_desc_init(&d, dnnl_forward_inference, &md, (int)l->p.dim)) &&
            od_plain_io(c, L, l, &d, impl, len);
