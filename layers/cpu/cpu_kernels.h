@@ -54,6 +54,10 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
 /* bf16 and fp16 through fp32 copies of the tensors around the kind's fp32 kernel
  * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */
 extern const backend_kernel cpu_via_f32_kernel;
+/* conv2d and linear in bf16 on vdpbf16ps (bf16_cpu.c), on fp32 copies where the CPU
+ * lacks AVX512_BF16 or LAYERBENCH_CPU_NO_BF16 is set; and whether it has it. */
+extern const backend_kernel cpu_conv2d_bf16_kernel, cpu_linear_bf16_kernel;
+bool cpu_has_bf16(void);
 const backend_kernel *cpu_fp32_kernel(layer_kind kind);
 /* backend_device_i.convert, on the thread pool. */
 void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n);

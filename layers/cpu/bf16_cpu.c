@@ -1,0 +1,396 @@
+/* conv2d and linear in bf16 on the CPU: our register-tiled GEMM on AVX512_BF16's
+ * vdpbf16ps, which multiplies pairs of bf16 and adds both products into fp32 lanes, so
+ * the tensors stay bf16 and the sums fp32, as oneDNN and PyTorch do it. Where the CPU
+ * lacks AVX512_BF16 (Zen 3, Skylake), or the layer is one the kernel does not take
+ * (grouped convolutions, an odd feature count), the layer runs on fp32 copies around
+ * the fp32 kernel (convert_cpu.c), and impl says which.
+ *
+ * The GEMM: C[m][n] = sum over k of A[m][k] B[k][n], K taken in pairs. A's pairs are
+ * read in place (a row's A[m][2p], A[m][2p+1] sit side by side, broadcast as one 32-bit
+ * value); B is packed into panels of 32 columns, each k pair as 32 interleaved pairs
+ * (two zmm registers), with zeros past the last column and the last k. A tile of up to
+ * 8 rows by 32 columns is summed in 16 zmm registers, then bias added, rounded to bf16
+ * and stored (masked past the last column).
+ *   conv2d (NCHW): A = the weights [oc][K] (K = ic kh kw, padded to even at setup),
+ *     B = the input's im2col, packed per run straight into panels, per image, each
+ *     thread packing and computing its own panels; C = the output [oc][oh ow].
+ *   linear: A = the input rows [rows][F], B = the weights transposed, packed once at
+ *     setup; C = the output [rows][O]. */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define BF_MR 8
+#define BF_NR 32
+
+bool cpu_has_bf16(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           getenv("LAYERBENCH_CPU_NO_BF16") == NULL;
+#else
+    return false;
+#endif
+}
+
+#if defined(__x86_64__)
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+/* One tile: rows [0, mr) of A (a: row-major pairs, lda pairs per row) against 32
+ * columns of B, into c (ldc elements per row, bf16) for the first nv <= 32 columns. B's
+ * pairs for step (t, q), t < ntap, q < nq, are the 64 values at b + boff[t] + q * bstep
+ * (32 interleaved pairs), and A's pair for that step is a[t * nq + q]. rbias: one per
+ * row; cbias: one per column; either may be NULL. */
+BF_TARGET static inline __attribute__((always_inline)) void
+bf_tile(int mr, const uint32_t *a, int64_t lda, const uint16_t *b, const int64_t *boff, int ntap, int64_t nq,
+        int64_t bstep, uint16_t *c, int64_t ldc, int nv, const float *rbias, const float *cbias)
+{
+    __m512 acc[BF_MR][2];
+    for (int m = 0; m < BF_MR; m++)
+        acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int t = 0; t < ntap; t++) {
+        const uint16_t *bt = b + boff[t];
+        const uint32_t *at = a + (int64_t)t * nq;
+        for (int64_t q = 0; q < nq; q++) {
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512(bt + q * bstep);
+            __m512bh b1 = (__m512bh)_mm512_loadu_si512(bt + q * bstep + 32);
+#pragma GCC unroll 8
+            for (int m = 0; m < BF_MR; m++) {
+                if (m < mr) {
+                    __m512bh av = (__m512bh)_mm512_set1_epi32((int)at[m * lda + q]);
+                    acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+                    acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+                }
+            }
+        }
+    }
+    __mmask16 k0 = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+    __mmask16 k1 = nv >= 32 ? 0xffff : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1);
+    __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps();
+    if (cbias) {
+        cb0 = _mm512_maskz_loadu_ps(k0, cbias);
+        cb1 = _mm512_maskz_loadu_ps(k1, cbias + 16);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < BF_MR; m++) {
+        if (m < mr) {
+            __m512 rb = _mm512_set1_ps(rbias ? rbias[m] : 0.0f);
+            __m512 v0 = _mm512_add_ps(_mm512_add_ps(acc[m][0], rb), cb0);
+            __m512 v1 = _mm512_add_ps(_mm512_add_ps(acc[m][1], rb), cb1);
+            _mm256_mask_storeu_epi16(c + m * ldc, k0, (__m256i)_mm512_cvtneps_pbh(v0));
+            _mm256_mask_storeu_epi16(c + m * ldc + 16, k1, (__m256i)_mm512_cvtneps_pbh(v1));
+        }
+    }
+}
+
+/* Every row tile of A against one block of 32 columns, the row count a constant in each
+ * call so that the tile's loops unroll. */
+BF_TARGET static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, const uint16_t *b, const int64_t *boff,
+                               int ntap, int64_t nq, int64_t bstep, uint16_t *c, int64_t ldc, int nv,
+                               const float *rbias, const float *cbias)
+{
+    int64_t m = 0;
+    for (; m + BF_MR <= m_rows; m += BF_MR)
+        bf_tile(BF_MR, a + m * lda, lda, b, boff, ntap, nq, bstep, c + m * ldc, ldc, nv, rbias ? rbias + m : NULL,
+                cbias);
+    switch (m_rows - m) {
+#define BF_TAIL(r)                                                                                             \
+    case r:                                                                                                    \
+        bf_tile(r, a + m * lda, lda, b, boff, ntap, nq, bstep, c + m * ldc, ldc, nv, rbias ? rbias + m : NULL,  \
+                cbias);                                                                                        \
+        break;
+        BF_TAIL(1) BF_TAIL(2) BF_TAIL(3) BF_TAIL(4) BF_TAIL(5) BF_TAIL(6) BF_TAIL(7)
+#undef BF_TAIL
+    default: break;
+    }
+}
+
+/* The direct convolution's input: one channel pair (c = 2, or 1 for an odd last
+ * channel, its partner zero) interleaved into xp, [Hp][Wp][2], inside a zero border
+ * (set once, at setup). */
+BF_TARGET static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int64_t w, uint16_t *xp, int64_t wp,
+                                    int64_t ph, int64_t pw)
+{
+    for (int64_t y = 0; y < h; y++) {
+        const uint16_t *r0 = x + y * w, *r1 = c > 1 ? r0 + h * w : NULL;
+        uint32_t *d = (uint32_t *)(xp + 2 * ((y + ph) * wp + pw));
+        int64_t i = 0;
+        for (; r1 && i + 16 <= w; i += 16) {
+            __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + i)));
+            __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + i)));
+            _mm512_storeu_si512(d + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+        for (; i < w; i++)
+            d[i] = (uint32_t)r0[i] | (r1 ? (uint32_t)r1[i] << 16 : 0);
+    }
+}
+#else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
+static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, const uint16_t *b, const int64_t *boff,
+                     int ntap, int64_t nq, int64_t bstep, uint16_t *c, int64_t ldc, int nv, const float *rbias,
+                     const float *cbias)
+{
+    (void)m_rows, (void)a, (void)lda, (void)b, (void)boff, (void)ntap, (void)nq, (void)bstep, (void)c, (void)ldc;
+    (void)nv, (void)rbias, (void)cbias;
+}
+static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int64_t w, uint16_t *xp, int64_t wp, int64_t ph,
+                          int64_t pw)
+{
+    (void)x, (void)c, (void)h, (void)w, (void)xp, (void)wp, (void)ph, (void)pw;
+}
+#endif
+
+/* ---- the kernels, and their fallback onto fp32 copies ---------------------------------- */
+
+enum { BF_VIA, BF_DIRECT, BF_IM2COL, BF_LINEAR };
+
+typedef struct bf_state {
+    int path;
+    void *via;           /* BF_VIA: the layer runs on fp32 copies (cpu_via_f32_kernel's state) */
+    uint16_t *a;         /* conv: the weights as pairs, [oc][taps][channel pairs] (direct) or [oc][K pairs] */
+    uint16_t *bp;        /* linear: the weights packed into panels; im2col: per thread, one panel */
+    uint16_t *xp;        /* direct: the input's channel pairs inside their zero border */
+    uint16_t *tmp;       /* direct: per thread, one tile of every output channel, [oc][32] */
+    float *bias;         /* fp32 */
+    int64_t k, kp;       /* im2col and linear: K and its pairs */
+    int64_t cpn, plane, wp, hp; /* direct: channel pairs, pairs per channel-pair plane, padded width, height */
+    int64_t toff[64];    /* direct: each tap's offset in xp, in uint16 (at most 64 taps) */
+    int taps, threads;
+} bf_state;
+
+static void bf_free(void *env, void *state)
+{
+    bf_state *s = state;
+    if (!s)
+        return;
+    if (s->via)
+        cpu_via_f32_kernel.free(env, s->via);
+    free(s->a), free(s->bp), free(s->xp), free(s->tmp), free(s->bias);
+    free(s);
+}
+
+static void bias_f32(bf_state *s, const uint16_t *w, int64_t at, int64_t n)
+{
+    if ((s->bias = bench_alloc_floats(n)))
+        for (int64_t i = 0; i < n; i++)
+            s->bias[i] = dtype_bf16_to_f32(w[at + i]);
+}
+
+/* Why the kernel does not take l (NULL: it does). */
+static const char *bf_refuses(const layer *l)
+{
+    if (l->dtype != DTYPE_BF16)
+        return "the kernel is bf16 only";
+    if (!cpu_has_bf16())
+        return getenv("LAYERBENCH_CPU_NO_BF16") ? "LAYERBENCH_CPU_NO_BF16 set" : "this CPU has no AVX512_BF16";
+    if (l->kind == LAYER_CONV2D && l->p.groups != 1)
+        return "grouped: no bf16 kernel";
+    if (l->kind == LAYER_LINEAR && l->in.d[l->in.rank - 1] % 2)
+        return "an odd feature count: no bf16 kernel";
+    return NULL;
+}
+
+static bool bf_setup_direct(const layer *l, const uint16_t *w, bf_state *s, int64_t *ws)
+{
+    const layer_params *p = &l->p;
+    int64_t oc = p->out_channels, c = l->in.d[1], kh = p->kernel[0], kw = p->kernel[1];
+    s->path = BF_DIRECT;
+    s->taps = (int)(kh * kw);
+    s->cpn = (c + 1) / 2;
+    s->hp = l->in.d[2] + 2 * p->padding[0], s->wp = l->in.d[3] + 2 * p->padding[1];
+    s->plane = s->hp * s->wp + 64; /* the last tile's loads run past the last row */
+    for (int t = 0; t < s->taps; t++)
+        s->toff[t] = 2 * (t / kw * s->wp + t % kw);
+    s->a = calloc((size_t)(oc * s->taps * s->cpn * 2), sizeof *s->a);
+    s->xp = calloc((size_t)(s->cpn * s->plane * 2), sizeof *s->xp);
+    s->tmp = malloc((size_t)(s->threads * oc * BF_NR) * sizeof *s->tmp);
+    if (!s->a || !s->xp || !s->tmp)
+        return false;
+    for (int64_t o = 0; o < oc; o++)
+        for (int t = 0; t < s->taps; t++)
+            for (int64_t ci = 0; ci < c; ci++)
+                s->a[((o * s->taps + t) * s->cpn + ci / 2) * 2 + ci % 2] = w[(o * c + ci) * s->taps + t];
+    *ws = 2 * (oc * s->taps * s->cpn * 2 + s->cpn * s->plane * 2 + s->threads * oc * BF_NR);
+    return true;
+}
+
+static bench_status bf_setup(void *env, const layer *l, const void *w_, void **state, char *impl, size_t len,
+                             int64_t *workspace_bytes)
+{
+    const uint16_t *w = w_;
+    bf_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    const char *why = bf_refuses(l);
+    if (why) {
+        char inner[96];
+        s->path = BF_VIA;
+        bench_status st = cpu_via_f32_kernel.setup(env, l, w, &s->via, inner, sizeof inner, workspace_bytes);
+        snprintf(impl, len, "%s (%s)", inner, why);
+        if (st != BENCH_OK)
+            s->via = NULL, bf_free(env, s);
+        else
+            *state = s;
+        return st;
+    }
+    s->threads = omp_get_max_threads();
+    const layer_params *p = &l->p;
+    bool ok;
+    if (l->kind == LAYER_CONV2D && p->stride[0] == 1 && p->stride[1] == 1 && p->dilation[0] == 1 &&
+        p->dilation[1] == 1 && p->kernel[0] * p->kernel[1] <= 64) {
+        ok = bf_setup_direct(l, w, s, workspace_bytes);
+        snprintf(impl, len, "direct bf16 vdpbf16ps %dx%d, channel pairs", BF_MR, BF_NR);
+    } else if (l->kind == LAYER_CONV2D) {
+        int64_t oc = p->out_channels;
+        s->path = BF_IM2COL;
+        s->k = l->in.d[1] * p->kernel[0] * p->kernel[1];
+        s->kp = (s->k + 1) / 2;
+        s->a = calloc((size_t)(oc * s->kp * 2), sizeof *s->a);
+        s->bp = malloc((size_t)(s->threads * s->kp * 64) * sizeof *s->bp);
+        if ((ok = s->a && s->bp))
+            for (int64_t o = 0; o < oc; o++)
+                memcpy(s->a + o * s->kp * 2, w + o * s->k, (size_t)s->k * sizeof *w);
+        *workspace_bytes = (oc * s->kp * 2 + s->threads * s->kp * 64) * 2;
+        snprintf(impl, len, "im2col+gemm bf16 vdpbf16ps %dx%d", BF_MR, BF_NR);
+    } else {
+        int64_t f = l->in.d[l->in.rank - 1], o = p->out_features, np = (o + BF_NR - 1) / BF_NR;
+        s->path = BF_LINEAR;
+        s->k = f, s->kp = f / 2;
+        s->bp = calloc((size_t)(np * s->kp * 64), sizeof *s->bp);
+        if ((ok = s->bp != NULL))
+            for (int64_t j = 0; j < o; j++)
+                for (int64_t k = 0; k < f; k++)
+                    s->bp[((j / BF_NR) * s->kp + k / 2) * 64 + (j % BF_NR) * 2 + k % 2] = w[j * f + k];
+        *workspace_bytes = np * s->kp * 64 * 2;
+        snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d, weights packed at setup", BF_MR, BF_NR);
+    }
+    if (ok && p->bias) {
+        int64_t n = l->kind == LAYER_CONV2D ? p->out_channels : p->out_features;
+        bias_f32(s, w, (l->kind == LAYER_CONV2D ? l->in.d[1] * p->kernel[0] * p->kernel[1] : l->in.d[l->in.rank - 1]) * n,
+                 n);
+        ok = s->bias != NULL;
+    }
+    if (!ok) {
+        bf_free(env, s);
+        return BENCH_ERR_NOMEM;
+    }
+    *state = s;
+    return BENCH_OK;
+}
+
+/* Output positions [n0, n0 + 32) of one image's im2col, packed as one panel. */
+static void im2col_panel(const layer *l, const uint16_t *x, int64_t n0, int64_t kp, uint16_t *b)
+{
+    const layer_params *p = &l->p;
+    int64_t c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3], ow = l->out.d[3], ohw = l->out.d[2] * ow;
+    int64_t kh = p->kernel[0], kw = p->kernel[1], k = c * kh * kw;
+    int64_t iy[BF_NR], ix[BF_NR];
+    int nv = (int)(ohw - n0 < BF_NR ? ohw - n0 : BF_NR);
+    for (int j = 0; j < nv; j++) {
+        int64_t pos = n0 + j;
+        iy[j] = pos / ow * p->stride[0] - p->padding[0];
+        ix[j] = pos % ow * p->stride[1] - p->padding[1];
+    }
+    for (int64_t q = 0; q < kp * 2; q++) {
+        uint16_t *dst = b + (q / 2) * 64 + q % 2;
+        if (q >= k) {
+            for (int j = 0; j < BF_NR; j++)
+                dst[j * 2] = 0;
+            continue;
+        }
+        int64_t ci = q / (kh * kw), r = q % (kh * kw), dy = r / kw * p->dilation[0], dx = r % kw * p->dilation[1];
+        const uint16_t *plane = x + ci * h * wd;
+        for (int j = 0; j < nv; j++) {
+            int64_t y = iy[j] + dy, xx = ix[j] + dx;
+            dst[j * 2] = (y >= 0 && y < h && xx >= 0 && xx < wd) ? plane[y * wd + xx] : 0;
+        }
+        for (int j = nv; j < BF_NR; j++)
+            dst[j * 2] = 0;
+    }
+}
+
+/* The direct convolution of one image: the output computed on the padded grid, 32
+ * positions (r = oy * wp + ox) a tile, and the columns past ow dropped as it is stored. */
+static void bf_direct(const layer *l, bf_state *s, const uint16_t *x, uint16_t *y)
+{
+    int64_t c = l->in.d[1], h = l->in.d[2], w = l->in.d[3], oc = l->p.out_channels;
+    int64_t oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow, r_end = (oh - 1) * s->wp + ow;
+    int64_t panels = (r_end + BF_NR - 1) / BF_NR;
+    CPU_OMP_IF(c * h * w > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t cp = 0; cp < s->cpn; cp++)
+            pair_channels(x + 2 * cp * h * w, c - 2 * cp < 2 ? 1 : 2, h, w, s->xp + 2 * cp * s->plane, s->wp,
+                          l->p.padding[0], l->p.padding[1]););
+    CPU_OMP_IF(oc * ohw * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pi = 0; pi < panels; pi++) {
+            uint16_t *tmp = s->tmp + (int64_t)omp_get_thread_num() * oc * BF_NR;
+            int64_t r0 = pi * BF_NR;
+            int nv = (int)(r_end - r0 < BF_NR ? r_end - r0 : BF_NR);
+            bf_panel(oc, (const uint32_t *)s->a, s->taps * s->cpn, s->xp + 2 * r0, s->toff, s->taps, s->cpn,
+                     2 * s->plane, tmp, BF_NR, nv, s->bias, NULL);
+            for (int64_t r = r0; r < r0 + nv;) { /* each row's run of valid columns */
+                int64_t oy = r / s->wp, ox = r % s->wp, run = ow - ox;
+                if (ox >= ow) {
+                    r += s->wp - ox;
+                    continue;
+                }
+                run = run < r0 + nv - r ? run : r0 + nv - r;
+                for (int64_t o = 0; o < oc; o++)
+                    memcpy(y + o * ohw + oy * ow + ox, tmp + o * BF_NR + (r - r0), (size_t)run * sizeof *y);
+                r += run;
+            }
+        });
+}
+
+static const int64_t bf_no_offset[1] = {0};
+
+static void bf_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
+{
+    bf_state *s = state;
+    if (s->path == BF_VIA) {
+        cpu_via_f32_kernel.run(env, l, s->via, in, w, out);
+        return;
+    }
+    if (s->path != BF_LINEAR) {
+        int64_t n = l->in.d[0], oc = l->p.out_channels, ohw = l->out.d[2] * l->out.d[3];
+        int64_t panels = (ohw + BF_NR - 1) / BF_NR, plane = shape_numel(&l->in) / n;
+        for (int64_t b = 0; b < n; b++) {
+            const uint16_t *x = (const uint16_t *)in[0] + b * plane;
+            uint16_t *y = (uint16_t *)out + b * oc * ohw;
+            if (s->path == BF_DIRECT) {
+                bf_direct(l, s, x, y);
+                continue;
+            }
+            CPU_OMP_IF(oc * ohw * s->k > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+                for (int64_t pi = 0; pi < panels; pi++) {
+                    uint16_t *bp = s->bp + (int64_t)omp_get_thread_num() * s->kp * 64;
+                    int64_t n0 = pi * BF_NR;
+                    im2col_panel(l, x, n0, s->kp, bp);
+                    bf_panel(oc, (const uint32_t *)s->a, s->kp, bp, bf_no_offset, 1, s->kp, 64, y + n0, ohw,
+                             (int)(ohw - n0 < BF_NR ? ohw - n0 : BF_NR), s->bias, NULL);
+                });
+        }
+        return;
+    }
+    int64_t f = s->k, rows = shape_numel(&l->in) / f, o = l->p.out_features, np = (o + BF_NR - 1) / BF_NR;
+    const uint32_t *a = in[0];
+    uint16_t *y = out;
+    /* the panels of outputs over the threads; each streams its packed weights once per
+     * BF_MR rows */
+    CPU_OMP_IF(rows * o * f > 64 * CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t j = 0; j < np; j++)
+            bf_panel(rows, a, s->kp, s->bp + j * s->kp * 64, bf_no_offset, 1, s->kp, 64, y + j * BF_NR, o,
+                     (int)(o - j * BF_NR < BF_NR ? o - j * BF_NR : BF_NR), NULL, s->bias ? s->bias + j * BF_NR : NULL););
+}
+
+static double bf_tolerance(void *env, const layer *l)
+{
+    return cpu_via_f32_kernel.tolerance(env, l);
+}
+
+const backend_kernel cpu_conv2d_bf16_kernel = {.setup = bf_setup, .run = bf_run, .free = bf_free,
+                                               .tolerance = bf_tolerance};
+const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run, .free = bf_free,
+                                               .tolerance = bf_tolerance};
