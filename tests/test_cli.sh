@@ -201,5 +201,39 @@ expect 0 "70 passed, 0 failed" -- "$BENCH" check "$R18"
 expect 0 "forward \(chained, model output\) +model +cpu .* ok" -- "$BENCH" check "$R18" --batch 2
 expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE" --no-forward
 
+# dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
+# dtype columns and compare keyed by them (correctness per kind: test_layers)
+expect 2 "--dtype expects fp32, tf32, bf16, fp16 or int8" -- "$BENCH" run "$SMOKE" --dtype fp8
+expect 2 "--dtype expects" -- "$BENCH" run "$SMOKE" --dtype bf16,bf16
+expect 2 "--tf32 and --dtype both given" -- "$BENCH" run "$SMOKE" --tf32 --dtype bf16
+expect 2 "list takes one --dtype" -- "$BENCH" list "$SMOKE" --dtype fp32,bf16
+printf 'name: t\ninput: [3, 8, 8]\ndtype: bfloat61\nlayers: [{kind: relu}]\n' >"$T/dtype.yaml"
+expect 2 "dtype.yaml:3:8: dtype: expected one of fp32, tf32, bf16, fp16, int8" -- "$BENCH" list "$T/dtype.yaml"
+expect 0 "batch 2, bf16, 18 layers" -- "$BENCH" list "$SMOKE" --dtype bf16
+expect 0 "19 passed, 0 failed.*dtype fp16.*19 passed, 0 failed" -- bash -c "'$BENCH' check '$SMOKE' --dtype bf16,fp16 | tr '\n' ' '"
+expect 0 "skipped \(unsupported\)" -- "$BENCH" check "$SMOKE" --dtype int8
+# a mixed model: the stem and the head in fp32 around a bf16 body, checked on both CPU
+# backends (the chained forward converts where the dtypes meet)
+sed -e 's/^batch: 2/batch: 2\ndtype: bf16/' -e 's/name: stem,/name: stem, dtype: fp32,/' \
+    -e 's/name: fc,/name: fc, dtype: float32,/' "$SMOKE" >"$T/mixed.yaml"
+expect 0 "dtype bf16 \(mixed.*38 passed, 0 failed" -- bash -c "'$BENCH' check '$T/mixed.yaml' --backend all | tr '\n' ' '"
+"$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32,bf16 --csv "$T/dtypes.csv" >/dev/null 2>&1 && ok || bad "run --dtype fp32,bf16"
+# every row names both dtypes; the stem stays fp32 in the bf16 set, and counts 4-byte elements
+awk -F, "$COLS"' { n[$c["dtype"] "/" $c["layer_dtype"]]++ }
+  $c["layer_name"] == "stem" && $c["dtype"] == "bf16" && $c["mode"] != "inmodel" { stem = $c["layer_dtype"] }
+  $c["layer_name"] == "act" && $c["mode"] != "inmodel" { act[$c["dtype"]] = $c["bytes"] }
+  END { exit !(n["fp32/fp32"] > 0 && n["bf16/bf16"] > 0 && stem == "fp32" && act["fp32"] == 2 * act["bf16"]) }' \
+  "$T/dtypes.csv" && ok || bad "dtype columns: $(cut -d, -f1-8 "$T/dtypes.csv" | head -5)"
+grep -q '"dtype": "bf16"' "$T/dtypes.json" && grep -q '"layers_in_own_dtype": {"stem": "fp32"' "$T/dtypes.json" && ok ||
+  bad "JSON sets without their dtype: $(grep -o '"completed.*' "$T/dtypes.json" | head -c 300)"
+# compare matches rows of one dtype only: fp32 against a bf16-only file matches nothing
+for t in fp32 bf16; do
+  { head -1 "$T/dtypes.csv"; awk -F, "$COLS"' $c["dtype"] == "'$t'"' "$T/dtypes.csv"; } >"$T/${t}only.csv"
+done
+expect 0 "0 rows compared" -- "$BENCH" compare "$T/fp32only.csv" "$T/bf16only.csv"
+# --resume keeps the finished (batch, backend, dtype) sets and measures the rest
+"$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32 --csv "$T/resume.csv" >/dev/null 2>&1
+expect 0 "batch 2 in fp32 on cpu: kept from the previous run" -- "$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32,bf16 --csv "$T/resume.csv" --resume
+
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

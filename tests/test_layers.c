@@ -251,31 +251,37 @@ static bool make_layer(const layer_case *c, layer *l)
     return layer_count(l) == 0;
 }
 
-/* Runs one case on a host-memory backend with guard zones; returns the relative error. */
-static void run_case(const backend *b, const layer_case *c, uint64_t seed)
+/* Runs one case in dtype dt on a backend with guard zones, against the fp32 reference on
+ * the same (rounded) inputs and weights. */
+static void run_case(const backend *b, const layer_case *c, uint64_t seed, dtype_t dt)
 {
     layer l;
     bool made = make_layer(c, &l);
     EXPECT(made, "%s", c->what);
     if (!made)
         return;
+    l.dtype = dt;
+    layer_count(&l);
     const layer_desc *d = layer_desc_get(l.kind);
-    const char *kn = d->name;
-    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *din[LAYER_MAX_INPUTS] = {NULL};
+    const char *kn = d->name, *tn = dtype_name(dt);
+    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL;
+    void *din[LAYER_MAX_INPUTS] = {NULL};
     EXPECT(forward_layer_data(&l, seed, in, &w) == BENCH_OK, "%s %s: inputs", kn, c->what);
     int64_t n_out = shape_numel(&l.out);
+    size_t size = dtype_size(dt);
     float *ref = bench_alloc_floats(n_out);
     d->reference(&l, (const float *const *)in, w, ref);
 
     /* output with guard zones, poisoned with NaN */
-    float *host_out = bench_alloc_floats(n_out + 2 * GUARD);
+    float *host_out = bench_alloc_floats(n_out + 2 * GUARD), guard = GUARD_VALUE;
+    dtype_round(dt, &guard, 1);
     for (int64_t i = 0; i < n_out + 2 * GUARD; i++)
         host_out[i] = (i < GUARD || i >= GUARD + n_out) ? GUARD_VALUE : NAN;
     const backend_ops *ops = b->ops;
     for (int k = 0; k < l.n_inputs; k++)
-        din[k] = backend_alloc_floats(b, shape_numel(&l.ins[k]), in[k]);
-    float *dw = w ? backend_alloc_floats(b, l.n_weight_floats, w) : NULL;
-    float *dout = d->aliases_input ? NULL : backend_alloc_floats(b, n_out + 2 * GUARD, host_out);
+        din[k] = backend_alloc_values(b, dt, shape_numel(&l.ins[k]), in[k]);
+    void *dw = w ? backend_alloc_values(b, dt, l.n_weight_floats, w) : NULL;
+    void *dout = d->aliases_input ? NULL : backend_alloc_values(b, dt, n_out + 2 * GUARD, host_out);
     backend_layer *state = NULL;
     char impl[96] = "";
     int64_t ws;
@@ -287,37 +293,37 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed)
         EXPECT(impl[0] != 0, "%s %s: unsupported without a reason", kn, c->what);
         goto done;
     }
-    EXPECT(st != BENCH_ERR_UNSUPPORTED, "%s %s: unsupported on %s: %s", kn, c->what, ops->name, impl);
-    EXPECT(st == BENCH_OK || st == BENCH_ERR_UNSUPPORTED, "%s %s: setup failed (%d): %s", kn, c->what, st,
+    EXPECT(st != BENCH_ERR_UNSUPPORTED, "%s %s %s: unsupported on %s: %s", kn, c->what, tn, ops->name, impl);
+    EXPECT(st == BENCH_OK || st == BENCH_ERR_UNSUPPORTED, "%s %s %s: setup failed (%d): %s", kn, c->what, tn, st,
            backend_last_error(b));
     if (st == BENCH_OK) {
-        backend_layer_run(state, (const void *const *)din, d->aliases_input ? din[0] : dout + GUARD);
+        backend_layer_run(state, (const void *const *)din, d->aliases_input ? din[0] : (char *)dout + GUARD * size);
         EXPECT(ops->device.sync(b->ctx) == BENCH_OK, "%s %s: sync", kn, c->what);
         if (d->aliases_input)
-            ops->device.download(b->ctx, host_out + GUARD, din[0], (size_t)n_out * sizeof(float));
+            backend_download_values(b, dt, host_out + GUARD, din[0], n_out);
         else
-            ops->device.download(b->ctx, host_out, dout, (size_t)(n_out + 2 * GUARD) * sizeof(float));
+            backend_download_values(b, dt, host_out, dout, n_out + 2 * GUARD);
         int64_t nonfinite;
         double err = check_rel_err(host_out + GUARD, ref, n_out, &nonfinite);
-        EXPECT(nonfinite == 0, "%s %s (%s): %lld outputs not written or not finite", kn, c->what, impl,
+        EXPECT(nonfinite == 0, "%s %s %s (%s): %lld outputs not written or not finite", kn, c->what, tn, impl,
                (long long)nonfinite);
-        EXPECT(err <= backend_tolerance(b, &l), "%s %s (%s): relative error %.3e above %.1e", kn, c->what, impl,
-               err, backend_tolerance(b, &l));
+        EXPECT(err <= backend_tolerance(b, &l), "%s %s %s (%s): relative error %.3e above %.1e", kn, c->what, tn,
+               impl, err, backend_tolerance(b, &l));
         int64_t bad_guard = 0;
         for (int64_t i = 0; i < GUARD; i++)
-            bad_guard += (host_out[i] != GUARD_VALUE) + (host_out[GUARD + n_out + i] != GUARD_VALUE);
-        EXPECT(d->aliases_input || bad_guard == 0, "%s %s (%s): %lld guard values overwritten", kn, c->what, impl,
-               (long long)bad_guard);
-        for (int k = 0; k < l.n_inputs; k++) {
+            bad_guard += (host_out[i] != guard) + (host_out[GUARD + n_out + i] != guard);
+        EXPECT(d->aliases_input || bad_guard == 0, "%s %s %s (%s): %lld guard values overwritten", kn, c->what, tn,
+               impl, (long long)bad_guard);
+        for (int k = 0; k < l.n_inputs; k++) { /* in[k] holds the rounded values uploaded */
             int64_t n = shape_numel(&l.ins[k]);
             float *after = bench_alloc_floats(n);
-            ops->device.download(b->ctx, after, din[k], (size_t)n * sizeof(float));
-            EXPECT(memcmp(after, in[k], (size_t)n * sizeof(float)) == 0, "%s %s: input %d was modified", kn, c->what,
-                   k);
+            backend_download_values(b, dt, after, din[k], n);
+            EXPECT(memcmp(after, in[k], (size_t)n * sizeof(float)) == 0, "%s %s %s: input %d was modified", kn,
+                   c->what, tn, k);
             free(after);
         }
         backend_layer_free(b, state);
-        printf("  %-20s %-34s %-18s rel. error %.2e\n", kn, c->what, impl, err);
+        printf("  %-20s %-34s %-4s %-18s rel. error %.2e\n", kn, c->what, tn, impl, err);
     }
 done:
     for (int k = 0; k < l.n_inputs; k++)
@@ -450,8 +456,18 @@ int main(int argc, char **argv)
     test_adaptive_window_sum();
     test_count_overflow();
     test_cpu_choices();
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        run_case(&b, &cases[i], seed + i);
+    /* every case in every dtype the backend's table runs (tf32 on cuda, bf16 and fp16 on
+     * the CPUs); int8 has no kernels yet */
+    static const dtype_t types[] = {DTYPE_FP32, DTYPE_TF32, DTYPE_BF16, DTYPE_FP16};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        layer probe = {.kind = LAYER_RELU, .dtype = types[t]};
+        if (!backend_kernel_of(&b, &probe).kernel) {
+            printf("  %s: not run on %s (%s)\n", dtype_name(types[t]), name, backend_kernel_of(&b, &probe).unsupported);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            run_case(&b, &cases[i], seed + i, types[t]);
+    }
     backend_close(&b);
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search
@@ -470,7 +486,7 @@ int main(int argc, char **argv)
             printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s'%s\n", algos[a], bo.algo_heuristic ? ", --algo heuristic" : "");
             for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
                 if (cases[i].kind == LAYER_CONV2D)
-                    run_case(&b, &cases[i], seed + i);
+                    run_case(&b, &cases[i], seed + i, DTYPE_FP32);
             backend_close(&b);
         }
         /* the tiled paths again with the lower ISAs' kernels (AVX2's 6x16 tile, the
@@ -489,11 +505,22 @@ int main(int argc, char **argv)
                        a == 0 ? "; linear" : "");
                 for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
                     if (cases[c].kind == LAYER_CONV2D || (a == 0 && cases[c].kind == LAYER_LINEAR))
-                        run_case(&b, &cases[c], seed + c);
+                        run_case(&b, &cases[c], seed + c, DTYPE_FP32);
                 backend_close(&b);
             }
         unsetenv("LAYERBENCH_CPU_GEMM_ISA");
         unsetenv("LAYERBENCH_CPU_CONV_ALGO");
+        /* bf16 convolutions and linear layers as a CPU without AVX512_BF16 runs them: on
+         * fp32 copies (above, they ran on vdpbf16ps where this CPU has it) */
+        setenv("LAYERBENCH_CPU_NO_BF16", "1", 1);
+        if (backend_open(ops, &bo, &b, err, sizeof err) == BENCH_OK) {
+            printf("bf16 conv2d and linear with LAYERBENCH_CPU_NO_BF16=1\n");
+            for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+                if (cases[c].kind == LAYER_CONV2D || cases[c].kind == LAYER_LINEAR)
+                    run_case(&b, &cases[c], seed + c, DTYPE_BF16);
+            backend_close(&b);
+        }
+        unsetenv("LAYERBENCH_CPU_NO_BF16");
     }
     return test_summary("test_layers");
 }
