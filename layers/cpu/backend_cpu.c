@@ -13,7 +13,7 @@
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
 /* Where a kind has no kernel in bf16 or fp16, cpu_via_f32_kernel runs its fp32 one on
  * fp32 copies (convert_cpu.c); views and concat move bytes in any dtype; conv2d and
- * linear have bf16 GEMMs of their own (bf16_cpu.c). */
+ * linear have bf16 GEMMs of their own (bf16_cpu.c), the element-wise kinds bf16 loops. */
 #define CPU_NO_TF32 "tf32 is a math mode of NVIDIA's tensor cores: a CPU has none (run fp32)"
 #define CPU_NO_INT8 "the cpu backend has no int8 kernels"
 #define CPU_ROW(kind, f32, b16, f16)                                                                           \
@@ -22,10 +22,10 @@
 
 static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_CONV2D, cpu_conv2d_kernel, cpu_conv2d_bf16_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_RELU, cpu_relu_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_RELU6, cpu_relu6_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_SIGMOID, cpu_sigmoid_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_kernel, cpu_batchnorm2d_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_RELU, cpu_relu_kernel, cpu_relu_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_RELU6, cpu_relu6_kernel, cpu_relu6_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_SIGMOID, cpu_sigmoid_kernel, cpu_sigmoid_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MAXPOOL2D, cpu_maxpool2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_AVGPOOL2D, cpu_avgpool2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_adaptive_avgpool2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
@@ -33,13 +33,13 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_LINEAR, cpu_linear_kernel, cpu_linear_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_DROPOUT, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
     CPU_ROW(LAYER_SOFTMAX, cpu_softmax_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_ADD, cpu_add_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_MUL, cpu_mul_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_ADD, cpu_add_kernel, cpu_add_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_MUL, cpu_mul_kernel, cpu_mul_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_CONCAT, cpu_concat_kernel, cpu_concat_kernel, cpu_concat_kernel),
-    CPU_ROW(LAYER_SILU, cpu_silu_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_HARDSWISH, cpu_hardswish_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_HARDSIGMOID, cpu_hardsigmoid_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_TANH, cpu_tanh_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_SILU, cpu_silu_kernel, cpu_silu_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_HARDSWISH, cpu_hardswish_kernel, cpu_hardswish_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_HARDSIGMOID, cpu_hardsigmoid_kernel, cpu_hardsigmoid_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_TANH, cpu_tanh_kernel, cpu_tanh_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_STOCHASTIC_DEPTH, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
     CPU_ROW(LAYER_CONV_TRANSPOSE2D, cpu_conv_transpose2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_UPSAMPLE, cpu_upsample_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),

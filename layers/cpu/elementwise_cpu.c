@@ -7,12 +7,57 @@
 #include "cpu_kernels.h"
 #include "fast_math.h"
 
+/* bf16 in fp32 registers: widening is exact (the top half of an fp32); narrowing rounds
+ * to nearest even as vcvtneps2bf16 does, NaN kept a NaN, in integer steps the loops
+ * vectorise. */
+static inline float bf16_load(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t bf16_store(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40 : r);
+}
+
 CPU_ISA_CLONES
 static void affine_span(const float *x, float *y, int64_t n, float scale, float shift)
 {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++)
         y[i] = x[i] * scale + shift;
+}
+
+CPU_ISA_CLONES
+static void affine_span16(const uint16_t *x, uint16_t *y, int64_t n, float scale, float shift)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16_store(bf16_load(x[i]) * scale + shift);
+}
+
+/* batchnorm2d in bf16: the statistics widened once per channel, the planes in fp32
+ * registers. */
+static void bn_bf16_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out_)
+{
+    (void)env, (void)state;
+    const uint16_t *in = ins[0], *w = w_;
+    uint16_t *out = out_;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    float eps = (float)l->p.eps;
+    CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < n * c; pl++) {
+            int64_t ch = pl % c;
+            float scale = bf16_load(w[ch]) / sqrtf(bf16_load(w[3 * c + ch]) + eps);
+            affine_span16(in + pl * hw, out + pl * hw, hw, scale,
+                          bf16_load(w[c + ch]) - bf16_load(w[2 * c + ch]) * scale);
+        });
 }
 
 static void bn_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
@@ -33,27 +78,59 @@ static void bn_run(void *env, const layer *l, void *state, const void *const *in
         });
 }
 
-/* One element-wise loop per kind: x is a[i] (and b[i] the second input's element), in
- * a function cloned per ISA that each thread runs on its share. */
-#define ELEMENTWISE(fn, expr)                                                                       \
+/* One element-wise loop per kind: x is a[i] (and y the second input's b[i]), in a
+ * function cloned per ISA that each thread runs on its share; fn runs fp32 tensors,
+ * fn##_bf16 bf16 ones (the table's bf16 entry), computing in fp32. */
+#define ELEMENTWISE_SPANS(fn, expr)                                                    \
     CPU_ISA_CLONES static void fn##_span(const float *a, const float *b, float *out, int64_t n)     \
     {                                                                                               \
-        (void)b;                                                                                    \
+        if (b) {                                                                                    \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                                     \
+            {                                                                                       \
+                float x = a[i], y = b[i];                                                           \
+                (void)y;                                                                            \
+                out[i] = (expr);                                                                    \
+            }                                                                                       \
+            return;                                                                                 \
+        }                                                                                           \
         _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                                         \
         {                                                                                           \
-            float x = a[i];                                                                         \
+            float x = a[i], y = 0.0f;                                                               \
+            (void)y;                                                                                \
             out[i] = (expr);                                                                        \
         }                                                                                           \
     }                                                                                               \
-    static void fn(void *env, const layer *l, void *state, const void *const *in, const void *w,           \
-                   void *out_)                                                                      \
+    CPU_ISA_CLONES static void fn##_span16(const uint16_t *a, const uint16_t *b, uint16_t *out,     \
+                                           int64_t n)                                               \
+    {                                                                                               \
+        if (b) {                                                                                    \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                                     \
+            {                                                                                       \
+                float x = bf16_load(a[i]), y = bf16_load(b[i]);                                     \
+                (void)y;                                                                            \
+                out[i] = bf16_store(expr);                                                          \
+            }                                                                                       \
+            return;                                                                                 \
+        }                                                                                           \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                                         \
+        {                                                                                           \
+            float x = bf16_load(a[i]), y = 0.0f;                                                    \
+            (void)y;                                                                                \
+            out[i] = bf16_store(expr);                                                              \
+        }                                                                                           \
+    }
+
+/* A kernel's run on elements of type T, each thread's share through span. */
+#define ELEMENTWISE_RUN(name, T, span)                                                              \
+    static void name(void *env, const layer *l, void *state, const void *const *in, const void *w, \
+                     void *out_)                                                                    \
     {                                                                                               \
         (void)env, (void)state, (void)w;                                                            \
-        const float *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                \
-        float *out = out_;                                                                          \
+        const T *a = in[0], *b = l->n_inputs > 1 ? in[1] : NULL;                                    \
+        T *out = out_;                                                                              \
         int64_t n = shape_numel(&l->out);                                                           \
         if (n <= CPU_PARALLEL_MIN) {                                                                \
-            fn##_span(a, b, out, n);                                                                \
+            span(a, b, out, n);                                                                     \
             return;                                                                                 \
         }                                                                                           \
         _Pragma("omp parallel")                                                                     \
@@ -61,9 +138,14 @@ static void bn_run(void *env, const layer *l, void *state, const void *const *in
             int64_t lo, hi;                                                                         \
             cpu_thread_span(n, &lo, &hi);                                                           \
             if (hi > lo)                                                                            \
-                fn##_span(a + lo, b ? b + lo : NULL, out + lo, hi - lo);                            \
+                span(a + lo, b ? b + lo : NULL, out + lo, hi - lo);                                 \
         }                                                                                           \
     }
+
+#define ELEMENTWISE(fn, expr)                                                                       \
+    ELEMENTWISE_SPANS(fn, expr)                                                                 \
+    ELEMENTWISE_RUN(fn, float, fn##_span)                                                           \
+    ELEMENTWISE_RUN(fn##_bf16, uint16_t, fn##_span16)
 
 ELEMENTWISE(relu_run, x > 0.0f ? x : 0.0f)
 ELEMENTWISE(relu6_run, fminf(fmaxf(x, 0.0f), 6.0f))
@@ -72,8 +154,8 @@ ELEMENTWISE(silu_run, x / (1.0f + lb_expf(-x)))
 ELEMENTWISE(hardsigmoid_run, fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f)
 ELEMENTWISE(hardswish_run, x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f))
 ELEMENTWISE(tanh_run, lb_tanhf(x))
-ELEMENTWISE(add_run, x + b[i])
-ELEMENTWISE(mul_same_run, x * b[i])
+ELEMENTWISE(add_run, x + y)
+ELEMENTWISE(mul_same_run, x * y)
 
 void cpu_add_span(const float *a, const float *b, float *y, int64_t n) { add_run_span(a, b, y, n); }
 
@@ -110,6 +192,23 @@ static void mul_run(void *env, const layer *l, void *state, const void *const *i
     CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t i = 0; i < n; i++)
             out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];);
+}
+
+/* mul in bf16: equal shapes in the vector loop, any broadcast element by element. */
+static void mul_bf16_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out_)
+{
+    if (shape_equal(&l->ins[0], &l->ins[1])) {
+        mul_same_run_bf16(env, l, state, in, w, out_);
+        return;
+    }
+    const uint16_t *a = in[0], *b = in[1];
+    uint16_t *out = out_;
+    const shape_t *o = &l->out;
+    int64_t n = shape_numel(o);
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t i = 0; i < n; i++)
+            out[i] = bf16_store(bf16_load(a[layer_broadcast_index(&l->ins[0], o, i)]) *
+                                bf16_load(b[layer_broadcast_index(&l->ins[1], o, i)])););
 }
 
 /* concat: each input's block of every outer index is copied to its place, in any dtype. */
@@ -150,6 +249,17 @@ const backend_kernel cpu_hardsigmoid_kernel = {.run = hardsigmoid_run, .impl = "
 const backend_kernel cpu_hardswish_kernel = {.run = hardswish_run, .impl = "direct"};
 const backend_kernel cpu_tanh_kernel = {.run = tanh_run, .impl = "direct"};
 const backend_kernel cpu_add_kernel = {.run = add_run, .impl = "direct"};
+/* bf16 in and out, fp32 inside */
+const backend_kernel cpu_batchnorm2d_bf16_kernel = {.run = bn_bf16_run, .impl = "direct bf16"};
+const backend_kernel cpu_relu_bf16_kernel = {.run = relu_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_relu6_bf16_kernel = {.run = relu6_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_sigmoid_bf16_kernel = {.run = sigmoid_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_silu_bf16_kernel = {.run = silu_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_hardsigmoid_bf16_kernel = {.run = hardsigmoid_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_hardswish_bf16_kernel = {.run = hardswish_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_tanh_bf16_kernel = {.run = tanh_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_add_bf16_kernel = {.run = add_run_bf16, .impl = "direct bf16"};
+const backend_kernel cpu_mul_bf16_kernel = {.run = mul_bf16_run, .impl = "direct bf16"};
 const backend_kernel cpu_mul_kernel = {.run = mul_run, .impl = "direct"};
 const backend_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
 const backend_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};
