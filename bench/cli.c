@@ -43,6 +43,11 @@ static const char usage_text[] =
     "                    take a list and do each. Layers the config gives a dtype of their\n"
     "                    own keep it. A dtype a backend cannot run is a skipped row that\n"
     "                    says why (docs/precision.md)\n"
+    "  --error           run, sweep: each layer's error too (column rel_error): its output's\n"
+    "                    relative L2 error against the fp32 reference on the same inputs\n"
+    "                    and weights, rounded to its dtype, as bench check measures it\n"
+    "                    (untimed, after each set); with several dtypes, a table of time\n"
+    "                    and error per layer side by side\n"
     "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
     "                    convolutions and GEMMs), kept for older scripts\n"
     "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
@@ -190,7 +195,7 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE };
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -218,6 +223,7 @@ static const struct option long_opts[] = {
     {"no-forward", no_argument, NULL, OPT_NO_FORWARD},
     {"tf32", no_argument, NULL, OPT_TF32},
     {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"error", no_argument, NULL, OPT_ERROR},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
@@ -363,6 +369,7 @@ int cli_parse(int argc, char **argv, cli *c)
             break;
         case OPT_NO_PEAKS: c->no_peaks = true; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
+        case OPT_ERROR: c->error = true; break;
         case OPT_ALGO:
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);

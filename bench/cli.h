@@ -31,6 +31,7 @@ typedef struct cli {
     bool resume;
     bool no_peaks;           /* --no-peaks */
     bool no_forward;         /* check --no-forward */
+    bool error;              /* run, sweep --error */
     const char *mode;        /* --mode as given */
     const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
     double threshold;        /* compare: fraction */

@@ -334,6 +334,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
                 .n_backends = nb, .skipped = skipped},
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
+        .error = c->error,
         .procs = {c->processes, wargv},
         .note = *cache_note ? cache_note : NULL,
     };

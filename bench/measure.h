@@ -113,6 +113,9 @@ typedef struct layer_result {
                                slowed it (st keeps the undisturbed ones if it has 3) */
     int processes;          /* worker processes whose samples are pooled in st; 0: measured in this one */
     double process_spread;  /* (max - min) / median of the processes' own medians; 0 with one */
+    bool has_error;         /* --error: rel_error holds the row's error */
+    double rel_error;       /* relative L2 error of the layer's output against the fp32 reference on the
+                               same rounded inputs and weights (what bench check measures) */
     double *kept;           /* the samples behind st, seconds per launch, n_kept of them (st.n);
                                owned by the run_result; NULL in a dedupe row's copy */
     int64_t n_kept;

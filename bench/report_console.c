@@ -37,10 +37,22 @@ static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (doub
 
 /* ---- per-layer table ------------------------------------------------------------------- */
 
+/* A set's per-layer figures, kept for the table across dtypes (print_dtypes). */
+typedef struct kept_set {
+    char backend[16];
+    const char *mode;
+    int64_t batch;
+    dtype_t dtype;
+    const model *m;           /* borrowed: the run's model, whose names and kinds do not change */
+    double *median, *error;   /* per layer; < 0: none */
+} kept_set;
+
 typedef struct console {
     reporter base;
     FILE *out;
     report_options ro;
+    kept_set *sets;
+    int n_sets;
 } console;
 
 static const char *const sort_keys[] = {"index", "name", "kind", "params", "flops", "time", "noise", "cv", "gflops",
@@ -146,10 +158,13 @@ static void print_layers(console *c, const run_result *res)
              contended_rows(res) ? "; Mode*: contended, other processes shared its cores" : "",
              c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
-    table *t = table_create(15, "rllllrrlrrrrrrl");
+    bool errors = false;
+    for (int i = 0; i < n; i++)
+        errors |= res->layers[i].has_error;
+    table *t = table_create(errors ? 16 : 15, errors ? "rllllrrlrrrrrrrl" : "rllllrrlrrrrrrl");
     const char *heads[] = {"#", "Name", "Kind", "Input", "Output", "Params", "FLOPs", "Mode", "Median", "Noise",
-                           "In-model", "%Total", "GFLOP/s", "Roofline", "Impl"};
-    for (int k = 0; k < 15; k++)
+                           "In-model", "%Total", "GFLOP/s", "Roofline", errors ? "Error" : "Impl", "Impl"};
+    for (int k = 0; k < (errors ? 16 : 15); k++)
         table_header(t, k, heads[k], k == 1 ? 40 : 0);
     for (int k = 0; k < shown; k++) {
         int i = rows[k];
@@ -187,6 +202,10 @@ static void print_layers(console *c, const run_result *res)
             table_cell(t, "%s", measure_row_status_name(r->status));
             table_cell(t, "-"), table_cell(t, "%s", inm), table_cell(t, "-"), table_cell(t, "-"), table_cell(t, "-");
         }
+        if (errors && r->has_error)
+            table_cell(t, "%.1e", r->rel_error);
+        else if (errors)
+            table_cell(t, "-");
         table_cell(t, "%s%s%s", r->impl, r->note[0] && r->impl[0] ? "  " : "", r->note);
         table_end_row(t);
     }
@@ -588,6 +607,8 @@ static void print_summary(console *c, const run_result *res)
     print_extra(c, "output copy, device to host", &res->download, res);
 }
 
+static void keep_set(console *c, const run_result *res);
+
 static bench_status console_run(reporter *r, const run_result *res)
 {
     console *c = (console *)r;
@@ -610,6 +631,7 @@ static bench_status console_run(reporter *r, const run_result *res)
                 res->m->name, res->backend, res->mode, (long long)res->m->batch, th, dt, res->m->n_layers,
                 report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     print_layers(c, res);
+    keep_set(c, res);
     unsigned g = c->ro.groups & REPORT_GROUP_SET ? c->ro.groups : REPORT_GROUP_DEFAULT;
     if (g & REPORT_GROUP_SHAPE)
         print_by_shape(c, res);
@@ -622,9 +644,91 @@ static bench_status console_run(reporter *r, const run_result *res)
     return BENCH_OK;
 }
 
+/* Keeps res's medians and errors for print_dtypes. */
+static void keep_set(console *c, const run_result *res)
+{
+    int n = res->m->n_layers;
+    c->sets = xrealloc(c->sets, (size_t)(c->n_sets + 1) * sizeof *c->sets);
+    kept_set *k = &c->sets[c->n_sets++];
+    snprintf(k->backend, sizeof k->backend, "%s", res->backend);
+    k->mode = res->mode, k->batch = res->m->batch, k->dtype = res->m->dtype, k->m = res->m;
+    k->median = xmalloc((size_t)(n ? n : 1) * sizeof *k->median);
+    k->error = xmalloc((size_t)(n ? n : 1) * sizeof *k->error);
+    for (int i = 0; i < n; i++) {
+        const layer_result *r = &res->layers[i];
+        k->median[i] = row_timed(r) ? r->st.median : -1;
+        k->error[i] = r->has_error ? r->rel_error : -1;
+    }
+}
+
+/* Every layer's time and error in each dtype side by side, per (backend, batch, mode)
+ * that ran in more than one, with each dtype's speed against the first's. */
+static void print_dtypes(console *c)
+{
+    bool *done = xcalloc((size_t)(c->n_sets ? c->n_sets : 1), sizeof *done);
+    for (int s = 0; s < c->n_sets; s++) {
+        int members[DTYPE_COUNT], nm = 0;
+        for (int u = s; u < c->n_sets && nm < DTYPE_COUNT; u++)
+            if (!done[u] && c->sets[u].batch == c->sets[s].batch && !strcmp(c->sets[u].backend, c->sets[s].backend) &&
+                !strcmp(c->sets[u].mode, c->sets[s].mode))
+                members[nm++] = u, done[u] = true;
+        if (nm < 2)
+            continue;
+        const kept_set *first = &c->sets[members[0]];
+        char title[300], *heads[3 + 3 * DTYPE_COUNT], align[4 + 3 * DTYPE_COUNT] = "rll";
+        snprintf(title, sizeof title, "By dtype: %s, batch %lld, %s timing (xN: speed against %s; Error: relative L2 "
+                                      "error against the fp32 reference, --error)%s",
+                 first->backend, (long long)first->batch, first->mode, dtype_name(first->dtype),
+                 c->ro.format == TABLE_MD ? "" : ":");
+        table_heading(c->out, c->ro.format, 3, title);
+        int nh = 0;
+        heads[nh++] = xstrdup("#"), heads[nh++] = xstrdup("Name"), heads[nh++] = xstrdup("Kind");
+        for (int d = 0; d < nm; d++) {
+            const char *dn = dtype_name(c->sets[members[d]].dtype);
+            heads[nh++] = xasprintf("%s", dn), strcat(align, "r");
+            if (d)
+                heads[nh++] = xasprintf("x%s", dn), strcat(align, "r");
+            heads[nh++] = xasprintf("Error %s", dn), strcat(align, "r");
+        }
+        table *t = table_create(nh, align);
+        for (int k = 0; k < nh; k++)
+            table_header(t, k, heads[k], k == 1 ? 40 : 0), free(heads[k]);
+        for (int i = 0; i < first->m->n_layers; i++) {
+            const layer *l = &first->m->layers[i];
+            if (layer_desc_get(l->kind)->aliases_input)
+                continue;
+            char tm[24];
+            table_cell(t, "%d", i);
+            table_cell(t, "%s", l->name);
+            table_cell(t, "%s", layer_kind_name(l->kind));
+            for (int d = 0; d < nm; d++) {
+                const kept_set *k = &c->sets[members[d]];
+                table_cell(t, "%s", k->median[i] > 0 ? report_format_time(k->median[i], tm, sizeof tm) : "-");
+                if (d && k->median[i] > 0 && first->median[i] > 0)
+                    table_cell(t, "%.2f", first->median[i] / k->median[i]);
+                else if (d)
+                    table_cell(t, "-");
+                if (k->error[i] >= 0)
+                    table_cell(t, "%.1e", k->error[i]);
+                else
+                    table_cell(t, "-");
+            }
+            table_end_row(t);
+        }
+        table_print(t, c->out, c->ro.format, "");
+        table_free(t);
+    }
+    free(done);
+}
+
 static bench_status console_finish(reporter *r, bool ok)
 {
     (void)ok;
+    console *c = (console *)r;
+    print_dtypes(c);
+    for (int s = 0; s < c->n_sets; s++)
+        free(c->sets[s].median), free(c->sets[s].error);
+    free(c->sets);
     free(r);
     return BENCH_OK;
 }

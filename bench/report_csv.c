@@ -32,6 +32,7 @@
     X(output_bytes, 1, "bytes of the layer's output; 0 for a view (the model row: the model's output)")       \
     X(parameters, 1, "the layer's non-default parameters, e.g. kernel_size=3x3 padding=1x1")                    \
     X(inputs, 1, "layer_index of the layers whose outputs this layer reads, space-separated; -1 is the model input") \
+    X(rel_error, 0, "with --error, the isolated rows: the relative L2 error of the layer's output against the fp32 reference run on the same inputs and weights rounded to layer_dtype (bench check's measure; inf where an output is not finite); empty otherwise") \
     X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
     X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
     X(status, 0, "ok; dedupe (timing reused from dedupe_of); view (flatten, dropout: nothing runs, not timed); skipped (the backend cannot run it); failed (setup or timing failed; the run went on). note says why")                                                                                        \
@@ -202,6 +203,8 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     SET(dedupe_of, "%d", r->dedupe_of);
     SET(workspace_bytes, "%lld", (long long)r->workspace_bytes);
     SET(status, "%s", measure_row_status_name(r->status));
+    if (r->has_error)
+        SET(rel_error, "%.3e", r->rel_error);
     if (!row_timed(r))
         return;
     const stats *s = &r->st;

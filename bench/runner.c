@@ -1,5 +1,6 @@
 #include "runner.h"
 
+#include "check.h"
 #include "log.h"
 #include "signals.h"
 #include "sysinfo.h"
@@ -41,6 +42,23 @@ static void warn_lines(strbuf *list, const char *text)
         warn(list, w);
         w += strcspn(w, "\n");
         w += *w == '\n';
+    }
+}
+
+/* --error: each layer's output against the fp32 reference, on the inputs and weights
+ * bench check draws, rounded to the layer's dtype; untimed, after the set. A twin
+ * (--dedupe) gets its own. */
+static void measure_errors(run_result *res, const backend *b, uint64_t seed)
+{
+    for (int i = 0; i < res->m->n_layers; i++) {
+        layer_result *r = &res->layers[i];
+        if (!row_timed(r) && r->status != ROW_VIEW)
+            continue;
+        check_result c = check_layer(&res->m->layers[i], b, seed + (uint64_t)i);
+        if (c.status == BENCH_OK || c.status == BENCH_ERR_CHECK) {
+            r->has_error = true;
+            r->rel_error = c.nonfinite ? INFINITY : c.rel_err;
+        }
     }
 }
 
@@ -183,6 +201,8 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                         failed = true;
                     }
                     result_warnings(&warnings, &res, mo);
+                    if (p->error && !interrupted)
+                        measure_errors(&res, bk, mo->seed);
                     res.peaks = peaks[k];
                     for (int r = 0; r < p->n_reps; r++)
                         io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;

@@ -32,6 +32,7 @@ typedef struct runner_plan {
                                   * resumed, floors, peaks, warnings and interrupted */
     bool sweep_progress;         /* say on stderr which set is running */
     bool probe_peaks;            /* measure each backend's ceilings for the roofline (not --no-peaks) */
+    bool error;                  /* --error: each layer's error against the fp32 reference, untimed */
     procs_plan procs;            /* worker processes per set (--processes); count 0: this process */
     const char *note;            /* a warning from the command line's set-up (--algo-cache), or NULL */
 } runner_plan;
