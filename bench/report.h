@@ -57,12 +57,13 @@ reporter *report_csv_create(bench_output *out, const char *resumed);
 /* The CSV header line (with its newline); caller frees. */
 char *report_csv_header(void);
 
-/* Where a row sits under the roofline of pk: bound "compute", "memory" or "cache" (a
- * layer timed warm whose bytes the caches hold: judged against the cache stream), by
- * its intensity (flops / bytes) against the machine's balance, and its achieved rate as
- * a percent of that roof. False when unknown: no peaks, no bytes, not timed. */
-bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, double *pct,
-                     const char **bound);
+/* Where a row of dtype dtype sits under the roofline of pk (its compute roof the
+ * dtype's, backend_peak_flops): bound "compute", "memory" or "cache" (a layer timed
+ * warm whose bytes the caches hold: judged against the cache stream), by its intensity
+ * (flops / bytes) against the machine's balance, and its achieved rate as a percent of
+ * that roof. False when unknown: no peaks, no bytes, not timed. */
+bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, dtype_t dtype,
+                     double *pct, const char **bound);
 
 /* Checks a --sort column name. */
 bool report_sort_valid(const char *sort);

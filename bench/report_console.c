@@ -194,7 +194,7 @@ static void print_layers(console *c, const run_result *res)
             double roof;
             const char *bound;
             if (report_roofline(l->flops, l->bytes, r->st.median, r->mode && !strcmp(r->mode, "cold"), &res->peaks,
-                                &roof, &bound))
+                                l->dtype, &roof, &bound))
                 table_cell(t, "%.0f%% %s", roof, bound[0] == 'm' ? "mem" : bound[0] == 'c' && bound[1] == 'a' ? "cache" : "fp");
             else
                 table_cell(t, "-");
@@ -523,6 +523,13 @@ static void print_machine(console *c, const run_result *res)
                      pk->cache_bytes_per_s * 1e-9, bench_format_bytes(pk->cache_bytes, a, sizeof a));
         summary_line(c, "peaks (measured)", v, "(memory balance %.1f FLOP/byte%s: %s; %s)",
                      pk->flops_per_s / pk->bytes_per_s, cache, pk->compute_probe, pk->bandwidth_probe);
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (pk->dtype_flops_per_s[t] > 0) {
+                char what[40];
+                snprintf(what, sizeof what, "%s peak (measured)", dtype_name((dtype_t)t));
+                snprintf(v, sizeof v, "%.1f GFLOP/s", pk->dtype_flops_per_s[t] * 1e-9);
+                summary_line(c, what, v, "(%s; the roof of the %s rows)", pk->dtype_probe[t], dtype_name((dtype_t)t));
+            }
     }
     model_memory mm;
     model_memory_plan(res->m, &mm);

@@ -63,7 +63,7 @@
     X(near_floor, 0, "true when a sample (launches x median) is shorter than 10 times floor_us: read with care") \
     X(gflops_per_s, 0, "flops / median, 1e9 per second")                                                       \
     X(gbytes_per_s, 0, "bytes / median, 1e9 per second")                                                       \
-    X(peak_gflops_per_s, 0, "the backend's compute ceiling measured at the start of the run (a large SGEMM), 1e9 FLOP per second; empty with --no-peaks") \
+    X(peak_gflops_per_s, 0, "the backend's compute ceiling for the row's layer_dtype, measured at the start of the run (a large SGEMM; a bf16 GEMM for bf16 rows, TF32 on cuda where measured, else the SGEMM's), 1e9 FLOP per second; empty with --no-peaks") \
     X(peak_gbytes_per_s, 0, "the backend's bandwidth ceiling measured at the start of the run (STREAM triad on the CPU, a device copy on a GPU), 1e9 bytes per second") \
     X(peak_cache_gbytes_per_s, 0, "the same stream over a working set the caches hold (3 MiB on the CPU, an eighth of the L2 on a GPU), 1e9 bytes per second") \
     X(bound, 0, "what limits the row on the roofline: memory when its intensity is below the balance (peak_gflops / peak_gbytes) or it has no FLOPs; cache instead when it was timed warm (not cold) and its bytes fit the last-level cache (the JSON's peaks.cache_bytes), against the cache stream; else compute") \
@@ -193,7 +193,8 @@ static void fill_layer(row_t row, const model *m, int i)
                                 l->inputs[k] - 1);
 }
 
-static void fill_stats(row_t row, const run_result *res, const layer_result *r, int64_t flops, int64_t bytes)
+static void fill_stats(row_t row, const run_result *res, const layer_result *r, int64_t flops, int64_t bytes,
+                       dtype_t dtype)
 {
     if (r->mode)
         SET(mode, "%s", r->mode);
@@ -238,17 +239,18 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     double pct;
     const char *bound;
     if (r->mode && strcmp(r->mode, "transfer") != 0 &&
-        report_roofline(flops, bytes, s->median, strcmp(r->mode, "cold") == 0, &res->peaks, &pct, &bound)) {
+        report_roofline(flops, bytes, s->median, strcmp(r->mode, "cold") == 0, &res->peaks, dtype, &pct, &bound)) {
         SET(bound, "%s", bound);
         SET(roof_pct, "%.2f", pct);
     }
 }
 
-/* The ceilings, on every row of a backend that measured them. */
-static void fill_peaks(row_t row, const run_result *res)
+/* The ceilings, on every row of a backend that measured them: the compute one of the
+ * row's dtype. */
+static void fill_peaks(row_t row, const run_result *res, dtype_t dtype)
 {
     if (res->peaks.flops_per_s > 0 && res->peaks.bytes_per_s > 0) {
-        SET(peak_gflops_per_s, "%.3f", res->peaks.flops_per_s * 1e-9);
+        SET(peak_gflops_per_s, "%.3f", backend_peak_flops(&res->peaks, dtype) * 1e-9);
         SET(peak_gbytes_per_s, "%.3f", res->peaks.bytes_per_s * 1e-9);
         if (res->peaks.cache_bytes_per_s > 0)
             SET(peak_cache_gbytes_per_s, "%.3f", res->peaks.cache_bytes_per_s * 1e-9);
@@ -295,7 +297,7 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(input_bytes, "%lld", (long long)(dtype_size(model_value_dtype(m, 0)) * shape_numel(&m->input)));
     SET(output_bytes, "%lld", (long long)(dtype_size(model_value_dtype(m, m->n_layers)) *
                                           shape_numel(&m->layers[m->n_layers - 1].out)));
-    fill_stats(row, res, r, t.flops, t.bytes);
+    fill_stats(row, res, r, t.flops, t.bytes, m->dtype);
     SET(peak_bytes, "%lld", (long long)(mm.weight_bytes + mm.peak_activation_bytes + ws));
     if (row_timed(r))
         SET(items_per_s, "%.3f", (double)m->batch / r->st.median);
@@ -323,7 +325,7 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     SET(flops, "0");
     SET(bytes, "%lld", (long long)bytes);
     SET(parameters, "-");
-    fill_stats(row, res, r, 0, bytes);
+    fill_stats(row, res, r, 0, bytes, t);
 }
 
 /* A part of layer p->layer inside the forward: the layer's description with the part's
@@ -339,7 +341,7 @@ static void fill_part(row_t row, const run_result *res, const part_result *p)
     SET(flops, "%lld", (long long)p->info.flops);
     SET(bytes, "%lld", (long long)p->info.bytes);
     SET(intensity, "%.4f", p->info.bytes > 0 ? (double)p->info.flops / (double)p->info.bytes : 0.0);
-    fill_stats(row, res, &p->r, p->info.flops, p->info.bytes);
+    fill_stats(row, res, &p->r, p->info.flops, p->info.bytes, l->dtype);
 }
 
 /* A row with statistics (fill_stats wrote its median). */
@@ -351,7 +353,8 @@ static void csv_emit(csv_reporter *c, row_t row, const run_result *res)
     SET(threads, "%d", res->threads);
     if (c->canary > 0 && row_timed_text(row))
         SET(canary_us, "%.4f", 1e6 * c->canary);
-    fill_peaks(row, res);
+    int t = dtype_from_name(row[COL_layer_dtype]); /* "mixed" for a mixed model's rows: the model-wide one */
+    fill_peaks(row, res, t >= 0 ? (dtype_t)t : res->m->dtype);
     csv_write(&c->buf, row, false);
 }
 
@@ -372,7 +375,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
         if (i < n) {
             fill_layer(row, m, i);
             SET(mode, "%s", res->mode);
-            fill_stats(row, res, &res->layers[i], m->layers[i].flops, m->layers[i].bytes);
+            fill_stats(row, res, &res->layers[i], m->layers[i].flops, m->layers[i].bytes, m->layers[i].dtype);
             SET(peak_bytes, "%lld",
                 (long long)(atoll(row[COL_weight_bytes]) + atoll(row[COL_input_bytes]) + atoll(row[COL_output_bytes]) +
                             res->layers[i].workspace_bytes));
@@ -382,7 +385,8 @@ static bench_status csv_run(reporter *rep, const run_result *res)
             if (!res->inmodel || res->inmodel[i - n].status == ROW_NONE)
                 continue;
             fill_layer(row, m, i - n);
-            fill_stats(row, res, &res->inmodel[i - n], m->layers[i - n].flops, m->layers[i - n].bytes);
+            fill_stats(row, res, &res->inmodel[i - n], m->layers[i - n].flops, m->layers[i - n].bytes,
+                       m->layers[i - n].dtype);
             csv_emit(c, row, res);
             for (int j = 0; j < res->n_parts; j++)
                 if (res->parts[j].layer == i - n) {

@@ -66,7 +66,16 @@ static void json_peaks(strbuf *peaks, const char *backend, const backend_peaks *
     strbuf_json(peaks, pk->compute_probe);
     strbuf_append(peaks, ", \"bandwidth_probe\": ", 21);
     strbuf_json(peaks, pk->bandwidth_probe);
-    strbuf_append(peaks, "}", 1);
+    strbuf_printf(peaks, ", \"dtypes\": {");
+    for (int t = 0, first = 1; t < DTYPE_COUNT; t++)
+        if (pk->dtype_flops_per_s[t] > 0) {
+            strbuf_printf(peaks, "%s\"%s\": {\"flops_per_s\": %.4e, \"compute_probe\": ", first ? "" : ", ",
+                          dtype_name((dtype_t)t), pk->dtype_flops_per_s[t]);
+            strbuf_json(peaks, pk->dtype_probe[t]);
+            strbuf_append(peaks, "}", 1);
+            first = 0;
+        }
+    strbuf_append(peaks, "}}", 2);
 }
 
 /* How one mode of a set was measured, as a JSON object: its processes and how far

@@ -2,21 +2,22 @@
  * the console's tables and the CSV's bound and roof_pct columns alike. */
 #include "report.h"
 
-bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, double *pct,
-                     const char **bound)
+bool report_roofline(int64_t flops, int64_t bytes, double seconds, bool cold, const backend_peaks *pk, dtype_t dtype,
+                     double *pct, const char **bound)
 {
-    if (!(seconds > 0) || bytes <= 0 || !(pk->flops_per_s > 0) || !(pk->bytes_per_s > 0))
+    double peak = backend_peak_flops(pk, dtype);
+    if (!(seconds > 0) || bytes <= 0 || !(peak > 0) || !(pk->bytes_per_s > 0))
         return false;
     /* a layer run warm whose data the caches hold streams from them */
     bool cached = !cold && pk->cache_bytes_per_s > 0 && bytes <= pk->cache_bytes;
     double bw = cached ? pk->cache_bytes_per_s : pk->bytes_per_s;
-    double intensity = (double)flops / (double)bytes, balance = pk->flops_per_s / bw;
+    double intensity = (double)flops / (double)bytes, balance = peak / bw;
     if (flops == 0 || intensity < balance) {
         *bound = cached ? "cache" : "memory";
         *pct = 100 * ((double)bytes / seconds) / bw;
     } else {
         *bound = "compute";
-        *pct = 100 * ((double)flops / seconds) / pk->flops_per_s;
+        *pct = 100 * ((double)flops / seconds) / peak;
     }
     return true;
 }

@@ -29,7 +29,18 @@ typedef struct backend_peaks {
     int64_t cache_bytes;      /* up to this many bytes, a layer run warm streams from the caches */
     char compute_probe[160];  /* e.g. "cblas_sgemm 1536x1536x1536, 2 threads, best of runs" */
     char bandwidth_probe[160];
+    /* The compute ceiling of the dtypes the backend measures apart (a bf16 GEMM beside
+     * the sgemm; TF32 on tensor cores), with their probes; 0 where not measured, and
+     * then flops_per_s stands (backend_peak_flops). */
+    double dtype_flops_per_s[DTYPE_COUNT];
+    char dtype_probe[DTYPE_COUNT][120];
 } backend_peaks;
+
+/* The compute ceiling for rows of dtype t: its own where measured, else the fp32 one. */
+static inline double backend_peak_flops(const backend_peaks *p, dtype_t t)
+{
+    return (unsigned)t < DTYPE_COUNT && p->dtype_flops_per_s[t] > 0 ? p->dtype_flops_per_s[t] : p->flops_per_s;
+}
 
 /* Device and memory. */
 typedef struct backend_device_i {
@@ -64,7 +75,8 @@ typedef struct backend_device_i {
      * moved, throttling), one warning per line into buf; "" when there is nothing. */
     void (*warnings)(void *ctx, char *buf, size_t len);
     /* Optional: the roofline's ceilings, measured on this machine as the backend runs
-     * (its threads, its math mode): FP32 FLOP/s of a large matrix product, and bytes/s of
+     * (its threads): FP32 FLOP/s of a large matrix product (and the dtypes it runs
+     * faster, in dtype_flops_per_s), and bytes/s of
      * a stream (reads plus writes) over memory larger than the caches and over a few MiB
      * the caches hold, each the best of a few runs (about 0.3 s together). */
     bench_status (*peaks)(void *ctx, backend_peaks *p);

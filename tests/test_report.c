@@ -264,21 +264,33 @@ static void test_roofline(void)
     double pct;
     const char *bound;
     /* 1 FLOP/byte, 100 MB in 20 ms: 5 GB/s of 10, memory-bound (balance 10) */
-    EXPECT(report_roofline(100000000, 100000000, 0.02, false, &pk, &pct, &bound) && !strcmp(bound, "memory") &&
+    EXPECT(report_roofline(100000000, 100000000, 0.02, false, &pk, DTYPE_FP32, &pct, &bound) && !strcmp(bound, "memory") &&
                fabs(pct - 50) < 1e-9,
            "memory: %s %g", bound, pct);
     /* 1 MB that the caches hold, run warm: against 50 GB/s; cold: against memory */
-    EXPECT(report_roofline(0, 1000000, 1e-4, false, &pk, &pct, &bound) && !strcmp(bound, "cache") && fabs(pct - 20) < 1e-9,
+    EXPECT(report_roofline(0, 1000000, 1e-4, false, &pk, DTYPE_FP32, &pct, &bound) && !strcmp(bound, "cache") && fabs(pct - 20) < 1e-9,
            "cache: %s %g", bound, pct);
-    EXPECT(report_roofline(0, 1000000, 1e-4, true, &pk, &pct, &bound) && !strcmp(bound, "memory") &&
+    EXPECT(report_roofline(0, 1000000, 1e-4, true, &pk, DTYPE_FP32, &pct, &bound) && !strcmp(bound, "memory") &&
                fabs(pct - 100) < 1e-9,
            "cold: %s %g", bound, pct);
     /* 100 FLOP/byte: 80 GFLOP in 1 s is 80% of the compute roof */
-    EXPECT(report_roofline(80000000000, 800000000, 1.0, false, &pk, &pct, &bound) && !strcmp(bound, "compute") &&
+    EXPECT(report_roofline(80000000000, 800000000, 1.0, false, &pk, DTYPE_FP32, &pct, &bound) && !strcmp(bound, "compute") &&
                fabs(pct - 80) < 1e-9,
            "compute: %s %g", bound, pct);
+    /* a bf16 row sits under the bf16 roof where one was measured: 80 GFLOP/s is 40% of
+     * 200; an fp16 row, with no roof of its own, under the fp32 one */
+    pk.dtype_flops_per_s[DTYPE_BF16] = 200e9;
+    EXPECT(report_roofline(80000000000, 800000000, 1.0, false, &pk, DTYPE_BF16, &pct, &bound) &&
+               !strcmp(bound, "compute") && fabs(pct - 40) < 1e-9,
+           "bf16 compute: %s %g", bound, pct);
+    EXPECT(report_roofline(80000000000, 800000000, 1.0, false, &pk, DTYPE_FP16, &pct, &bound) && fabs(pct - 80) < 1e-9,
+           "fp16 under the fp32 roof: %g", pct);
+    /* the balance moves with the roof: 15 FLOP/byte is compute-bound under fp32's 10, memory-bound under bf16's 20 */
+    EXPECT(report_roofline(15000000, 1000000, 1.0, true, &pk, DTYPE_FP32, &pct, &bound) && !strcmp(bound, "compute") &&
+               report_roofline(15000000, 1000000, 1.0, true, &pk, DTYPE_BF16, &pct, &bound) && !strcmp(bound, "memory"),
+           "balance per dtype");
     backend_peaks none = {0};
-    EXPECT(!report_roofline(1, 1, 1.0, false, &none, &pct, &bound) && !report_roofline(1, 0, 1.0, false, &pk, &pct, &bound),
+    EXPECT(!report_roofline(1, 1, 1.0, false, &none, DTYPE_FP32, &pct, &bound) && !report_roofline(1, 0, 1.0, false, &pk, DTYPE_FP32, &pct, &bound),
            "unknown without peaks or bytes");
 }
 

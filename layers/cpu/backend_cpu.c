@@ -191,6 +191,45 @@ static void run_triad(void *arg)
  * optimistic), and over 3 MiB (the caches: what a layer alone in warm or batch mode
  * streams from). About 0.3 s. */
 #define CACHE_PROBE_BYTES ((size_t)3 << 20)
+/* The bf16 ceiling: our vdpbf16ps GEMM (bf16_cpu.c) as a 1536x1536 -> 1536 linear layer. */
+typedef struct bf16_probe {
+    void *ctx, *state;
+    layer l;
+    void *x, *y;
+} bf16_probe;
+
+static void run_bf16(void *arg)
+{
+    bf16_probe *p = arg;
+    const void *in[1] = {p->x};
+    cpu_linear_bf16_kernel.run(p->ctx, &p->l, p->state, in, NULL, p->y);
+}
+
+static void bf16_peak(void *ctx, int64_t n, backend_peaks *pk)
+{
+    cpu_ctx *c = ctx;
+    bf16_probe p = {.ctx = ctx};
+    p.l = (layer){.kind = LAYER_LINEAR, .dtype = DTYPE_BF16, .n_inputs = 1, .in = {2, {n, n}}, .out = {2, {n, n}},
+                  .p = {.out_features = n}, .n_weight_floats = n * n};
+    p.l.ins = &p.l.in;
+    uint16_t *w = calloc((size_t)(n * n), 2);
+    p.x = calloc((size_t)(n * n), 2), p.y = calloc((size_t)(n * n), 2);
+    char impl[96];
+    int64_t ws;
+    if (w && p.x && p.y) {
+        for (int64_t i = 0; i < n * n; i++) /* 1 + i/64k-ish: finite, never zero */
+            w[i] = ((uint16_t *)p.x)[i] = (uint16_t)(0x3f80 + (i & 0x7f));
+        if (cpu_linear_bf16_kernel.setup(ctx, &p.l, w, &p.state, impl, sizeof impl, &ws) == BENCH_OK) {
+            pk->dtype_flops_per_s[DTYPE_BF16] = 2.0 * (double)(n * n * n) / best_seconds(run_bf16, &p, 0.1);
+            snprintf(pk->dtype_probe[DTYPE_BF16], sizeof pk->dtype_probe[DTYPE_BF16],
+                     "vdpbf16ps gemm %lldx%lldx%lld, %d threads, best of runs", (long long)n, (long long)n,
+                     (long long)n, c->threads);
+            cpu_linear_bf16_kernel.free(ctx, p.state);
+        }
+    }
+    free(w), free(p.x), free(p.y);
+}
+
 static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
 {
     cpu_ctx *c = ctx;
@@ -209,6 +248,10 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
                  (long long)n, (long long)n, (long long)n, c->threads);
     }
     free(p.a), free(p.b), free(p.c);
+    /* bf16 where the CPU runs it natively; elsewhere bf16 runs on fp32 copies, under
+     * fp32's roof */
+    if (cpu_has_bf16())
+        bf16_peak(ctx, n, pk);
     /* memory: the cache flush buffer, already allocated and touched (touching hundreds of
      * MiB anew costs a second on a VM), as three arrays; cache: 3 MiB */
     for (int level = 0; level < 2; level++) {

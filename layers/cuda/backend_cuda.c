@@ -464,7 +464,7 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
     bool ok = CUDA_OK(env, cudaMalloc(&buf, need)) && CUDA_OK(env, cudaMemsetAsync(buf, 0x3c, need, env->stream));
     float *a = buf, *b = a + (size_t)n * n, *d = b + (size_t)n * n;
     const float one = 1.0f, zero = 0.0f;
-    float best_gemm = 1e30f, best_copy = 1e30f, ms = 0;
+    float best_gemm = 1e30f, best_copy = 1e30f, best_tf32 = 1e30f, ms = 0;
     for (int r = 0; ok && r < 6; r++) { /* r = 0: warm-up */
         ok = CUDA_OK(env, cudaEventRecord(c->start, env->stream)) &&
              CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, d, n)) &&
@@ -479,6 +479,17 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
         if (ok && r > 0 && ms < best_copy)
             best_copy = ms;
     }
+    /* the tf32 rows' roof: the same product in TF32 tensor-core math */
+    ok = ok && CUBLAS_OK(env, cublasSetMathMode(env->cublas, CUBLAS_TF32_TENSOR_OP_MATH));
+    for (int r = 0; ok && r < 6; r++) {
+        ok = CUDA_OK(env, cudaEventRecord(c->start, env->stream)) &&
+             CUBLAS_OK(env, cublasSgemm(env->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, d, n)) &&
+             CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+             CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+        if (ok && r > 0 && ms < best_tf32)
+            best_tf32 = ms;
+    }
+    ok = ok && CUBLAS_OK(env, cublasSetMathMode(env->cublas, CUBLAS_DEFAULT_MATH));
     /* the caches: a copy of an eighth of the L2, 100 times between two events */
     int l2 = 0;
     cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, env->device);
@@ -506,6 +517,9 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
     pk->flops_per_s = 2.0 * (double)n * n * n / (best_gemm * 1e-3);
     pk->bytes_per_s = 2.0 * (double)copy / (best_copy * 1e-3);
     snprintf(pk->compute_probe, sizeof pk->compute_probe, "cublasSgemm %dx%dx%d, FP32, best of 5", n, n, n);
+    pk->dtype_flops_per_s[DTYPE_TF32] = 2.0 * (double)n * n * n / (best_tf32 * 1e-3);
+    snprintf(pk->dtype_probe[DTYPE_TF32], sizeof pk->dtype_probe[DTYPE_TF32],
+             "cublasSgemm %dx%dx%d, TF32 tensor-core math, best of 5", n, n, n);
     snprintf(pk->bandwidth_probe, sizeof pk->bandwidth_probe,
              "device-to-device copy of %zu MiB, read + written, best of 5 (and %zu KiB, 100 times, for the L2)",
              copy >> 20, small >> 10);
