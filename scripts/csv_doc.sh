@@ -73,7 +73,7 @@ threshold by that much rather than blaming the layers.
 ## Files, interruptions and --resume
 
 A regular `--csv` file is replaced atomically (written to `FILE.tmp.PID` beside it, then
-renamed over it) after every finished (batch, backend) set, so the file on disk always
+renamed over it) after every finished (batch, dtype, backend) set, so the file on disk always
 holds complete sets, whatever stops the run: a SIGINT, SIGTERM or SIGHUP stops it at the
 next layer (exit status 128 + the signal), drops the unfinished set and keeps the rest;
 a SIGKILL leaves the last checkpoint. `bench sweep ... --csv FILE --resume` (or `run`)
