@@ -802,11 +802,18 @@ static bench_status sweep_run(reporter *r, const run_result *res)
     return BENCH_OK;
 }
 
+static bench_status sweep_finish(reporter *r, bool ok)
+{
+    (void)ok;
+    free(r);
+    return BENCH_OK;
+}
+
 reporter *report_sweep_create(FILE *out, table_format format)
 {
     sweep *s = xcalloc(1, sizeof *s);
     s->base.run = sweep_run;
-    s->base.finish = console_finish;
+    s->base.finish = sweep_finish;
     s->out = out;
     s->format = format;
     return &s->base;

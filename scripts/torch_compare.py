@@ -5,12 +5,20 @@ a side-by-side CSV with layerbench's own figures.
 usage:
   build/bench list CONFIG --batch N --csv layers.csv
   build/bench run CONFIG --batch N --backend cuda --csv run.csv
-  python3 scripts/torch_compare.py --layers layers.csv --bench run.csv [--tf32] [--out compare.csv]
+  python3 scripts/torch_compare.py --layers layers.csv --bench run.csv [--dtype bf16] [--out compare.csv]
 
 The model is rebuilt from `bench list --csv` (kind, shapes, parameters and the `inputs`
 column that says which layers feed which), as torch.nn modules in eval mode, float32,
 with torch.backends.cudnn.benchmark = True (cuDNN's timed algorithm search, like
-layerbench's --algo search) and TF32 off unless --tf32.
+layerbench's --algo search) and TF32 off unless --dtype tf32 (or --tf32).
+
+--dtype fp32|tf32|bf16|fp16 runs PyTorch in that dtype as layerbench's --dtype does:
+modules and inputs converted with .to(dtype), no autocast (it adds casts of its own),
+and compares with the layerbench rows of that dtype. --channels-last gives 4-d modules
+and inputs torch.channels_last, the layout cuDNN's tensor-core convolutions take: on
+by default on cuda for bf16 and fp16 (what model.half().to(memory_format=
+torch.channels_last) runs), off on the CPU, where PyTorch 1.13's bf16 convolutions run
+through oneDNN on either layout.
 
 - Each layer alone, as layerbench's cuda "batch" mode does: after a warm-up, N calls
   (N chosen so that they last about 1 ms) are captured in one CUDA graph, and CUDA
@@ -202,16 +210,29 @@ def main():
                     help="layerbench mode of the layer rows (default batch; any: whichever mode each row used)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--threads", type=int, help="PyTorch's CPU threads (default: PyTorch's own choice)")
-    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--tf32", action="store_true", help="the same as --dtype tf32")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"],
+                    help="PyTorch's dtype, and the layerbench rows compared (default fp32)")
+    ap.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto",
+                    help="4-d tensors in torch.channels_last (auto: on for bf16 and fp16 on cuda)")
     ap.add_argument("--out", help="CSV to write (default stdout)")
     args = ap.parse_args()
 
     device = torch.device(args.device)
+    if args.tf32:
+        args.dtype = "tf32"
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    channels_last = args.channels_last == "on" or (
+        args.channels_last == "auto" and device.type == "cuda" and args.dtype in ("bf16", "fp16"))
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
+
+    def tensor(shape_):
+        t = (torch.rand(shape_, device=device) * 2 - 1).to(dtype)
+        return t.to(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
     torch.manual_seed(1)
     timer = Timer(device)
 
@@ -223,7 +244,8 @@ def main():
         with open(args.bench, newline="") as f:
             for r in csv.DictReader(f):
                 # a sweep's CSV holds several batches: the layers file's only
-                if r["backend"] not in ours or r["batch"] != rows[0]["batch"] or r.get("part"):
+                if (r["backend"] not in ours or r["batch"] != rows[0]["batch"] or r.get("part") or
+                        r.get("dtype", "fp32") != args.dtype):
                     continue
                 if r["kind"] == "model":
                     ours[r["backend"]][("model", r["mode"])] = r
@@ -233,21 +255,24 @@ def main():
     modules = []
     for r in rows:
         m = make_module(r["kind"], parse_parameters(r["parameters"]), shape(r["input_shape"]))
-        modules.append(m.to(device).eval())
+        m = m.to(device=device, dtype=dtype).eval()
+        if channels_last:
+            m = m.to(memory_format=torch.channels_last)
+        modules.append(m)
 
     out_rows = []
     with torch.no_grad():
         for r, m in zip(rows, modules):
             if r["kind"] in ("flatten", "dropout"):
                 continue  # views: nothing to time, as in layerbench
-            x = [torch.rand(shape(r["input_shape"]), device=device) * 2 - 1 for _ in r["inputs"].split()]
+            x = [tensor(shape(r["input_shape"])) for _ in r["inputs"].split()]
             t, note, kernels = time_layer(m, x, timer, device)
             print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {kernels[:60]}", file=sys.stderr)
             out_rows.append((r["layer_index"], r["layer_name"], r["kind"], t, note, kernels,
                              {b: o.get(("layer", r["layer_index"])) for b, o in ours.items()}))
 
         # the whole forward
-        x0 = torch.rand(shape(rows[0]["input_shape"]), device=device) * 2 - 1
+        x0 = tensor(shape(rows[0]["input_shape"]))
         inputs = [[int(i) for i in r["inputs"].split()] for r in rows]
 
         def forward():
@@ -277,7 +302,7 @@ def main():
     w = csv.writer(out)
     # one backend: layerbench_* columns; several: <backend>_* columns each
     prefixes = ["layerbench"] if len(backends) == 1 else backends
-    head = ["layer_index", "layer_name", "kind", "batch"]
+    head = ["layer_index", "layer_name", "kind", "batch", "dtype"]
     for p in prefixes:
         head += [f"{p}_mode", f"{p}_us"]
     head.append("torch_us")
@@ -285,7 +310,7 @@ def main():
         head += ["ratio" if len(backends) == 1 else f"{p}_ratio", f"{p}_impl"]
     w.writerow(head + ["torch_kernels", "torch_note"])
     for idx, name, kind, t, note, kernels, mine in out_rows:
-        cells, tail = [idx, name, kind, rows[0]["batch"]], []
+        cells, tail = [idx, name, kind, rows[0]["batch"], args.dtype], []
         for b in backends:
             m = mine[b]
             us = float(m["median_us"]) if m and m.get("median_us") else None

@@ -66,5 +66,20 @@ for r in rows:
         assert float(r[p + "_us"]) > 0 and r[p + "_mode"], (p, r)
 PY
 
+# --dtype bf16: PyTorch in bf16 beside layerbench's bf16 rows (not its fp32 ones)
+"$BENCH" run "$SRC/configs/smoke.yaml" --dtype fp32,bf16 "${QUICK[@]}" --csv "$T/sb.csv" >/dev/null 2>&1 &&
+  "$PY" "$SRC/scripts/torch_compare.py" --layers "$T/sl.csv" --bench "$T/sb.csv" --backend cpu --mode any \
+    --device cpu --threads 1 --dtype bf16 --out "$T/sbc.csv" 2>"$T/sbc.err" &&
+  "$PY" - "$T/sbc.csv" "$T/sb.csv" <<'PY' && ok || bad "torch_compare --dtype bf16: $(tail -3 "$T/sbc.err")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ours = {(r["layer_index"], r["mode"]): r for r in csv.DictReader(open(sys.argv[2])) if r["dtype"] == "bf16"}
+assert len(rows) == 17, len(rows)
+for r in rows[:-1]:
+    assert r["dtype"] == "bf16" and float(r["torch_us"]) > 0, r
+    assert ours[(r["layer_index"], r["layerbench_mode"])]["median_us"].startswith(r["layerbench_us"][:4]), r
+assert "bf16" in rows[0]["layerbench_impl"].lower(), rows[0]  # the stem on the bf16 GEMM or its fp32 copies
+PY
+
 echo "test_export: $pass passed, $fail failed"
 [ $fail = 0 ]
