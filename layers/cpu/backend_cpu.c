@@ -366,7 +366,8 @@ cpu_choices *cpu_env_choices(void *env)
 
 static bool same_layer(const cpu_choice *c, const layer *l)
 {
-    return c->kind == l->kind && memcmp(&c->p, &l->p, sizeof c->p) == 0 && shape_equal(&c->in, &l->in);
+    return c->kind == l->kind && c->dtype == l->dtype && memcmp(&c->p, &l->p, sizeof c->p) == 0 &&
+           shape_equal(&c->in, &l->in);
 }
 
 char *cpu_choice_key(const layer *l, char *buf, size_t len)
@@ -374,7 +375,9 @@ char *cpu_choice_key(const layer *l, char *buf, size_t len)
     char shape[96], params[320];
     shape_format_compact(&l->in, shape, sizeof shape);
     layer_params_format(l, params, sizeof params);
-    snprintf(buf, len, "%s %s %s", layer_kind_name(l->kind), shape, params);
+    /* fp32's keys as they always were; another dtype's name it (its choices differ) */
+    snprintf(buf, len, "%s %s %s%s%s", layer_kind_name(l->kind), shape, params, l->dtype ? " dtype=" : "",
+             l->dtype ? dtype_name(l->dtype) : "");
     return buf;
 }
 
@@ -411,6 +414,7 @@ void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3])
     }
     memset(e, 0, sizeof *e);
     e->kind = l->kind;
+    e->dtype = l->dtype;
     e->p = l->p;
     e->in = l->in;
     memcpy(e->algo, algo, sizeof e->algo);

@@ -217,19 +217,84 @@ static bool bf_setup_direct(const layer *l, const uint16_t *w, bf_state *s, int6
     return true;
 }
 
-static bench_status bf_setup(void *env, const layer *l, const void *w_, void **state, char *impl, size_t len,
+static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void **state, char *impl, size_t len,
+                                 int64_t *workspace_bytes, bool via);
+static void bf_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out);
+
+/* The best of a few timed runs after an untimed one, within about 50 ms. */
+static double bf_time(void *env, const layer *l, void *state, const void *in, void *out)
+{
+    const void *ins[1] = {in};
+    bf_run(env, l, state, ins, NULL, out);
+    double best = 1e30, spent = 0;
+    for (int r = 0; r < 3 && spent < 0.05; r++) {
+        double t0 = bench_now();
+        bf_run(env, l, state, ins, NULL, out);
+        double dt = bench_now() - t0;
+        spent += dt, best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+/* conv2d under --algo search: our bf16 kernel against the fp32 algorithms' best on fp32
+ * copies (Winograd does fewer multiplies than any direct bf16 product), both timed once
+ * per shape on random bf16 data and the faster kept (the choice is the backend's, so
+ * --algo-cache keeps it too); everything else, and --algo heuristic, the bf16 kernel. */
+static bench_status bf_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
                              int64_t *workspace_bytes)
+{
+    cpu_choices *search = cpu_env_choices(env);
+    if (!search || l->kind != LAYER_CONV2D || bf_refuses(l))
+        return bf_setup_one(env, l, w, state, impl, len, workspace_bytes, false);
+    const cpu_choice *known = cpu_choice_find(search, l);
+    if (known && (known->algo[0] == 0 || known->algo[0] == 1))
+        return bf_setup_one(env, l, w, state, impl, len, workspace_bytes, known->algo[0] == 1);
+    if (known)
+        search->stale++;
+    void *st[2] = {NULL, NULL};
+    char im[2][96];
+    int64_t ws[2];
+    double t[2] = {1e30, 1e30};
+    int64_t n_in = shape_numel(&l->in), n_out = shape_numel(&l->out);
+    uint16_t *x = malloc((size_t)n_in * 2), *y = malloc((size_t)n_out * 2);
+    if (x && y) {
+        for (int64_t i = 0; i < n_in; i++) /* values in [-1, 1), never zeros */
+            x[i] = (uint16_t)((i * 2654435761u >> 7 & 1 ? 0xbf00 : 0x3f00) | (i * 40503u >> 3 & 0x7f));
+        for (int k = 0; k < 2; k++)
+            if (bf_setup_one(env, l, w, &st[k], im[k], sizeof im[k], &ws[k], k == 1) == BENCH_OK)
+                t[k] = bf_time(env, l, st[k], x, y);
+    }
+    free(x), free(y);
+    int pick = t[1] < t[0] ? 1 : 0;
+    if (!st[pick]) {
+        bf_free(env, st[1 - pick]);
+        return bf_setup_one(env, l, w, state, impl, len, workspace_bytes, false);
+    }
+    bf_free(env, st[1 - pick]);
+    cpu_choice_add(search, l, (const int64_t[3]){pick, 0, 0});
+    *state = st[pick], *workspace_bytes = ws[pick];
+    if (st[1 - pick])
+        snprintf(impl, len, "%.60s [%.1f us; %s %.1f us]", im[pick], t[pick] * 1e6, pick ? "bf16 kernel" : "fp32 copies",
+                 t[1 - pick] * 1e6);
+    else
+        snprintf(impl, len, "%s", im[pick]);
+    return BENCH_OK;
+}
+
+/* One of the two ways: the bf16 kernel (where it takes l), or (via) fp32 copies. */
+static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void **state, char *impl, size_t len,
+                                 int64_t *workspace_bytes, bool via)
 {
     const uint16_t *w = w_;
     bf_state *s = calloc(1, sizeof *s);
     if (!s)
         return BENCH_ERR_NOMEM;
     const char *why = bf_refuses(l);
-    if (why) {
+    if (why || via) {
         char inner[96];
         s->path = BF_VIA;
         bench_status st = cpu_via_f32_kernel.setup(env, l, w, &s->via, inner, sizeof inner, workspace_bytes);
-        snprintf(impl, len, "%s (%s)", inner, why);
+        snprintf(impl, len, why ? "%s (%s)" : "%s", inner, why);
         if (st != BENCH_OK)
             s->via = NULL, bf_free(env, s);
         else

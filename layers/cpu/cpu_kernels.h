@@ -11,6 +11,7 @@
  * backend does with cuDNN's choices. */
 typedef struct cpu_choice {
     layer_kind kind;
+    dtype_t dtype;
     layer_params p;
     shape_t in;
     int64_t algo[3];
@@ -35,7 +36,8 @@ typedef struct cpu_choices {
 const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l);
 /* Keeps (or replaces) the choice for layers like l. */
 void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3]);
-/* The text key of a layer's choice: kind, input shape and non-default parameters. */
+/* The text key of a layer's choice: kind, input shape and non-default parameters (and
+ * the dtype, other than fp32). */
 char *cpu_choice_key(const layer *l, char *buf, size_t len);
 
 /* The choices the kernels keep under --algo search (the default), from the env a kernel
