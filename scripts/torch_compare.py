@@ -80,12 +80,15 @@ def parse_parameters(text):
         key, value = item.split("=", 1)
         if value in ("true", "false"):
             out[key] = value == "true"
-        elif "x" in value:
+        elif "x" in value and value.replace("x", "").isdigit():
             out[key] = pair(value)
-        elif any(c in value for c in ".e"):
-            out[key] = float(value)
         else:
-            out[key] = int(value)
+            for kind in (int, float, str):  # approximate=tanh stays a name
+                try:
+                    out[key] = kind(value)
+                    break
+                except ValueError:
+                    pass
     return out
 
 
@@ -96,6 +99,16 @@ def shape(text):
 class Add(nn.Module):
     def forward(self, a, b):
         return a + b
+
+
+class SelfAttention(nn.Module):
+    """layerbench's multihead_attention: self-attention, batch first, no weights returned."""
+    def __init__(self, embed_dim, num_heads, bias):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
 
 
 class Flatten(nn.Module):
@@ -127,8 +140,15 @@ def make_module(kind, p, in_shape):
         return nn.AdaptiveAvgPool2d(p["output_size"])
     if kind == "flatten":
         return Flatten()
-    if kind == "linear":
-        return nn.Linear(in_shape[1], p["out_features"], bias=p.get("bias", True))
+    if kind == "linear":  # over the last dimension, as layerbench's
+        return nn.Linear(in_shape[-1], p["out_features"], bias=p.get("bias", True))
+    if kind == "layernorm":
+        return nn.LayerNorm(p.get("normalized_shape", in_shape[-1]), eps=p.get("eps", 1e-5),
+                            elementwise_affine=p.get("elementwise_affine", True))
+    if kind == "gelu":
+        return nn.GELU(approximate=p.get("approximate", "none"))
+    if kind == "multihead_attention":
+        return SelfAttention(p["embed_dim"], p["num_heads"], p.get("bias", True))
     if kind == "dropout":
         return nn.Dropout(p.get("p", 0.5))
     if kind == "softmax":
@@ -265,7 +285,7 @@ def main():
         for r, m in zip(rows, modules):
             if r["kind"] in ("flatten", "dropout"):
                 continue  # views: nothing to time, as in layerbench
-            x = [tensor(shape(r["input_shape"])) for _ in r["inputs"].split()]
+            x = [tensor(shape(r["input_shape"])) for _ in r["inputs"].lstrip("'").split()]
             t, note, kernels = time_layer(m, x, timer, device)
             print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {kernels[:60]}", file=sys.stderr)
             out_rows.append((r["layer_index"], r["layer_name"], r["kind"], t, note, kernels,
@@ -273,7 +293,7 @@ def main():
 
         # the whole forward
         x0 = tensor(shape(rows[0]["input_shape"]))
-        inputs = [[int(i) for i in r["inputs"].split()] for r in rows]
+        inputs = [[int(i) for i in r["inputs"].lstrip("'").split()] for r in rows]
 
         def forward():
             values = {-1: x0}

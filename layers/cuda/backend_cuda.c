@@ -11,44 +11,50 @@
 
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
-/* tf32 is fp32 storage: every kind's fp32 kernel, the GEMM kinds in tensor-core math. */
-#define CUDA_NO_HALF "bf16 and fp16 kernels on cuda are not written yet"
+/* tf32 is fp32 storage: every kind's fp32 kernel, the GEMM kinds in tensor-core math.
+ * bf16 and fp16: linear on cublasGemmEx, the views (nothing runs), the rest on fp32
+ * copies (convert_cuda.c). */
 #define CUDA_NO_INT8 "the cuda backend has no int8 kernels"
-#define CUDA_ROW(kind, f32)                                                                                    \
-    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {&f32}, [kind][DTYPE_BF16] = {NULL, CUDA_NO_HALF},       \
-    [kind][DTYPE_FP16] = {NULL, CUDA_NO_HALF}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
+#define CUDA_ROW(kind, f32, half)                                                                              \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {&f32}, [kind][DTYPE_BF16] = {&half},                    \
+    [kind][DTYPE_FP16] = {&half}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
 
 static const backend_kernel_table cuda_kernels = {
-    CUDA_ROW(LAYER_CONV2D, cuda_conv2d_kernel),
-    CUDA_ROW(LAYER_BATCHNORM2D, cuda_batchnorm2d_kernel),
-    CUDA_ROW(LAYER_RELU, cuda_activation_kernel),
-    CUDA_ROW(LAYER_RELU6, cuda_activation_kernel),
-    CUDA_ROW(LAYER_SIGMOID, cuda_activation_kernel),
-    CUDA_ROW(LAYER_MAXPOOL2D, cuda_pool_kernel),
-    CUDA_ROW(LAYER_AVGPOOL2D, cuda_pool_kernel),
-    CUDA_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cuda_pool_kernel),
-    CUDA_ROW(LAYER_FLATTEN, cuda_view_kernel),
-    CUDA_ROW(LAYER_LINEAR, cuda_linear_kernel),
-    CUDA_ROW(LAYER_DROPOUT, cuda_view_kernel),
-    CUDA_ROW(LAYER_SOFTMAX, cuda_softmax_kernel),
-    CUDA_ROW(LAYER_ADD, cuda_add_kernel),
-    CUDA_ROW(LAYER_MUL, cuda_mul_kernel),
-    CUDA_ROW(LAYER_CONCAT, cuda_concat_kernel),
-    CUDA_ROW(LAYER_SILU, cuda_activation_kernel),
-    CUDA_ROW(LAYER_HARDSWISH, cuda_hard_activation_kernel),
-    CUDA_ROW(LAYER_HARDSIGMOID, cuda_hard_activation_kernel),
-    CUDA_ROW(LAYER_TANH, cuda_activation_kernel),
-    CUDA_ROW(LAYER_STOCHASTIC_DEPTH, cuda_view_kernel),
-    CUDA_ROW(LAYER_CONV_TRANSPOSE2D, cuda_conv_transpose2d_kernel),
-    CUDA_ROW(LAYER_UPSAMPLE, cuda_upsample_kernel),
-    CUDA_ROW(LAYER_LAYERNORM, cuda_layernorm_kernel),
-    CUDA_ROW(LAYER_GELU, cuda_gelu_kernel),
-    CUDA_ROW(LAYER_MULTIHEAD_ATTENTION, cuda_multihead_attention_kernel),
-    CUDA_ROW(LAYER_TRANSPOSE, cuda_transpose_kernel),
-    CUDA_ROW(LAYER_CLASS_TOKEN, cuda_class_token_kernel),
-    CUDA_ROW(LAYER_POS_EMBEDDING, cuda_pos_embedding_kernel),
-    CUDA_ROW(LAYER_SELECT, cuda_select_kernel),
+    CUDA_ROW(LAYER_CONV2D, cuda_conv2d_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_BATCHNORM2D, cuda_batchnorm2d_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_RELU, cuda_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_RELU6, cuda_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_SIGMOID, cuda_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_MAXPOOL2D, cuda_pool_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_AVGPOOL2D, cuda_pool_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cuda_pool_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_FLATTEN, cuda_view_kernel, cuda_view_kernel),
+    CUDA_ROW(LAYER_LINEAR, cuda_linear_kernel, cuda_linear_half_kernel),
+    CUDA_ROW(LAYER_DROPOUT, cuda_view_kernel, cuda_view_kernel),
+    CUDA_ROW(LAYER_SOFTMAX, cuda_softmax_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_ADD, cuda_add_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_MUL, cuda_mul_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_CONCAT, cuda_concat_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_SILU, cuda_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_HARDSWISH, cuda_hard_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_HARDSIGMOID, cuda_hard_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_TANH, cuda_activation_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_STOCHASTIC_DEPTH, cuda_view_kernel, cuda_view_kernel),
+    CUDA_ROW(LAYER_CONV_TRANSPOSE2D, cuda_conv_transpose2d_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_UPSAMPLE, cuda_upsample_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_LAYERNORM, cuda_layernorm_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_GELU, cuda_gelu_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_MULTIHEAD_ATTENTION, cuda_multihead_attention_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_TRANSPOSE, cuda_transpose_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_CLASS_TOKEN, cuda_class_token_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_POS_EMBEDDING, cuda_pos_embedding_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_SELECT, cuda_select_kernel, cuda_via_f32_kernel),
 };
+
+const backend_kernel *cuda_fp32_kernel(layer_kind kind)
+{
+    return (unsigned)kind < LAYER_KIND_COUNT ? cuda_kernels[kind][DTYPE_FP32].kernel : NULL;
+}
 
 typedef struct cuda_ctx {
     cuda_env env;
@@ -267,6 +273,13 @@ static bench_status cuda_upload(void *ctx, void *dst, const void *src, size_t by
 static bench_status cuda_download(void *ctx, void *dst, const void *src, size_t bytes)
 {
     return cuda_copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+/* backend_device_i.convert: queued on the stream like a layer. */
+static void cuda_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    CUDA_OK(env, cuda_convert_launch(env->stream, dst, (int)to, src, (int)from, n));
 }
 
 static bench_status cuda_sync(void *ctx)
@@ -530,6 +543,7 @@ const backend_ops backend_cuda_ops = {
     .name = "cuda",
     .device_memory = true,
     .device = {.init = cuda_init, .free = cuda_free, .alloc = cuda_alloc, .release = cuda_release,
+               .convert = cuda_convert,
                .upload = cuda_upload, .download = cuda_download, .sync = cuda_sync,
                .mem_available = cuda_mem_available, .describe = cuda_describe, .warnings = cuda_warnings,
                .peaks = cuda_peaks, .last_error = cuda_last_error, .clear_error = cuda_clear_error},

@@ -126,6 +126,12 @@ cudaError_t cuda_add_periodic_launch(cudaStream_t s, const float *in, const floa
 cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const float *token, float *out, int64_t n,
                                     int64_t s, int64_t d);
 
+/* dtypes (cuda_kernels.cu): n elements converted from one type to another (the dtype_t
+ * values: fp32 or tf32, bf16, fp16), and an fp32 bias added to each of rows rows of cols
+ * elements of type t, rounded back. */
+cudaError_t cuda_convert_launch(cudaStream_t s, void *dst, int to, const void *src, int from, int64_t n);
+cudaError_t cuda_bias_rows_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t rows, int64_t cols);
+
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets
  * *timed_out. Defined in cuda_hold.cu; returns the launch's error. */
@@ -157,6 +163,12 @@ void cuda_simple_free(void *ctx, void *state);
  * pooling, add, views) stay exact; the rest get 1e-5. */
 double cuda_gemm_tolerance(void *env, const layer *l);
 double cuda_float_tolerance(void *env, const layer *l);
+
+/* bf16 and fp16 (convert_cuda.c): linear through cublasGemmEx (16-bit tensors, fp32
+ * sums); every other kind on fp32 copies around its fp32 kernel, converted on the
+ * device in the timed run, impl saying so; the fp32 kernel of a kind. */
+extern const backend_kernel cuda_linear_half_kernel, cuda_via_f32_kernel;
+const backend_kernel *cuda_fp32_kernel(layer_kind kind);
 
 /* The kernels of the table in backend_cuda.c, one file per kind family. */
 extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,

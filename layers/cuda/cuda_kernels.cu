@@ -220,3 +220,55 @@ extern "C" cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in,
     class_token_kernel<<<blocks_for(n * (s + 1) * d), 256, 0, st>>>(in, token, out, n, s, d);
     return cudaGetLastError();
 }
+
+// ---- dtypes: conversions between fp32, bf16 and fp16, and a bias added to 16-bit rows ----
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+// The element types by layerbench's dtype_t values (layers/dtype.h): 0 fp32 (and 1, tf32,
+// stored as fp32), 2 bf16, 3 fp16.
+__device__ __forceinline__ float load_as_float(const void *p, int64_t i, int t)
+{
+    if (t == 2)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (t == 3)
+        return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void store_from_float(void *p, int64_t i, int t, float v)
+{
+    if (t == 2)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == 3)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+__global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        store_from_float(dst, i, to, load_as_float(src, i, from));
+}
+
+extern "C" cudaError_t cuda_convert_launch(cudaStream_t s, void *dst, int to, const void *src, int from, int64_t n)
+{
+    convert_kernel<<<blocks_for(n), 256, 0, s>>>(dst, to, src, from, n);
+    return cudaGetLastError();
+}
+
+__global__ void bias_rows_kernel(void *y, int t, const float *__restrict__ bias, int64_t rows, int64_t cols)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (int64_t)gridDim.x * blockDim.x)
+        store_from_float(y, i, t, load_as_float(y, i, t) + bias[i % cols]);
+}
+
+extern "C" cudaError_t cuda_bias_rows_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t rows,
+                                             int64_t cols)
+{
+    bias_rows_kernel<<<blocks_for(rows * cols), 256, 0, s>>>(y, t, bias, rows, cols);
+    return cudaGetLastError();
+}
