@@ -39,5 +39,22 @@ grep -q '"onednn": "[0-9]' "$T/r.json" && grep -q '"onednn_isa"' "$T/r.json" && 
 "$BENCH" run "$SRC/tests/data/doc_transformer.yaml" --backend onednn "${QUICK[@]}" --csv "$T/t.csv" >"$T/out" 2>&1 &&
   grep -q "cpu kernel: sgemm qkv.*(no oneDNN primitive)" "$T/t.csv" && ok ||
   bad "attention on onednn: $(tail -3 "$T/out")"
+# bf16 as a CPU without AVX512_BF16 runs it (oneDNN limited to AVX2, our GEMM off):
+# every layer still passes, on the cpu backend's kernels over fp32 copies, and says why
+ONEDNN_MAX_CPU_ISA=AVX2 LAYERBENCH_CPU_NO_BF16=1 \
+  "$BENCH" check "$SRC/configs/smoke.yaml" --dtype bf16 --backend onednn >"$T/avx2" 2>&1 &&
+  grep -q "19 passed, 0 failed" "$T/avx2" && ok || bad "bf16 on AVX2: $(tail -2 "$T/avx2")"
+ONEDNN_MAX_CPU_ISA=AVX2 LAYERBENCH_CPU_NO_BF16=1 \
+  "$BENCH" run "$SRC/configs/smoke.yaml" --dtype bf16 --backend onednn "${QUICK[@]}" --csv "$T/avx2.csv" >/dev/null 2>&1 &&
+  grep -q "cpu kernel: fp32 copies: .*(LAYERBENCH_CPU_NO_BF16 set)" "$T/avx2.csv" &&
+  ! awk -F, "$COLS"' $c["kind"] == "conv2d" && $c["mode"] != "inmodel" && $c["impl"] ~ /brgconv|jit/ {found=1} END {exit !found}' "$T/avx2.csv" &&
+  ok || bad "bf16 on AVX2 does not say how it runs: $(grep -m2 conv2d "$T/avx2.csv" | cut -c1-300)"
+# where the CPU has AVX512_BF16, oneDNN's own bf16 convolutions run
+if grep -q avx512_bf16 /proc/cpuinfo; then
+  "$BENCH" run "$SRC/configs/smoke.yaml" --dtype bf16 --backend onednn "${QUICK[@]}" --csv "$T/bf16.csv" >/dev/null 2>&1 &&
+    grep -q "avx512_core_bf16" "$T/bf16.csv" && ok || bad "no bf16 primitive on a CPU with AVX512_BF16"
+else
+  echo "skipped: this CPU has no AVX512_BF16, oneDNN's bf16 primitives are not checked here"
+fi
 echo "test_onednn: $pass passed, $fail failed"
 [ $fail = 0 ]
