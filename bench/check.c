@@ -134,7 +134,7 @@ static float *reference_forward(const model *m, uint64_t seed)
             if (!(w = bench_alloc_floats(l->n_weight_floats)))
                 goto out;
             d->init_weights(l, w, &rng);
-            dtype_round(l->dtype, w, l->n_weight_floats);
+            layer_round_weights(l, w);
         }
         if (!(v[i + 1] = bench_alloc_floats(shape_numel(&l->out))))
             goto out;
@@ -168,8 +168,9 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     int per_type[DTYPE_COUNT] = {0};
     for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
-        r.tolerance += backend_tolerance(b, l) - dtype_tolerance(l->dtype);
-        per_type[l->dtype] += !layer_desc_get(l->kind)->aliases_input;
+        dtype_t t = layer_compute_dtype(l);
+        r.tolerance += backend_tolerance(b, l) - dtype_tolerance(t);
+        per_type[t] += !layer_desc_get(l->kind)->aliases_input;
     }
     for (int t = 0; t < DTYPE_COUNT; t++)
         r.tolerance += dtype_tolerance((dtype_t)t) * sqrt((double)per_type[t]);

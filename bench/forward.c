@@ -25,7 +25,7 @@ bench_status forward_layer_data(const layer *l, uint64_t seed, float **in, float
     for (int k = 0; k < l->n_inputs; k++)
         dtype_round(l->dtype, in[k], shape_numel(&l->ins[k]));
     if (*w)
-        dtype_round(l->dtype, *w, l->n_weight_floats);
+        layer_round_weights(l, *w);
     return BENCH_OK;
 }
 
@@ -87,7 +87,7 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
             goto out;
         }
         for (int k = 0; k < l->n_inputs; k++)
-            if (model_value_dtype(m, l->inputs[k]) != l->dtype && !ops->device.convert) {
+            if (dtype_storage(model_value_dtype(m, l->inputs[k])) != dtype_storage(l->dtype) && !ops->device.convert) {
                 snprintf(why, whylen, "layer '%s' reads a %s value as %s, and %s cannot convert between dtypes",
                          l->name, dtype_name(model_value_dtype(m, l->inputs[k])), dtype_name(l->dtype), ops->name);
                 st = BENCH_ERR_UNSUPPORTED;
@@ -114,7 +114,7 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
         for (int k = 0; k < l->n_inputs; k++) {
             dtype_t from = model_value_dtype(m, l->inputs[k]);
             net->args[i][k] = net->values[l->inputs[k]];
-            if (from == l->dtype)
+            if (dtype_storage(from) == dtype_storage(l->dtype)) /* the same bytes: nothing to convert */
                 continue;
             int64_t count = shape_numel(&l->ins[k]);
             forward_cast cast = {i, net->values[l->inputs[k]], NULL, from, l->dtype, count};

@@ -194,7 +194,7 @@ static void print_layers(console *c, const run_result *res)
             double roof;
             const char *bound;
             if (report_roofline(l->flops, l->bytes, r->st.median, r->mode && !strcmp(r->mode, "cold"), &res->peaks,
-                                l->dtype, &roof, &bound))
+                                layer_compute_dtype(l), &roof, &bound))
                 table_cell(t, "%.0f%% %s", roof, bound[0] == 'm' ? "mem" : bound[0] == 'c' && bound[1] == 'a' ? "cache" : "fp");
             else
                 table_cell(t, "-");

@@ -14,7 +14,7 @@
     X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(dtype, 1, "the run's dtype, an axis like batch (--dtype, else the config's dtype:): fp32, tf32, bf16, fp16 or int8; bench compare matches rows of the same dtype") \
-    X(layer_dtype, 1, "the dtype the row's layer stores its tensors in and runs in: dtype, or the layer's own where the config gives it one (a mixed model); bytes count its element size") \
+    X(layer_dtype, 1, "the dtype the row's layer stores its tensors in and runs in: dtype, or the layer's own where the config gives it one (a mixed model), or fp32 for a kind that does not quantize in an int8 model; bytes count its element size") \
     X(threads, 0, "CPU threads used by OpenBLAS and the OpenMP loops")                                         \
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
@@ -167,7 +167,7 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
     SET(dtype, "%s", dtype_name(m->dtype));
-    SET(layer_dtype, "%s", dtype_name(l->dtype));
+    SET(layer_dtype, "%s", dtype_name(layer_compute_dtype(l)));
     SET(layer_index, "%d", i);
     SET(layer_name, "%s", l->name);
     SET(kind, "%s", layer_kind_name(l->kind));
@@ -182,7 +182,7 @@ static void fill_layer(row_t row, const model *m, int i)
     int64_t in_bytes = 0, size = (int64_t)dtype_size(l->dtype);
     for (int k = 0; k < l->n_inputs; k++)
         in_bytes += size * shape_numel(&l->ins[k]);
-    SET(weight_bytes, "%lld", (long long)(size * l->n_weight_floats));
+    SET(weight_bytes, "%lld", (long long)layer_weight_bytes(l));
     SET(input_bytes, "%lld", (long long)in_bytes);
     SET(output_bytes, "%lld", (long long)(layer_desc_get(l->kind)->aliases_input ? 0 : size * shape_numel(&l->out)));
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);

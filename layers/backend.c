@@ -96,7 +96,7 @@ backend_kernel_entry backend_kernel_of(const backend *b, const layer *l)
     const backend_kernel_table *t = b->ops->layers.kernels;
     if (!t || (unsigned)l->kind >= LAYER_KIND_COUNT || (unsigned)l->dtype >= DTYPE_COUNT)
         return (backend_kernel_entry){.unsupported = "no kernel"};
-    return (*t)[l->kind][l->dtype];
+    return (*t)[l->kind][layer_compute_dtype(l)];
 }
 
 bench_status backend_layer_setup(const backend *b, const layer *l, const void *w, backend_layer **out, char *impl,
@@ -179,7 +179,7 @@ double backend_tolerance(const backend *b, const layer *l)
     double own = !e.kernel || !e.kernel->tolerance
                      ? layer_desc_get(l->kind)->tolerance
                      : e.kernel->tolerance(b->ops->layers.kernel_env ? b->ops->layers.kernel_env(b->ctx) : b->ctx, l);
-    return own + dtype_tolerance(l->dtype); /* the type's rounding on top of the kernel's own */
+    return own + dtype_tolerance(layer_compute_dtype(l)); /* the type's rounding on top of the kernel's own */
 }
 
 bench_status backend_model_link(const backend *b, const model *m, backend_layer *const *layers, void *const *values,

@@ -102,6 +102,13 @@ static void conv2d_reference(const layer *l, const float *const *ins, const floa
         }
 }
 
+/* int8: the weight [oc, ic/groups, kh, kw], a scale per output channel; the bias stays fp32 */
+static int64_t conv2d_int8_weights(const layer *l, int64_t *rows)
+{
+    *rows = l->p.out_channels;
+    return layer_count_mul(l->p.out_channels, conv2d_k(l));
+}
+
 const layer_desc layer_conv2d_desc = {
     .name = "conv2d",
     .n_inputs = 1,
@@ -112,4 +119,5 @@ const layer_desc layer_conv2d_desc = {
     .init_weights = conv2d_init,
     .reference = conv2d_reference,
     .tolerance = 2e-6,
+    .int8_weights = conv2d_int8_weights,
 };

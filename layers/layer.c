@@ -110,12 +110,43 @@ int64_t layer_count_add(int64_t a, int64_t b)
     return a + b;
 }
 
+dtype_t layer_compute_dtype(const layer *l)
+{
+    return l->dtype == DTYPE_INT8 && !layer_desc_get(l->kind)->int8_weights ? DTYPE_FP32 : l->dtype;
+}
+
+/* The weights l holds in int8 (0 where none), as rows of *cols. */
+static int64_t int8_weights(const layer *l, int64_t *rows, int64_t *cols)
+{
+    const layer_desc *d = layer_desc_get(l->kind);
+    int64_t n = l->dtype == DTYPE_INT8 && d->int8_weights ? d->int8_weights(l, rows) : 0;
+    *cols = n > 0 && *rows > 0 ? n / *rows : 0;
+    return *cols > 0 ? n : 0;
+}
+
+int64_t layer_weight_bytes(const layer *l)
+{
+    int64_t rows, cols, q = int8_weights(l, &rows, &cols);
+    return (int64_t)dtype_size(l->dtype) * l->n_weight_floats - 3 * q;
+}
+
+void layer_round_weights(const layer *l, float *w)
+{
+    int64_t rows, cols;
+    if (int8_weights(l, &rows, &cols))
+        dtype_int8_round_rows(w, rows, cols);
+    else
+        dtype_round(l->dtype, w, l->n_weight_floats);
+}
+
 int layer_count(layer *l)
 {
     layer_desc_get(l->kind)->count(l);
-    /* the kinds count 4-byte elements; a layer stores its dtype's (all its tensors) */
+    /* the kinds count 4-byte elements; a layer stores its dtype's (all its tensors), and
+     * an int8 one its quantized weights in 1 byte */
+    int64_t rows, cols, q = int8_weights(l, &rows, &cols);
     if (l->bytes > 0)
-        l->bytes = l->bytes / 4 * (int64_t)dtype_size(l->dtype);
+        l->bytes = l->bytes / 4 * (int64_t)dtype_size(l->dtype) - 3 * q;
     bool ok = l->n_weights >= 0 && l->n_weight_floats >= 0 && l->n_weight_floats <= LAYER_MAX_NUMEL &&
               l->macs >= 0 && l->flops >= 0 && l->bytes >= 0;
     return ok ? 0 : -1;

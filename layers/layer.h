@@ -194,7 +194,20 @@ typedef struct layer_desc {
     /* Optional: the stages of the layer's work, in the order they run (see
      * layer_part_info); returns how many (at most LAYER_MAX_PARTS). */
     int (*parts)(const layer *l, layer_part_info *parts);
+    /* Optional: the kind quantizes in int8 (dtype.h): how many of its weights, at their
+     * front, it holds in int8, as *rows rows (output channels) with a scale each. Kinds
+     * without it run in fp32 in an int8 model. */
+    int64_t (*int8_weights)(const layer *l, int64_t *rows);
 } layer_desc;
+
+/* The type l computes in: its dtype, except in an int8 model a kind that does not
+ * quantize (no int8_weights), which runs in fp32. */
+dtype_t layer_compute_dtype(const layer *l);
+/* Bytes of l's weights as its kernels hold them: int8 ones count 1 byte. */
+int64_t layer_weight_bytes(const layer *l);
+/* n_weight_floats weights w rounded to what l holds (dtype_round; int8's per output
+ * channel), in place. */
+void layer_round_weights(const layer *l, float *w);
 
 /* The descriptor of a kind; never NULL for a valid kind. */
 const layer_desc *layer_desc_get(layer_kind kind);

@@ -51,8 +51,15 @@ static void linear_reference(const layer *l, const float *const *ins, const floa
         }
 }
 
+/* int8: the weight [out_features, in_features], a scale per output feature; the bias stays fp32 */
+static int64_t linear_int8_weights(const layer *l, int64_t *rows)
+{
+    *rows = l->p.out_features;
+    return layer_count_mul(l->p.out_features, l->in.d[l->in.rank - 1]);
+}
+
 const layer_desc layer_linear_desc = {
     .name = "linear", .n_inputs = 1, .params = linear_params, .defaults = linear_defaults,
     .infer = linear_infer, .count = linear_count, .init_weights = linear_init,
-    .reference = linear_reference, .tolerance = 2e-6,
+    .reference = linear_reference, .tolerance = 2e-6, .int8_weights = linear_int8_weights,
 };

@@ -171,7 +171,7 @@ void model_memory_plan(const model *m, model_memory *mm)
         mm->all_activation_bytes += v > 0 ? bytes[v] : 0;
     }
     for (int i = 0; i < n; i++)
-        mm->weight_bytes += (int64_t)dtype_size(m->layers[i].dtype) * m->layers[i].n_weight_floats;
+        mm->weight_bytes += layer_weight_bytes(&m->layers[i]);
     if (n > 0)
         last[model_storage_of(m, n)] = n - 1; /* the model's output is kept */
     for (int v = 0; v <= n; v++) {

@@ -47,6 +47,9 @@ float *bench_alloc_floats(int64_t n);
 
 /* Seconds from CLOCK_MONOTONIC. */
 double bench_now(void);
+/* The shortest of runs of fn(arg) (a probe of a ceiling): one warm-up call, then at
+ * least 3 and at most 50 timed ones, until budget seconds have passed. */
+double bench_best_seconds(void (*fn)(void *), void *arg, double budget);
 
 /* Bytes of memory the kernel reports available (MemAvailable), or -1. */
 int64_t bench_mem_available(void);

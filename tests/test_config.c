@@ -2,6 +2,7 @@
  * valid configs with the names and shapes they must give, and ResNet-18 layer by
  * layer against tests/data/resnet18_layers.txt.
  * usage: test_config CONFIG_DIR DATA_DIR */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -415,6 +416,38 @@ static void test_dtypes(void)
     EXPECT(m->layers[1].dtype == DTYPE_FP32 && m->layers[3].dtype == DTYPE_FP16, "after --dtype fp32: a %s, fc %s",
            dtype_name(m->layers[1].dtype), dtype_name(m->layers[3].dtype));
     EXPECT(m->layers[1].bytes == 4 * 128, "relu bytes in fp32 %lld", (long long)m->layers[1].bytes);
+    /* int8: the stem and fc quantize their weights (1 byte each, the bias in fp32), the
+     * activations stay fp32, relu runs in fp32 */
+    model_set_dtype(m, DTYPE_INT8);
+    m->layers[0].dtype = DTYPE_INT8, m->layers[3].dtype = DTYPE_INT8;
+    for (int i = 0; i < m->n_layers; i++)
+        layer_count(&m->layers[i]);
+    EXPECT(layer_compute_dtype(&m->layers[0]) == DTYPE_INT8 && layer_compute_dtype(&m->layers[1]) == DTYPE_FP32,
+           "compute dtypes %s %s", dtype_name(layer_compute_dtype(&m->layers[0])), dtype_name(layer_compute_dtype(&m->layers[1])));
+    EXPECT(layer_weight_bytes(&m->layers[0]) == 72 + 4 * 4 && layer_weight_bytes(&m->layers[3]) == 640 + 4 * 10,
+           "int8 weight bytes %lld %lld", (long long)layer_weight_bytes(&m->layers[0]),
+           (long long)layer_weight_bytes(&m->layers[3]));
+    EXPECT(m->layers[3].bytes == 4 * (64 + 10) + 640 + 4 * 10, "int8 fc bytes %lld", (long long)m->layers[3].bytes);
+    model_memory_plan(m, &mm);
+    EXPECT(mm.weight_bytes == 72 + 16 + 640 + 40, "int8 weight bytes %lld", (long long)mm.weight_bytes);
+    /* the reference's weights: 127 levels per output channel, the bias untouched */
+    float w[76];
+    for (int i = 0; i < 76; i++)
+        w[i] = (float)(i % 13) * 0.01f - 0.05f;
+    float before[76];
+    memcpy(before, w, sizeof w);
+    layer_round_weights(&m->layers[0], w);
+    int changed = 0;
+    for (int i = 0; i < 72; i++)
+        changed += w[i] != before[i];
+    EXPECT(changed > 0 && memcmp(w + 72, before + 72, 4 * sizeof *w) == 0, "int8 rounding: %d changed", changed);
+    for (int r = 0; r < 4; r++) { /* each channel's largest |w| keeps its value: it sets the scale */
+        float amax = 0.0f, got = 0.0f;
+        for (int i = 0; i < 18; i++)
+            if (fabsf(before[r * 18 + i]) > amax)
+                amax = fabsf(before[r * 18 + i]), got = fabsf(w[r * 18 + i]);
+        EXPECT(fabsf(got - amax) <= 1e-6f * amax, "channel %d: max %g became %g", r, amax, got);
+    }
     model_free(m);
     /* names */
     EXPECT(dtype_from_name("bf16") == DTYPE_BF16 && dtype_from_name("bfloat16") == DTYPE_BF16 &&

@@ -56,5 +56,26 @@ if grep -q avx512_bf16 /proc/cpuinfo; then
 else
   echo "skipped: this CPU has no AVX512_BF16, oneDNN's bf16 primitives are not checked here"
 fi
+# int8, dynamic quantization: every convolution and linear layer of ResNet-18 and of the
+# smoke model on oneDNN's s8 primitives within int8's tolerance, the chained forward too;
+# then as a CPU without VNNI runs it (oneDNN limited to AVX2: the inner product's 7-bit
+# weights, no saturation)
+for isa in "" AVX2; do
+  for cfg in smoke resnet18; do
+    ONEDNN_MAX_CPU_ISA=$isa "$BENCH" check "$SRC/configs/$cfg.yaml" --dtype int8 --backend onednn >"$T/i8" 2>&1 &&
+      grep -q " 0 failed, 0 skipped" "$T/i8" && ok || bad "int8 $cfg${isa:+ on $isa}: $(grep -E 'FAIL|ERROR|skipped' "$T/i8" | head -3)"
+  done
+done
+# the rows: the convolutions and the linear layer in int8, 1 byte per quantized weight
+# (the bias in fp32), the quantizing part named; the other kinds fp32 under dtype int8
+"$BENCH" run "$SRC/configs/smoke.yaml" --dtype int8 --backend onednn "${QUICK[@]}" --csv "$T/i8.csv" >/dev/null 2>&1 &&
+  awk -F, "$COLS"' $c["mode"] == "warm" && $c["layer_name"] == "stem" {
+      stem = $c["layer_dtype"] == "int8" && $c["weight_bytes"] == 8 * 3 * 3 * 5 + 4 * 8 && $c["impl"] ~ /int8 s8s8s32 \(input quantized per call\)/ }
+    $c["mode"] == "warm" && $c["kind"] == "batchnorm2d" && $c["dtype"] == "int8" && $c["layer_dtype"] == "fp32" { bn = 1 }
+    $c["mode"] == "warm" && $c["kind"] == "linear" && $c["status"] == "ok" && $c["layer_dtype"] == "int8" { fc = 1 }
+    END { exit !(stem && bn && fc) }' "$T/i8.csv" && ok ||
+  bad "int8 rows: $(awk -F, "$COLS"' $c["mode"] == "warm" {print $c["layer_name"], $c["layer_dtype"], $c["weight_bytes"], $c["impl"]}' "$T/i8.csv" | head -4)"
+ONEDNN_MAX_CPU_ISA=AVX2 "$BENCH" run "$SRC/configs/smoke.yaml" --dtype int8 --backend onednn "${QUICK[@]}" --csv "$T/i8avx2.csv" >/dev/null 2>&1 &&
+  grep -q "7-bit weights: no VNNI" "$T/i8avx2.csv" && ok || bad "int8 on AVX2 does not say its weights are 7-bit"
 echo "test_onednn: $pass passed, $fail failed"
 [ $fail = 0 ]

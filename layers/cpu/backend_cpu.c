@@ -149,19 +149,6 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
 }
 
 /* The best of a few timed runs of fn within budget seconds (at least 3). */
-static double best_seconds(void (*fn)(void *), void *arg, double budget)
-{
-    double best = 1e30, start = bench_now();
-    fn(arg); /* warm-up: page faults, thread start */
-    for (int r = 0; r < 50 && (r < 3 || bench_now() - start < budget); r++) {
-        double t0 = bench_now();
-        fn(arg);
-        double t = bench_now() - t0;
-        best = t < best ? t : best;
-    }
-    return best;
-}
-
 typedef struct probe {
     float *a, *b, *c;
     int64_t n;
@@ -220,7 +207,7 @@ static void bf16_peak(void *ctx, int64_t n, backend_peaks *pk)
         for (int64_t i = 0; i < n * n; i++) /* 1 + i/64k-ish: finite, never zero */
             w[i] = ((uint16_t *)p.x)[i] = (uint16_t)(0x3f80 + (i & 0x7f));
         if (cpu_linear_bf16_kernel.setup(ctx, &p.l, w, &p.state, impl, sizeof impl, &ws) == BENCH_OK) {
-            pk->dtype_flops_per_s[DTYPE_BF16] = 2.0 * (double)(n * n * n) / best_seconds(run_bf16, &p, 0.1);
+            pk->dtype_flops_per_s[DTYPE_BF16] = 2.0 * (double)(n * n * n) / bench_best_seconds(run_bf16, &p, 0.1);
             snprintf(pk->dtype_probe[DTYPE_BF16], sizeof pk->dtype_probe[DTYPE_BF16],
                      "vdpbf16ps gemm %lldx%lldx%lld, %d threads, best of runs", (long long)n, (long long)n,
                      (long long)n, c->threads);
@@ -243,7 +230,7 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
         layer_fill_uniform(p.a, n * n, -1.0f, 1.0f, &rng);
         layer_fill_uniform(p.b, n * n, -1.0f, 1.0f, &rng);
         p.n = n;
-        pk->flops_per_s = 2.0 * (double)(n * n * n) / best_seconds(run_sgemm, &p, 0.1);
+        pk->flops_per_s = 2.0 * (double)(n * n * n) / bench_best_seconds(run_sgemm, &p, 0.1);
         snprintf(pk->compute_probe, sizeof pk->compute_probe, "cblas_sgemm %lldx%lldx%lld, %d threads, best of runs",
                  (long long)n, (long long)n, (long long)n, c->threads);
     }
@@ -269,7 +256,7 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
                 for (int64_t i = 0; i < n; i++) /* first touch by the threads that stream them */
                     p.a[i] = 0.0f, p.b[i] = 1.0f, p.c[i] = 2.0f;
             }
-            double bps = 3.0 * (double)n * sizeof(float) / best_seconds(run_triad, &p, level ? 0.02 : 0.1);
+            double bps = 3.0 * (double)n * sizeof(float) / bench_best_seconds(run_triad, &p, level ? 0.02 : 0.1);
             if (level) {
                 /* the layers that fit the last-level cache (32 MiB at most: a VM may report a
                  * whole socket's) stream from the caches when timed warm */

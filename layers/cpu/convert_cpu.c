@@ -34,12 +34,39 @@ CPU_ISA_CLONES static void narrow_bf16(uint16_t *dst, const float *src, int64_t 
 
 static void convert_span(void *dst, dtype_t to, const void *src, dtype_t from, int64_t n)
 {
-    if (from == DTYPE_BF16 && (to == DTYPE_FP32 || to == DTYPE_TF32))
+    if (from == DTYPE_BF16 && dtype_storage(to) == DTYPE_FP32)
         widen_bf16(dst, src, n);
-    else if (to == DTYPE_BF16 && (from == DTYPE_FP32 || from == DTYPE_TF32))
+    else if (to == DTYPE_BF16 && dtype_storage(from) == DTYPE_FP32)
         narrow_bf16(dst, src, n);
+    else if (dtype_storage(to) == dtype_storage(from))
+        memmove(dst, src, (size_t)n * dtype_size(to));
     else
         dtype_convert(to, dst, from, src, n);
+}
+
+CPU_ISA_CLONES static float absmax_span(const float *x, int64_t n)
+{
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++) {
+        float a = __builtin_fabsf(x[i]);
+        m = a > m ? a : m; /* NaN is skipped */
+    }
+    return m;
+}
+
+float cpu_absmax(const float *x, int64_t n)
+{
+    if (n <= CPU_PARALLEL_MIN)
+        return absmax_span(x, n);
+    float m = 0.0f;
+#pragma omp parallel reduction(max : m)
+    {
+        int64_t lo, hi;
+        cpu_thread_span(n, &lo, &hi);
+        m = hi > lo ? absmax_span(x + lo, hi - lo) : 0.0f;
+    }
+    return m;
 }
 
 /* n elements converted between two convertible dtypes, split over the thread pool. */

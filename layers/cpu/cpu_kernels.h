@@ -65,6 +65,8 @@ extern const backend_kernel cpu_batchnorm2d_bf16_kernel, cpu_relu_bf16_kernel, c
     cpu_mul_bf16_kernel;
 bool cpu_has_bf16(void);
 const backend_kernel *cpu_fp32_kernel(layer_kind kind);
+/* max |x[i]| over n floats (NaN skipped), on the thread pool: int8's input scale. */
+float cpu_absmax(const float *x, int64_t n);
 /* backend_device_i.convert, on the thread pool. */
 void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from, int64_t n);
 

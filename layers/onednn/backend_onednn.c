@@ -96,7 +96,47 @@ static bench_status od_marks_prepare(void *ctx, int n) { return backend_cpu_ops.
 static void od_timer_mark(void *ctx, int i) { backend_cpu_ops.timing.timer_mark(((od_ctx *)ctx)->cpu, i); }
 static void od_marks_read(void *ctx, double *s, int n) { backend_cpu_ops.timing.marks_read(((od_ctx *)ctx)->cpu, s, n); }
 static int od_thread_count(void *ctx) { return backend_cpu_ops.device.thread_count(((od_ctx *)ctx)->cpu); }
-static bench_status od_peaks(void *ctx, backend_peaks *p) { return backend_cpu_ops.device.peaks(((od_ctx *)ctx)->cpu, p); }
+/* int8's ceiling: oneDNN's u8 x s8 -> s32 GEMM (VNNI where the CPU has it), the
+ * products counted as FLOPs are (2 per multiply-add), as int8 rows count theirs. */
+typedef struct int8_probe {
+    uint8_t *a;
+    int8_t *b;
+    int32_t *c;
+    int64_t n;
+    dnnl_status_t st;
+} int8_probe;
+
+static void run_gemm_u8s8s32(void *arg)
+{
+    int8_probe *p = arg;
+    int32_t co = 0;
+    dnnl_dim_t n = p->n;
+    p->st = dnnl_gemm_u8s8s32('N', 'N', 'F', n, n, n, 1.0f, p->a, n, 0, p->b, n, 0, 0.0f, p->c, n, &co);
+}
+
+static bench_status od_peaks(void *ctx, backend_peaks *pk)
+{
+    od_ctx *c = ctx;
+    bench_status st = backend_cpu_ops.device.peaks(c->cpu, pk);
+    if (st != BENCH_OK)
+        return st;
+    int8_probe p = {.n = 1536};
+    size_t nn = (size_t)(p.n * p.n);
+    p.a = malloc(nn), p.b = malloc(nn), p.c = malloc(nn * sizeof *p.c);
+    if (p.a && p.b && p.c) {
+        for (size_t i = 0; i < nn; i++) /* small values: no overflow, never all zero */
+            p.a[i] = (uint8_t)(i % 7 + 1), p.b[i] = (int8_t)(i % 5) - 2;
+        double s = bench_best_seconds(run_gemm_u8s8s32, &p, 0.1);
+        if (p.st == dnnl_success) {
+            pk->dtype_flops_per_s[DTYPE_INT8] = 2.0 * (double)p.n * (double)p.n * (double)p.n / s;
+            snprintf(pk->dtype_probe[DTYPE_INT8], sizeof pk->dtype_probe[DTYPE_INT8],
+                     "dnnl_gemm_u8s8s32 %lldx%lldx%lld, %d threads, best of runs", (long long)p.n, (long long)p.n,
+                     (long long)p.n, od_thread_count(ctx));
+        }
+    }
+    free(p.a), free(p.b), free(p.c);
+    return BENCH_OK;
+}
 static double od_canary(void *ctx) { return backend_cpu_ops.timing.canary(((od_ctx *)ctx)->cpu); }
 
 /* The kernel table: the kinds oneDNN has a primitive for run it (or, in configurations it
@@ -107,13 +147,16 @@ static double od_canary(void *ctx) { return backend_cpu_ops.timing.canary(((od_c
  * none in oneDNN 2.6), else, as for the kinds it has no primitive for, the cpu backend's
  * kernel, and impl says why. */
 #define OD_NO_TF32 "tf32 is a math mode of NVIDIA's tensor cores: a CPU has none (run fp32)"
-#define OD_NO_INT8 "int8 needs quantized primitives with scales, not written yet on onednn"
+/* int8 (dtype.h): the quantizing kinds on s8 primitives; the others run in fp32 (their
+ * fp32 entry, layer_compute_dtype), so their int8 cells stay empty. */
 #define OD_ROW(kind, k)                                                                                        \
     [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {&k},            \
-    [kind][DTYPE_FP16] = {&k}, [kind][DTYPE_INT8] = {NULL, OD_NO_INT8}
+    [kind][DTYPE_FP16] = {&k}
 
 static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_CONV2D, od_conv_kernel),
+    [LAYER_CONV2D][DTYPE_INT8] = {&od_conv_int8_kernel},
+    [LAYER_LINEAR][DTYPE_INT8] = {&od_linear_int8_kernel},
     OD_ROW(LAYER_BATCHNORM2D, od_batchnorm_kernel),
     OD_ROW(LAYER_RELU, od_eltwise_kernel),
     OD_ROW(LAYER_RELU6, od_eltwise_kernel),

@@ -47,13 +47,15 @@ void od_layer_clear(od_layer *L)
         dnnl_primitive_destroy(L->prims[k]);
     for (int k = 0; k < L->n_mems; k++)
         dnnl_memory_destroy(L->mems[k]);
+    od_quant_free(L->q);
     *L = (od_layer){.l = L->l, .w = L->w, .n_inputs = L->n_inputs, .build = L->build};
 }
 
-static void od_exec(od_ctx *c, dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to)
+/* A reorder; with scale (int8's quantizing reorder), at that runtime scale. */
+static void od_exec(od_ctx *c, dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to, dnnl_memory_t scale)
 {
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    OD_OK(c, dnnl_primitive_execute(p, c->stream, 2, a));
+    dnnl_exec_arg_t a[3] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_ATTR_OUTPUT_SCALES, scale}};
+    OD_OK(c, dnnl_primitive_execute(p, c->stream, scale ? 3 : 2, a));
 }
 
 /* Seconds since *t; moves *t to now. */
@@ -75,11 +77,13 @@ void od_layer_run(void *env, const layer *l, void *state, const void *const *in,
     }
     double t = L->timed ? bench_now() : 0.0;
     int part = 0;
+    if (L->q) /* int8: this input's scale, then the reorder quantizes it (isolated too) */
+        od_quant_prepare(L->q, in[0]);
     for (int k = 0; k < L->n_inputs && k < 2; k++) {
         if (!L->in_linked[k])
             dnnl_memory_set_data_handle(L->user_in[k], (void *)in[k]);
-        if (L->reorder_in[k] && !L->isolated) {
-            od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k]);
+        if (L->reorder_in[k] && (!L->isolated || L->q)) {
+            od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k], L->q ? L->q->in_scale_mem : NULL);
             if (L->timed)
                 L->part_s[part++] = od_lap(&t);
         }
@@ -90,7 +94,7 @@ void od_layer_run(void *env, const layer *l, void *state, const void *const *in,
     if (L->timed)
         L->part_s[part++] = od_lap(&t);
     if (L->reorder_out && !L->isolated) {
-        od_exec(c, L->reorder_out, L->out_mem, L->user_out);
+        od_exec(c, L->reorder_out, L->out_mem, L->user_out, NULL);
         if (L->timed)
             L->part_s[part++] = od_lap(&t);
     }
@@ -166,10 +170,10 @@ void od_layer_isolate(void *env, void *state, const void *const *in, char *impl,
     }
     if (!(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
         return;
-    for (int k = 0; k < L->n_inputs && k < 2; k++) {
+    for (int k = 0; k < L->n_inputs && k < 2 && !L->q; k++) { /* int8 quantizes its input at each run */
         dnnl_memory_set_data_handle(L->user_in[k], (void *)in[k]);
         if (L->reorder_in[k])
-            od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k]);
+            od_exec(c, L->reorder_in[k], L->user_in[k], L->in_mem[k], NULL);
     }
     OD_OK(c, dnnl_stream_wait(c->stream));
     L->isolated = true;
@@ -182,14 +186,16 @@ int od_layer_parts(void *env, void *state, const layer *l, layer_part_info *part
     (void)env;
     od_layer *L = state;
     static const char *const names[3] = {"reorder src", "reorder src1", "reorder dst"};
-    if (L->cpu || L->isolated || !(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
+    if (L->cpu || (L->isolated && !L->q) || !(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
         return 0;
     int n = 0;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) /* int8: the max |x| pass and the quantizing reorder */
         if (L->reorder_in[k])
-            parts[n++] = (layer_part_info){names[k], 0, L->reorder_bytes[k]};
-    parts[n++] = (layer_part_info){layer_kind_name(l->kind), l->flops, l->bytes};
-    if (L->reorder_out)
+            parts[n++] = (layer_part_info){L->q ? "quantize src" : names[k], 0,
+                                           L->reorder_bytes[k] + (L->q ? L->q->n_in * 4 : 0)};
+    /* int8: the primitive reads the quantized input, 1 byte an element */
+    parts[n++] = (layer_part_info){layer_kind_name(l->kind), l->flops, l->bytes - (L->q ? 3 * L->q->n_in : 0)};
+    if (L->reorder_out && !L->isolated)
         parts[n++] = (layer_part_info){names[2], 0, L->reorder_bytes[2]};
     return n;
 }

@@ -10,7 +10,7 @@
  * follow their input's (eltwise, batch norm, pooling, binary). */
 bool od_linkable(const od_layer *L)
 {
-    if (!L || L->cpu || !L->prim)
+    if (!L || L->cpu || !L->prim || L->q) /* int8 quantizes a plain fp32 input */
         return false;
     switch (L->l->kind) {
     case LAYER_CONV2D: case LAYER_BATCHNORM2D: case LAYER_RELU: case LAYER_RELU6: case LAYER_SIGMOID:

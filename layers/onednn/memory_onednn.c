@@ -50,7 +50,7 @@ dnnl_data_type_t od_dtype(dtype_t t)
     switch (t) {
     case DTYPE_BF16: return dnnl_bf16;
     case DTYPE_FP16: return dnnl_f16;
-    case DTYPE_INT8: return dnnl_s8;
+    /* int8's activations are fp32 (dtype.h); its kernels name s8 themselves */
     default: return dnnl_f32;
     }
 }
@@ -69,9 +69,15 @@ void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s, dnnl_data_type_t d
 /* A reorder from one md to the other, run now or at each run. */
 dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
 {
+    return od_reorder_attr(c, L, from, to, NULL);
+}
+
+dnnl_primitive_t od_reorder_attr(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                 const_dnnl_primitive_attr_t attr)
+{
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p = NULL;
-    if (!OD_OK(c, dnnl_reorder_primitive_desc_create(&pd, from, c->engine, to, c->engine, NULL)))
+    if (!OD_OK(c, dnnl_reorder_primitive_desc_create(&pd, from, c->engine, to, c->engine, attr)))
         return NULL;
     if (OD_OK(c, dnnl_primitive_create(&p, pd)))
         BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = p;
@@ -206,7 +212,13 @@ dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const void *w, const dnnl_memo
 bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primitive_desc_t *pd, char *impl,
                          size_t len)
 {
-    if (!OD_SOFT(c, dnnl_primitive_desc_create(pd, op_desc, NULL, c->engine, NULL)))
+    return od_primitive_attr(c, L, op_desc, NULL, pd, impl, len);
+}
+
+bool od_primitive_attr(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                       dnnl_primitive_desc_t *pd, char *impl, size_t len)
+{
+    if (!OD_SOFT(c, dnnl_primitive_desc_create(pd, op_desc, attr, c->engine, NULL)))
         return false;
     const char *name = "?";
     dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &name);
@@ -233,6 +245,12 @@ void od_impl_layout(const od_layer *L, char *impl, size_t len)
     if (L->out_mem)
         dnnl_memory_get_memory_desc(L->out_mem, &md);
     bool in = L->reorder_in[0] || L->reorder_in[1], out = L->reorder_out;
+    if (L->q) { /* int8: the input's quantizing reorder runs at each call, isolated too */
+        snprintf(impl, len, "%s %s int8 s8s8s32%s (input quantized per call)%s", L->name,
+                 md ? od_layout(md, buf, sizeof buf) : "", L->q->levels < 127 ? " (7-bit weights: no VNNI)" : "",
+                 out && !L->isolated ? " + dst reorder" : "");
+        return;
+    }
     snprintf(impl, len, "%s %s%s", L->name, md ? od_layout(md, buf, sizeof buf) : "",
              L->isolated && (in || out) ? " (reorders at setup)"
              : in && out               ? " + src/dst reorders"

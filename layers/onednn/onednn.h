@@ -26,8 +26,10 @@
 
 #include "backend.h"
 
-/* The cpu backend, for memory, timers and the kinds oneDNN has no primitive for. */
+/* The cpu backend, for memory, timers and the kinds oneDNN has no primitive for; and its
+ * max |x| loop (cpu_kernels.h), for int8's input scale. */
 extern const backend_ops backend_cpu_ops;
+float cpu_absmax(const float *x, int64_t n);
 
 typedef struct od_ctx {
     void *cpu;                 /* the cpu backend's context */
@@ -67,6 +69,21 @@ bool od_soft(od_ctx *c, dnnl_status_t st, const char *call, const char *file, in
 
 typedef struct od_layer od_layer;
 
+/* int8, dynamic quantization (dtype.h), of a convolution or an inner product: input 0
+ * arrives in fp32 and is quantized per tensor at each run (reorder_in[0], with a runtime
+ * scale); the weights are s8 with a scale per output channel; the primitive writes fp32
+ * (int8_onednn.c). */
+typedef struct od_quant {
+    int64_t n_in, oc;
+    float *w_scale;           /* [oc], max |w row| / 127: the primitive's output scales */
+    const float *bias;        /* [oc] as given (fp32), or NULL */
+    float *bias_acc;          /* [oc] the bias in the accumulator's units: bias / (s_x w_scale) */
+    float sx, in_scale;       /* this run's input scale s_x = max |x| / 127, and 1 / s_x */
+    int8_t *w8;               /* the weights quantized, plain (the primitive's own copy may differ) */
+    int levels;               /* the weights' levels either side of 0: 127, or 63 without VNNI */
+    dnnl_memory_t in_scale_mem, sx_mem;
+} od_quant;
+
 /* A kind family's builder (conv_onednn.c, eltwise_onednn.c, ...): makes l's primitive and
  * the memories and reorders around it into L, and its implementation into impl; false
  * (nothing made) where this configuration has none (c->why says why), or a call failed
@@ -98,6 +115,7 @@ typedef struct od_layer {
     dnnl_primitive_t prims[OD_MAX_PRIMS];  /* every primitive made here */
     int n_prims;
     int64_t workspace;
+    od_quant *q;                           /* int8: the scales (NULL otherwise) */
 } od_layer;
 
 /* Memories, mds, reorders and primitives (memory_onednn.c). */
@@ -110,6 +128,9 @@ void od_plain(dnnl_memory_desc_t *md, int rank, const int64_t *d, dnnl_data_type
 void od_plain_shape(dnnl_memory_desc_t *md, const shape_t *s, dnnl_data_type_t dt);
 /* A reorder from one md to the other, run now or at each run. */
 dnnl_primitive_t od_reorder(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
+/* ... with attributes (int8's runtime scale). */
+dnnl_primitive_t od_reorder_attr(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                 const_dnnl_primitive_attr_t attr);
 /* A memory in the plain md at handle (DNNL_MEMORY_NONE: set at each run) and, where the
  * primitive wants another md, one of its own in that md (*mine; its bytes count as
  * workspace), else *mine = NULL. Returns the plain one, NULL on failure. */
@@ -143,6 +164,9 @@ dnnl_memory_t od_constant(od_ctx *c, od_layer *L, const void *w, const dnnl_memo
  * into impl. The caller destroys *pd. */
 bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primitive_desc_t *pd, char *impl,
                          size_t len);
+/* ... with attributes (NULL: none). */
+bool od_primitive_attr(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                       dnnl_primitive_desc_t *pd, char *impl, size_t len);
 const dnnl_memory_desc_t *od_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what);
 /* impl for a layer whose primitive runs on its own layout: the implementation, that
  * layout and the reorders around it. */
@@ -185,6 +209,11 @@ double od_tolerance(void *env, const layer *l);
  * oneDNN has no primitive for). */
 extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kernel, od_binary_kernel, od_pool_kernel,
     od_linear_kernel, od_softmax_kernel, od_layernorm_kernel, od_cpu_kernel;
+/* conv2d and linear in int8 (int8_onednn.c), and what they do around their primitive:
+ * the scales of this run's input, before the quantizing reorder; their memories. */
+extern const backend_kernel od_conv_int8_kernel, od_linear_int8_kernel;
+void od_quant_prepare(od_quant *q, const float *in);
+void od_quant_free(od_quant *q);
 
 /* The chained forward in oneDNN's layouts (link_onednn.c): backend_layers_i.model_link. */
 bool od_linkable(const od_layer *L);
