@@ -162,12 +162,14 @@ static int layer_inputs(cfg_ctx *c, yaml_node_t *item, layer_kind kind, const ch
     if (!one && !many) {
         if (want == 2)
             return fail(c, item, "%s: missing required key 'inputs' (the names of the two layers it merges)", d->name);
+        if (want > 2)
+            return fail(c, item, "%s: missing required key 'inputs' (the names of its %d inputs)", d->name, want);
         in[0] = cur;
         return 1;
     }
     if (one) {
-        if (want == 2)
-            return fail(c, one, "%s takes 'inputs', a list of two layers", d->name);
+        if (want >= 2)
+            return fail(c, one, "%s takes 'inputs', a list of %s layers", d->name, want == 2 ? "two" : "three");
         return (in[0] = resolve(c, one, prefix)) < 0 ? -1 : 1;
     }
     if (many->type != YAML_SEQUENCE_NODE)
@@ -175,7 +177,7 @@ static int layer_inputs(cfg_ctx *c, yaml_node_t *item, layer_kind kind, const ch
     int n = (int)(many->data.sequence.items.top - many->data.sequence.items.start);
     if ((want > 0 && n != want) || (want < 0 && (n < 1 || n > LAYER_MAX_INPUTS)))
         return fail(c, many, "inputs: %s takes %s, got %d", d->name,
-                    want == 1 ? "one input" : want == 2 ? "two inputs" : "1 to 64 inputs", n);
+                    want == 1 ? "one input" : want == 2 ? "two inputs" : want == 3 ? "three inputs" : "1 to 64 inputs", n);
     for (int k = 0; k < n; k++)
         if ((in[k] = resolve(c, NODE(c, many->data.sequence.items.start[k]), prefix)) < 0)
             return -1;

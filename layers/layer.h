@@ -75,6 +75,10 @@ typedef enum layer_kind {
     LAYER_CLASS_TOKEN,
     LAYER_POS_EMBEDDING,
     LAYER_SELECT,
+    LAYER_EMBEDDING,
+    LAYER_RMSNORM,
+    LAYER_ROPE,
+    LAYER_ATTENTION,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -82,6 +86,8 @@ typedef enum layer_kind {
 enum { UPSAMPLE_NEAREST, UPSAMPLE_BILINEAR };
 enum { STOCHASTIC_ROW, STOCHASTIC_BATCH };
 enum { GELU_NONE, GELU_TANH };
+/* rope's rope_type, as Hugging Face's rope_scaling names them */
+enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 };
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -112,6 +118,16 @@ typedef struct layer_params {
     int64_t start_dim, end_dim;  /* flatten */
     int64_t dim0, dim1;          /* transpose */
     int64_t index;               /* select */
+    int64_t num_embeddings, embedding_dim; /* embedding */
+    int64_t head_dim;            /* rope, attention (num_heads: theirs too) */
+    int64_t num_kv_heads;        /* attention: key/value heads (grouped-query) */
+    int64_t kv_len;              /* rope, attention: tokens already in the KV cache */
+    bool causal;                 /* attention */
+    int64_t sliding_window;      /* attention: keys within this many positions; 0 = all */
+    double rope_theta;           /* rope */
+    int64_t rope_type;           /* rope: ROPE_* */
+    double rope_factor, low_freq_factor, high_freq_factor; /* rope: linear, llama3 */
+    int64_t original_max_pos;    /* rope: llama3's original_max_position_embeddings */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -240,6 +256,20 @@ int64_t layer_adaptive_window_sum(int64_t in, int64_t out);
 double layer_upsample_scale(const layer *l, int axis);
 int64_t layer_upsample_nearest(const layer *l, int axis, int64_t dst);
 void layer_upsample_linear(const layer *l, int axis, int64_t dst, int64_t *i0, int64_t *i1, double *w1);
+
+/* The decoder kinds' shared rules (layers/llm.c), for the reference and the backends
+ * alike: embedding's token id for an input value; rope's inverse frequencies (head_dim
+ * / 2 floats, fp32 as Hugging Face computes them) and the angle of pair i of token t;
+ * attention's (query, key) pairs per (sample, head), whether query t sees key j (a
+ * position in cache then tokens), and the key or value vector j of kv head g of
+ * sample b (value 0: keys, 1: values; from the cache in w for j < kv_len). */
+int64_t layer_token_id(const layer *l, float x);
+void layer_rope_inv_freq(const layer *l, float *inv_freq);
+float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t i);
+int64_t layer_attention_pairs(const layer *l);
+bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
+const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
+                                int64_t g, int64_t j);
 
 /* multihead_attention's weight blocks in torch's order (layers/transformer.c): the
  * packed q, k, v projection [3E, E] and its bias [3E], the out projection [E, E] and its

@@ -201,6 +201,16 @@ expect 0 "70 passed, 0 failed" -- "$BENCH" check "$R18"
 expect 0 "forward \(chained, model output\) +model +cpu .* ok" -- "$BENCH" check "$R18" --batch 2
 expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE" --no-forward
 
+# a decoder (Hugging Face's module names): prefill, decode after a cache, a chunk with a
+# sliding window; every layer and the chained forward, in fp32 and bf16
+for phase in prefill decode chunk; do
+  expect 0 "36 passed, 0 failed.*dtype bf16.*36 passed, 0 failed" -- bash -c \
+    "'$BENCH' check '$SRC/tests/data/llama_tiny_$phase.yaml' --batch 2 --dtype fp32,bf16 | tr '\n' ' '"
+done
+expect 0 "model.layers.1.self_attn.attn +attention +1x4x64 +1x4x64 +0 " -- "$BENCH" list "$SRC/tests/data/llama_tiny_chunk.yaml"
+printf 'name: t\ninput: [5]\nlayers:\n  - {kind: embedding, num_embeddings: 9, embedding_dim: 8}\n  - {kind: attention, num_heads: 2, head_dim: 4}\n' >"$T/attn.yaml"
+expect 2 "attn.yaml:5:5: attention: missing required key 'inputs' \(the names of its 3 inputs\)" -- "$BENCH" list "$T/attn.yaml"
+
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
 # dtype columns and compare keyed by them (correctness per kind: test_layers)
 expect 2 "--dtype expects fp32, tf32, bf16, fp16 or int8" -- "$BENCH" run "$SMOKE" --dtype fp8

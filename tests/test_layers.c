@@ -57,6 +57,23 @@ static void c_full(layer_params *p) { p->out_channels = 10; PAIR(kernel, 5, 4); 
 static void bn_eps(layer_params *p) { p->eps = 1e-3; }
 static void bn_noaffine(layer_params *p) { p->affine = false; }
 static void none(layer_params *p) { (void)p; }
+/* the decoder kinds (layers/llm.c) */
+static void emb_50(layer_params *p) { p->num_embeddings = 50; p->embedding_dim = 24; }
+static void emb_wide(layer_params *p) { p->num_embeddings = 7; p->embedding_dim = 3001; }
+static void rms_eps(layer_params *p) { p->eps = 1e-5; }
+static void rope_4x8(layer_params *p) { p->num_heads = 4; p->head_dim = 8; }
+static void rope_decode(layer_params *p) { p->num_heads = 2; p->head_dim = 6; p->kv_len = 4093; p->rope_theta = 500000.0; }
+static void rope_linear(layer_params *p) { rope_4x8(p); p->rope_type = ROPE_LINEAR; p->rope_factor = 8.0; p->kv_len = 11; }
+static void rope_llama3(layer_params *p)
+{
+    p->num_heads = 3, p->head_dim = 64, p->rope_theta = 500000.0, p->rope_type = ROPE_LLAMA3, p->rope_factor = 32.0;
+    p->low_freq_factor = 1.0, p->high_freq_factor = 4.0, p->original_max_pos = 8192, p->kv_len = 70000;
+}
+static void attn_gqa(layer_params *p) { p->num_heads = 6; p->num_kv_heads = 2; p->head_dim = 5; }
+static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 3; p->head_dim = 8; p->causal = false; }
+static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
+static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->sliding_window = 6; }
+static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
 static void mp_2s2(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); }
@@ -221,6 +238,19 @@ static const layer_case cases[] = {
     {"x[:, 0]", LAYER_SELECT, S3(2, 5, 7), sel_0},
     {"x[:, -1]", LAYER_SELECT, S3(3, 4, 6), sel_last},
     {"NCHW dim 2", LAYER_SELECT, S4(2, 3, 5, 4), sel_h},
+    {"[N, T] ids, 50 rows", LAYER_EMBEDDING, S2(3, 11), emb_50},
+    {"3001 wide, parallel", LAYER_EMBEDDING, S2(2, 9), emb_wide},
+    {"tokens, eps 1e-5", LAYER_RMSNORM, S3(2, 7, 13), rms_eps},
+    {"4096 wide, parallel", LAYER_RMSNORM, S3(2, 5, 4096), none},
+    {"4 heads of 8", LAYER_ROPE, S3(2, 7, 32), rope_4x8},
+    {"decode at 4093, theta 5e5", LAYER_ROPE, S3(3, 1, 12), rope_decode},
+    {"linear x8, from 11", LAYER_ROPE, S3(1, 5, 32), rope_linear},
+    {"llama3 x32 at 70000", LAYER_ROPE, S3(2, 3, 192), rope_llama3},
+    {"GQA 6/2, causal prefill", LAYER_ATTENTION, S3(2, 7, 30), attn_gqa, MORE(S3(2, 7, 10), S3(2, 7, 10))},
+    {"not causal, 3 heads", LAYER_ATTENTION, S3(1, 9, 24), attn_mha_full, MORE(S3(1, 9, 24), S3(1, 9, 24))},
+    {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
+    {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
+    {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */

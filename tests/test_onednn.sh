@@ -56,6 +56,11 @@ if grep -q avx512_bf16 /proc/cpuinfo; then
 else
   echo "skipped: this CPU has no AVX512_BF16, oneDNN's bf16 primitives are not checked here"
 fi
+# the decoder kinds run the cpu kernels (no oneDNN primitive), every layer checked
+for phase in prefill decode chunk; do
+  out=$("$BENCH" check "$SRC/tests/data/llama_tiny_$phase.yaml" --backend onednn --batch 2 2>&1) &&
+    grep -q "36 passed, 0 failed" <<<"$out" && ok || bad "llama_tiny_$phase on onednn: $(tail -3 <<<"$out")"
+done
 # int8, dynamic quantization: every convolution and linear layer of ResNet-18 and of the
 # smoke model on oneDNN's s8 primitives within int8's tolerance, the chained forward too;
 # then as a CPU without VNNI runs it (oneDNN limited to AVX2: the inner product's 7-bit

@@ -15,6 +15,11 @@
  * bf16 and fp16: linear on cublasGemmEx, the views (nothing runs), the rest on fp32
  * copies (convert_cuda.c). */
 #define CUDA_NO_INT8 "the cuda backend has no int8 kernels"
+/* A kind the cuda backend has no kernel for yet: every cell an unsupported row saying why. */
+#define CUDA_NO_LLM "the decoder kinds have no cuda kernels yet (cpu and onednn run them)"
+#define CUDA_NONE(kind, why)                                                                                   \
+    [kind][DTYPE_FP32] = {NULL, why}, [kind][DTYPE_TF32] = {NULL, why}, [kind][DTYPE_BF16] = {NULL, why},     \
+    [kind][DTYPE_FP16] = {NULL, why}, [kind][DTYPE_INT8] = {NULL, why}
 #define CUDA_ROW(kind, f32, half)                                                                              \
     [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {&f32}, [kind][DTYPE_BF16] = {&half},                    \
     [kind][DTYPE_FP16] = {&half}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
@@ -49,6 +54,10 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_CLASS_TOKEN, cuda_class_token_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_POS_EMBEDDING, cuda_pos_embedding_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_SELECT, cuda_select_kernel, cuda_via_f32_kernel),
+    CUDA_NONE(LAYER_EMBEDDING, CUDA_NO_LLM),
+    CUDA_NONE(LAYER_RMSNORM, CUDA_NO_LLM),
+    CUDA_NONE(LAYER_ROPE, CUDA_NO_LLM),
+    CUDA_NONE(LAYER_ATTENTION, CUDA_NO_LLM),
 };
 
 const backend_kernel *cuda_fp32_kernel(layer_kind kind)

@@ -185,6 +185,10 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_CLASS_TOKEN, od_cpu_kernel),
     OD_ROW(LAYER_POS_EMBEDDING, od_cpu_kernel),
     OD_ROW(LAYER_SELECT, od_cpu_kernel),
+    OD_ROW(LAYER_EMBEDDING, od_cpu_kernel),
+    OD_ROW(LAYER_RMSNORM, od_cpu_kernel),
+    OD_ROW(LAYER_ROPE, od_cpu_kernel),
+    OD_ROW(LAYER_ATTENTION, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {

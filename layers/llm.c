@@ -1,0 +1,394 @@
+/* The kinds of decoder LLMs, with the semantics of Hugging Face's Llama code
+ * (modeling_llama.py): embedding, rmsnorm, rope and attention. A decoder layer is these
+ * and the kinds it shares with other models: q/k/v/o and the MLP's projections are
+ * linear layers, the SwiGLU activation silu and mul, the residuals add.
+ *
+ * embedding: token ids to rows of a [num_embeddings, embedding_dim] table. The harness
+ *   draws every input uniformly in [-1, 1]; an embedding reads value x as the token id
+ *   floor((x + 1) / 2 * num_embeddings), clamped to the table: ids spread over the
+ *   vocabulary, the same on every backend and in the reference (layer_token_id).
+ * rmsnorm: x / sqrt(mean(x^2) + eps) * weight over the last dimension, as LlamaRMSNorm.
+ * rope: rotary position embedding of q or k, [N, T, num_heads * head_dim], in the
+ *   rotate-half convention Llama applies (not the interleaved one of the original
+ *   paper): each head's dimension i < head_dim / 2 pairs with i + head_dim / 2. Token t
+ *   sits at position kv_len + t. Angles are computed in fp32 as Hugging Face computes
+ *   them (inv_freq, then position * inv_freq), their cosines and sines in double; the
+ *   rope_type linear divides the positions by factor, llama3 rescales inv_freq by
+ *   wavelength (layer_rope_inv_freq).
+ * attention: softmax(q k^T / sqrt(head_dim)) v per head, torch's
+ *   scaled_dot_product_attention as Llama calls it, on q [N, T, H * D], k and v
+ *   [N, T, Hkv * D] (grouped-query: query head h reads key/value head h / (H / Hkv)).
+ *   With kv_len = S > 0 it attends to S cached tokens too: the KV cache, held as the
+ *   layer's weights (no parameters), keys then values, each [N, Hkv, S, D] as Hugging
+ *   Face's DynamicCache holds them. Query t sits at position S + t; causal: it sees keys
+ *   at positions <= S + t; sliding_window W: and > S + t - W (Mistral's window). FLOPs
+ *   count the pairs the mask keeps, in closed form (docs/flops.md). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kind_util.h"
+#include "util.h"
+
+int64_t layer_token_id(const layer *l, float x)
+{
+    int64_t v = l->p.num_embeddings;
+    double id = floor(((double)x + 1.0) * 0.5 * (double)v);
+    return id < 0 ? 0 : id >= (double)v ? v - 1 : (int64_t)id;
+}
+
+/* ---- embedding -------------------------------------------------------------------------- */
+
+static const layer_param_spec embedding_params[] = {
+    {"num_embeddings", LP_INT, P_OFF(num_embeddings), true, 1, NULL},
+    {"embedding_dim", LP_INT, P_OFF(embedding_dim), true, 1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int embedding_infer(layer *l, char *err, size_t len)
+{
+    char s[96];
+    if (l->in.rank >= SHAPE_MAX_RANK)
+        return kind_fail(err, len, "embedding expects token ids [N, T], got %s", shape_format(&l->in, s, sizeof s));
+    l->out = l->in;
+    l->out.d[l->out.rank++] = l->p.embedding_dim;
+    return 0;
+}
+
+/* only the rows it gathers move: the ids, one row per id, the output */
+static void embedding_count(layer *l)
+{
+    int64_t ids = shape_numel(&l->in), out = shape_numel(&l->out);
+    l->n_weights = l->n_weight_floats = layer_count_mul(l->p.num_embeddings, l->p.embedding_dim);
+    l->macs = l->flops = 0;
+    l->bytes = layer_count_mul(4, layer_count_add(ids, layer_count_mul(2, out)));
+}
+
+static void embedding_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, -1.0f, 1.0f, rng);
+}
+
+static void embedding_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    int64_t ids = shape_numel(&l->in), d = l->p.embedding_dim;
+    for (int64_t i = 0; i < ids; i++)
+        memcpy(out + i * d, w + layer_token_id(l, ins[0][i]) * d, (size_t)d * sizeof *out);
+}
+
+const layer_desc layer_embedding_desc = {
+    .name = "embedding", .n_inputs = 1, .params = embedding_params, .infer = embedding_infer,
+    .count = embedding_count, .init_weights = embedding_init, .reference = embedding_reference, .tolerance = 0.0,
+};
+
+/* ---- rmsnorm ----------------------------------------------------------------------------- */
+
+static const layer_param_spec rmsnorm_params[] = {
+    {"normalized_shape", LP_INT, P_OFF(normalized_shape), false, 1, NULL},
+    {"eps", LP_FLOAT, P_OFF(eps), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void rmsnorm_defaults(layer_params *p) { p->eps = 1e-6; }
+
+static int rmsnorm_infer(layer *l, char *err, size_t len)
+{
+    int64_t d = l->in.d[l->in.rank - 1];
+    if (l->p.normalized_shape == 0)
+        l->p.normalized_shape = d;
+    if (l->p.normalized_shape != d)
+        return kind_fail(err, len, "normalized_shape %lld must be the input's last dimension, %lld",
+                         (long long)l->p.normalized_shape, (long long)d);
+    if (!(l->p.eps > 0))
+        return kind_fail(err, len, "eps must be above 0, got %g", l->p.eps);
+    l->out = l->in;
+    return 0;
+}
+
+static void rmsnorm_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->p.normalized_shape;
+    l->macs = 0;
+    /* per element: the square and its sum, the scale by 1/rms, the weight's multiply */
+    l->flops = layer_count_mul(4, shape_numel(&l->out));
+    kind_count_bytes(l);
+}
+
+static void rmsnorm_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, 0.5f, 1.5f, rng);
+}
+
+static void rmsnorm_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = ins[0] + r * d;
+        double sq = 0;
+        for (int64_t i = 0; i < d; i++)
+            sq += (double)x[i] * x[i];
+        double inv = 1.0 / sqrt(sq / (double)d + l->p.eps);
+        for (int64_t i = 0; i < d; i++)
+            out[r * d + i] = (float)(x[i] * inv * w[i]);
+    }
+}
+
+const layer_desc layer_rmsnorm_desc = {
+    .name = "rmsnorm", .n_inputs = 1, .params = rmsnorm_params, .defaults = rmsnorm_defaults,
+    .infer = rmsnorm_infer, .count = rmsnorm_count, .init_weights = rmsnorm_init, .reference = rmsnorm_reference,
+    .tolerance = 1e-6,
+};
+
+/* ---- rope -------------------------------------------------------------------------------- */
+
+static const char *const rope_types[] = {"default", "linear", "llama3", NULL};
+
+static const layer_param_spec rope_params[] = {
+    {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
+    {"head_dim", LP_INT, P_OFF(head_dim), true, 2, NULL},
+    {"rope_theta", LP_FLOAT, P_OFF(rope_theta), false, 0, NULL},
+    {"rope_type", LP_ENUM, P_OFF(rope_type), false, 0, rope_types},
+    {"factor", LP_FLOAT, P_OFF(rope_factor), false, 0, NULL},
+    {"low_freq_factor", LP_FLOAT, P_OFF(low_freq_factor), false, 0, NULL},
+    {"high_freq_factor", LP_FLOAT, P_OFF(high_freq_factor), false, 0, NULL},
+    {"original_max_position_embeddings", LP_INT, P_OFF(original_max_pos), false, 1, NULL},
+    {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void rope_defaults(layer_params *p)
+{
+    p->rope_theta = 10000.0;
+    p->rope_factor = 1.0;
+    p->low_freq_factor = 1.0, p->high_freq_factor = 4.0;
+    p->original_max_pos = 8192;
+}
+
+/* [N, T, heads * head_dim]: the projections' output, before the view into heads */
+static int need_heads(const layer *l, const shape_t *s, int64_t heads, const char *what, char *err, size_t len)
+{
+    char b[96];
+    if (s->rank != 3 || s->d[2] != heads * l->p.head_dim)
+        return kind_fail(err, len, "%s: %s expects [N, T, %lld] (%lld heads of %lld), got %s", layer_kind_name(l->kind),
+                         what, (long long)(heads * l->p.head_dim), (long long)heads, (long long)l->p.head_dim,
+                         shape_format(s, b, sizeof b));
+    return 0;
+}
+
+static int rope_infer(layer *l, char *err, size_t len)
+{
+    const layer_params *p = &l->p;
+    if (p->head_dim % 2)
+        return kind_fail(err, len, "head_dim must be even (rotate-half pairs its halves), got %lld", (long long)p->head_dim);
+    if (!(p->rope_theta > 1.0))
+        return kind_fail(err, len, "rope_theta must be above 1, got %g", p->rope_theta);
+    if (p->rope_type != ROPE_DEFAULT && !(p->rope_factor > 0))
+        return kind_fail(err, len, "factor must be above 0, got %g", p->rope_factor);
+    if (p->rope_type == ROPE_LLAMA3 && !(p->high_freq_factor > p->low_freq_factor && p->low_freq_factor > 0))
+        return kind_fail(err, len, "llama3 needs high_freq_factor > low_freq_factor > 0, got %g and %g",
+                         p->high_freq_factor, p->low_freq_factor);
+    if (need_heads(l, &l->in, p->num_heads, "its input", err, len))
+        return -1;
+    l->out = l->in;
+    return 0;
+}
+
+static void rope_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = 0;
+    l->macs = 0;
+    l->flops = layer_count_mul(3, shape_numel(&l->out)); /* per pair: 4 multiplies, 2 adds */
+    kind_count_bytes(l);
+}
+
+void layer_rope_inv_freq(const layer *l, float *inv_freq)
+{
+    const layer_params *p = &l->p;
+    int64_t half = p->head_dim / 2;
+    const float pi = 3.14159265358979323846f;
+    for (int64_t i = 0; i < half; i++) {
+        /* 1 / theta^(2i / d), in fp32 as torch evaluates it */
+        float f = (float)(1.0 / pow(p->rope_theta, (double)(float)(2 * i) / (double)(float)p->head_dim));
+        if (p->rope_type == ROPE_LLAMA3) { /* transformers' _compute_llama3_parameters */
+            float factor = (float)p->rope_factor, lo = (float)p->low_freq_factor, hi = (float)p->high_freq_factor;
+            float old = (float)p->original_max_pos, wavelen = 2.0f * pi / f;
+            float lo_wavelen = old / lo, hi_wavelen = old / hi;
+            float scaled = wavelen > lo_wavelen ? f / factor : f;
+            float smooth = (old / wavelen - lo) / (hi - lo);
+            float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+            f = !(wavelen < hi_wavelen) && !(wavelen > lo_wavelen) ? smoothed : scaled;
+        }
+        inv_freq[i] = f;
+    }
+}
+
+float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t i)
+{
+    float pos = (float)(l->p.kv_len + t);
+    if (l->p.rope_type == ROPE_LINEAR)
+        pos /= (float)l->p.rope_factor;
+    return pos * inv_freq[i];
+}
+
+static void rope_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], heads = l->p.num_heads, d = l->p.head_dim, half = d / 2;
+    float *inv = xmalloc((size_t)half * sizeof *inv);
+    layer_rope_inv_freq(l, inv);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t t = 0; t < t_len; t++)
+            for (int64_t h = 0; h < heads; h++) {
+                const float *x = ins[0] + ((b * t_len + t) * heads + h) * d;
+                float *y = out + ((b * t_len + t) * heads + h) * d;
+                for (int64_t i = 0; i < half; i++) {
+                    double a = layer_rope_angle(l, inv, t, i), c = cos(a), s = sin(a);
+                    y[i] = (float)(x[i] * c - x[i + half] * s);
+                    y[i + half] = (float)(x[i + half] * c + x[i] * s);
+                }
+            }
+    free(inv);
+}
+
+const layer_desc layer_rope_desc = {
+    .name = "rope", .n_inputs = 1, .params = rope_params, .defaults = rope_defaults, .infer = rope_infer,
+    .count = rope_count, .reference = rope_reference, .tolerance = 1e-6,
+};
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+static const layer_param_spec attention_params[] = {
+    {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
+    {"num_key_value_heads", LP_INT, P_OFF(num_kv_heads), false, 1, NULL},
+    {"head_dim", LP_INT, P_OFF(head_dim), true, 1, NULL},
+    {"causal", LP_BOOL, P_OFF(causal), false, 0, NULL},
+    {"sliding_window", LP_INT, P_OFF(sliding_window), false, 0, NULL},
+    {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void attention_defaults(layer_params *p) { p->causal = true; }
+
+static int attention_infer(layer *l, char *err, size_t len)
+{
+    layer_params *p = &l->p;
+    if (p->num_kv_heads == 0)
+        p->num_kv_heads = p->num_heads;
+    if (p->num_heads % p->num_kv_heads)
+        return kind_fail(err, len, "num_heads %lld must be a multiple of num_key_value_heads %lld",
+                         (long long)p->num_heads, (long long)p->num_kv_heads);
+    if (p->sliding_window && !p->causal)
+        return kind_fail(err, len, "sliding_window needs causal: true");
+    static const char *const what[3] = {"the query (input 0)", "the key (input 1)", "the value (input 2)"};
+    for (int k = 0; k < 3; k++)
+        if (need_heads(l, &l->ins[k], k ? p->num_kv_heads : p->num_heads, what[k], err, len))
+            return -1;
+    char a[96], b[96];
+    for (int k = 1; k < 3; k++)
+        if (l->ins[k].d[0] != l->ins[0].d[0] || l->ins[k].d[1] != l->ins[0].d[1])
+            return kind_fail(err, len, "%s is %s but the query is %s: the batch and the tokens must match", what[k],
+                             shape_format(&l->ins[k], a, sizeof a), shape_format(&l->ins[0], b, sizeof b));
+    l->out = l->ins[0];
+    return 0;
+}
+
+/* The (query, key) pairs the mask keeps, per (sample, head): query t (0 <= t < T) sits
+ * at position S + t and sees keys at positions j <= S + t (causal), and j > S + t - W
+ * (sliding window W); every one of the S + T without causal. Closed forms. */
+int64_t layer_attention_pairs(const layer *l)
+{
+    const layer_params *p = &l->p;
+    int64_t t = l->in.d[1], s = p->kv_len, w = p->sliding_window;
+    if (!p->causal)
+        return layer_count_mul(t, layer_count_add(s, t));
+    /* query t sees min(S + t + 1, W) keys: S + t + 1 while t < W - S, then W */
+    int64_t t0 = w <= 0 ? t : w - s < 0 ? 0 : w - s > t ? t : w - s;
+    int64_t before = layer_count_add(layer_count_mul(t0, s), t0 * (t0 + 1) / 2);
+    return layer_count_add(before, layer_count_mul(t - t0, w > 0 ? w : 0));
+}
+
+static void attention_count(layer *l)
+{
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], per = layer_count_mul(n, p->num_heads), pairs = layer_attention_pairs(l);
+    /* the cache: keys and values, [N, Hkv, S, D] each; no parameters */
+    l->n_weights = 0;
+    l->n_weight_floats = layer_count_mul(2, layer_count_mul(layer_count_mul(n, p->num_kv_heads),
+                                                              layer_count_mul(p->kv_len, p->head_dim)));
+    /* q k^T and p v: 2 per MAC each; the scale 1 and the softmax 5 per score (as
+     * multihead_attention) */
+    l->macs = layer_count_mul(per, layer_count_mul(2 * p->head_dim, pairs));
+    l->flops = layer_count_add(layer_count_mul(2, l->macs), layer_count_mul(6, layer_count_mul(per, pairs)));
+    kind_count_bytes(l);
+}
+
+static void attention_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, -1.0f, 1.0f, rng);
+}
+
+/* Key (or value, with the cache's second half and input 2) j of head g of sample b:
+ * cached for j < S, else token j - S of the input. */
+const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
+                                int64_t g, int64_t j)
+{
+    const layer_params *p = &l->p;
+    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->in.d[1];
+    if (j < s)
+        return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * s + j) * d;
+    return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
+}
+
+bool layer_attention_sees(const layer *l, int64_t t, int64_t j)
+{
+    int64_t i = l->p.kv_len + t;
+    return !l->p.causal || (j <= i && (l->p.sliding_window <= 0 || i - j < l->p.sliding_window));
+}
+
+static void attention_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + t_len;
+    double *score = xmalloc((size_t)keys * sizeof *score), *acc = xmalloc((size_t)d * sizeof *acc);
+    double scale = 1.0 / sqrt((double)d);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            int64_t g = hh / (h / p->num_kv_heads);
+            for (int64_t t = 0; t < t_len; t++) {
+                const float *q = ins[0] + ((b * t_len + t) * h + hh) * d;
+                double top = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < keys; j++) {
+                    score[j] = -INFINITY;
+                    if (!layer_attention_sees(l, t, j))
+                        continue;
+                    const float *k = layer_attention_kv(l, ins, w, 0, b, g, j);
+                    double dot = 0;
+                    for (int64_t i = 0; i < d; i++)
+                        dot += (double)q[i] * k[i];
+                    score[j] = dot * scale;
+                    top = score[j] > top ? score[j] : top;
+                }
+                for (int64_t i = 0; i < d; i++)
+                    acc[i] = 0;
+                for (int64_t j = 0; j < keys; j++) {
+                    if (score[j] == -INFINITY)
+                        continue;
+                    double e = exp(score[j] - top);
+                    sum += e;
+                    const float *v = layer_attention_kv(l, ins, w, 1, b, g, j);
+                    for (int64_t i = 0; i < d; i++)
+                        acc[i] += e * v[i];
+                }
+                float *y = out + ((b * t_len + t) * h + hh) * d;
+                for (int64_t i = 0; i < d; i++)
+                    y[i] = (float)(acc[i] / sum);
+            }
+        }
+    free(score), free(acc);
+}
+
+const layer_desc layer_attention_desc = {
+    .name = "attention", .n_inputs = 3, .params = attention_params, .defaults = attention_defaults,
+    .infer = attention_infer, .count = attention_count, .init_weights = attention_init,
+    .reference = attention_reference, .tolerance = 2e-6,
+};

@@ -1,0 +1,146 @@
+"""The decoder kinds' plain-C reference against PyTorch, as Hugging Face's Llama code
+computes them (transformers' modeling_llama.py: LlamaRMSNorm, rotate_half and
+apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 types,
+repeat_kv and eager_attention_forward with its causal mask), written out here in torch.
+
+Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
+reference output), recomputes the forward in torch from the same input and weights,
+each layer on torch's own values, and compares every layer's output with ours.
+usage: llm_torch_check.py DUMP_DIR [TOLERANCE]   (exit 1 if a layer differs)"""
+import math
+import sys
+
+import numpy as np
+import torch
+
+DEFAULTS = {"eps": 1e-6, "rope_theta": 10000.0, "rope_type": "default", "factor": 1.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "kv_len": 0, "causal": True,
+            "sliding_window": 0, "bias": True}
+
+
+def params(text):
+    p = dict(DEFAULTS)
+    for item in ([] if text == "-" else text.split()):
+        k, v = item.split("=", 1)
+        p[k] = {"true": True, "false": False}.get(v, v)
+    return p
+
+
+def rmsnorm(x, w, eps):  # LlamaRMSNorm.forward
+    xf = x.to(torch.float32)
+    var = xf.pow(2).mean(-1, keepdim=True)
+    return w * (xf * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def inv_freq(p, dim):  # _compute_default_rope_parameters, _compute_llama3_parameters
+    base = float(p["rope_theta"])
+    f = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if p["rope_type"] == "llama3":
+        factor, lo, hi = float(p["factor"]), float(p["low_freq_factor"]), float(p["high_freq_factor"])
+        old = int(p["original_max_position_embeddings"])
+        lo_wavelen, hi_wavelen = old / lo, old / hi
+        wavelen = 2 * math.pi / f
+        scaled = torch.where(wavelen > lo_wavelen, f / factor, f)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < hi_wavelen) * ~(wavelen > lo_wavelen)
+        f = torch.where(medium, smoothed, scaled)
+    return f
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope(x, p):  # LlamaRotaryEmbedding.forward, apply_rotary_pos_emb on [N, H, T, D]
+    n, t, hd = x.shape
+    heads, d = int(p["num_heads"]), int(p["head_dim"])
+    pos = torch.arange(int(p["kv_len"]), int(p["kv_len"]) + t).float()
+    if p["rope_type"] == "linear":
+        pos = pos / float(p["factor"])
+    freqs = pos[:, None] @ inv_freq(p, d)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    xh = x.view(n, t, heads, d).transpose(1, 2)
+    y = xh * cos + rotate_half(xh) * sin
+    return y.transpose(1, 2).reshape(n, t, hd)
+
+
+def attention(q, k, v, cache, p):  # repeat_kv, eager_attention_forward, the causal (sliding) mask
+    n, t, _ = q.shape
+    h, hkv, d, s = int(p["num_heads"]), int(p["num_key_value_heads"] if "num_key_value_heads" in p else p["num_heads"]), int(p["head_dim"]), int(p["kv_len"])
+    qh = q.view(n, t, h, d).transpose(1, 2)
+    kh = k.view(n, t, hkv, d).transpose(1, 2)
+    vh = v.view(n, t, hkv, d).transpose(1, 2)
+    if s:  # DynamicCache: [N, Hkv, S, D], keys then values
+        ck, cv = cache.view(2, n, hkv, s, d)
+        kh, vh = torch.cat((ck, kh), dim=2), torch.cat((cv, vh), dim=2)
+    rep = h // hkv
+    kh = kh[:, :, None].expand(n, hkv, rep, s + t, d).reshape(n, h, s + t, d)
+    vh = vh[:, :, None].expand(n, hkv, rep, s + t, d).reshape(n, h, s + t, d)
+    scores = qh @ kh.transpose(2, 3) / math.sqrt(d)
+    if p["causal"]:
+        i = torch.arange(s, s + t)[:, None]
+        j = torch.arange(s + t)[None, :]
+        keep = j <= i
+        if int(p["sliding_window"]):
+            keep &= i - j < int(p["sliding_window"])
+        scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return (probs @ vh).transpose(1, 2).reshape(n, t, h * d)
+
+
+def main():
+    out_dir = sys.argv[1]
+    tol = float(sys.argv[2]) if len(sys.argv) > 2 else 1e-5
+    rows = [line.rstrip("\n").split("\t") for line in open(f"{out_dir}/manifest.tsv")]
+    load = lambda name: torch.from_numpy(np.fromfile(f"{out_dir}/{name}", dtype="<f4"))
+    vals = [load("input.bin")]
+    worst, bad = 0.0, 0
+    seen = set()
+    for idx, name, kind, wn, shape, ins, ptext in rows:
+        p = params(ptext)
+        shape = [int(x) for x in shape.strip("[]").split(",")]
+        x = [vals[int(i)] for i in ins.split(",")]
+        w = load(f"w{idx}.bin") if int(wn) else None
+        if kind == "embedding":
+            vocab, dim = int(p["num_embeddings"]), int(p["embedding_dim"])
+            ids = torch.clamp(torch.floor((x[0].double() + 1.0) * 0.5 * vocab), 0, vocab - 1).long()
+            y = torch.nn.functional.embedding(ids, w.view(vocab, dim))
+        elif kind == "rmsnorm":
+            y = rmsnorm(x[0], w, float(p["eps"]))
+        elif kind == "linear":
+            o = int(p["out_features"])
+            f = x[0].shape[-1]
+            y = torch.nn.functional.linear(x[0], w[: o * f].view(o, f), w[o * f:] if p["bias"] else None)
+        elif kind == "rope":
+            y = rope(x[0], p)
+        elif kind == "attention":
+            y = attention(x[0], x[1], x[2], w, p)
+        elif kind == "add":
+            y = x[0] + x[1]
+        elif kind == "mul":
+            y = x[0] * x[1]
+        elif kind == "silu":
+            y = torch.nn.functional.silu(x[0])
+        else:
+            print(f"llm_torch_check: no torch counterpart for kind {kind}", file=sys.stderr)
+            return 2
+        y = y.reshape(shape)
+        ours = load(f"out{idx}.bin").view(shape)
+        err = ((y.double() - ours.double()).norm() / max(y.double().norm().item(), 1e-30)).item()
+        worst = max(worst, err)
+        if err > tol:
+            bad += 1
+            print(f"  {name} ({kind}): relative error {err:.2e} above {tol:.0e}")
+        if kind not in seen:
+            seen.add(kind)
+            print(f"  {kind:<10} {name}: {err:.2e}")
+        vals.append(y)
+    print(f"llm_torch_check: {len(rows)} layers, worst relative error {worst:.2e}, {bad} above {tol:.0e}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

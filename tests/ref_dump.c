@@ -1,0 +1,85 @@
+/* The plain-C reference forward of a config, written out for a cross-check against
+ * another framework (tests/test_llm_torch.sh): the input and every layer's weights drawn
+ * from the seed as bench check draws them (the input, then each layer's weights in
+ * order), and every layer's reference output, as raw little-endian float32 files in
+ * OUTDIR (input.bin, w<i>.bin, out<i>.bin), with manifest.tsv naming them: one line per
+ * layer, "index name kind weight_floats output_shape input_ids parameters" (value 0 is
+ * the model's input, value i + 1 layer i's output; the parameters as bench list gives
+ * them, those at their defaults left out).
+ * usage: ref_dump CONFIG OUTDIR [SEED [BATCH]] */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cfg.h"
+
+static int write_floats(const char *dir, const char *name, const float *x, int64_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(x, sizeof *x, (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+        fprintf(stderr, "ref_dump: cannot write %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH]]\n");
+        return 2;
+    }
+    uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
+    int64_t batch = argc > 4 ? atoll(argv[4]) : 0;
+    model *m;
+    char err[1024];
+    if (cfg_load(argv[1], batch, &m, err, sizeof err) != BENCH_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    int n = m->n_layers;
+    float **v = xcalloc((size_t)n + 1, sizeof *v);
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    int64_t n_in = shape_numel(&m->input);
+    v[0] = xmalloc((size_t)n_in * sizeof *v[0]);
+    layer_fill_uniform(v[0], n_in, -1.0f, 1.0f, &rng);
+    char path[4096], name[64];
+    snprintf(path, sizeof path, "%s/manifest.tsv", argv[2]);
+    FILE *man = fopen(path, "w");
+    int st = !man || write_floats(argv[2], "input.bin", v[0], n_in);
+    for (int i = 0; i < n && !st; i++) {
+        const layer *l = &m->layers[i];
+        const layer_desc *d = layer_desc_get(l->kind);
+        float *w = l->n_weight_floats ? xmalloc((size_t)l->n_weight_floats * sizeof *w) : NULL;
+        if (w) {
+            d->init_weights(l, w, &rng);
+            snprintf(name, sizeof name, "w%d.bin", i);
+            st |= write_floats(argv[2], name, w, l->n_weight_floats);
+        }
+        v[i + 1] = xmalloc((size_t)shape_numel(&l->out) * sizeof *v[i + 1]);
+        const float *ins[LAYER_MAX_INPUTS];
+        for (int k = 0; k < l->n_inputs; k++)
+            ins[k] = v[l->inputs[k]];
+        d->reference(l, ins, w, v[i + 1]);
+        free(w);
+        snprintf(name, sizeof name, "out%d.bin", i);
+        st |= write_floats(argv[2], name, v[i + 1], shape_numel(&l->out));
+        char shape[96];
+        fprintf(man, "%d\t%s\t%s\t%lld\t%s\t", i, l->name, layer_kind_name(l->kind), (long long)l->n_weight_floats,
+                shape_format(&l->out, shape, sizeof shape));
+        for (int k = 0; k < l->n_inputs; k++)
+            fprintf(man, "%s%d", k ? "," : "", l->inputs[k]);
+        char params[512];
+        layer_params_format(l, params, sizeof params);
+        fprintf(man, "\t%s\n", params);
+    }
+    if (man && fclose(man) != 0)
+        st = 1;
+    for (int i = 0; i <= n; i++)
+        free(v[i]);
+    free(v);
+    model_free(m);
+    return st ? 1 : 0;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The decoder kinds (embedding, rmsnorm, rope, attention) and the kinds a Llama layer
+# shares with other models, against PyTorch written as Hugging Face's Llama code computes
+# them (tests/llm_torch_check.py), where a python3 with torch is found (else skipped,
+# saying so): tests/ref_dump writes our plain-C reference forward of a tiny two-layer
+# decoder, the check recomputes every layer in torch from the same input and weights.
+# Three phases: prefill (7 tokens, no cache), decode (one token after 5 cached, llama3
+# rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling).
+# usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
+set -u
+DUMP=$1
+SRC=$2
+PY=
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import torch, numpy' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+  echo "skip: no python3 with torch and numpy (Debian: python3-torch)"
+  exit 77
+fi
+. "$SRC/tests/common.sh"
+for phase in prefill decode chunk; do
+  mkdir -p "$T/$phase"
+  "$DUMP" "$SRC/tests/data/llama_tiny_$phase.yaml" "$T/$phase" 1 2 >"$T/$phase.out" 2>&1 &&
+    "$PY" "$SRC/tests/llm_torch_check.py" "$T/$phase" 1e-5 >>"$T/$phase.out" 2>&1 && ok ||
+    bad "$phase against torch: $(tail -5 "$T/$phase.out")"
+  tail -1 "$T/$phase.out"
+done
+echo "test_llm_torch: $pass passed, $fail failed"
+[ $fail = 0 ]
