@@ -93,13 +93,29 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen, 
 
 bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen)
 {
+    return cfg_load_shaped(path, batch, CFG_SHAPE_KEEP, out, err, errlen);
+}
+
+/* A folder, or a file named *.json: a Hugging Face config. */
+static bool is_hf(const char *path)
+{
+    struct stat s;
+    size_t n = strlen(path);
+    return (stat(path, &s) == 0 && S_ISDIR(s.st_mode)) || (n >= 5 && strcmp(path + n - 5, ".json") == 0);
+}
+
+bench_status cfg_load_shaped(const char *path, int64_t batch, cfg_shape shape, model **out, char *err,
+                             size_t errlen)
+{
     size_t len = 0;
     bench_status st;
     *out = NULL;
+    if (is_hf(path))
+        return cfg_load_hf(path, batch, shape, out, err, errlen);
     char *text = read_file(path, &len, err, errlen, &st);
     if (!text)
         return st;
-    st = cfg_load_text(path, text, len, batch, out, err, errlen);
+    st = cfg_load_text_shaped(path, text, len, batch, shape, out, err, errlen);
     free(text);
     return st;
 }
@@ -107,7 +123,13 @@ bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, s
 bench_status cfg_load_text(const char *path, const char *text, size_t len, int64_t batch, model **out, char *err,
                            size_t errlen)
 {
-    cfg_ctx c = {.path = path, .err = err, .errlen = errlen};
+    return cfg_load_text_shaped(path, text, len, batch, CFG_SHAPE_KEEP, out, err, errlen);
+}
+
+bench_status cfg_load_text_shaped(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                                  model **out, char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape};
     yaml_parser_t parser;
     int rc = -1;
     *out = NULL;

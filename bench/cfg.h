@@ -5,16 +5,32 @@
 
 #include "model.h"
 
+/* A decoder's token shape from the command line (--tokens, --kv-len, --phase): tokens
+ * per sequence, replacing a token-id input's [T] (0: the config's), and tokens already in
+ * the KV cache, replacing kv_len on every rope and attention layer (-1: the config's). */
+typedef struct cfg_shape {
+    int64_t tokens, kv_len;
+} cfg_shape;
+#define CFG_SHAPE_KEEP ((cfg_shape){0, -1})
+
 /* Parses and validates the config at path. batch > 0 overrides the config's batch.
  * On success *out is a new model the caller frees with model_free(). On failure
  * *out is NULL, err holds "file:line:col: what is wrong" (or "file: ..." where no
  * position applies) and the status is BENCH_ERR_USAGE (or BENCH_ERR_IO when the
  * file cannot be read). */
 bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen);
+/* ... at a token shape. path may also be a Hugging Face config.json, or the folder that
+ * holds one (cfg_hf.c): a decoder built from it, by default 128 tokens and no cache. */
+bench_status cfg_load_shaped(const char *path, int64_t batch, cfg_shape shape, model **out, char *err,
+                             size_t errlen);
 /* The same from text already in memory (len bytes; the fuzz target's entry); path only
  * names it in messages. */
 bench_status cfg_load_text(const char *path, const char *text, size_t len, int64_t batch, model **out, char *err,
                            size_t errlen);
+bench_status cfg_load_text_shaped(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                                  model **out, char *err, size_t errlen);
+/* A Hugging Face config.json (or its folder) as a decoder (cfg_hf.c); the same contract. */
+bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen);
 
 /* Largest config file accepted, and the structural limits that keep hostile files cheap. */
 #define CFG_MAX_FILE_BYTES (1 << 20)

@@ -338,6 +338,11 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, const char *prefix,
         int in[LAYER_MAX_INPUTS], n;
         if (cfg_parse_params(c, item, (layer_kind)kind, &p) == 0 &&
             (n = layer_inputs(c, item, (layer_kind)kind, prefix, *cur, in)) > 0) {
+            if (kind == LAYER_ROPE || kind == LAYER_ATTENTION) { /* --kv-len */
+                c->n_kv_layers++;
+                if (c->shape.kv_len >= 0)
+                    p.kv_len = c->shape.kv_len;
+            }
             int v = add_layer(c, item, qname, (layer_kind)kind, &p, in, n);
             return v < 0 ? -1 : (*cur = v, 0);
         }
@@ -515,12 +520,25 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     for (int i = 0; i < rank; i++)
         if (cfg_parse_int(c, "input", NODE(c, input->data.sequence.items.start[i]), 1, &c->m->input.d[i + 1]))
             return -1;
+    if (c->shape.tokens > 0) { /* --tokens: a token-id input [T] only */
+        if (rank != 1) {
+            snprintf(c->err, c->errlen, "--tokens %lld: %s's input is not token ids [T]", (long long)c->shape.tokens,
+                     c->path);
+            return -1;
+        }
+        c->m->input.d[1] = c->shape.tokens;
+    }
     if (shape_numel_checked(&c->m->input) < 0)
         return fail(c, input, "input: more than 2^40 elements per sample");
     yaml_node_t *layers = cfg_need_seq(c, root, "layers", "model");
     int pos = 0, cur = 0;
     if (!layers || emit_seq(c, layers, "", &pos, &cur) || check_unique_names(c))
         return -1;
+    if (c->shape.kv_len >= 0 && c->n_kv_layers == 0) {
+        snprintf(c->err, c->errlen, "--kv-len %lld: %s has no rope or attention layer to give a KV cache",
+                 (long long)c->shape.kv_len, c->path);
+        return -1;
+    }
     model_set_dtype(c->m, c->m->dtype); /* views take their input's */
     char why[256];
     if (model_set_batch(c->m, batch > 0 ? batch : cfg_batch, why, sizeof why)) {

@@ -49,6 +49,12 @@ static const char usage_text[] =
     "                    and weights, rounded to its dtype, as bench check measures it\n"
     "                    (untimed, after each set); with several dtypes, a table of time\n"
     "                    and error per layer side by side\n"
+    "  --tokens T        a decoder's tokens per sequence: replaces a token-id input [T]\n"
+    "                    (a config.json's default: 128)\n"
+    "  --kv-len S        tokens already in the KV cache: kv_len of every rope and attention\n"
+    "                    layer (default: the config's, 0 for a config.json)\n"
+    "  --phase P         prefill (the tokens, no cache unless --kv-len) or decode (one token\n"
+    "                    after --kv-len cached ones, default 1024)\n"
     "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
     "                    convolutions and GEMMs), kept for older scripts\n"
     "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
@@ -196,7 +202,8 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR };
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
+       OPT_TOKENS, OPT_KV_LEN, OPT_PHASE };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -225,6 +232,9 @@ static const struct option long_opts[] = {
     {"tf32", no_argument, NULL, OPT_TF32},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"error", no_argument, NULL, OPT_ERROR},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"kv-len", required_argument, NULL, OPT_KV_LEN},
+    {"phase", required_argument, NULL, OPT_PHASE},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
@@ -265,7 +275,7 @@ int cli_split_modes(const char *arg, const char **modes, char **copy_out)
 int cli_parse(int argc, char **argv, cli *c)
 {
     *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT,
-               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD,
+               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
                       .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
@@ -273,6 +283,7 @@ int cli_parse(int argc, char **argv, cli *c)
     int opt;
     long v;
     bool tf32 = false;
+    const char *phase = NULL;
     while ((opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
@@ -371,6 +382,21 @@ int cli_parse(int argc, char **argv, cli *c)
         case OPT_NO_PEAKS: c->no_peaks = true; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ERROR: c->error = true; break;
+        case OPT_TOKENS:
+            if (!cli_parse_long(optarg, 1, (long)1 << 30, &v))
+                return cli_usage_error("--tokens expects a positive integer, got '%s'", optarg);
+            c->shape.tokens = v;
+            break;
+        case OPT_KV_LEN:
+            if (!cli_parse_long(optarg, 0, (long)1 << 30, &v))
+                return cli_usage_error("--kv-len expects an integer from 0, got '%s'", optarg);
+            c->shape.kv_len = v;
+            break;
+        case OPT_PHASE:
+            if (strcmp(optarg, "prefill") && strcmp(optarg, "decode"))
+                return cli_usage_error("--phase expects prefill or decode, got '%s'", optarg);
+            phase = optarg;
+            break;
         case OPT_ALGO:
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);
@@ -405,6 +431,18 @@ int cli_parse(int argc, char **argv, cli *c)
         c->dtypes[c->n_dtypes++] = DTYPE_TF32;
         if (!c->worker)
             log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
+    }
+    /* decode: one new token after the cache (1024 tokens unless --kv-len says); prefill:
+     * the tokens (the config's, or --tokens), no cache unless --kv-len gives one */
+    if (phase && strcmp(phase, "decode") == 0) {
+        if (c->shape.tokens > 1)
+            return cli_usage_error("--phase decode runs one token per sequence: drop --tokens, or use --phase "
+                                   "prefill%s", "");
+        c->shape.tokens = 1;
+        if (c->shape.kv_len < 0)
+            c->shape.kv_len = CLI_DEFAULT_KV_LEN;
+    } else if (phase && c->shape.kv_len < 0) {
+        c->shape.kv_len = 0;
     }
     if (c->n_dtypes > 1 && strcmp(c->command, "list") == 0)
         return cli_usage_error("list takes one --dtype, got '%s'", "a list");

@@ -8,10 +8,14 @@
 #include <stdint.h>
 
 #include "backend_registry.h"
+#include "cfg.h"
 #include "measure.h"
 #include "model.h"
 #include "output.h"
 #include "report.h"
+
+/* --phase decode's cached tokens where --kv-len is not given. */
+#define CLI_DEFAULT_KV_LEN 1024
 
 typedef struct cli {
     const char *command;
@@ -26,6 +30,7 @@ typedef struct cli {
     const char *sort;
     bool no_progress;
     dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
+    cfg_shape shape;         /* --tokens, --kv-len, --phase: a decoder's token shape */
     int n_dtypes;
     bool algo_heuristic;
     bool resume;

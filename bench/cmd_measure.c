@@ -130,6 +130,10 @@ static char **worker_argv(const cli *c, const char *algo_cache)
     a[n++] = xstrdup("--timeout"), a[n++] = xasprintf("%.17g", c->mo.timeout);
     if (c->mo.dedupe)
         a[n++] = xstrdup("--dedupe");
+    if (c->shape.tokens > 0)
+        a[n++] = xstrdup("--tokens"), a[n++] = xasprintf("%lld", (long long)c->shape.tokens);
+    if (c->shape.kv_len >= 0)
+        a[n++] = xstrdup("--kv-len"), a[n++] = xasprintf("%lld", (long long)c->shape.kv_len);
     if (c->no_progress)
         a[n++] = xstrdup("--no-progress");
     if (algo_cache)

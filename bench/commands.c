@@ -74,7 +74,7 @@ bool cli_fits_backends(const model *m, const backend *bs, int nb)
 int cli_load_model(const cli *c, int64_t batch, model **m)
 {
     char err[1024];
-    bench_status st = cfg_load(c->config, batch, m, err, sizeof err);
+    bench_status st = cfg_load_shaped(c->config, batch, c->shape, m, err, sizeof err);
     if (st != BENCH_OK) {
         /* "file:line:col: ..." about the config, or "bench: --batch ..." about the command line */
         log_raw("%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);

@@ -128,6 +128,7 @@ typedef struct layer_params {
     int64_t rope_type;           /* rope: ROPE_* */
     double rope_factor, low_freq_factor, high_freq_factor; /* rope: linear, llama3 */
     int64_t original_max_pos;    /* rope: llama3's original_max_position_embeddings */
+    bool tied_weights;           /* linear: its weight is another layer's (not counted as parameters) */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */

@@ -1,6 +1,8 @@
 /* linear: torch.nn.Linear over the last dimension of any input: [N, F] -> [N, out],
  * [N, S, F] -> [N, S, out] (every row of F features, the tokens of a transformer).
- * Weights: W[out, in] then bias[out]. */
+ * Weights: W[out, in] then bias[out]. tied_weights: the weight is another layer's
+ * (Hugging Face's tie_word_embeddings: lm_head shares embed_tokens' table), read as
+ * ever but not counted again as parameters. */
 #include <math.h>
 
 #include "kind_util.h"
@@ -8,6 +10,7 @@
 static const layer_param_spec linear_params[] = {
     {"out_features", LP_INT, P_OFF(out_features), true, 1, NULL},
     {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {"tied_weights", LP_BOOL, P_OFF(tied_weights), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -26,6 +29,8 @@ static void linear_count(layer *l)
 {
     int64_t in = l->in.d[l->in.rank - 1], o = l->p.out_features, rows = shape_numel(&l->in) / in;
     l->n_weights = l->n_weight_floats = layer_count_add(layer_count_mul(o, in), l->p.bias ? o : 0);
+    if (l->p.tied_weights) /* counted where they belong */
+        l->n_weights = l->p.bias ? o : 0;
     l->macs = layer_count_mul(layer_count_mul(rows, o), in);
     l->flops = layer_count_add(layer_count_mul(2, l->macs), l->p.bias ? layer_count_mul(rows, o) : 0);
     kind_count_bytes(l);

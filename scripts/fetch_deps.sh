@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-deps/debs}
-packages=(libopenblas0-openmp libopenblas-openmp-dev libyaml-0-2 libyaml-dev libbenchmark1debian libbenchmark-dev
+packages=(libopenblas0-openmp libopenblas-openmp-dev libyaml-0-2 libyaml-dev libjansson4 libjansson-dev libbenchmark1debian libbenchmark-dev
           libgfortran5 libquadmath0)
 mkdir -p "$dir"
 cd "$dir"

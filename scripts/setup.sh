@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make gcc g++ git libyaml-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev libdnnl-dev)
+packages=(cmake make gcc g++ git libyaml-dev libjansson-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev libdnnl-dev)
 # --test: also what the test suite reads results back with (scripts/test.sh)
 if [ "${1:-}" = "--test" ]; then
   packages+=(python3 python3-matplotlib python3-pandas)

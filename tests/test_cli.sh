@@ -211,6 +211,37 @@ expect 0 "model.layers.1.self_attn.attn +attention +1x4x64 +1x4x64 +0 " -- "$BEN
 printf 'name: t\ninput: [5]\nlayers:\n  - {kind: embedding, num_embeddings: 9, embedding_dim: 8}\n  - {kind: attention, num_heads: 2, head_dim: 4}\n' >"$T/attn.yaml"
 expect 2 "attn.yaml:5:5: attention: missing required key 'inputs' \(the names of its 3 inputs\)" -- "$BENCH" list "$T/attn.yaml"
 
+# Hugging Face config.json files: the published parameter counts exactly (tied embeddings
+# counted once, Qwen2's q/k/v biases), TinyLlama's too (not shipped), and a small Qwen2
+# checked in both phases; fields not built and shapes past the model's positions refused
+expect 0 "Totals: 1235814400 params" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B"
+expect 0 "Totals: 8030261248 params" -- "$BENCH" list "$SRC/configs/hf/Llama-3.1-8B/config.json"
+expect 0 "Totals: 494032768 params" -- "$BENCH" list "$SRC/configs/hf/Qwen2.5-0.5B"
+expect 0 "Totals: 7241732096 params" -- "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1"
+expect 0 "Totals: 1100048384 params" -- "$BENCH" list "$SRC/tests/data/hf/TinyLlama-1.1B"
+expect 0 "model.layers.31.self_attn.attn +attention +1x1x4096 +1x1x4096 +0 .*sliding_window=4096 kv_len=512" -- \
+  "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1" --phase decode --kv-len 512
+expect 0 "lm_head +linear +1x5x48 +1x5x100 +0 .*tied_weights=true" -- "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --tokens 5
+expect 0 "72 passed, 0 failed.*dtype bf16.*72 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+expect 0 "36 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/hf/tiny-qwen2" --tokens 6 --kv-len 3
+expect 2 "config.json:6:3: max_position_embeddings: 64 positions, but 1 tokens after 64 cached need 65" -- \
+  "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --phase decode --kv-len 64
+mkdir -p "$T/hf"
+printf '{"model_type": "mixtral", "hidden_size": 8,\n "num_local_experts": 8}\n' >"$T/hf/mixtral.json"
+expect 2 "mixtral.json:1:2: model_type: mixtral: mixture-of-experts blocks are not built yet" -- "$BENCH" list "$T/hf/mixtral.json"
+sed 's/"rope_theta"/"rope_scaling": {"rope_type": "yarn", "factor": 4},\n  "rope_theta"/' \
+  "$SRC/tests/data/hf/tiny-qwen2/config.json" >"$T/hf/yarn.json"
+expect 2 "yarn.json:12:3: rope_scaling: rope type 'yarn' is not built" -- "$BENCH" list "$T/hf/yarn.json"
+grep -v vocab_size "$SRC/tests/data/hf/tiny-qwen2/config.json" | sed 's/"use_sliding_window": false,/"use_sliding_window": false/' >"$T/hf/novocab.json"
+expect 2 "novocab.json:1:1: vocab_size: missing" -- "$BENCH" list "$T/hf/novocab.json"
+printf '{"model_type": "llama", ' >"$T/hf/cut.json"
+expect 2 "cut.json:1:24: JSON: " -- "$BENCH" list "$T/hf/cut.json"
+expect 2 "--tokens 4: .*resnet18.yaml's input is not token ids" -- "$BENCH" list "$R18" --tokens 4
+expect 2 "--kv-len 4: .*has no rope or attention layer" -- "$BENCH" list "$R18" --kv-len 4
+expect 2 "--phase decode runs one token per sequence" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase decode --tokens 4
+expect 2 "--phase expects prefill or decode" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase generate
+
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
 # dtype columns and compare keyed by them (correctness per kind: test_layers)
 expect 2 "--dtype expects fp32, tf32, bf16, fp16 or int8" -- "$BENCH" run "$SMOKE" --dtype fp8

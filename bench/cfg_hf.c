@@ -1,0 +1,357 @@
+/* A Hugging Face config.json as a decoder: model_type llama, mistral or qwen2 (the
+ * fields docs/config.md lists), read with libjansson and written out as the YAML a user
+ * would write for it (Hugging Face's module names, one block per decoder layer), which
+ * the YAML path then builds and checks like any config. A field that changes the shapes
+ * and is not built here (mixture-of-experts, another activation, a rope scaling other
+ * than linear and llama3) is an error naming it, with its line and column in the file,
+ * never silently ignored. */
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cfg.h"
+#include "strbuf.h"
+
+/* Tokens per sequence when the command line gives none. */
+#define HF_DEFAULT_TOKENS 128
+
+typedef struct hf {
+    const char *path;    /* the config.json */
+    char *text;          /* its bytes, to find where a key is written */
+    json_t *root;
+    char *err;
+    size_t errlen;
+} hf;
+
+/* "path:line:col: key: ..." at the key's first appearance in the file, or, where it is
+ * not written (a missing field), at the object's opening brace. Returns -1. */
+static int hf_fail(hf *h, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int hf_fail(hf *h, const char *key, const char *fmt, ...)
+{
+    char quoted[96], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *at = h->text ? strstr(h->text, quoted) : NULL;
+    if (!at)
+        at = h->text ? strchr(h->text, '{') : NULL;
+    if (!at) {
+        snprintf(h->err, h->errlen, "%s: %s: %s", h->path, key, msg);
+        return -1;
+    }
+    int line = 1, col = 1;
+    for (const char *p = h->text; p < at; p++)
+        line += *p == '\n', col = *p == '\n' ? 1 : col + 1;
+    snprintf(h->err, h->errlen, "%s:%d:%d: %s: %s", h->path, line, col, key, msg);
+    return -1;
+}
+
+static json_t *field(hf *h, json_t *obj, const char *key) { return json_object_get(obj ? obj : h->root, key); }
+
+/* An integer field >= min; def where absent and not required (JSON null counts as absent). */
+static int get_int(hf *h, json_t *obj, const char *key, bool required, int64_t def, int64_t min, int64_t *out)
+{
+    json_t *v = field(h, obj, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return hf_fail(h, key, "missing: layerbench needs it to build the model");
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return hf_fail(h, key, "expected an integer");
+    *out = json_integer_value(v);
+    if (*out < min)
+        return hf_fail(h, key, "expected at least %lld, got %lld", (long long)min, (long long)*out);
+    return 0;
+}
+
+static int get_num(hf *h, json_t *obj, const char *key, bool required, double def, double *out)
+{
+    json_t *v = field(h, obj, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return hf_fail(h, key, "missing: layerbench needs it to build the model");
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return hf_fail(h, key, "expected a number above 0");
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_bool(hf *h, const char *key, bool def, bool *out)
+{
+    json_t *v = field(h, NULL, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return hf_fail(h, key, "expected true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
+static const char *get_str(hf *h, json_t *obj, const char *key)
+{
+    json_t *v = field(h, obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+typedef struct hf_model {
+    const char *type;
+    int64_t hidden, inter, heads, kv_heads, head_dim, layers, vocab, max_pos, window;
+    double eps, theta;
+    bool tied, qkv_bias, o_bias, mlp_bias;
+    char rope[256];       /* rope's scaling keys, ", rope_type: llama3, factor: 8, ..." */
+    const char *dtype;    /* torch_dtype as a layerbench dtype, or NULL */
+} hf_model;
+
+/* rope_scaling: null, or {rope_type (or type): default, linear or llama3, and its keys} */
+static int read_rope_scaling(hf *h, hf_model *m)
+{
+    json_t *rs = field(h, NULL, "rope_scaling");
+    m->rope[0] = 0;
+    if (!rs || json_is_null(rs))
+        return 0;
+    if (!json_is_object(rs))
+        return hf_fail(h, "rope_scaling", "expected null or an object");
+    const char *t = get_str(h, rs, "rope_type");
+    t = t ? t : get_str(h, rs, "type");
+    if (!t || strcmp(t, "default") == 0)
+        return 0;
+    double factor = 1, lo = 1, hi = 4;
+    if (strcmp(t, "linear") == 0) {
+        if (get_num(h, rs, "factor", true, 1, &factor))
+            return -1;
+        snprintf(m->rope, sizeof m->rope, ", rope_type: linear, factor: %.17g", factor);
+        return 0;
+    }
+    if (strcmp(t, "llama3") == 0) {
+        int64_t old = 8192;
+        if (get_num(h, rs, "factor", true, 1, &factor) || get_num(h, rs, "low_freq_factor", true, 1, &lo) ||
+            get_num(h, rs, "high_freq_factor", true, 4, &hi) ||
+            get_int(h, rs, "original_max_position_embeddings", true, 8192, 1, &old))
+            return -1;
+        snprintf(m->rope, sizeof m->rope,
+                 ", rope_type: llama3, factor: %.17g, low_freq_factor: %.17g, high_freq_factor: %.17g, "
+                 "original_max_position_embeddings: %lld",
+                 factor, lo, hi, (long long)old);
+        return 0;
+    }
+    return hf_fail(h, "rope_scaling", "rope type '%s' is not built (layerbench has default, linear and llama3)", t);
+}
+
+/* Fields a family adds that would change the shapes or the computation, refused. */
+static int refuse_unbuilt(hf *h, const hf_model *m)
+{
+    static const char *const moe[] = {"num_local_experts", "num_experts", "n_routed_experts", NULL};
+    for (int i = 0; moe[i]; i++) {
+        json_t *v = field(h, NULL, moe[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) <= 1))
+            return hf_fail(h, moe[i], "mixture-of-experts blocks are not built yet (llama, mistral and qwen2 are)");
+    }
+    const char *act = get_str(h, NULL, "hidden_act");
+    if (act && strcmp(act, "silu") != 0)
+        return hf_fail(h, "hidden_act", "'%s': only silu (SwiGLU) is built", act);
+    bool sw = false;
+    if (strcmp(m->type, "qwen2") == 0 && (get_bool(h, "use_sliding_window", false, &sw) || sw))
+        return sw ? hf_fail(h, "use_sliding_window", "Qwen2's per-layer sliding window is not built") : -1;
+    return 0;
+}
+
+static int read_model(hf *h, hf_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->type = get_str(h, NULL, "model_type");
+    if (!m->type)
+        return hf_fail(h, "model_type", "missing: expected llama, mistral or qwen2");
+    bool qwen = strcmp(m->type, "qwen2") == 0;
+    if (strcmp(m->type, "mixtral") == 0)
+        return hf_fail(h, "model_type", "mixtral: mixture-of-experts blocks are not built yet");
+    if (strcmp(m->type, "llama") != 0 && strcmp(m->type, "mistral") != 0 && !qwen)
+        return hf_fail(h, "model_type", "'%s' is not built (layerbench reads llama, mistral and qwen2)", m->type);
+    if (refuse_unbuilt(h, m) || get_int(h, NULL, "hidden_size", true, 0, 1, &m->hidden) ||
+        get_int(h, NULL, "intermediate_size", true, 0, 1, &m->inter) ||
+        get_int(h, NULL, "num_attention_heads", true, 0, 1, &m->heads) ||
+        get_int(h, NULL, "num_key_value_heads", false, m->heads, 1, &m->kv_heads) ||
+        get_int(h, NULL, "num_hidden_layers", true, 0, 1, &m->layers) ||
+        get_int(h, NULL, "vocab_size", true, 0, 1, &m->vocab) ||
+        get_int(h, NULL, "max_position_embeddings", true, 0, 1, &m->max_pos) ||
+        get_num(h, NULL, "rms_norm_eps", false, 1e-6, &m->eps) || get_num(h, NULL, "rope_theta", false, 10000, &m->theta) ||
+        get_bool(h, "tie_word_embeddings", false, &m->tied) || read_rope_scaling(h, m))
+        return -1;
+    if (m->layers > 4096)
+        return hf_fail(h, "num_hidden_layers", "more than 4096 layers");
+    if (m->heads % m->kv_heads)
+        return hf_fail(h, "num_key_value_heads", "%lld does not divide num_attention_heads %lld",
+                       (long long)m->kv_heads, (long long)m->heads);
+    if (!field(h, NULL, "head_dim") || json_is_null(field(h, NULL, "head_dim"))) {
+        if (m->hidden % m->heads)
+            return hf_fail(h, "num_attention_heads", "%lld does not divide hidden_size %lld (and no head_dim is given)",
+                           (long long)m->heads, (long long)m->hidden);
+        m->head_dim = m->hidden / m->heads;
+    } else if (get_int(h, NULL, "head_dim", true, 0, 2, &m->head_dim)) {
+        return -1;
+    }
+    /* Qwen2: biases on q, k and v always; Llama: attention_bias on all four, mlp_bias */
+    bool ab = false;
+    if (get_bool(h, "attention_bias", false, &ab) || get_bool(h, "mlp_bias", false, &m->mlp_bias))
+        return -1;
+    m->qkv_bias = qwen || ab, m->o_bias = !qwen && ab;
+    if (strcmp(m->type, "mistral") == 0 && get_int(h, NULL, "sliding_window", false, 0, 1, &m->window))
+        return -1;
+    const char *td = get_str(h, NULL, "torch_dtype");
+    m->dtype = !td ? NULL : strcmp(td, "bfloat16") == 0 ? "bf16" : strcmp(td, "float16") == 0 ? "fp16"
+             : strcmp(td, "float32") == 0 ? "fp32" : NULL;
+    if (td && !m->dtype)
+        return hf_fail(h, "torch_dtype", "'%s': expected bfloat16, float16 or float32", td);
+    return 0;
+}
+
+/* The model's name: its folder's (Llama-3.2-1B), kept to what a config's name allows. */
+static void model_name(const char *path, const char *type, char *name, size_t len)
+{
+    const char *end = strrchr(path, '/');
+    char dir[256] = "";
+    if (end && end > path) {
+        const char *start = end - 1;
+        while (start > path && start[-1] != '/')
+            start--;
+        snprintf(dir, sizeof dir, "%.*s", (int)(end - start), start);
+    }
+    if (!*dir || strcmp(dir, ".") == 0 || strcmp(dir, "..") == 0)
+        snprintf(dir, sizeof dir, "%s", type);
+    size_t n = 0;
+    for (const char *p = dir; *p && n + 1 < len && n < 128; p++)
+        if (isalnum((unsigned char)*p) || strchr("_.+-", *p))
+            name[n++] = *p;
+    name[n] = 0;
+    if (!n || !(isalnum((unsigned char)name[0]) || name[0] == '_'))
+        snprintf(name, len, "%s", type);
+}
+
+static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strbuf *b)
+{
+    int64_t q = m->heads * m->head_dim, kv = m->kv_heads * m->head_dim;
+    const char *qb = m->qkv_bias ? "true" : "false", *ob = m->o_bias ? "true" : "false",
+               *mb = m->mlp_bias ? "true" : "false";
+    strbuf_printf(b, "name: %s\ninput: [%lld]\n", name, (long long)tokens);
+    if (m->dtype)
+        strbuf_printf(b, "dtype: %s\n", m->dtype);
+    strbuf_printf(b, "layers:\n  - kind: block\n    name: model\n    layers:\n"
+                     "      - {kind: embedding, name: embed_tokens, num_embeddings: %lld, embedding_dim: %lld}\n"
+                     "      - kind: block\n        name: layers\n        layers:\n",
+                  (long long)m->vocab, (long long)m->hidden);
+    char prev[64] = "/model.embed_tokens";
+    for (int64_t i = 0; i < m->layers; i++) {
+        char p[48];
+        snprintf(p, sizeof p, "/model.layers.%lld", (long long)i);
+        const char *I = "              ", *J = "                  ";
+        strbuf_printf(b, "          - kind: block\n            name: %lld\n            layers:\n", (long long)i);
+        strbuf_printf(b, "%s- {kind: rmsnorm, name: input_layernorm, eps: %.17g, input: %s}\n", I, m->eps, prev);
+        strbuf_printf(b, "%s- kind: block\n%s  name: self_attn\n%s  layers:\n", I, I, I);
+        strbuf_printf(b, "%s- {kind: linear, name: q_proj, out_features: %lld, bias: %s, input: %s.input_layernorm}\n",
+                      J, (long long)q, qb, p);
+        strbuf_printf(b, "%s- {kind: linear, name: k_proj, out_features: %lld, bias: %s, input: %s.input_layernorm}\n",
+                      J, (long long)kv, qb, p);
+        strbuf_printf(b, "%s- {kind: linear, name: v_proj, out_features: %lld, bias: %s, input: %s.input_layernorm}\n",
+                      J, (long long)kv, qb, p);
+        for (int k = 0; k < 2; k++)
+            strbuf_printf(b, "%s- {kind: rope, name: rotary_%s, num_heads: %lld, head_dim: %lld, rope_theta: %.17g%s, "
+                             "input: %s.self_attn.%s_proj}\n",
+                          J, k ? "k" : "q", (long long)(k ? m->kv_heads : m->heads), (long long)m->head_dim, m->theta,
+                          m->rope, p, k ? "k" : "q");
+        strbuf_printf(b, "%s- {kind: attention, name: attn, num_heads: %lld, num_key_value_heads: %lld, head_dim: %lld",
+                      J, (long long)m->heads, (long long)m->kv_heads, (long long)m->head_dim);
+        if (m->window)
+            strbuf_printf(b, ", sliding_window: %lld", (long long)m->window);
+        strbuf_printf(b, ", inputs: [rotary_q, rotary_k, v_proj]}\n");
+        strbuf_printf(b, "%s- {kind: linear, name: o_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, ob);
+        strbuf_printf(b, "%s- {kind: add, name: add, inputs: [%s.self_attn.o_proj, %s]}\n", I, p, prev);
+        strbuf_printf(b, "%s- {kind: rmsnorm, name: post_attention_layernorm, eps: %.17g}\n", I, m->eps);
+        strbuf_printf(b, "%s- kind: block\n%s  name: mlp\n%s  layers:\n", I, I, I);
+        strbuf_printf(b, "%s- {kind: linear, name: gate_proj, out_features: %lld, bias: %s}\n", J, (long long)m->inter, mb);
+        strbuf_printf(b, "%s- {kind: linear, name: up_proj, out_features: %lld, bias: %s, input: %s.post_attention_layernorm}\n",
+                      J, (long long)m->inter, mb, p);
+        strbuf_printf(b, "%s- {kind: silu, name: act_fn, input: %s.mlp.gate_proj}\n", J, p);
+        strbuf_printf(b, "%s- {kind: mul, name: mul, inputs: [act_fn, up_proj]}\n", J);
+        strbuf_printf(b, "%s- {kind: linear, name: down_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, mb);
+        strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.mlp.down_proj, %s.add]}\n", I, p, p);
+        snprintf(prev, sizeof prev, "%s.add_1", p);
+    }
+    strbuf_printf(b, "      - {kind: rmsnorm, name: norm, eps: %.17g}\n", m->eps);
+    strbuf_printf(b, "  - {kind: linear, name: lm_head, out_features: %lld, bias: false%s}\n", (long long)m->vocab,
+                  m->tied ? ", tied_weights: true" : "");
+}
+
+bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char file[4096];
+    struct stat s;
+    if (stat(path, &s) == 0 && S_ISDIR(s.st_mode)) {
+        snprintf(file, sizeof file, "%s/config.json", path);
+        if (stat(file, &s) != 0) {
+            snprintf(err, errlen, "%s: not a regular file, and a folder without a config.json (expected a YAML "
+                                  "config, a Hugging Face config.json or its folder)", path);
+            return BENCH_ERR_USAGE;
+        }
+    } else
+        snprintf(file, sizeof file, "%s", path);
+    hf h = {.path = file, .err = err, .errlen = errlen};
+    json_error_t je;
+    h.root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!h.root) {
+        FILE *f = fopen(file, "r");
+        if (!f) {
+            snprintf(err, errlen, "%s: cannot read it: %s", file, strerror(errno));
+            return BENCH_ERR_IO;
+        }
+        fclose(f);
+        snprintf(err, errlen, "%s:%d:%d: JSON: %s", file, je.line, je.column, je.text);
+        return BENCH_ERR_USAGE;
+    }
+    if (!json_is_object(h.root)) {
+        snprintf(err, errlen, "%s:1:1: expected a JSON object (a Hugging Face config.json)", file);
+        json_decref(h.root);
+        return BENCH_ERR_USAGE;
+    }
+    FILE *f = fopen(file, "r"); /* the text, to place errors */
+    if (f) {
+        strbuf t = {0};
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            strbuf_append(&t, chunk, n);
+        fclose(f);
+        h.text = t.data;
+    }
+    hf_model m;
+    bench_status st = BENCH_ERR_USAGE;
+    int64_t tokens = shape.tokens > 0 ? shape.tokens : HF_DEFAULT_TOKENS, cached = shape.kv_len > 0 ? shape.kv_len : 0;
+    if (read_model(&h, &m) == 0) {
+        if (tokens > m.max_pos - cached) {
+            hf_fail(&h, "max_position_embeddings", "%lld positions, but %lld tokens after %lld cached need %lld",
+                    (long long)m.max_pos, (long long)tokens, (long long)cached, (long long)(tokens + cached));
+        } else {
+            char name[160];
+            model_name(file, m.type, name, sizeof name);
+            strbuf y = {0};
+            write_yaml(&m, name, tokens, &y);
+            st = cfg_load_text_shaped(file, y.data, y.len, batch, shape, out, err, errlen);
+            strbuf_free(&y);
+        }
+    }
+    free(h.text);
+    json_decref(h.root);
+    return st;
+}
