@@ -96,12 +96,23 @@ bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, s
     return cfg_load_shaped(path, batch, CFG_SHAPE_KEEP, out, err, errlen);
 }
 
-/* A folder, or a file named *.json: a Hugging Face config. */
+/* A folder, or a file named *.json that starts as a JSON object does: a Hugging Face
+ * config (a YAML config may be named anything, and begin with a comment or a key). */
 static bool is_hf(const char *path)
 {
     struct stat s;
     size_t n = strlen(path);
-    return (stat(path, &s) == 0 && S_ISDIR(s.st_mode)) || (n >= 5 && strcmp(path + n - 5, ".json") == 0);
+    if (stat(path, &s) == 0 && S_ISDIR(s.st_mode))
+        return true;
+    if (n < 5 || strcmp(path + n - 5, ".json") != 0)
+        return false;
+    FILE *f = fopen(path, "r");
+    int c = ' ';
+    while (f && (c = fgetc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+        ;
+    if (f)
+        fclose(f);
+    return c == '{';
 }
 
 bench_status cfg_load_shaped(const char *path, int64_t batch, cfg_shape shape, model **out, char *err,

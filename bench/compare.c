@@ -30,6 +30,7 @@ compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, 
 /* One row of a results CSV, as compare sees it. */
 typedef struct crow {
     const char *model, *backend, *mode, *batch, *dtype, *layer, *kind, *status, *impl, *index, *part, *threads;
+    const char *tokens, *kv_len; /* a decoder's shape; "" for other models (and files from before) */
     int occurrence;     /* how many rows with the same key came before it */
     int64_t line;       /* where it starts in its file */
     bool timed;
@@ -54,13 +55,14 @@ static bool positive_figure(const char *s, double *v)
 
 static bool is_alone_mode(const char *m) { return !strcmp(m, "warm") || !strcmp(m, "batch"); }
 
-/* The same row of a model: model, backend, batch, dtype and layer; the same mode, or
+/* The same row of a model: model, backend, batch, dtype, token shape and layer; the same mode, or
  * (with alone) warm against batch. */
 static bool same_place(const crow *a, const crow *b, bool alone)
 {
     bool mode = !strcmp(a->mode, b->mode) || (alone && is_alone_mode(a->mode) && is_alone_mode(b->mode));
     return mode && !strcmp(a->model, b->model) && !strcmp(a->backend, b->backend) && !strcmp(a->batch, b->batch) &&
-           !strcmp(a->dtype, b->dtype) && !strcmp(a->layer, b->layer);
+           !strcmp(a->dtype, b->dtype) && !strcmp(a->tokens, b->tokens) && !strcmp(a->kv_len, b->kv_len) &&
+           !strcmp(a->layer, b->layer);
 }
 
 static bool same_key(const crow *a, const crow *b, bool alone)
@@ -80,7 +82,8 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
     int lo = csv_col(t, "ci_low_us"), hi = csv_col(t, "ci_high_us"), noise = csv_col(t, "noise_pct");
     int impl = csv_col(t, "impl"), contended = csv_col(t, "contended"), spread = csv_col(t, "process_spread_pct");
     int canary = csv_col(t, "canary_us"), index = csv_col(t, "layer_index"), part = csv_col(t, "part");
-    int threads = csv_col(t, "threads"), dtype = csv_col(t, "dtype");
+    int threads = csv_col(t, "threads"), dtype = csv_col(t, "dtype"), tokens = csv_col(t, "tokens"),
+        kv_len = csv_col(t, "kv_len");
     crow *rows = xcalloc((size_t)(t->n_rows ? t->n_rows : 1), sizeof *rows);
     int k = 0;
     for (int64_t r = 0; r < t->n_rows; r++) {
@@ -95,6 +98,7 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
         c->impl = csv_cell(t, r, impl), c->index = csv_cell(t, r, index), c->part = csv_cell(t, r, part);
         c->threads = csv_cell(t, r, threads);
         c->dtype = csv_cell(t, r, dtype);
+        c->tokens = csv_cell(t, r, tokens), c->kv_len = csv_cell(t, r, kv_len);
         if (!*c->dtype) /* a CSV from before dtypes: all fp32 */
             c->dtype = "fp32";
         c->line = t->lines ? t->lines[r] : r + 2;

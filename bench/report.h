@@ -101,6 +101,7 @@ typedef struct report_set {
     char backend[16];
     int64_t batch;
     dtype_t dtype;
+    int64_t tokens, kv_len;  /* a decoder's token shape (model_tokens, model_kv_len); -1: none */
 } report_set;
 
 /* What the JSON run context says besides the results, typed; the runner keeps the

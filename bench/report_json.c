@@ -20,11 +20,16 @@
 
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
-static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, const model *m,
-                           int64_t workspace, int64_t device_bytes, const char *measurement)
+static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, int64_t tokens,
+                           int64_t kv_len, const model *m, int64_t workspace, int64_t device_bytes,
+                           const char *measurement)
 {
     strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld, \"dtype\": \"%s\"", b->len ? ", " : "", backend,
                   (long long)batch, dtype_name(dtype));
+    if (tokens >= 0) /* a decoder's token shape */
+        strbuf_printf(b, ", \"tokens\": %lld", (long long)tokens);
+    if (kv_len >= 0)
+        strbuf_printf(b, ", \"kv_len\": %lld", (long long)kv_len);
     if (m && model_mixed(m)) { /* the layers the config keeps in their own dtype */
         strbuf_printf(b, ", \"layers_in_own_dtype\": {");
         bool first = true;
@@ -273,7 +278,8 @@ static bench_status json_checkpoint(reporter *rep)
 {
     json_reporter *j = (json_reporter *)rep;
     if (j->in_set)
-        json_completed(&j->completed, j->backend, j->batch, j->dtype, j->m, j->workspace, j->device_bytes,
+        json_completed(&j->completed, j->backend, j->batch, j->dtype, model_tokens(j->m), model_kv_len(j->m), j->m,
+                       j->workspace, j->device_bytes,
                        j->measurement.data);
     j->in_set = false;
     strbuf_free(&j->measurement);
@@ -302,7 +308,8 @@ reporter *report_json_create(bench_output *out, const report_context *ctx)
     j->out = out;
     j->ctx = ctx;
     for (int i = 0; i < ctx->resumed_sets; i++)
-        json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, ctx->resumed[i].dtype, NULL, 0,
+        json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, ctx->resumed[i].dtype,
+                       ctx->resumed[i].tokens, ctx->resumed[i].kv_len, NULL, 0,
                        -1, NULL);
     return &j->base;
 }

@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_done(const runner_plan *p, const char *backend, int64_t batch, dtype_t dtype)
+static bool is_done(const runner_plan *p, const char *backend, const model *m)
 {
     for (int i = 0; i < p->n_done; i++)
-        if (p->done[i].batch == batch && p->done[i].dtype == dtype && strcmp(p->done[i].backend, backend) == 0)
+        if (p->done[i].batch == m->batch && p->done[i].dtype == m->dtype && p->done[i].tokens == model_tokens(m) &&
+            p->done[i].kv_len == model_kv_len(m) && strcmp(p->done[i].backend, backend) == 0)
             return true;
     return false;
 }
@@ -153,7 +154,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         for (int k = 0; io_ok && !interrupted && k < p->n_backends; k++) {
             const backend *bk = &p->backends[k];
             n++;
-            if (is_done(p, bk->ops->name, batch, m->dtype)) {
+            if (is_done(p, bk->ops->name, m)) {
                 log_msg("batch %lld%s on %s: kept from the previous run (--resume)", (long long)batch, dt,
                         bk->ops->name);
                 continue;
@@ -266,12 +267,19 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
         snprintf(err, errlen, "--resume: '%s' does not end with a complete row", path);
         st = BENCH_ERR_USAGE;
     }
-    /* rows start: model,backend,mode,batch,dtype, none of which is ever quoted */
+    /* rows start: model,backend,mode,batch,dtype,tokens,kv_len, none of which is ever
+     * quoted (tokens and kv_len may be empty) */
     for (char *line = b.data ? strchr(b.data, '\n') : NULL; st == BENCH_OK && line && line[1]; line = strchr(line + 1, '\n')) {
         char model[160], backend[16], dt[16];
         long long batch;
         int dtype = -1;
-        if (sscanf(line + 1, "%159[^,],%15[^,],%*[^,],%lld,%15[^,],", model, backend, &batch, dt) != 4 ||
+        const char *shape = line + 1;
+        for (int k = 0; k < 5 && shape; k++) /* past dtype */
+            shape = strchr(shape, ',') ? strchr(shape, ',') + 1 : NULL;
+        int64_t tokens = shape && *shape != ',' ? atoll(shape) : -1;
+        const char *kv = shape ? strchr(shape, ',') : NULL;
+        int64_t kv_len = kv && kv[1] != ',' ? atoll(kv + 1) : -1;
+        if (!kv || sscanf(line + 1, "%159[^,],%15[^,],%*[^,],%lld,%15[^,],", model, backend, &batch, dt) != 4 ||
             (dtype = dtype_from_name(dt)) < 0) {
             snprintf(err, errlen, "--resume: '%s' has a row that is not a layerbench row", path);
             st = BENCH_ERR_USAGE;
@@ -281,6 +289,7 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
         } else {
             int i = 0;
             while (i < *n_sets && !((*sets)[i].batch == batch && (*sets)[i].dtype == (dtype_t)dtype &&
+                                    (*sets)[i].tokens == tokens && (*sets)[i].kv_len == kv_len &&
                                     strcmp((*sets)[i].backend, backend) == 0))
                 i++;
             if (i == *n_sets) {
@@ -288,6 +297,7 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
                 snprintf((*sets)[i].backend, sizeof (*sets)[i].backend, "%s", backend);
                 (*sets)[i].batch = batch;
                 (*sets)[i].dtype = (dtype_t)dtype;
+                (*sets)[i].tokens = tokens, (*sets)[i].kv_len = kv_len;
                 (*n_sets)++;
             }
         }

@@ -92,6 +92,23 @@ dtype_t model_value_dtype(const model *m, int value)
     return m->dtype;
 }
 
+int64_t model_tokens(const model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++)
+            if (m->layers[i].inputs[k] == 0 && m->layers[i].kind == LAYER_EMBEDDING && m->input.rank == 2)
+                return m->input.d[1];
+    return -1;
+}
+
+int64_t model_kv_len(const model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_ROPE || m->layers[i].kind == LAYER_ATTENTION)
+            return m->layers[i].p.kv_len;
+    return -1;
+}
+
 bool model_mixed(const model *m)
 {
     for (int i = 0; i < m->n_layers; i++)

@@ -37,6 +37,11 @@ dtype_t model_value_dtype(const model *m, int value);
 /* Whether any layer reads a value stored in another dtype than its own (a mixed model:
  * the chained forward converts those inputs). */
 bool model_mixed(const model *m);
+/* A decoder's token shape: the tokens per sequence of a token-id input read by an
+ * embedding, and the KV cache's length of its first rope or attention layer; -1 where
+ * the model has none. */
+int64_t model_tokens(const model *m);
+int64_t model_kv_len(const model *m);
 
 /* The value a layer's output lives in, following flatten/dropout views back to the
  * buffer that holds the data: 0 = model input, i+1 = output of layer i. */

@@ -57,7 +57,7 @@ expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 expect 0 "19 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
 expect 0 "9 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
-[ "$(head -1 "$T/list.csv")" = "model,batch,dtype,layer_dtype,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
+[ "$(head -1 "$T/list.csv")" = "model,batch,dtype,tokens,kv_len,layer_dtype,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
 cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not deterministic"
 
@@ -71,7 +71,7 @@ header=$(head -1 "$T/run.csv")
 schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
 [ "$header" = "$schema" ] && ok || bad "CSV header differs from 'bench schema': $header"
 [ "$(wc -l <"$T/run.csv")" = 38 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + 18 in-model + model"
-grep -q '^smoke,cpu,chained,2,fp32,fp32,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
+grep -q '^smoke,cpu,chained,2,fp32,,,fp32,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
 # awk over named columns: c["status"] is the field number of column status
 awk -F, "$COLS"' $c["kind"]!="model" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
 [ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 4 ] && ok || bad "flatten and dropout are not view rows (alone and in-model)"
@@ -241,6 +241,20 @@ expect 2 "--tokens 4: .*resnet18.yaml's input is not token ids" -- "$BENCH" list
 expect 2 "--kv-len 4: .*has no rope or attention layer" -- "$BENCH" list "$R18" --kv-len 4
 expect 2 "--phase decode runs one token per sequence" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase decode --tokens 4
 expect 2 "--phase expects prefill or decode" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase generate
+
+# the token shape is part of a row's key: two cache lengths compare nothing, and
+# --resume keeps a set only at the same shape
+DEC=$SRC/tests/data/llama_tiny_decode.yaml
+"$BENCH" run "$DEC" "${FAST[@]}" --csv "$T/kv5.csv" >/dev/null 2>&1 &&
+  awk -F, "$COLS"' $c["layer_name"] == "model.layers.0.self_attn.attn" && $c["tokens"] == 1 && $c["kv_len"] == 5 {found=1}
+    END {exit !found}' "$T/kv5.csv" && ok || bad "tokens and kv_len columns: $(head -2 "$T/kv5.csv" | cut -c1-200)"
+grep -q '"tokens": 1, "kv_len": 5' "$T/kv5.json" && ok || bad "the JSON's sets without their token shape"
+"$BENCH" run "$DEC" "${FAST[@]}" --kv-len 9 --csv "$T/kv9.csv" >/dev/null 2>&1
+expect 0 "0 rows compared" -- "$BENCH" compare "$T/kv5.csv" "$T/kv9.csv"
+expect 0 "kept from the previous run" -- "$BENCH" run "$DEC" "${FAST[@]}" --csv "$T/kv5.csv" --resume
+"$BENCH" run "$DEC" "${FAST[@]}" --kv-len 9 --csv "$T/kv5.csv" --resume >"$T/kv.out" 2>&1
+! grep -q "kept from the previous run" "$T/kv.out" && [ "$(grep -c ',1,9,' "$T/kv5.csv")" -gt 0 ] &&
+  [ "$(grep -c ',1,5,' "$T/kv5.csv")" -gt 0 ] && ok || bad "--resume at another --kv-len: $(tail -3 "$T/kv.out")"
 
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
 # dtype columns and compare keyed by them (correctness per kind: test_layers)

@@ -74,10 +74,10 @@ done
 # the rows: the convolutions and the linear layer in int8, 1 byte per quantized weight
 # (the bias in fp32), the quantizing part named; the other kinds fp32 under dtype int8
 "$BENCH" run "$SRC/configs/smoke.yaml" --dtype int8 --backend onednn "${QUICK[@]}" --csv "$T/i8.csv" >/dev/null 2>&1 &&
-  awk -F, "$COLS"' $c["mode"] == "warm" && $c["layer_name"] == "stem" {
+  awk -F, "$COLS"' $c["mode"] != "inmodel" && $c["layer_name"] == "stem" {
       stem = $c["layer_dtype"] == "int8" && $c["weight_bytes"] == 8 * 3 * 3 * 5 + 4 * 8 && $c["impl"] ~ /int8 s8s8s32 \(input quantized per call\)/ }
-    $c["mode"] == "warm" && $c["kind"] == "batchnorm2d" && $c["dtype"] == "int8" && $c["layer_dtype"] == "fp32" { bn = 1 }
-    $c["mode"] == "warm" && $c["kind"] == "linear" && $c["status"] == "ok" && $c["layer_dtype"] == "int8" { fc = 1 }
+    $c["mode"] != "inmodel" && $c["kind"] == "batchnorm2d" && $c["dtype"] == "int8" && $c["layer_dtype"] == "fp32" { bn = 1 }
+    $c["mode"] != "inmodel" && $c["kind"] == "linear" && $c["status"] == "ok" && $c["layer_dtype"] == "int8" { fc = 1 }
     END { exit !(stem && bn && fc) }' "$T/i8.csv" && ok ||
   bad "int8 rows: $(awk -F, "$COLS"' $c["mode"] == "warm" {print $c["layer_name"], $c["layer_dtype"], $c["weight_bytes"], $c["impl"]}' "$T/i8.csv" | head -4)"
 ONEDNN_MAX_CPU_ISA=AVX2 "$BENCH" run "$SRC/configs/smoke.yaml" --dtype int8 --backend onednn "${QUICK[@]}" --csv "$T/i8avx2.csv" >/dev/null 2>&1 &&
