@@ -271,9 +271,6 @@ int64_t layer_attention_pairs(const layer *l);
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j);
-/* ... as an element index into the cache (*source 0: the weights) or input *source (1:
- * the keys, 2: the values), for kernels whose elements are not floats. */
-int64_t layer_attention_kv_at(const layer *l, int value, int64_t b, int64_t g, int64_t j, int *source);
 
 /* multihead_attention's weight blocks in torch's order (layers/transformer.c): the
  * packed q, k, v projection [3E, E] and its bias [3E], the out projection [E, E] and its

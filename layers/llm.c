@@ -329,22 +329,14 @@ static void attention_init(const layer *l, float *w, layer_rng *rng)
 
 /* Key (or value, with the cache's second half and input 2) j of head g of sample b:
  * cached for j < S, else token j - S of the input. */
-int64_t layer_attention_kv_at(const layer *l, int value, int64_t b, int64_t g, int64_t j, int *source)
-{
-    const layer_params *p = &l->p;
-    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->in.d[1];
-    *source = j < s ? 0 : 1 + value;
-    if (j < s)
-        return (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * s + j) * d;
-    return ((b * t_len + (j - s)) * hkv + g) * d;
-}
-
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j)
 {
-    int source;
-    int64_t at = layer_attention_kv_at(l, value, b, g, j, &source);
-    return (source ? ins[source] : w) + at;
+    const layer_params *p = &l->p;
+    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->in.d[1];
+    if (j < s)
+        return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * s + j) * d;
+    return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
 }
 
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j)

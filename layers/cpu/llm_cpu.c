@@ -1,12 +1,13 @@
 /* The decoder kinds on the CPU (layers/llm.c says what each computes): embedding as row
  * copies, rmsnorm and rope as vectorised loops (rope's cosines and sines tabulated at
  * setup, as Hugging Face computes them once per forward, outside the layers), and
- * attention per (sample, head) over the threads: each query's scores against the keys
- * its mask keeps (the cache's, then the new tokens'), their softmax, and the weighted
- * sum of the values; decode (one query) streams the cache once. In bf16, attention reads
- * q, k, v and the cache as bf16 and computes in fp32 (the query widened once, each key
- * and value on the fly), so the cache is read at its own size; the other kinds run on
- * fp32 copies (convert_cpu.c). */
+ * attention per (sample, kv head, token) over the threads: the query heads that share a
+ * key/value head together, their scores against the keys the mask keeps (the cache's,
+ * then the new tokens'), their softmax and the weighted sums of the values; a decode
+ * step streams each kv head's cache once. In bf16, attention reads q, k, v and the cache
+ * as bf16 and computes in fp32 (the queries widened once, each key and value as it is
+ * read), so the cache is read at its own size; the other kinds run on fp32 copies
+ * (convert_cpu.c). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -127,8 +128,8 @@ const backend_kernel cpu_rope_kernel = {.setup = rope_setup, .run = rope_run, .f
 /* ---- attention --------------------------------------------------------------------------- */
 
 typedef struct attention_state {
-    float *scores; /* per thread: one query's scores over every key, then (bf16) the query
-                      widened and the output's sums */
+    float *scratch; /* per thread: the group's scores [G][keys], then its queries widened,
+                       its sums [G][head_dim] and one key or value widened [head_dim] */
     int64_t keys, per_thread;
     int threads;
 } attention_state;
@@ -137,57 +138,114 @@ static bench_status attention_setup(void *env, const layer *l, const void *w, vo
                                     int64_t *ws)
 {
     (void)env, (void)w;
+    const layer_params *p = &l->p;
+    int64_t group = p->num_heads / p->num_kv_heads;
     attention_state *s = xcalloc(1, sizeof *s);
-    s->keys = l->p.kv_len + l->in.d[1];
-    s->per_thread = s->keys + 2 * l->p.head_dim;
+    s->keys = p->kv_len + l->in.d[1];
+    s->per_thread = group * (s->keys + 2 * p->head_dim) + p->head_dim;
     s->threads = omp_get_max_threads();
-    s->scores = xmalloc((size_t)(s->per_thread * s->threads) * sizeof *s->scores);
+    s->scratch = xmalloc((size_t)(s->per_thread * s->threads) * sizeof *s->scratch);
     *ws = s->per_thread * s->threads * (int64_t)sizeof(float);
-    snprintf(impl, len, "per (sample, head) over threads%s%s", l->dtype == DTYPE_BF16 ? ", bf16 in, fp32 sums" : "",
-             l->p.kv_len ? ", cache read once per query" : "");
+    snprintf(impl, len, "per (sample, kv head) over threads, its %lld queries together%s", (long long)group,
+             l->dtype == DTYPE_BF16 ? ", bf16 in, fp32 sums" : "");
     *state = s;
     return BENCH_OK;
 }
 
+/* The spans of a group's work, the G query heads that share a key/value head taking
+ * each key and value once (grouped-query attention reads the cache once, not G times),
+ * each span one call over many keys (a call per key cost more than the key): the scores
+ * of n keys at k, stride elements apart, against the G queries q [G][d], into out (row
+ * g at g * ld); the weighted sums of n values into acc [G][d]. bf16 keys and values are
+ * widened once each into kf (the top half of a float's bits). */
 CPU_ISA_CLONES
-static float dot(const float *a, const float *b, int64_t d)
+static void scores_f32(const float *q, int64_t G, const float *k, int64_t n, int64_t stride, int64_t d, float scale,
+                       float *out, int64_t ld)
 {
-    float s = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        const float *kj = k + j * stride;
+        for (int64_t g = 0; g < G; g++) {
+            const float *qg = q + g * d;
+            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < d; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-CPU_ISA_CLONES
-static void axpy(float a, const float *x, float *y, int64_t d)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < d; i++)
-        y[i] += a * x[i];
-}
-
-/* bf16 as fp32: the top half of the float's bits */
-CPU_ISA_CLONES
-static float dot_bf16(const float *a, const uint16_t *b, int64_t d)
-{
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < d; i++) {
-        union { uint32_t u; float f; } v = {.u = (uint32_t)b[i] << 16};
-        s += a[i] * v.f;
+            for (int64_t i = 0; i < d; i++)
+                s += qg[i] * kj[i];
+            out[g * ld + j] = s * scale;
+        }
     }
-    return s;
 }
 
 CPU_ISA_CLONES
-static void axpy_bf16(float a, const uint16_t *x, float *y, int64_t d)
+static void widen(const uint16_t *x, float *y, int64_t d)
 {
 #pragma omp simd
     for (int64_t i = 0; i < d; i++) {
         union { uint32_t u; float f; } v = {.u = (uint32_t)x[i] << 16};
-        y[i] += a * v.f;
+        y[i] = v.f;
     }
+}
+
+CPU_ISA_CLONES
+static void scores_bf16(const float *q, int64_t G, const uint16_t *k, int64_t n, int64_t stride, int64_t d,
+                        float scale, float *out, int64_t ld, float *kf)
+{
+    for (int64_t j = 0; j < n; j++) {
+        widen(k + j * stride, kf, d);
+        for (int64_t g = 0; g < G; g++) {
+            const float *qg = q + g * d;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = 0; i < d; i++)
+                s += qg[i] * kf[i];
+            out[g * ld + j] = s * scale;
+        }
+    }
+}
+
+CPU_ISA_CLONES
+static void values_f32(const float *p, int64_t G, int64_t ld, const float *v, int64_t n, int64_t stride, int64_t d,
+                       float *acc)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const float *vj = v + j * stride;
+        for (int64_t g = 0; g < G; g++) {
+            float a = p[g * ld + j], *ag = acc + g * d;
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++)
+                ag[i] += a * vj[i];
+        }
+    }
+}
+
+CPU_ISA_CLONES
+static void values_bf16(const float *p, int64_t G, int64_t ld, const uint16_t *v, int64_t n, int64_t stride,
+                        int64_t d, float *acc, float *kf)
+{
+    for (int64_t j = 0; j < n; j++) {
+        widen(v + j * stride, kf, d);
+        for (int64_t g = 0; g < G; g++) {
+            float a = p[g * ld + j], *ag = acc + g * d;
+#pragma omp simd
+            for (int64_t i = 0; i < d; i++)
+                ag[i] += a * kf[i];
+        }
+    }
+}
+
+/* exp(s - max) in place, divided by their sum */
+CPU_ISA_CLONES
+static void softmax_span(float *s, int64_t n)
+{
+    float top = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        top = s[j] > top ? s[j] : top;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++)
+        sum += (s[j] = lb_expf(s[j] - top));
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+        s[j] *= inv;
 }
 
 /* The keys query t sees: [j0, j1] (layer_attention_sees: a contiguous range). */
@@ -200,72 +258,71 @@ static void attention_range(const layer *l, int64_t t, int64_t *j0, int64_t *j1)
     *j0 = *j0 < 0 ? 0 : *j0;
 }
 
-/* One query in bf16: q, the keys, the values and y bf16; sums in fp32 (qf, acc: d
- * floats of the thread's). */
-static void attention_query_bf16(const layer *l, const uint16_t *const *ins, const uint16_t *w, int64_t b, int64_t hh,
-                                 int64_t g, int64_t t, float *sc, float *qf, float *acc, uint16_t *y)
+/* Token t of sample b, the G query heads of kv head g (consecutive: their queries and
+ * outputs are G * d contiguous elements): the keys [j0, j1] they see, those in the
+ * cache ([N, Hkv, S, D] in w, keys then values) and those of the new tokens (ins[1],
+ * ins[2]: [N, T, Hkv * D]). x: the thread's scratch (attention_state). */
+static void attention_group(const layer *l, const void *const *ins, const void *w, bool bf, int64_t b, int64_t g,
+                            int64_t t, float *x, int64_t keys, void *y)
 {
     const layer_params *p = &l->p;
-    int64_t d = p->head_dim, j0, j1;
+    int64_t d = p->head_dim, s = p->kv_len, t_len = l->in.d[1], hkv = p->num_kv_heads, G = p->num_heads / hkv, j0, j1;
     attention_range(l, t, &j0, &j1);
-    dtype_to_f32(DTYPE_BF16, qf, ins[0] + ((b * l->in.d[1] + t) * p->num_heads + hh) * d, d);
-    float scale = 1.0f / sqrtf((float)d), top = -INFINITY, sum = 0.0f;
-    int source;
-    for (int64_t j = j0; j <= j1; j++) {
-        int64_t at = layer_attention_kv_at(l, 0, b, g, j, &source);
-        sc[j] = dot_bf16(qf, (source ? ins[source] : w) + at, d) * scale;
-        top = sc[j] > top ? sc[j] : top;
+    int64_t el = bf ? 2 : 4;
+    float *sc = x, *qf = x + G * keys, *acc = qf + G * d, *kf = acc + G * d;
+    const char *q = (const char *)ins[0] + ((b * t_len + t) * p->num_heads + g * G) * d * el;
+    const float *qv = (const float *)(const void *)q;
+    if (bf)
+        dtype_to_f32(DTYPE_BF16, qf, q, G * d), qv = qf;
+    float scale = 1.0f / sqrtf((float)d);
+    /* the cache's keys [c0, c1] and values, then the new tokens' [n0, j1] */
+    int64_t c0 = j0, c1 = j1 < s - 1 ? j1 : s - 1, n0 = j0 > s ? j0 : s, nc = c1 - c0 + 1, nn = j1 - n0 + 1;
+    const char *kc = (const char *)w + ((b * hkv + g) * s + c0) * d * el, *vc = kc + l->n_weight_floats / 2 * el;
+    const char *kn = (const char *)ins[1] + ((b * t_len + (n0 - s)) * hkv + g) * d * el;
+    const char *vn = (const char *)ins[2] + ((b * t_len + (n0 - s)) * hkv + g) * d * el;
+    if (bf) {
+        if (nc > 0)
+            scores_bf16(qv, G, (const uint16_t *)(const void *)kc, nc, d, d, scale, sc + c0, keys, kf);
+        if (nn > 0)
+            scores_bf16(qv, G, (const uint16_t *)(const void *)kn, nn, hkv * d, d, scale, sc + n0, keys, kf);
+    } else {
+        if (nc > 0)
+            scores_f32(qv, G, (const float *)(const void *)kc, nc, d, d, scale, sc + c0, keys);
+        if (nn > 0)
+            scores_f32(qv, G, (const float *)(const void *)kn, nn, hkv * d, d, scale, sc + n0, keys);
     }
-    for (int64_t j = j0; j <= j1; j++)
-        sum += (sc[j] = lb_expf(sc[j] - top));
-    memset(acc, 0, (size_t)d * sizeof *acc);
-    for (int64_t j = j0; j <= j1; j++) {
-        int64_t at = layer_attention_kv_at(l, 1, b, g, j, &source);
-        axpy_bf16(sc[j] / sum, (source ? ins[source] : w) + at, acc, d);
+    for (int64_t i = 0; i < G; i++)
+        softmax_span(sc + i * keys + j0, j1 - j0 + 1);
+    float *sum = bf ? acc : y;
+    memset(sum, 0, (size_t)(G * d) * sizeof *sum);
+    if (bf) {
+        if (nc > 0)
+            values_bf16(sc + c0, G, keys, (const uint16_t *)(const void *)vc, nc, d, d, sum, kf);
+        if (nn > 0)
+            values_bf16(sc + n0, G, keys, (const uint16_t *)(const void *)vn, nn, hkv * d, d, sum, kf);
+        dtype_from_f32(DTYPE_BF16, y, sum, G * d);
+    } else {
+        if (nc > 0)
+            values_f32(sc + c0, G, keys, (const float *)(const void *)vc, nc, d, d, sum);
+        if (nn > 0)
+            values_f32(sc + n0, G, keys, (const float *)(const void *)vn, nn, hkv * d, d, sum);
     }
-    dtype_from_f32(DTYPE_BF16, y, acc, d);
 }
 
-/* One query: the keys [j0, j1] it sees (layer_attention_sees: a contiguous range). */
-static void attention_query(const layer *l, const float *const *ins, const float *w, int64_t b, int64_t hh,
-                            int64_t g, int64_t t, float *sc, float *y)
-{
-    const layer_params *p = &l->p;
-    int64_t d = p->head_dim, j0, j1;
-    attention_range(l, t, &j0, &j1);
-    const float *q = ins[0] + ((b * l->in.d[1] + t) * p->num_heads + hh) * d;
-    float scale = 1.0f / sqrtf((float)d), top = -INFINITY, sum = 0.0f;
-    for (int64_t j = j0; j <= j1; j++) {
-        sc[j] = dot(q, layer_attention_kv(l, ins, w, 0, b, g, j), d) * scale;
-        top = sc[j] > top ? sc[j] : top;
-    }
-    for (int64_t j = j0; j <= j1; j++)
-        sum += (sc[j] = lb_expf(sc[j] - top));
-    memset(y, 0, (size_t)d * sizeof *y);
-    for (int64_t j = j0; j <= j1; j++)
-        axpy(sc[j] / sum, layer_attention_kv(l, ins, w, 1, b, g, j), y, d);
-}
-
-static void attention_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
+static void attention_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
 {
     (void)env;
     attention_state *s = state;
     const layer_params *p = &l->p;
-    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, group = h / p->num_kv_heads;
-    bool bf16 = l->dtype == DTYPE_BF16;
-    CPU_OMP_IF(n * h > 1 && l->flops > 4 * CPU_PARALLEL_MIN, "omp parallel for schedule(dynamic)",
-        for (int64_t task = 0; task < n * h; task++) {
-            int64_t b = task / h, hh = task % h;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, hkv = p->num_kv_heads, d = p->head_dim;
+    bool bf = l->dtype == DTYPE_BF16;
+    int64_t el = bf ? 2 : 4, tasks = n * hkv * t_len;
+    CPU_OMP_IF(tasks > 1 && l->flops > 4 * CPU_PARALLEL_MIN, "omp parallel for schedule(dynamic)",
+        for (int64_t task = 0; task < tasks; task++) {
+            int64_t b = task / (hkv * t_len), g = task / t_len % hkv, t = task % t_len;
             int th = omp_get_thread_num();
-            float *sc = s->scores + (th < s->threads ? th : 0) * s->per_thread;
-            for (int64_t t = 0; t < t_len; t++) {
-                int64_t at = ((b * t_len + t) * h + hh) * d;
-                if (bf16)
-                    attention_query_bf16(l, (const uint16_t *const *)ins_, w_, b, hh, hh / group, t, sc, sc + s->keys,
-                                         sc + s->keys + d, (uint16_t *)out_ + at);
-                else
-                    attention_query(l, (const float *const *)ins_, w_, b, hh, hh / group, t, sc, (float *)out_ + at);
-            }
+            attention_group(l, ins, w, bf, b, g, t, s->scratch + (th < s->threads ? th : 0) * s->per_thread, s->keys,
+                            (char *)out + ((b * t_len + t) * h + g * (h / hkv)) * d * el);
         });
 }
 
@@ -274,7 +331,7 @@ static void attention_free(void *env, void *state)
     (void)env;
     attention_state *s = state;
     if (s)
-        free(s->scores), free(s);
+        free(s->scratch), free(s);
 }
 
 const backend_kernel cpu_attention_kernel = {.setup = attention_setup, .run = attention_run, .free = attention_free};
