@@ -205,7 +205,7 @@ expect 0 "18 passed, 0 failed" -- "$BENCH" check "$SMOKE" --no-forward
 # sliding window; every layer and the chained forward, in fp32 and bf16
 for phase in prefill decode chunk; do
   expect 0 "36 passed, 0 failed.*dtype bf16.*36 passed, 0 failed" -- bash -c \
-    "'$BENCH' check '$SRC/tests/data/llama_tiny_$phase.yaml' --batch 2 --dtype fp32,bf16 | tr '\n' ' '"
+    "'$BENCH' check '$SRC/tests/data/llama_tiny_$phase.yaml' --batch 2 --dtype fp32,bf16 2>&1 | tr '\n' ' '"
 done
 expect 0 "model.layers.1.self_attn.attn +attention +1x4x64 +1x4x64 +0 " -- "$BENCH" list "$SRC/tests/data/llama_tiny_chunk.yaml"
 printf 'name: t\ninput: [5]\nlayers:\n  - {kind: embedding, num_embeddings: 9, embedding_dim: 8}\n  - {kind: attention, num_heads: 2, head_dim: 4}\n' >"$T/attn.yaml"
