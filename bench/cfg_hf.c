@@ -1,9 +1,9 @@
-/* A Hugging Face config.json as a decoder: model_type llama, mistral or qwen2 (the
- * fields docs/config.md lists), read with libjansson and written out as the YAML a user
+/* A Hugging Face config.json as a decoder: model_type llama, mistral, qwen2 or mixtral
+ * (the fields docs/config.md lists), read with libjansson and written out as the YAML a user
  * would write for it (Hugging Face's module names, one block per decoder layer), which
  * the YAML path then builds and checks like any config. A field that changes the shapes
- * and is not built here (mixture-of-experts, another activation, a rope scaling other
- * than linear and llama3) is an error naming it, with its line and column in the file,
+ * and is not built here (another family's experts, another activation, a rope scaling
+ * other than linear and llama3) is an error naming it, with its line and column in the file,
  * never silently ignored. */
 #include <ctype.h>
 #include <errno.h>
@@ -109,6 +109,7 @@ static const char *get_str(hf *h, json_t *obj, const char *key)
 typedef struct hf_model {
     const char *type;
     int64_t hidden, inter, heads, kv_heads, head_dim, layers, vocab, max_pos, window;
+    int64_t experts, top_k; /* mixtral: num_local_experts, num_experts_per_tok; 0 without */
     double eps, theta;
     bool tied, qkv_bias, o_bias, mlp_bias;
     char rope[256];       /* rope's scaling keys, ", rope_type: llama3, factor: 8, ..." */
@@ -154,10 +155,10 @@ static int read_rope_scaling(hf *h, hf_model *m)
 static int refuse_unbuilt(hf *h, const hf_model *m)
 {
     static const char *const moe[] = {"num_local_experts", "num_experts", "n_routed_experts", NULL};
-    for (int i = 0; moe[i]; i++) {
+    for (int i = strcmp(m->type, "mixtral") == 0; moe[i]; i++) {
         json_t *v = field(h, NULL, moe[i]);
         if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) <= 1))
-            return hf_fail(h, moe[i], "mixture-of-experts blocks are not built yet (llama, mistral and qwen2 are)");
+            return hf_fail(h, moe[i], "%s's experts are not built (mixtral's are: model_type mixtral)", m->type);
     }
     const char *act = get_str(h, NULL, "hidden_act");
     if (act && strcmp(act, "silu") != 0)
@@ -173,12 +174,11 @@ static int read_model(hf *h, hf_model *m)
     memset(m, 0, sizeof *m);
     m->type = get_str(h, NULL, "model_type");
     if (!m->type)
-        return hf_fail(h, "model_type", "missing: expected llama, mistral or qwen2");
-    bool qwen = strcmp(m->type, "qwen2") == 0;
-    if (strcmp(m->type, "mixtral") == 0)
-        return hf_fail(h, "model_type", "mixtral: mixture-of-experts blocks are not built yet");
-    if (strcmp(m->type, "llama") != 0 && strcmp(m->type, "mistral") != 0 && !qwen)
-        return hf_fail(h, "model_type", "'%s' is not built (layerbench reads llama, mistral and qwen2)", m->type);
+        return hf_fail(h, "model_type", "missing: expected llama, mistral, qwen2 or mixtral");
+    bool qwen = strcmp(m->type, "qwen2") == 0, mixtral = strcmp(m->type, "mixtral") == 0;
+    if (strcmp(m->type, "llama") != 0 && strcmp(m->type, "mistral") != 0 && !qwen && !mixtral)
+        return hf_fail(h, "model_type", "'%s' is not built (layerbench reads llama, mistral, qwen2 and mixtral)",
+                       m->type);
     if (refuse_unbuilt(h, m) || get_int(h, NULL, "hidden_size", true, 0, 1, &m->hidden) ||
         get_int(h, NULL, "intermediate_size", true, 0, 1, &m->inter) ||
         get_int(h, NULL, "num_attention_heads", true, 0, 1, &m->heads) ||
@@ -207,8 +207,16 @@ static int read_model(hf *h, hf_model *m)
     if (get_bool(h, "attention_bias", false, &ab) || get_bool(h, "mlp_bias", false, &m->mlp_bias))
         return -1;
     m->qkv_bias = qwen || ab, m->o_bias = !qwen && ab;
-    if (strcmp(m->type, "mistral") == 0 && get_int(h, NULL, "sliding_window", false, 0, 1, &m->window))
+    if ((mixtral || strcmp(m->type, "mistral") == 0) && get_int(h, NULL, "sliding_window", false, 0, 1, &m->window))
         return -1;
+    if (mixtral && (get_int(h, NULL, "num_local_experts", true, 0, 1, &m->experts) ||
+                    get_int(h, NULL, "num_experts_per_tok", true, 0, 1, &m->top_k)))
+        return -1;
+    if (m->experts > 1024)
+        return hf_fail(h, "num_local_experts", "%lld: at most 1024", (long long)m->experts);
+    if (m->top_k > m->experts)
+        return hf_fail(h, "num_experts_per_tok", "%lld is more than num_local_experts %lld", (long long)m->top_k,
+                       (long long)m->experts);
     const char *td = get_str(h, NULL, "torch_dtype");
     m->dtype = !td ? NULL : strcmp(td, "bfloat16") == 0 ? "bf16" : strcmp(td, "float16") == 0 ? "fp16"
              : strcmp(td, "float32") == 0 ? "fp32" : NULL;
@@ -278,14 +286,23 @@ static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strb
         strbuf_printf(b, "%s- {kind: linear, name: o_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, ob);
         strbuf_printf(b, "%s- {kind: add, name: add, inputs: [%s.self_attn.o_proj, %s]}\n", I, p, prev);
         strbuf_printf(b, "%s- {kind: rmsnorm, name: post_attention_layernorm, eps: %.17g}\n", I, m->eps);
-        strbuf_printf(b, "%s- kind: block\n%s  name: mlp\n%s  layers:\n", I, I, I);
-        strbuf_printf(b, "%s- {kind: linear, name: gate_proj, out_features: %lld, bias: %s}\n", J, (long long)m->inter, mb);
-        strbuf_printf(b, "%s- {kind: linear, name: up_proj, out_features: %lld, bias: %s, input: %s.post_attention_layernorm}\n",
-                      J, (long long)m->inter, mb, p);
-        strbuf_printf(b, "%s- {kind: silu, name: act_fn, input: %s.mlp.gate_proj}\n", J, p);
-        strbuf_printf(b, "%s- {kind: mul, name: mul, inputs: [act_fn, up_proj]}\n", J);
-        strbuf_printf(b, "%s- {kind: linear, name: down_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, mb);
-        strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.mlp.down_proj, %s.add]}\n", I, p, p);
+        if (m->experts) { /* MixtralSparseMoeBlock: the router, then the experts */
+            strbuf_printf(b, "%s- kind: block\n%s  name: block_sparse_moe\n%s  layers:\n", I, I, I);
+            strbuf_printf(b, "%s- {kind: linear, name: gate, out_features: %lld, bias: false}\n", J, (long long)m->experts);
+            strbuf_printf(b, "%s- {kind: moe, name: experts, num_experts: %lld, top_k: %lld, ffn_dim: %lld, "
+                             "inputs: [%s.post_attention_layernorm, gate]}\n",
+                          J, (long long)m->experts, (long long)m->top_k, (long long)m->inter, p);
+            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.block_sparse_moe.experts, %s.add]}\n", I, p, p);
+        } else {
+            strbuf_printf(b, "%s- kind: block\n%s  name: mlp\n%s  layers:\n", I, I, I);
+            strbuf_printf(b, "%s- {kind: linear, name: gate_proj, out_features: %lld, bias: %s}\n", J, (long long)m->inter, mb);
+            strbuf_printf(b, "%s- {kind: linear, name: up_proj, out_features: %lld, bias: %s, input: %s.post_attention_layernorm}\n",
+                          J, (long long)m->inter, mb, p);
+            strbuf_printf(b, "%s- {kind: silu, name: act_fn, input: %s.mlp.gate_proj}\n", J, p);
+            strbuf_printf(b, "%s- {kind: mul, name: mul, inputs: [act_fn, up_proj]}\n", J);
+            strbuf_printf(b, "%s- {kind: linear, name: down_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, mb);
+            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.mlp.down_proj, %s.add]}\n", I, p, p);
+        }
         snprintf(prev, sizeof prev, "%s.add_1", p);
     }
     strbuf_printf(b, "      - {kind: rmsnorm, name: norm, eps: %.17g}\n", m->eps);

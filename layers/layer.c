@@ -12,7 +12,8 @@ extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_de
     layer_hardswish_desc, layer_hardsigmoid_desc, layer_tanh_desc, layer_stochastic_depth_desc,
     layer_conv_transpose2d_desc, layer_upsample_desc, layer_layernorm_desc, layer_gelu_desc,
     layer_multihead_attention_desc, layer_transpose_desc, layer_class_token_desc, layer_pos_embedding_desc,
-    layer_select_desc, layer_embedding_desc, layer_rmsnorm_desc, layer_rope_desc, layer_attention_desc;
+    layer_select_desc, layer_embedding_desc, layer_rmsnorm_desc, layer_rope_desc, layer_attention_desc,
+    layer_moe_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,
@@ -48,6 +49,7 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_RMSNORM] = &layer_rmsnorm_desc,
     [LAYER_ROPE] = &layer_rope_desc,
     [LAYER_ATTENTION] = &layer_attention_desc,
+    [LAYER_MOE] = &layer_moe_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)

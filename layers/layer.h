@@ -79,6 +79,7 @@ typedef enum layer_kind {
     LAYER_RMSNORM,
     LAYER_ROPE,
     LAYER_ATTENTION,
+    LAYER_MOE,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -88,6 +89,8 @@ enum { STOCHASTIC_ROW, STOCHASTIC_BATCH };
 enum { GELU_NONE, GELU_TANH };
 /* rope's rope_type, as Hugging Face's rope_scaling names them */
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 };
+/* moe's routing */
+enum { MOE_UNIFORM, MOE_ROUTER };
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -129,6 +132,10 @@ typedef struct layer_params {
     double rope_factor, low_freq_factor, high_freq_factor; /* rope: linear, llama3 */
     int64_t original_max_pos;    /* rope: llama3's original_max_position_embeddings */
     bool tied_weights;           /* linear: its weight is another layer's (not counted as parameters) */
+    int64_t num_experts, top_k;  /* moe: experts, and those each token goes to */
+    int64_t ffn_dim;             /* moe: each expert's hidden units (intermediate_size) */
+    int64_t routing;             /* moe: MOE_* */
+    double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -271,6 +278,16 @@ int64_t layer_attention_pairs(const layer *l);
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j);
+
+/* moe's shared rules (layers/moe.c): its rows (tokens); the tokens each expert gets
+ * under the uniform routing (count[num_experts], closed form); the experts of every row
+ * (experts[rows * top_k], row-major; count[num_experts] gets the tokens per expert; the
+ * logits are read for routing: router only); and a row's gate probabilities (gate[top_k],
+ * from its logits, at its experts pick[top_k]). */
+int64_t layer_moe_rows(const layer *l);
+void layer_moe_counts(const layer *l, int64_t *count);
+void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int64_t *count);
+void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate);
 
 /* multihead_attention's weight blocks in torch's order (layers/transformer.c): the
  * packed q, k, v projection [3E, E] and its bias [3E], the out projection [E, E] and its

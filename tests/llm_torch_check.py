@@ -1,7 +1,8 @@
 """The decoder kinds' plain-C reference against PyTorch, as Hugging Face's Llama code
 computes them (transformers' modeling_llama.py: LlamaRMSNorm, rotate_half and
 apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 types,
-repeat_kv and eager_attention_forward with its causal mask), written out here in torch.
+repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
+MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch.
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -15,7 +16,7 @@ import torch
 
 DEFAULTS = {"eps": 1e-6, "rope_theta": 10000.0, "rope_type": "default", "factor": 1.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "kv_len": 0, "causal": True,
-            "sliding_window": 0, "bias": True}
+            "sliding_window": 0, "bias": True, "top_k": 2, "routing": "uniform", "load_skew": 0.0}
 
 
 def params(text):
@@ -91,6 +92,59 @@ def attention(q, k, v, cache, p):  # repeat_kv, eager_attention_forward, the cau
     return (probs @ vh).transpose(1, 2).reshape(n, t, h * d)
 
 
+def uniform_experts(rows, e_n, k, skew):
+    """layerbench's uniform routing (layers/moe.c), the rule rewritten: each expert's
+    share of the rows * k slots by water-filling and largest remainders, the slots laid
+    out expert by expert, token t taking slots t, t + rows, ..."""
+    share = [(e + 1) ** -skew for e in range(e_n)]
+    count, capped, left, total = [0] * e_n, [False] * e_n, rows * k, sum(share)
+    again = True
+    while again:
+        again = False
+        for e in range(e_n):
+            if not capped[e] and left * share[e] / total > rows:
+                capped[e], count[e], left, total, again = True, rows, left - rows, total - share[e], True
+    for e in range(e_n):
+        if not capped[e]:
+            count[e] = math.floor(left * share[e] / total)
+    for _ in range(left - sum(c for e, c in enumerate(count) if not capped[e])):
+        best = max((e for e in range(e_n) if not capped[e] and count[e] < rows),
+                   key=lambda e: (left * share[e] / total - count[e], -e))
+        count[best] += 1
+    pick = torch.zeros(rows, k, dtype=torch.long)
+    slot = 0
+    for e in range(e_n):
+        for _ in range(count[e]):
+            pick[slot % rows, slot // rows] = e
+            slot += 1
+    return pick
+
+
+def moe(x, logits, w, p):  # MixtralSparseMoeBlock.forward after its gate, MixtralBlockSparseTop2MLP
+    e_n, k, f = int(p["num_experts"]), int(p["top_k"]), int(p["ffn_dim"])
+    h = w.numel() // (3 * e_n * f)
+    x, logits = x.reshape(-1, h), logits.reshape(-1, e_n)
+    routing_weights = torch.softmax(logits, dim=1, dtype=torch.float)
+    if p["routing"] == "router":
+        routing_weights, selected = torch.topk(routing_weights, k, dim=-1)
+    else:
+        selected = uniform_experts(x.shape[0], e_n, k, float(p["load_skew"]))
+        routing_weights = routing_weights.gather(1, selected)
+    routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+    routing_weights = routing_weights.to(x.dtype)
+    final = torch.zeros_like(x)
+    mask = torch.nn.functional.one_hot(selected, num_classes=e_n).permute(2, 1, 0)
+    experts = w.view(e_n, 3, -1)
+    for e in range(e_n):
+        idx, top_x = torch.where(mask[e])
+        w1, w2, w3 = experts[e, 0].view(f, h), experts[e, 1].view(h, f), experts[e, 2].view(f, h)
+        cur = x[None, top_x].reshape(-1, h)
+        y = torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(cur, w1)) *
+                                       torch.nn.functional.linear(cur, w3), w2) * routing_weights[top_x, idx, None]
+        final.index_add_(0, top_x, y.to(x.dtype))
+    return final
+
+
 def main():
     out_dir = sys.argv[1]
     tol = float(sys.argv[2]) if len(sys.argv) > 2 else 1e-5
@@ -112,12 +166,14 @@ def main():
             y = rmsnorm(x[0], w, float(p["eps"]))
         elif kind == "linear":
             o = int(p["out_features"])
-            f = x[0].shape[-1]
-            y = torch.nn.functional.linear(x[0], w[: o * f].view(o, f), w[o * f:] if p["bias"] else None)
+            f = (w.numel() - (o if p["bias"] else 0)) // o  # the input may be the model's, flat
+            y = torch.nn.functional.linear(x[0].reshape(-1, f), w[: o * f].view(o, f), w[o * f:] if p["bias"] else None)
         elif kind == "rope":
             y = rope(x[0], p)
         elif kind == "attention":
             y = attention(x[0], x[1], x[2], w, p)
+        elif kind == "moe":
+            y = moe(x[0], x[1], w, p)
         elif kind == "add":
             y = x[0] + x[1]
         elif kind == "mul":

@@ -218,6 +218,11 @@ expect 0 "Totals: 1235814400 params" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2
 expect 0 "Totals: 8030261248 params" -- "$BENCH" list "$SRC/configs/hf/Llama-3.1-8B/config.json"
 expect 0 "Totals: 494032768 params" -- "$BENCH" list "$SRC/configs/hf/Qwen2.5-0.5B"
 expect 0 "Totals: 7241732096 params" -- "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1"
+expect 0 "Totals: 46702792704 params" -- "$BENCH" list "$SRC/configs/hf/Mixtral-8x7B-v0.1"
+# a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
+# weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
+expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
+  "$BENCH" list "$SRC/configs/hf/Mixtral-8x7B-v0.1" --phase decode
 expect 0 "Totals: 1100048384 params" -- "$BENCH" list "$SRC/tests/data/hf/TinyLlama-1.1B"
 expect 0 "model.layers.31.self_attn.attn +attention +1x1x4096 +1x1x4096 +0 .*sliding_window=4096 kv_len=512" -- \
   "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1" --phase decode --kv-len 512
@@ -225,11 +230,22 @@ expect 0 "lm_head +linear +1x5x48 +1x5x100 +0 .*tied_weights=true" -- "$BENCH" l
 expect 0 "72 passed, 0 failed.*dtype bf16.*72 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
 expect 0 "36 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/hf/tiny-qwen2" --tokens 6 --kv-len 3
+for phase in "--tokens 7" "--phase decode --kv-len 9"; do
+  expect 0 "60 passed, 0 failed.*dtype bf16.*60 passed, 0 failed" -- bash -c \
+    "'$BENCH' check '$SRC/tests/data/hf/tiny-mixtral' $phase --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+done
+expect 0 "5 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/moe_routing.yaml" --batch 3
 expect 2 "config.json:6:3: max_position_embeddings: 64 positions, but 1 tokens after 64 cached need 65" -- \
   "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --phase decode --kv-len 64
 mkdir -p "$T/hf"
-printf '{"model_type": "mixtral", "hidden_size": 8,\n "num_local_experts": 8}\n' >"$T/hf/mixtral.json"
-expect 2 "mixtral.json:1:2: model_type: mixtral: mixture-of-experts blocks are not built yet" -- "$BENCH" list "$T/hf/mixtral.json"
+printf '{"model_type": "llama", "hidden_size": 8,\n "num_local_experts": 8}\n' >"$T/hf/llama_moe.json"
+expect 2 "llama_moe.json:2:2: num_local_experts: llama's experts are not built \(mixtral's are" -- "$BENCH" list "$T/hf/llama_moe.json"
+grep -v num_experts_per_tok "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/notopk.json"
+expect 2 "notopk.json:1:1: num_experts_per_tok: missing" -- "$BENCH" list "$T/hf/notopk.json"
+sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 7/' "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/topk.json"
+expect 2 "topk.json:9:3: num_experts_per_tok: 7 is more than num_local_experts 6" -- "$BENCH" list "$T/hf/topk.json"
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: linear, name: gate, out_features: 4}\n  - {kind: moe, num_experts: 5, ffn_dim: 8, inputs: [input, gate]}\n' >"$T/moe.yaml"
+expect 2 "moe.yaml:5:5: .*the router's logits \(input 1\) are \[1, 4, 4\]: expected the rows of the hidden states \(input 0, \[1, 4, 8\]\) with 5 experts' logits each" -- "$BENCH" list "$T/moe.yaml"
 sed 's/"rope_theta"/"rope_scaling": {"rope_type": "yarn", "factor": 4},\n  "rope_theta"/' \
   "$SRC/tests/data/hf/tiny-qwen2/config.json" >"$T/hf/yarn.json"
 expect 2 "yarn.json:12:3: rope_scaling: rope type 'yarn' is not built" -- "$BENCH" list "$T/hf/yarn.json"

@@ -74,6 +74,10 @@ static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads =
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
 static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->sliding_window = 6; }
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
+static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_dim = 37; }
+static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
+static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
+static void moe_all(layer_params *p) { p->num_experts = 4; p->top_k = 4; p->ffn_dim = 9; p->routing = MOE_ROUTER; }
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
 static void mp_2s2(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); }
@@ -251,6 +255,10 @@ static const layer_case cases[] = {
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
+    {"8 experts, top 2, uniform", LAYER_MOE, S3(2, 7, 24), moe_8x2, MORE(S3(2, 7, 8))},
+    {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
+    {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
+    {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */
@@ -415,6 +423,59 @@ static void test_counts(void)
     EXPECT(l.n_weights == 7 * 53 && l.macs == 3 * 7 * 53 && l.flops == 2 * l.macs, "linear counts");
 }
 
+/* moe's routing rule: every row gets top_k distinct experts; the uniform assignment
+ * gives each expert its closed-form count (within one of the others when even, never
+ * more than the rows), and a skewed one decreasing counts that still add up. */
+static void test_moe_routing(void)
+{
+    static const struct { int64_t rows, e, k; double skew; } t[] = {
+        {7, 8, 2, 0}, {1, 8, 2, 0}, {13, 5, 3, 0}, {100, 8, 2, 1.0}, {9, 6, 1, 2.0}, {3, 6, 5, 3.0}, {4, 4, 4, 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        layer l;
+        shape_t ins[2] = {S2(t[i].rows, 4), S2(t[i].rows, t[i].e)};
+        memset(&l, 0, sizeof l);
+        l.kind = LAYER_MOE, l.ins = ins, l.in = ins[0];
+        l.p.num_experts = t[i].e, l.p.top_k = t[i].k, l.p.ffn_dim = 3, l.p.load_skew = t[i].skew;
+        int64_t count[8], got[8] = {0}, pick[400], sum = 0, lo = t[i].rows, hi = 0;
+        bool distinct = true, decreasing = true;
+        layer_moe_route(&l, NULL, pick, count);
+        for (int64_t r = 0; r < t[i].rows; r++)
+            for (int64_t j = 0; j < t[i].k; j++) {
+                got[pick[r * t[i].k + j]]++;
+                for (int64_t q = 0; q < j; q++)
+                    distinct &= pick[r * t[i].k + q] != pick[r * t[i].k + j];
+            }
+        for (int64_t e = 0; e < t[i].e; e++) {
+            EXPECT(got[e] == count[e] && count[e] <= t[i].rows, "moe case %zu: expert %lld has %lld rows, counted %lld",
+                   i, (long long)e, (long long)got[e], (long long)count[e]);
+            sum += count[e];
+            lo = count[e] < lo ? count[e] : lo, hi = count[e] > hi ? count[e] : hi;
+            decreasing &= e == 0 || count[e] <= count[e - 1];
+        }
+        EXPECT(distinct, "moe case %zu: a row's experts repeat", i);
+        EXPECT(sum == t[i].rows * t[i].k, "moe case %zu: %lld slots, expected %lld", i, (long long)sum,
+               (long long)(t[i].rows * t[i].k));
+        EXPECT(t[i].skew > 0 ? decreasing : hi - lo <= 1, "moe case %zu: counts from %lld to %lld", i, (long long)lo,
+               (long long)hi);
+    }
+    /* the router's top-k: the largest logits, ties to the lower index */
+    layer l;
+    shape_t ins[2] = {S2(2, 4), S2(2, 5)};
+    memset(&l, 0, sizeof l);
+    l.kind = LAYER_MOE, l.ins = ins, l.in = ins[0];
+    l.p.num_experts = 5, l.p.top_k = 2, l.p.routing = MOE_ROUTER, l.p.ffn_dim = 3;
+    const float logits[10] = {0.1f, 0.9f, -2, 0.9f, 0.3f, 5, -1, 4, 4, 7};
+    int64_t pick[4], count[5];
+    layer_moe_route(&l, logits, pick, count);
+    EXPECT(pick[0] == 1 && pick[1] == 3 && pick[2] == 4 && pick[3] == 0, "router picks %lld %lld, %lld %lld",
+           (long long)pick[0], (long long)pick[1], (long long)pick[2], (long long)pick[3]);
+    double gate[2];
+    layer_moe_gates(&l, logits + 5, pick + 2, gate);
+    EXPECT(fabs(gate[0] - 1 / (1 + exp(-2.0))) < 1e-12 && fabs(gate[0] + gate[1] - 1) < 1e-12, "gates %g %g", gate[0],
+           gate[1]);
+}
+
 /* The closed form of adaptive pooling's window sizes against the loop it replaces. */
 static void test_adaptive_window_sum(void)
 {
@@ -484,6 +545,7 @@ int main(int argc, char **argv)
     test_checker();
     test_counts();
     test_adaptive_window_sum();
+    test_moe_routing();
     test_count_overflow();
     test_cpu_choices();
     /* every case in every dtype the backend's table runs (tf32 on cuda, bf16 and fp16 on

@@ -5,7 +5,9 @@
 # saying so): tests/ref_dump writes our plain-C reference forward of a tiny two-layer
 # decoder, the check recomputes every layer in torch from the same input and weights.
 # Three phases: prefill (7 tokens, no cache), decode (one token after 5 cached, llama3
-# rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling).
+# rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling);
+# then a two-layer Mixtral from its config.json (the mixture-of-experts block as
+# MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings.
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -19,12 +21,13 @@ if [ -z "$PY" ]; then
   exit 77
 fi
 . "$SRC/tests/common.sh"
-for phase in prefill decode chunk; do
-  mkdir -p "$T/$phase"
-  "$DUMP" "$SRC/tests/data/llama_tiny_$phase.yaml" "$T/$phase" 1 2 >"$T/$phase.out" 2>&1 &&
-    "$PY" "$SRC/tests/llm_torch_check.py" "$T/$phase" 1e-5 >>"$T/$phase.out" 2>&1 && ok ||
-    bad "$phase against torch: $(tail -5 "$T/$phase.out")"
-  tail -1 "$T/$phase.out"
+for phase in llama_tiny_prefill.yaml llama_tiny_decode.yaml llama_tiny_chunk.yaml hf/tiny-mixtral moe_routing.yaml; do
+  d=$T/${phase//\//_}
+  mkdir -p "$d"
+  "$DUMP" "$SRC/tests/data/$phase" "$d" 1 2 >"$d.out" 2>&1 &&
+    "$PY" "$SRC/tests/llm_torch_check.py" "$d" 1e-5 >>"$d.out" 2>&1 && ok ||
+    bad "$phase against torch: $(tail -5 "$d.out")"
+  echo "$phase: $(tail -1 "$d.out")"
 done
 echo "test_llm_torch: $pass passed, $fail failed"
 [ $fail = 0 ]

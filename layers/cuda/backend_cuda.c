@@ -58,6 +58,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_RMSNORM, CUDA_NO_LLM),
     CUDA_NONE(LAYER_ROPE, CUDA_NO_LLM),
     CUDA_NONE(LAYER_ATTENTION, CUDA_NO_LLM),
+    CUDA_NONE(LAYER_MOE, CUDA_NO_LLM),
 };
 
 const backend_kernel *cuda_fp32_kernel(layer_kind kind)

@@ -1,0 +1,236 @@
+/* moe: a mixture-of-experts block as Mixtral computes it (transformers' modeling_mixtral.py,
+ * MixtralSparseMoeBlock), after its router: the router is the linear layer before it
+ * (block_sparse_moe.gate, hidden -> num_experts, no bias), and this kind is the experts.
+ *
+ * Inputs: the hidden states x [..., H] and the router's logits [..., E], the same rows.
+ * Per row (token): the softmax of its logits (in fp32), top_k experts, their
+ * probabilities renormalised to sum to 1 (Mixtral's routing_weights /= sum); the output
+ * is the sum over those experts of probability * w2(silu(w1 x) * w3 x), each expert a
+ * SwiGLU MLP with Mixtral's names: w1 (gate) [F, H], w3 (up) [F, H], w2 (down) [H, F], no
+ * biases. Weights: expert 0's w1, w2, w3, then expert 1's, ... (E * 3 * H * F).
+ *
+ * routing, which experts each token goes to (layer_moe_route):
+ *   uniform (the default): a fixed assignment that gives every expert the same number of
+ *     tokens, within one: the balanced load a trained router is trained towards. With
+ *     load_skew s > 0, expert e's share of the R * top_k (token, expert) slots is
+ *     proportional to 1 / (e + 1)^s (Zipf): the imbalance a user wants to see the cost
+ *     of. Token t takes slots t, t + R, t + 2R, ... of the experts' slots laid out in
+ *     order, so its experts are distinct (no expert holds more than R slots).
+ *   router: the top_k of each token's logits (ties to the lower index), as the model
+ *     does; with random weights the spread is what the data gives.
+ * The probabilities always come from the logits, at the experts the token goes to.
+ * FLOPs and bytes count the experts that run: those the assignment gives tokens (for
+ * router, counted as uniform: the data's spread is not known before the run). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kind_util.h"
+#include "util.h"
+
+/* The most experts a block may have (DeepSeek-V3 has 256). */
+#define MOE_MAX_EXPERTS 1024
+
+static const char *const moe_routings[] = {"uniform", "router", NULL};
+
+static const layer_param_spec moe_params[] = {
+    {"num_experts", LP_INT, P_OFF(num_experts), true, 1, NULL},
+    {"top_k", LP_INT, P_OFF(top_k), false, 1, NULL},
+    {"ffn_dim", LP_INT, P_OFF(ffn_dim), true, 1, NULL},
+    {"routing", LP_ENUM, P_OFF(routing), false, 0, moe_routings},
+    {"load_skew", LP_FLOAT, P_OFF(load_skew), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void moe_defaults(layer_params *p) { p->top_k = 2; }
+
+static int moe_infer(layer *l, char *err, size_t len)
+{
+    const layer_params *p = &l->p;
+    char a[96], b[96];
+    if (p->num_experts > MOE_MAX_EXPERTS)
+        return kind_fail(err, len, "num_experts %lld: at most %d", (long long)p->num_experts, MOE_MAX_EXPERTS);
+    if (p->top_k > p->num_experts)
+        return kind_fail(err, len, "top_k %lld is more than num_experts %lld", (long long)p->top_k,
+                         (long long)p->num_experts);
+    if (p->routing == MOE_ROUTER && p->load_skew != 0)
+        return kind_fail(err, len, "load_skew sets the uniform assignment's spread; routing: router takes the "
+                                   "router's own");
+    const shape_t *x = &l->ins[0], *g = &l->ins[1];
+    bool rows_match = x->rank == g->rank;
+    for (int i = 0; rows_match && i < x->rank - 1; i++)
+        rows_match = x->d[i] == g->d[i];
+    if (!rows_match || g->d[g->rank - 1] != p->num_experts)
+        return kind_fail(err, len, "the router's logits (input 1) are %s: expected the rows of the hidden states "
+                                   "(input 0, %s) with %lld experts' logits each",
+                         shape_format(g, a, sizeof a), shape_format(x, b, sizeof b), (long long)p->num_experts);
+    l->out = *x;
+    return 0;
+}
+
+int64_t layer_moe_rows(const layer *l) { return shape_numel(&l->in) / l->in.d[l->in.rank - 1]; }
+
+void layer_moe_counts(const layer *l, int64_t *count)
+{
+    const layer_params *p = &l->p;
+    int64_t e_n = p->num_experts, rows = layer_moe_rows(l), left = layer_count_mul(rows, p->top_k);
+    double share[MOE_MAX_EXPERTS], total = 0;
+    bool capped[MOE_MAX_EXPERTS];
+    double s = p->routing == MOE_ROUTER ? 0.0 : p->load_skew;
+    for (int64_t e = 0; e < e_n; e++) {
+        share[e] = pow((double)(e + 1), -s), capped[e] = false, count[e] = 0;
+        total += share[e];
+    }
+    /* water-filling: an expert whose share is more than every row is given every row, and
+     * the rest is shared out again among the others; then floors, and the remainder one
+     * each by the largest fractions (ties to the lower index) */
+    for (bool again = true; again;) {
+        again = false;
+        for (int64_t e = 0; e < e_n; e++)
+            if (!capped[e] && (double)left * share[e] / total > (double)rows) {
+                capped[e] = true, count[e] = rows, left -= rows, total -= share[e], again = true;
+            }
+    }
+    int64_t given = 0;
+    for (int64_t e = 0; e < e_n; e++)
+        if (!capped[e]) {
+            count[e] = (int64_t)floor((double)left * share[e] / total);
+            given += count[e];
+        }
+    for (int64_t r = left - given; r > 0; r--) {
+        int64_t best = -1;
+        double best_frac = -1;
+        for (int64_t e = 0; e < e_n; e++) {
+            double frac = (double)left * share[e] / total - (double)count[e];
+            if (!capped[e] && count[e] < rows && frac > best_frac)
+                best = e, best_frac = frac;
+        }
+        if (best < 0)
+            break;
+        count[best]++;
+    }
+}
+
+void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int64_t *count)
+{
+    const layer_params *p = &l->p;
+    int64_t e_n = p->num_experts, k = p->top_k, rows = layer_moe_rows(l);
+    if (p->routing == MOE_ROUTER) {
+        for (int64_t e = 0; e < e_n; e++)
+            count[e] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *z = logits + r * e_n;
+            int64_t *pick = experts + r * k;
+            for (int64_t j = 0; j < k; j++) { /* the j-th largest not yet taken, ties to the lower index */
+                int64_t best = -1;
+                for (int64_t e = 0; e < e_n; e++) {
+                    bool taken = false;
+                    for (int64_t i = 0; i < j; i++)
+                        taken |= pick[i] == e;
+                    if (!taken && (best < 0 || z[e] > z[best]))
+                        best = e;
+                }
+                pick[j] = best;
+                count[best]++;
+            }
+        }
+        return;
+    }
+    layer_moe_counts(l, count);
+    int64_t slot = 0;
+    for (int64_t e = 0; e < e_n; e++)
+        for (int64_t c = 0; c < count[e]; c++, slot++)
+            experts[(slot % rows) * k + slot / rows] = e;
+}
+
+/* FLOPs per token and expert: w1, w3 and w2 (2 per MAC each), silu (5) and the multiply
+ * per hidden unit; per slot the weighted sum into the output (2 per element); per token
+ * the softmax over the logits (5 per logit, as softmax) and the renormalisation (2 per
+ * expert taken). Bytes: the inputs, the output, and the weights of the experts that run. */
+static void moe_count(layer *l)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[l->in.rank - 1], f = p->ffn_dim, e_n = p->num_experts, rows = layer_moe_rows(l);
+    int64_t per_expert = layer_count_mul(3, layer_count_mul(h, f)), count[MOE_MAX_EXPERTS], active = 0;
+    l->n_weights = l->n_weight_floats = layer_count_mul(e_n, per_expert);
+    if (l->n_weights < 0) {
+        l->macs = l->flops = l->bytes = -1;
+        return;
+    }
+    layer_moe_counts(l, count);
+    for (int64_t e = 0; e < e_n; e++)
+        active += count[e] > 0;
+    int64_t slots = layer_count_mul(rows, p->top_k);
+    l->macs = layer_count_mul(slots, per_expert);
+    int64_t act = layer_count_mul(slots, layer_count_mul(6, f));
+    int64_t combine = layer_count_mul(slots, 2 * h), route = layer_count_add(layer_count_mul(rows, 5 * e_n),
+                                                                            layer_count_mul(slots, 2));
+    l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs), act), layer_count_add(combine, route));
+    int64_t io = layer_count_add(layer_count_mul(2, shape_numel(&l->in)), shape_numel(&l->ins[1]));
+    l->bytes = layer_count_mul(4, layer_count_add(io, layer_count_mul(active, per_expert)));
+}
+
+static void moe_init(const layer *l, float *w, layer_rng *rng)
+{
+    int64_t h = l->in.d[l->in.rank - 1], f = l->p.ffn_dim;
+    float bh = (float)(1.0 / sqrt((double)h)), bf = (float)(1.0 / sqrt((double)f));
+    for (int64_t e = 0; e < l->p.num_experts; e++) {
+        float *we = w + e * 3 * h * f;
+        layer_fill_uniform(we, h * f, -bh, bh, rng);             /* w1 */
+        layer_fill_uniform(we + h * f, h * f, -bf, bf, rng);     /* w2 */
+        layer_fill_uniform(we + 2 * h * f, h * f, -bh, bh, rng); /* w3 */
+    }
+}
+
+void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate)
+{
+    int64_t e_n = l->p.num_experts, k = l->p.top_k;
+    double top = -INFINITY, sum = 0, taken = 0;
+    for (int64_t e = 0; e < e_n; e++)
+        top = logits[e] > top ? logits[e] : top;
+    for (int64_t e = 0; e < e_n; e++)
+        sum += exp((double)logits[e] - top);
+    for (int64_t j = 0; j < k; j++)
+        taken += gate[j] = exp((double)logits[pick[j]] - top) / sum;
+    for (int64_t j = 0; j < k; j++)
+        gate[j] /= taken;
+}
+
+static void moe_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[l->in.rank - 1], f = p->ffn_dim, e_n = p->num_experts, k = p->top_k, rows = layer_moe_rows(l);
+    int64_t *pick = xmalloc((size_t)(rows * k) * sizeof *pick), *count = xmalloc((size_t)e_n * sizeof *count);
+    double *gate = xmalloc((size_t)k * sizeof *gate), *act = xmalloc((size_t)f * sizeof *act);
+    double *acc = xmalloc((size_t)h * sizeof *acc);
+    layer_moe_route(l, ins[1], pick, count);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = ins[0] + r * h;
+        for (int64_t i = 0; i < h; i++)
+            acc[i] = 0;
+        layer_moe_gates(l, ins[1] + r * e_n, pick + r * k, gate);
+        for (int64_t j = 0; j < k; j++) {
+            const float *w1 = w + pick[r * k + j] * 3 * h * f, *w2 = w1 + h * f, *w3 = w2 + h * f;
+            for (int64_t u = 0; u < f; u++) {
+                double g = 0, v = 0;
+                for (int64_t i = 0; i < h; i++)
+                    g += (double)x[i] * w1[u * h + i], v += (double)x[i] * w3[u * h + i];
+                act[u] = g / (1.0 + exp(-g)) * v;
+            }
+            for (int64_t i = 0; i < h; i++) {
+                double y = 0;
+                for (int64_t u = 0; u < f; u++)
+                    y += act[u] * w2[i * f + u];
+                acc[i] += gate[j] * y;
+            }
+        }
+        for (int64_t i = 0; i < h; i++)
+            out[r * h + i] = (float)acc[i];
+    }
+    free(pick), free(count), free(gate), free(act), free(acc);
+}
+
+const layer_desc layer_moe_desc = {
+    .name = "moe", .n_inputs = 2, .params = moe_params, .defaults = moe_defaults, .infer = moe_infer,
+    .count = moe_count, .init_weights = moe_init, .reference = moe_reference, .tolerance = 2e-6,
+};
