@@ -49,10 +49,12 @@ static const char usage_text[] =
     "                    and weights, rounded to its dtype, as bench check measures it\n"
     "                    (untimed, after each set); with several dtypes, a table of time\n"
     "                    and error per layer side by side\n"
-    "  --tokens T        a decoder's tokens per sequence: replaces a token-id input [T]\n"
+    "  --tokens T[,T...] a decoder's tokens per sequence: replaces a token-id input [T]\n"
     "                    (a config.json's default: 128)\n"
-    "  --kv-len S        tokens already in the KV cache: kv_len of every rope and attention\n"
-    "                    layer (default: the config's, 0 for a config.json)\n"
+    "  --kv-len S[,S...] tokens already in the KV cache: kv_len of every rope and attention\n"
+    "                    layer (default: the config's, 0 for a config.json). sweep takes\n"
+    "                    lists of both and runs every (tokens, kv_len) pair, each at every\n"
+    "                    batch and dtype\n"
     "  --phase P         prefill (the tokens, no cache unless --kv-len) or decode (one token\n"
     "                    after --kv-len cached ones, default 1024)\n"
     "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
@@ -158,6 +160,24 @@ static bool parse_seconds(const char *s, double *out)
 }
 
 /* "1,2,4" -> batches; false on anything else. */
+/* "a,b,c" of integers from lo to 2^30, at most CLI_MAX_SHAPES of them, into out. */
+static bool parse_list(const char *s, long lo, int64_t *out, int *n)
+{
+    *n = 0;
+    if (!*s || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+        return false;
+    char *copy = xstrdup(s), *save = NULL;
+    bool ok = true;
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        ok = *n < CLI_MAX_SHAPES && cli_parse_long(tok, lo, (long)1 << 30, &v);
+        if (ok)
+            out[(*n)++] = v;
+    }
+    free(copy);
+    return ok && *n > 0;
+}
+
 bool cli_parse_batches(const char *s, int64_t **out, int *n)
 {
     if (!*s || s[0] == ',' || strstr(s, ",,"))
@@ -383,14 +403,16 @@ int cli_parse(int argc, char **argv, cli *c)
         case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ERROR: c->error = true; break;
         case OPT_TOKENS:
-            if (!cli_parse_long(optarg, 1, (long)1 << 30, &v))
-                return cli_usage_error("--tokens expects a positive integer, got '%s'", optarg);
-            c->shape.tokens = v;
+            if (!parse_list(optarg, 1, c->tokens_list, &c->n_tokens))
+                return cli_usage_error("--tokens expects a positive integer (a comma-separated list of them in "
+                                       "sweep, at most 64), got '%s'", optarg);
+            c->shape.tokens = c->tokens_list[0];
             break;
         case OPT_KV_LEN:
-            if (!cli_parse_long(optarg, 0, (long)1 << 30, &v))
-                return cli_usage_error("--kv-len expects an integer from 0, got '%s'", optarg);
-            c->shape.kv_len = v;
+            if (!parse_list(optarg, 0, c->kv_list, &c->n_kv))
+                return cli_usage_error("--kv-len expects an integer from 0 (a comma-separated list of them in sweep, "
+                                       "at most 64), got '%s'", optarg);
+            c->shape.kv_len = c->kv_list[0];
             break;
         case OPT_PHASE:
             if (strcmp(optarg, "prefill") && strcmp(optarg, "decode"))
@@ -432,9 +454,22 @@ int cli_parse(int argc, char **argv, cli *c)
         if (!c->worker)
             log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
     }
+    bool sweep = strcmp(c->command, "sweep") == 0;
+    if (!sweep && (c->n_tokens > 1 || c->n_kv > 1))
+        return cli_usage_error("%s takes one --tokens and one --kv-len (bench sweep takes lists)", c->command);
+    for (int i = 0; i < c->n_tokens; i++)
+        for (int j = 0; j < i; j++)
+            if (c->tokens_list[i] == c->tokens_list[j])
+                return cli_usage_error("--tokens lists %s twice", "a value");
+    for (int i = 0; i < c->n_kv; i++)
+        for (int j = 0; j < i; j++)
+            if (c->kv_list[i] == c->kv_list[j])
+                return cli_usage_error("--kv-len lists %s twice", "a value");
     /* decode: one new token after the cache (1024 tokens unless --kv-len says); prefill:
      * the tokens (the config's, or --tokens), no cache unless --kv-len gives one */
     if (phase && strcmp(phase, "decode") == 0) {
+        for (int i = 0; i < c->n_tokens; i++)
+            c->shape.tokens = c->tokens_list[i] > c->shape.tokens ? c->tokens_list[i] : c->shape.tokens;
         if (c->shape.tokens > 1)
             return cli_usage_error("--phase decode runs one token per sequence: drop --tokens, or use --phase "
                                    "prefill%s", "");

@@ -16,6 +16,8 @@
 
 /* --phase decode's cached tokens where --kv-len is not given. */
 #define CLI_DEFAULT_KV_LEN 1024
+/* The most values a sweep's --tokens or --kv-len list may hold. */
+#define CLI_MAX_SHAPES 64
 
 typedef struct cli {
     const char *command;
@@ -30,7 +32,10 @@ typedef struct cli {
     const char *sort;
     bool no_progress;
     dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
-    cfg_shape shape;         /* --tokens, --kv-len, --phase: a decoder's token shape */
+    cfg_shape shape;         /* --tokens, --kv-len, --phase: a decoder's token shape (the lists' first) */
+    int64_t tokens_list[CLI_MAX_SHAPES]; /* sweep: --tokens T1,T2,...; n_tokens 0: not given */
+    int64_t kv_list[CLI_MAX_SHAPES];     /* sweep: --kv-len S1,S2,...; n_kv 0: not given */
+    int n_tokens, n_kv;
     int n_dtypes;
     bool algo_heuristic;
     bool resume;

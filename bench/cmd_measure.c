@@ -240,14 +240,59 @@ int cmd_worker(const cli *c, int64_t batch)
 }
 
 /* run and sweep: every batch on every backend, reported as it completes (runner.h). */
+/* The models of a sweep's token shapes (--tokens and --kv-len lists: every pair, tokens
+ * outer), the first being m; *n 1 and no array when the command line gives no lists. */
+static int load_shapes(const cli *c, int64_t batch, model *m, model ***out, int *n)
+{
+    int nt = c->n_tokens > 1 ? c->n_tokens : 1, nk = c->n_kv > 1 ? c->n_kv : 1;
+    *out = NULL, *n = 1;
+    if (nt * nk == 1)
+        return 0;
+    model **ms = xcalloc((size_t)(nt * nk), sizeof *ms);
+    ms[0] = m;
+    for (int i = 1; i < nt * nk; i++) {
+        cli cc = *c;
+        if (c->n_tokens > 1)
+            cc.shape.tokens = c->tokens_list[i / nk];
+        if (c->n_kv > 1)
+            cc.shape.kv_len = c->kv_list[i % nk];
+        int rc = cli_load_model(&cc, batch, &ms[i]);
+        if (rc) {
+            for (int k = 1; k < i; k++)
+                model_free(ms[k]);
+            free(ms);
+            return rc;
+        }
+    }
+    *out = ms, *n = nt * nk;
+    return 0;
+}
+
+static void free_shapes(model **ms, int n)
+{
+    for (int i = 1; ms && i < n; i++)
+        model_free(ms[i]);
+    free(ms);
+}
+
 int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
-    model *m;
+    model *m, **shapes;
     backend bs[BACKEND_MAX];
     char *skipped, err[1024];
-    int rc = cli_load_model(c, batch_args[0], &m);
+    int n_shapes, rc = cli_load_model(c, batch_args[0], &m);
     if (rc)
         return rc;
+    if ((rc = load_shapes(c, batch_args[0], m, &shapes, &n_shapes)) != 0) {
+        model_free(m);
+        return rc;
+    }
+    if (n_shapes > 1 && c->stacks) {
+        log_msg("--stacks writes one file per batch and dtype: run it for one --tokens and --kv-len at a time");
+        free_shapes(shapes, n_shapes);
+        model_free(m);
+        return 2;
+    }
     int64_t *batches = xmalloc((size_t)n_batches * sizeof *batches), largest = 0;
     /* the dtypes asked for, or the config's */
     dtype_t dtypes[DTYPE_COUNT];
@@ -256,12 +301,20 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         dtypes[d] = c->n_dtypes ? c->dtypes[d] : m->dtype;
     for (int b = 0; b < n_batches; b++) {
         batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
-        if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK ||
-            model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
-            log_msg("%s", err);
-            free(batches);
-            model_free(m);
-            return 2;
+        for (int s = 0; s < n_shapes; s++) {
+            model *ms = shapes ? shapes[s] : m;
+            if (model_set_batch(ms, batches[b], err, sizeof err) != BENCH_OK ||
+                model_check_memory(ms, -1, "", err, sizeof err) != BENCH_OK) {
+                if (n_shapes > 1)
+                    log_msg("at %lld tokens after %lld cached: %s", (long long)model_tokens(ms),
+                            (long long)model_kv_len(ms), err);
+                else
+                    log_msg("%s", err);
+                free(batches);
+                free_shapes(shapes, n_shapes);
+                model_free(m);
+                return 2;
+            }
         }
         largest = batches[b] > largest ? batches[b] : largest;
     }
@@ -271,6 +324,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     int n_done = 0;
     if ((rc = open_outputs(c, &out)) != 0) {
         free(batches);
+        free_shapes(shapes, n_shapes);
         model_free(m);
         return rc;
     }
@@ -286,18 +340,25 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     if (rc || nb < 0) {
         close_outputs(&out);
         free(previous), free(done), free(batches);
+        free_shapes(shapes, n_shapes);
         model_free(m);
         return rc ? rc : -nb;
     }
-    model_set_batch(m, largest, err, sizeof err);
+    bool fits = true;
+    for (int s = 0; s < n_shapes; s++) {
+        model *ms = shapes ? shapes[s] : m;
+        model_set_batch(ms, largest, err, sizeof err);
+        fits = fits && cli_fits_backends(ms, bs, nb);
+    }
     char cache_note[400] = "";
     report_context cache_ctx = {0};
     int cache_rc = 0;
-    if (!cli_fits_backends(m, bs, nb) || open_stacks(c, &out, bs, nb, batches, n_batches, dtypes, n_dtypes) != 0 ||
+    if (!fits || open_stacks(c, &out, bs, nb, batches, n_batches, dtypes, n_dtypes) != 0 ||
         (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_ctx)) > 0) {
         cli_close_backends(bs, nb, skipped);
         close_outputs(&out);
         free(previous), free(done), free(batches);
+        free_shapes(shapes, n_shapes);
         model_free(m);
         return 2;
     }
@@ -339,7 +400,8 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
         .error = c->error,
-        .procs = {c->processes, wargv},
+        .procs = {c->processes, wargv, n_shapes > 1},
+        .shapes = shapes, .n_shapes = shapes ? n_shapes : 0,
         .note = *cache_note ? cache_note : NULL,
     };
     plan.ctx.algo_cache = cache_ctx.algo_cache;
@@ -362,6 +424,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     sched_probe_close(&probe);
     free_argv(wargv);
     free(previous), free(done), free(batches), free(modes_text);
+    free_shapes(shapes, n_shapes);
     model_free(m);
     return rc;
 }

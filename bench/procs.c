@@ -587,8 +587,17 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
                 off += (size_t)snprintf(skip + off, sizeof skip - off, "%sm", off ? "." : "");
         snprintf(spec, sizeof spec, "3,%d,%d,%d,%.9e,%.9e,%s", k + 1, pp->count, with_model ? 1 : 0, floor->warm,
                  floor->cold, *skip ? skip : "-");
-        const char *extra[] = {"--backend", b->ops->name, "--batch", batch, "--dtype", dtype_name(m->dtype), "--mode", mode,
-                               "--worker", spec, NULL};
+        char tokens[32], kv[32];
+        snprintf(tokens, sizeof tokens, "%lld", (long long)model_tokens(m));
+        snprintf(kv, sizeof kv, "%lld", (long long)model_kv_len(m));
+        const char *extra[16] = {"--backend", b->ops->name, "--batch", batch, "--dtype", dtype_name(m->dtype), "--mode", mode,
+                                 "--worker", spec, NULL};
+        int ne = 10;
+        if (pp->shapes && model_tokens(m) > 0)
+            extra[ne++] = "--tokens", extra[ne++] = tokens;
+        if (pp->shapes && model_kv_len(m) >= 0)
+            extra[ne++] = "--kv-len", extra[ne++] = kv;
+        extra[ne] = NULL;
         int fds[2];
         if (pipe2(fds, O_CLOEXEC) != 0) {
             snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));

@@ -39,6 +39,8 @@ typedef struct procs_plan {
     char *const *argv;    /* the worker's command line up to its per-set options: the binary,
                              "run", the config and every option that changes what is measured
                              (main.c builds it); NULL-terminated */
+    bool shapes;          /* the sets differ in their token shape (a sweep over --tokens or
+                             --kv-len): each worker is given its set's */
 } procs_plan;
 
 /* Measures one set as measure_model() does, in pp->count worker processes, pooling

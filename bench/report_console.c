@@ -576,6 +576,8 @@ static void print_measurement(console *c, const run_result *res)
     }
 }
 
+static void print_decoder(console *c, const run_result *res);
+
 static void print_summary(console *c, const run_result *res)
 {
     const layer_result *ch = &res->chained;
@@ -608,10 +610,68 @@ static void print_summary(console *c, const run_result *res)
         snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
         summary_line(c, "gap (chained vs sum of layers)", gap, NULL);
     }
+    print_decoder(c, res);
     print_inmodel(c, res);
     print_extra(c, "graph replay of the forward", &res->graph, res);
     print_extra(c, "input copy, host to device", &res->upload, res);
     print_extra(c, "output copy, device to host", &res->download, res);
+}
+
+/* Bytes a layer reads besides its activations: weights (an embedding's gathered rows, the
+ * experts a moe runs) and an attention layer's KV cache. */
+static int64_t state_bytes(const layer *l)
+{
+    int64_t act = shape_numel(&l->out);
+    for (int k = 0; k < l->n_inputs; k++)
+        act += shape_numel(&l->ins[k]);
+    int64_t b = l->bytes - (int64_t)dtype_size(l->dtype) * act;
+    return b > 0 ? b : 0;
+}
+
+/* A decoder's figures (a model with token ids): prefill's time to first token and
+ * tokens/s, or decode's time per output token and tokens/s over the batch; for decode,
+ * the physical limit (the weights and KV cache read once at the measured stream) and the
+ * linear layers' share of that stream. */
+static void print_decoder(console *c, const run_result *res)
+{
+    const model *m = res->m;
+    int64_t t_len = model_tokens(m), s = model_kv_len(m), n = m->batch;
+    double med = res->chained.st.median;
+    char a[24], b[24];
+    if (t_len <= 0 || !(med > 0))
+        return;
+    s = s > 0 ? s : 0;
+    bool decode = t_len == 1 && s > 0;
+    if (decode)
+        summary_line(c, "time per output token", report_format_time(med, a, sizeof a),
+                     "(decode after %lld cached: %.1f tokens/s over the batch of %lld)", (long long)s, (double)n / med,
+                     (long long)n);
+    else
+        summary_line(c, "time to first token", report_format_time(med, a, sizeof a),
+                     "(prefill of %lld tokens%s: %.0f tokens/s over the batch of %lld)", (long long)t_len,
+                     s ? " after a cache" : "", (double)(n * t_len) / med, (long long)n);
+    double bw = res->peaks.bytes_per_s;
+    if (!decode || !(bw > 0))
+        return;
+    int64_t state = 0, lin_bytes = 0;
+    double lin_time = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        state += state_bytes(l);
+        if (l->kind == LAYER_LINEAR && row_timed(&res->layers[i]))
+            lin_bytes += l->bytes, lin_time += res->layers[i].st.median;
+    }
+    double limit = (double)state / bw;
+    summary_line(c, "memory limit per token", report_format_time(limit, b, sizeof b),
+                 "(weights and KV cache read once: %s at the measured %.1f GB/s; the forward takes %.2fx%s)",
+                 bench_format_bytes(state, a, sizeof a), bw * 1e-9, med / limit,
+                 state <= res->peaks.cache_bytes ? "; they fit in the caches, which are faster" : "");
+    if (lin_time > 0) {
+        char v[24];
+        snprintf(v, sizeof v, "%.0f%%", 100 * (double)lin_bytes / lin_time / bw);
+        summary_line(c, "linear layers, of the stream", v, "(%.1f GB/s alone, their bytes over their medians)",
+                     (double)lin_bytes / lin_time * 1e-9);
+    }
 }
 
 static void keep_set(console *c, const run_result *res);
@@ -757,13 +817,16 @@ typedef struct sweep {
     FILE *out;
     table_format format;
     int rows;
+    bool decoder;       /* a model with token ids: its token shape and tokens/s */
 } sweep;
 
-/* The sweep's table is printed a row at a time, as each batch finishes. */
+/* The sweep's table is printed a row at a time, as each batch finishes; a decoder's
+ * rows have its tokens and cached tokens after the dtype, and tokens/s for items/s. */
 static void sweep_row(const sweep *s, const char *const *cells)
 {
-    static const int w[] = {-8, 6, -6, 14, 7, 14, 14, 8};
-    for (int k = 0; k < 8; k++) {
+    static const int plain[] = {-8, 6, -6, 14, 7, 14, 14, 8}, dec[] = {-8, 6, -6, 7, 7, 14, 7, 14, 14, 8};
+    const int *w = s->decoder ? dec : plain;
+    for (int k = 0; k < (s->decoder ? 10 : 8); k++) {
         if (s->format == TABLE_MD)
             fprintf(s->out, "%s %s", k ? "" : "|", cells[k]), fputs(" |", s->out);
         else
@@ -776,28 +839,37 @@ static bench_status sweep_run(reporter *r, const run_result *res)
 {
     sweep *s = (sweep *)r;
     const layer_result *ch = &res->chained;
-    char batch[24], med[24] = "not run", noise[16] = "-", items[32] = "-", sum[24], gap[16] = "-";
+    char batch[24], med[24] = "not run", noise[16] = "-", items[32] = "-", sum[24], gap[16] = "-", tok[24], kv[24];
     if (!res->has_model)
         return BENCH_OK;
+    int64_t t_len = model_tokens(res->m), cached = model_kv_len(res->m);
     if (s->rows++ == 0) {
-        const char *heads[] = {"Backend", "Batch", "Dtype", "Chained median", "Noise", "Items/s", "Sum of layers", "Gap"};
+        s->decoder = t_len > 0;
+        const char *plain[] = {"Backend", "Batch", "Dtype", "Chained median", "Noise", "Items/s", "Sum of layers", "Gap"};
+        const char *dec[] = {"Backend", "Batch", "Dtype",    "Tokens",        "KV len", "Chained median",
+                             "Noise",   "Tokens/s", "Sum of layers", "Gap"};
         if (s->format == TABLE_MD)
             fputc('\n', s->out);
-        sweep_row(s, heads);
+        sweep_row(s, s->decoder ? dec : plain);
         if (s->format == TABLE_MD)
-            fputs("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n", s->out);
+            fputs(s->decoder ? "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+                             : "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n",
+                  s->out);
     }
     snprintf(batch, sizeof batch, "%lld", (long long)res->m->batch);
+    snprintf(tok, sizeof tok, "%lld", (long long)t_len);
+    snprintf(kv, sizeof kv, "%lld", (long long)(cached > 0 ? cached : 0));
     report_format_time(res->sum_medians, sum, sizeof sum);
     if (row_timed(ch)) {
         report_format_time(ch->st.median, med, sizeof med);
         format_noise(&ch->st, noise, sizeof noise);
-        snprintf(items, sizeof items, "%.1f", (double)res->m->batch / ch->st.median);
+        snprintf(items, sizeof items, "%.1f", (double)res->m->batch * (s->decoder && t_len > 0 ? t_len : 1) / ch->st.median);
         if (res->sum_medians > 0)
             snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
     }
     const char *cells[] = {res->backend, batch, dtype_name(res->m->dtype), med, noise, items, sum, gap};
-    sweep_row(s, cells);
+    const char *dcells[] = {res->backend, batch, dtype_name(res->m->dtype), tok, kv, med, noise, items, sum, gap};
+    sweep_row(s, s->decoder ? dcells : cells);
     fflush(s->out);
     return BENCH_OK;
 }

@@ -141,16 +141,22 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         strbuf_printf(&warnings, "%s\n", p->note);
     for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
         log_warning("%.*s", (int)strcspn(w, "\n"), w);
-    int n_dtypes = p->n_dtypes > 0 ? p->n_dtypes : 1;
-    int total = p->n_batches * n_dtypes * p->n_backends, n = 0;
-    for (int s = 0; io_ok && !interrupted && s < p->n_batches * n_dtypes; s++) {
-        int64_t batch = p->batches[s / n_dtypes];
+    int n_dtypes = p->n_dtypes > 0 ? p->n_dtypes : 1, n_shapes = p->n_shapes > 0 ? p->n_shapes : 1;
+    int per_shape = p->n_batches * n_dtypes;
+    int total = n_shapes * per_shape * p->n_backends, n = 0;
+    for (int s = 0; io_ok && !interrupted && s < n_shapes * per_shape; s++) {
+        if (p->n_shapes > 0)
+            m = p->shapes[s / per_shape];
+        int64_t batch = p->batches[s % per_shape / n_dtypes];
         model_set_batch(m, batch, err, sizeof err); /* checked for every batch before */
         if (p->n_dtypes > 0)
             model_set_dtype(m, p->dtypes[s % n_dtypes]);
-        char dt[24] = "";
+        char dt[96] = "";
         if (p->n_dtypes > 1)
             snprintf(dt, sizeof dt, " in %s", dtype_name(m->dtype));
+        if (p->n_shapes > 1)
+            snprintf(dt + strlen(dt), sizeof dt - strlen(dt), ", %lld tokens after %lld cached", (long long)model_tokens(m),
+                     (long long)(model_kv_len(m) > 0 ? model_kv_len(m) : 0));
         for (int k = 0; io_ok && !interrupted && k < p->n_backends; k++) {
             const backend *bk = &p->backends[k];
             n++;

@@ -35,9 +35,12 @@ typedef struct runner_plan {
     bool error;                  /* --error: each layer's error against the fp32 reference, untimed */
     procs_plan procs;            /* worker processes per set (--processes); count 0: this process */
     const char *note;            /* a warning from the command line's set-up (--algo-cache), or NULL */
+    model **shapes;              /* a sweep's token shapes (--tokens, --kv-len lists), one model each,
+                                  * run in turn in place of m's; n_shapes 0: m alone */
+    int n_shapes;
 } runner_plan;
 
-/* Runs the plan on m (whose batch and dtype it changes). Returns the exit status: 0, 1 when a row
+/* Runs the plan on m, or on each of its shapes (whose batch and dtype it changes). Returns the exit status: 0, 1 when a row
  * failed or a file could not be written, 128 + the signal when interrupted. */
 int runner_execute(model *m, runner_plan *p, const measure_options *mo);
 

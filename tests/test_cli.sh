@@ -272,6 +272,26 @@ expect 0 "kept from the previous run" -- "$BENCH" run "$DEC" "${FAST[@]}" --csv 
 ! grep -q "kept from the previous run" "$T/kv.out" && [ "$(grep -c ',1,9,' "$T/kv5.csv")" -gt 0 ] &&
   [ "$(grep -c ',1,5,' "$T/kv5.csv")" -gt 0 ] && ok || bad "--resume at another --kv-len: $(tail -3 "$T/kv.out")"
 
+# sweep's token-shape axes: every (tokens, kv_len) pair at every batch, in worker
+# processes, one set each in the CSV, the decoder's summary columns; --resume keeps them
+MIX=$SRC/tests/data/hf/tiny-mixtral
+"$BENCH" sweep "$MIX" --batch 1,2 --tokens 3,5 --kv-len 0,7 "${FAST[@]}" --processes 1 --csv "$T/shapes.csv" >"$T/shapes.out" 2>&1 &&
+  [ "$(awk -F, "$COLS"' $c["mode"] == "chained" {print $c["batch"] "/" $c["tokens"] "/" $c["kv_len"]}' "$T/shapes.csv" | sort | tr '\n' ' ')" = \
+    "1/3/0 1/3/7 1/5/0 1/5/7 2/3/0 2/3/7 2/5/0 2/5/7 " ] && ok || bad "sweep over --tokens and --kv-len: $(tail -3 "$T/shapes.out")"
+grep -qE "Backend +Batch +Dtype +Tokens +KV len +Chained median +Noise +Tokens/s" "$T/shapes.out" && ok ||
+  bad "a decoder's sweep summary: $(head -3 "$T/shapes.out")"
+expect 0 "(kept from the previous run.*){8}" -- bash -c "'$BENCH' sweep '$MIX' --batch 1,2 --tokens 3,5 --kv-len 0,7 ${FAST[*]} --csv '$T/shapes.csv' --resume 2>&1 | tr '\n' ' '"
+expect 2 "run takes one --tokens and one --kv-len \(bench sweep takes lists\)" -- "$BENCH" run "$MIX" --tokens 4,8
+expect 2 "--kv-len lists a value twice" -- "$BENCH" sweep "$MIX" --kv-len 4,4
+expect 2 "--tokens expects a positive integer" -- "$BENCH" sweep "$MIX" --tokens 4,
+expect 2 "max_position_embeddings: 512 positions, but 600 tokens after 0 cached need 600" -- "$BENCH" sweep "$MIX" --tokens 4,600
+# a decode step's summary: time per output token, tokens/s, and with the peaks measured
+# the memory limit (the weights and the cache at the stream's speed)
+expect 0 "time per output token .*decode after 7 cached: .* tokens/s over the batch of 2.*memory limit per token .*weights and KV cache read once" -- \
+  bash -c "'$BENCH' run '$MIX' --phase decode --kv-len 7 --batch 2 ${FAST[*]/--no-peaks} 2>&1 | tr '\n' ' '"
+expect 0 "time to first token .*prefill of 6 tokens: .* tokens/s over the batch of 1" -- \
+  bash -c "'$BENCH' run '$MIX' --tokens 6 ${FAST[*]} 2>&1 | tr '\n' ' '"
+
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
 # dtype columns and compare keyed by them (correctness per kind: test_layers)
 expect 2 "--dtype expects fp32, tf32, bf16, fp16 or int8" -- "$BENCH" run "$SMOKE" --dtype fp8
