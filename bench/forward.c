@@ -142,6 +142,8 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
                 pool.busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
         if (!d->aliases_input && last[i + 1] == i)
             pool.busy[buf_of[i + 1]] = false;
+        if (l->n_weight_floats && !forward_host_room(b, l, why, whylen))
+            goto out;
         if (l->n_weight_floats) {
             float *w = bench_alloc_floats(l->n_weight_floats);
             if (w) {
@@ -206,4 +208,17 @@ void forward_queue(const forward_net *net, bool marks)
         if (marks)
             ops->timing.timer_mark(net->b->ctx, i);
     }
+}
+
+bool forward_host_room(const backend *b, const layer *l, char *why, size_t whylen)
+{
+    int64_t avail = b->ops->device_memory || !l->n_weight_floats ? -1 : bench_mem_available();
+    int64_t need = 4 * l->n_weight_floats + 2 * layer_weight_bytes(l) + ((int64_t)16 << 20);
+    char a[32], c[32];
+    if (avail < 0 || avail >= need)
+        return true;
+    snprintf(why, whylen, "out of host memory at layer '%s': its weights need about %s (drawn in fp32, held in %s, "
+                          "and a kernel's packed copy) and %s is available",
+             l->name, bench_format_bytes(need, a, sizeof a), dtype_name(l->dtype), bench_format_bytes(avail, c, sizeof c));
+    return false;
 }

@@ -46,6 +46,13 @@ void forward_queue(const forward_net *net, bool marks);
 /* Frees what forward_build made; a zeroed net is a no-op. */
 void forward_free(forward_net *net);
 
+/* Whether the host has room for layer l's weights on backend b, checked before they are
+ * made, so that a model near the memory's size fails a row or the chained forward with
+ * the figures rather than meeting the kernel's out-of-memory killer: the weights drawn
+ * in fp32, held in the layer's dtype and a kernel's packed copy, and a margin. True on a
+ * device backend (its memory is checked when it opens). Else false with the reason. */
+bool forward_host_room(const backend *b, const layer *l, char *why, size_t whylen);
+
 /* Random inputs (in[0..l->n_inputs), never zeros) and weights (*w, NULL when the layer
  * has none) for layer l, in host memory as floats, rounded to the layer's dtype (the
  * values it really holds); forward_free_data() frees them. */

@@ -188,6 +188,10 @@ double measure_canary(void);
  * zeros when none. */
 void measure_canary_summary(const run_result *r, double *median, double *drift);
 
+/* Marks the whole-model rows (the chained forward, its graph replay and copies) of a
+ * result measured without them as not run, with the reason. */
+void measure_model_not_run(run_result *res, const backend *b, const char *why);
+
 /* Times every layer of m alone in the given mode; with with_model, also the chained
  * forward (with the in-model view), its graph replay and the input/output copies where
  * the backend has them, all sampled in the same rounds. A layer that cannot be set up or

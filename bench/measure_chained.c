@@ -102,6 +102,12 @@ void chained_rows_not_run(run_result *res, const backend *b, row_status st, cons
     }
 }
 
+void measure_model_not_run(run_result *res, const backend *b, const char *why)
+{
+    res->has_model = true;
+    chained_rows_not_run(res, b, ROW_SKIPPED, why);
+}
+
 /* Sets up the chained forward (and its graph and copies); appends their units. */
 void chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
                         run_result *res, model_units *mu, unit *units, int *n_units)

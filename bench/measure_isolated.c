@@ -138,6 +138,11 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
         lu->in[k] = (const char *)s->in[l->dtype] + at * (int64_t)dtype_size(l->dtype);
         at += (int)shape_numel(&l->ins[k]);
     }
+    char room[400];
+    if (!forward_host_room(b, l, room, sizeof room)) {
+        measure_row_fail(r, "%s", room);
+        return;
+    }
     if (l->n_weight_floats) {
         layer_rng rng;
         layer_rng_seed(&rng, seed);

@@ -123,6 +123,23 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     warn(list, line);
 }
 
+/* Whether the chained forward fits in the host's memory beside the isolated layers (a
+ * model larger than memory is measured layer by layer: --dedupe sets up one of each set
+ * of identical layers); else the reason, for its row. Device memory is checked when
+ * the backends open (cli_fits_backends). */
+static bool chained_fits(const model *m, const measure_options *mo, char *why, size_t len)
+{
+    int64_t avail = bench_mem_available(), iso = model_isolated_bytes(m, mo->dedupe), chain = model_chained_bytes(m);
+    char a[32], b[32], c[32];
+    if (avail < 0 || iso + chain <= avail)
+        return true;
+    snprintf(why, len, "not run: the chained forward needs %s (weights and activations) beside the isolated layers' %s, "
+                       "and %s is available",
+             bench_format_bytes(chain, a, sizeof a), bench_format_bytes(iso, b, sizeof b),
+             bench_format_bytes(avail, c, sizeof c));
+    return false;
+}
+
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
     strbuf warnings = {0};
@@ -190,13 +207,21 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                     backend_clear_error(bk);
                 }
             }
-            /* every timing mode asked for; the whole-model rows once, with the first */
+            /* every timing mode asked for; the whole-model rows once, with the first, where
+             * they fit in memory */
+            char too_big[400];
+            bool fits = chained_fits(m, mo, too_big, sizeof too_big);
+            if (!fits)
+                warn(&warnings, too_big + strlen("not run: "));
             for (int md = 0; !interrupted && md < p->n_modes; md++) {
                 run_result res;
+                bool whole = md == 0 && fits;
                 bench_status st =
                     p->procs.count > 0
-                        ? procs_measure(&p->procs, m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err)
-                        : measure_model(m, bk, mo, p->modes[md], &floor[k], md == 0, &res, err, sizeof err);
+                        ? procs_measure(&p->procs, m, bk, mo, p->modes[md], &floor[k], whole, &res, err, sizeof err)
+                        : measure_model(m, bk, mo, p->modes[md], &floor[k], whole, &res, err, sizeof err);
+                if (md == 0 && !fits && st != BENCH_ERR_INTERRUPTED)
+                    measure_model_not_run(&res, bk, too_big);
                 if (st == BENCH_ERR_INTERRUPTED) {
                     interrupted = true;
                     snprintf(where, sizeof where, "batch %lld%s on %s (%s timing), %s", (long long)batch, dt,

@@ -236,7 +236,7 @@ int64_t layer_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
 
 bool layer_same_work(const layer *a, const layer *b)
 {
-    if (a->kind != b->kind || a->n_inputs != b->n_inputs || memcmp(&a->p, &b->p, sizeof a->p) != 0)
+    if (a->kind != b->kind || a->dtype != b->dtype || a->n_inputs != b->n_inputs || memcmp(&a->p, &b->p, sizeof a->p) != 0)
         return false;
     for (int k = 0; k < a->n_inputs; k++)
         if (!shape_equal(&a->ins[k], &b->ins[k]))

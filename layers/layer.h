@@ -312,7 +312,7 @@ int layer_count(layer *l);
 /* The layer's parts (layer_desc.parts) into parts[LAYER_MAX_PARTS]; 0 for kinds without. */
 int layer_parts(const layer *l, layer_part_info *parts);
 
-/* Same kind, input shapes and parameters: the same work (used by --dedupe and the
+/* Same kind, dtype, input shapes and parameters: the same work (used by --dedupe and the
  * grouped tables). */
 bool layer_same_work(const layer *a, const layer *b);
 

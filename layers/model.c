@@ -130,23 +130,40 @@ const shape_t *model_value_shape(const model *m, int value)
     return value == 0 ? &m->input : &m->layers[value - 1].out;
 }
 
-int64_t model_memory_bytes(const model *m)
+/* Each term below is at most 2^40 elements of at most 4 bytes: 100,000 layers cannot
+ * overflow 2^63 bytes. */
+int64_t model_isolated_bytes(const model *m, bool dedupe)
 {
-    /* each term is at most 2^40 floats: 100,000 layers cannot overflow 2^63 bytes */
-    int64_t floats = shape_numel(&m->input), max_in = 1, max_out = 1;
+    int64_t bytes = 0, max_in = 1, max_out = 1;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        floats += 2 * l->n_weight_floats; /* the chain's copy and the isolated layer's own */
-        if (!layer_desc_get(l->kind)->aliases_input)
-            floats += shape_numel(&l->out);
+        bool twin = false;
+        for (int j = 0; dedupe && !twin && j < i; j++)
+            twin = layer_same_work(&m->layers[j], l);
+        if (!twin)
+            bytes += layer_weight_bytes(l);
         int64_t ins = 0; /* the isolated layers' input area holds all of a layer's inputs */
         for (int k = 0; k < l->n_inputs; k++)
             ins += shape_numel(&l->ins[k]);
         max_in = ins > max_in ? ins : max_in;
         max_out = shape_numel(&l->out) > max_out ? shape_numel(&l->out) : max_out;
     }
-    return 4 * (floats + 2 * max_in + max_out); /* + the isolated layers' shared buffers */
+    return bytes + 4 * (2 * max_in + max_out); /* + their shared buffers, at most fp32 */
 }
+
+int64_t model_chained_bytes(const model *m)
+{
+    int64_t bytes = (int64_t)dtype_size(model_value_dtype(m, 0)) * shape_numel(&m->input);
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        bytes += layer_weight_bytes(l);
+        if (!layer_desc_get(l->kind)->aliases_input)
+            bytes += (int64_t)dtype_size(l->dtype) * shape_numel(&l->out);
+    }
+    return bytes;
+}
+
+int64_t model_memory_bytes(const model *m) { return model_isolated_bytes(m, false) + model_chained_bytes(m); }
 
 bench_status model_check_memory(const model *m, int64_t available, const char *where, char *err, size_t errlen)
 {

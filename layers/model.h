@@ -54,9 +54,14 @@ const shape_t *model_value_shape(const model *m, int value);
  * layer does. last has m->n_layers + 1 entries; views' own entries are left as v - 1. */
 void model_last_readers(const model *m, int *last);
 
-/* Bytes a run needs on a backend, workspaces aside: the chained forward's activations
- * and weights, and, set up beside them, every isolated layer's own weights and the
- * input and output buffers the isolated layers share. */
+/* Bytes a run needs on a backend, in the layers' dtypes, workspaces aside (a kernel's
+ * packed copy of its weights is one): the chained forward's activations and weights
+ * (model_chained_bytes), and, set up beside them, every isolated layer's own weights
+ * (one of each set of identical layers with dedupe, as --dedupe measures them) and the
+ * input and output buffers the isolated layers share (model_isolated_bytes);
+ * model_memory_bytes is both, without dedupe. */
+int64_t model_isolated_bytes(const model *m, bool dedupe);
+int64_t model_chained_bytes(const model *m);
 int64_t model_memory_bytes(const model *m);
 
 /* The memory of the chained forward, planned from the tensors' lifetimes as a framework

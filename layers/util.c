@@ -84,18 +84,36 @@ double bench_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* LAYERBENCH_MEM_LIMIT: bytes, or with K, M or G (powers of 1024); -1 when unset or
+ * not a size. */
+static int64_t mem_limit(void)
+{
+    const char *e = getenv("LAYERBENCH_MEM_LIMIT");
+    char *end;
+    if (!e || !*e)
+        return -1;
+    double v = strtod(e, &end);
+    int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    end += shift != 0;
+    if (*end || !(v >= 0) || v * (double)(1ll << shift) > 9e18)
+        return -1;
+    return (int64_t)(v * (double)(1ll << shift));
+}
+
 int64_t bench_mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
     long long kb = -1;
+    int64_t cap = mem_limit();
     if (!f)
-        return -1;
+        return cap;
     while (fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
             break;
     fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
+    int64_t avail = kb < 0 ? -1 : (int64_t)kb * 1024;
+    return cap >= 0 && (avail < 0 || cap < avail) ? cap : avail;
 }
 
 char *bench_format_bytes(int64_t bytes, char *buf, size_t len)

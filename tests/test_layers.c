@@ -93,6 +93,8 @@ static void lin(layer_params *p) { p->out_features = 11; }
 static void lin_nobias(layer_params *p) { p->out_features = 7; p->bias = false; }
 /* more rows, outputs and features than one tile and k block of the packed path */
 static void lin_wide(layer_params *p) { p->out_features = 45; }
+static void lin_13(layer_params *p) { p->out_features = 13; }
+static void lin_1100(layer_params *p) { p->out_features = 1100; p->bias = false; }
 static void sm_last(layer_params *p) { p->dim = -1; }
 static void sm_2(layer_params *p) { p->dim = 2; }
 static void cat_2(layer_params *p) { p->dim = 2; }
@@ -189,6 +191,8 @@ static const layer_case cases[] = {
     {"batch 70 (cpu: past the packed path)", LAYER_LINEAR, S2(70, 21), lin},
     {"tokens [N, S, F]", LAYER_LINEAR, S3(2, 5, 13), lin},
     {"tokens, batch 1, no bias", LAYER_LINEAR, S3(1, 9, 6), lin_nobias},
+    {"2 tokens, 77 features, 13 out (bf16: gemv tails)", LAYER_LINEAR, S3(1, 2, 77), lin_13},
+    {"4 rows, 1024 features, 1100 out (parallel gemv)", LAYER_LINEAR, S2(4, 1024), lin_1100},
     {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},
     {"dim -1", LAYER_SOFTMAX, S2(3, 17), sm_last},
     {"dim 1 of NCHW", LAYER_SOFTMAX, S4(2, 7, 5, 3), none},

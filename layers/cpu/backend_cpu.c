@@ -50,7 +50,7 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_CLASS_TOKEN, cpu_class_token_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_POS_EMBEDDING, cpu_pos_embedding_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_SELECT, cpu_select_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_EMBEDDING, cpu_embedding_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_EMBEDDING, cpu_embedding_kernel, cpu_embedding_16_kernel, cpu_embedding_16_kernel),
     CPU_ROW(LAYER_RMSNORM, cpu_rmsnorm_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_ROPE, cpu_rope_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_ATTENTION, cpu_attention_kernel, cpu_attention_kernel, cpu_via_f32_kernel),

@@ -15,7 +15,12 @@
  *     B = the input's im2col, packed per run straight into panels, per image, each
  *     thread packing and computing its own panels; C = the output [oc][oh ow].
  *   linear: A = the input rows [rows][F], B = the weights transposed, packed once at
- *     setup; C = the output [rows][O]. */
+ *     setup; C = the output [rows][O].
+ * linear with at most BF_GEMV_ROWS rows (a decode step's tokens) is a GEMV instead, on
+ * the weights as they are stored ([O][F], no packed copy: a model near the memory's
+ * size fits): a weight row at a time, 32 bf16 at a time against every input row in
+ * vdpbf16ps, so that each weight is read once, in order, at the stream's speed; the
+ * sums reduced across the lanes once per output. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -25,6 +30,9 @@
 
 #define BF_MR 8
 #define BF_NR 32
+#define BF_GEMV_ROWS 4
+/* How far ahead the GEMV asks for its weights, in bf16 (4 KB) */
+#define BF_GEMV_AHEAD 2048
 
 bool cpu_has_bf16(void)
 {
@@ -109,6 +117,48 @@ BF_TARGET static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, c
     }
 }
 
+/* y[r][j] = sum over k of x[r][k] w[j][k] (+ bias[j]), for the n <= BF_GEMV_ROWS rows of
+ * x ([n][f]) and outputs [j0, j1) of w ([o][f]); y is [n][o]. One weight row at a time,
+ * so that a thread's weights, rows j0 to j1 back to back, are one sequential stream (as
+ * a packed panel is; four rows side by side were four streams a row apart, and ran at
+ * 60% of the speed); four sums per input row, so that vdpbf16ps's latency does not
+ * hold the stream back. Masked loads
+ * take an f that is not a multiple of 32, odd included (a masked lane is zero on both
+ * sides). */
+BF_TARGET static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y,
+                              int64_t o, int64_t j0, int64_t j1)
+{
+    int64_t full = f / 32 * 32;
+    __mmask32 tail = (__mmask32)((1ull << (f - full)) - 1);
+    for (int64_t j = j0; j < j1; j++) {
+        const uint16_t *wj = w + j * f;
+        __m512 acc[4][BF_GEMV_ROWS];
+        for (int c = 0; c < 4; c++)
+            for (int r = 0; r < BF_GEMV_ROWS; r++)
+                acc[c][r] = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 128 <= full; k += 128)
+            for (int c = 0; c < 4; c++) {
+                _mm_prefetch((const char *)(wj + k + 32 * c + BF_GEMV_AHEAD), _MM_HINT_T0);
+                __m512bh wv = (__m512bh)_mm512_loadu_si512(wj + k + 32 * c);
+                for (int r = 0; r < BF_GEMV_ROWS; r++)
+                    if (r < n)
+                        acc[c][r] = _mm512_dpbf16_ps(acc[c][r], wv, (__m512bh)_mm512_loadu_si512(x + r * f + k + 32 * c));
+            }
+        for (int c = 0; k < f; k += 32, c++) {
+            __mmask32 m = k < full ? (__mmask32)0xffffffffu : tail;
+            __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wj + k);
+            for (int r = 0; r < BF_GEMV_ROWS; r++)
+                if (r < n)
+                    acc[c][r] = _mm512_dpbf16_ps(acc[c][r], wv, (__m512bh)_mm512_maskz_loadu_epi16(m, x + r * f + k));
+        }
+        for (int r = 0; r < n; r++) {
+            __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0][r], acc[1][r]), _mm512_add_ps(acc[2][r], acc[3][r]));
+            y[r * o + j] = dtype_f32_to_bf16(_mm512_reduce_add_ps(sum) + (bias ? bias[j] : 0.0f));
+        }
+    }
+}
+
 /* The direct convolution's input: one channel pair (c = 2, or 1 for an odd last
  * channel, its partner zero) interleaved into xp, [Hp][Wp][2], inside a zero border
  * (set once, at setup). */
@@ -129,6 +179,11 @@ BF_TARGET static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int
     }
 }
 #else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
+static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y, int64_t o,
+                    int64_t j0, int64_t j1)
+{
+    (void)n, (void)x, (void)f, (void)w, (void)bias, (void)y, (void)o, (void)j0, (void)j1;
+}
 static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, const uint16_t *b, const int64_t *boff,
                      int ntap, int64_t nq, int64_t bstep, uint16_t *c, int64_t ldc, int nv, const float *rbias,
                      const float *cbias)
@@ -145,7 +200,7 @@ static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int64_t w, ui
 
 /* ---- the kernels, and their fallback onto fp32 copies ---------------------------------- */
 
-enum { BF_VIA, BF_DIRECT, BF_IM2COL, BF_LINEAR };
+enum { BF_VIA, BF_DIRECT, BF_IM2COL, BF_LINEAR, BF_GEMV };
 
 typedef struct bf_state {
     int path;
@@ -188,8 +243,9 @@ static const char *bf_refuses(const layer *l)
         return getenv("LAYERBENCH_CPU_NO_BF16") ? "LAYERBENCH_CPU_NO_BF16 set" : "this CPU has no AVX512_BF16";
     if (l->kind == LAYER_CONV2D && l->p.groups != 1)
         return "grouped: no bf16 kernel";
-    if (l->kind == LAYER_LINEAR && l->in.d[l->in.rank - 1] % 2)
-        return "an odd feature count: no bf16 kernel";
+    int64_t f = l->in.d[l->in.rank - 1];
+    if (l->kind == LAYER_LINEAR && f % 2 && shape_numel(&l->in) / f > BF_GEMV_ROWS)
+        return "an odd feature count: no bf16 GEMM kernel";
     return NULL;
 }
 
@@ -320,6 +376,12 @@ static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void
                 memcpy(s->a + o * s->kp * 2, w + o * s->k, (size_t)s->k * sizeof *w);
         *workspace_bytes = (oc * s->kp * 2 + s->threads * s->kp * 64) * 2;
         snprintf(impl, len, "im2col+gemm bf16 vdpbf16ps %dx%d", BF_MR, BF_NR);
+    } else if (shape_numel(&l->in) / l->in.d[l->in.rank - 1] <= BF_GEMV_ROWS) {
+        s->path = BF_GEMV;
+        s->k = l->in.d[l->in.rank - 1];
+        ok = true;
+        *workspace_bytes = 0;
+        snprintf(impl, len, "gemv bf16 vdpbf16ps on the weights as stored, a row at a time");
     } else {
         int64_t f = l->in.d[l->in.rank - 1], o = p->out_features, np = (o + BF_NR - 1) / BF_NR;
         s->path = BF_LINEAR;
@@ -416,6 +478,17 @@ static void bf_run(void *env, const layer *l, void *state, const void *const *in
     bf_state *s = state;
     if (s->path == BF_VIA) {
         cpu_via_f32_kernel.run(env, l, s->via, in, w, out);
+        return;
+    }
+    if (s->path == BF_GEMV) {
+        int64_t f = s->k, rows = shape_numel(&l->in) / f, o = l->p.out_features;
+        const uint16_t *x = in[0], *wt = w;
+        uint16_t *y = out;
+        CPU_OMP_IF(o * f > 64 * CPU_PARALLEL_MIN, "omp parallel", {
+            int64_t lo, hi;
+            cpu_thread_span(o, &lo, &hi);
+            bf_gemv((int)rows, x, f, wt, s->bias, y, o, lo, hi);
+        });
         return;
     }
     if (s->path != BF_LINEAR) {

@@ -31,6 +31,25 @@ static void embedding_run(void *env, const layer *l, void *state, const void *co
 
 const backend_kernel cpu_embedding_kernel = {.run = embedding_run, .impl = "row copies"};
 
+/* bf16 and fp16: the rows copied as they are stored (a table on fp32 copies would be a
+ * second, wider table: 1 GB for Llama-3.2-1B's), the ids read from the input's type */
+static void embedding_run_16(void *env, const layer *l, void *state, const void *const *ins_, const void *w_,
+                             void *out_)
+{
+    (void)env, (void)state;
+    const uint16_t *ids = ins_[0], *w = w_;
+    uint16_t *out = out_;
+    int64_t n = shape_numel(&l->in), d = l->p.embedding_dim;
+    bool bf = l->dtype == DTYPE_BF16;
+    CPU_OMP_IF(n * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t i = 0; i < n; i++) {
+            float x = bf ? dtype_bf16_to_f32(ids[i]) : dtype_fp16_to_f32(ids[i]);
+            memcpy(out + i * d, w + layer_token_id(l, x) * d, (size_t)d * sizeof *out);
+        });
+}
+
+const backend_kernel cpu_embedding_16_kernel = {.run = embedding_run_16, .impl = "row copies, 16-bit"};
+
 /* ---- rmsnorm ----------------------------------------------------------------------------- */
 
 CPU_ISA_CLONES
