@@ -284,7 +284,7 @@ static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strb
             strbuf_printf(b, ", sliding_window: %lld", (long long)m->window);
         strbuf_printf(b, ", inputs: [rotary_q, rotary_k, v_proj]}\n");
         strbuf_printf(b, "%s- {kind: linear, name: o_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, ob);
-        strbuf_printf(b, "%s- {kind: add, name: add, inputs: [%s.self_attn.o_proj, %s]}\n", I, p, prev);
+        strbuf_printf(b, "%s- {kind: add, name: add, inputs: [%s, %s.self_attn.o_proj]}\n", I, prev, p);
         strbuf_printf(b, "%s- {kind: rmsnorm, name: post_attention_layernorm, eps: %.17g}\n", I, m->eps);
         if (m->experts) { /* MixtralSparseMoeBlock: the router, then the experts */
             strbuf_printf(b, "%s- kind: block\n%s  name: block_sparse_moe\n%s  layers:\n", I, I, I);
@@ -292,16 +292,16 @@ static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strb
             strbuf_printf(b, "%s- {kind: moe, name: experts, num_experts: %lld, top_k: %lld, ffn_dim: %lld, "
                              "inputs: [%s.post_attention_layernorm, gate]}\n",
                           J, (long long)m->experts, (long long)m->top_k, (long long)m->inter, p);
-            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.block_sparse_moe.experts, %s.add]}\n", I, p, p);
+            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.add, %s.block_sparse_moe.experts]}\n", I, p, p);
         } else {
             strbuf_printf(b, "%s- kind: block\n%s  name: mlp\n%s  layers:\n", I, I, I);
             strbuf_printf(b, "%s- {kind: linear, name: gate_proj, out_features: %lld, bias: %s}\n", J, (long long)m->inter, mb);
+            strbuf_printf(b, "%s- {kind: silu, name: act_fn}\n", J);
             strbuf_printf(b, "%s- {kind: linear, name: up_proj, out_features: %lld, bias: %s, input: %s.post_attention_layernorm}\n",
                           J, (long long)m->inter, mb, p);
-            strbuf_printf(b, "%s- {kind: silu, name: act_fn, input: %s.mlp.gate_proj}\n", J, p);
             strbuf_printf(b, "%s- {kind: mul, name: mul, inputs: [act_fn, up_proj]}\n", J);
             strbuf_printf(b, "%s- {kind: linear, name: down_proj, out_features: %lld, bias: %s}\n", J, (long long)m->hidden, mb);
-            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.mlp.down_proj, %s.add]}\n", I, p, p);
+            strbuf_printf(b, "%s- {kind: add, name: add_1, inputs: [%s.add, %s.mlp.down_proj]}\n", I, p, p);
         }
         snprintf(prev, sizeof prev, "%s.add_1", p);
     }

@@ -5,6 +5,7 @@ usage:
   python3 scripts/torch_export.py resnet50 -o configs/resnet50.yaml
   python3 scripts/torch_export.py mypackage.models:MyNet --input 3,224,224 -o my.yaml
   python3 scripts/torch_export.py googlenet --table tests/data/googlenet_layers.txt
+  python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5 -o tiny_llama.yaml
 
 MODEL is a torchvision model name (built with weights=None, in eval mode) or
 "module:callable" (anything importable that returns an nn.Module). The model runs once
@@ -18,6 +19,13 @@ forward gets _1, as torch.fx names them). Which layer feeds which comes from the
 tensors themselves, so any graph (residuals, branches, DenseNet's concatenations) is
 written exactly, with explicit `input`/`inputs` references where a layer does not read
 the one before it; layers are grouped in blocks by module path.
+
+--input-ids T feeds T token ids per sample instead (a decoder LLM's prefill). A decoder
+written as transformers writes Llama, Mistral or Qwen2 exports as bench imports its
+config.json: nn.Embedding, ...RMSNorm modules, attention modules holding q_proj, k_proj,
+v_proj and o_proj (between them rope of q and k and the attention, read from the
+module's heads and the rotary embedding's inv_freq), the SwiGLU MLP and a tied or untied
+lm_head (scripts/hf_decoder.py: such a model in plain torch).
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
@@ -178,7 +186,111 @@ def module_layer(m):
         return "multihead_attention", p
     if isinstance(m, nn.Identity):
         return None
+    if isinstance(m, nn.Embedding):
+        if m.max_norm is not None:
+            raise Unsupported("Embedding with max_norm (it rewrites the table as it reads it)")
+        return "embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim}
+    if is_rmsnorm(m):
+        return "rmsnorm", rmsnorm_params(m)
+    if is_rotary(m):
+        return "rotary_source", {}
     raise Unsupported(f"module {type(m).__name__}")
+
+
+# ---- decoder LLMs: modules recognised by what they hold, as transformers writes them --------
+
+
+def is_rmsnorm(m):
+    """nn.RMSNorm (torch 2.4 and later), or a module named like transformers' LlamaRMSNorm
+    (Mistral, Qwen2, Mixtral: the same arithmetic) with its weight over the last dimension."""
+    if hasattr(nn, "RMSNorm") and isinstance(m, nn.RMSNorm):
+        return True
+    name = type(m).__name__
+    return name.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter) and \
+        m.weight.dim() == 1 and len(list(m.children())) == 0
+
+
+def rmsnorm_params(m):
+    name = type(m).__name__
+    if name.startswith("Gemma") or name.startswith("Olmo"):
+        raise Unsupported(f"module {name} (it scales by 1 + weight, or normalises q and k; layerbench's "
+                          f"rmsnorm is Llama's x / rms(x) · weight)")
+    if hasattr(nn, "RMSNorm") and isinstance(m, nn.RMSNorm):
+        if len(m.normalized_shape) != 1:
+            raise Unsupported(f"RMSNorm over {tuple(m.normalized_shape)} (only the last dimension)")
+        if not m.elementwise_affine:
+            raise Unsupported("RMSNorm without a weight")
+        eps = m.eps if m.eps is not None else torch.finfo(torch.float32).eps
+    else:
+        eps = getattr(m, "variance_epsilon", getattr(m, "eps", None))
+        if not isinstance(eps, float):
+            raise Unsupported(f"module {name}: no variance_epsilon or eps to read")
+    return {} if eps == 1e-6 else {"eps": eps}
+
+
+def is_rotary(m):
+    """The rotary embedding's cos/sin tables (LlamaRotaryEmbedding): what they feed is the
+    attention's, recorded as its rope layers; they are not a layer of their own."""
+    return "Rotary" in type(m).__name__ and isinstance(getattr(m, "inv_freq", None), torch.Tensor)
+
+
+def rope_theta(inv_freq, head_dim):
+    """rope_theta of a default (unscaled) rotary embedding, read back from its frequencies
+    theta^(-2i/head_dim); None where they are rescaled (rope_scaling) or do not fit."""
+    f = inv_freq.detach().double().flatten()
+    if f.numel() != head_dim // 2 or f.numel() < 2:
+        return None
+    theta = float(f[1]) ** (-head_dim / 2)
+    for t in (round(theta), theta):
+        want = 1.0 / (t ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        if torch.allclose(f, want, rtol=1e-5, atol=0):
+            return float(t)
+    return None
+
+
+def attention_spec(m, model):
+    """(params, rope params) of a transformers-style attention module (LlamaAttention,
+    MistralAttention, Qwen2Attention: q_proj, k_proj, v_proj and o_proj, the heads as
+    attributes or in its config), None for any other module; raises Unsupported for one
+    that is such a module but not one layerbench can express."""
+    if not all(isinstance(getattr(m, p, None), nn.Linear) for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return None
+    cfg = getattr(m, "config", None)
+    get = lambda a, c: getattr(m, a, None) or getattr(cfg, c, None)  # noqa: E731
+    heads = get("num_heads", "num_attention_heads")
+    head_dim = getattr(m, "head_dim", None)
+    if heads is None and head_dim:
+        heads = m.q_proj.out_features // head_dim
+    if heads is None:
+        raise Unsupported(f"module {type(m).__name__}: no num_heads or head_dim to read the heads from")
+    head_dim = head_dim or m.q_proj.out_features // heads
+    kv_heads = get("num_key_value_heads", "num_key_value_heads")
+    if kv_heads is None and getattr(m, "num_key_value_groups", None):
+        kv_heads = heads // m.num_key_value_groups
+    kv_heads = kv_heads or heads
+    if m.q_proj.out_features != heads * head_dim or m.k_proj.out_features != kv_heads * head_dim or \
+            m.v_proj.out_features != kv_heads * head_dim:
+        raise Unsupported(f"module {type(m).__name__}: q/k/v_proj of {m.q_proj.out_features}/"
+                          f"{m.k_proj.out_features}/{m.v_proj.out_features} features do not make "
+                          f"{heads} heads and {kv_heads} kv heads of {head_dim}")
+    rotary = [r for r in list(m.modules()) + list(model.modules()) if is_rotary(r)]
+    if not rotary:
+        raise Unsupported(f"module {type(m).__name__}: no rotary embedding (a module with inv_freq) to read "
+                          f"rope_theta from")
+    theta = rope_theta(rotary[0].inv_freq, head_dim)
+    if theta is None or getattr(rotary[0], "attention_scaling", 1.0) != 1.0:
+        raise Unsupported(f"{type(rotary[0]).__name__} with rescaled frequencies (rope_scaling): give rope_type "
+                          f"and its factors in the config by hand, or import the model's config.json")
+    rope = {"head_dim": head_dim}
+    if theta != 10000:
+        rope["rope_theta"] = theta
+    p = {"num_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim}
+    if not getattr(m, "is_causal", True):
+        p["causal"] = False
+    window = getattr(m, "sliding_window", None)
+    if window:
+        p["sliding_window"] = int(window)
+    return p, rope
 
 
 def upsample_params(size, scale_factor, mode, align_corners):
@@ -313,6 +425,11 @@ class Trace(TorchFunctionMode):
         self.nodes = []
         self.counts = {}       # (parent path, op) -> calls so far
         self.problems = []
+        self.model = model
+        self.attn = []         # transformers-style attention modules being run: their q, k, v and o
+        #                        projections are recorded, what lies between becomes rope and attention
+        self.module_node = {}  # id(module) -> its node
+        self.seen_params = set()  # ids of parameters counted already (tied embeddings)
 
     def hooks(self, model):
         for m in model.modules():
@@ -347,27 +464,60 @@ class Trace(TorchFunctionMode):
                 self.producer[id(t)] = self.BROKEN
                 self.keep.append(t)
 
+    def add_node(self, name, kind, params, ins, in_shape, out_shape, n_params=0):
+        self.nodes.append(Node(name, kind, params, ins, tuple(in_shape), tuple(out_shape), n_params))
+        return len(self.nodes) - 1
+
     def record(self, name, kind, params, inputs, out, n_params=0):
+        """The node's index, or None where it was not recorded."""
         ins = [self.source(t) for t in inputs]
         if self.BROKEN in ins:
             self.broken(out)
-            return
+            return None
         if None in ins:
             self.problems.append(f"{name}: an input that is not computed from the model's input")
             self.broken(out)
-            return
-        node = Node(name, kind, params, ins, tuple(inputs[0].shape), tuple(out.shape), n_params)
-        self.nodes.append(node)
-        self.producer[id(out)] = len(self.nodes) - 1
+            return None
+        i = self.add_node(name, kind, params, ins, inputs[0].shape, out.shape, n_params)
+        self.producer[id(out)] = i
         self.keep.append(out)
+        return i
 
     def pre(self, m, args):
         self.stack.append(self.names.get(m, "?"))
         if is_leaf(m):
             self.leaf_depth += 1
+        elif not self.leaf_depth:
+            try:
+                spec = attention_spec(m, self.model)
+            except Unsupported as e:
+                self.problems.append(f"{self.stack[-1]}: {e}")
+                spec = False
+            if spec is not None:
+                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec})
+
+    def attention_output(self, m, name, layer, out, n_params):
+        """o_proj of an attention module: rope of q and k, the attention, then o_proj."""
+        ctx = self.attn[-1]
+        idx = [self.module_node.get(id(getattr(ctx["m"], p))) for p in ("q_proj", "k_proj", "v_proj")]
+        if not ctx["spec"] or None in idx:  # said already (the module, or what broke q, k or v)
+            self.broken(out)
+            return
+        p, rope = ctx["spec"]
+        q, k, v = idx
+        qs, ks = self.nodes[q].out_shape, self.nodes[k].out_shape
+        rq = self.add_node(f"{ctx['name']}.rotary_q", "rope", {"num_heads": p["num_heads"], **rope}, [q], qs, qs)
+        rk = self.add_node(f"{ctx['name']}.rotary_k", "rope", {"num_heads": p["num_key_value_heads"], **rope}, [k],
+                           ks, ks)
+        att = qs[:-1] + (p["num_heads"] * p["head_dim"],)
+        a = self.add_node(f"{ctx['name']}.attn", "attention", p, [rq, rk, v], qs, att)
+        self.producer[id(out)] = self.add_node(name, layer[0], layer[1], [a], att, out.shape, n_params)
+        self.keep.append(out)
 
     def post(self, m, args, out):
         name = self.stack.pop()
+        if self.attn and self.attn[-1]["m"] is m:
+            self.attn.pop()
         if not is_leaf(m):
             return
         self.leaf_depth -= 1
@@ -384,6 +534,17 @@ class Trace(TorchFunctionMode):
         if layer is None:  # the identity: its output is its input
             self.producer[id(out)] = self.source(tensors[0])
             return
+        if layer[0] == "rotary_source":  # cos and sin, read by the attention's rope layers
+            return
+        new = [p for p in m.parameters() if id(p) not in self.seen_params]
+        if layer[0] == "linear" and id(m.weight) in self.seen_params:
+            # tied embeddings: lm_head reads embed_tokens' table
+            layer = ("linear", {**layer[1], "tied_weights": True})
+        self.seen_params.update(id(p) for p in m.parameters())
+        n_params = sum(p.numel() for p in new)  # a leaf: its children (MHA's out_proj) are its own
+        if self.attn and m is getattr(self.attn[-1]["m"], "o_proj", None):
+            self.attention_output(m, name, layer, out, n_params)
+            return
         if layer[0] == "multihead_attention":
             a, k = self.calls.get(id(m), ((), {}))
             names = ("query", "key", "value")
@@ -395,13 +556,14 @@ class Trace(TorchFunctionMode):
                 self.problems.append(f"{name}: cross-attention (only self-attention: query, key and value one tensor)")
                 return
             tensors, out = tensors[:1], out[0]
-        n_params = sum(p.numel() for p in m.parameters())  # a leaf: its children (MHA's out_proj) are its own
-        self.record(name, layer[0], layer[1], tensors, out, n_params)
+        i = self.record(name, layer[0], layer[1], tensors, out, n_params)
+        if i is not None:
+            self.module_node[id(m)] = i
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.leaf_depth or not isinstance(out, torch.Tensor):
+        if self.leaf_depth or self.attn or not isinstance(out, torch.Tensor):
             return out
         op = getattr(func, "__name__", str(func))
         if op in ("__get__", "detach", "contiguous", "clone", "to", "float"):
@@ -461,6 +623,11 @@ class Trace(TorchFunctionMode):
         return out
 
 
+def one_line(e):
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}"
+
+
 def build(spec):
     if ":" in spec:
         module, attr = spec.split(":", 1)
@@ -476,11 +643,12 @@ def build(spec):
     return fn(weights=None)
 
 
-def trace(model, shape):
+def trace(model, shape, vocab=None):
+    """vocab: the input is token ids below it (--input-ids), not numbers in [-1, 1]."""
     model.eval()
     t = Trace(model)
     t.hooks(model)
-    x = torch.rand(shape) * 2 - 1
+    x = torch.randint(0, vocab, shape) if vocab else torch.rand(shape) * 2 - 1
     t.producer[id(x)] = -1
     t.keep.append(x)
     # with gradients on: PyTorch's fast paths for inference (TransformerEncoderLayer's
@@ -506,14 +674,15 @@ def scalar(v):
     return str(v)
 
 
-def yaml_config(name, in_shape, batch, nodes):
+def yaml_config(name, in_shape, batch, nodes, ids=False):
     """Layers grouped in blocks by module path; explicit inputs where a layer does not
     read the layer before it."""
     command = " ".join(["scripts/torch_export.py"] + [a for a in sys.argv[1:]])
     lines = [f"# {name}, written by scripts/torch_export.py from PyTorch's own execution of the model",
              f"# (torch {torch.__version__}); every module path, shape and parameter count is torch's.",
              f"# {command}",
-             f"name: {name}", f"input: [{', '.join(str(d) for d in in_shape)}]", f"batch: {batch}", "layers:"]
+             f"name: {name}", f"input: [{', '.join(str(d) for d in in_shape)}]" + ("   # token ids" if ids else ""),
+             f"batch: {batch}", "layers:"]
     open_path = []  # block path components now open
     for i, n in enumerate(nodes):
         parts = n.name.split(".")
@@ -557,14 +726,44 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a torchvision model name, or module:callable")
     ap.add_argument("--input", default="3,224,224", help="per-sample input shape (default 3,224,224)")
+    ap.add_argument("--input-ids", type=int, metavar="T",
+                    help="the input is T token ids per sample, for a model that starts with an nn.Embedding "
+                         "(a decoder LLM: the prefill of T tokens)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--name", help="the config's name (default: the model's)")
     ap.add_argument("-o", "--output", help="the config to write (default stdout)")
     ap.add_argument("--table", help="also write the reference layer table here")
     args = ap.parse_args()
-    in_shape = [int(v) for v in args.input.split(",")]
-    model = build(args.model)
-    t = trace(model, [args.batch] + in_shape)
+    try:
+        in_shape = [int(v) for v in args.input.split(",")]
+    except ValueError:
+        ap.error(f"--input {args.input}: expected numbers separated by commas, as 3,224,224")
+    if args.input_ids is not None and args.input_ids < 1:
+        ap.error("--input-ids: expected a number of tokens, 1 or more")
+    if args.batch < 1:
+        ap.error("--batch: expected 1 or more")
+    try:
+        model = build(args.model)
+    except SystemExit:
+        raise
+    except Exception as e:
+        sys.exit(f"torch_export: {args.model}: could not build it: {one_line(e)}")
+    if not isinstance(model, nn.Module):
+        sys.exit(f"torch_export: {args.model}: gives a {type(model).__name__}, not an nn.Module")
+    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    vocab = None
+    if args.input_ids is not None:
+        if not embeddings:
+            sys.exit(f"torch_export: --input-ids: {args.model} has no nn.Embedding to read token ids")
+        in_shape, vocab = [args.input_ids], embeddings[0].num_embeddings
+    try:
+        t = trace(model, [args.batch] + in_shape, vocab)
+    except Exception as e:
+        hint = ""
+        if embeddings and vocab is None:
+            hint = " (it holds an nn.Embedding: for token ids give --input-ids T)"
+        sys.exit(f"torch_export: {args.model} did not run on an input of {[args.batch] + in_shape}: "
+                 f"{one_line(e)}{hint}")
     if t.problems:
         print(f"torch_export: layerbench cannot express {len(t.problems)} part(s) of {args.model}:", file=sys.stderr)
         for p in dict.fromkeys(t.problems):
@@ -576,7 +775,7 @@ def main():
         print(f"torch_export: warning: the model's output is '{t.nodes[t.final].name}', not the last layer",
               file=sys.stderr)
     name = args.name or args.model.split(":")[-1]
-    text = yaml_config(name, in_shape, args.batch, t.nodes)
+    text = yaml_config(name, in_shape, args.batch, t.nodes, vocab is not None)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)

@@ -4,7 +4,7 @@
 # shipped configs/resnet18.yaml (every name, kind, shape, parameter and FLOP count);
 # the transformers (ViT-B/16, the BERT-base encoder) too; ConvNeXt, which needs what
 # layerbench does not have, is refused with the list of what is missing and no file
-# written.
+# written; decoder LLMs export as bench imports their config.json.
 # usage: test_export.sh BENCH SOURCE_DIR
 set -u
 BENCH=$1
@@ -45,6 +45,37 @@ rc=$?
   grep -q "operation mul on the parameter features.1.0.layer_scale" "$T/cn.err" &&
   ! grep -q "not computed from the model's input" "$T/cn.err" && ok ||
   bad "convnext_tiny: exit $rc, $(head -5 "$T/cn.err")"
+
+# decoder LLMs: a Llama (GQA, head_dim 24 of a 64-wide model) and a Qwen2 (q/k/v biases,
+# tied embeddings) written as transformers writes them (scripts/hf_decoder.py) export row
+# for row as bench imports their config.json for the same prefill; and the export passes
+# bench check
+same_as_config() { # config folder, callable, tokens, batch
+  local cfg=$1 fn=$2 tok=$3 batch=$4
+  (cd "$SRC" && "$PY" scripts/torch_export.py "hf_decoder:$fn" --input-ids "$tok" --batch "$batch" -o "$T/$fn.yaml") \
+    2>"$T/$fn.err" || { bad "export $fn: $(tail -3 "$T/$fn.err")"; return; }
+  grep -q "# token ids" "$T/$fn.yaml" &&
+    "$BENCH" list "$T/$fn.yaml" --csv "$T/$fn.exported.csv" >/dev/null &&
+    "$BENCH" list "$SRC/tests/data/hf/$cfg" --phase prefill --tokens "$tok" --batch "$batch" --csv "$T/$fn.hf.csv" >/dev/null &&
+    [ "$(wc -l <"$T/$fn.hf.csv")" -gt 30 ] &&
+    diff <(cut -d, -f2- "$T/$fn.exported.csv") <(cut -d, -f2- "$T/$fn.hf.csv") >"$T/diff" && ok ||
+    bad "exported $fn differs from the import of tests/data/hf/$cfg: $(head -5 "$T/diff")"
+}
+same_as_config tiny-llama tiny_llama 5 1
+same_as_config tiny-qwen2 tiny_qwen2 7 2
+grep -q "tied_weights: true" "$T/tiny_qwen2.yaml" && ! grep -q "tied_weights" "$T/tiny_llama.yaml" && ok ||
+  bad "lm_head's tied_weights as the models tie them"
+"$BENCH" check "$T/tiny_llama.yaml" 2>&1 | grep -q "36 passed, 0 failed" && ok || bad "bench check of the exported llama"
+# a model of token ids run without --input-ids, and --input-ids on a model without an
+# embedding: one line each, no traceback
+(cd "$SRC" && "$PY" scripts/torch_export.py hf_decoder:tiny_llama -o "$T/noids.yaml") 2>"$T/noids.err"
+rc=$?
+[ $rc = 1 ] && [ ! -e "$T/noids.yaml" ] && [ "$(wc -l <"$T/noids.err")" = 1 ] && grep -q "give --input-ids T" "$T/noids.err" &&
+  ! grep -q Traceback "$T/noids.err" && ok || bad "token ids without --input-ids: exit $rc, $(head -3 "$T/noids.err")"
+"$PY" "$SRC/scripts/torch_export.py" resnet18 --input-ids 4 2>"$T/ids.err" >/dev/null
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$T/ids.err")" = 1 ] && grep -q "no nn.Embedding" "$T/ids.err" && ok ||
+  bad "--input-ids on resnet18: exit $rc, $(head -3 "$T/ids.err")"
 
 # scripts/torch_compare.py on the CPU: every timed layer of smoke again in PyTorch, beside
 # the rows of each backend run here (one column set per backend), and the forward
