@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cfg.h"
+#include "safetensors.h"
 #include "strbuf.h"
 
 /* Tokens per sequence when the command line gives none. */
@@ -310,6 +311,24 @@ static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strb
                   m->tied ? ", tied_weights: true" : "");
 }
 
+/* The safetensors headers beside the config.json, against the layers built from it
+ * (safetensors.h); what was checked becomes m->note. */
+static bench_status check_weights(const char *file, model *m, char *err, size_t errlen)
+{
+    char dir[4096], note[1024];
+    const char *slash = strrchr(file, '/');
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - file), file);
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (slash == file)
+        snprintf(dir, sizeof dir, "/");
+    bench_status st = safetensors_check(dir, m, note, sizeof note, err, errlen);
+    if (st == BENCH_OK && note[0])
+        m->note = xstrdup(note);
+    return st;
+}
+
 bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -366,6 +385,12 @@ bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model
             write_yaml(&m, name, tokens, &y);
             st = cfg_load_text_shaped(file, y.data, y.len, batch, shape, out, err, errlen);
             strbuf_free(&y);
+            if (st == BENCH_OK)
+                st = check_weights(file, *out, err, errlen);
+            if (st != BENCH_OK) {
+                model_free(*out);
+                *out = NULL;
+            }
         }
     }
     free(h.text);

@@ -82,6 +82,11 @@ int cli_load_model(const cli *c, int64_t batch, model **m)
     }
     if (c->n_dtypes) /* the first; run, sweep and check go through the others themselves */
         model_set_dtype(*m, c->dtypes[0]);
+    static bool noted; /* once, though a sweep loads the model for each batch and shape */
+    if ((*m)->note && !noted && !c->worker) {
+        log_msg("%s", (*m)->note);
+        noted = true;
+    }
     return 0;
 }
 

@@ -44,6 +44,10 @@ static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_
     }
     if (measurement && *measurement)
         strbuf_printf(b, ", \"measurement\": [%s]", measurement);
+    if (m && m->note) { /* a config.json's safetensors headers, checked against the layers */
+        strbuf_printf(b, ", \"weights_checked\": ");
+        strbuf_json(b, m->note);
+    }
     if (m) {
         model_memory mm;
         model_memory_plan(m, &mm);

@@ -15,6 +15,7 @@ void model_free(model *m)
     free(m->layers);
     free(m->name);
     free(m->path);
+    free(m->note);
     free(m);
 }
 

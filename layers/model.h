@@ -14,6 +14,8 @@ typedef struct model {
     dtype_t dtype;       /* the model-wide dtype: the config's, or --dtype's */
     layer *layers;       /* n_layers, in execution order; owned */
     int n_layers;
+    char *note;          /* what was checked beside the config (a config.json's safetensors
+                            headers), one line; owned; NULL where nothing was */
 } model;
 
 typedef struct model_totals {

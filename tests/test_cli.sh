@@ -255,6 +255,39 @@ expect 2 "yarn.json:12:3: rope_scaling: rope type 'yarn' is not built" -- "$BENC
 grep -v vocab_size "$SRC/tests/data/hf/tiny-qwen2/config.json" | sed 's/"use_sliding_window": false,/"use_sliding_window": false/' >"$T/hf/novocab.json"
 expect 2 "novocab.json:1:1: vocab_size: missing" -- "$BENCH" list "$T/hf/novocab.json"
 printf '{"model_type": "llama", ' >"$T/hf/cut.json"
+
+# safetensors beside a config.json: the headers (tests/make_safetensors.py writes them
+# from transformers' names, the data left zero) against the layers built
+if command -v python3 >/dev/null; then
+  ST() { python3 "$SRC/tests/make_safetensors.py" "$SRC/tests/data/hf/$1/config.json" "$T/st/$2" "${@:3}"; }
+  ST tiny-llama one && expect 0 "st/one/model.safetensors: 21 tensors match the layers' shapes \(headers read, not the weights\); stored as F32$" -- \
+    "$BENCH" list "$T/st/one" --tokens 8
+  ST tiny-qwen2 shards --dtype BF16 --shards 3 &&
+    expect 0 "model.safetensors.index.json and 3 shards: 26 tensors match .*stored as BF16, while config.json's torch_dtype is float32" -- \
+    "$BENCH" list "$T/st/shards" --tokens 8
+  ST tiny-qwen2 partial --shards 3 --absent 2 --lm-head &&
+    expect 0 "3 shards: 18 tensors match .*1 shard absent, whose 9 tensors were checked by name only" -- \
+    "$BENCH" list "$T/st/partial" --tokens 8
+  ST tiny-mixtral moe --dtype BF16 && expect 0 "53 tensors match" -- "$BENCH" list "$T/st/moe" --tokens 8
+  ST tiny-llama shape --reshape model.layers.1.self_attn.k_proj.weight=47,64 &&
+    expect 2 "^$T/st/shape/model.safetensors: 'model.layers.1.self_attn.k_proj.weight' is \[47, 64\] in the checkpoint, but the layers built from config.json have \[48, 64\]$" -- \
+    "$BENCH" list "$T/st/shape" --tokens 8
+  ST tiny-llama missing --drop model.norm.weight && expect 2 "model.safetensors: lacks 'model.norm.weight' \[64\]" -- \
+    "$BENCH" run "$T/st/missing" --tokens 8
+  ST tiny-llama bias --add model.layers.0.self_attn.q_proj.bias=96 &&
+    expect 2 "holds the tensor 'model.layers.0.self_attn.q_proj.bias', which the layers built from config.json do not have" -- \
+    "$BENCH" list "$T/st/bias" --tokens 8
+  ST tiny-qwen2 moved --shards 2 && sed -i 's/model-00002-of/model-00001-of/' "$T/st/moved/model.safetensors.index.json" &&
+    expect 2 "index.json: names 'model.*' in model-00001-of-00002.safetensors, whose header does not hold it" -- \
+    "$BENCH" list "$T/st/moved" --tokens 8
+  ST tiny-llama notst --header-length 99999999 &&
+    expect 2 "model.safetensors: its first 8 bytes give a header of 99999999 bytes, in a file of [0-9]+: not a safetensors file" -- \
+    "$BENCH" list "$T/st/notst" --tokens 8
+  "$BENCH" run "$T/st/one" --tokens 8 "${FAST[@]}" --csv "$T/st.csv" >/dev/null 2>&1 &&
+    grep -q '"weights_checked": ".*21 tensors match' "$T/st.json" && ok || bad "the JSON's weights_checked"
+else
+  echo "skip: the safetensors header checks need python3 to write the files"
+fi
 expect 2 "cut.json:1:24: JSON: " -- "$BENCH" list "$T/hf/cut.json"
 expect 2 "--tokens 4: .*resnet18.yaml's input is not token ids" -- "$BENCH" list "$R18" --tokens 4
 expect 2 "--kv-len 4: .*has no rope or attention layer" -- "$BENCH" list "$R18" --kv-len 4

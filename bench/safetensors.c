@@ -1,0 +1,410 @@
+/* safetensors headers against the layers built from config.json (safetensors.h). The
+ * format: 8 bytes, a little-endian u64 N; N bytes of JSON, an object of tensor name ->
+ * {"dtype", "shape", "data_offsets": [begin, end]} (offsets into the bytes after the
+ * header) and an optional "__metadata__"; then the data. A sharded checkpoint has
+ * model.safetensors.index.json beside it, whose "weight_map" names each tensor's file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dtype.h"
+#include "safetensors.h"
+#include "strbuf.h"
+
+/* A tensor the layers hold, under the module path the checkpoint names it by. */
+typedef struct want {
+    char *name;
+    int rank;
+    int64_t d[2];
+    bool optional; /* lm_head.weight of tied embeddings: checkpoints may leave it out */
+    bool seen;
+} want;
+
+typedef struct wants {
+    want *v;
+    int n, cap;
+} wants;
+
+static void want_add(wants *w, bool optional, int rank, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void want_add(wants *w, bool optional, int rank, int64_t d0, int64_t d1, const char *fmt, ...)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->v = xrealloc(w->v, (size_t)w->cap * sizeof *w->v);
+    }
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    w->v[w->n++] = (want){.name = xstrdup(name), .rank = rank, .d = {d0, d1}, .optional = optional};
+}
+
+static int want_cmp(const void *a, const void *b) { return strcmp(((const want *)a)->name, ((const want *)b)->name); }
+
+static want *want_find(const wants *w, const char *name)
+{
+    want key = {.name = (char *)name};
+    return bsearch(&key, w->v, (size_t)w->n, sizeof *w->v, want_cmp);
+}
+
+static void wants_free(wants *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->v[i].name);
+    free(w->v);
+}
+
+/* The tensors Hugging Face's modules hold for the kinds a config.json builds. */
+static void wants_from_model(const model *m, wants *w)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        int64_t in = l->in.d[l->in.rank - 1];
+        switch (l->kind) {
+        case LAYER_EMBEDDING:
+            want_add(w, false, 2, l->p.num_embeddings, l->p.embedding_dim, "%s.weight", l->name);
+            break;
+        case LAYER_RMSNORM:
+            want_add(w, false, 1, l->p.normalized_shape, 0, "%s.weight", l->name);
+            break;
+        case LAYER_LINEAR:
+            want_add(w, l->p.tied_weights, 2, l->p.out_features, in, "%s.weight", l->name);
+            if (l->p.bias)
+                want_add(w, false, 1, l->p.out_features, 0, "%s.bias", l->name);
+            break;
+        case LAYER_MOE: /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn] */
+            for (int64_t e = 0; e < l->p.num_experts; e++) {
+                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".w1.weight", l->name, e);
+                want_add(w, false, 2, in, l->p.ffn_dim, "%s.%" PRId64 ".w2.weight", l->name, e);
+                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".w3.weight", l->name, e);
+            }
+            break;
+        default: /* rope, attention, add, mul, silu: no weights */
+            break;
+        }
+    }
+    qsort(w->v, (size_t)w->n, sizeof *w->v, want_cmp);
+}
+
+static void shape_text(char *buf, size_t len, int rank, const int64_t *d)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int k = 0; k < rank && at < len; k++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, k ? ", " : "", d[k]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static const struct {
+    const char *name;
+    int size;
+} st_dtypes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+                 {"I8", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1},
+                 {"F8_E5M2", 1}};
+#define N_DTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
+
+typedef struct check {
+    wants w;
+    const char *dir;
+    int64_t tensors;          /* matched */
+    int64_t per_dtype[N_DTYPES];
+    int64_t extra_inv_freq;   /* rotary_emb.inv_freq buffers older checkpoints hold */
+    int64_t names_only;       /* tensors of absent shards: names checked, not shapes */
+    char *err;
+    size_t errlen;
+} check;
+
+static int fail(check *c, const char *file, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(check *c, const char *file, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(c->err, c->errlen, "%s/%s: %s", c->dir, file, msg);
+    return -1;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* A tensor name met in a header or an index: one the layers hold (seen once), or a rotary
+ * embedding's buffer. Returns the want, NULL for a tolerated buffer, or fails. */
+static int match_name(check *c, const char *file, const char *name, want **out)
+{
+    *out = want_find(&c->w, name);
+    if (!*out) {
+        if (ends_with(name, "rotary_emb.inv_freq")) {
+            c->extra_inv_freq++;
+            return 0;
+        }
+        return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
+                             "config.json of another model, or a field of it not read)", name);
+    }
+    if ((*out)->seen)
+        return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", name);
+    (*out)->seen = true;
+    return 0;
+}
+
+/* dir/file's header as a JSON object; *data_len the bytes after it. */
+static json_t *read_header(check *c, const char *file, int64_t *data_len)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fail(c, file, "cannot read it: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat s;
+    unsigned char len8[8];
+    json_t *root = NULL;
+    if (fstat(fileno(f), &s) != 0 || s.st_size < 8 || fread(len8, 1, 8, f) != 8) {
+        fail(c, file, "shorter than a safetensors header's 8-byte length");
+        goto out;
+    }
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | len8[k];
+    if (n < 2 || n > SAFETENSORS_MAX_HEADER || n > (uint64_t)s.st_size - 8) {
+        fail(c, file, "its first 8 bytes give a header of %" PRIu64 " bytes, in a file of %lld: not a safetensors file",
+             n, (long long)s.st_size);
+        goto out;
+    }
+    char *text = malloc((size_t)n);
+    if (!text) {
+        fail(c, file, "no memory for its %" PRIu64 "-byte header", n);
+        goto out;
+    }
+    if (fread(text, 1, (size_t)n, f) != (size_t)n) {
+        fail(c, file, "cannot read its %" PRIu64 "-byte header", n);
+        free(text);
+        goto out;
+    }
+    json_error_t je;
+    root = json_loadb(text, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!root)
+        fail(c, file, "its header is not JSON (byte %d: %s)", je.position + 8, je.text);
+    else if (!json_is_object(root)) {
+        fail(c, file, "its header is not a JSON object of tensors");
+        json_decref(root);
+        root = NULL;
+    }
+    *data_len = (int64_t)((uint64_t)s.st_size - 8 - n);
+out:
+    fclose(f);
+    return root;
+}
+
+/* One header entry: well formed, and with the shape the layers give it. */
+static int check_tensor(check *c, const char *file, const char *name, json_t *t, int64_t data_len)
+{
+    json_t *dt = json_object_get(t, "dtype"), *sh = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
+    if (!json_is_object(t) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
+        json_array_size(off) != 2 || json_array_size(sh) > 8)
+        return fail(c, file, "the header's entry '%s' is not {dtype, shape, data_offsets}", name);
+    int di = -1;
+    for (int k = 0; k < N_DTYPES; k++)
+        if (strcmp(json_string_value(dt), st_dtypes[k].name) == 0)
+            di = k;
+    if (di < 0)
+        return fail(c, file, "'%s': dtype '%s' is not one safetensors defines", name, json_string_value(dt));
+    int rank = (int)json_array_size(sh);
+    int64_t d[8], numel = 1;
+    for (int k = 0; k < rank; k++) {
+        json_t *v = json_array_get(sh, (size_t)k);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > ((int64_t)1 << 40))
+            return fail(c, file, "'%s': the shape holds something other than a size", name);
+        d[k] = json_integer_value(v);
+        numel = numel && d[k] > INT64_MAX / 8 / numel ? -1 : numel * d[k];
+        if (numel < 0)
+            return fail(c, file, "'%s': a shape too large", name);
+    }
+    json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
+    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+        json_integer_value(e) < json_integer_value(b) || json_integer_value(e) > data_len ||
+        json_integer_value(e) - json_integer_value(b) != numel * st_dtypes[di].size) {
+        char s[160];
+        shape_text(s, sizeof s, rank, d);
+        return fail(c, file, "'%s': data_offsets do not hold %s %s in the file's %lld bytes of data", name, s,
+                    st_dtypes[di].name, (long long)data_len);
+    }
+    want *w;
+    if (match_name(c, file, name, &w) != 0)
+        return -1;
+    if (!w)
+        return 0;
+    if (rank != w->rank || d[0] != w->d[0] || (rank > 1 && d[1] != w->d[1])) {
+        char got[160], exp[160];
+        shape_text(got, sizeof got, rank, d);
+        shape_text(exp, sizeof exp, w->rank, w->d);
+        return fail(c, file, "'%s' is %s in the checkpoint, but the layers built from config.json have %s", name, got,
+                    exp);
+    }
+    c->tensors++;
+    c->per_dtype[di]++;
+    return 0;
+}
+
+static int check_file(check *c, const char *file)
+{
+    int64_t data_len = 0;
+    json_t *h = read_header(c, file, &data_len);
+    if (!h)
+        return -1;
+    const char *name;
+    json_t *t;
+    int rc = 0;
+    json_object_foreach(h, name, t) {
+        if (strcmp(name, "__metadata__") == 0)
+            continue;
+        if ((rc = check_tensor(c, file, name, t, data_len)) != 0)
+            break;
+    }
+    json_decref(h);
+    return rc;
+}
+
+static bool exists(const char *dir, const char *file)
+{
+    char path[4096];
+    struct stat s;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+/* The index's shards, each checked once; those absent are checked by name from the index.
+ * *n_files, *n_absent: what it names. */
+static int check_index(check *c, const char *index, int *n_files, int *n_absent)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", c->dir, index);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *map = json_object_get(root, "weight_map");
+    if (!root)
+        return fail(c, index, "%d:%d: JSON: %s", je.line, je.column, je.text);
+    if (!json_is_object(map)) {
+        json_decref(root);
+        return fail(c, index, "no \"weight_map\" object naming each tensor's file");
+    }
+    json_t *done = json_object(); /* file -> true once checked */
+    const char *name;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(map, name, v) {
+        const char *file = json_string_value(v);
+        if (!file || !*file || strchr(file, '/') || strcmp(file, "..") == 0) {
+            rc = fail(c, index, "the weight_map gives '%s' no file name beside the index", name);
+            break;
+        }
+        if (json_object_get(done, file))
+            continue;
+        json_object_set_new(done, file, json_true());
+        (*n_files)++;
+        if (exists(c->dir, file)) {
+            if ((rc = check_file(c, file)) != 0)
+                break;
+        } else
+            (*n_absent)++;
+    }
+    /* the tensors of absent shards, by name; and every tensor the index names must be in
+     * its shard (a present shard marked it seen) */
+    if (rc == 0)
+        json_object_foreach(map, name, v) {
+            want *w = want_find(&c->w, name);
+            if (exists(c->dir, json_string_value(v))) {
+                if (w ? !w->seen : !ends_with(name, "rotary_emb.inv_freq")) {
+                    rc = fail(c, index, "names '%s' in %s, whose header does not hold it", name, json_string_value(v));
+                    break;
+                }
+            } else {
+                if ((rc = match_name(c, index, name, &w)) != 0)
+                    break;
+                c->names_only += w != NULL;
+            }
+        }
+    json_decref(done);
+    json_decref(root);
+    return rc;
+}
+
+static const char *model_dtype_st(dtype_t t)
+{
+    return t == DTYPE_BF16 ? "BF16" : t == DTYPE_FP16 ? "F16" : "F32";
+}
+
+bench_status safetensors_check(const char *dir, const model *m, char *note, size_t notelen, char *err,
+                               size_t errlen)
+{
+    note[0] = '\0';
+    const char *index = "model.safetensors.index.json", *single = "model.safetensors";
+    bool sharded = exists(dir, index);
+    if (!sharded && !exists(dir, single))
+        return BENCH_OK;
+    check c = {.dir = dir, .err = err, .errlen = errlen};
+    wants_from_model(m, &c.w);
+    int n_files = 1, n_absent = 0, rc;
+    if (sharded) {
+        n_files = 0;
+        rc = check_index(&c, index, &n_files, &n_absent);
+    } else
+        rc = check_file(&c, single);
+    int missing = 0;
+    const want *first = NULL;
+    for (int i = 0; rc == 0 && i < c.w.n; i++)
+        if (!c.w.v[i].seen && !c.w.v[i].optional)
+            missing++, first = first ? first : &c.w.v[i];
+    if (rc == 0 && missing) {
+        char s[160];
+        shape_text(s, sizeof s, first->rank, first->d);
+        if (missing == 1)
+            rc = fail(&c, sharded ? index : single, "lacks '%s' %s, which the layers built from config.json have",
+                      first->name, s);
+        else
+            rc = fail(&c, sharded ? index : single, "lacks %d tensors that the layers built from config.json have, "
+                      "'%s' %s among them", missing, first->name, s);
+    }
+    if (rc == 0) {
+        strbuf b = {0};
+        if (sharded)
+            strbuf_printf(&b, "%s/%s and %d shard%s", dir, index, n_files, n_files == 1 ? "" : "s");
+        else
+            strbuf_printf(&b, "%s/%s", dir, single);
+        strbuf_printf(&b, ": %lld tensors match the layers' shapes (headers read, not the weights)",
+                      (long long)c.tensors);
+        if (n_absent)
+            strbuf_printf(&b, "; %d shard%s absent, whose %lld tensors were checked by name only", n_absent,
+                          n_absent == 1 ? "" : "s", (long long)c.names_only);
+        int kinds = 0, top = -1;
+        for (int k = 0; k < N_DTYPES; k++)
+            if (c.per_dtype[k])
+                kinds++, top = top < 0 || c.per_dtype[k] > c.per_dtype[top] ? k : top;
+        if (kinds == 1)
+            strbuf_printf(&b, "; stored as %s", st_dtypes[top].name);
+        else if (kinds > 1) {
+            strbuf_printf(&b, "; stored as");
+            for (int k = 0, sep = 0; k < N_DTYPES; k++)
+                if (c.per_dtype[k])
+                    strbuf_printf(&b, "%s %s (%lld)", sep++ ? "," : "", st_dtypes[k].name, (long long)c.per_dtype[k]);
+        }
+        if (top >= 0 && strcmp(st_dtypes[top].name, model_dtype_st(m->dtype)) != 0)
+            strbuf_printf(&b, ", while config.json's torch_dtype is %s", dtype_torch_name(m->dtype));
+        snprintf(note, notelen, "%s", b.data ? b.data : "");
+        strbuf_free(&b);
+    }
+    wants_free(&c.w);
+    return rc == 0 ? BENCH_OK : BENCH_ERR_USAGE;
+}

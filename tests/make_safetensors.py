@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
+Qwen2, Mixtral), with every tensor named and shaped as transformers names and shapes them
+and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
+cross-check. Python's standard library only; the names come from transformers' modules,
+not from bench.
+
+usage: make_safetensors.py CONFIG_JSON OUT_DIR [--dtype F32|BF16|F16] [--shards N]
+         [--absent K] [--drop NAME] [--add NAME=D0,D1] [--reshape NAME=D0,D1]
+         [--lm-head] [--header-length N]
+--shards N writes model-0000k-of-0000N.safetensors and model.safetensors.index.json
+(--absent K then leaves shard K out, as a partial download does); --lm-head writes
+lm_head.weight even for tied embeddings; --header-length N writes N as the header's
+length (a file that is not safetensors).
+"""
+import argparse
+import json
+import os
+import struct
+
+
+def tensors(cfg):
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    d = cfg.get("head_dim") or h // heads
+    qwen2 = cfg["model_type"] == "qwen2"
+    qkv_bias = qwen2 or cfg.get("attention_bias", False)
+    o_bias = cfg.get("attention_bias", False) and not qwen2
+    out = [("model.embed_tokens.weight", [v, h])]
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}"
+        out.append((f"{p}.input_layernorm.weight", [h]))
+        for name, rows in (("q_proj", heads * d), ("k_proj", kv * d), ("v_proj", kv * d)):
+            out.append((f"{p}.self_attn.{name}.weight", [rows, h]))
+            if qkv_bias:
+                out.append((f"{p}.self_attn.{name}.bias", [rows]))
+        out.append((f"{p}.self_attn.o_proj.weight", [h, heads * d]))
+        if o_bias:
+            out.append((f"{p}.self_attn.o_proj.bias", [h]))
+        out.append((f"{p}.post_attention_layernorm.weight", [h]))
+        if cfg["model_type"] == "mixtral":
+            e = cfg["num_local_experts"]
+            out.append((f"{p}.block_sparse_moe.gate.weight", [e, h]))
+            for k in range(e):
+                q = f"{p}.block_sparse_moe.experts.{k}"
+                out += [(f"{q}.w1.weight", [i, h]), (f"{q}.w2.weight", [h, i]), (f"{q}.w3.weight", [i, h])]
+        else:
+            out += [(f"{p}.mlp.gate_proj.weight", [i, h]), (f"{p}.mlp.up_proj.weight", [i, h]),
+                    (f"{p}.mlp.down_proj.weight", [h, i])]
+    out.append(("model.norm.weight", [h]))
+    if not cfg.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", [v, h]))
+    return out
+
+
+def shape(text):
+    return [int(x) for x in text.split(",")]
+
+
+def write(path, entries, size, header_length=None):
+    header, at = {"__metadata__": {"format": "pt"}}, 0
+    for name, dims in entries:
+        n = size
+        for x in dims:
+            n *= x
+        header[name] = {"dtype": args.dtype, "shape": dims, "data_offsets": [at, at + n]}
+        at += n
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", header_length if header_length is not None else len(text)))
+        f.write(text)
+        f.truncate(8 + len(text) + at)
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("config")
+ap.add_argument("out")
+ap.add_argument("--dtype", default="F32", choices=["F32", "BF16", "F16"])
+ap.add_argument("--shards", type=int, default=0)
+ap.add_argument("--absent", type=int, default=0)
+ap.add_argument("--drop", action="append", default=[])
+ap.add_argument("--add", action="append", default=[])
+ap.add_argument("--reshape", action="append", default=[])
+ap.add_argument("--lm-head", action="store_true")
+ap.add_argument("--header-length", type=int)
+args = ap.parse_args()
+cfg = json.load(open(args.config))
+entries = [e for e in tensors(cfg) if e[0] not in args.drop]
+if args.lm_head and not any(n == "lm_head.weight" for n, _ in entries):
+    entries.append(("lm_head.weight", [cfg["vocab_size"], cfg["hidden_size"]]))
+for a in args.add:
+    name, dims = a.split("=")
+    entries.append((name, shape(dims)))
+for a in args.reshape:
+    name, dims = a.split("=")
+    entries = [(n, shape(dims) if n == name else s) for n, s in entries]
+size = {"F32": 4, "BF16": 2, "F16": 2}[args.dtype]
+os.makedirs(args.out, exist_ok=True)
+with open(os.path.join(args.out, "config.json"), "w") as f:
+    json.dump(cfg, f, indent=2)
+if args.shards:
+    per = -(-len(entries) // args.shards)
+    weight_map = {}
+    for k in range(args.shards):
+        file = f"model-{k + 1:05d}-of-{args.shards:05d}.safetensors"
+        part = entries[k * per:(k + 1) * per]
+        weight_map.update({n: file for n, _ in part})
+        if k + 1 != args.absent:
+            write(os.path.join(args.out, file), part, size)
+    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+else:
+    write(os.path.join(args.out, "model.safetensors"), entries, size, args.header_length)
