@@ -15,6 +15,11 @@ Writes into DIR (default: beside the first CSV), for each model:
                                           roofline (needs the peaks: not --no-peaks)
   <model>_cpu_vs_<gpu>_b<batch>.png       each layer's time on the CPU against the GPU,
                                           where both ran
+  <model>_decode_<backend>.png            a decoder's sweep over --kv-len (and --batch):
+                                          time per step and tokens/s against the cache
+                                          length, a line per batch size
+A dtype other than fp32 and a decoder's token shape (tokens, cached tokens) are part of
+each name (..._b1_bf16_t1_kv1024.png), so the sets of a grid do not overwrite each other.
 Reads only the CSV (docs/csv.md). Needs matplotlib and pandas (Debian:
 python3-matplotlib python3-pandas). Prints the files it wrote.
 """
@@ -64,11 +69,18 @@ def load(paths):
         df["source"] = os.path.splitext(os.path.basename(p))[0]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
+    for col in ("dtype", "tokens", "kv_len"):  # older CSVs: fp32, no token shape
+        if col not in df.columns:
+            df[col] = "fp32" if col == "dtype" else float("nan")
+    df["dtype"] = df["dtype"].fillna("fp32")
+    # what a set is besides its model, backend and batch: its dtype and token shape
+    df["shape"] = [("" if d == "fp32" else f"_{d}") + ("" if t != t else f"_t{int(t)}_kv{int(k) if k == k else 0}")
+                   for d, t, k in zip(df["dtype"], df["tokens"], df["kv_len"])]
     # a (model, backend, batch) measured in more than one file: the file names tell them apart
-    keys = df.groupby(["model", "backend", "batch"])["source"].nunique()
+    keys = df.groupby(["model", "backend", "batch", "shape"])["source"].nunique()
     dup = set(keys[keys > 1].index)
-    df["tag"] = [f"_{src}" if (m, b, n) in dup else "" for m, b, n, src in
-                 zip(df["model"], df["backend"], df["batch"], df["source"])]
+    df["tag"] = [sh + (f"_{src}" if (m, b, n, sh) in dup else "") for m, b, n, sh, src in
+                 zip(df["model"], df["backend"], df["batch"], df["shape"], df["source"])]
     return df
 
 
@@ -88,12 +100,12 @@ def save(fig, out, name, written):
 def plot_layers(df, out, top, written):
     iso = isolated_rows(df)
     inmodel = df[df["mode"] == "inmodel"]
-    for (model, backend, batch, src), g in iso.groupby(["model", "backend", "batch", "source"]):
+    for (model, backend, batch, shape, src), g in iso.groupby(["model", "backend", "batch", "shape", "source"]):
         tag = g["tag"].iloc[0]
         g = g.drop_duplicates("layer_index").sort_values("median_us", ascending=False).head(top)
         g = g.iloc[::-1]  # slowest at the top
         im = inmodel[(inmodel["model"] == model) & (inmodel["backend"] == backend) & (inmodel["batch"] == batch) &
-                     (inmodel["source"] == src)]
+                     (inmodel["shape"] == shape) & (inmodel["source"] == src)]
         im = im.set_index("layer_index")["median_us"] if len(im) else None
         fig, ax = plt.subplots(figsize=(9, 0.38 * len(g) + 1.6))
         y = range(len(g))
@@ -114,18 +126,28 @@ def plot_layers(df, out, top, written):
         ax.set_xlabel("median time per call, alone (microseconds)")
         ax.set_xlim(0, right * 1.2)
         total = iso[(iso["model"] == model) & (iso["backend"] == backend) & (iso["batch"] == batch) &
-                    (iso["source"] == src)]
+                    (iso["shape"] == shape) & (iso["source"] == src)]
         total = total.drop_duplicates("layer_index")["median_us"].sum()
-        ax.set_title(f"{model} on {backend}, batch {batch}: the {len(g)} slowest layers "
+        ax.set_title(f"{model} on {backend}, batch {batch}{describe(g)}: the {len(g)} slowest layers "
                      f"({100 * g['median_us'].sum() / total:.0f}% of {fmt_time(total)})", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         save(fig, out, f"{model}_layers_{backend}_b{batch}{tag}.png", written)
 
 
+def describe(g):
+    """", bf16, 1 token after 1024 cached" for a set's title."""
+    r = g.iloc[0]
+    text = "" if r["dtype"] == "fp32" else f", {r['dtype']}"
+    if r["tokens"] == r["tokens"]:
+        kv = int(r["kv_len"]) if r["kv_len"] == r["kv_len"] else 0
+        text += f", {int(r['tokens'])} token{'s' if r['tokens'] != 1 else ''}" + (f" after {kv} cached" if kv else "")
+    return text
+
+
 def plot_scaling(df, out, written):
     chained = df[(df["mode"] == "chained") & (df["status"] == "ok")]
     iso = isolated_rows(df)
-    for model, g in chained.groupby("model"):
+    for (model, shape), g in chained.groupby(["model", "shape"]):
         g = g.drop_duplicates(["backend", "batch"])
         if g["batch"].nunique() < 2:
             continue
@@ -145,11 +167,12 @@ def plot_scaling(df, out, written):
         else:
             a1.set_ylim(bottom=0)
             a1.set_ylabel("items per second (chained forward)")
-        a1.set_title(f"{model}: throughput against batch size", fontsize=10)
+        a1.set_title(f"{model}{describe(g)}: throughput against batch size", fontsize=10)
         a1.grid(alpha=0.3, which="both")
         a1.legend(fontsize=8)
         backend = g["backend"].iloc[0]
-        m = iso[(iso["model"] == model) & (iso["backend"] == backend)].drop_duplicates(["batch", "layer_index"])
+        m = iso[(iso["model"] == model) & (iso["backend"] == backend) & (iso["shape"] == shape)]
+        m = m.drop_duplicates(["batch", "layer_index"])
         m = m[m["batch"].isin(g[g["backend"] == backend]["batch"])]
         per = m.groupby(["batch", "kind"])["median_us"].sum().unstack(fill_value=0)
         per = per.div(per.index.to_series(), axis=0) / 1000  # ms per item
@@ -164,7 +187,38 @@ def plot_scaling(df, out, written):
         a2.set_title(f"{model} on {backend}: time per item by kind", fontsize=10)
         a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
         a2.grid(axis="y", alpha=0.3)
-        save(fig, out, f"{model}_scaling.png", written)
+        save(fig, out, f"{model}_scaling{shape}.png", written)
+
+
+def plot_decode(df, out, written):
+    """A decoder's steps over cache lengths: per backend and dtype, the chained forward's
+    median against kv_len, a line per batch size (and tokens per step)."""
+    chained = df[(df["mode"] == "chained") & (df["status"] == "ok") & df["kv_len"].notna()]
+    for (model, backend, dtype), g in chained.groupby(["model", "backend", "dtype"]):
+        g = g.drop_duplicates(["batch", "tokens", "kv_len"])
+        if g["kv_len"].nunique() < 2:
+            continue
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for (batch, tokens), b in g.groupby(["batch", "tokens"]):
+            b = b.sort_values("kv_len")
+            label = f"batch {batch}" + (f", {int(tokens)} tokens" if tokens != 1 else "")
+            a1.plot(b["kv_len"], b["median_us"] / 1000, marker="o", label=label)
+            a2.plot(b["kv_len"], batch * tokens / (b["median_us"] * 1e-6), marker="o", label=label)
+        for a in (a1, a2):
+            a.set_xscale("log", base=2)
+            kvs = sorted(g["kv_len"].unique())
+            a.set_xticks(kvs)
+            a.set_xticklabels([str(int(k)) for k in kvs])
+            a.minorticks_off()
+            a.set_xlabel("tokens in the KV cache")
+            a.set_ylim(bottom=0)
+            a.grid(alpha=0.3)
+            a.legend(fontsize=8)
+        a1.set_ylabel("milliseconds per step (chained forward, median)")
+        a1.set_title(f"{model} on {backend}, {dtype}: time per step", fontsize=10)
+        a2.set_ylabel("tokens per second")
+        a2.set_title(f"{model} on {backend}, {dtype}: throughput", fontsize=10)
+        save(fig, out, f"{model}_decode_{backend}{'' if dtype == 'fp32' else '_' + dtype}.png", written)
 
 
 def plot_roofline(df, out, written):
@@ -172,7 +226,7 @@ def plot_roofline(df, out, written):
     if "peak_gflops_per_s" not in df.columns:
         return
     iso = iso[iso["peak_gflops_per_s"].notna() & (iso["bytes"] > 0)]
-    for (model, backend, batch, src), g in iso.groupby(["model", "backend", "batch", "source"]):
+    for (model, backend, batch, shape, src), g in iso.groupby(["model", "backend", "batch", "shape", "source"]):
         tag = g["tag"].iloc[0]
         g = g.drop_duplicates("layer_index")
         peak_f = g["peak_gflops_per_s"].iloc[0]
@@ -200,7 +254,8 @@ def plot_roofline(df, out, written):
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
         ax.set_ylabel("achieved GFLOP/s (layers without FLOPs: GB/s x the left edge)")
-        ax.set_title(f"{model} on {backend}, batch {batch}: each layer alone on the measured roofline", fontsize=10)
+        ax.set_title(f"{model} on {backend}, batch {batch}{describe(g)}: each layer alone on the measured roofline",
+                     fontsize=10)
         ax.grid(which="both", alpha=0.25)
         ax.legend(fontsize=7, loc="lower right")
         save(fig, out, f"{model}_roofline_{backend}_b{batch}{tag}.png", written)
@@ -208,7 +263,7 @@ def plot_roofline(df, out, written):
 
 def plot_cpu_vs_gpu(df, out, written):
     iso = isolated_rows(df)
-    for (model, batch, src), g in iso.groupby(["model", "batch", "source"]):
+    for (model, batch, shape, src), g in iso.groupby(["model", "batch", "shape", "source"]):
         backends = set(g["backend"])
         if "cpu" not in backends or len(backends) < 2:
             continue
@@ -256,6 +311,7 @@ def main():
     plot_scaling(df, out, written)
     plot_roofline(df, out, written)
     plot_cpu_vs_gpu(df, out, written)
+    plot_decode(df, out, written)
     for p in written:
         print(p)
     if not written:
