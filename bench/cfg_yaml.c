@@ -194,10 +194,12 @@ int cfg_parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out
     const char *v = cfg_scalar(n);
     if (strchr(v, '.'))
         return fail(c, n, "%s: '%s' must not contain '.', which separates qualified names", key, v);
+    /* '-' inside a name (torchvision's RegNet: block1-0), never first: a CSV cell that
+     * begins with it is a spreadsheet formula */
     for (size_t i = 0; i < cfg_scalar_len(n); i++)
-        if (!(isalnum((unsigned char)v[i]) || v[i] == '_'))
-            return fail(c, n, "%s: use letters, digits and '_' only (as torch module names do), got %s", key,
-                        v[i] ? "other characters" : "a NUL character");
+        if (!(isalnum((unsigned char)v[i]) || v[i] == '_' || (v[i] == '-' && i > 0)))
+            return fail(c, n, "%s: use letters, digits, '_' and '-' (not first) only, as torch module names do; got %s",
+                        key, !v[i] ? "a NUL character" : v[i] == '-' ? "'-' first" : "other characters");
     *out = v;
     return 0;
 }

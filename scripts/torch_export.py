@@ -116,31 +116,12 @@ def module_layer(m):
     if isinstance(m, nn.MaxPool2d):
         if m.return_indices:
             raise Unsupported("MaxPool2d with return_indices")
-        p = {"kernel_size": compact(pair(m.kernel_size))}
-        stride = pair(m.stride if m.stride is not None else m.kernel_size)
-        if stride != pair(m.kernel_size):
-            p["stride"] = compact(stride)
-        if pair(m.padding) != [0, 0]:
-            p["padding"] = compact(pair(m.padding))
-        if pair(m.dilation) != [1, 1]:
-            p["dilation"] = compact(pair(m.dilation))
-        if m.ceil_mode:
-            p["ceil_mode"] = True
-        return "maxpool2d", p
+        return "maxpool2d", pool_params(m.kernel_size, m.stride, m.padding, m.ceil_mode, dilation=m.dilation)
     if isinstance(m, nn.AvgPool2d):
         if m.divisor_override:
             raise Unsupported("AvgPool2d with divisor_override")
-        p = {"kernel_size": compact(pair(m.kernel_size))}
-        stride = pair(m.stride if m.stride is not None else m.kernel_size)
-        if stride != pair(m.kernel_size):
-            p["stride"] = compact(stride)
-        if pair(m.padding) != [0, 0]:
-            p["padding"] = compact(pair(m.padding))
-        if m.ceil_mode:
-            p["ceil_mode"] = True
-        if not m.count_include_pad:
-            p["count_include_pad"] = False
-        return "avgpool2d", p
+        return "avgpool2d", pool_params(m.kernel_size, m.stride, m.padding, m.ceil_mode,
+                                        count_include_pad=m.count_include_pad)
     if isinstance(m, nn.AdaptiveAvgPool2d):
         size = m.output_size
         if isinstance(size, (tuple, list)) and None in size:
@@ -293,6 +274,24 @@ def attention_spec(m, model):
     return p, rope
 
 
+def pool_params(kernel_size, stride, padding, ceil_mode, dilation=1, count_include_pad=True):
+    """maxpool2d's and avgpool2d's parameters, from the module or from F.max_pool2d and
+    F.avg_pool2d (stride None or []: the kernel size, as torch takes it)."""
+    p = {"kernel_size": compact(pair(kernel_size))}
+    stride = pair(stride if stride not in (None, [], ()) else kernel_size)
+    if stride != pair(kernel_size):
+        p["stride"] = compact(stride)
+    if pair(padding) != [0, 0]:
+        p["padding"] = compact(pair(padding))
+    if pair(dilation) != [1, 1]:
+        p["dilation"] = compact(pair(dilation))
+    if ceil_mode:
+        p["ceil_mode"] = True
+    if not count_include_pad:
+        p["count_include_pad"] = False
+    return p
+
+
 def upsample_params(size, scale_factor, mode, align_corners):
     if mode not in ("nearest", "bilinear"):
         raise Unsupported(f"upsampling mode '{mode}' (nearest and bilinear only)")
@@ -390,6 +389,17 @@ def function_layer(name, args, kwargs, out):
     if name == "adaptive_avg_pool2d":
         size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
         return "adaptive_avgpool2d", {"output_size": compact(pair(size))}, tensors[:1]
+    if name in ("avg_pool2d", "max_pool2d", "max_pool2d_with_indices"):
+        avg = name == "avg_pool2d"
+        names = (["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"] if avg else
+                 ["kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"])
+        g = {k: kwargs.get(k, args[i + 1] if len(args) > i + 1 else None) for i, k in enumerate(names)}
+        if g.get("divisor_override") or g.get("return_indices"):
+            raise Unsupported(f"{name} with {'divisor_override' if avg else 'return_indices'}")
+        p = pool_params(g["kernel_size"], g["stride"], g["padding"] or 0, g["ceil_mode"],
+                        dilation=1 if avg else (g["dilation"] or 1),
+                        count_include_pad=True if not avg or g["count_include_pad"] is None else g["count_include_pad"])
+        return ("avgpool2d" if avg else "maxpool2d"), p, tensors[:1]
     if name == "dropout":
         return "dropout", {}, tensors[:1]
     if name == "interpolate":
@@ -597,7 +607,8 @@ class Trace(TorchFunctionMode):
             self.broken(out)
             return out
         label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
-                 "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate"}.get(kind, kind)
+                 "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate", "avgpool2d": "avg_pool2d",
+                 "maxpool2d": "max_pool2d"}.get(kind, kind)
         count = self.counts.get((parent, label), 0)
         self.counts[(parent, label)] = count + 1
         local = label if count == 0 else f"{label}_{count}"

@@ -36,6 +36,21 @@ same_as_shipped() { # name, then the exporter's arguments
 same_as_shipped vit_b_16 vit_b_16
 same_as_shipped bert_base transformer_models:bert_base --input 128,768 --name bert_base
 
+# RegNet's module names hold '-' (block1-0), Inception v3 pools functionally
+# (F.avg_pool2d, F.max_pool2d): both export, list torch's parameter count, and RegNet
+# passes bench check on both CPU backends
+for m in regnet_y_400mf inception_v3; do
+  want=$("$PY" -c "import torchvision.models as t; import sys
+kw = dict(aux_logits=False, init_weights=False) if '$m' == 'inception_v3' else {}
+print(sum(p.numel() for p in getattr(t, '$m')(weights=None, **kw).parameters()))")
+  "$PY" "$SRC/scripts/torch_export.py" $m --input 3,299,299 -o "$T/$m.yaml" 2>"$T/$m.err" &&
+    "$BENCH" list "$T/$m.yaml" | grep -q "^Totals: $want params" && ok ||
+    bad "$m: exported and listed as $want params? $(tail -2 "$T/$m.err") $("$BENCH" list "$T/$m.yaml" 2>&1 | tail -2)"
+done
+grep -q "name: block1-0" "$T/regnet_y_400mf.yaml" && grep -q "kind: avgpool2d, name: avg_pool2d" "$T/inception_v3.yaml" && ok ||
+  bad "regnet's names or inception's functional pools"
+"$BENCH" check "$T/regnet_y_400mf.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok || bad "bench check regnet_y_400mf"
+
 # ConvNeXt needs what layerbench does not have: refused with the list, nothing written,
 # and each problem said once (not again for every layer after it)
 "$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err"
