@@ -160,60 +160,46 @@ BF_TARGET static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_
     }
 }
 
-/* The same over S streams: rows j0 + i, j0 + q + i, ... (q = (j1 - j0) / S) side by side,
- * each part of the thread's weights one sequential stream far from the others, so that
- * the memory has S streams to fetch ahead at once (one stream per thread reached about
- * half the measured triad); f a multiple of 32; the rows past S q go to bf_gemv. */
-#define BF_GEMV_MAXS 2
-BF_TARGET static inline __attribute__((always_inline)) void
-bf_gemv_s(int S, int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y, int64_t o,
-          int64_t j0, int64_t j1)
+/* A thread's outputs [j0, j1) over two streams: rows j0 + i and j0 + h + i (h half the
+ * rows) side by side, each half of the thread's weights one sequential stream far from
+ * the other, so that the memory has two streams to fetch ahead at once (one stream per
+ * thread reached about half the measured triad). Two streams took 20% less time than one
+ * on a decode step's up, down and lm_head (Zen 4, 2 threads, alternating runs); four were
+ * no faster. Where f is not whole 32-element chunks or there are few rows, and for the
+ * odd row over, bf_gemv. */
+BF_TARGET static void bf_gemv_rows(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias,
+                                   uint16_t *y, int64_t o, int64_t j0, int64_t j1)
 {
-    int64_t part = (j1 - j0) / S;
-    for (int64_t i = 0; i < part; i++) {
-        const uint16_t *ws[BF_GEMV_MAXS];
-        for (int q = 0; q < S; q++)
-            ws[q] = w + (j0 + q * part + i) * f;
-        __m512 acc[BF_GEMV_MAXS][2][BF_GEMV_ROWS];
-        for (int q = 0; q < S; q++)
+    int64_t h = f % 32 || j1 - j0 < 8 ? 0 : (j1 - j0) / 2;
+    for (int64_t i = 0; i < h; i++) {
+        const uint16_t *ws[2] = {w + (j0 + i) * f, w + (j0 + h + i) * f};
+        __m512 acc[2][2][BF_GEMV_ROWS];
+        for (int q = 0; q < 2; q++)
             for (int c = 0; c < 2; c++)
                 for (int r = 0; r < BF_GEMV_ROWS; r++)
                     acc[q][c][r] = _mm512_setzero_ps();
         for (int64_t k = 0; k < f; k += 64)
             for (int c = 0; c < 2 && k + 32 * c < f; c++) {
-                __m512bh v[BF_GEMV_MAXS];
-                for (int q = 0; q < S; q++) {
+                __m512bh v[2];
+                for (int q = 0; q < 2; q++) {
                     _mm_prefetch((const char *)(ws[q] + k + 32 * c + BF_GEMV_AHEAD), _MM_HINT_T0);
                     v[q] = (__m512bh)_mm512_loadu_si512(ws[q] + k + 32 * c);
                 }
                 for (int r = 0; r < BF_GEMV_ROWS; r++)
                     if (r < n) {
                         __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * f + k + 32 * c);
-                        for (int q = 0; q < S; q++)
+                        for (int q = 0; q < 2; q++)
                             acc[q][c][r] = _mm512_dpbf16_ps(acc[q][c][r], v[q], xv);
                     }
             }
-        for (int q = 0; q < S; q++)
+        for (int q = 0; q < 2; q++)
             for (int r = 0; r < n; r++) {
-                int64_t j = j0 + q * part + i;
+                int64_t j = j0 + q * h + i;
                 y[r * o + j] = dtype_f32_to_bf16(_mm512_reduce_add_ps(_mm512_add_ps(acc[q][0][r], acc[q][1][r])) +
                                                  (bias ? bias[j] : 0.0f));
             }
     }
-    if (j0 + S * part < j1)
-        bf_gemv(n, x, f, w, bias, y, o, j0 + S * part, j1);
-}
-
-/* A thread's outputs [j0, j1): two streams where f is whole 32-element chunks and there
- * are rows enough, else one. Two streams took 20% less time than one on a decode step's
- * up, down and lm_head (Zen 4, 2 threads, alternating runs); four were no faster. */
-BF_TARGET static void bf_gemv_rows(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias,
-                                   uint16_t *y, int64_t o, int64_t j0, int64_t j1)
-{
-    if (f % 32 || j1 - j0 < 8)
-        bf_gemv(n, x, f, w, bias, y, o, j0, j1);
-    else
-        bf_gemv_s(2, n, x, f, w, bias, y, o, j0, j1);
+    bf_gemv(n, x, f, w, bias, y, o, j0 + 2 * h, j1);
 }
 
 /* The direct convolution's input: one channel pair (c = 2, or 1 for an odd last
