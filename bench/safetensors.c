@@ -115,7 +115,6 @@ typedef struct check {
     const char *dir;
     int64_t tensors;          /* matched */
     int64_t per_dtype[N_DTYPES];
-    int64_t extra_inv_freq;   /* rotary_emb.inv_freq buffers older checkpoints hold */
     int64_t names_only;       /* tensors of absent shards: names checked, not shapes */
     char *err;
     size_t errlen;
@@ -145,10 +144,8 @@ static int match_name(check *c, const char *file, const char *name, want **out)
 {
     *out = want_find(&c->w, name);
     if (!*out) {
-        if (ends_with(name, "rotary_emb.inv_freq")) {
-            c->extra_inv_freq++;
+        if (ends_with(name, "rotary_emb.inv_freq"))
             return 0;
-        }
         return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
                              "config.json of another model, or a field of it not read)", name);
     }
@@ -300,7 +297,7 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
         json_decref(root);
         return fail(c, index, "no \"weight_map\" object naming each tensor's file");
     }
-    json_t *done = json_object(); /* file -> true once checked */
+    json_t *done = json_object(); /* file -> whether it is there, once checked */
     const char *name;
     json_t *v;
     int rc = 0;
@@ -312,9 +309,10 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
         }
         if (json_object_get(done, file))
             continue;
-        json_object_set_new(done, file, json_true());
+        bool there = exists(c->dir, file);
+        json_object_set_new(done, file, json_boolean(there));
         (*n_files)++;
-        if (exists(c->dir, file)) {
+        if (there) {
             if ((rc = check_file(c, file)) != 0)
                 break;
         } else
@@ -325,7 +323,7 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
     if (rc == 0)
         json_object_foreach(map, name, v) {
             want *w = want_find(&c->w, name);
-            if (exists(c->dir, json_string_value(v))) {
+            if (json_is_true(json_object_get(done, json_string_value(v)))) {
                 if (w ? !w->seen : !ends_with(name, "rotary_emb.inv_freq")) {
                     rc = fail(c, index, "names '%s' in %s, whose header does not hold it", name, json_string_value(v));
                     break;
