@@ -396,9 +396,8 @@ def function_layer(name, args, kwargs, out):
         g = {k: kwargs.get(k, args[i + 1] if len(args) > i + 1 else None) for i, k in enumerate(names)}
         if g.get("divisor_override") or g.get("return_indices"):
             raise Unsupported(f"{name} with {'divisor_override' if avg else 'return_indices'}")
-        p = pool_params(g["kernel_size"], g["stride"], g["padding"] or 0, g["ceil_mode"],
-                        dilation=1 if avg else (g["dilation"] or 1),
-                        count_include_pad=True if not avg or g["count_include_pad"] is None else g["count_include_pad"])
+        p = pool_params(g["kernel_size"], g["stride"], g["padding"] or 0, g["ceil_mode"], dilation=g.get("dilation") or 1,
+                        count_include_pad=g.get("count_include_pad") is not False)
         return ("avgpool2d" if avg else "maxpool2d"), p, tensors[:1]
     if name == "dropout":
         return "dropout", {}, tensors[:1]

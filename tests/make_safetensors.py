@@ -58,13 +58,13 @@ def shape(text):
     return [int(x) for x in text.split(",")]
 
 
-def write(path, entries, size, header_length=None):
+def write(path, entries, dtype, size, header_length=None):
     header, at = {"__metadata__": {"format": "pt"}}, 0
     for name, dims in entries:
         n = size
         for x in dims:
             n *= x
-        header[name] = {"dtype": args.dtype, "shape": dims, "data_offsets": [at, at + n]}
+        header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [at, at + n]}
         at += n
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
@@ -108,8 +108,8 @@ if args.shards:
         part = entries[k * per:(k + 1) * per]
         weight_map.update({n: file for n, _ in part})
         if k + 1 != args.absent:
-            write(os.path.join(args.out, file), part, size)
+            write(os.path.join(args.out, file), part, args.dtype, size)
     with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
 else:
-    write(os.path.join(args.out, "model.safetensors"), entries, size, args.header_length)
+    write(os.path.join(args.out, "model.safetensors"), entries, args.dtype, size, args.header_length)

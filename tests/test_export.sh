@@ -47,7 +47,11 @@ print(sum(p.numel() for p in getattr(t, '$m')(weights=None, **kw).parameters()))
     "$BENCH" list "$T/$m.yaml" | grep -q "^Totals: $want params" && ok ||
     bad "$m: exported and listed as $want params? $(tail -2 "$T/$m.err") $("$BENCH" list "$T/$m.yaml" 2>&1 | tail -2)"
 done
-grep -q "name: block1-0" "$T/regnet_y_400mf.yaml" && grep -q "kind: avgpool2d, name: avg_pool2d" "$T/inception_v3.yaml" && ok ||
+# the functional pools with torchvision's arguments (F.avg_pool2d(x, kernel_size=3,
+# stride=1, padding=1) in the Mixed blocks, F.max_pool2d(x, kernel_size=3, stride=2))
+grep -q "name: block1-0" "$T/regnet_y_400mf.yaml" &&
+  grep -q "kind: avgpool2d, name: avg_pool2d, input: /Mixed_5b.cat, kernel_size: 3, stride: 1, padding: 1}" "$T/inception_v3.yaml" &&
+  grep -q "kind: maxpool2d, name: max_pool2d, input: /Mixed_5d.cat, kernel_size: 3, stride: 2}" "$T/inception_v3.yaml" && ok ||
   bad "regnet's names or inception's functional pools"
 "$BENCH" check "$T/regnet_y_400mf.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok || bad "bench check regnet_y_400mf"
 
