@@ -24,7 +24,10 @@ static const char usage_text[] =
     "commands:\n"
     "  run CONFIG      time every layer alone, then the chained forward; print the per-layer\n"
     "                  table, tables grouped by input shape and by kind, and a summary\n"
-    "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV\n"
+    "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV; with\n"
+    "                  --slurm, one Slurm array task per shard (docs/slurm.md)\n"
+    "  merge DIR       the parts a --slurm sweep wrote into DIR as one CSV and JSON (-o FILE,\n"
+    "                  default DIR/sweep.csv); lists the shards missing or failed, exit 1 if any\n"
     "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
     "  check CONFIG    compare every layer on every backend with the plain-C reference, then\n"
     "                  the chained forward's output with the reference forward's\n"
@@ -122,6 +125,21 @@ static const char usage_text[] =
     "  --no-forward      check: skip the chained forward's check (it costs one more reference\n"
     "                    forward, as long as checking every layer once)\n"
     "  --no-progress     do not show the running layer on stderr\n"
+    "  --slurm DIR       sweep: shard the sweep (config x batch x backend x dtype x tokens x\n"
+    "                    kv_len; --backend may be a list here) onto a Slurm job array and\n"
+    "                    submit it with sbatch, then a merge job that runs after it; every\n"
+    "                    task writes DIR/part-ARRAY_TASK.csv and its JSON (docs/slurm.md).\n"
+    "                    DIR must be new or empty, unless --resume: then only the shards\n"
+    "                    without a finished part are submitted again\n"
+    "  --dry-run         sweep --slurm: print the scripts, the sbatch commands and the shard\n"
+    "                    list; submit nothing, write nothing\n"
+    "  --sbatch-args A   sweep --slurm: sbatch options the site needs, split at spaces\n"
+    "                    ('--partition=gpu --account=perf --qos=high --constraint=zen4')\n"
+    "  --time-limit T    sweep --slurm: each shard's --time, Slurm's format (default 1:00:00)\n"
+    "  --max-running K   sweep --slurm: at most K tasks of an array at once (--array=...%K)\n"
+    "  --shared          sweep --slurm: do not ask for whole nodes (--exclusive is the default:\n"
+    "                    timings beside other jobs are not worth keeping); needs --threads\n"
+    "  -o FILE           merge: the merged CSV, its JSON beside it (default DIR/sweep.csv)\n"
     "  -h, --help        this text\n"
     "  --version         version and git revision\n"
     "\n"
@@ -223,7 +241,8 @@ enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_M
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
        OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
-       OPT_TOKENS, OPT_KV_LEN, OPT_PHASE };
+       OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
+       OPT_MAX_RUNNING, OPT_SHARED };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -260,6 +279,13 @@ static const struct option long_opts[] = {
     {"processes", required_argument, NULL, OPT_PROCESSES},
     {"worker", required_argument, NULL, OPT_WORKER},
     {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
+    {"slurm", required_argument, NULL, OPT_SLURM},
+    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+    {"sbatch-args", required_argument, NULL, OPT_SBATCH_ARGS},
+    {"time-limit", required_argument, NULL, OPT_TIME_LIMIT},
+    {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
+    {"shared", no_argument, NULL, OPT_SHARED},
+    {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -291,6 +317,78 @@ int cli_split_modes(const char *arg, const char **modes, char **copy_out)
     return n;
 }
 
+/* "cpu,onednn" or "all" -> the backends' names (static strings), each once and known;
+ * the count, 0 when the list is not valid. */
+int cli_backend_list(const char *arg, const char **out)
+{
+    const char *const *names = backend_names();
+    int n = 0;
+    if (strcmp(arg, "all") == 0) {
+        for (; names[n] && n < BACKEND_MAX; n++)
+            out[n] = names[n];
+        return n;
+    }
+    if (!*arg || arg[0] == ',' || arg[strlen(arg) - 1] == ',' || strstr(arg, ",,"))
+        return 0;
+    char *copy = xstrdup(arg), *save = NULL;
+    bool ok = true;
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *found = NULL;
+        for (int i = 0; names[i]; i++)
+            found = strcmp(names[i], tok) == 0 ? names[i] : found;
+        for (int i = 0; found && i < n; i++)
+            found = out[i] == found ? NULL : found;
+        if ((ok = found && n < BACKEND_MAX))
+            out[n++] = found;
+    }
+    free(copy);
+    return ok ? n : 0;
+}
+
+/* The options of this command line that every shard of a --slurm sweep repeats: all but
+ * the configs, the axes the shards split (--batch, --backend, --dtype, --tf32, --tokens,
+ * --kv-len) and what only the sweep itself reads (--slurm and its options, --csv,
+ * --resume, --no-progress). NULL-terminated; caller frees the array and its strings. */
+char **cli_shard_options(int argc, char **argv)
+{
+    static const char *const drop[] = {"batch", "backend", "dtype", "tf32", "tokens", "kv-len", "slurm", "dry-run",
+                                       "sbatch-args", "time-limit", "max-running", "shared", "csv", "resume",
+                                       "no-progress", "output", NULL};
+    char **out = xcalloc((size_t)argc + 1, sizeof *out);
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0)
+            break; /* what follows is configs */
+        if (strncmp(a, "--", 2) != 0)
+            continue; /* the command and the configs (-o is merge's) */
+        size_t len = strcspn(a + 2, "=");
+        const struct option *o = NULL;
+        for (const struct option *p = long_opts; p->name; p++) { /* as getopt_long: exact, else a prefix */
+            if (strncmp(p->name, a + 2, len) != 0)
+                continue;
+            if (strlen(p->name) == len) {
+                o = p;
+                break;
+            }
+            o = o ? o : p;
+        }
+        if (!o)
+            continue;
+        bool takes = o->has_arg == required_argument && !a[2 + len];
+        bool dropped = false;
+        for (int k = 0; drop[k]; k++)
+            dropped = dropped || strcmp(drop[k], o->name) == 0;
+        if (!dropped) {
+            out[n++] = xstrdup(a);
+            if (takes && i + 1 < argc)
+                out[n++] = xstrdup(argv[i + 1]);
+        }
+        i += takes;
+    }
+    return out;
+}
+
 /* Returns -1 to go on, or an exit code. */
 int cli_parse(int argc, char **argv, cli *c)
 {
@@ -304,7 +402,7 @@ int cli_parse(int argc, char **argv, cli *c)
     long v;
     bool tf32 = false;
     const char *phase = NULL;
-    while ((opt = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":ho:", long_opts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case OPT_VERSION: printf("bench (layerbench) %s, git %s\n", LAYERBENCH_VERSION, layerbench_git_revision()); return 0;
@@ -400,6 +498,26 @@ int cli_parse(int argc, char **argv, cli *c)
             c->algo_cache_given = true;
             break;
         case OPT_NO_PEAKS: c->no_peaks = true; break;
+        case OPT_SLURM:
+            if (!*optarg)
+                return cli_usage_error("%s", "--slurm expects a folder for the sweep's parts");
+            c->slurm_dir = optarg;
+            break;
+        case OPT_DRY_RUN: c->dry_run = true; break;
+        case OPT_SBATCH_ARGS: c->sbatch_args = optarg; break;
+        case OPT_TIME_LIMIT:
+            if (!*optarg || strspn(optarg, "0123456789:-") != strlen(optarg))
+                return cli_usage_error("--time-limit expects Slurm's time format (MINUTES, H:MM:SS or D-HH:MM:SS), "
+                                       "got '%s'", optarg);
+            c->time_limit = optarg;
+            break;
+        case OPT_MAX_RUNNING:
+            if (!cli_parse_long(optarg, 1, 1000000, &v))
+                return cli_usage_error("--max-running expects a positive integer, got '%s'", optarg);
+            c->max_running = (int)v;
+            break;
+        case OPT_SHARED: c->shared = true; break;
+        case 'o': c->merge_out = optarg; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ERROR: c->error = true; break;
         case OPT_TOKENS:
@@ -429,7 +547,7 @@ int cli_parse(int argc, char **argv, cli *c)
         }
     }
     if (optind >= argc)
-        return cli_usage_error("%s", "missing command (run, sweep, list, check, compare, schema)");
+        return cli_usage_error("%s", "missing command (run, sweep, merge, list, check, compare, schema)");
     c->command = argv[optind++];
     if (strcmp(c->command, "help") == 0) {
         fputs(usage_text, stdout);
@@ -440,13 +558,37 @@ int cli_parse(int argc, char **argv, cli *c)
             return cli_usage_error("%s", "compare needs two results CSVs: BASE.csv NEW.csv");
         c->config = argv[optind++];
         c->compare_new = argv[optind++];
+    } else if (strcmp(c->command, "merge") == 0) {
+        if (optind >= argc)
+            return cli_usage_error("%s", "merge needs the folder of a bench sweep --slurm");
+        c->config = argv[optind++];
     } else if (strcmp(c->command, "schema") != 0) {
         if (optind >= argc)
             return cli_usage_error("%s needs a CONFIG file", c->command);
         c->config = argv[optind++];
     }
+    c->configs[c->n_configs++] = c->config;
+    /* sweep --slurm: several configs, each a shard axis */
+    while (c->slurm_dir && strcmp(c->command, "sweep") == 0 && optind < argc && c->n_configs < CLI_MAX_CONFIGS)
+        c->configs[c->n_configs++] = argv[optind++];
+    if (optind < argc && strcmp(c->command, "sweep") == 0 && !c->slurm_dir)
+        return cli_usage_error("sweep takes one CONFIG (several with --slurm, one shard each), got '%s' too", argv[optind]);
     if (optind < argc)
         return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    bool slurm_only = c->dry_run || c->sbatch_args || c->time_limit || c->max_running || c->shared;
+    if ((c->slurm_dir || slurm_only) && strcmp(c->command, "sweep") != 0)
+        return cli_usage_error("%s: --slurm, --dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
+                               "bench sweep", c->command);
+    if (slurm_only && !c->slurm_dir)
+        return cli_usage_error("%s", "--dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
+                                     "--slurm DIR");
+    if (c->merge_out && strcmp(c->command, "merge") != 0)
+        return cli_usage_error("-o FILE goes with bench merge (run and sweep write --csv FILE), not %s", c->command);
+    if (c->slurm_dir && (c->csv || c->trace || c->stacks))
+        return cli_usage_error("%s", "--slurm writes its parts into DIR (bench merge DIR -o FILE joins them): drop "
+                                     "--csv, --trace and --stacks");
+    if (c->shared && !c->threads)
+        return cli_usage_error("%s", "--shared needs --threads N: the cores each shard asks for and uses");
     if (tf32 && c->n_dtypes)
         return cli_usage_error("%s", "--tf32 and --dtype both given: --tf32 is --dtype tf32, list it there");
     if (tf32) {
@@ -483,7 +625,8 @@ int cli_parse(int argc, char **argv, cli *c)
         return cli_usage_error("list takes one --dtype, got '%s'", "a list");
     if (!cli_split_modes(c->mode, NULL, NULL))
         return cli_usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
-    bool known = strcmp(c->backend, "all") == 0;
+    const char *listed[BACKEND_MAX];
+    bool known = c->slurm_dir ? cli_backend_list(c->backend, listed) > 0 : strcmp(c->backend, "all") == 0;
     for (const char *const *n = backend_names(); *n; n++)
         known = known || strcmp(c->backend, *n) == 0;
     if (!known) {

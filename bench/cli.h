@@ -18,10 +18,21 @@
 #define CLI_DEFAULT_KV_LEN 1024
 /* The most values a sweep's --tokens or --kv-len list may hold. */
 #define CLI_MAX_SHAPES 64
+/* The most configs one sweep --slurm takes. */
+#define CLI_MAX_CONFIGS 256
 
 typedef struct cli {
     const char *command;
-    const char *config;
+    const char *config;      /* the CONFIG (configs[0]); compare: BASE.csv; merge: DIR */
+    const char *configs[CLI_MAX_CONFIGS]; /* sweep --slurm: every CONFIG given */
+    int n_configs;
+    const char *slurm_dir;   /* sweep --slurm DIR */
+    bool dry_run;            /* ... --dry-run */
+    const char *sbatch_args; /* ... --sbatch-args, as given */
+    const char *time_limit;  /* ... --time-limit; NULL: the default */
+    int max_running;         /* ... --max-running; 0: no limit */
+    bool shared;             /* ... --shared: no --exclusive */
+    const char *merge_out;   /* merge -o FILE; NULL: DIR/sweep.csv */
     const char *backend;
     const char *batch_arg;
     const char *csv;
@@ -79,6 +90,16 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n);
  * which the caller frees (NULL when modes is NULL). */
 int cli_split_modes(const char *arg, const char **modes, char **copy_out);
 
+/* "cpu,onednn" or "all" -> the backends' names (static strings), each once and known;
+ * the count, 0 when the list is not valid. out holds BACKEND_MAX. */
+int cli_backend_list(const char *arg, const char **out);
+
+/* The options of this command line that every shard of a --slurm sweep repeats: all but
+ * the configs, the axes the shards split (--batch, --backend, --dtype, --tf32, --tokens,
+ * --kv-len) and what only the sweep itself reads (--slurm and its options, --csv,
+ * --resume, --no-progress). NULL-terminated; caller frees the array and its strings. */
+char **cli_shard_options(int argc, char **argv);
+
 /* Returns -1 to go on, or an exit code. */
 int cli_parse(int argc, char **argv, cli *c);
 
@@ -104,6 +125,12 @@ int cmd_worker(const cli *c, int64_t batch);
 int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep);
 
 int cmd_compare(const cli *c);
+
+/* sweep --slurm (slurm.c): the shards onto job arrays, submitted (or printed). */
+int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches, int n_batches);
+
+/* merge DIR (slurm.c): the parts of a sweep --slurm as one CSV and JSON. */
+int cmd_merge(const cli *c);
 
 int cmd_schema(void);
 

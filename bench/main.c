@@ -49,15 +49,17 @@ static int run_command(int argc, char **argv)
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)
         return rc;
-    if (strcmp(c.command, "run") == 0 || strcmp(c.command, "sweep") == 0)
+    if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm_dir))
         set_openmp_spin(argv);
     if (strcmp(c.command, "schema") == 0)
         return cmd_schema();
     if (strcmp(c.command, "compare") == 0)
         return cmd_compare(&c);
+    if (strcmp(c.command, "merge") == 0)
+        return cmd_merge(&c);
     bool sweep = strcmp(c.command, "sweep") == 0;
     if (!sweep && strcmp(c.command, "run") && strcmp(c.command, "list") && strcmp(c.command, "check"))
-        return cli_usage_error("unknown command '%s' (expected run, sweep, list, check, compare or schema)", c.command);
+        return cli_usage_error("unknown command '%s' (expected run, sweep, merge, list, check, compare or schema)", c.command);
     int64_t *batches = NULL, one = 0;
     int n_batches = 1;
     if (sweep) {
@@ -77,6 +79,8 @@ static int run_command(int argc, char **argv)
         rc = cmd_list(&c, one);
     else if (!strcmp(c.command, "check"))
         rc = cmd_check(&c, one);
+    else if (sweep && c.slurm_dir)
+        rc = cmd_slurm_sweep(argc, argv, &c, batches, n_batches);
     else if (sweep)
         rc = cmd_measure(argc, argv, &c, batches, n_batches, true);
     else

@@ -56,6 +56,9 @@ reporter *report_sweep_create(FILE *out, table_format format);
 reporter *report_csv_create(bench_output *out, const char *resumed);
 /* The CSV header line (with its newline); caller frees. */
 char *report_csv_header(void);
+/* s as one CSV cell appended to b: quoted where it must be, a leading apostrophe where a
+ * spreadsheet would take it for a formula. */
+void report_csv_field(strbuf *b, const char *s);
 
 /* Where a row of dtype dtype sits under the roofline of pk (its compute roof the
  * dtype's, backend_peak_flops): bound "compute", "memory" or "cache" (a layer timed

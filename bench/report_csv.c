@@ -112,7 +112,7 @@ static bool formula_like(const char *s)
     return *end != 0;
 }
 
-static void csv_field(strbuf *b, const char *s)
+void report_csv_field(strbuf *b, const char *s)
 {
     bool apostrophe = formula_like(s);
     if (!strpbrk(s, ",\"\n\r")) {
@@ -138,7 +138,7 @@ static void csv_write(strbuf *b, row_t row, bool list_only)
             continue;
         if (!first)
             strbuf_append(b, ",", 1);
-        csv_field(b, row[c]);
+        report_csv_field(b, row[c]);
         first = false;
     }
     strbuf_append(b, "\n", 1);

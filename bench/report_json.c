@@ -157,6 +157,21 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
     strbuf_json(f, date);
     strbuf_printf(f, ",\n  \"host\": ");
     strbuf_json(f, host);
+    if (getenv("SLURM_JOB_ID")) { /* a task of a Slurm job (bench sweep --slurm): where it ran */
+        static const char *const vars[][2] = {{"job_id", "SLURM_JOB_ID"}, {"array_job_id", "SLURM_ARRAY_JOB_ID"},
+                                              {"array_task_id", "SLURM_ARRAY_TASK_ID"}, {"node", "SLURMD_NODENAME"},
+                                              {"cluster", "SLURM_CLUSTER_NAME"}, {"partition", "SLURM_JOB_PARTITION"}};
+        strbuf_printf(f, ",\n  \"slurm\": {");
+        for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+            const char *v = getenv(vars[i][1]);
+            strbuf_printf(f, "%s\"%s\": ", i ? ", " : "", vars[i][0]);
+            if (v)
+                strbuf_json(f, v);
+            else
+                strbuf_printf(f, "null");
+        }
+        strbuf_printf(f, "}");
+    }
     strbuf_printf(f, ",\n  \"os\": ");
     strbuf_json(f, sysinfo_os(os, sizeof os));
     strbuf_printf(f, ",\n  \"cpu_model\": ");

@@ -2,14 +2,15 @@
 # Installs what layerbench needs from Debian's packages (only what is missing), then
 # configures and builds into build/. Run as root on Debian 12 (or with sudo).
 # usage: scripts/setup.sh [--test]   (--test: also python3, matplotlib and pandas, with
-# which the tests read traces back and draw the plots)
+# which the tests read traces back and draw the plots, and Slurm and munge, which the
+# sweep --slurm test starts as a single-node cluster)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake make gcc g++ git libyaml-dev libjansson-dev libopenblas-dev libopenblas-openmp-dev libbenchmark-dev libdnnl-dev)
 # --test: also what the test suite reads results back with (scripts/test.sh)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(python3 python3-matplotlib python3-pandas)
+  packages+=(python3 python3-matplotlib python3-pandas slurmctld slurmd slurm-client munge)
   shift
 fi
 missing=()

@@ -78,6 +78,8 @@ typedef struct cuda_ctx {
     int *hold_dev;              /* the same two ints as the device sees them */
     bool held;                  /* a hold kernel is queued and not yet released */
     char name[256];
+    char uuid[48];              /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi -L prints it */
+    char driver_version[80];    /* NVML's (e.g. 580.65.06), else the CUDA version the driver supports */
     int cc_major, cc_minor, driver, runtime;
     size_t cudnn_version;
     int cublas_version;
@@ -95,12 +97,14 @@ typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_by_pci_fn)(const char *, void **);
 typedef int (*nvml_clock_fn)(void *, int, unsigned *);
 typedef int (*nvml_reasons_fn)(void *, unsigned long long *);
+typedef int (*nvml_driver_fn)(char *, unsigned);
 
 typedef struct nvml {
     bool tried;
     void *handle;               /* the device's NVML handle, NULL if unavailable */
     nvml_clock_fn clock_info, max_clock;
     nvml_reasons_fn reasons;    /* clocks event (throttle) reasons */
+    nvml_driver_fn driver;      /* the driver's version, as nvidia-smi prints it */
 } nvml;
 
 static nvml *nvml_for(int device)
@@ -119,6 +123,7 @@ static nvml *nvml_for(int device)
         return &n;
     }
     n.clock_info = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo");
+    n.driver = (nvml_driver_fn)dlsym(lib, "nvmlSystemGetDriverVersion");
     n.max_clock = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetMaxClockInfo");
     n.reasons = (nvml_reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
     if (!n.reasons)
@@ -198,6 +203,12 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
               CUBLAS_OK(env, cublasGetVersion(env->cublas, &c->cublas_version));
     if (ok) {
         snprintf(c->name, sizeof c->name, "%s", prop.name);
+        const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+        snprintf(c->uuid, sizeof c->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+        nvml *nv = nvml_for(0);
+        if (!nv->handle || !nv->driver || nv->driver(c->driver_version, sizeof c->driver_version) != 0)
+            snprintf(c->driver_version, sizeof c->driver_version, "CUDA %d.%d", c->driver / 1000, c->driver % 1000 / 10);
         c->cc_major = prop.major, c->cc_minor = prop.minor;
         c->l2_bytes = prop.l2CacheSize;
         c->cudnn_version = cudnnGetVersion();
@@ -453,12 +464,12 @@ static const char *cuda_describe(void *ctx)
     cuda_ctx *c = ctx;
     free(c->description);
     c->description = xasprintf(
-        "{\"device\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
+        "{\"device\": \"%s\", \"uuid\": \"%s\", \"driver_version\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
         "\"sm_clock_mhz_end\": %d, \"sm_clock_mhz_max\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
         "\"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
         "\"host_memory\": \"pageable\", \"stream_hold\": \"spinning kernel\", \"batch_launches\": \"one CUDA graph\", "
         "\"warm_up_s\": %g}",
-        c->name, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device, false), c->sm_clock_max, c->driver, c->runtime,
+        c->name, c->uuid, c->driver_version, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device, false), c->sm_clock_max, c->driver, c->runtime,
         c->cudnn_version, c->cublas_version,
         c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
     return c->description;

@@ -1,0 +1,260 @@
+/* bench merge DIR: the parts of a sweep --slurm as one tidy CSV, the local sweep's
+ * columns plus where each row ran, and one JSON context: the first part's, with every
+ * part's finished sets and a list of the shards and how each ended. Shards missing or
+ * failed are listed and make the exit status 1; what the others finished is written
+ * all the same. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "csv_read.h"
+#include "log.h"
+#include "report.h"
+#include "slurm.h"
+
+/* The columns merge adds to the local sweep's (docs/slurm.md). */
+static const char *const provenance[] = {"shard", "host", "slurm_node", "slurm_job_id", "slurm_array_job_id",
+                                         "slurm_array_task_id", "gpu_name", "gpu_uuid", "gpu_driver", NULL};
+
+/* The part's JSON context, or NULL. */
+static json_t *load_context(const slurm_attempt *a)
+{
+    char path[1300];
+    snprintf(path, sizeof path, "%s.json", a->stem);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+static const char *json_str(json_t *o, const char *key)
+{
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* The part's rows appended to csv with the provenance cells; the count, or -1 with the
+ * reason in err when the part is not a CSV of this version. */
+static int64_t append_rows(strbuf *csv, const slurm_attempt *a, int shard, json_t *ctx, char *err, size_t errlen)
+{
+    char path[1300];
+    snprintf(path, sizeof path, "%s.csv", a->stem);
+    csv_table t;
+    if (csv_read_file(path, &t, err, errlen) != BENCH_OK)
+        return -1;
+    int n_cols;
+    const report_column *cols = report_csv_columns(&n_cols);
+    bool same = t.n_cols == n_cols;
+    for (int i = 0; same && i < n_cols; i++)
+        same = strcmp(t.cells[i], cols[i].name) == 0;
+    if (!same) {
+        snprintf(err, errlen, "%s: its columns are not this version's (written by another layerbench)", path);
+        csv_table_free(&t);
+        return -1;
+    }
+    json_t *cuda = ctx ? json_object_get(json_object_get(ctx, "backends"), "cuda") : NULL;
+    int backend = csv_col(&t, "backend");
+    char shard_s[16];
+    snprintf(shard_s, sizeof shard_s, "%d", shard);
+    for (int64_t r = 0; r < t.n_rows; r++) {
+        for (int i = 0; i < n_cols; i++) {
+            if (i)
+                strbuf_append(csv, ",", 1);
+            report_csv_field(csv, csv_cell(&t, r, i));
+        }
+        bool gpu = strcmp(csv_cell(&t, r, backend), "cuda") == 0;
+        char array_job[32];
+        snprintf(array_job, sizeof array_job, "%lld", a->array_job);
+        const char *cells[] = {shard_s, a->host, a->node, a->job_id, array_job, a->task,
+                               gpu ? json_str(cuda, "device") : "", gpu ? json_str(cuda, "uuid") : "",
+                               gpu ? json_str(cuda, "driver_version") : ""};
+        for (size_t i = 0; i < sizeof cells / sizeof *cells; i++) {
+            strbuf_append(csv, ",", 1);
+            report_csv_field(csv, cells[i]);
+        }
+        strbuf_append(csv, "\n", 1);
+    }
+    int64_t n = t.n_rows;
+    csv_table_free(&t);
+    return n;
+}
+
+static const char *outcome_name(slurm_outcome o)
+{
+    return o == SLURM_OK ? "ok" : o == SLURM_FAILED ? "failed" : o == SLURM_UNFINISHED ? "unfinished" : "missing";
+}
+
+/* The shard's entry in the merged JSON's "shards". */
+static json_t *shard_json(int i, const slurm_shard *s, const slurm_state *st, json_t *ctx, const char *dir)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "shard", json_integer(i));
+    json_object_set_new(o, "config", json_string(s->config));
+    json_object_set_new(o, "batch", json_integer(s->batch));
+    json_object_set_new(o, "backend", json_string(s->backend));
+    json_object_set_new(o, "dtype", json_string(s->dtype));
+    json_object_set_new(o, "tokens", s->tokens >= 0 ? json_integer(s->tokens) : json_null());
+    json_object_set_new(o, "kv_len", s->kv_len >= 0 ? json_integer(s->kv_len) : json_null());
+    json_object_set_new(o, "outcome", json_string(outcome_name(st->outcome[i])));
+    const slurm_attempt *a = st->chosen[i];
+    if (!a)
+        return o;
+    char buf[1400];
+    json_object_set_new(o, "exit", a->done ? json_integer(a->exit_code) : json_null());
+    snprintf(buf, sizeof buf, "%s.csv", a->stem);
+    json_object_set_new(o, "part", json_string(buf));
+    snprintf(buf, sizeof buf, "%s/%lld_%s.out", dir, a->array_job, a->task);
+    json_object_set_new(o, "log", json_string(buf));
+    json_object_set_new(o, "host", json_string(a->host));
+    json_object_set_new(o, "slurm_node", json_string(a->node));
+    json_object_set_new(o, "slurm_job_id", json_string(a->job_id));
+    json_object_set_new(o, "slurm_array_job_id", json_integer(a->array_job));
+    json_object_set_new(o, "slurm_array_task_id", json_string(a->task));
+    if (ctx) { /* what the part's own context says of the machine it ran on */
+        static const char *const keys[] = {"date_utc", "cpu_model", "cpu_isa", "load_average", "backends", "peaks",
+                                           "state", "warnings", NULL};
+        for (int k = 0; keys[k]; k++)
+            if (json_object_get(ctx, keys[k]))
+                json_object_set(o, keys[k], json_object_get(ctx, keys[k]));
+    }
+    return o;
+}
+
+int cmd_merge(const cli *c)
+{
+    const char *dir = c->config;
+    char *shards_text, err[1600];
+    slurm_shard *shards;
+    int n;
+    if (slurm_shards_read(dir, &shards_text, &shards, &n, err, sizeof err) != BENCH_OK) {
+        log_msg("%s", err);
+        return 2;
+    }
+    char *csv_path = c->merge_out ? xstrdup(c->merge_out) : xasprintf("%s/sweep.csv", dir);
+    char *json_path = report_json_path(csv_path);
+    bench_output out_csv, out_json;
+    bool csv_open = false, json_open = false;
+    int rc = 0;
+    if (bench_output_open(&out_csv, csv_path, NULL, err, sizeof err) != BENCH_OK ||
+        !(csv_open = true) || (out_csv.target && bench_output_open(&out_json, json_path, NULL, err, sizeof err) != BENCH_OK)) {
+        log_msg("-o: %s", err);
+        rc = 2;
+    }
+    json_open = !rc && out_csv.target;
+    slurm_state st;
+    slurm_state_scan(dir, rc ? 0 : n, &st);
+    strbuf csv = {0};
+    char *header = report_csv_header();
+    strbuf_append(&csv, header, strlen(header) - 1); /* without its newline */
+    free(header);
+    for (int i = 0; provenance[i]; i++)
+        strbuf_printf(&csv, ",%s", provenance[i]);
+    strbuf_append(&csv, "\n", 1);
+    json_t *root = NULL, *completed = json_array(), *list = json_array(), *missing = json_array(),
+           *failed = json_array();
+    int merged = 0, problems = 0;
+    int64_t rows = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        const slurm_attempt *a = st.chosen[i];
+        json_t *ctx = a ? load_context(a) : NULL;
+        char what[600], how[1800];
+        slurm_shard_describe(&shards[i], what, sizeof what);
+        if (a && st.outcome[i] != SLURM_MISSING) { /* a failed or killed part keeps what it finished */
+            char cerr[1400];
+            int64_t got = append_rows(&csv, a, i, ctx, cerr, sizeof cerr);
+            if (got < 0 && st.outcome[i] == SLURM_OK) {
+                log_msg("shard %d (%s): %s", i, what, cerr);
+                st.outcome[i] = SLURM_FAILED;
+            }
+            rows += got > 0 ? got : 0;
+        }
+        if (st.outcome[i] == SLURM_OK) {
+            merged++;
+            if (!root && ctx)
+                root = json_deep_copy(ctx);
+        } else {
+            problems++;
+            log_msg("shard %d (%s): %s", i, what, slurm_outcome_describe(&st, i, dir, how, sizeof how));
+            json_array_append_new(st.outcome[i] == SLURM_MISSING ? missing : failed, json_integer(i));
+        }
+        json_t *sets = ctx ? json_object_get(ctx, "completed") : NULL;
+        size_t k;
+        json_t *set;
+        json_array_foreach(sets, k, set) {
+            json_t *copy = json_deep_copy(set);
+            json_object_set_new(copy, "shard", json_integer(i));
+            json_object_set_new(copy, "host", json_string(a->host));
+            json_object_set_new(copy, "slurm_node", json_string(a->node));
+            json_array_append_new(completed, copy);
+        }
+        json_array_append_new(list, shard_json(i, &shards[i], &st, ctx, dir));
+        json_decref(ctx);
+    }
+    if (!rc) {
+        /* the local sweep's context (the first finished part's), with every part's sets */
+        if (!root)
+            root = json_pack("{s:s}", "tool", "layerbench");
+        json_t *cmd = json_array();
+        json_array_append_new(cmd, json_string("bench"));
+        json_array_append_new(cmd, json_string("merge"));
+        json_array_append_new(cmd, json_string(dir));
+        json_object_set_new(root, "command_line", cmd);
+        /* the configs: one, as a local sweep says it, or the list */
+        json_t *configs = json_array();
+        for (int i = 0; i < n; i++) {
+            bool seen = false;
+            for (size_t k = 0; k < json_array_size(configs); k++)
+                seen = seen || strcmp(json_string_value(json_array_get(configs, k)), shards[i].config) == 0;
+            if (!seen)
+                json_array_append_new(configs, json_string(shards[i].config));
+        }
+        if (json_array_size(configs) == 1)
+            json_object_set(root, "config", json_array_get(configs, 0));
+        else
+            json_object_set(root, "config", configs);
+        json_decref(configs);
+        json_object_set_new(root, "state", json_string(problems ? "incomplete" : "complete"));
+        json_object_set(root, "completed", completed);
+        json_object_set_new(root, "merged", json_pack("{s:s, s:i, s:i, s:O, s:O}", "folder", dir, "shards", n,
+                                                      "merged", merged, "missing", missing, "failed", failed));
+        json_object_set(root, "shards", list);
+        bench_status w = bench_output_write(&out_csv, csv.data, csv.len, err, sizeof err);
+        char *text = w == BENCH_OK && json_open ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        if (w == BENCH_OK && text) {
+            size_t len = strlen(text);
+            char *nl = xasprintf("%s\n", text);
+            w = bench_output_write(&out_json, nl, len + 1, err, sizeof err);
+            free(nl);
+        }
+        free(text);
+        if (w != BENCH_OK) {
+            log_msg("%s", err);
+            rc = 1;
+        } else {
+            log_msg("merged %d of %d shards (%lld rows) into %s%s%s", merged, n, (long long)rows, csv_path,
+                    json_open ? " and its JSON context " : "", json_open ? json_path : "");
+            rc = problems ? 1 : 0;
+        }
+        if (problems)
+            log_msg("%d shard%s missing or failed: bench sweep ... --slurm %s --resume (the same command as "
+                    "the first time) submits them again", problems, problems == 1 ? "" : "s", dir);
+    }
+    json_decref(root);
+    json_decref(completed), json_decref(list), json_decref(missing), json_decref(failed);
+    strbuf_free(&csv);
+    slurm_state_free(&st);
+    if (csv_open)
+        bench_output_close(&out_csv);
+    if (json_open)
+        bench_output_close(&out_json);
+    free(csv_path), free(json_path), free(shards_text);
+    slurm_shards_free(shards, n);
+    return rc;
+}
