@@ -571,6 +571,8 @@ int cli_parse(int argc, char **argv, cli *c)
     /* sweep --slurm: several configs, each a shard axis */
     while (c->slurm_dir && strcmp(c->command, "sweep") == 0 && optind < argc && c->n_configs < CLI_MAX_CONFIGS)
         c->configs[c->n_configs++] = argv[optind++];
+    if (optind < argc && c->n_configs == CLI_MAX_CONFIGS)
+        return cli_usage_error("sweep --slurm takes at most 256 configs, got more: '%s' is one too many", argv[optind]);
     if (optind < argc && strcmp(c->command, "sweep") == 0 && !c->slurm_dir)
         return cli_usage_error("sweep takes one CONFIG (several with --slurm, one shard each), got '%s' too", argv[optind]);
     if (optind < argc)

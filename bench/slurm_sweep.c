@@ -513,11 +513,11 @@ static int next_round(const char *dir)
 
 /* Submits the arrays, then the merge job after them; on an sbatch that refuses, cancels
  * what this call submitted and removes what it wrote. Returns 0 or the exit code. */
-static int submit(const cli *c, const char *dir, array_plan *arrays, int na, const char *merge_path,
+static int submit(const cli *c, const char *dir, int round, array_plan *arrays, int na, const char *merge_path,
                   const char *merge_text, bool created, const char *shards_path)
 {
     strbuf jobs = {0};
-    int round = next_round(dir), rc = 0;
+    int rc = 0;
     for (int i = 0; i < na && !rc; i++)
         rc = write_file(arrays[i].path, arrays[i].script, 0755) ? 0 : 1;
     if (!rc)
@@ -665,7 +665,7 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
     bool asked;
     int limit = max_array_size(&asked);
     arrays = split_arrays(shards, todo, n_todo, limit, &na);
-    int round = c->dry_run || created ? 0 : next_round(dir);
+    int round = next_round(dir); /* 0 in a new folder */
     for (int i = 0; i < na; i++) {
         arrays[i].path = xasprintf("%s/array-%d-%d.sbatch", dir, round, i);
         arrays[i].script = array_script(c, &arrays[i], shards, n_shards, dir, bench, cwd, options.data);
@@ -694,7 +694,7 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
                 rmdir(dir);
             rc = 1;
         } else {
-            rc = submit(c, dir, arrays, na, merge_path, merge_text, created, shards_path);
+            rc = submit(c, dir, round, arrays, na, merge_path, merge_text, created, shards_path);
         }
         if (!rc)
             log_msg("%d shard%s submitted; the parts go to %s, bench merge %s joins them (the merge job does)", n_todo,
