@@ -80,6 +80,7 @@ typedef enum layer_kind {
     LAYER_ROPE,
     LAYER_ATTENTION,
     LAYER_MOE,
+    LAYER_MEAN,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -135,6 +136,8 @@ typedef struct layer_params {
     int64_t num_experts, top_k;  /* moe: experts, and those each token goes to */
     int64_t ffn_dim;             /* moe: each expert's hidden units (intermediate_size) */
     int64_t routing;             /* moe: MOE_* */
+    int64_t mean_dims[2];        /* mean: the dims averaged, one (both the same) or two next to each other */
+    bool keepdim;                /* mean: they stay, as size 1 */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
 } layer_params;
 
@@ -301,6 +304,9 @@ void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *m
 /* select's input seen as [outer, size, inner], size the dim it indexes: the output is
  * in[o][index][i] for every (o, i). */
 void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
+/* mean: the elements before the dims averaged, the elements averaged into each output,
+ * and the elements after them (the input is [outer, size, inner]). */
+void layer_mean_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
 
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);

@@ -1,5 +1,6 @@
 /* Pooling: maxpool2d, avgpool2d (torch.nn.MaxPool2d / AvgPool2d, including ceil_mode and
- * count_include_pad) and adaptive_avgpool2d (torch.nn.AdaptiveAvgPool2d). No weights.
+ * count_include_pad), adaptive_avgpool2d (torch.nn.AdaptiveAvgPool2d) and mean (x.mean(dim),
+ * the global pool MNASNet writes as x.mean([2, 3])). No weights.
  * FLOPs: one per window element read, per output (compare or add); see docs/flops.md. */
 #include <float.h>
 #include <math.h>
@@ -188,4 +189,74 @@ const layer_desc layer_adaptive_avgpool2d_desc = {
     .name = "adaptive_avgpool2d", .n_inputs = 1, .params = adaptive_params,
     .infer = adaptive_infer, .count = adaptive_count, .reference = adaptive_reference,
     .tolerance = 1e-6,
+};
+
+/* ---- mean: x.mean(dim, keepdim) over one dim or two next to each other ------------------ */
+
+static const layer_param_spec mean_params[] = {
+    {"dim", LP_PAIR, P_OFF(mean_dims), true, INT64_MIN, NULL},
+    {"keepdim", LP_BOOL, P_OFF(keepdim), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int mean_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, a = l->p.mean_dims[0], b = l->p.mean_dims[1];
+    a += a < 0 ? r : 0;
+    b += b < 0 ? r : 0;
+    if (a > b) {
+        int64_t t = a;
+        a = b, b = t;
+    }
+    if (a < 1 || b >= r)
+        return kind_fail(err, len, "dim [%lld, %lld] must name dims from 1 to %lld of a rank-%lld input (dim 0 is "
+                                   "the batch; negative dims count from the end)",
+                         (long long)l->p.mean_dims[0], (long long)l->p.mean_dims[1], (long long)(r - 1), (long long)r);
+    if (b - a > 1)
+        return kind_fail(err, len, "dim [%lld, %lld]: the dims averaged must be one, or two next to each other",
+                         (long long)l->p.mean_dims[0], (long long)l->p.mean_dims[1]);
+    l->p.mean_dims[0] = a, l->p.mean_dims[1] = b;
+    shape_t o = {0, {0}};
+    for (int64_t k = 0; k < r; k++)
+        if (k < a || k > b)
+            o.d[o.rank++] = l->in.d[k];
+        else if (l->p.keepdim)
+            o.d[o.rank++] = 1;
+    l->out = o;
+    return 0;
+}
+
+void layer_mean_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner)
+{
+    *outer = 1, *size = 1, *inner = 1;
+    for (int64_t k = 0; k < l->in.rank; k++)
+        *(k < l->p.mean_dims[0] ? outer : k > l->p.mean_dims[1] ? inner : size) *= l->in.d[k];
+}
+
+/* one add per input element (the division per output is left out, as for the pools) */
+static void mean_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = 0;
+    l->flops = shape_numel(&l->in);
+    kind_count_bytes(l);
+}
+
+static void mean_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    (void)w;
+    int64_t outer, size, inner;
+    layer_mean_dims(l, &outer, &size, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < size; k++)
+                sum += in[(o * size + k) * inner + i];
+            out[o * inner + i] = (float)(sum / (double)size);
+        }
+}
+
+const layer_desc layer_mean_desc = {
+    .name = "mean", .n_inputs = 1, .params = mean_params, .infer = mean_infer, .count = mean_count,
+    .reference = mean_reference, .tolerance = 1e-6,
 };

@@ -13,7 +13,7 @@ on a random input of --input (per sample; default 3,224,224) and --batch (defaul
 what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
 ReLU, Linear, ...), named by its module path as in model.named_modules(), and every
 functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
-F.adaptive_avg_pool2d, ...), named after the module whose forward called it plus the
+F.adaptive_avg_pool2d, x.mean([2, 3]), ...), named after the module whose forward called it plus the
 operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
 forward gets _1, as torch.fx names them). Which layer feeds which comes from the
 tensors themselves, so any graph (residuals, branches, DenseNet's concatenations) is
@@ -399,6 +399,22 @@ def function_layer(name, args, kwargs, out):
         p = pool_params(g["kernel_size"], g["stride"], g["padding"] or 0, g["ceil_mode"], dilation=g.get("dilation") or 1,
                         count_include_pad=g.get("count_include_pad") is not False)
         return ("avgpool2d" if avg else "maxpool2d"), p, tensors[:1]
+    if name == "mean":
+        x = tensors[0]
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+        if kwargs.get("dtype") is not None:
+            raise Unsupported("mean with a dtype")
+        if dim is None:
+            raise Unsupported("mean over every dim (it averages the batch too)")
+        dims = sorted({int(d) % x.dim() for d in (dim if isinstance(dim, (list, tuple)) else [dim])})
+        if 0 in dims or len(dims) > 2 or dims[-1] - dims[0] != len(dims) - 1:
+            raise Unsupported(f"mean over dims {list(dim) if isinstance(dim, (list, tuple)) else dim} (one dim, or "
+                              f"two next to each other, never the batch)")
+        p = {"dim": dims[0] if len(dims) == 1 else dims}
+        if keepdim:
+            p["keepdim"] = True
+        return "mean", p, [x]
     if name == "dropout":
         return "dropout", {}, tensors[:1]
     if name == "interpolate":

@@ -2,7 +2,8 @@
 computes them (transformers' modeling_llama.py: LlamaRMSNorm, rotate_half and
 apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 types,
 repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
-MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch.
+MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the mean
+kind (x.mean(dim, keepdim), MNASNet's global pool).
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -153,7 +154,7 @@ def main():
     vals = [load("input.bin")]
     worst, bad = 0.0, 0
     seen = set()
-    for idx, name, kind, wn, shape, ins, ptext in rows:
+    for idx, name, kind, wn, shape, ins, ptext, in_shape in rows:
         p = params(ptext)
         shape = [int(x) for x in shape.strip("[]").split(",")]
         x = [vals[int(i)] for i in ins.split(",")]
@@ -180,6 +181,10 @@ def main():
             y = x[0] * x[1]
         elif kind == "silu":
             y = torch.nn.functional.silu(x[0])
+        elif kind == "mean":  # x.mean(dim, keepdim); dim as bench list prints a pair, "2x3" or "1"
+            dims = sorted({int(d) for d in str(p["dim"]).split("x")})
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            y = x[0].reshape(in_shape).double().mean(dim=dims, keepdim=bool(p.get("keepdim", False))).float()
         else:
             print(f"llm_torch_check: no torch counterpart for kind {kind}", file=sys.stderr)
             return 2

@@ -3,7 +3,7 @@
  * from the seed as bench check draws them (the input, then each layer's weights in
  * order), and every layer's reference output, as raw little-endian float32 files in
  * OUTDIR (input.bin, w<i>.bin, out<i>.bin), with manifest.tsv naming them: one line per
- * layer, "index name kind weight_floats output_shape input_ids parameters" (value 0 is
+ * layer, "index name kind weight_floats output_shape input_ids parameters input_shape" (value 0 is
  * the model's input, value i + 1 layer i's output; the parameters as bench list gives
  * them, those at their defaults left out).
  * usage: ref_dump CONFIG OUTDIR [SEED [BATCH]] */
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
             fprintf(man, "%s%d", k ? "," : "", l->inputs[k]);
         char params[512];
         layer_params_format(l, params, sizeof params);
-        fprintf(man, "\t%s\n", params);
+        fprintf(man, "\t%s\t%s\n", params, shape_format(&l->in, shape, sizeof shape));
     }
     if (man && fclose(man) != 0)
         st = 1;

@@ -69,6 +69,9 @@ static const bad_case bad[] = {
     {HEAD "  - {kind: transpose, dim0: 0, dim1: 2}\n", "4:5", "dim0 0 and dim1 2 must be two different dims from 1 to 3"},
     {HEAD "  - {kind: flatten, start_dim: 0}\n", "4:5", "start_dim 0 and end_dim -1 must name dims 1 to 3"},
     {HEAD "  - {kind: class_token}\n", "4:5", "class_token expects tokens [N, S, D], got [1, 3, 8, 8]"},
+    {HEAD "  - {kind: mean, dim: [1, 3]}\n", "4:5", "dim [1, 3]: the dims averaged must be one, or two next to each other"},
+    {HEAD "  - {kind: mean, dim: [0, 1]}\n", "4:5", "must name dims from 1 to 3 of a rank-4 input (dim 0 is the batch"},
+    {HEAD "  - {kind: mean}\n", "4:5", "dim"},
     {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: select, index: 5}\n", "4:5",
      "index 5 is out of range for dim 1 of size 5"},
     {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: multihead_attention, embed_dim: 12, num_heads: 2, "

@@ -55,6 +55,15 @@ grep -q "name: block1-0" "$T/regnet_y_400mf.yaml" &&
   bad "regnet's names or inception's functional pools"
 "$BENCH" check "$T/regnet_y_400mf.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok || bad "bench check regnet_y_400mf"
 
+# MNASNet's global pool is x.mean([2, 3]): the mean kind, torch's parameter count, and
+# bench check on both CPU backends
+want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.mnasnet0_5(weights=None).parameters()))")
+"$PY" "$SRC/scripts/torch_export.py" mnasnet0_5 -o "$T/mnasnet0_5.yaml" 2>"$T/mnasnet.err" &&
+  grep -q "{kind: mean, name: mean, dim: \[2, 3\]}" "$T/mnasnet0_5.yaml" &&
+  "$BENCH" list "$T/mnasnet0_5.yaml" | grep -q "^Totals: $want params" &&
+  "$BENCH" check "$T/mnasnet0_5.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "mnasnet0_5: $(tail -2 "$T/mnasnet.err") $("$BENCH" list "$T/mnasnet0_5.yaml" 2>&1 | tail -2)"
+
 # ConvNeXt needs what layerbench does not have: refused with the list, nothing written,
 # and each problem said once (not again for every layer after it)
 "$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err"

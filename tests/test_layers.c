@@ -128,6 +128,10 @@ static void sel_0(layer_params *p) { p->dim = 1; p->index = 0; }
 static void sel_last(layer_params *p) { p->dim = 1; p->index = -1; }
 static void sel_h(layer_params *p) { p->dim = 2; p->index = 3; }
 static void fl_2(layer_params *p) { p->start_dim = 2; p->end_dim = -1; }
+static void mean_hw(layer_params *p) { PAIR(mean_dims, 2, 3); }
+static void mean_last_keep(layer_params *p) { PAIR(mean_dims, -1, -1); p->keepdim = true; }
+static void mean_c(layer_params *p) { PAIR(mean_dims, 1, 1); }
+static void mean_12_keep(layer_params *p) { PAIR(mean_dims, 2, 1); p->keepdim = true; }
 static void fl_12(layer_params *p) { p->start_dim = 1; p->end_dim = 2; }
 static void fl_1(layer_params *p) { p->start_dim = 1; p->end_dim = -1; }
 
@@ -267,6 +271,11 @@ static const layer_case cases[] = {
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
     {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
+    {"[2, 3] of NCHW (MNASNet)", LAYER_MEAN, S4(2, 5, 7, 9), mean_hw},
+    {"[2, 3], threads", LAYER_MEAN, S4(2, 64, 28, 28), mean_hw},
+    {"-1, keepdim", LAYER_MEAN, S3(3, 5, 300), mean_last_keep},
+    {"dim 1, 99 after it", LAYER_MEAN, S4(2, 7, 9, 11), mean_c},
+    {"[2, 1] keepdim, threads", LAYER_MEAN, S4(3, 40, 50, 70), mean_12_keep},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */

@@ -306,6 +306,46 @@ static void adaptive_run(void *env, const layer *l, void *state, const void *con
             adaptive_plane(in + pl * h * wd, h, wd, out + pl * oh * ow, oh, ow););
 }
 
+/* mean over [outer, size, inner]: the sums in double as row_sum's, inner in chunks of a
+ * stack row (run allocates nothing). */
+CPU_ISA_CLONES
+static void mean_strided(const float *src, int64_t size, int64_t inner, float *dst)
+{
+    for (int64_t i0 = 0; i0 < inner; i0 += 64) {
+        int64_t n = inner - i0 < 64 ? inner - i0 : 64;
+        double acc[64] = {0};
+        for (int64_t k = 0; k < size; k++) {
+            const float *row = src + k * inner + i0;
+            for (int64_t j = 0; j < n; j++)
+                acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < n; j++)
+            dst[i0 + j] = (float)(acc[j] / (double)size);
+    }
+}
+
+static void mean_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
+{
+    const float *in = ((const float *const *)ins_)[0];
+    float *out = out_;
+    (void)env, (void)state, (void)w_;
+    int64_t outer, size, inner;
+    layer_mean_dims(l, &outer, &size, &inner);
+    if (inner == 1) { /* the trailing dims: each output one contiguous run, as the global pool */
+        CPU_OMP_IF(outer * size > 4 * CPU_PARALLEL_MIN, "omp parallel",
+            {
+                int64_t lo, hi;
+                cpu_thread_span(outer, &lo, &hi);
+                global_average(in, size, lo, hi, out);
+            });
+        return;
+    }
+    CPU_OMP_IF(outer * size * inner > CPU_PARALLEL_MIN && outer > 1, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < outer; o++)
+            mean_strided(in + o * size * inner, size, inner, out + o * inner););
+}
+
 const backend_kernel cpu_maxpool2d_kernel = {.run = maxpool_run, .impl = "direct"};
 const backend_kernel cpu_avgpool2d_kernel = {.run = avgpool_run, .impl = "direct"};
 const backend_kernel cpu_adaptive_avgpool2d_kernel = {.run = adaptive_run, .impl = "direct"};
+const backend_kernel cpu_mean_kernel = {.run = mean_run, .impl = "direct"};

@@ -1,4 +1,4 @@
-/* maxpool2d, avgpool2d and adaptive_avgpool2d: through cudnnPoolingForward where cuDNN
+/* maxpool2d, avgpool2d and adaptive_avgpool2d (mean: cudnnReduceTensor, at the end): through cudnnPoolingForward where cuDNN
  * can describe the windows, else through our kernel (cuda_kernels.cu). cuDNN has no
  * dilation, no ceil_mode windows past its floor rule and no adaptive windows; adaptive
  * pooling whose output divides its input (ResNet's 7x7 -> 1x1) is plain pooling. Our
@@ -161,4 +161,75 @@ static void pool_run(void *ctx, const layer *l_, void *state, const void *const 
 }
 
 const backend_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free,
+                                         .tolerance = cuda_float_tolerance};
+
+/* ---- mean: cudnnReduceTensor's average, the input seen as [outer, size, inner, 1] ------- */
+
+typedef struct mean_cuda {
+    cudnnTensorDescriptor_t x, y;
+    cudnnReduceTensorDescriptor_t reduce;
+    void *workspace;
+    size_t workspace_bytes;
+} mean_cuda;
+
+static void mean_free(void *ctx, void *state)
+{
+    cuda_env *env = ctx;
+    mean_cuda *m = state;
+    if (!m)
+        return;
+    if (m->x)
+        cudnnDestroyTensorDescriptor(m->x);
+    if (m->y)
+        cudnnDestroyTensorDescriptor(m->y);
+    if (m->reduce)
+        cudnnDestroyReduceTensorDescriptor(m->reduce);
+    if (m->workspace)
+        CUDA_OK(env, cudaFree(m->workspace));
+    free(m);
+}
+
+static bench_status mean_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
+                               int64_t *ws)
+{
+    cuda_env *env = ctx;
+    (void)w;
+    int64_t outer, size, inner;
+    layer_mean_dims(l, &outer, &size, &inner);
+    shape_t x = {4, {outer, size, inner, 1}}, y = {4, {outer, 1, inner, 1}};
+    mean_cuda *m = calloc(1, sizeof *m);
+    if (!m)
+        return BENCH_ERR_NOMEM;
+    bool ok = cuda_tensor_desc(env, &m->x, &x, impl, len) && cuda_tensor_desc(env, &m->y, &y, impl, len);
+    if (!ok) {
+        mean_free(env, m);
+        return env->failed ? BENCH_ERR_BACKEND : BENCH_ERR_UNSUPPORTED;
+    }
+    ok = CUDNN_OK(env, cudnnCreateReduceTensorDescriptor(&m->reduce)) &&
+         CUDNN_OK(env, cudnnSetReduceTensorDescriptor(m->reduce, CUDNN_REDUCE_TENSOR_AVG, CUDNN_DATA_FLOAT,
+                                                      CUDNN_PROPAGATE_NAN, CUDNN_REDUCE_TENSOR_NO_INDICES,
+                                                      CUDNN_32BIT_INDICES)) &&
+         CUDNN_OK(env, cudnnGetReductionWorkspaceSize(env->cudnn, m->reduce, m->x, m->y, &m->workspace_bytes)) &&
+         (!m->workspace_bytes || CUDA_OK(env, cudaMalloc(&m->workspace, m->workspace_bytes)));
+    if (!ok) {
+        mean_free(env, m);
+        return BENCH_ERR_BACKEND;
+    }
+    snprintf(impl, len, "cudnnReduceTensor (average)");
+    *ws = (int64_t)m->workspace_bytes;
+    *state = m;
+    return BENCH_OK;
+}
+
+static void mean_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    cuda_env *env = ctx;
+    mean_cuda *m = state;
+    (void)l, (void)w;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnReduceTensor(env->cudnn, m->reduce, NULL, 0, m->workspace, m->workspace_bytes, &one, m->x,
+                                    ins[0], &zero, m->y, out));
+}
+
+const backend_kernel cuda_mean_kernel = {.setup = mean_setup, .run = mean_run, .free = mean_free,
                                          .tolerance = cuda_float_tolerance};

@@ -190,6 +190,7 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_ROPE, od_cpu_kernel),
     OD_ROW(LAYER_ATTENTION, od_cpu_kernel),
     OD_ROW(LAYER_MOE, od_cpu_kernel),
+    OD_ROW(LAYER_MEAN, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {
