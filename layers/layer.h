@@ -81,6 +81,7 @@ typedef enum layer_kind {
     LAYER_ATTENTION,
     LAYER_MOE,
     LAYER_MEAN,
+    LAYER_GROUPNORM,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -138,6 +139,8 @@ typedef struct layer_params {
     int64_t routing;             /* moe: MOE_* */
     int64_t mean_dims[2];        /* mean: the dims averaged, one (both the same) or two next to each other */
     bool keepdim;                /* mean: they stay, as size 1 */
+    int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */
+    int64_t num_channels;        /* groupnorm: torch's argument, checked against the input's; 0 = the input's */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
 } layer_params;
 

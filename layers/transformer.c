@@ -1,5 +1,5 @@
 /* The kinds of transformer blocks, as torch.nn defines them: layernorm (over the last
- * dimension), gelu (exact, or the tanh approximation) and multihead_attention
+ * dimension), groupnorm (nn.GroupNorm, the UNet's and diffusion models'), gelu (exact, or the tanh approximation) and multihead_attention
  * (self-attention as nn.MultiheadAttention with batch_first=True, on [N, S, E]).
  *
  * multihead_attention's weights, in torch's order: in_proj_weight [3E, E] (the query,
@@ -87,6 +87,90 @@ static void layernorm_reference(const layer *l, const float *const *ins, const f
         }
     }
 }
+
+/* ---- groupnorm: torch.nn.GroupNorm over [N, C, *] ---------------------------------------- */
+
+static const layer_param_spec groupnorm_params[] = {
+    {"num_groups", LP_INT, P_OFF(num_groups), true, 1, NULL},
+    {"num_channels", LP_INT, P_OFF(num_channels), false, 1, NULL},
+    {"eps", LP_FLOAT, P_OFF(eps), false, 0, NULL},
+    {"affine", LP_BOOL, P_OFF(affine), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void groupnorm_defaults(layer_params *p)
+{
+    p->eps = 1e-5;
+    p->affine = true;
+}
+
+static int groupnorm_infer(layer *l, char *err, size_t len)
+{
+    if (l->in.rank < 2)
+        return kind_fail(err, len, "groupnorm expects [N, C, ...], got a rank-%d input", (int)l->in.rank);
+    int64_t c = l->in.d[1];
+    if (l->p.num_channels && l->p.num_channels != c)
+        return kind_fail(err, len, "num_channels %lld differs from the input's %lld channels", (long long)l->p.num_channels,
+                         (long long)c);
+    if (c % l->p.num_groups)
+        return kind_fail(err, len, "num_groups %lld must divide the input's %lld channels", (long long)l->p.num_groups,
+                         (long long)c);
+    if (!(l->p.eps > 0))
+        return kind_fail(err, len, "eps must be above 0, got %g", l->p.eps);
+    l->p.num_channels = c;
+    l->out = l->in;
+    return 0;
+}
+
+/* gamma[C] then beta[C], with affine */
+static void groupnorm_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->p.affine ? 2 * l->p.num_channels : 0;
+    l->macs = 0;
+    /* per element as layernorm's: the mean's add, the subtraction, the variance's
+     * multiply and add, the scale; with affine, gamma's multiply and beta's add */
+    l->flops = layer_count_mul(l->p.affine ? 7 : 5, shape_numel(&l->out));
+    kind_count_bytes(l);
+}
+
+static void groupnorm_init(const layer *l, float *w, layer_rng *rng)
+{
+    int64_t c = l->p.num_channels;
+    layer_fill_uniform(w, c, 0.5f, 1.5f, rng);
+    layer_fill_uniform(w + c, c, -0.5f, 0.5f, rng);
+}
+
+/* A group's channels are contiguous in [N, C, *]: each (sample, group) is one run of
+ * C / num_groups channels of `spatial` elements. */
+static void groupnorm_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    const float *in = ins[0];
+    int64_t c = l->p.num_channels, g = l->p.num_groups, cg = c / g;
+    int64_t spatial = shape_numel(&l->in) / (l->in.d[0] * c), run = cg * spatial;
+    for (int64_t b = 0; b < l->in.d[0] * g; b++) {
+        const float *x = in + b * run;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < run; i++)
+            mean += x[i];
+        mean /= (double)run;
+        for (int64_t i = 0; i < run; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        double rstd = 1.0 / sqrt(var / (double)run + l->p.eps);
+        for (int64_t i = 0; i < run; i++) {
+            int64_t ch = (b % g) * cg + i / spatial;
+            double y = (x[i] - mean) * rstd;
+            if (l->p.affine)
+                y = y * w[ch] + w[c + ch];
+            out[b * run + i] = (float)y;
+        }
+    }
+}
+
+const layer_desc layer_groupnorm_desc = {
+    .name = "groupnorm", .n_inputs = 1, .params = groupnorm_params, .defaults = groupnorm_defaults,
+    .infer = groupnorm_infer, .count = groupnorm_count, .init_weights = groupnorm_init,
+    .reference = groupnorm_reference, .tolerance = 2e-6,
+};
 
 const layer_desc layer_layernorm_desc = {
     .name = "layernorm", .n_inputs = 1, .params = layernorm_params, .defaults = layernorm_defaults,

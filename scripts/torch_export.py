@@ -141,6 +141,13 @@ def module_layer(m):
         return "upsample", upsample_params(m.size, m.scale_factor, m.mode, m.align_corners)
     if StochasticDepth is not None and isinstance(m, StochasticDepth):
         return "stochastic_depth", {"p": m.p, "mode": m.mode}
+    if isinstance(m, nn.GroupNorm):
+        p = {"num_groups": m.num_groups}
+        if m.eps != 1e-5:
+            p["eps"] = m.eps
+        if not m.affine:
+            p["affine"] = False
+        return "groupnorm", p
     if isinstance(m, nn.LayerNorm):
         if len(m.normalized_shape) != 1:
             raise Unsupported(f"LayerNorm over {tuple(m.normalized_shape)} (only the last dimension)")

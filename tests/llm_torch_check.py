@@ -3,7 +3,7 @@ computes them (transformers' modeling_llama.py: LlamaRMSNorm, rotate_half and
 apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 types,
 repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
 MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the mean
-kind (x.mean(dim, keepdim), MNASNet's global pool).
+kind (x.mean(dim, keepdim), MNASNet's global pool) and groupnorm (nn.GroupNorm).
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -181,6 +181,11 @@ def main():
             y = x[0] * x[1]
         elif kind == "silu":
             y = torch.nn.functional.silu(x[0])
+        elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            c = in_shape[1]
+            y = torch.nn.functional.group_norm(x[0].reshape(in_shape), int(p["num_groups"]), w[:c] if w is not None else None,
+                                               w[c:] if w is not None else None, float(p["eps"]) if "eps=" in ptext else 1e-5)
         elif kind == "mean":  # x.mean(dim, keepdim); dim as bench list prints a pair, "2x3" or "1"
             dims = sorted({int(d) for d in str(p["dim"]).split("x")})
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]

@@ -72,6 +72,8 @@ static const bad_case bad[] = {
     {HEAD "  - {kind: mean, dim: [1, 3]}\n", "4:5", "dim [1, 3]: the dims averaged must be one, or two next to each other"},
     {HEAD "  - {kind: mean, dim: [0, 1]}\n", "4:5", "must name dims from 1 to 3 of a rank-4 input (dim 0 is the batch"},
     {HEAD "  - {kind: mean}\n", "4:5", "dim"},
+    {HEAD "  - {kind: groupnorm, num_groups: 2}\n", "4:5", "num_groups 2 must divide the input's 3 channels"},
+    {HEAD "  - {kind: groupnorm, num_groups: 3, num_channels: 6}\n", "4:5", "num_channels 6 differs from the input's 3"},
     {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: select, index: 5}\n", "4:5",
      "index 5 is out of range for dim 1 of size 5"},
     {"name: t\ninput: [5, 12]\nlayers:\n  - {kind: multihead_attention, embed_dim: 12, num_heads: 2, "

@@ -64,6 +64,16 @@ want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.
   "$BENCH" check "$T/mnasnet0_5.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
   bad "mnasnet0_5: $(tail -2 "$T/mnasnet.err") $("$BENCH" list "$T/mnasnet0_5.yaml" 2>&1 | tail -2)"
 
+# nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps, torch's parameter
+# count, bench check on both CPU backends
+(cd "$SRC/tests/data" && "$PY" "$SRC/scripts/torch_export.py" unet_block:resblock --input 64,16,16 \
+  -o "$T/resblock.yaml") 2>"$T/resblock.err" &&
+  grep -q "{kind: groupnorm, name: norm1, num_groups: 32}" "$T/resblock.yaml" &&
+  grep -q "{kind: groupnorm, name: norm2, num_groups: 32, eps: 1e-06}" "$T/resblock.yaml" &&
+  "$BENCH" list "$T/resblock.yaml" | grep -q "^Totals: 74112 params" &&
+  "$BENCH" check "$T/resblock.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "the UNet ResBlock: $(tail -2 "$T/resblock.err") $("$BENCH" list "$T/resblock.yaml" 2>&1 | tail -2)"
+
 # ConvNeXt needs what layerbench does not have: refused with the list, nothing written,
 # and each problem said once (not again for every layer after it)
 "$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err"

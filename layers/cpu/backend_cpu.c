@@ -56,6 +56,7 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_ATTENTION, cpu_attention_kernel, cpu_attention_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MOE, cpu_moe_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MEAN, cpu_mean_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_GROUPNORM, cpu_groupnorm_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)

@@ -60,6 +60,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_ATTENTION, CUDA_NO_LLM),
     CUDA_NONE(LAYER_MOE, CUDA_NO_LLM),
     CUDA_ROW(LAYER_MEAN, cuda_mean_kernel, cuda_via_f32_kernel),
+    CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 
 const backend_kernel *cuda_fp32_kernel(layer_kind kind)

@@ -191,6 +191,7 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_ATTENTION, od_cpu_kernel),
     OD_ROW(LAYER_MOE, od_cpu_kernel),
     OD_ROW(LAYER_MEAN, od_cpu_kernel),
+    OD_ROW(LAYER_GROUPNORM, od_cpu_kernel), /* oneDNN 2.6 has no group normalization (3.3 does) */
 };
 
 const backend_ops backend_onednn_ops = {
