@@ -14,7 +14,7 @@ extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_de
     layer_multihead_attention_desc, layer_transpose_desc, layer_class_token_desc, layer_pos_embedding_desc,
     layer_select_desc, layer_embedding_desc, layer_rmsnorm_desc, layer_rope_desc, layer_attention_desc,
     layer_moe_desc;
-extern const layer_desc layer_mean_desc, layer_groupnorm_desc;
+extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,
@@ -53,6 +53,8 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_MOE] = &layer_moe_desc,
     [LAYER_MEAN] = &layer_mean_desc,
     [LAYER_GROUPNORM] = &layer_groupnorm_desc,
+    [LAYER_CHANNEL_SHUFFLE] = &layer_channel_shuffle_desc,
+    [LAYER_SLICE] = &layer_slice_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)

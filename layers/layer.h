@@ -82,6 +82,8 @@ typedef enum layer_kind {
     LAYER_MOE,
     LAYER_MEAN,
     LAYER_GROUPNORM,
+    LAYER_CHANNEL_SHUFFLE,
+    LAYER_SLICE,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -141,6 +143,7 @@ typedef struct layer_params {
     bool keepdim;                /* mean: they stay, as size 1 */
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */
     int64_t num_channels;        /* groupnorm: torch's argument, checked against the input's; 0 = the input's */
+    int64_t slice_start, slice_end; /* slice: x[..., start:end, ...] along dim, as Python slices */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
 } layer_params;
 
@@ -301,12 +304,15 @@ void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, d
 void layer_mha_weights(const layer *l, const float *w, const float **in_w, const float **in_b, const float **out_w,
                        const float **out_b);
 
-/* transpose's input seen as [outer, a, mid, b, inner], a and b the dims it swaps. */
+/* transpose's input seen as [outer, a, mid, b, inner], a and b the dims it swaps;
+ * channel_shuffle's as [N, groups, 1, C / groups, spatial]. */
 void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner);
 
 /* select's input seen as [outer, size, inner], size the dim it indexes: the output is
  * in[o][index][i] for every (o, i). */
 void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
+/* slice's input seen as [outer, size, inner], size the dim it takes [start, end) of. */
+void layer_slice_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
 /* mean: the elements before the dims averaged, the elements averaged into each output,
  * and the elements after them (the input is [outer, size, inner]). */
 void layer_mean_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);

@@ -1,4 +1,7 @@
-/* Kinds that move tokens around, for vision transformers: transpose (torch.transpose,
+/* Kinds that move data around: channel_shuffle (ShuffleNet's view, transpose(1, 2) and
+ * view back; nn.ChannelShuffle), a transpose of [N, groups, C / groups, spatial]; slice
+ * (x[:, a:b], x.chunk, x.split, torch.narrow: a copy of one range of a dim); and, for
+ * vision transformers: transpose (torch.transpose,
  * also what permute(0, 2, 1) does to [N, C, L]), class_token (a learned token put in
  * front of the sequence: torchvision's VisionTransformer.class_token, expanded and
  * concatenated), pos_embedding (a learned [1, S, D] added to every sample: its
@@ -48,6 +51,11 @@ static void no_weights_count(layer *l)
 /* The input as [outer, A, mid, B, inner] with A and B the swapped dims. */
 void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner)
 {
+    if (l->kind == LAYER_CHANNEL_SHUFFLE) { /* [N, g, C/g, spatial] -> [N, C/g, g, spatial] */
+        *outer = l->in.d[0], *a = l->p.groups, *mid = 1, *b = l->in.d[1] / l->p.groups;
+        *inner = shape_numel(&l->in) / (l->in.d[0] * l->in.d[1]);
+        return;
+    }
     int64_t d0 = l->p.dim0, d1 = l->p.dim1;
     *outer = *mid = *inner = 1;
     for (int64_t i = 0; i < d0; i++)
@@ -77,6 +85,99 @@ static void transpose_reference(const layer *l, const float *const *ins, const f
 const layer_desc layer_transpose_desc = {
     .name = "transpose", .n_inputs = 1, .params = transpose_params, .infer = transpose_infer,
     .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+};
+
+/* ---- channel_shuffle ------------------------------------------------------------------------ */
+
+static const layer_param_spec shuffle_params[] = {
+    {"groups", LP_INT, P_OFF(groups), true, 1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int shuffle_infer(layer *l, char *err, size_t len)
+{
+    if (l->in.rank < 3)
+        return kind_fail(err, len, "channel_shuffle expects [N, C, ...], got a rank-%d input", (int)l->in.rank);
+    if (l->in.d[1] % l->p.groups)
+        return kind_fail(err, len, "groups %lld must divide the input's %lld channels", (long long)l->p.groups,
+                         (long long)l->in.d[1]);
+    l->out = l->in;
+    return 0;
+}
+
+const layer_desc layer_channel_shuffle_desc = {
+    .name = "channel_shuffle", .n_inputs = 1, .params = shuffle_params, .infer = shuffle_infer,
+    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+};
+
+/* ---- slice ---------------------------------------------------------------------------------- */
+
+static const layer_param_spec slice_params[] = {
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN, NULL},
+    {"start", LP_INT, P_OFF(slice_start), false, INT64_MIN, NULL},
+    {"end", LP_INT, P_OFF(slice_end), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+/* end: to the end of the dim unless given */
+static void slice_defaults(layer_params *p)
+{
+    p->dim = 1;
+    p->slice_end = INT64_MAX;
+}
+
+static int slice_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, dim = l->p.dim + (l->p.dim < 0 ? r : 0);
+    if (dim < 1 || dim >= r)
+        return kind_fail(err, len, "dim %lld must be from 1 to %lld of a rank-%lld input (dim 0 is the batch)",
+                         (long long)l->p.dim, (long long)(r - 1), (long long)r);
+    /* as Python's x[:, start:end]: negative from the end, end past the size is the size */
+    int64_t size = l->in.d[dim], start = l->p.slice_start, end = l->p.slice_end;
+    start += start < 0 ? size : 0;
+    end = end > size ? size : end < 0 ? end + size : end;
+    if (start < 0 || start >= end) {
+        char e[32] = "";
+        if (l->p.slice_end != INT64_MAX)
+            snprintf(e, sizeof e, "%lld", (long long)l->p.slice_end);
+        return kind_fail(err, len, "slice [%lld:%s] of dim %lld (size %lld) is empty", (long long)l->p.slice_start, e,
+                         (long long)dim, (long long)size);
+    }
+    l->p.dim = dim, l->p.slice_start = start, l->p.slice_end = end;
+    l->out = l->in;
+    l->out.d[dim] = end - l->p.slice_start;
+    return 0;
+}
+
+/* The input as [outer, size, inner] around dim; the output is its [start, end) of size. */
+void layer_slice_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner)
+{
+    *outer = 1, *size = l->in.d[l->p.dim], *inner = 1;
+    for (int64_t k = 0; k < l->p.dim; k++)
+        *outer *= l->in.d[k];
+    for (int64_t k = l->p.dim + 1; k < l->in.rank; k++)
+        *inner *= l->in.d[k];
+}
+
+static void slice_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    int64_t outer, size, inner, n = (l->p.slice_end - l->p.slice_start);
+    layer_slice_dims(l, &outer, &size, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out + o * n * inner, ins[0] + (o * size + l->p.slice_start) * inner, (size_t)(n * inner) * sizeof *out);
+}
+
+/* bytes: the range it reads and the copy it writes */
+static void slice_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->macs = l->flops = 0;
+    l->bytes = layer_count_mul(8, shape_numel(&l->out));
+}
+
+const layer_desc layer_slice_desc = {
+    .name = "slice", .n_inputs = 1, .params = slice_params, .defaults = slice_defaults, .infer = slice_infer,
+    .count = slice_count, .reference = slice_reference, .tolerance = 0.0,
 };
 
 /* ---- class_token -------------------------------------------------------------------------- */

@@ -13,7 +13,8 @@ on a random input of --input (per sample; default 3,224,224) and --batch (defaul
 what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
 ReLU, Linear, ...), named by its module path as in model.named_modules(), and every
 functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
-F.adaptive_avg_pool2d, x.mean([2, 3]), ...), named after the module whose forward called it plus the
+F.adaptive_avg_pool2d, x.mean([2, 3]), x[:, a:b], x.chunk, ShuffleNet's channel shuffle, ...),
+named after the module whose forward called it plus the
 operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
 forward gets _1, as torch.fx names them). Which layer feeds which comes from the
 tensors themselves, so any graph (residuals, branches, DenseNet's concatenations) is
@@ -131,6 +132,8 @@ def module_layer(m):
         if m.start_dim != 1 or m.end_dim != -1:
             raise Unsupported(f"Flatten({m.start_dim}, {m.end_dim}) (only from dim 1 to the end)")
         return "flatten", {}
+    if isinstance(m, getattr(nn, "ChannelShuffle", ())):
+        return "channel_shuffle", {"groups": m.groups}
     if isinstance(m, nn.Linear):
         return "linear", {"out_features": m.out_features, **({} if m.bias is not None else {"bias": False})}
     if isinstance(m, (nn.Dropout, nn.Dropout2d)):
@@ -331,6 +334,12 @@ ELEMENTWISE = {"relu": "relu", "relu_": "relu", "relu6": "relu6", "sigmoid": "si
                "tanh_": "tanh"}
 
 
+def group_split(x, out):
+    """x [N, C, H, W] viewed as [N, g, C / g, H, W]: the start of a channel shuffle."""
+    return x.dim() == 4 and out.dim() == 5 and out.shape[0] == x.shape[0] and \
+        out.shape[1] * out.shape[2] == x.shape[1] and tuple(out.shape[3:]) == tuple(x.shape[2:])
+
+
 def flatten_dims(x, out):
     """(start, end) such that flattening x's dims start..end gives out's shape, or None."""
     xs, os_ = list(x.shape), list(out.shape)
@@ -389,7 +398,17 @@ def function_layer(name, args, kwargs, out):
         x, idx = tensors[0], args[1]
         if (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)):
             return "select", ({"index": idx[1]} if idx[1] != 0 else {}), [x]
-        raise Unsupported(f"indexing with {idx!r} (only x[:, i])")
+        # x[:, a:b], x[:, :, a:b]: one range of one dim, the others whole
+        if isinstance(idx, tuple) and len(idx) >= 2 and all(s == slice(None) for s in idx[:-1]) and \
+                isinstance(idx[-1], slice) and idx[-1].step in (None, 1) and len(idx) <= x.dim():
+            dim, s = len(idx) - 1, idx[-1]
+            p = {"dim": dim} if dim != 1 else {}
+            if s.start:
+                p["start"] = s.start
+            if s.stop is not None and s.stop < x.shape[dim]:
+                p["end"] = s.stop
+            return "slice", p, [x]
+        raise Unsupported(f"indexing with {idx!r} (only x[:, i] and x[:, a:b])")
     if name == "gelu":
         approximate = kwargs.get("approximate", "none")
         return "gelu", ({"approximate": "tanh"} if approximate == "tanh" else {}), tensors[:1]
@@ -461,6 +480,7 @@ class Trace(TorchFunctionMode):
         self.attn = []         # transformers-style attention modules being run: their q, k, v and o
         #                        projections are recorded, what lies between becomes rope and attention
         self.module_node = {}  # id(module) -> its node
+        self.shuffle = {}      # id(tensor) -> (input, stage, groups): a channel shuffle under way
         self.seen_params = set()  # ids of parameters counted already (tied embeddings)
 
     def hooks(self, model):
@@ -595,9 +615,17 @@ class Trace(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.leaf_depth or self.attn or not isinstance(out, torch.Tensor):
+        if self.leaf_depth or self.attn:
             return out
         op = getattr(func, "__name__", str(func))
+        if op in ("chunk", "split", "tensor_split", "unbind") and isinstance(out, (tuple, list)):
+            return self.pieces(op, args, kwargs, out)
+        if not isinstance(out, torch.Tensor):
+            return out
+        x0 = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if x0 is not None and (id(x0) in self.shuffle or (op in ("view", "reshape") and self.source(x0) is not None
+                                                          and group_split(x0, out))):
+            return self.shuffle_step(op, x0, args, out)
         if op in ("__get__", "detach", "contiguous", "clone", "to", "float"):
             if args and isinstance(args[0], torch.Tensor):
                 self.producer[id(out)] = self.source(args[0])
@@ -630,13 +658,72 @@ class Trace(TorchFunctionMode):
             return out
         label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
                  "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate", "avgpool2d": "avg_pool2d",
-                 "maxpool2d": "max_pool2d"}.get(kind, kind)
+                 "maxpool2d": "max_pool2d", "slice": "getitem"}.get(kind, kind)
+        name, _ = self.name_for(label)
+        self.record(name, kind, params, inputs, out)
+        return out
+
+
+    def name_for(self, label):
+        """parent.label, or parent.label_N for the N-th call of it in the same forward."""
+        parent = self.stack[-1] if self.stack else ""
         count = self.counts.get((parent, label), 0)
         self.counts[(parent, label)] = count + 1
         local = label if count == 0 else f"{label}_{count}"
-        self.record(f"{parent}.{local}" if parent else local, kind, params, inputs, out)
+        return f"{parent}.{local}" if parent else local, parent
+
+    def shuffle_step(self, op, x, args, out):
+        """ShuffleNet's channel_shuffle: x.view(N, g, C / g, H, W), transpose(1, 2)
+        (contiguous), view(N, C, H, W): one channel_shuffle layer, recorded at the view
+        back. Anything else done to the split view is reported."""
+        stage, src, g = ("start", x, out.shape[1]) if id(x) not in self.shuffle else self.shuffle[id(x)]
+        dims = [a % 5 for a in args[1:3] if isinstance(a, int)] if op in ("transpose", "swapaxes") else []
+        if stage == "start":
+            self.shuffle[id(out)] = ("split", src, g)
+        elif op == "contiguous":
+            self.shuffle[id(out)] = (stage, src, g)
+        elif stage == "split" and sorted(dims) == [1, 2]:
+            self.shuffle[id(out)] = ("shuffled", src, g)
+        elif stage == "shuffled" and op in ("view", "reshape", "flatten") and tuple(out.shape) == tuple(src.shape):
+            name, _ = self.name_for("channel_shuffle")
+            self.record(name, "channel_shuffle", {"groups": g}, [src], out)
+            return out
+        else:
+            parent = self.stack[-1] if self.stack else ""
+            self.problems.append(f"{parent or '(the model)'}: {op} of channels viewed as {g} groups (only a channel "
+                                 f"shuffle: view, transpose(1, 2), view back)")
+            self.broken(out)
+            return out
+        self.keep.append(out)
         return out
 
+    def pieces(self, op, args, kwargs, out):
+        """x.chunk(n, dim), x.split(size, dim), torch.tensor_split: each piece a slice
+        layer (torch's pieces are views; layerbench copies each, as it does x[:, i])."""
+        x = args[0]
+        if not isinstance(x, torch.Tensor) or self.source(x) is None:
+            return out
+        if op == "unbind":
+            self.problems.append(f"{self.stack[-1] if self.stack else '(the model)'}: unbind")
+            self.broken(out)
+            return out
+        dim = kwargs.get("dim", args[2] if len(args) > 2 else 0) % x.dim()
+        if dim == 0:
+            self.problems.append(f"{self.stack[-1] if self.stack else '(the model)'}: {op} along the batch")
+            self.broken(out)
+            return out
+        name, _ = self.name_for(op)
+        start = 0
+        for i, piece in enumerate(out):
+            n = piece.shape[dim]
+            p = {"dim": dim} if dim != 1 else {}
+            if start:
+                p["start"] = start
+            if start + n != x.shape[dim]:
+                p["end"] = start + n
+            self.record(f"{name}.{i}", "slice", p, [x], piece)
+            start += n
+        return out
 
     def parameter_op(self, op, parent, args, kwargs, flat, params, traced, out):
         """An operation between the activations and a learned tensor: a class token put in

@@ -3,7 +3,8 @@ computes them (transformers' modeling_llama.py: LlamaRMSNorm, rotate_half and
 apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 types,
 repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
 MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the mean
-kind (x.mean(dim, keepdim), MNASNet's global pool) and groupnorm (nn.GroupNorm).
+kind (x.mean(dim, keepdim), MNASNet's global pool), groupnorm (nn.GroupNorm),
+channel_shuffle (ShuffleNet's) and slice (x.narrow).
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -181,6 +182,14 @@ def main():
             y = x[0] * x[1]
         elif kind == "silu":
             y = torch.nn.functional.silu(x[0])
+        elif kind == "channel_shuffle":  # ShuffleNet's view, transpose(1, 2), view back
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            g = int(p["groups"])
+            y = x[0].reshape(in_shape[0], g, in_shape[1] // g, *in_shape[2:]).transpose(1, 2).reshape(in_shape)
+        elif kind == "slice":  # x.narrow(dim, start, end - start)
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            d, start = int(p.get("dim", 1)), int(p.get("start", 0))
+            y = x[0].reshape(in_shape).narrow(d, start, int(p["end"]) - start)
         elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             c = in_shape[1]

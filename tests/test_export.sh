@@ -64,10 +64,30 @@ want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.
   "$BENCH" check "$T/mnasnet0_5.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
   bad "mnasnet0_5: $(tail -2 "$T/mnasnet.err") $("$BENCH" list "$T/mnasnet0_5.yaml" 2>&1 | tail -2)"
 
+# ShuffleNet v2: its channel_shuffle (view, transpose(1, 2), view back) and x.chunk(2,
+# dim=1) become channel_shuffle and slice layers; torch's parameter count, bench check
+want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.shufflenet_v2_x0_5(weights=None).parameters()))")
+"$PY" "$SRC/scripts/torch_export.py" shufflenet_v2_x0_5 -o "$T/shufflenet.yaml" 2>"$T/shufflenet.err" &&
+  grep -q "{kind: channel_shuffle, name: channel_shuffle, groups: 2}" "$T/shufflenet.yaml" &&
+  grep -q "{kind: slice, name: 1, input: /stage2.0.channel_shuffle, start: 24}" "$T/shufflenet.yaml" &&
+  "$BENCH" list "$T/shufflenet.yaml" | grep -q "^Totals: $want params" &&
+  "$BENCH" check "$T/shufflenet.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "shufflenet_v2_x0_5: $(tail -2 "$T/shufflenet.err") $("$BENCH" list "$T/shufflenet.yaml" 2>&1 | tail -2)"
+# x[:, a:b], torch.split with sizes and x.chunk along the last dim: slice layers with
+# Python's ranges
+PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:slices --input 6,5,8 -o "$T/slices.yaml" \
+  2>"$T/slices.err" &&
+  grep -q "{kind: slice, name: getitem, start: 1, end: 4}" "$T/slices.yaml" &&
+  grep -q "{kind: slice, name: 1, input: /conv, start: 2}" "$T/slices.yaml" &&
+  grep -q "{kind: slice, name: 0, input: /conv, dim: 3, end: 4}" "$T/slices.yaml" &&
+  grep -q "{kind: slice, name: getitem_2, input: /split.0, dim: 3, start: 2, end: 6}" "$T/slices.yaml" &&
+  "$BENCH" check "$T/slices.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "slices: $(tail -2 "$T/slices.err") $(grep slice "$T/slices.yaml" | head -3)"
+
 # nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps, torch's parameter
 # count, bench check on both CPU backends
-(cd "$SRC/tests/data" && "$PY" "$SRC/scripts/torch_export.py" unet_block:resblock --input 64,16,16 \
-  -o "$T/resblock.yaml") 2>"$T/resblock.err" &&
+PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" unet_block:resblock --input 64,16,16 \
+  -o "$T/resblock.yaml" 2>"$T/resblock.err" &&
   grep -q "{kind: groupnorm, name: norm1, num_groups: 32}" "$T/resblock.yaml" &&
   grep -q "{kind: groupnorm, name: norm2, num_groups: 32, eps: 1e-06}" "$T/resblock.yaml" &&
   "$BENCH" list "$T/resblock.yaml" | grep -q "^Totals: 74112 params" &&

@@ -129,6 +129,12 @@ static void sel_last(layer_params *p) { p->dim = 1; p->index = -1; }
 static void sel_h(layer_params *p) { p->dim = 2; p->index = 3; }
 static void fl_2(layer_params *p) { p->start_dim = 2; p->end_dim = -1; }
 static void mean_hw(layer_params *p) { PAIR(mean_dims, 2, 3); }
+static void shuf_2(layer_params *p) { p->groups = 2; }
+static void shuf_3(layer_params *p) { p->groups = 3; }
+static void slice_lo(layer_params *p) { p->dim = 1; p->slice_start = 0; p->slice_end = 5; }
+static void slice_hi(layer_params *p) { p->dim = 1; p->slice_start = 5; p->slice_end = INT64_MAX; }
+static void slice_neg(layer_params *p) { p->dim = 2; p->slice_start = -3; p->slice_end = -1; }
+static void slice_w(layer_params *p) { p->dim = -1; p->slice_start = 2; p->slice_end = 9; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
 static void gn_3_plain(layer_params *p) { p->num_groups = 3; p->eps = 1e-6; p->affine = false; }
 static void gn_32(layer_params *p) { p->num_groups = 32; p->eps = 1e-5; p->affine = true; }
@@ -284,6 +290,12 @@ static const layer_case cases[] = {
     {"[N, C, L], no affine", LAYER_GROUPNORM, S3(3, 6, 11), gn_3_plain},
     {"UNet's 32 of 256, 32x32", LAYER_GROUPNORM, S4(2, 256, 32, 32), gn_32},
     {"one group, [N, C]", LAYER_GROUPNORM, S2(5, 12), gn_1},
+    {"2 groups, 58 channels (ShuffleNet)", LAYER_CHANNEL_SHUFFLE, S4(2, 58, 7, 5), shuf_2},
+    {"3 groups, [N, C, L], threads", LAYER_CHANNEL_SHUFFLE, S3(4, 96, 333), shuf_3},
+    {"chunk's first half", LAYER_SLICE, S4(2, 10, 3, 5), slice_lo},
+    {"chunk's second half, to the end", LAYER_SLICE, S4(2, 10, 3, 5), slice_hi},
+    {"[-3:-1] of dim 2", LAYER_SLICE, S4(2, 3, 7, 4), slice_neg},
+    {"last dim [2, 9)", LAYER_SLICE, S3(3, 4, 11), slice_w},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */

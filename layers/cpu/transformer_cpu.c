@@ -338,6 +338,19 @@ static void select_run(void *env, const layer *l, void *state, const void *const
         memcpy(out + o * inner, ins[0] + (o * size + l->p.index) * inner, (size_t)inner * sizeof *out);
 }
 
+static void slice_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out_)
+{
+    float *out = out_;
+    const float *in = ins[0];
+    (void)env, (void)state, (void)w;
+    int64_t outer, size, inner;
+    layer_slice_dims(l, &outer, &size, &inner);
+    int64_t n = (l->p.slice_end - l->p.slice_start) * inner;
+    CPU_OMP_IF(outer * n > CPU_PARALLEL_MIN && outer > 1, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out + o * n, in + (o * size + l->p.slice_start) * inner, (size_t)n * sizeof *out););
+}
+
 const backend_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
 const backend_kernel cpu_groupnorm_kernel = {.run = groupnorm_run, .impl = "direct"};
 const backend_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
@@ -347,3 +360,4 @@ const backend_kernel cpu_transpose_kernel = {.run = transpose_run, .impl = "bloc
 const backend_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "copy"};
 const backend_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};
 const backend_kernel cpu_select_kernel = {.run = select_run, .impl = "copy"};
+const backend_kernel cpu_slice_kernel = {.run = slice_run, .impl = "copy"};

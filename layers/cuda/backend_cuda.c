@@ -60,6 +60,8 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_ATTENTION, CUDA_NO_LLM),
     CUDA_NONE(LAYER_MOE, CUDA_NO_LLM),
     CUDA_ROW(LAYER_MEAN, cuda_mean_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_CHANNEL_SHUFFLE, cuda_transpose_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_SLICE, cuda_slice_kernel, cuda_via_f32_kernel),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

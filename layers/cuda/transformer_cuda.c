@@ -187,7 +187,8 @@ static bench_status plain_setup(void *ctx, const layer *l, const void *w, void *
     if (!p)
         return BENCH_ERR_NOMEM;
     p->l = l, p->w = w;
-    snprintf(impl, len, "%s", l->kind == LAYER_SELECT ? "cudaMemcpy2DAsync" : "kernel (layerbench)");
+    snprintf(impl, len, "%s",
+             l->kind == LAYER_SELECT || l->kind == LAYER_SLICE ? "cudaMemcpy2DAsync" : "kernel (layerbench)");
     *state = p;
     return BENCH_OK;
 }
@@ -255,6 +256,19 @@ static void select_run(void *ctx, const layer *l_, void *state, const void *cons
                                    cudaMemcpyDeviceToDevice, env->stream));
 }
 
+static void slice_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+{
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
+    plain_cuda *p = state;
+    const layer *l = p->l;
+    int64_t outer, size, inner;
+    layer_slice_dims(l, &outer, &size, &inner);
+    size_t row = (size_t)inner * sizeof(float), w = (size_t)(l->p.slice_end - l->p.slice_start) * row;
+    CUDA_OK(env, cudaMemcpy2DAsync(out, w, (const float *)ins[0] + l->p.slice_start * inner, (size_t)size * row, w,
+                                   (size_t)outer, cudaMemcpyDeviceToDevice, env->stream));
+}
+
 const backend_kernel cuda_layernorm_kernel = {.setup = plain_setup, .run = layernorm_run, .free = plain_free,
                                               .tolerance = cuda_float_tolerance};
 const backend_kernel cuda_gelu_kernel = {.setup = plain_setup, .run = gelu_run, .free = plain_free,
@@ -265,5 +279,7 @@ const backend_kernel cuda_pos_embedding_kernel = {.setup = plain_setup, .run = p
                                                   .tolerance = cuda_float_tolerance};
 const backend_kernel cuda_class_token_kernel = {.setup = plain_setup, .run = class_token_run, .free = plain_free,
                                                 .tolerance = cuda_float_tolerance};
+const backend_kernel cuda_slice_kernel = {.setup = plain_setup, .run = slice_run, .free = plain_free,
+                                          .tolerance = cuda_float_tolerance};
 const backend_kernel cuda_select_kernel = {.setup = plain_setup, .run = select_run, .free = plain_free,
                                            .tolerance = cuda_float_tolerance};

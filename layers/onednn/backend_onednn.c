@@ -192,6 +192,8 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MOE, od_cpu_kernel),
     OD_ROW(LAYER_MEAN, od_cpu_kernel),
     OD_ROW(LAYER_GROUPNORM, od_cpu_kernel), /* oneDNN 2.6 has no group normalization (3.3 does) */
+    OD_ROW(LAYER_CHANNEL_SHUFFLE, od_cpu_kernel),
+    OD_ROW(LAYER_SLICE, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {
