@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc;
 extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_desc,
     layer_relu6_desc, layer_sigmoid_desc, layer_maxpool2d_desc, layer_avgpool2d_desc,
     layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
@@ -14,7 +15,6 @@ extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_de
     layer_multihead_attention_desc, layer_transpose_desc, layer_class_token_desc, layer_pos_embedding_desc,
     layer_select_desc, layer_embedding_desc, layer_rmsnorm_desc, layer_rope_desc, layer_attention_desc,
     layer_moe_desc;
-extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,

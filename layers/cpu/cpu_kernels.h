@@ -45,7 +45,9 @@ char *cpu_choice_key(const layer *l, char *buf, size_t len);
 cpu_choices *cpu_env_choices(void *env);
 
 
-/* The kernels of the table in backend_cpu.c, one file per kind family. */
+/* The kernels of the table in backend_cpu.c, one file per kind family (the vision
+ * kinds' first, then the rest). */
+extern const backend_kernel cpu_mean_kernel, cpu_groupnorm_kernel, cpu_slice_kernel;
 extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
     cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,
@@ -53,7 +55,6 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
     cpu_upsample_kernel, cpu_layernorm_kernel, cpu_gelu_kernel, cpu_multihead_attention_kernel, cpu_transpose_kernel,
     cpu_class_token_kernel, cpu_pos_embedding_kernel, cpu_select_kernel, cpu_embedding_kernel, cpu_rmsnorm_kernel,
     cpu_rope_kernel, cpu_attention_kernel, cpu_moe_kernel, cpu_embedding_16_kernel;
-extern const backend_kernel cpu_mean_kernel, cpu_groupnorm_kernel, cpu_slice_kernel;
 
 /* bf16 and fp16 through fp32 copies of the tensors around the kind's fp32 kernel
  * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */
