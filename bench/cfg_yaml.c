@@ -107,6 +107,23 @@ static int parse_pair(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, 
                ? -1 : 0;
 }
 
+/* [d0, d1, ...] of 1 to SHAPE_MAX_RANK integers into out[1..], their count into out[0] */
+static int parse_dims(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out)
+{
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(c, n, "%s: expected a list of dims such as [0, 2, 3, 1], got %s", key,
+                    is_plain(n) ? "a scalar" : cfg_node_type_name(n));
+    yaml_node_item_t *it = n->data.sequence.items.start;
+    int64_t count = n->data.sequence.items.top - it;
+    if (count < 1 || count > SHAPE_MAX_RANK)
+        return fail(c, n, "%s: expected 1 to %d dims, got %d", key, SHAPE_MAX_RANK, (int)count);
+    out[0] = count;
+    for (int64_t k = 0; k < count; k++)
+        if (cfg_parse_int(c, key, NODE(c, it[k]), min, &out[1 + k]))
+            return -1;
+    return 0;
+}
+
 static int parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out)
 {
     static const char *yes[] = {"true", "True", "TRUE"}, *no[] = {"false", "False", "FALSE"};
@@ -307,6 +324,7 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
                 : s->type == LP_BOOL ? parse_bool(c, s->key, v, (bool *)field)
                 : s->type == LP_FPAIR ? parse_fpair(c, s->key, v, (double *)field)
                 : s->type == LP_ENUM  ? cfg_parse_enum(c, s->key, v, s->choices, (int64_t *)field)
+                : s->type == LP_DIMS  ? parse_dims(c, s->key, v, s->min, (int64_t *)field)
                                       : parse_float(c, s->key, v, (double *)field);
         if (r)
             return -1;

@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc;
+extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc,
+    layer_permute_desc, layer_layer_scale_desc;
 extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_desc,
     layer_relu6_desc, layer_sigmoid_desc, layer_maxpool2d_desc, layer_avgpool2d_desc,
     layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
@@ -55,6 +56,8 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_GROUPNORM] = &layer_groupnorm_desc,
     [LAYER_CHANNEL_SHUFFLE] = &layer_channel_shuffle_desc,
     [LAYER_SLICE] = &layer_slice_desc,
+    [LAYER_PERMUTE] = &layer_permute_desc,
+    [LAYER_LAYER_SCALE] = &layer_layer_scale_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)
@@ -264,6 +267,7 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
                       : s->type == LP_PAIR                 ? 2 * sizeof(int64_t)
                       : s->type == LP_FPAIR                ? 2 * sizeof(double)
                       : s->type == LP_BOOL                 ? sizeof(bool)
+                      : s->type == LP_DIMS                 ? (1 + SHAPE_MAX_RANK) * sizeof(int64_t)
                                                            : sizeof(double);
         if (!s->required && memcmp(v, dv, size) == 0)
             continue;
@@ -275,6 +279,12 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
                                     (long long)((const int64_t *)v)[0], (long long)((const int64_t *)v)[1]);
         else if (s->type == LP_BOOL)
             off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, *(const bool *)v ? "true" : "false");
+        else if (s->type == LP_DIMS) {
+            const int64_t *d = (const int64_t *)v;
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=", sep, s->key);
+            for (int64_t k = 0; k < d[0] && off < len; k++)
+                off += (size_t)snprintf(buf + off, len - off, "%s%lld", k ? "x" : "", (long long)d[1 + k]);
+        }
         else if (s->type == LP_ENUM)
             off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, s->choices[*(const int64_t *)v]);
         else if (s->type == LP_FPAIR)

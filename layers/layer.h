@@ -84,6 +84,8 @@ typedef enum layer_kind {
     LAYER_GROUPNORM,
     LAYER_CHANNEL_SHUFFLE,
     LAYER_SLICE,
+    LAYER_PERMUTE,
+    LAYER_LAYER_SCALE,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -144,6 +146,7 @@ typedef struct layer_params {
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */
     int64_t num_channels;        /* groupnorm: torch's argument, checked against the input's; 0 = the input's */
     int64_t slice_start, slice_end; /* slice: x[..., start:end, ...] along dim, as Python slices */
+    int64_t perm[1 + SHAPE_MAX_RANK]; /* permute: the count, then the dims (LP_DIMS) */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
 } layer_params;
 
@@ -178,6 +181,8 @@ typedef enum layer_param_type {
     LP_FLOAT,                    /* number >= 0 */
     LP_FPAIR,                    /* number or [h, w], each > 0 (double[2]) */
     LP_ENUM,                     /* one of choices, stored as its index (int64_t) */
+    LP_DIMS,                     /* [d0, d1, ...]: up to SHAPE_MAX_RANK integers, stored as int64_t[1 +
+                                    SHAPE_MAX_RANK], the count first */
 } layer_param_type;
 
 typedef struct layer_param_spec {
@@ -305,13 +310,15 @@ void layer_mha_weights(const layer *l, const float *w, const float **in_w, const
                        const float **out_b);
 
 /* transpose's input seen as [outer, a, mid, b, inner], a and b the dims it swaps;
- * channel_shuffle's as [N, groups, 1, C / groups, spatial]. */
+ * channel_shuffle's as [N, groups, 1, C / groups, spatial]; permute's with a and b the
+ * two runs of dims it swaps (every permutation it takes is one). */
 void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner);
 
 /* select's input seen as [outer, size, inner], size the dim it indexes: the output is
  * in[o][index][i] for every (o, i). */
 void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
-/* slice's input seen as [outer, size, inner], size the dim it takes [start, end) of. */
+/* slice's input seen as [outer, size, inner], size the dim it takes [start, end) of;
+ * layer_scale's with size the dim its gamma runs along. */
 void layer_slice_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
 /* mean: the elements before the dims averaged, the elements averaged into each output,
  * and the elements after them (the input is [outer, size, inner]). */

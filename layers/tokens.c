@@ -48,9 +48,55 @@ static void no_weights_count(layer *l)
     zero_flops_count(l);
 }
 
+/* A permutation as runs of input dims: [prefix, A, mid, B, suffix] whose output is
+ * [prefix, B, mid, A, suffix] (run[k]: how many dims each holds). False when the
+ * permutation is not of that form (every one of 4 dims with the batch first is). */
+static bool permute_runs(const int64_t *perm, int64_t run[5])
+{
+    int64_t r = perm[0];
+    const int64_t *p = perm + 1;
+    int64_t i = 0, j = r - 1;
+    while (i < r && p[i] == i)
+        i++;
+    if (i == r) { /* the identity: a plain copy */
+        run[0] = r, run[1] = run[2] = run[3] = run[4] = 0;
+        return true;
+    }
+    while (p[j] == j)
+        j--;
+    int64_t nb = j - p[i] + 1, k = i; /* B = input dims p[i]..j, first in the output */
+    while (k <= j && p[k] != i)
+        k++;
+    int64_t na = j - k + 1; /* A = input dims i.., last in the output */
+    if (nb < 1 || na < 1 || na + nb > j - i + 1)
+        return false;
+    for (int64_t t = 0; t < nb; t++)
+        if (p[i + t] != p[i] + t)
+            return false;
+    for (int64_t t = 0; t < na; t++)
+        if (p[k + t] != i + t)
+            return false;
+    for (int64_t t = i + nb; t < k; t++) /* mid: what lies between A and B, in order */
+        if (p[t] != i + na + (t - i - nb))
+            return false;
+    run[0] = i, run[1] = na, run[2] = j - i + 1 - na - nb, run[3] = nb, run[4] = r - 1 - j;
+    return true;
+}
+
 /* The input as [outer, A, mid, B, inner] with A and B the swapped dims. */
 void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *mid, int64_t *b, int64_t *inner)
 {
+    if (l->kind == LAYER_PERMUTE) {
+        int64_t run[5];
+        permute_runs(l->p.perm, run);
+        int64_t *part[5] = {outer, a, mid, b, inner};
+        for (int k = 0, dim = 0; k < 5; k++) {
+            *part[k] = 1;
+            for (int64_t i = 0; i < run[k]; i++)
+                *part[k] *= l->in.d[dim++];
+        }
+        return;
+    }
     if (l->kind == LAYER_CHANNEL_SHUFFLE) { /* [N, g, C/g, spatial] -> [N, C/g, g, spatial] */
         *outer = l->in.d[0], *a = l->p.groups, *mid = 1, *b = l->in.d[1] / l->p.groups;
         *inner = shape_numel(&l->in) / (l->in.d[0] * l->in.d[1]);
@@ -108,6 +154,110 @@ static int shuffle_infer(layer *l, char *err, size_t len)
 const layer_desc layer_channel_shuffle_desc = {
     .name = "channel_shuffle", .n_inputs = 1, .params = shuffle_params, .infer = shuffle_infer,
     .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+};
+
+/* ---- permute -------------------------------------------------------------------------------- */
+
+/* Element by element from the definition (out[o0, o1, ...] = in[i] with i[perm[k]] =
+ * o[k]), not through the runs the kernels use. */
+static void permute_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    int64_t r = l->in.rank, n = shape_numel(&l->out), stride[SHAPE_MAX_RANK], o[SHAPE_MAX_RANK] = {0};
+    stride[r - 1] = 1;
+    for (int64_t k = r - 2; k >= 0; k--)
+        stride[k] = stride[k + 1] * l->in.d[k + 1];
+    for (int64_t e = 0; e < n; e++) {
+        int64_t src = 0;
+        for (int64_t k = 0; k < r; k++)
+            src += o[k] * stride[l->p.perm[1 + k]];
+        out[e] = ins[0][src];
+        for (int64_t k = r - 1; k >= 0 && ++o[k] == l->out.d[k]; k--)
+            o[k] = 0;
+    }
+}
+
+static const layer_param_spec permute_params[] = {
+    {"dims", LP_DIMS, P_OFF(perm), true, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int permute_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, *p = l->p.perm + 1, run[5];
+    bool seen[SHAPE_MAX_RANK] = {false}, ok = l->p.perm[0] == r;
+    for (int64_t k = 0; ok && k < r; k++) {
+        p[k] += p[k] < 0 ? r : 0;
+        ok = p[k] >= 0 && p[k] < r && !seen[p[k]];
+        if (ok)
+            seen[p[k]] = true;
+    }
+    if (!ok)
+        return kind_fail(err, len, "dims must list each of the input's %lld dims once (negative from the end)",
+                         (long long)r);
+    if (p[0] != 0)
+        return kind_fail(err, len, "dims must keep the batch first (dims[0] = 0), got %lld", (long long)p[0]);
+    if (!permute_runs(l->p.perm, run))
+        return kind_fail(err, len, "%s", "dims must swap two runs of dims (layerbench runs permute as one transpose)");
+    l->out.rank = r;
+    for (int64_t k = 0; k < r; k++)
+        l->out.d[k] = l->in.d[p[k]];
+    return 0;
+}
+
+const layer_desc layer_permute_desc = {
+    .name = "permute", .n_inputs = 1, .params = permute_params, .infer = permute_infer,
+    .count = no_weights_count, .reference = permute_reference, .tolerance = 0.0,
+};
+
+/* ---- layer_scale: x * gamma, gamma one learned value per index of dim ------------------------ */
+
+static const layer_param_spec layer_scale_params[] = {
+    {"dim", LP_INT, P_OFF(dim), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void layer_scale_defaults(layer_params *p) { p->dim = 1; }
+
+static int layer_scale_infer(layer *l, char *err, size_t len)
+{
+    int64_t r = l->in.rank, dim = l->p.dim + (l->p.dim < 0 ? r : 0);
+    if (dim < 1 || dim >= r)
+        return kind_fail(err, len, "dim %lld must be from 1 to %lld of a rank-%lld input (dim 0 is the batch)",
+                         (long long)l->p.dim, (long long)(r - 1), (long long)r);
+    l->p.dim = dim;
+    l->out = l->in;
+    return 0;
+}
+
+/* one multiply per element; gamma [size of dim] */
+static void layer_scale_count(layer *l)
+{
+    l->n_weights = l->n_weight_floats = l->in.d[l->p.dim];
+    l->macs = 0;
+    l->flops = shape_numel(&l->out);
+    kind_count_bytes(l);
+}
+
+static void layer_scale_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, 0.5f, 1.5f, rng);
+}
+
+static void layer_scale_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    int64_t outer, size, inner;
+    layer_slice_dims(l, &outer, &size, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t s = 0; s < size; s++)
+            for (int64_t i = 0; i < inner; i++)
+                out[(o * size + s) * inner + i] = (float)((double)ins[0][(o * size + s) * inner + i] * w[s]);
+}
+
+const layer_desc layer_layer_scale_desc = {
+    .name = "layer_scale", .n_inputs = 1, .params = layer_scale_params, .defaults = layer_scale_defaults,
+    .infer = layer_scale_infer, .count = layer_scale_count, .init_weights = layer_scale_init,
+    .reference = layer_scale_reference, .tolerance = 1e-7,
 };
 
 /* ---- slice ---------------------------------------------------------------------------------- */

@@ -13,7 +13,9 @@ on a random input of --input (per sample; default 3,224,224) and --batch (defaul
 what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
 ReLU, Linear, ...), named by its module path as in model.named_modules(), and every
 functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
-F.adaptive_avg_pool2d, x.mean([2, 3]), x[:, a:b], x.chunk, ShuffleNet's channel shuffle, ...),
+F.adaptive_avg_pool2d, x.mean([2, 3]), x[:, a:b], x.chunk, x.permute, ShuffleNet's channel shuffle,
+a layer scale (a learned vector times x), F.layer_norm in a module's own forward (ConvNeXt's
+LayerNorm2d), ...),
 named after the module whose forward called it plus the
 operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
 forward gets _1, as torch.fx names them). Which layer feeds which comes from the
@@ -132,6 +134,13 @@ def module_layer(m):
         if m.start_dim != 1 or m.end_dim != -1:
             raise Unsupported(f"Flatten({m.start_dim}, {m.end_dim}) (only from dim 1 to the end)")
         return "flatten", {}
+    if type(m).__name__ == "Permute" and isinstance(getattr(m, "dims", None), (list, tuple)):
+        # torchvision.ops.misc.Permute (ConvNeXt, Swin): torch.permute(x, dims)
+        perm = [int(d) for d in m.dims]
+        if len(perm) < 2 or perm[0] != 0 or sorted(perm) != list(range(len(perm))):
+            raise Unsupported(f"Permute {perm} (the batch must stay first)")
+        moved = [i for i, d in enumerate(perm) if d != i]
+        return ("transpose", {"dim0": moved[0], "dim1": moved[1]}) if len(moved) == 2 else ("permute", {"dims": perm})
     if isinstance(m, getattr(nn, "ChannelShuffle", ())):
         return "channel_shuffle", {"groups": m.groups}
     if isinstance(m, nn.Linear):
@@ -152,6 +161,8 @@ def module_layer(m):
             p["affine"] = False
         return "groupnorm", p
     if isinstance(m, nn.LayerNorm):
+        if own_forward(m, nn.LayerNorm):
+            raise Unsupported(f"{type(m).__name__} (its own forward is recorded operation by operation)")
         if len(m.normalized_shape) != 1:
             raise Unsupported(f"LayerNorm over {tuple(m.normalized_shape)} (only the last dimension)")
         p = {}
@@ -318,8 +329,16 @@ def upsample_params(size, scale_factor, mode, align_corners):
     return p
 
 
+def own_forward(m, base):
+    """m is a subclass of base with a forward of its own (torchvision's LayerNorm2d
+    permutes, normalizes the last dim and permutes back): its operations are recorded."""
+    return isinstance(m, base) and type(m).forward is not base.forward
+
+
 def is_leaf(m):
     """Modules recorded as one layer: those with a kind, and modules without children."""
+    if own_forward(m, nn.LayerNorm):
+        return False
     try:
         module_layer(m)
         return True
@@ -390,10 +409,13 @@ def function_layer(name, args, kwargs, out):
             a, b = [d % x.dim() for d in args[1:3]]
             perm = list(range(x.dim()))
             perm[a], perm[b] = perm[b], perm[a]
+        perm = [int(d) % x.dim() for d in perm]
         moved = [i for i, d in enumerate(perm) if d != i]
-        if len(moved) != 2 or 0 in moved:
-            raise Unsupported(f"{name} {perm} (only swapping two dims other than the batch)")
-        return "transpose", {"dim0": moved[0], "dim1": moved[1]}, [x]
+        if perm[0] != 0:
+            raise Unsupported(f"{name} {perm} (the batch must stay first)")
+        if len(moved) == 2:
+            return "transpose", {"dim0": moved[0], "dim1": moved[1]}, [x]
+        return "permute", {"dims": perm}, [x]
     if name == "__getitem__":
         x, idx = tensors[0], args[1]
         if (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)):
@@ -636,6 +658,7 @@ class Trace(TorchFunctionMode):
         for a in args:
             if isinstance(a, (list, tuple)):
                 flat += [t for t in a if isinstance(t, torch.Tensor)]
+        flat += [v for v in kwargs.values() if isinstance(v, torch.Tensor)]  # F.layer_norm's weight=, bias=
         params = [self.parameter(t) for t in flat]
         traced = [t for t in flat if self.source(t) is not None]
         if not traced:
@@ -731,6 +754,35 @@ class Trace(TorchFunctionMode):
         after the parameter, as the model names it."""
         name, numel = [p for p in params if p][0]
         x = traced[0]
+        if op == "layer_norm" and x is flat[0]:  # F.layer_norm(x, shape, weight, bias, eps): LayerNorm2d's
+            shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+            eps = kwargs.get("eps", args[4] if len(args) > 4 else 1e-5)
+            weight = kwargs.get("weight", args[2] if len(args) > 2 else None)
+            bias = kwargs.get("bias", args[3] if len(args) > 3 else None)
+            if len(shape) != 1 or shape[0] != x.shape[-1] or weight is None or not self.parameter(weight):
+                self.problems.append(f"{parent or '(the model)'}: layer_norm over {tuple(shape)} (only the last "
+                                     f"dimension, with a weight)")
+                self.broken(out)
+                return out
+            p = {} if eps == 1e-5 else {"eps": eps}
+            if bias is None:
+                p["bias"] = False
+            label, _ = self.name_for("layer_norm")
+            self.record(label, "layernorm", p, [x], out, weight.numel() + (bias.numel() if bias is not None else 0))
+            return out
+        if op in MUL and len(flat) == 2 and x.dim() >= 3 and tuple(out.shape) == tuple(x.shape):
+            # layer scale: x times a learned vector along one dim ([C, 1, 1] on NCHW, [D] on [N, S, D])
+            g = [t for t, q in zip(flat, params) if q][0]
+            shape = list(g.shape)
+            while shape and shape[0] == 1:
+                shape = shape[1:]
+            along = [d for d in range(1, x.dim()) if x.dim() - d == len(shape) and shape[0] == x.shape[d] and
+                     all(s == 1 for s in shape[1:])]
+            if along and numel == x.shape[along[0]]:
+                d = along[0]
+                self.record(name, "layer_scale", {} if d == 1 else {"dim": d - x.dim() if d == x.dim() - 1 else d},
+                            [x], out, numel)
+                return out
         if op in ("cat", "concat") and len(flat) == 2 and params[0] and not params[1] and x.dim() == 3 and \
                 kwargs.get("dim", args[1] if len(args) > 1 else 0) in (1, -2) and flat[0].shape[1] == 1:
             self.record(name, "class_token", {}, [x], out, numel)

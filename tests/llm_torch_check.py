@@ -4,7 +4,7 @@ apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 
 repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
 MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the mean
 kind (x.mean(dim, keepdim), MNASNet's global pool), groupnorm (nn.GroupNorm),
-channel_shuffle (ShuffleNet's) and slice (x.narrow).
+channel_shuffle (ShuffleNet's), slice (x.narrow), permute and layer_scale.
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -190,6 +190,13 @@ def main():
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             d, start = int(p.get("dim", 1)), int(p.get("start", 0))
             y = x[0].reshape(in_shape).narrow(d, start, int(p["end"]) - start)
+        elif kind == "permute":  # torch.permute(x, dims), dims as bench list prints them, "0x2x3x1"
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            y = x[0].reshape(in_shape).permute(*[int(d) for d in p["dims"].split("x")])
+        elif kind == "layer_scale":  # ConvNeXt's gamma [C, 1, 1] * x; CaiT's [D] * x
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            d = int(p.get("dim", 1))
+            y = x[0].reshape(in_shape) * w.view([-1] + [1] * (len(in_shape) - 1 - d))
         elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             c = in_shape[1]

@@ -94,15 +94,26 @@ PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" unet_block:res
   "$BENCH" check "$T/resblock.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
   bad "the UNet ResBlock: $(tail -2 "$T/resblock.err") $("$BENCH" list "$T/resblock.yaml" 2>&1 | tail -2)"
 
-# ConvNeXt needs what layerbench does not have: refused with the list, nothing written,
+# ConvNeXt: torchvision's Permute modules, LayerNorm2d's own forward (permute,
+# F.layer_norm on the last dim, permute back) and the layer scale (a [C, 1, 1] parameter
+# times the block): torch's parameter count, and bench check on both CPU backends
+want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.convnext_tiny(weights=None).parameters()))")
+"$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err" &&
+  grep -q "{kind: permute, name: 1, dims: \[0, 2, 3, 1\]}" "$T/cn.yaml" &&
+  grep -q "{kind: layernorm, name: layer_norm, eps: 1e-06}" "$T/cn.yaml" &&
+  grep -q "{kind: layer_scale, name: layer_scale}" "$T/cn.yaml" &&
+  "$BENCH" list "$T/cn.yaml" | grep -q "^Totals: $want params" &&
+  "$BENCH" check "$T/cn.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "convnext_tiny: $(tail -3 "$T/cn.err") $("$BENCH" list "$T/cn.yaml" 2>&1 | tail -2)"
+
+# MaxViT needs what layerbench does not have: refused with the list, nothing written,
 # and each problem said once (not again for every layer after it)
-"$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err"
+"$PY" "$SRC/scripts/torch_export.py" maxvit_t -o "$T/mv.yaml" 2>"$T/mv.err"
 rc=$?
-[ $rc = 1 ] && [ ! -e "$T/cn.yaml" ] && grep -q "layerbench cannot express .* of convnext_tiny" "$T/cn.err" &&
-  grep -q "features.1.0.block.1: module Permute" "$T/cn.err" &&
-  grep -q "operation mul on the parameter features.1.0.layer_scale" "$T/cn.err" &&
-  ! grep -q "not computed from the model's input" "$T/cn.err" && ok ||
-  bad "convnext_tiny: exit $rc, $(head -5 "$T/cn.err")"
+[ $rc = 1 ] && [ ! -e "$T/mv.yaml" ] && grep -q "layerbench cannot express .* of maxvit_t" "$T/mv.err" &&
+  grep -q "blocks.0.layers.0.layers.window_attention.partition_op: module WindowPartition" "$T/mv.err" &&
+  ! grep -q "not computed from the model's input" "$T/mv.err" && ok ||
+  bad "maxvit_t: exit $rc, $(head -5 "$T/mv.err")"
 
 # decoder LLMs: a Llama (GQA, head_dim 24 of a 64-wide model) and a Qwen2 (q/k/v biases,
 # tied embeddings) written as transformers writes them (scripts/hf_decoder.py) export row

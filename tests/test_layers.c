@@ -135,6 +135,19 @@ static void slice_lo(layer_params *p) { p->dim = 1; p->slice_start = 0; p->slice
 static void slice_hi(layer_params *p) { p->dim = 1; p->slice_start = 5; p->slice_end = INT64_MAX; }
 static void slice_neg(layer_params *p) { p->dim = 2; p->slice_start = -3; p->slice_end = -1; }
 static void slice_w(layer_params *p) { p->dim = -1; p->slice_start = 2; p->slice_end = 9; }
+static void perm_set(layer_params *p, int n, const int64_t *d)
+{
+    p->perm[0] = n;
+    for (int k = 0; k < n; k++)
+        p->perm[1 + k] = d[k];
+}
+static void perm_nhwc(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, 2, 3, 1}); }
+static void perm_nchw(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, 3, 1, 2}); }
+static void perm_rev(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, -1, 2, 1}); }
+static void perm_3(layer_params *p) { perm_set(p, 3, (const int64_t[]){0, 2, 1}); }
+static void perm_id(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, 1, 2, 3}); }
+static void ls_c(layer_params *p) { p->dim = 1; }
+static void ls_last(layer_params *p) { p->dim = -1; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
 static void gn_3_plain(layer_params *p) { p->num_groups = 3; p->eps = 1e-6; p->affine = false; }
 static void gn_32(layer_params *p) { p->num_groups = 32; p->eps = 1e-5; p->affine = true; }
@@ -296,6 +309,14 @@ static const layer_case cases[] = {
     {"chunk's second half, to the end", LAYER_SLICE, S4(2, 10, 3, 5), slice_hi},
     {"[-3:-1] of dim 2", LAYER_SLICE, S4(2, 3, 7, 4), slice_neg},
     {"last dim [2, 9)", LAYER_SLICE, S3(3, 4, 11), slice_w},
+    {"NCHW -> NHWC (ConvNeXt)", LAYER_PERMUTE, S4(2, 5, 7, 3), perm_nhwc},
+    {"NHWC -> NCHW, threads", LAYER_PERMUTE, S4(2, 28, 28, 96), perm_nchw},
+    {"[0, -1, 2, 1]", LAYER_PERMUTE, S4(3, 4, 5, 6), perm_rev},
+    {"[N, S, D] -> [N, D, S]", LAYER_PERMUTE, S3(2, 9, 13), perm_3},
+    {"the identity", LAYER_PERMUTE, S4(2, 3, 4, 5), perm_id},
+    {"[C, 1, 1] on NCHW (ConvNeXt)", LAYER_LAYER_SCALE, S4(2, 96, 7, 9), ls_c},
+    {"[D] on [N, S, D]", LAYER_LAYER_SCALE, S3(3, 5, 37), ls_last},
+    {"[C, 1, 1], threads", LAYER_LAYER_SCALE, S4(4, 64, 28, 28), ls_c},
 };
 
 /* The case's layer; its input arrays live in statics (one case at a time). */

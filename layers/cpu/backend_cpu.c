@@ -59,6 +59,8 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_GROUPNORM, cpu_groupnorm_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_CHANNEL_SHUFFLE, cpu_transpose_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_SLICE, cpu_slice_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_PERMUTE, cpu_transpose_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_LAYER_SCALE, cpu_layer_scale_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)

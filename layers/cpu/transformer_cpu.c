@@ -351,6 +351,35 @@ static void slice_run(void *env, const layer *l, void *state, const void *const 
             memcpy(out + o * n, in + (o * size + l->p.slice_start) * inner, (size_t)n * sizeof *out););
 }
 
+CPU_ISA_CLONES
+static void scale_rows(const float *x, float *y, int64_t size, int64_t inner, const float *gamma)
+{
+    if (inner == 1) { /* gamma along the last dim */
+#pragma omp simd
+        for (int64_t s = 0; s < size; s++)
+            y[s] = x[s] * gamma[s];
+        return;
+    }
+    for (int64_t s = 0; s < size; s++) {
+        float g = gamma[s];
+#pragma omp simd
+        for (int64_t i = 0; i < inner; i++)
+            y[s * inner + i] = x[s * inner + i] * g;
+    }
+}
+
+static void layer_scale_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state;
+    int64_t outer, size, inner;
+    layer_slice_dims(l, &outer, &size, &inner);
+    const float *x = ins[0];
+    float *y = out;
+    CPU_OMP_IF(outer * size * inner > CPU_PARALLEL_MIN && outer > 1, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < outer; o++)
+            scale_rows(x + o * size * inner, y + o * size * inner, size, inner, w););
+}
+
 const backend_kernel cpu_layernorm_kernel = {.run = layernorm_run, .impl = "direct"};
 const backend_kernel cpu_groupnorm_kernel = {.run = groupnorm_run, .impl = "direct"};
 const backend_kernel cpu_gelu_kernel = {.run = gelu_run, .impl = "direct"};
@@ -361,3 +390,4 @@ const backend_kernel cpu_class_token_kernel = {.run = class_token_run, .impl = "
 const backend_kernel cpu_pos_embedding_kernel = {.run = pos_embedding_run, .impl = "direct"};
 const backend_kernel cpu_select_kernel = {.run = select_run, .impl = "copy"};
 const backend_kernel cpu_slice_kernel = {.run = slice_run, .impl = "copy"};
+const backend_kernel cpu_layer_scale_kernel = {.run = layer_scale_run, .impl = "direct"};

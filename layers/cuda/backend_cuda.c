@@ -62,6 +62,8 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_MEAN, cuda_mean_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_CHANNEL_SHUFFLE, cuda_transpose_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_SLICE, cuda_slice_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_PERMUTE, cuda_transpose_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_LAYER_SCALE, cuda_layer_scale_kernel, cuda_via_f32_kernel),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

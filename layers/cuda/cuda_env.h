@@ -176,6 +176,6 @@ extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_ac
     cuda_hard_activation_kernel, cuda_conv_transpose2d_kernel, cuda_upsample_kernel, cuda_layernorm_kernel,
     cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,
     cuda_pos_embedding_kernel, cuda_select_kernel;
-extern const backend_kernel cuda_mean_kernel, cuda_slice_kernel;
+extern const backend_kernel cuda_mean_kernel, cuda_slice_kernel, cuda_layer_scale_kernel;
 
 #endif

@@ -136,6 +136,38 @@ static void plain_free(void *ctx, void *state)
     free(state);
 }
 
+/* ---- layer_scale: cudnnOpTensor, gamma [1, size, 1, 1] broadcast over [outer, size, inner, 1] -- */
+
+static bench_status layer_scale_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                      int64_t *ws)
+{
+    cuda_env *env = ctx;
+    (void)ws;
+    int64_t outer, size, inner;
+    layer_slice_dims(l, &outer, &size, &inner);
+    shape_t x = {4, {outer, size, inner, 1}}, g = {4, {1, size, 1, 1}};
+    bench_status st;
+    cuda_simple *s = cuda_simple_create(env, &x, &x, &st, impl, len);
+    if (!s)
+        return st;
+    s->w = w;
+    bool ok = cuda_tensor_desc(env, &s->extra, &g, impl, len) && CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&
+              CUDNN_OK(env, cudnnSetOpTensorDescriptor(s->op, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN));
+    return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnOpTensor");
+}
+
+static void layer_scale_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    cuda_env *env = ctx;
+    cuda_simple *s = state;
+    (void)l, (void)w;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnOpTensor(env->cudnn, s->op, &one, s->x, ins[0], &one, s->extra, s->w, &zero, s->y, out));
+}
+
+const backend_kernel cuda_layer_scale_kernel = {.setup = layer_scale_setup, .run = layer_scale_run,
+                                                .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
+
 /* ---- mul: cudnnOpTensor, which broadcasts its second operand ------------------------------ */
 
 typedef struct mul_cuda {

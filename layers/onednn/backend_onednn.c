@@ -194,6 +194,8 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_GROUPNORM, od_cpu_kernel), /* oneDNN 2.6 has no group normalization (3.3 does) */
     OD_ROW(LAYER_CHANNEL_SHUFFLE, od_cpu_kernel),
     OD_ROW(LAYER_SLICE, od_cpu_kernel),
+    OD_ROW(LAYER_PERMUTE, od_cpu_kernel),
+    OD_ROW(LAYER_LAYER_SCALE, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {
