@@ -96,9 +96,13 @@ line, UTC date, host, OS, CPU model and online cores, layerbench version, git
 revision (with `-dirty` for uncommitted changes) and build type, the compiler, the
 libyaml and Google Benchmark versions, the timing options and seed, and per backend
 its own description (CPU: threads, OpenBLAS configuration and threading mode, the
-OpenMP spin setting; CUDA: device, compute capability, SM clock at start and end,
-driver, runtime, cuDNN and cuBLAS versions, math mode, L2 and flush sizes), plus any
-backend that was asked for and skipped, with why. `state` is `complete`, `running` (a
+OpenMP spin setting; CUDA: device, its UUID (`GPU-...`, as `nvidia-smi -L` prints it),
+the driver's version (NVML's, else the CUDA version the driver supports), compute
+capability, SM clock at start and end, driver and runtime CUDA versions, cuDNN and
+cuBLAS versions, math mode, L2 and flush sizes), plus any backend that was asked for and
+skipped, with why. A run inside a Slurm job also has `slurm`: `job_id`, `array_job_id`,
+`array_task_id`, `node` (`SLURMD_NODENAME`), `cluster` and `partition` (null where Slurm
+did not set them); `bench merge` turns them into columns ([slurm.md](slurm.md)). `state` is `complete`, `running` (a
 checkpoint of a run still going, or killed), `interrupted` (with `interrupted` saying
 where: batch, backend, mode and layer) or `failed`; `completed` lists the finished
 (backend, batch) sets and `resumed_sets` how many came from the file `--resume` read.
