@@ -64,6 +64,22 @@ assert sorted(map(int, seen)) == list(range(6)), seen
 assert "--dependency=afterany:" in text and " merge " in text
 EOF
 
+# cuda shards (where this binary has the cuda backend): an array of their own that asks
+# for a GPU each, the CPU shards' without
+if "$BENCH" sweep "$SMOKE" --batch 1,2 --backend cpu,cuda --slurm "$T/gpu" --dry-run > "$T/gpu.txt" 2>&1; then
+  python3 - "$T/gpu.txt" <<'EOF' && ok || bad "cuda shards: $(head -20 "$T/gpu.txt")"
+import re, sys
+text = open(sys.argv[1]).read()
+scripts = re.split(r"# ---- \S+array-0-\d\.sbatch\n", text)[1:]
+assert len(scripts) == 2, len(scripts)
+cpu, gpu = scripts
+assert "--gres" not in cpu and "#SBATCH --gres=gpu:1" in gpu
+assert re.findall(r"--backend (\S+)", cpu) == ["cpu", "cpu"] and re.findall(r"--backend (\S+)", gpu) == ["cuda", "cuda"]
+EOF
+else
+  echo "cuda shards not checked: this bench has no cuda backend ($(tail -1 "$T/gpu.txt"))"
+fi
+
 # ---- bad input against the cluster
 expect 2 "invalid partition|Invalid partition" -- "$BENCH" sweep "$SMOKE" --batch 1 "${OPTS[@]}" --slurm "$T/rejected" \
   --sbatch-args "--partition=nope"
