@@ -7,7 +7,8 @@ usage:
   python3 scripts/torch_export.py googlenet --table tests/data/googlenet_layers.txt
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5 -o tiny_llama.yaml
 
-MODEL is a torchvision model name (built with weights=None, in eval mode) or
+MODEL is a torchvision model name (built with weights=None, in eval mode; a segmentation
+model such as fcn_resnet50 without its auxiliary classifier) or
 "module:callable" (anything importable that returns an nn.Module). The model runs once
 on a random input of --input (per sample; default 3,224,224) and --batch (default 1);
 what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
@@ -805,7 +806,12 @@ def build(spec):
         module, attr = spec.split(":", 1)
         return getattr(importlib.import_module(module), attr)()
     import torchvision.models as tvm
+    import torchvision.models.segmentation as seg
     fn = getattr(tvm, spec, None)
+    if fn is None and callable(getattr(seg, spec, None)):
+        # the segmentation models: their backbone unloaded, no auxiliary classifier (it runs
+        # only in training); their output is the dict's "out"
+        return getattr(seg, spec)(weights=None, weights_backbone=None, aux_loss=False)
     if fn is None:
         sys.exit(f"torch_export: torchvision has no model '{spec}'")
     if spec in ("googlenet", "inception_v3"):

@@ -106,6 +106,18 @@ want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.
   "$BENCH" check "$T/cn.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
   bad "convnext_tiny: $(tail -3 "$T/cn.err") $("$BENCH" list "$T/cn.yaml" 2>&1 | tail -2)"
 
+# torchvision's segmentation models by name (their output is the dict's "out"): torch's
+# parameter count for all three, bench check for LR-ASPP
+for m in lraspp_mobilenet_v3_large deeplabv3_mobilenet_v3_large fcn_resnet50; do
+  want=$("$PY" -c "import torchvision.models.segmentation as s
+print(sum(p.numel() for p in s.$m(weights=None, weights_backbone=None, aux_loss=False).parameters()))")
+  "$PY" "$SRC/scripts/torch_export.py" $m -o "$T/$m.yaml" 2>"$T/$m.err" &&
+    "$BENCH" list "$T/$m.yaml" | grep -q "^Totals: $want params" && ok ||
+    bad "$m: exported and listed as $want params? $(tail -2 "$T/$m.err") $("$BENCH" list "$T/$m.yaml" 2>&1 | tail -2)"
+done
+"$BENCH" check "$T/lraspp_mobilenet_v3_large.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
+  bad "bench check lraspp_mobilenet_v3_large"
+
 # MaxViT needs what layerbench does not have: refused with the list, nothing written,
 # and each problem said once (not again for every layer after it)
 "$PY" "$SRC/scripts/torch_export.py" maxvit_t -o "$T/mv.yaml" 2>"$T/mv.err"
