@@ -329,6 +329,8 @@ static const struct {
     /* transformers: torchvision's vit_b_16; 12 nn.TransformerEncoderLayer(768, 12, 3072) of
      * 7,087,872 parameters each (scripts/transformer_models.py) */
     {"vit_b_16", 86567656},     {"bert_base", 85054464},
+    /* exported with its Permute, LayerNorm2d and layer scale; RegNet's block1-0 names */
+    {"convnext_tiny", 28589128}, {"regnet_y_400mf", 4344144},
 };
 
 static void test_zoo(const char *configs, const char *data)
