@@ -934,6 +934,15 @@ def main():
         if not embeddings:
             sys.exit(f"torch_export: --input-ids: {args.model} has no nn.Embedding to read token ids")
         in_shape, vocab = [args.input_ids], embeddings[0].num_embeddings
+    import inspect
+    try:
+        wanted = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        wanted = []
+    if len(wanted) > 1:
+        sys.exit(f"torch_export: {args.model}'s forward takes {len(wanted)} inputs ({', '.join(wanted)}); a layerbench "
+                 f"model has one: wrap it in a module whose forward takes one tensor and makes the others")
     try:
         t = trace(model, [args.batch] + in_shape, vocab)
     except Exception as e:

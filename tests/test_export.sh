@@ -84,6 +84,14 @@ PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:sli
   "$BENCH" check "$T/slices.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
   bad "slices: $(tail -2 "$T/slices.err") $(grep slice "$T/slices.yaml" | head -3)"
 
+# a forward of two inputs: one line that says so, no traceback, nothing written
+PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:two_inputs --input 3,8,8 \
+  -o "$T/two.yaml" 2>"$T/two.err"
+rc=$?
+[ $rc != 0 ] && [ ! -e "$T/two.yaml" ] && [ "$(wc -l <"$T/two.err")" = 1 ] &&
+  grep -q "forward takes 2 inputs (x, temb); a layerbench model has one" "$T/two.err" && ok ||
+  bad "two inputs: exit $rc, $(cat "$T/two.err")"
+
 # nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps, torch's parameter
 # count, bench check on both CPU backends
 PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" unet_block:resblock --input 64,16,16 \

@@ -1,5 +1,6 @@
 """Small modules for tests/test_export.sh: the operations the exporter turns into slice
-layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim)."""
+layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), and a forward of
+two inputs, which it refuses in one line."""
 import torch
 import torch.nn as nn
 
@@ -19,3 +20,18 @@ class Slices(nn.Module):
 
 def slices():
     return Slices()
+
+
+class TwoInputs(nn.Module):
+    """A UNet ResBlock's shape of call: the feature map and a timestep embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x, temb):
+        return self.conv(x) + temb
+
+
+def two_inputs():
+    return TwoInputs()
