@@ -58,6 +58,10 @@ static const char usage_text[] =
     "                    layer (default: the config's, 0 for a config.json). sweep takes\n"
     "                    lists of both and runs every (tokens, kv_len) pair, each at every\n"
     "                    batch and dtype\n"
+    "  --routing R       every moe layer's token-to-expert routing: uniform (each expert the\n"
+    "                    same number of tokens), skew:S (expert e a share proportional to\n"
+    "                    1/(e+1)^S) or router (each token's top_k logits) (default: the\n"
+    "                    config's; uniform for a config.json)\n"
     "  --phase P         prefill (the tokens, no cache unless --kv-len) or decode (one token\n"
     "                    after --kv-len cached ones, default 1024)\n"
     "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
@@ -242,7 +246,7 @@ enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_M
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
        OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
-       OPT_MAX_RUNNING, OPT_SHARED };
+       OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -285,6 +289,7 @@ static const struct option long_opts[] = {
     {"time-limit", required_argument, NULL, OPT_TIME_LIMIT},
     {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
     {"shared", no_argument, NULL, OPT_SHARED},
+    {"routing", required_argument, NULL, OPT_ROUTING},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -392,7 +397,7 @@ char **cli_shard_options(int argc, char **argv)
 /* Returns -1 to go on, or an exit code. */
 int cli_parse(int argc, char **argv, cli *c)
 {
-    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT,
+    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .routing = -1,
                .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
@@ -517,6 +522,20 @@ int cli_parse(int argc, char **argv, cli *c)
             c->max_running = (int)v;
             break;
         case OPT_SHARED: c->shared = true; break;
+        case OPT_ROUTING: {
+            char *end;
+            if (strcmp(optarg, "uniform") == 0 || strcmp(optarg, "router") == 0) {
+                c->routing = strcmp(optarg, "router") == 0 ? MOE_ROUTER : MOE_UNIFORM;
+                c->load_skew = 0;
+            } else if (strncmp(optarg, "skew:", 5) == 0 && (c->load_skew = strtod(optarg + 5, &end), *end == 0) &&
+                       optarg[5] && c->load_skew >= 0 && c->load_skew <= 100) {
+                c->routing = MOE_UNIFORM;
+            } else {
+                return cli_usage_error("--routing expects uniform, router or skew:S (S from 0 to 100), got '%s'",
+                                       optarg);
+            }
+            break;
+        }
         case 'o': c->merge_out = optarg; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
         case OPT_ERROR: c->error = true; break;

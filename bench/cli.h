@@ -33,6 +33,8 @@ typedef struct cli {
     int max_running;         /* ... --max-running; 0: no limit */
     bool shared;             /* ... --shared: no --exclusive */
     const char *merge_out;   /* merge -o FILE; NULL: DIR/sweep.csv */
+    int routing;             /* --routing: MOE_* for every moe layer; -1: the config's */
+    double load_skew;        /* --routing skew:S */
     const char *backend;
     const char *batch_arg;
     const char *csv;

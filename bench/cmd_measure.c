@@ -136,6 +136,9 @@ static char **worker_argv(const cli *c, const char *algo_cache)
         a[n++] = xstrdup("--kv-len"), a[n++] = xasprintf("%lld", (long long)c->shape.kv_len);
     if (c->no_progress)
         a[n++] = xstrdup("--no-progress");
+    if (c->routing >= 0) /* the workers route as this process does */
+        a[n++] = xstrdup("--routing"),
+        a[n++] = c->routing == MOE_ROUTER ? xstrdup("router") : xasprintf("skew:%.17g", c->load_skew);
     if (algo_cache)
         a[n++] = xstrdup("--algo-cache"), a[n++] = xstrdup(algo_cache);
     return a;

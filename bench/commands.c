@@ -82,6 +82,28 @@ int cli_load_model(const cli *c, int64_t batch, model **m)
     }
     if (c->n_dtypes) /* the first; run, sweep and check go through the others themselves */
         model_set_dtype(*m, c->dtypes[0]);
+    if (c->routing >= 0) { /* --routing: every moe layer's, recounted (the experts that run change) */
+        int n = 0;
+        for (int i = 0; i < (*m)->n_layers; i++) {
+            layer *l = &(*m)->layers[i];
+            if (l->kind != LAYER_MOE)
+                continue;
+            l->p.routing = c->routing, l->p.load_skew = c->load_skew;
+            n++;
+            if (layer_count(l) != 0) {
+                log_msg("--routing: the counts of layer '%s' exceed 2^62", l->name);
+                model_free(*m);
+                *m = NULL;
+                return 2;
+            }
+        }
+        if (!n) {
+            log_msg("--routing: %s has no moe layer", c->config);
+            model_free(*m);
+            *m = NULL;
+            return 2;
+        }
+    }
     static bool noted; /* once, though a sweep loads the model for each batch and shape */
     if ((*m)->note && !noted && !c->worker) {
         log_msg("%s", (*m)->note);

@@ -317,6 +317,16 @@ MIX=$SRC/tests/data/hf/tiny-mixtral
 grep -qE "Backend +Batch +Dtype +Tokens +KV len +Chained median +Noise +Tokens/s" "$T/shapes.out" && ok ||
   bad "a decoder's sweep summary: $(head -3 "$T/shapes.out")"
 expect 0 "(kept from the previous run.*){8}" -- bash -c "'$BENCH' sweep '$MIX' --batch 1,2 --tokens 3,5 --kv-len 0,7 ${FAST[*]} --csv '$T/shapes.csv' --resume 2>&1 | tr '\n' ' '"
+# --routing: a config.json's experts (uniform when imported) routed by the router or with
+# a skew, every moe layer; checked against the reference, and in worker processes
+expect 0 "experts +moe .*num_experts=6 ffn_dim=40 routing=router" -- "$BENCH" list "$MIX" --routing router
+expect 0 "experts +moe .*load_skew=1.5" -- "$BENCH" list "$MIX" --routing skew:1.5
+expect 0 " 0 failed" -- "$BENCH" check "$MIX" --routing router --tokens 9
+"$BENCH" run "$MIX" --routing skew:2 --tokens 4 "${FAST[@]}" --processes 1 --csv "$T/routing.csv" >/dev/null 2>&1 &&
+  grep -q "skewed (2) routing" "$T/routing.csv" && ! grep -q "uniform routing" "$T/routing.csv" && ok ||
+  bad "--routing in worker processes (impl is the worker's): $(grep -o '[a-z]* ([0-9]*) routing\|[a-z]* routing' "$T/routing.csv" | sort | uniq -c)"
+expect 2 "--routing: .*smoke.yaml has no moe layer" -- "$BENCH" list "$SMOKE" --routing router
+expect 2 "--routing expects uniform, router or skew:S" -- "$BENCH" list "$MIX" --routing skew:
 expect 2 "run takes one --tokens and one --kv-len \(bench sweep takes lists\)" -- "$BENCH" run "$MIX" --tokens 4,8
 expect 2 "--kv-len lists a value twice" -- "$BENCH" sweep "$MIX" --kv-len 4,4
 expect 2 "--tokens expects a positive integer" -- "$BENCH" sweep "$MIX" --tokens 4,

@@ -52,8 +52,10 @@ static bench_status moe_setup(void *env, const layer *l, const void *w, void **s
         return BENCH_ERR_NOMEM;
     }
     *ws = 4 * rows * (2 * h + 2 * f) + (int64_t)(3 * sizeof(int64_t) + sizeof(float)) * rows * k;
-    snprintf(impl, len, "%s routing; an expert's tokens by sgemm, one token by sgemv",
-             l->p.routing == MOE_ROUTER ? "router" : "uniform");
+    char how[48];
+    snprintf(how, sizeof how, l->p.routing == MOE_ROUTER ? "router" : l->p.load_skew > 0 ? "skewed (%g)" : "uniform",
+             l->p.load_skew);
+    snprintf(impl, len, "%s routing; an expert's tokens by sgemm, one token by sgemv", how);
     *state = s;
     return BENCH_OK;
 }
