@@ -272,6 +272,20 @@ static void mha_parts_read(void *env, void *state, double *seconds)
 
 /* ---- the token kinds -------------------------------------------------------------------------- */
 
+/* One tile of a transpose of single floats: dst[j * ds + i] = src[i * ss + j], written
+ * a destination row at a time with the strides as plain increments (the index
+ * arithmetic per element, not the memory, was what the general loop paid for). */
+CPU_ISA_CLONES
+static void transpose_tile(const float *src, int64_t ss, float *dst, int64_t ds, int64_t ni, int64_t nj)
+{
+    for (int64_t j = 0; j < nj; j++) {
+        const float *s = src + j;
+        float *d = dst + j * ds;
+        for (int64_t i = 0; i < ni; i++)
+            d[i] = s[i * ss];
+    }
+}
+
 static void transpose_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
     const float *w = w_;
@@ -288,13 +302,16 @@ static void transpose_run(void *env, const layer *l, void *state, const void *co
             for (int64_t blk = 0; blk < blocks_i * blocks_j; blk++) {
                 int64_t o = om / mid, mm = om % mid, i0 = (blk / blocks_j) * bi, j0 = (blk % blocks_j) * bi;
                 int64_t i1 = i0 + bi < a ? i0 + bi : a, j1 = j0 + bi < b ? j0 + bi : b;
-                for (int64_t j = j0; j < j1; j++)
-                    for (int64_t i = i0; i < i1; i++) {
-                        const float *src = in + (((o * a + i) * mid + mm) * b + j) * inner;
-                        float *dst = out + (((o * b + j) * mid + mm) * a + i) * inner;
-                        for (int64_t k = 0; k < inner; k++)
-                            dst[k] = src[k];
-                    }
+                const float *src = in + (((o * a + i0) * mid + mm) * b + j0) * inner;
+                float *dst = out + (((o * b + j0) * mid + mm) * a + i0) * inner;
+                if (inner == 1) {
+                    transpose_tile(src, mid * b, dst, mid * a, i1 - i0, j1 - j0);
+                    continue;
+                }
+                for (int64_t j = 0; j < j1 - j0; j++)
+                    for (int64_t i = 0; i < i1 - i0; i++)
+                        memcpy(dst + (j * mid * a + i) * inner, src + (i * mid * b + j) * inner,
+                               (size_t)inner * sizeof *dst);
             });
 }
 
