@@ -59,34 +59,38 @@ grep -q "name: block1-0" "$T/regnet_y_400mf.yaml" &&
   bad "regnet's names or inception's functional pools"
 "$BENCH" check "$T/regnet_y_400mf.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok || bad "bench check regnet_y_400mf"
 
-# MNASNet's global pool is x.mean([2, 3]): the mean kind, torch's parameter count, and
-# bench check on both CPU backends
-want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.mnasnet0_5(weights=None).parameters()))")
-"$PY" "$SRC/scripts/torch_export.py" mnasnet0_5 -o "$T/mnasnet0_5.yaml" 2>"$T/mnasnet.err" &&
-  grep -q "{kind: mean, name: mean, dim: \[2, 3\]}" "$T/mnasnet0_5.yaml" &&
-  "$BENCH" list "$T/mnasnet0_5.yaml" | grep -q "^Totals: $want params" &&
-  "$BENCH" check "$T/mnasnet0_5.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok ||
-  bad "mnasnet0_5: $(tail -2 "$T/mnasnet.err") $("$BENCH" list "$T/mnasnet0_5.yaml" 2>&1 | tail -2)"
+# A model exported (torch_export.py's arguments before --) into $T/FILE.yaml: the lines
+# after -- in it (fixed strings), torch's parameter total WANT listed, and bench check
+# passing. usage: exported FILE WANT ARGS... -- LINES...
+exported() {
+  local file=$1 want=$2 args=() line
+  shift 2
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  "$PY" "$SRC/scripts/torch_export.py" "${args[@]}" -o "$T/$file.yaml" 2>"$T/$file.err" ||
+    { bad "$file: the export failed: $(tail -2 "$T/$file.err")"; return; }
+  for line in "$@"; do
+    grep -qF -- "$line" "$T/$file.yaml" || { bad "$file: no '$line' in the export"; return; }
+  done
+  "$BENCH" list "$T/$file.yaml" | grep -q "^Totals: $want params" ||
+    { bad "$file: not $want params: $("$BENCH" list "$T/$file.yaml" 2>&1 | tail -2)"; return; }
+  "$BENCH" check "$T/$file.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok || bad "$file: bench check failed"
+}
+torch_params() { "$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.$1(weights=None).parameters()))"; }
+
+# MNASNet's global pool is x.mean([2, 3]): the mean kind
+exported mnasnet0_5 "$(torch_params mnasnet0_5)" mnasnet0_5 -- "{kind: mean, name: mean, dim: [2, 3]}"
 
 # ShuffleNet v2: its channel_shuffle (view, transpose(1, 2), view back) and x.chunk(2,
-# dim=1) become channel_shuffle and slice layers; torch's parameter count, bench check
-want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.shufflenet_v2_x0_5(weights=None).parameters()))")
-"$PY" "$SRC/scripts/torch_export.py" shufflenet_v2_x0_5 -o "$T/shufflenet.yaml" 2>"$T/shufflenet.err" &&
-  grep -q "{kind: channel_shuffle, name: channel_shuffle, groups: 2}" "$T/shufflenet.yaml" &&
-  grep -q "{kind: slice, name: 1, input: /stage2.0.channel_shuffle, start: 24}" "$T/shufflenet.yaml" &&
-  "$BENCH" list "$T/shufflenet.yaml" | grep -q "^Totals: $want params" &&
-  "$BENCH" check "$T/shufflenet.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok ||
-  bad "shufflenet_v2_x0_5: $(tail -2 "$T/shufflenet.err") $("$BENCH" list "$T/shufflenet.yaml" 2>&1 | tail -2)"
+# dim=1) become channel_shuffle and slice layers
+exported shufflenet "$(torch_params shufflenet_v2_x0_5)" shufflenet_v2_x0_5 -- \
+  "{kind: channel_shuffle, name: channel_shuffle, groups: 2}" "{kind: slice, name: 1, input: /stage2.0.channel_shuffle, start: 24}"
+
 # x[:, a:b], torch.split with sizes and x.chunk along the last dim: slice layers with
-# Python's ranges
-PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:slices --input 6,5,8 -o "$T/slices.yaml" \
-  2>"$T/slices.err" &&
-  grep -q "{kind: slice, name: getitem, start: 1, end: 4}" "$T/slices.yaml" &&
-  grep -q "{kind: slice, name: 1, input: /conv, start: 2}" "$T/slices.yaml" &&
-  grep -q "{kind: slice, name: 0, input: /conv, dim: 3, end: 4}" "$T/slices.yaml" &&
-  grep -q "{kind: slice, name: getitem_2, input: /split.0, dim: 3, start: 2, end: 6}" "$T/slices.yaml" &&
-  "$BENCH" check "$T/slices.yaml" --backend all 2>&1 | grep -q " 0 failed" && ok ||
-  bad "slices: $(tail -2 "$T/slices.err") $(grep slice "$T/slices.yaml" | head -3)"
+# Python's ranges (42 parameters: the 1x1 convolution)
+PYTHONPATH="$SRC/tests/data" exported slices 42 export_ops:slices --input 6,5,8 -- \
+  "{kind: slice, name: getitem, start: 1, end: 4}" "{kind: slice, name: 1, input: /conv, start: 2}" \
+  "{kind: slice, name: 0, input: /conv, dim: 3, end: 4}" "{kind: slice, name: getitem_2, input: /split.0, dim: 3, start: 2, end: 6}"
 
 # a forward of two inputs: one line that says so, no traceback, nothing written
 PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:two_inputs --input 3,8,8 \
@@ -96,27 +100,15 @@ rc=$?
   grep -q "forward takes 2 inputs (x, temb); a layerbench model has one" "$T/two.err" && ok ||
   bad "two inputs: exit $rc, $(cat "$T/two.err")"
 
-# nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps, torch's parameter
-# count, bench check on both CPU backends
-PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" unet_block:resblock --input 64,16,16 \
-  -o "$T/resblock.yaml" 2>"$T/resblock.err" &&
-  grep -q "{kind: groupnorm, name: norm1, num_groups: 32}" "$T/resblock.yaml" &&
-  grep -q "{kind: groupnorm, name: norm2, num_groups: 32, eps: 1e-06}" "$T/resblock.yaml" &&
-  "$BENCH" list "$T/resblock.yaml" | grep -q "^Totals: 74112 params" &&
-  "$BENCH" check "$T/resblock.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok ||
-  bad "the UNet ResBlock: $(tail -2 "$T/resblock.err") $("$BENCH" list "$T/resblock.yaml" 2>&1 | tail -2)"
+# nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps
+PYTHONPATH="$SRC/tests/data" exported resblock 74112 unet_block:resblock --input 64,16,16 -- \
+  "{kind: groupnorm, name: norm1, num_groups: 32}" "{kind: groupnorm, name: norm2, num_groups: 32, eps: 1e-06}"
 
 # ConvNeXt: torchvision's Permute modules, LayerNorm2d's own forward (permute,
 # F.layer_norm on the last dim, permute back) and the layer scale (a [C, 1, 1] parameter
-# times the block): torch's parameter count, and bench check on both CPU backends
-want=$("$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.convnext_tiny(weights=None).parameters()))")
-"$PY" "$SRC/scripts/torch_export.py" convnext_tiny -o "$T/cn.yaml" 2>"$T/cn.err" &&
-  grep -q "{kind: permute, name: 1, dims: \[0, 2, 3, 1\]}" "$T/cn.yaml" &&
-  grep -q "{kind: layernorm, name: layer_norm, eps: 1e-06}" "$T/cn.yaml" &&
-  grep -q "{kind: layer_scale, name: layer_scale}" "$T/cn.yaml" &&
-  "$BENCH" list "$T/cn.yaml" | grep -q "^Totals: $want params" &&
-  "$BENCH" check "$T/cn.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok ||
-  bad "convnext_tiny: $(tail -3 "$T/cn.err") $("$BENCH" list "$T/cn.yaml" 2>&1 | tail -2)"
+# times the block)
+exported convnext_tiny "$(torch_params convnext_tiny)" convnext_tiny -- "{kind: permute, name: 1, dims: [0, 2, 3, 1]}" \
+  "{kind: layernorm, name: layer_norm, eps: 1e-06}" "{kind: layer_scale, name: layer_scale}"
 
 # torchvision's segmentation models by name (their output is the dict's "out"): torch's
 # parameter count for all three, bench check for LR-ASPP
