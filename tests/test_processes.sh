@@ -13,9 +13,18 @@ SRC=$2
 # out of a row: another auto mode, contended, or a slow phase of the machine, which the
 # suite's tests running side by side can make), the JSON says how they spread and how
 # many rounds timed the canary (none where every timing of it was disturbed)
+pooled() {
+  awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {several += $c["processes"]>=2; bad += $c["processes"]<1 || $c["processes"]>3}
+    END {exit bad > 0 || several == 0}' "$1"
+}
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
-awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {several += $c["processes"]>=2; bad += $c["processes"]<1 || $c["processes"]>3}
-  END {exit bad > 0 || several == 0}' "$T/p.csv" && ok || bad "the timed rows do not pool 1 to 3 processes, some 2 or more"
+# a run beside the sanitizer build's zoo once had every row left to one process (the
+# others set aside in slow phases): such a run is measured again, once, and said
+if ! pooled "$T/p.csv"; then
+  echo "test_processes: no row pooled 2 or more processes (a busy machine?); measured again"
+  "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv" >/dev/null 2>&1
+fi
+pooled "$T/p.csv" && ok || bad "the timed rows do not pool 1 to 3 processes, some 2 or more"
 grep -qE '"measurement": \[\{"mode": "auto", "processes": [1-3], "process_spread_pct"' "$T/p.json" && grep -q '"canary_rounds": [0-9]' "$T/p.json" \
   && ok || bad "the JSON lacks the processes' spread or the canary: $(grep -o '"measurement".\{0,200\}' "$T/p.json")"
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
