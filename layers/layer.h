@@ -86,6 +86,9 @@ typedef enum layer_kind {
     LAYER_SLICE,
     LAYER_PERMUTE,
     LAYER_LAYER_SCALE,
+    LAYER_ROLL,
+    LAYER_PATCH_MERGE,
+    LAYER_WINDOW_ATTENTION,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -148,6 +151,11 @@ typedef struct layer_params {
     int64_t slice_start, slice_end; /* slice: x[..., start:end, ...] along dim, as Python slices */
     int64_t perm[1 + SHAPE_MAX_RANK]; /* permute: the count, then the dims (LP_DIMS) */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
+    int64_t roll_shifts[1 + SHAPE_MAX_RANK]; /* roll: the count, then the shifts (LP_DIMS) */
+    int64_t roll_dims[1 + SHAPE_MAX_RANK];   /* roll: the count, then the dims they roll */
+    int64_t window_size[2], shift_size[2];   /* window_attention: the window, and the cyclic shift */
+    bool proj_bias;              /* window_attention: the out projection's bias (bias: the qkv one's) */
+    bool cosine;                 /* window_attention: Swin V2's cosine attention, logit scale and position MLP */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -323,6 +331,28 @@ void layer_slice_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *in
 /* mean: the elements before the dims averaged, the elements averaged into each output,
  * and the elements after them (the input is [outer, size, inner]). */
 void layer_mean_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
+
+/* window_attention's shared rules (layers/window.c), for the reference and the backends:
+ * its weight blocks (the biases NULL without them; table: the position bias table
+ * [(2 w0 - 1)(2 w1 - 1), heads], or with cosine the logit scale [heads] then the
+ * position MLP's [hidden, 2] weight, [hidden] bias and [heads, hidden] weight); the
+ * padded feature map and the shift that applies (torch drops a shift along a dim the
+ * window covers); and, for token t of a sample in window order (window by window, row
+ * by row inside), the input pixel it reads (y * W + x; -1 for padding), its mask label
+ * (tokens of one window with different labels do not attend: -100 is added), and the
+ * index of the bias between in-window positions i and j. */
+#define LAYER_WINDOW_CPB_HIDDEN 512
+typedef struct layer_window_w {
+    const float *qkv_w, *qkv_b, *proj_w, *proj_b, *table;
+    const float *logit_scale, *cpb_w1, *cpb_b1, *cpb_w2;
+} layer_window_w;
+layer_window_w layer_window_weights(const layer *l, const float *w);
+void layer_window_geometry(const layer *l, int64_t *ph, int64_t *pw, int64_t *sh, int64_t *sw);
+int64_t layer_window_pixel(const layer *l, int64_t t);
+int64_t layer_window_label(const layer *l, int64_t t);
+int64_t layer_window_rel_index(const layer *l, int64_t i, int64_t j);
+/* cosine: the position MLP's input for table row u (Swin V2's log-spaced coordinates) */
+void layer_window_cpb_coords(const layer *l, int64_t u, float xy[2]);
 
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);

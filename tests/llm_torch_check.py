@@ -4,7 +4,9 @@ apply_rotary_pos_emb, the rope_init functions of the default, linear and llama3 
 repeat_kv and eager_attention_forward with its causal mask), and Mixtral's
 MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the mean
 kind (x.mean(dim, keepdim), MNASNet's global pool), groupnorm (nn.GroupNorm),
-channel_shuffle (ShuffleNet's), slice (x.narrow), permute and layer_scale.
+channel_shuffle (ShuffleNet's), slice (x.narrow), permute and layer_scale; and the Swin
+kinds against torchvision's own code (torch.roll, _patch_merging_pad, ShiftedWindowAttention
+and ShiftedWindowAttentionV2 holding our weights).
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -147,6 +149,29 @@ def moe(x, logits, w, p):  # MixtralSparseMoeBlock.forward after its gate, Mixtr
     return final
 
 
+def window_attention(x, w, p):
+    """torchvision's ShiftedWindowAttention (V2 with cosine), its parameters set from w in
+    layerbench's order: qkv, proj, then the bias table or V2's logit scale and MLP."""
+    from torchvision.models import swin_transformer as st
+    c, heads = x.shape[-1], int(p["num_heads"])
+    pair = lambda v: [int(d) for d in str(v).split("x")] * (1 if "x" in str(v) else 2)  # noqa: E731
+    cls = st.ShiftedWindowAttentionV2 if p.get("cosine") else st.ShiftedWindowAttention
+    m = cls(c, pair(p["window_size"]), pair(p.get("shift_size", 0)), heads, qkv_bias=p.get("qkv_bias", True),
+            proj_bias=p.get("proj_bias", True))
+    names = ["qkv.weight", "qkv.bias", "proj.weight", "proj.bias"]
+    names += ["logit_scale", "cpb_mlp.0.weight", "cpb_mlp.0.bias", "cpb_mlp.2.weight"] if p.get("cosine") else \
+        ["relative_position_bias_table"]
+    state, off = dict(m.named_parameters()), 0
+    with torch.no_grad():
+        for n in names:
+            if n in state:
+                t = state[n]
+                t.copy_(w[off:off + t.numel()].view(t.shape))
+                off += t.numel()
+        assert off == w.numel(), (off, w.numel())
+        return m.eval()(x)
+
+
 def main():
     out_dir = sys.argv[1]
     tol = float(sys.argv[2]) if len(sys.argv) > 2 else 1e-5
@@ -197,6 +222,15 @@ def main():
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             d = int(p.get("dim", 1))
             y = x[0].reshape(in_shape) * w.view([-1] + [1] * (len(in_shape) - 1 - d))
+        elif kind == "roll":  # torch.roll(x, shifts, dims), as bench list prints them, "1x-2"
+            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+            y = torch.roll(x[0].reshape(in_shape), [int(v) for v in p["shifts"].split("x")],
+                           [int(v) for v in p["dims"].split("x")])
+        elif kind == "patch_merge":  # torchvision's own _patch_merging_pad
+            from torchvision.models.swin_transformer import _patch_merging_pad
+            y = _patch_merging_pad(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]))
+        elif kind == "window_attention":  # torchvision's ShiftedWindowAttention(V2) holding our weights
+            y = window_attention(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]), w, p)
         elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             c = in_shape[1]

@@ -146,6 +146,25 @@ static void perm_nchw(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, 3, 
 static void perm_rev(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, -1, 2, 1}); }
 static void perm_3(layer_params *p) { perm_set(p, 3, (const int64_t[]){0, 2, 1}); }
 static void perm_id(layer_params *p) { perm_set(p, 4, (const int64_t[]){0, 1, 2, 3}); }
+static void roll_set(layer_params *p, int n, const int64_t *shifts, const int64_t *dims)
+{
+    p->roll_shifts[0] = p->roll_dims[0] = n;
+    for (int k = 0; k < n; k++)
+        p->roll_shifts[1 + k] = shifts[k], p->roll_dims[1 + k] = dims[k];
+}
+static void roll_hw(layer_params *p) { roll_set(p, 2, (const int64_t[]){-3, -3}, (const int64_t[]){1, 2}); }
+static void roll_back(layer_params *p) { roll_set(p, 2, (const int64_t[]){3, 10}, (const int64_t[]){2, -3}); }
+static void roll_last(layer_params *p) { roll_set(p, 1, (const int64_t[]){-1}, (const int64_t[]){-1}); }
+static void roll_three(layer_params *p)
+{
+    roll_set(p, 3, (const int64_t[]){1, 2, 3}, (const int64_t[]){3, 1, 2});
+}
+static void win_7(layer_params *p) { p->num_heads = 3; PAIR(window_size, 7, 7); }
+static void win_7_shift(layer_params *p) { win_7(p); PAIR(shift_size, 3, 3); }
+static void win_3x4_shift(layer_params *p) { p->num_heads = 2; PAIR(window_size, 3, 4); PAIR(shift_size, 1, 2); }
+static void win_plain(layer_params *p) { win_3x4_shift(p); p->bias = p->proj_bias = false; }
+static void win_v2(layer_params *p) { win_7_shift(p); p->cosine = true; }
+static void win_v2_pad(layer_params *p) { win_3x4_shift(p); p->cosine = true; }
 static void ls_c(layer_params *p) { p->dim = 1; }
 static void ls_last(layer_params *p) { p->dim = -1; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
@@ -314,6 +333,21 @@ static const layer_case cases[] = {
     {"[0, -1, 2, 1]", LAYER_PERMUTE, S4(3, 4, 5, 6), perm_rev},
     {"[N, S, D] -> [N, D, S]", LAYER_PERMUTE, S3(2, 9, 13), perm_3},
     {"the identity", LAYER_PERMUTE, S4(2, 3, 4, 5), perm_id},
+    {"Swin's shift back (-3, -3) over H, W", LAYER_ROLL, S4(2, 14, 14, 5), roll_hw},
+    {"shifts past the size, a negative dim", LAYER_ROLL, S4(2, 5, 7, 3), roll_back},
+    {"the last dim, threads", LAYER_ROLL, S4(2, 56, 56, 24), roll_last},
+    {"three dims", LAYER_ROLL, S4(3, 5, 7, 4), roll_three},
+    {"even H and W (Swin)", LAYER_PATCH_MERGE, S4(2, 8, 6, 5), NULL},
+    {"odd H and W: zero padding", LAYER_PATCH_MERGE, S4(1, 7, 5, 3), NULL},
+    {"threads", LAYER_PATCH_MERGE, S4(2, 56, 56, 24), NULL},
+    {"7x7 windows (Swin-T's first stage, small)", LAYER_WINDOW_ATTENTION, S4(2, 14, 14, 12), win_7},
+    {"7x7 windows shifted by 3: the mask", LAYER_WINDOW_ATTENTION, S4(2, 14, 21, 12), win_7_shift},
+    {"3x4 windows shifted 1x2, padded to 9x8", LAYER_WINDOW_ATTENTION, S4(1, 8, 7, 8), win_3x4_shift},
+    {"no biases", LAYER_WINDOW_ATTENTION, S4(2, 6, 8, 6), win_plain},
+    {"the window covers H: only W shifts", LAYER_WINDOW_ATTENTION, S4(1, 3, 12, 8), win_3x4_shift},
+    {"one window, no shift (Swin's last stage)", LAYER_WINDOW_ATTENTION, S4(2, 7, 7, 12), win_7_shift},
+    {"V2: cosine, logit scale, position MLP", LAYER_WINDOW_ATTENTION, S4(1, 14, 14, 12), win_v2},
+    {"V2 padded and shifted", LAYER_WINDOW_ATTENTION, S4(2, 5, 7, 8), win_v2_pad},
     {"[C, 1, 1] on NCHW (ConvNeXt)", LAYER_LAYER_SCALE, S4(2, 96, 7, 9), ls_c},
     {"[D] on [N, S, D]", LAYER_LAYER_SCALE, S3(3, 5, 37), ls_last},
     {"[C, 1, 1], threads", LAYER_LAYER_SCALE, S4(4, 64, 28, 28), ls_c},
@@ -331,7 +365,8 @@ static bool make_layer(const layer_case *c, layer *l)
     l->kind = c->kind;
     if (d->defaults)
         d->defaults(&l->p);
-    c->set(&l->p);
+    if (c->set)
+        c->set(&l->p);
     l->in = ins[0] = c->in;
     l->n_inputs = d->n_inputs == 1 ? 1 : c->n_more ? 1 + c->n_more : 2;
     for (int k = 1; k < l->n_inputs; k++)

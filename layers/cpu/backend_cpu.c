@@ -61,6 +61,9 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_SLICE, cpu_slice_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_PERMUTE, cpu_transpose_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_LAYER_SCALE, cpu_layer_scale_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_ROLL, cpu_roll_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_PATCH_MERGE, cpu_patch_merge_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_WINDOW_ATTENTION, cpu_window_attention_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)

@@ -48,6 +48,7 @@ cpu_choices *cpu_env_choices(void *env);
 /* The kernels of the table in backend_cpu.c, one file per kind family (the vision
  * kinds' first, then the rest). */
 extern const backend_kernel cpu_mean_kernel, cpu_groupnorm_kernel, cpu_slice_kernel, cpu_layer_scale_kernel;
+extern const backend_kernel cpu_roll_kernel, cpu_patch_merge_kernel, cpu_window_attention_kernel;
 extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
     cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,
@@ -99,6 +100,8 @@ void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi);
  * of one contiguous row of n floats (x == y allowed). */
 void cpu_add_span(const float *a, const float *b, float *y, int64_t n);
 void cpu_softmax_row(const float *x, float *y, int64_t n);
+/* y[rows, o] = x[rows, f] W[o, f]^T + b (b may be NULL), on cblas_sgemm. */
+void cpu_project(const float *x, const float *wt, const float *b, float *y, int64_t rows, int64_t f, int64_t o);
 
 /* Winograd F(m x m, 3x3), m = 2 or 4, for conv2d (winograd_cpu.c): whether it applies
  * to l (3x3, stride 1, no dilation, one group); with chunks of about chunk_bytes of

@@ -191,8 +191,7 @@ static void mha_free(void *env, void *state)
     free(m);
 }
 
-/* y[rows, o] = x[rows, f] W[o, f]^T + b */
-static void project(const float *x, const float *wt, const float *b, float *y, int64_t rows, int64_t f, int64_t o)
+void cpu_project(const float *x, const float *wt, const float *b, float *y, int64_t rows, int64_t f, int64_t o)
 {
     if (b)
         for (int64_t r = 0; r < rows; r++)
@@ -229,7 +228,7 @@ static void mha_run(void *env, const layer *l, void *state, const void *const *i
     const float *in_w, *in_b, *out_w, *out_b;
     layer_mha_weights(l, w, &in_w, &in_b, &out_w, &out_b);
     double t0 = m->parts ? bench_now() : 0;
-    project(ins[0], in_w, in_b, m->qkv, n * s, e, 3 * e);
+    cpu_project(ins[0], in_w, in_b, m->qkv, n * s, e, 3 * e);
     double t1 = m->parts ? bench_now() : 0;
     if (m->parts)
         memset(m->steps, 0, (size_t)m->threads * MHA_STEP_STRIDE * sizeof *m->steps);
@@ -244,7 +243,7 @@ static void mha_run(void *env, const layer *l, void *state, const void *const *i
                  m->parts ? m->steps + th * MHA_STEP_STRIDE : NULL);
     }
     double t2 = m->parts ? bench_now() : 0;
-    project(m->heads, out_w, out_b, out, n * s, e, e);
+    cpu_project(m->heads, out_w, out_b, out, n * s, e, e);
     if (m->parts) {
         double sum[MHA_STEPS] = {0}, all = 0;
         for (int th = 0; th < m->threads; th++)

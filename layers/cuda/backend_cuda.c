@@ -64,6 +64,9 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_SLICE, cuda_slice_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_PERMUTE, cuda_transpose_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_LAYER_SCALE, cuda_layer_scale_kernel, cuda_via_f32_kernel),
+    CUDA_NONE(LAYER_ROLL, "roll has no kernel on cuda yet"),
+    CUDA_NONE(LAYER_PATCH_MERGE, "patch_merge has no kernel on cuda yet"),
+    CUDA_NONE(LAYER_WINDOW_ATTENTION, "window_attention has no kernel on cuda yet"),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

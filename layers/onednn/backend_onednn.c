@@ -196,6 +196,9 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_SLICE, od_cpu_kernel),
     OD_ROW(LAYER_PERMUTE, od_cpu_kernel),
     OD_ROW(LAYER_LAYER_SCALE, od_cpu_kernel),
+    OD_ROW(LAYER_ROLL, od_cpu_kernel),
+    OD_ROW(LAYER_PATCH_MERGE, od_cpu_kernel),
+    OD_ROW(LAYER_WINDOW_ATTENTION, od_cpu_kernel), /* oneDNN 2.6 has no attention primitive */
 };
 
 const backend_ops backend_onednn_ops = {
