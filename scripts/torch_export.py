@@ -16,7 +16,8 @@ ReLU, Linear, ...), named by its module path as in model.named_modules(), and ev
 functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
 F.adaptive_avg_pool2d, x.mean([2, 3]), x[:, a:b], x.chunk, x.permute, ShuffleNet's channel shuffle,
 a layer scale (a learned vector times x), F.layer_norm in a module's own forward (ConvNeXt's
-LayerNorm2d), ...),
+LayerNorm2d), torch.roll, ...); torchvision's ShiftedWindowAttention(V2) is one
+window_attention layer and Swin's _patch_merging_pad one patch_merge layer,
 named after the module whose forward called it plus the
 operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
 forward gets _1, as torch.fx names them). Which layer feeds which comes from the
@@ -57,6 +58,10 @@ try:
     from torchvision.ops import StochasticDepth
 except ImportError:  # an old torchvision
     StochasticDepth = None
+try:
+    from torchvision.models import swin_transformer as tv_swin
+except ImportError:  # before torchvision 0.13
+    tv_swin = None
 
 
 class Unsupported(Exception):
@@ -187,6 +192,8 @@ def module_layer(m):
         if m.dropout:
             p["dropout"] = m.dropout
         return "multihead_attention", p
+    if tv_swin is not None and isinstance(m, tv_swin.ShiftedWindowAttention):
+        return "window_attention", window_attention_params(m)
     if isinstance(m, nn.Identity):
         return None
     if isinstance(m, nn.Embedding):
@@ -198,6 +205,28 @@ def module_layer(m):
     if is_rotary(m):
         return "rotary_source", {}
     raise Unsupported(f"module {type(m).__name__}")
+
+
+def window_attention_params(m):
+    """torchvision's ShiftedWindowAttention and ShiftedWindowAttentionV2 (Swin), as torch
+    runs them at inference (no dropout)."""
+    v2 = isinstance(m, tv_swin.ShiftedWindowAttentionV2)
+    if type(m).forward not in (tv_swin.ShiftedWindowAttention.forward, tv_swin.ShiftedWindowAttentionV2.forward):
+        raise Unsupported(f"{type(m).__name__} with a forward of its own")
+    if v2:
+        mlp = list(m.cpb_mlp)
+        if len(mlp) != 3 or mlp[0].out_features != 512 or mlp[2].bias is not None:
+            raise Unsupported("ShiftedWindowAttentionV2 with a position MLP other than torchvision's (2 -> 512 -> heads)")
+    p = {"num_heads": m.num_heads, "window_size": compact(list(m.window_size))}
+    if any(m.shift_size):
+        p["shift_size"] = compact(list(m.shift_size))
+    if m.qkv.bias is None:
+        p["qkv_bias"] = False
+    if m.proj.bias is None:
+        p["proj_bias"] = False
+    if v2:
+        p["cosine"] = True
+    return p
 
 
 # ---- decoder LLMs: modules recognised by what they hold, as transformers writes them --------
@@ -464,6 +493,16 @@ def function_layer(name, args, kwargs, out):
         if keepdim:
             p["keepdim"] = True
         return "mean", p, [x]
+    if name == "roll":
+        x = tensors[0]
+        shifts = kwargs.get("shifts", args[1] if len(args) > 1 else None)
+        dims = kwargs.get("dims", args[2] if len(args) > 2 else None)
+        if dims is None:
+            raise Unsupported("roll without dims (it rolls the flattened tensor)")
+        shifts, dims = [list(v) if isinstance(v, (list, tuple)) else [v] for v in (shifts, dims)]
+        if any(int(d) % x.dim() == 0 for d in dims):
+            raise Unsupported("roll along the batch")
+        return "roll", {"shifts": [int(v) for v in shifts], "dims": [int(d) for d in dims]}, [x]
     if name == "dropout":
         return "dropout", {}, tensors[:1]
     if name == "interpolate":
@@ -517,6 +556,31 @@ class Trace(TorchFunctionMode):
                     self.calls[id(_m)] = (a, k)
                     return _orig(*a, **k)
                 m.forward = forward
+
+    def functions(self):
+        """Functions of a model's module that run as one layer, replaced while the model
+        runs: [(module, attribute, original)] to put back."""
+        swapped = []
+        if tv_swin is not None:  # Swin's PatchMerging pads, takes the 2 x 2 neighbours and concatenates
+            swapped.append((tv_swin, "_patch_merging_pad", tv_swin._patch_merging_pad))
+            tv_swin._patch_merging_pad = self.as_layer("patch_merge", tv_swin._patch_merging_pad)
+        return swapped
+
+    def as_layer(self, kind, fn):
+        """fn(x) recorded as one layer of kind, named after the calling module plus kind;
+        its own operations are not."""
+        def run(x, *a, **k):
+            if self.leaf_depth or self.attn or self.source(x) is None:
+                return fn(x, *a, **k)
+            self.leaf_depth += 1
+            try:
+                out = fn(x, *a, **k)
+            finally:
+                self.leaf_depth -= 1
+            name, _ = self.name_for(kind)
+            self.record(name, kind, {}, [x], out)
+            return out
+        return run
 
     def source(self, t):
         """The node that produced t: -1 for the model's input, None for a tensor the
@@ -831,8 +895,13 @@ def trace(model, shape, vocab=None):
     t.keep.append(x)
     # with gradients on: PyTorch's fast paths for inference (TransformerEncoderLayer's
     # fused kernel) skip the submodules, and with them the names
-    with torch.enable_grad(), t:
-        out = model(x)
+    swapped = t.functions()
+    try:
+        with torch.enable_grad(), t:
+            out = model(x)
+    finally:
+        for module, attr, fn in swapped:
+            setattr(module, attr, fn)
     t.final = t.source(out) if isinstance(out, torch.Tensor) else None
     if isinstance(out, tuple):
         t.final = t.source(out[0])

@@ -92,6 +92,18 @@ PYTHONPATH="$SRC/tests/data" exported slices 42 export_ops:slices --input 6,5,8 
   "{kind: slice, name: getitem, start: 1, end: 4}" "{kind: slice, name: 1, input: /conv, start: 2}" \
   "{kind: slice, name: 0, input: /conv, dim: 3, end: 4}" "{kind: slice, name: getitem_2, input: /split.0, dim: 3, start: 2, end: 6}"
 
+# torch.roll, and Swin V1 and V2 from torchvision's own classes, small: window_attention
+# (ShiftedWindowAttention and V2, shifted or not, on maps padded to whole windows) and
+# patch_merge (PatchMerging's _patch_merging_pad, an odd width padded)
+module_params() { PYTHONPATH="$SRC/tests/data" "$PY" -c "import export_ops; print(sum(p.numel() for p in export_ops.$1().parameters()))"; }
+PYTHONPATH="$SRC/tests/data" exported roll "$(module_params roll)" export_ops:roll --input 3,8,6 -- \
+  "{kind: roll, name: roll, shifts: [1, -2], dims: [2, 3]}"
+PYTHONPATH="$SRC/tests/data" exported tiny_swin "$(module_params tiny_swin)" export_ops:tiny_swin --input 3,40,36 -- \
+  "{kind: window_attention, name: attn, num_heads: 2, window_size: 4}" \
+  "{kind: window_attention, name: attn, num_heads: 4, window_size: 4, shift_size: 2}" "{kind: patch_merge, name: patch_merge}"
+PYTHONPATH="$SRC/tests/data" exported tiny_swin_v2 "$(module_params tiny_swin_v2)" export_ops:tiny_swin_v2 \
+  --input 3,40,36 -- "{kind: window_attention, name: attn, num_heads: 2, window_size: 4, shift_size: 2, cosine: true}"
+
 # a forward of two inputs: one line that says so, no traceback, nothing written
 PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:two_inputs --input 3,8,8 \
   -o "$T/two.yaml" 2>"$T/two.err"

@@ -1,6 +1,7 @@
 """Small modules for tests/test_export.sh: the operations the exporter turns into slice
-layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), and a forward of
-two inputs, which it refuses in one line."""
+layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), torch.roll, a small
+Swin (V1 and V2) from torchvision's own classes, and a forward of two inputs, which it
+refuses in one line."""
 import torch
 import torch.nn as nn
 
@@ -35,3 +36,30 @@ class TwoInputs(nn.Module):
 
 def two_inputs():
     return TwoInputs()
+
+
+def tiny_swin(v2=False):
+    """torchvision's own SwinTransformer, small: two stages of two blocks (the second
+    block of each shifted), 4 x 4 windows; on a 40 x 36 input the maps are 10 x 9 (padded
+    to whole windows; PatchMerging pads the odd width) and 5 x 5."""
+    from torchvision.models import swin_transformer as st
+    extra = {"block": st.SwinTransformerBlockV2, "downsample_layer": st.PatchMergingV2} if v2 else {}
+    return st.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+                              stochastic_depth_prob=0.1, num_classes=10, **extra)
+
+
+def tiny_swin_v2():
+    return tiny_swin(v2=True)
+
+
+class Roll(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        return torch.roll(self.conv(x), shifts=(1, -2), dims=(2, 3))
+
+
+def roll():
+    return Roll()
