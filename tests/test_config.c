@@ -331,6 +331,8 @@ static const struct {
     {"vit_b_16", 86567656},     {"bert_base", 85054464},
     /* exported with its Permute, LayerNorm2d and layer scale; RegNet's block1-0 names */
     {"convnext_tiny", 28589128}, {"regnet_y_400mf", 4344144},
+    /* its shifted window attention and patch merging as window_attention and patch_merge */
+    {"swin_t", 28288354},
 };
 
 static void test_zoo(const char *configs, const char *data)

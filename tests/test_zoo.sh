@@ -15,7 +15,7 @@ for cfg in "$SRC"/configs/*.yaml; do
   out=$("$BENCH" check "$cfg" $(check_opts "$cfg") 2>&1) && grep -q " 0 failed" <<<"$out" && ok ||
     bad "check $name: $(tail -3 <<<"$out")"
   batches="1"
-  case "$name" in vgg16 | resnet50 | densenet121 | vit_b_16 | bert_base | convnext_tiny) ;; *) batches="1 8" ;; esac
+  case "$name" in vgg16 | resnet50 | densenet121 | vit_b_16 | bert_base | convnext_tiny | swin_t) ;; *) batches="1 8" ;; esac
   for b in $batches; do
     "$BENCH" run "$cfg" --batch "$b" "${QUICK[@]}" --csv "$T/$name.csv" >"$T/$name.out" 2>&1 || {
       bad "run $name batch $b: $(tail -3 "$T/$name.out")"
