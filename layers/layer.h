@@ -89,6 +89,8 @@ typedef enum layer_kind {
     LAYER_ROLL,
     LAYER_PATCH_MERGE,
     LAYER_WINDOW_ATTENTION,
+    LAYER_WINDOW_PARTITION,
+    LAYER_WINDOW_MERGE,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -156,6 +158,9 @@ typedef struct layer_params {
     int64_t window_size[2], shift_size[2];   /* window_attention: the window, and the cyclic shift */
     bool proj_bias;              /* window_attention: the out projection's bias (bias: the qkv one's) */
     bool cosine;                 /* window_attention: Swin V2's cosine attention, logit scale and position MLP */
+    bool partitioned;            /* window_attention: the input is windows already, [N, G, w0 w1, C] (MaxViT) */
+    double attn_scale;           /* window_attention: the scores' scale; 0 = 1 / sqrt(head dim) */
+    int64_t partitions[2];       /* window_merge: windows down and across */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -353,6 +358,11 @@ int64_t layer_window_label(const layer *l, int64_t t);
 int64_t layer_window_rel_index(const layer *l, int64_t i, int64_t j);
 /* cosine: the position MLP's input for table row u (Swin V2's log-spaced coordinates) */
 void layer_window_cpb_coords(const layer *l, int64_t u, float xy[2]);
+/* the scale of q k^T (without cosine) */
+double layer_window_scale(const layer *l);
+/* window_partition and window_merge: element o of the output is element
+ * layer_window_source(l, o) of the input (both [N, C, H, W] <-> [N, G, w0 w1, C]). */
+int64_t layer_window_source(const layer *l, int64_t o);
 
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);

@@ -23,7 +23,13 @@
  * Weights, in this order: qkv.weight [3C, C], qkv.bias [3C] (bias), proj.weight [C, C],
  * proj.bias [C] (proj_bias), then relative_position_bias_table [(2 w0 - 1)(2 w1 - 1),
  * heads], or with cosine logit_scale [heads], cpb_mlp.0.weight [512, 2], cpb_mlp.0.bias
- * [512] and cpb_mlp.2.weight [heads, 512]. FLOPs: docs/flops.md. */
+ * [512] and cpb_mlp.2.weight [heads, 512]. With partitioned: true the input is windows
+ * already, [N, G, w0 w1, C], as MaxViT's RelativePositionalMultiHeadAttention takes them
+ * (its scale is 1 / sqrt(C): scale gives it).
+ *
+ * window_partition and window_merge: MaxViT's WindowPartition, [N, C, H, W] to windows
+ * [N, (H / w0)(W / w1), w0 w1, C], and WindowDepartition back, with partitions [H / w0,
+ * W / w1] (copies). FLOPs: docs/flops.md. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +161,8 @@ static const layer_param_spec window_params[] = {
     {"qkv_bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
     {"proj_bias", LP_BOOL, P_OFF(proj_bias), false, 0, NULL},
     {"cosine", LP_BOOL, P_OFF(cosine), false, 0, NULL},
+    {"partitioned", LP_BOOL, P_OFF(partitioned), false, 0, NULL},
+    {"scale", LP_FLOAT, P_OFF(attn_scale), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -176,8 +184,22 @@ static int window_infer(layer *l, char *err, size_t len)
         return kind_fail(err, len, "cosine: true needs a window of at least 2 x 2 (Swin V2's coordinates divide by "
                                    "window_size - 1), got %lld x %lld",
                          (long long)l->p.window_size[0], (long long)l->p.window_size[1]);
+    if (l->p.partitioned && (l->in.d[2] != l->p.window_size[0] * l->p.window_size[1] || l->p.shift_size[0] ||
+                             l->p.shift_size[1]))
+        return kind_fail(err, len, "partitioned: true takes windows [N, G, %lld, C] of the %lld x %lld window, "
+                                   "unshifted; got %lld tokens per window%s",
+                         (long long)(l->p.window_size[0] * l->p.window_size[1]), (long long)l->p.window_size[0],
+                         (long long)l->p.window_size[1], (long long)l->in.d[2],
+                         l->p.shift_size[0] || l->p.shift_size[1] ? " and a shift" : "");
+    if (l->p.cosine && l->p.attn_scale > 0)
+        return kind_fail(err, len, "scale does not apply with cosine: true (the logit scale is learned)");
     l->out = l->in;
     return 0;
+}
+
+double layer_window_scale(const layer *l)
+{
+    return l->p.attn_scale > 0 ? l->p.attn_scale : 1.0 / sqrt((double)(l->in.d[3] / l->p.num_heads));
 }
 
 static int64_t table_rows(const layer *l)
@@ -207,6 +229,10 @@ layer_window_w layer_window_weights(const layer *l, const float *w)
 
 void layer_window_geometry(const layer *l, int64_t *ph, int64_t *pw, int64_t *sh, int64_t *sw)
 {
+    if (l->p.partitioned) { /* [N, G, P, C]: G P tokens in window order, nothing to pad or shift */
+        *ph = l->in.d[1], *pw = l->in.d[2], *sh = *sw = 0;
+        return;
+    }
     int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1];
     *ph = (l->in.d[1] + w0 - 1) / w0 * w0, *pw = (l->in.d[2] + w1 - 1) / w1 * w1;
     *sh = w0 >= *ph ? 0 : l->p.shift_size[0], *sw = w1 >= *pw ? 0 : l->p.shift_size[1];
@@ -223,6 +249,8 @@ static void window_place(const layer *l, int64_t t, int64_t *r, int64_t *c)
 
 int64_t layer_window_pixel(const layer *l, int64_t t)
 {
+    if (l->p.partitioned)
+        return t;
     int64_t ph, pw, sh, sw, r, c;
     layer_window_geometry(l, &ph, &pw, &sh, &sw);
     window_place(l, t, &r, &c);
@@ -394,7 +422,7 @@ static void window_reference(const layer *l, const float *const *ins, const floa
                             dot += q[d] * kk[d], kn += kk[d] * kk[d];
                         /* F.normalize: x / max(|x|, 1e-12) */
                         s[j] = l->p.cosine ? dot / fmax(sqrt(qn), 1e-12) / fmax(sqrt(kn), 1e-12) * ls
-                                           : dot / sqrt((double)dh);
+                                           : dot * layer_window_scale(l);
                         s[j] += bias[(k * nw + i) * nw + j];
                         if (masked && layer_window_label(l, ti) != layer_window_label(l, tj))
                             s[j] -= 100.0;
@@ -429,4 +457,92 @@ const layer_desc layer_window_attention_desc = {
     .name = "window_attention", .n_inputs = 1, .params = window_params, .defaults = window_defaults,
     .infer = window_infer, .count = window_count, .init_weights = window_init, .reference = window_reference,
     .tolerance = 1e-5,
+};
+
+/* ---- window_partition and window_merge ---------------------------------------------------- */
+
+static const layer_param_spec partition_params[] = {
+    {"window_size", LP_PAIR, P_OFF(window_size), true, 1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static const layer_param_spec merge_params[] = {
+    {"window_size", LP_PAIR, P_OFF(window_size), true, 1, NULL},
+    {"partitions", LP_PAIR, P_OFF(partitions), true, 1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static int partition_infer(layer *l, char *err, size_t len)
+{
+    char s[96];
+    int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1];
+    if (l->in.rank != 4 || l->in.d[2] % w0 || l->in.d[3] % w1)
+        return kind_fail(err, len, "window_partition expects [N, C, H, W] with H a multiple of %lld and W of %lld, "
+                                   "got %s",
+                         (long long)w0, (long long)w1, shape_format(&l->in, s, sizeof s));
+    l->out = (shape_t){4, {l->in.d[0], (l->in.d[2] / w0) * (l->in.d[3] / w1), w0 * w1, l->in.d[1]}};
+    return 0;
+}
+
+static int merge_infer(layer *l, char *err, size_t len)
+{
+    char s[96];
+    int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1], hp = l->p.partitions[0], wp = l->p.partitions[1];
+    if (l->in.rank != 4 || l->in.d[1] != hp * wp || l->in.d[2] != w0 * w1)
+        return kind_fail(err, len, "window_merge of %lld x %lld windows of %lld x %lld expects [N, %lld, %lld, C], "
+                                   "got %s",
+                         (long long)hp, (long long)wp, (long long)w0, (long long)w1, (long long)(hp * wp),
+                         (long long)(w0 * w1), shape_format(&l->in, s, sizeof s));
+    l->out = (shape_t){4, {l->in.d[0], l->in.d[3], hp * w0, wp * w1}};
+    return 0;
+}
+
+/* Pixel (c, y, x) of sample b in [N, C, H, W], and the same element in [N, G, P, C]. */
+static void window_pair(const layer *l, const shape_t *map, int64_t b, int64_t c, int64_t y, int64_t x,
+                        int64_t *in_map, int64_t *in_windows)
+{
+    int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1], across = map->d[3] / w1, ch = map->d[1];
+    int64_t g = (y / w0) * across + x / w1, k = (y % w0) * w1 + x % w1;
+    *in_map = ((b * ch + c) * map->d[2] + y) * map->d[3] + x;
+    *in_windows = ((b * (map->d[2] / w0) * across + g) * w0 * w1 + k) * ch + c;
+}
+
+int64_t layer_window_source(const layer *l, int64_t o)
+{
+    bool merge = l->kind == LAYER_WINDOW_MERGE;
+    const shape_t *map = merge ? &l->out : &l->in;
+    int64_t m, w, b, c, y, x;
+    if (merge) { /* o is in the map */
+        x = o % map->d[3], y = (o / map->d[3]) % map->d[2], c = (o / (map->d[3] * map->d[2])) % map->d[1];
+        b = o / (map->d[3] * map->d[2] * map->d[1]);
+        window_pair(l, map, b, c, y, x, &m, &w);
+        return w;
+    }
+    /* o is in the windows [N, G, P, C] */
+    int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1], ch = map->d[1], across = map->d[3] / w1;
+    int64_t p = w0 * w1, g_all = l->out.d[1];
+    c = o % ch;
+    int64_t k = (o / ch) % p, g = (o / (ch * p)) % g_all;
+    b = o / (ch * p * g_all);
+    y = (g / across) * w0 + k / w1, x = (g % across) * w1 + k % w1;
+    window_pair(l, map, b, c, y, x, &m, &w);
+    return m;
+}
+
+static void window_move_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    int64_t n = shape_numel(&l->out);
+    for (int64_t o = 0; o < n; o++)
+        out[o] = ins[0][layer_window_source(l, o)];
+}
+
+const layer_desc layer_window_partition_desc = {
+    .name = "window_partition", .n_inputs = 1, .params = partition_params, .infer = partition_infer,
+    .count = move_count, .reference = window_move_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_window_merge_desc = {
+    .name = "window_merge", .n_inputs = 1, .params = merge_params, .infer = merge_infer, .count = move_count,
+    .reference = window_move_reference, .tolerance = 0.0,
 };

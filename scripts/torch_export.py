@@ -17,7 +17,8 @@ functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.fl
 F.adaptive_avg_pool2d, x.mean([2, 3]), x[:, a:b], x.chunk, x.permute, ShuffleNet's channel shuffle,
 a layer scale (a learned vector times x), F.layer_norm in a module's own forward (ConvNeXt's
 LayerNorm2d), torch.roll, ...); torchvision's ShiftedWindowAttention(V2) is one
-window_attention layer and Swin's _patch_merging_pad one patch_merge layer,
+window_attention layer and Swin's _patch_merging_pad one patch_merge layer, MaxViT's
+window partition, axis swap, attention and departition one layer each,
 named after the module whose forward called it plus the
 operation (layer1.0.add, inception3a.cat; a second call of one operation in the same
 forward gets _1, as torch.fx names them). Which layer feeds which comes from the
@@ -42,6 +43,11 @@ Needs torch and torchvision (Debian: python3-torch python3-torchvision).
 import argparse
 import importlib
 import sys
+import warnings
+
+# torchvision's Swin and MaxViT call torch.meshgrid without indexing= when built: torch's
+# notice about it says nothing about the export
+warnings.filterwarnings("ignore", message="torch.meshgrid")
 
 try:
     import torch
@@ -59,9 +65,9 @@ try:
 except ImportError:  # an old torchvision
     StochasticDepth = None
 try:
-    from torchvision.models import swin_transformer as tv_swin
-except ImportError:  # before torchvision 0.13
-    tv_swin = None
+    from torchvision.models import maxvit as tv_maxvit, swin_transformer as tv_swin
+except ImportError:  # before torchvision 0.13 (Swin), 0.14 (MaxViT)
+    tv_swin = tv_maxvit = None
 
 
 class Unsupported(Exception):
@@ -194,6 +200,10 @@ def module_layer(m):
         return "multihead_attention", p
     if tv_swin is not None and isinstance(m, tv_swin.ShiftedWindowAttention):
         return "window_attention", window_attention_params(m)
+    if tv_maxvit is not None:
+        maxvit = maxvit_layer(m)
+        if maxvit:
+            return maxvit
     if isinstance(m, nn.Identity):
         return None
     if isinstance(m, nn.Embedding):
@@ -227,6 +237,25 @@ def window_attention_params(m):
     if v2:
         p["cosine"] = True
     return p
+
+
+def maxvit_layer(m):
+    """MaxViT's modules (torchvision's maxvit.py): the window partition and departition
+    (their sizes come with each call: post() fills them in), the axis swap of grid attention,
+    and its attention on windows; None for any other module."""
+    if type(m) is tv_maxvit.WindowPartition:
+        return "window_partition", {}
+    if type(m) is tv_maxvit.WindowDepartition:
+        return "window_merge", {}
+    if type(m) is tv_maxvit.SwapAxes:  # torch.swapaxes on [B, G, P, C]
+        a, b = sorted(d % 4 for d in (m.a, m.b))
+        if a == 0:
+            raise Unsupported("SwapAxes of the batch")
+        return "transpose", {"dim0": a, "dim1": b}
+    if type(m) is tv_maxvit.RelativePositionalMultiHeadAttention:
+        return "window_attention", {"num_heads": m.n_heads, "window_size": m.size, "partitioned": True,
+                                    "scale": m.scale_factor}
+    return None
 
 
 # ---- decoder LLMs: modules recognised by what they hold, as transformers writes them --------
@@ -675,6 +704,10 @@ class Trace(TorchFunctionMode):
             return
         if layer[0] == "rotary_source":  # cos and sin, read by the attention's rope layers
             return
+        if layer[0] == "window_partition":  # MaxViT's WindowPartition(x, p)
+            layer = (layer[0], {"window_size": int(args[1])})
+        elif layer[0] == "window_merge":  # WindowDepartition(x, p, h_partitions, w_partitions)
+            layer = (layer[0], {"window_size": int(args[1]), "partitions": compact([int(args[2]), int(args[3])])})
         new = [p for p in m.parameters() if id(p) not in self.seen_params]
         if layer[0] == "linear" and id(m.weight) in self.seen_params:
             # tied embeddings: lm_head reads embed_tokens' table

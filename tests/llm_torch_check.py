@@ -6,7 +6,8 @@ MixtralSparseMoeBlock (modeling_mixtral.py), written out here in torch; and the 
 kind (x.mean(dim, keepdim), MNASNet's global pool), groupnorm (nn.GroupNorm),
 channel_shuffle (ShuffleNet's), slice (x.narrow), permute and layer_scale; and the Swin
 kinds against torchvision's own code (torch.roll, _patch_merging_pad, ShiftedWindowAttention
-and ShiftedWindowAttentionV2 holding our weights).
+and ShiftedWindowAttentionV2 holding our weights; MaxViT's WindowPartition,
+RelativePositionalMultiHeadAttention and WindowDepartition).
 
 Reads what tests/ref_dump.c wrote (the input, every layer's weights, every layer's
 reference output), recomputes the forward in torch from the same input and weights,
@@ -150,17 +151,26 @@ def moe(x, logits, w, p):  # MixtralSparseMoeBlock.forward after its gate, Mixtr
 
 
 def window_attention(x, w, p):
-    """torchvision's ShiftedWindowAttention (V2 with cosine), its parameters set from w in
-    layerbench's order: qkv, proj, then the bias table or V2's logit scale and MLP."""
-    from torchvision.models import swin_transformer as st
+    """torchvision's ShiftedWindowAttention (V2 with cosine), or on windows given MaxViT's
+    RelativePositionalMultiHeadAttention, its parameters set from w in layerbench's order:
+    qkv, proj, then the bias table or V2's logit scale and MLP."""
+    from torchvision.models import maxvit, swin_transformer as st
     c, heads = x.shape[-1], int(p["num_heads"])
     pair = lambda v: [int(d) for d in str(v).split("x")] * (1 if "x" in str(v) else 2)  # noqa: E731
-    cls = st.ShiftedWindowAttentionV2 if p.get("cosine") else st.ShiftedWindowAttention
-    m = cls(c, pair(p["window_size"]), pair(p.get("shift_size", 0)), heads, qkv_bias=p.get("qkv_bias", True),
-            proj_bias=p.get("proj_bias", True))
     names = ["qkv.weight", "qkv.bias", "proj.weight", "proj.bias"]
-    names += ["logit_scale", "cpb_mlp.0.weight", "cpb_mlp.0.bias", "cpb_mlp.2.weight"] if p.get("cosine") else \
-        ["relative_position_bias_table"]
+    if p.get("partitioned"):
+        size = pair(p["window_size"])[0]
+        m = maxvit.RelativePositionalMultiHeadAttention(c, c // heads, size * size)
+        assert abs(float(p["scale"]) - m.scale_factor) < 1e-6, (p["scale"], m.scale_factor)  # as %g prints it
+        names = ["to_qkv.weight", "to_qkv.bias", "merge.weight", "merge.bias", "relative_position_bias_table"]
+    else:
+        cls = st.ShiftedWindowAttentionV2 if p.get("cosine") else st.ShiftedWindowAttention
+        m = cls(c, pair(p["window_size"]), pair(p.get("shift_size", 0)), heads, qkv_bias=p.get("qkv_bias", True),
+                proj_bias=p.get("proj_bias", True))
+    if p.get("cosine"):
+        names += ["logit_scale", "cpb_mlp.0.weight", "cpb_mlp.0.bias", "cpb_mlp.2.weight"]
+    elif not p.get("partitioned"):
+        names += ["relative_position_bias_table"]
     state, off = dict(m.named_parameters()), 0
     with torch.no_grad():
         for n in names:
@@ -231,6 +241,15 @@ def main():
             y = _patch_merging_pad(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]))
         elif kind == "window_attention":  # torchvision's ShiftedWindowAttention(V2) holding our weights
             y = window_attention(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]), w, p)
+        elif kind in ("window_partition", "window_merge"):  # MaxViT's WindowPartition, WindowDepartition
+            from torchvision.models import maxvit
+            size = int(str(p["window_size"]).split("x")[0])
+            xs = x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")])
+            if kind == "window_partition":
+                y = maxvit.WindowPartition()(xs, size)
+            else:
+                parts = [int(v) for v in str(p["partitions"]).split("x")]
+                y = maxvit.WindowDepartition()(xs, size, parts[0], parts[-1])
         elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             c = in_shape[1]

@@ -165,6 +165,11 @@ static void win_3x4_shift(layer_params *p) { p->num_heads = 2; PAIR(window_size,
 static void win_plain(layer_params *p) { win_3x4_shift(p); p->bias = p->proj_bias = false; }
 static void win_v2(layer_params *p) { win_7_shift(p); p->cosine = true; }
 static void win_v2_pad(layer_params *p) { win_3x4_shift(p); p->cosine = true; }
+static void win_maxvit(layer_params *p) { win_7(p); p->partitioned = true; p->attn_scale = 1.0 / sqrt(12.0); }
+static void part_7(layer_params *p) { PAIR(window_size, 7, 7); }
+static void part_2x3(layer_params *p) { PAIR(window_size, 2, 3); }
+static void merge_7(layer_params *p) { PAIR(window_size, 7, 7); PAIR(partitions, 2, 3); }
+static void merge_2x3(layer_params *p) { PAIR(window_size, 2, 3); PAIR(partitions, 4, 2); }
 static void ls_c(layer_params *p) { p->dim = 1; }
 static void ls_last(layer_params *p) { p->dim = -1; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
@@ -348,6 +353,11 @@ static const layer_case cases[] = {
     {"one window, no shift (Swin's last stage)", LAYER_WINDOW_ATTENTION, S4(2, 7, 7, 12), win_7_shift},
     {"V2: cosine, logit scale, position MLP", LAYER_WINDOW_ATTENTION, S4(1, 14, 14, 12), win_v2},
     {"V2 padded and shifted", LAYER_WINDOW_ATTENTION, S4(2, 5, 7, 8), win_v2_pad},
+    {"windows given, scale 1/sqrt(C) (MaxViT)", LAYER_WINDOW_ATTENTION, S4(2, 6, 49, 12), win_maxvit},
+    {"7x7 windows of 14x21 (MaxViT)", LAYER_WINDOW_PARTITION, S4(2, 5, 14, 21), part_7},
+    {"2x3 windows, threads", LAYER_WINDOW_PARTITION, S4(2, 64, 28, 30), part_2x3},
+    {"2x3 of 7x7 back (MaxViT)", LAYER_WINDOW_MERGE, S4(2, 6, 49, 5), merge_7},
+    {"4x2 of 2x3 back", LAYER_WINDOW_MERGE, S4(1, 8, 6, 3), merge_2x3},
     {"[C, 1, 1] on NCHW (ConvNeXt)", LAYER_LAYER_SCALE, S4(2, 96, 7, 9), ls_c},
     {"[D] on [N, S, D]", LAYER_LAYER_SCALE, S3(3, 5, 37), ls_last},
     {"[C, 1, 1], threads", LAYER_LAYER_SCALE, S4(4, 64, 28, 28), ls_c},

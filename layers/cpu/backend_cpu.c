@@ -64,6 +64,8 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_ROLL, cpu_roll_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_PATCH_MERGE, cpu_patch_merge_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_WINDOW_ATTENTION, cpu_window_attention_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_WINDOW_PARTITION, cpu_window_move_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_WINDOW_MERGE, cpu_window_move_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)

@@ -2,7 +2,8 @@
  * rows, window_attention as one gather of the tokens in window order (padding, roll and
  * partition in one pass), the qkv and proj projections over all tokens on cblas_sgemm,
  * per (window, head) the scores q k^T with the bias and mask, their softmax and the
- * product with v (the windows spread over the threads), and one scatter back. */
+ * product with v (the windows spread over the threads), and one scatter back;
+ * window_partition and window_merge as copies a map row at a time. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -134,8 +135,8 @@ static bench_status window_setup(void *env, const layer *l, const void *w, void 
     }
     *ws = 4 * (n * s->p * 5 * c + h * s->nw * s->nw + s->threads * s->scratch_floats +
                (l->p.cosine ? 3 * c + rows * (LAYER_WINDOW_CPB_HIDDEN + h) : 0));
-    snprintf(impl, len, "windows gathered, sgemm qkv and proj, per window and head %sQK^T+bias%s softmax AV",
-             l->p.cosine ? "cosine " : "", s->label ? "+mask" : "");
+    snprintf(impl, len, "%ssgemm qkv and proj, per window and head %sQK^T+bias%s softmax AV",
+             l->p.partitioned ? "" : "windows gathered, ", l->p.cosine ? "cosine " : "", s->label ? "+mask" : "");
     *state = s;
     return BENCH_OK;
 }
@@ -197,7 +198,7 @@ static void window_head(const layer *l, window_state *s, const layer_window_w *r
                     (blasint)dh, kn, (blasint)dh, 0.0f, sc, (blasint)nw);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)nw, (blasint)nw, (blasint)dh,
-                    1.0f / sqrtf((float)dh), q, (blasint)(3 * c), kk, (blasint)(3 * c), 0.0f, sc, (blasint)nw);
+                    (float)layer_window_scale(l), q, (blasint)(3 * c), kk, (blasint)(3 * c), 0.0f, sc, (blasint)nw);
     }
     const float *bias = s->bias + k * nw * nw;
     const int *label = s->label ? s->label + (win * nw) % s->p : NULL;
@@ -221,33 +222,68 @@ static void window_run(void *env, const layer *l, void *state, const void *const
     int64_t n = l->in.d[0], hw = l->in.d[1] * l->in.d[2], c = l->in.d[3], h = l->p.num_heads;
     int64_t tokens = n * s->p, windows = tokens / s->nw;
     window_bias(l, s, &r);
-    CPU_OMP_IF(tokens * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t t = 0; t < tokens; t++) {
-            int64_t px = s->pixel[t % s->p];
-            if (px < 0)
-                memset(s->x + t * c, 0, (size_t)c * sizeof *s->x);
-            else
-                memcpy(s->x + t * c, in + ((t / s->p) * hw + px) * c, (size_t)c * sizeof *s->x);
-        });
+    if (!l->p.partitioned) /* windows given (MaxViT's) are read and written in place */
+        CPU_OMP_IF(tokens * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t t = 0; t < tokens; t++) {
+                int64_t px = s->pixel[t % s->p];
+                if (px < 0)
+                    memset(s->x + t * c, 0, (size_t)c * sizeof *s->x);
+                else
+                    memcpy(s->x + t * c, in + ((t / s->p) * hw + px) * c, (size_t)c * sizeof *s->x);
+            });
     const float *qkv_b = r.qkv_b;
     if (l->p.cosine && qkv_b) { /* V2 applies no k bias */
         memcpy(s->qkv_b, qkv_b, (size_t)(3 * c) * sizeof *s->qkv_b);
         memset(s->qkv_b + c, 0, (size_t)c * sizeof *s->qkv_b);
         qkv_b = s->qkv_b;
     }
-    cpu_project(s->x, r.qkv_w, qkv_b, s->qkv, tokens, c, 3 * c);
+    cpu_project(l->p.partitioned ? in : s->x, r.qkv_w, qkv_b, s->qkv, tokens, c, 3 * c);
 #pragma omp parallel for schedule(dynamic) num_threads(s->threads) if (windows * h > 1)
     for (int64_t task = 0; task < windows * h; task++)
         window_head(l, s, &r, task / h, task % h, s->scratch + omp_get_thread_num() * s->scratch_floats);
-    cpu_project(s->heads, r.proj_w, r.proj_b, s->x, tokens, c, c);
-    CPU_OMP_IF(tokens * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t t = 0; t < tokens; t++) {
-            int64_t px = s->pixel[t % s->p];
-            if (px >= 0)
-                memcpy(out + ((t / s->p) * hw + px) * c, s->x + t * c, (size_t)c * sizeof *out);
-        });
+    cpu_project(s->heads, r.proj_w, r.proj_b, l->p.partitioned ? out : s->x, tokens, c, c);
+    if (!l->p.partitioned)
+        CPU_OMP_IF(tokens * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t t = 0; t < tokens; t++) {
+                int64_t px = s->pixel[t % s->p];
+                if (px >= 0)
+                    memcpy(out + ((t / s->p) * hw + px) * c, s->x + t * c, (size_t)c * sizeof *out);
+            });
+}
+
+/* ---- window_partition and window_merge: [N, C, H, W] <-> [N, G, P, C] --------------------- */
+
+/* One row y of sample b: its W pixels of every channel, between the map and the windows
+ * (to_windows: map -> windows). */
+static void window_row(const layer *l, const shape_t *map, const float *src, float *dst, int64_t b, int64_t y,
+                       bool to_windows)
+{
+    int64_t w0 = l->p.window_size[0], w1 = l->p.window_size[1], ch = map->d[1], h = map->d[2], wd = map->d[3];
+    int64_t across = wd / w1, windows = (h / w0) * across;
+    for (int64_t x = 0; x < wd; x++) {
+        int64_t g = (y / w0) * across + x / w1, k = (y % w0) * w1 + x % w1;
+        int64_t tok = ((b * windows + g) * w0 * w1 + k) * ch, pix = (b * ch * h + y) * wd + x;
+        if (to_windows)
+            for (int64_t c = 0; c < ch; c++)
+                dst[tok + c] = src[pix + c * h * wd];
+        else
+            for (int64_t c = 0; c < ch; c++)
+                dst[pix + c * h * wd] = src[tok + c];
+    }
+}
+
+static void window_move_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    bool to_windows = l->kind == LAYER_WINDOW_PARTITION;
+    const shape_t *map = to_windows ? &l->in : &l->out;
+    int64_t rows = map->d[0] * map->d[2];
+    CPU_OMP_IF(shape_numel(map) > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < rows; r++)
+            window_row(l, map, ins[0], out, r / map->d[2], r % map->d[2], to_windows););
 }
 
 const backend_kernel cpu_roll_kernel = {.run = roll_run, .impl = "copy"};
 const backend_kernel cpu_patch_merge_kernel = {.run = patch_merge_run, .impl = "copy"};
 const backend_kernel cpu_window_attention_kernel = {.setup = window_setup, .run = window_run, .free = window_free};
+const backend_kernel cpu_window_move_kernel = {.run = window_move_run, .impl = "copy"};

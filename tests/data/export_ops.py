@@ -1,7 +1,7 @@
 """Small modules for tests/test_export.sh: the operations the exporter turns into slice
 layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), torch.roll, a small
-Swin (V1 and V2) from torchvision's own classes, and a forward of two inputs, which it
-refuses in one line."""
+Swin (V1 and V2) and MaxViT from torchvision's own classes, a module it has no kind for,
+and a forward of two inputs, which it refuses in one line."""
 import torch
 import torch.nn as nn
 
@@ -63,3 +63,28 @@ class Roll(nn.Module):
 
 def roll():
     return Roll()
+
+
+def tiny_maxvit():
+    """torchvision's own MaxVit, small: on a 64 x 64 input two blocks of one layer each
+    (MBConv, window attention, grid attention), 4 x 4 partitions."""
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(64, 64), stem_channels=16, partition_size=4, block_channels=[16, 32],
+                  block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.1, num_classes=10)
+
+
+class Unsupported(nn.Module):
+    """A module layerbench has no kind for (nn.PixelShuffle) between supported layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 12, 1)
+        self.shuffle = nn.PixelShuffle(2)
+        self.conv2 = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.shuffle(self.conv(x))))
+
+
+def unsupported():
+    return Unsupported()
