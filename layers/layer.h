@@ -91,6 +91,8 @@ typedef enum layer_kind {
     LAYER_WINDOW_ATTENTION,
     LAYER_WINDOW_PARTITION,
     LAYER_WINDOW_MERGE,
+    LAYER_RESHAPE,
+    LAYER_MODEL_INPUT,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -151,7 +153,8 @@ typedef struct layer_params {
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */
     int64_t num_channels;        /* groupnorm: torch's argument, checked against the input's; 0 = the input's */
     int64_t slice_start, slice_end; /* slice: x[..., start:end, ...] along dim, as Python slices */
-    int64_t perm[1 + SHAPE_MAX_RANK]; /* permute: the count, then the dims (LP_DIMS) */
+    int64_t perm[1 + SHAPE_MAX_RANK]; /* permute: the count, then the dims (LP_DIMS); reshape, model_input:
+                                         the per-sample shape */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
     int64_t roll_shifts[1 + SHAPE_MAX_RANK]; /* roll: the count, then the shifts (LP_DIMS) */
     int64_t roll_dims[1 + SHAPE_MAX_RANK];   /* roll: the count, then the dims they roll */

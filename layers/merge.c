@@ -1,5 +1,6 @@
-/* The kinds that merge several inputs: add (a residual's sum, same shapes), mul (an
- * element-wise product with numpy broadcasting: squeeze-and-excitation's [N, C, 1, 1]
+/* The kinds that merge several inputs: add (a residual's sum; with numpy broadcasting, a
+ * UNet ResBlock's timestep embedding [N, C, 1, 1] added to its [N, C, H, W] map), mul (an
+ * element-wise product, broadcasting as add: squeeze-and-excitation's [N, C, 1, 1]
  * scale times its [N, C, H, W] input) and concat (torch.cat along dim). Residual and
  * branch structures create them; configs may also write them with explicit inputs.
  * FLOPs: 1 per output element for add and mul, none for concat (it only moves data). */
@@ -18,16 +19,6 @@ static void concat_defaults(layer_params *p) { p->dim = 1; }
 
 /* ---- add ------------------------------------------------------------------------------------ */
 
-static int add_infer(layer *l, char *err, size_t len)
-{
-    char a[96], b[96];
-    if (!shape_equal(&l->ins[0], &l->ins[1]))
-        return kind_fail(err, len, "add needs inputs of one shape, got %s and %s",
-                         shape_format(&l->ins[0], a, sizeof a), shape_format(&l->ins[1], b, sizeof b));
-    l->out = l->ins[0];
-    return 0;
-}
-
 static void merge_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->macs = 0;
@@ -35,26 +26,22 @@ static void merge_count(layer *l)
     kind_count_bytes(l);
 }
 
-static void add_reference(const layer *l, const float *const *in, const float *w, float *out)
-{
-    (void)w;
-    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++)
-        out[i] = (float)((double)in[0][i] + in[1][i]);
-}
 
-/* ---- mul -------------------------------------------------------------------------------------- */
+/* ---- add and mul ------------------------------------------------------------------------------ */
 
-static int mul_infer(layer *l, char *err, size_t len)
+/* numpy broadcasting of two inputs of one rank (a dim of 1 against any) */
+static int broadcast_infer(layer *l, char *err, size_t len)
 {
     const shape_t *a = &l->ins[0], *b = &l->ins[1];
+    const char *kind = layer_kind_name(l->kind);
     char x[96], y[96];
     if (a->rank != b->rank)
-        return kind_fail(err, len, "mul needs inputs of one rank, got %s and %s", shape_format(a, x, sizeof x),
+        return kind_fail(err, len, "%s needs inputs of one rank, got %s and %s", kind, shape_format(a, x, sizeof x),
                          shape_format(b, y, sizeof y));
     l->out = *a;
     for (int i = 0; i < a->rank; i++) {
         if (a->d[i] != b->d[i] && a->d[i] != 1 && b->d[i] != 1)
-            return kind_fail(err, len, "mul cannot broadcast %s with %s: dimension %d is %lld against %lld",
+            return kind_fail(err, len, "%s cannot broadcast %s with %s: dimension %d is %lld against %lld", kind,
                              shape_format(a, x, sizeof x), shape_format(b, y, sizeof y), i, (long long)a->d[i],
                              (long long)b->d[i]);
         l->out.d[i] = a->d[i] > b->d[i] ? a->d[i] : b->d[i];
@@ -75,12 +62,14 @@ int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o)
     return idx;
 }
 
-static void mul_reference(const layer *l, const float *const *in, const float *w, float *out)
+static void binary_reference(const layer *l, const float *const *in, const float *w, float *out)
 {
     (void)w;
-    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++)
-        out[i] = (float)((double)in[0][layer_broadcast_index(&l->ins[0], &l->out, i)] *
-                         in[1][layer_broadcast_index(&l->ins[1], &l->out, i)]);
+    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++) {
+        double a = in[0][layer_broadcast_index(&l->ins[0], &l->out, i)];
+        double b = in[1][layer_broadcast_index(&l->ins[1], &l->out, i)];
+        out[i] = (float)(l->kind == LAYER_ADD ? a + b : a * b);
+    }
 }
 
 /* ---- concat ----------------------------------------------------------------------------------- */
@@ -128,13 +117,13 @@ static void concat_reference(const layer *l, const float *const *in, const float
 }
 
 const layer_desc layer_add_desc = {
-    .name = "add", .n_inputs = 2, .params = no_params, .infer = add_infer,
-    .count = merge_count, .reference = add_reference, .tolerance = 0.0,
+    .name = "add", .n_inputs = 2, .params = no_params, .infer = broadcast_infer,
+    .count = merge_count, .reference = binary_reference, .tolerance = 0.0,
 };
 
 const layer_desc layer_mul_desc = {
-    .name = "mul", .n_inputs = 2, .params = no_params, .infer = mul_infer,
-    .count = merge_count, .reference = mul_reference, .tolerance = 0.0,
+    .name = "mul", .n_inputs = 2, .params = no_params, .infer = broadcast_infer,
+    .count = merge_count, .reference = binary_reference, .tolerance = 0.0,
 };
 
 const layer_desc layer_concat_desc = {

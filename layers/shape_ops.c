@@ -1,6 +1,11 @@
-/* flatten, dropout and stochastic_depth: views of their input at inference (torch's
- * eval mode: dropout and torchvision's StochasticDepth are the identity). Nothing
- * runs and nothing is timed; the output is the input buffer. */
+/* flatten, reshape, dropout and stochastic_depth: views of their input at inference
+ * (torch's eval mode: dropout and torchvision's StochasticDepth are the identity).
+ * Nothing runs and nothing is timed; the output is the input buffer.
+ *
+ * model_input: a further input of the model (a UNet's timestep embedding, a DiT's
+ * conditioning vector, encoder states for cross-attention), [N, *shape]. Its values are
+ * drawn as the first input's and held as the layer's data (not parameters); each run
+ * copies them into its output, as a framework's input arrives in its own buffer. */
 #include <string.h>
 
 #include "kind_util.h"
@@ -57,6 +62,71 @@ static int flatten_infer(layer *l, char *err, size_t len)
     return 0;
 }
 
+static const layer_param_spec reshape_params[] = {
+    {"shape", LP_DIMS, P_OFF(perm), true, -1, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+/* [N, *shape] from the per-sample dims in p->perm (the count first; one -1 takes what
+ * is left, as torch's view does); 0, or -1 with the reason. */
+static int per_sample_shape(layer *l, const int64_t *dims, shape_t *o, int64_t numel, char *err, size_t len)
+{
+    if (dims[0] > SHAPE_MAX_RANK - 1)
+        return kind_fail(err, len, "shape: at most %d dims per sample (the batch comes first), got %lld",
+                         SHAPE_MAX_RANK - 1, (long long)dims[0]);
+    *o = (shape_t){(int)dims[0] + 1, {l->in.d[0]}};
+    int64_t known = 1, free_dim = -1;
+    for (int64_t k = 0; k < dims[0]; k++) {
+        int64_t d = dims[1 + k];
+        if (d == -1 && free_dim < 0)
+            free_dim = k + 1;
+        else if (d < 1)
+            return kind_fail(err, len, "shape: dims must be 1 or more, with at most one -1; got %lld", (long long)d);
+        else
+            known *= d;
+        o->d[k + 1] = d;
+    }
+    if (numel < 0) /* model_input: no -1 */
+        return free_dim < 0 ? 0 : kind_fail(err, len, "shape: a model input's dims are all given (no -1)");
+    int64_t per_sample = numel / l->in.d[0];
+    if (free_dim >= 0 && per_sample % known == 0)
+        o->d[free_dim] = per_sample / known, known = per_sample;
+    if (known != per_sample)
+        return kind_fail(err, len, "shape: %lld elements per sample cannot be viewed as the %lld given",
+                         (long long)per_sample, (long long)known);
+    return 0;
+}
+
+/* x.view(N, *shape), x.reshape, x.unsqueeze, x[:, :, None, None]: a view */
+static int reshape_infer(layer *l, char *err, size_t len)
+{
+    return per_sample_shape(l, l->p.perm, &l->out, shape_numel(&l->in), err, len);
+}
+
+static int model_input_infer(layer *l, char *err, size_t len)
+{
+    return per_sample_shape(l, l->p.perm, &l->out, -1, err, len) || shape_numel_checked(&l->out) < 0 ? -1 : 0;
+}
+
+/* its values, per whole batch; no parameters; bytes: the values read and the output written */
+static void model_input_count(layer *l)
+{
+    l->n_weights = l->macs = l->flops = 0;
+    l->n_weight_floats = shape_numel(&l->out);
+    l->bytes = layer_count_mul(8, l->n_weight_floats);
+}
+
+static void model_input_init(const layer *l, float *w, layer_rng *rng)
+{
+    layer_fill_uniform(w, l->n_weight_floats, -1.0f, 1.0f, rng);
+}
+
+static void model_input_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)ins;
+    memcpy(out, w, (size_t)l->n_weight_floats * sizeof *out);
+}
+
 static int dropout_infer(layer *l, char *err, size_t len)
 {
     if (l->p.p > 1.0)
@@ -92,4 +162,15 @@ const layer_desc layer_dropout_desc = {
 const layer_desc layer_stochastic_depth_desc = {
     .name = "stochastic_depth", .n_inputs = 1, .aliases_input = true, .params = stochastic_params,
     .infer = dropout_infer, .count = view_count, .reference = copy_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_reshape_desc = {
+    .name = "reshape", .n_inputs = 1, .aliases_input = true, .params = reshape_params, .infer = reshape_infer,
+    .count = view_count, .reference = copy_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_model_input_desc = {
+    .name = "model_input", .n_inputs = 1, .params = reshape_params, .infer = model_input_infer,
+    .count = model_input_count, .init_weights = model_input_init, .reference = model_input_reference,
+    .tolerance = 0.0,
 };

@@ -429,6 +429,12 @@ def flatten_dims(x, out):
             if xs[:a] + [merged] + xs[b + 1:] == os_:
                 return a, b
     return None
+def unsqueezed(args):
+    """x[:, :, None, None]: whole slices and Nones, a view that adds dims."""
+    idx = args[1] if len(args) > 1 else None
+    return isinstance(idx, tuple) and None in idx and all(i is None or i == slice(None) for i in idx)
+
+
 ADD = {"add", "add_", "__add__", "__iadd__", "__radd__"}
 MUL = {"mul", "mul_", "__mul__", "__imul__", "__rmul__"}
 
@@ -441,19 +447,22 @@ def function_layer(name, args, kwargs, out):
     if name in ADD or name in MUL:
         if len(tensors) != 2 or kwargs.get("alpha", 1) != 1:
             raise Unsupported(f"{name} with a scalar or alpha (only tensor {name.strip('_')} tensor)")
-        if name in ADD and tensors[0].shape != tensors[1].shape:
-            raise Unsupported("add with broadcasting")
+        if tensors[0].dim() != tensors[1].dim():
+            raise Unsupported(f"{name.strip('_')} of tensors of ranks {tensors[0].dim()} and {tensors[1].dim()} "
+                              f"(broadcasting within one rank only)")
         return ("add" if name in ADD else "mul"), {}, tensors
     if name in ("cat", "concat"):
         seq = args[0]
         dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
         return "concat", ({} if dim in (1, 1 - out.dim()) else {"dim": dim}), list(seq)
-    if name in ("flatten", "view", "reshape"):
+    if name in ("flatten", "view", "reshape", "unsqueeze", "squeeze") or (name == "__getitem__" and unsqueezed(args)):
         x = tensors[0]
         dims = flatten_dims(x, out)
         if dims is None:
-            raise Unsupported(f"{name} of {tuple(x.shape)} to {tuple(out.shape)} (only flattening dims, "
-                              f"never the batch)")
+            if out.dim() < 2 or out.dim() > 4 or out.shape[0] != x.shape[0]:
+                raise Unsupported(f"{name} of {tuple(x.shape)} to {tuple(out.shape)} (a view must keep the batch "
+                                  f"first, with 1 to 3 dims after it)")
+            return "reshape", {"shape": list(out.shape[1:])}, [x]
         p = {}
         if dims[0] != 1:
             p["start_dim"] = dims[0]
@@ -779,7 +788,8 @@ class Trace(TorchFunctionMode):
             return out
         label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
                  "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate", "avgpool2d": "avg_pool2d",
-                 "maxpool2d": "max_pool2d", "slice": "getitem"}.get(kind, kind)
+                 "maxpool2d": "max_pool2d", "slice": "getitem",
+                 "reshape": op.strip("_")}.get(kind, kind)
         name, _ = self.name_for(label)
         self.record(name, kind, params, inputs, out)
         return out
@@ -918,20 +928,28 @@ def build(spec):
     return fn(weights=None)
 
 
-def trace(model, shape, vocab=None):
-    """vocab: the input is token ids below it (--input-ids), not numbers in [-1, 1]."""
+def trace(model, shape, vocab=None, extra=()):
+    """vocab: the input is token ids below it (--input-ids), not numbers in [-1, 1]. extra:
+    (name, per-sample shape) of each further tensor the forward takes, recorded as
+    model_input layers."""
     model.eval()
     t = Trace(model)
     t.hooks(model)
     x = torch.randint(0, vocab, shape) if vocab else torch.rand(shape) * 2 - 1
     t.producer[id(x)] = -1
     t.keep.append(x)
+    more = []
+    for name, sample in extra:
+        e = torch.rand([shape[0]] + sample) * 2 - 1
+        t.producer[id(e)] = t.add_node(name, "model_input", {"shape": sample}, [-1], x.shape, e.shape)
+        t.keep.append(e)
+        more.append(e)
     # with gradients on: PyTorch's fast paths for inference (TransformerEncoderLayer's
     # fused kernel) skip the submodules, and with them the names
     swapped = t.functions()
     try:
         with torch.enable_grad(), t:
-            out = model(x)
+            out = model(x, *more)
     finally:
         for module, attr, fn in swapped:
             setattr(module, attr, fn)
@@ -1005,7 +1023,10 @@ def table(name, nodes):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a torchvision model name, or module:callable")
-    ap.add_argument("--input", default="3,224,224", help="per-sample input shape (default 3,224,224)")
+    ap.add_argument("--input", action="append",
+                    help="per-sample input shape (default 3,224,224); given again for each further tensor the "
+                         "forward takes (a UNet block's timestep embedding: --input 320,64,64 --input 1280), "
+                         "each becoming a model_input layer")
     ap.add_argument("--input-ids", type=int, metavar="T",
                     help="the input is T token ids per sample, for a model that starts with an nn.Embedding "
                          "(a decoder LLM: the prefill of T tokens)")
@@ -1014,10 +1035,15 @@ def main():
     ap.add_argument("-o", "--output", help="the config to write (default stdout)")
     ap.add_argument("--table", help="also write the reference layer table here")
     args = ap.parse_args()
-    try:
-        in_shape = [int(v) for v in args.input.split(",")]
-    except ValueError:
-        ap.error(f"--input {args.input}: expected numbers separated by commas, as 3,224,224")
+    shapes = []
+    for text in args.input or ["3,224,224"]:
+        try:
+            shapes.append([int(v) for v in text.split(",")])
+        except ValueError:
+            ap.error(f"--input {text}: expected numbers separated by commas, as 3,224,224")
+        if any(d < 1 for d in shapes[-1]) or len(shapes[-1]) > 3:
+            ap.error(f"--input {text}: expected 1 to 3 sizes of 1 or more (one sample's shape)")
+    in_shape = shapes[0]
     if args.input_ids is not None and args.input_ids < 1:
         ap.error("--input-ids: expected a number of tokens, 1 or more")
     if args.batch < 1:
@@ -1042,11 +1068,15 @@ def main():
                   if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         wanted = []
-    if len(wanted) > 1:
-        sys.exit(f"torch_export: {args.model}'s forward takes {len(wanted)} inputs ({', '.join(wanted)}); a layerbench "
-                 f"model has one: wrap it in a module whose forward takes one tensor and makes the others")
+    if wanted and len(wanted) != len(shapes):
+        example = " ".join(f"--input {','.join(str(d) for d in (shapes + [[8]] * len(wanted))[i])}"
+                           for i in range(len(wanted)))
+        sys.exit(f"torch_export: {args.model}'s forward takes {len(wanted)} input(s) ({', '.join(wanted)}) and "
+                 f"{len(shapes)} --input shape(s) were given: give one per input, in order (one sample's shape, "
+                 f"e.g. {example})")
+    extra = list(zip(wanted[1:], shapes[1:]))
     try:
-        t = trace(model, [args.batch] + in_shape, vocab)
+        t = trace(model, [args.batch] + in_shape, vocab, extra)
     except Exception as e:
         hint = ""
         if embeddings and vocab is None:

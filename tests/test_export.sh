@@ -76,7 +76,7 @@ exported() {
     { bad "$file: not $want params: $("$BENCH" list "$T/$file.yaml" 2>&1 | tail -2)"; return; }
   "$BENCH" check "$T/$file.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok || bad "$file: bench check failed"
 }
-torch_params() { "$PY" -c "import torchvision.models as t; print(sum(p.numel() for p in t.$1(weights=None).parameters()))"; }
+torch_params() { "$PY" -W ignore -c "import torchvision.models as t; print(sum(p.numel() for p in t.$1(weights=None).parameters()))"; }
 
 # MNASNet's global pool is x.mean([2, 3]): the mean kind
 exported mnasnet0_5 "$(torch_params mnasnet0_5)" mnasnet0_5 -- "{kind: mean, name: mean, dim: [2, 3]}"
@@ -95,7 +95,7 @@ PYTHONPATH="$SRC/tests/data" exported slices 42 export_ops:slices --input 6,5,8 
 # torch.roll, and Swin V1 and V2 from torchvision's own classes, small: window_attention
 # (ShiftedWindowAttention and V2, shifted or not, on maps padded to whole windows) and
 # patch_merge (PatchMerging's _patch_merging_pad, an odd width padded)
-module_params() { PYTHONPATH="$SRC/tests/data" "$PY" -c "import export_ops; print(sum(p.numel() for p in export_ops.$1().parameters()))"; }
+module_params() { PYTHONPATH="$SRC/tests/data" "$PY" -W ignore -c "import export_ops; print(sum(p.numel() for p in export_ops.$1().parameters()))"; }
 PYTHONPATH="$SRC/tests/data" exported roll "$(module_params roll)" export_ops:roll --input 3,8,6 -- \
   "{kind: roll, name: roll, shifts: [1, -2], dims: [2, 3]}"
 PYTHONPATH="$SRC/tests/data" exported tiny_swin "$(module_params tiny_swin)" export_ops:tiny_swin --input 3,40,36 -- \
@@ -104,13 +104,18 @@ PYTHONPATH="$SRC/tests/data" exported tiny_swin "$(module_params tiny_swin)" exp
 PYTHONPATH="$SRC/tests/data" exported tiny_swin_v2 "$(module_params tiny_swin_v2)" export_ops:tiny_swin_v2 \
   --input 3,40,36 -- "{kind: window_attention, name: attn, num_heads: 2, window_size: 4, shift_size: 2, cosine: true}"
 
-# a forward of two inputs: one line that says so, no traceback, nothing written
+# a forward of two inputs: with one --input, one line that says what to give, no
+# traceback, nothing written; with a shape for each, the second is a model_input layer
+# (a UNet's timestep embedding: emb[:, :, None, None] a reshape view, added broadcast)
 PYTHONPATH="$SRC/tests/data" "$PY" "$SRC/scripts/torch_export.py" export_ops:two_inputs --input 3,8,8 \
   -o "$T/two.yaml" 2>"$T/two.err"
 rc=$?
 [ $rc != 0 ] && [ ! -e "$T/two.yaml" ] && [ "$(wc -l <"$T/two.err")" = 1 ] &&
-  grep -q "forward takes 2 inputs (x, temb); a layerbench model has one" "$T/two.err" && ok ||
+  grep -q "forward takes 2 input(s) (x, temb) and 1 --input shape(s) were given: give one per input" "$T/two.err" && ok ||
   bad "two inputs: exit $rc, $(cat "$T/two.err")"
+PYTHONPATH="$SRC/tests/data" exported two_inputs "$(module_params two_inputs)" export_ops:two_inputs --input 3,8,8 \
+  --input 5 -- "{kind: model_input, name: temb, shape: [5]}" "{kind: reshape, name: getitem, shape: [3, 1, 1]}" \
+  "{kind: add, name: add, inputs: [/conv, /getitem]}"
 
 # nn.GroupNorm (a UNet ResBlock's): the groupnorm kind with torch's eps
 PYTHONPATH="$SRC/tests/data" exported resblock 74112 unet_block:resblock --input 64,16,16 -- \

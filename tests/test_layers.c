@@ -170,6 +170,10 @@ static void part_7(layer_params *p) { PAIR(window_size, 7, 7); }
 static void part_2x3(layer_params *p) { PAIR(window_size, 2, 3); }
 static void merge_7(layer_params *p) { PAIR(window_size, 7, 7); PAIR(partitions, 2, 3); }
 static void merge_2x3(layer_params *p) { PAIR(window_size, 2, 3); PAIR(partitions, 4, 2); }
+static void rs_unsqueeze(layer_params *p) { perm_set(p, 3, (const int64_t[]){32, 1, 1}); }
+static void rs_free(layer_params *p) { perm_set(p, 3, (const int64_t[]){4, -1, 3}); }
+static void mi_temb(layer_params *p) { perm_set(p, 1, (const int64_t[]){1280}); }
+static void mi_context(layer_params *p) { perm_set(p, 2, (const int64_t[]){77, 24}); }
 static void ls_c(layer_params *p) { p->dim = 1; }
 static void ls_last(layer_params *p) { p->dim = -1; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
@@ -254,6 +258,10 @@ static const layer_case cases[] = {
     {"dim 2 of NCHW", LAYER_SOFTMAX, S4(2, 3, 9, 4), sm_2},
     {"rank 4", LAYER_ADD, S4(3, 5, 7, 9), none},
     {"rank 2", LAYER_ADD, S2(2, 70001), none},
+    {"[N,C,1,1] timestep embedding second (UNet)", LAYER_ADD, S4(2, 32, 17, 15), none, MORE(S4(2, 32, 1, 1)), true},
+    {"[N,C,1,1] first, small", LAYER_ADD, S4(2, 6, 1, 1), none, MORE(S4(2, 6, 9, 7)), true},
+    {"[N,1,D] on tokens (DiT's shift)", LAYER_ADD, S3(2, 9, 24), none, MORE(S3(2, 1, 24)), true},
+    {"both broadcast", LAYER_ADD, S4(2, 1, 5, 1), none, MORE(S4(2, 3, 1, 4)), true},
     {"same shapes", LAYER_MUL, S4(2, 3, 5, 7), none},
     {"[N,C,1,1] scale first (SE)", LAYER_MUL, S4(2, 6, 1, 1), none, MORE(S4(2, 6, 9, 7))},
     {"[N,C,1,1] scale second, parallel", LAYER_MUL, S4(3, 16, 33, 35), none, MORE(S4(3, 16, 1, 1))},
@@ -358,6 +366,10 @@ static const layer_case cases[] = {
     {"2x3 windows, threads", LAYER_WINDOW_PARTITION, S4(2, 64, 28, 30), part_2x3},
     {"2x3 of 7x7 back (MaxViT)", LAYER_WINDOW_MERGE, S4(2, 6, 49, 5), merge_7},
     {"4x2 of 2x3 back", LAYER_WINDOW_MERGE, S4(1, 8, 6, 3), merge_2x3},
+    {"emb[:, :, None, None] (UNet)", LAYER_RESHAPE, S2(2, 32), rs_unsqueeze},
+    {"a -1 among the dims", LAYER_RESHAPE, S4(3, 2, 6, 5), rs_free},
+    {"a timestep embedding [N, 1280]", LAYER_MODEL_INPUT, S4(2, 3, 8, 8), mi_temb},
+    {"encoder states [N, 77, 24]", LAYER_MODEL_INPUT, S2(3, 10), mi_context},
     {"[C, 1, 1] on NCHW (ConvNeXt)", LAYER_LAYER_SCALE, S4(2, 96, 7, 9), ls_c},
     {"[D] on [N, S, D]", LAYER_LAYER_SCALE, S3(3, 5, 37), ls_last},
     {"[C, 1, 1], threads", LAYER_LAYER_SCALE, S4(4, 64, 28, 28), ls_c},

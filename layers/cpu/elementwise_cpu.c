@@ -154,28 +154,30 @@ ELEMENTWISE(silu_run, x / (1.0f + lb_expf(-x)))
 ELEMENTWISE(hardsigmoid_run, fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f)
 ELEMENTWISE(hardswish_run, x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f))
 ELEMENTWISE(tanh_run, lb_tanhf(x))
-ELEMENTWISE(add_run, x + y)
+ELEMENTWISE(add_same_run, x + y)
 ELEMENTWISE(mul_same_run, x * y)
 
-void cpu_add_span(const float *a, const float *b, float *y, int64_t n) { add_run_span(a, b, y, n); }
+void cpu_add_span(const float *a, const float *b, float *y, int64_t n) { add_same_run_span(a, b, y, n); }
 
-/* mul where one input is [N, C, 1, 1] and the other [N, C, H, W] (squeeze-and-excitation's
- * scale): one scalar per plane. Any other broadcast takes the general loop. */
+/* add and mul where one input is [N, C, 1, 1] and the other [N, C, H, W] (squeeze-and-
+ * excitation's scale, a UNet's timestep embedding): one scalar per plane. Any other
+ * broadcast takes the general loop. */
 static bool is_plane_scale(const shape_t *s, const shape_t *out)
 {
     return s->rank == 4 && s->d[0] == out->d[0] && s->d[1] == out->d[1] && s->d[2] == 1 && s->d[3] == 1;
 }
 
-static void mul_run(void *env, const layer *l, void *state, const void *const *in_, const void *w_, void *out_)
+static void binary_run(void *env, const layer *l, void *state, const void *const *in_, const void *w_, void *out_)
 {
     const float *w = w_;
     float *out = out_;
     const float *const *in = (const float *const *)in_;
+    bool add = l->kind == LAYER_ADD;
     (void)env;
     const shape_t *o = &l->out;
     int64_t n = shape_numel(o);
     if (shape_equal(&l->ins[0], &l->ins[1])) {
-        mul_same_run(env, l, state, in_, w, out);
+        (add ? add_same_run : mul_same_run)(env, l, state, in_, w, out);
         return;
     }
     int scale = is_plane_scale(&l->ins[0], o) && shape_equal(&l->ins[1], o)   ? 0
@@ -186,19 +188,25 @@ static void mul_run(void *env, const layer *l, void *state, const void *const *i
         int64_t planes = o->d[0] * o->d[1], hw = o->d[2] * o->d[3];
         CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
             for (int64_t pl = 0; pl < planes; pl++)
-                affine_span(x + pl * hw, out + pl * hw, hw, s[pl], 0.0f););
+                affine_span(x + pl * hw, out + pl * hw, hw, add ? 1.0f : s[pl], add ? s[pl] : 0.0f););
         return;
     }
-    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t i = 0; i < n; i++)
-            out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];);
+    if (add)
+        CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t i = 0; i < n; i++)
+                out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] + in[1][layer_broadcast_index(&l->ins[1], o, i)];);
+    else
+        CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t i = 0; i < n; i++)
+                out[i] = in[0][layer_broadcast_index(&l->ins[0], o, i)] * in[1][layer_broadcast_index(&l->ins[1], o, i)];);
 }
 
-/* mul in bf16: equal shapes in the vector loop, any broadcast element by element. */
-static void mul_bf16_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out_)
+/* add and mul in bf16: equal shapes in the vector loop, any broadcast element by element. */
+static void binary_bf16_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out_)
 {
+    bool add = l->kind == LAYER_ADD;
     if (shape_equal(&l->ins[0], &l->ins[1])) {
-        mul_same_run_bf16(env, l, state, in, w, out_);
+        (add ? add_same_run_bf16 : mul_same_run_bf16)(env, l, state, in, w, out_);
         return;
     }
     const uint16_t *a = in[0], *b = in[1];
@@ -206,9 +214,11 @@ static void mul_bf16_run(void *env, const layer *l, void *state, const void *con
     const shape_t *o = &l->out;
     int64_t n = shape_numel(o);
     CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t i = 0; i < n; i++)
-            out[i] = bf16_store(bf16_load(a[layer_broadcast_index(&l->ins[0], o, i)]) *
-                                bf16_load(b[layer_broadcast_index(&l->ins[1], o, i)])););
+        for (int64_t i = 0; i < n; i++) {
+            float x = bf16_load(a[layer_broadcast_index(&l->ins[0], o, i)]);
+            float y = bf16_load(b[layer_broadcast_index(&l->ins[1], o, i)]);
+            out[i] = bf16_store(add ? x + y : x * y);
+        });
 }
 
 /* concat: each input's block of every outer index is copied to its place, in any dtype. */
@@ -235,6 +245,13 @@ static void concat_run(void *env, const layer *l, void *state, const void *const
         });
 }
 
+/* model_input: its values (held as its weights, in its dtype) copied into its output */
+static void model_input_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
+{
+    (void)env, (void)state, (void)in;
+    memcpy(out, w, (size_t)(shape_numel(&l->out) * (int64_t)dtype_size(l->dtype)));
+}
+
 static void view_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
 {
     (void)env, (void)l, (void)state, (void)in, (void)w, (void)out;
@@ -248,7 +265,7 @@ const backend_kernel cpu_silu_kernel = {.run = silu_run, .impl = "direct"};
 const backend_kernel cpu_hardsigmoid_kernel = {.run = hardsigmoid_run, .impl = "direct"};
 const backend_kernel cpu_hardswish_kernel = {.run = hardswish_run, .impl = "direct"};
 const backend_kernel cpu_tanh_kernel = {.run = tanh_run, .impl = "direct"};
-const backend_kernel cpu_add_kernel = {.run = add_run, .impl = "direct"};
+const backend_kernel cpu_add_kernel = {.run = binary_run, .impl = "direct"};
 /* bf16 in and out, fp32 inside */
 const backend_kernel cpu_batchnorm2d_bf16_kernel = {.run = bn_bf16_run, .impl = "direct bf16"};
 const backend_kernel cpu_relu_bf16_kernel = {.run = relu_run_bf16, .impl = "direct bf16"};
@@ -258,8 +275,9 @@ const backend_kernel cpu_silu_bf16_kernel = {.run = silu_run_bf16, .impl = "dire
 const backend_kernel cpu_hardsigmoid_bf16_kernel = {.run = hardsigmoid_run_bf16, .impl = "direct bf16"};
 const backend_kernel cpu_hardswish_bf16_kernel = {.run = hardswish_run_bf16, .impl = "direct bf16"};
 const backend_kernel cpu_tanh_bf16_kernel = {.run = tanh_run_bf16, .impl = "direct bf16"};
-const backend_kernel cpu_add_bf16_kernel = {.run = add_run_bf16, .impl = "direct bf16"};
-const backend_kernel cpu_mul_bf16_kernel = {.run = mul_bf16_run, .impl = "direct bf16"};
-const backend_kernel cpu_mul_kernel = {.run = mul_run, .impl = "direct"};
+const backend_kernel cpu_add_bf16_kernel = {.run = binary_bf16_run, .impl = "direct bf16"};
+const backend_kernel cpu_mul_bf16_kernel = {.run = binary_bf16_run, .impl = "direct bf16"};
+const backend_kernel cpu_mul_kernel = {.run = binary_run, .impl = "direct"};
 const backend_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
 const backend_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};
+const backend_kernel cpu_model_input_kernel = {.run = model_input_run, .impl = "copy of the input's values"};

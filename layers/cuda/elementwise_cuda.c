@@ -81,6 +81,10 @@ static bench_status add_setup(void *ctx, const layer *l, const void *w, void **s
 {
     cuda_env *env = ctx;
     (void)w, (void)ws;
+    if (!shape_equal(&l->ins[0], &l->ins[1])) {
+        snprintf(impl, len, "add with broadcasting has no cuda kernel yet");
+        return BENCH_ERR_UNSUPPORTED;
+    }
     bench_status st;
     cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)

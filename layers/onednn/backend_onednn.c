@@ -201,6 +201,8 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_WINDOW_ATTENTION, od_cpu_kernel), /* oneDNN 2.6 has no attention primitive */
     OD_ROW(LAYER_WINDOW_PARTITION, od_cpu_kernel),
     OD_ROW(LAYER_WINDOW_MERGE, od_cpu_kernel),
+    OD_ROW(LAYER_RESHAPE, od_cpu_kernel),
+    OD_ROW(LAYER_MODEL_INPUT, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {

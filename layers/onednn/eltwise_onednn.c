@@ -49,14 +49,14 @@ static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const void *w, 
     return true;
 }
 
-/* add (equal shapes) and mul (the second input may broadcast; the first one that does
- * is swapped into second place, a product being commutative). */
+/* add and mul (the second input may broadcast; the first one that does is swapped into
+ * second place, both being commutative). */
 static bool od_binary(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     const shape_t *a = &l->ins[0], *b = &l->ins[1];
     bool swapped = false;
-    if (l->kind == LAYER_MUL && !shape_equal(a, &l->out))
+    if (!shape_equal(a, &l->out))
         swapped = true, a = &l->ins[1], b = &l->ins[0];
     bool ok = a->rank == l->out.rank && b->rank == l->out.rank && shape_equal(a, &l->out);
     for (int k = 0; ok && k < b->rank; k++)

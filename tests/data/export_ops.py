@@ -1,7 +1,7 @@
 """Small modules for tests/test_export.sh: the operations the exporter turns into slice
 layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), torch.roll, a small
 Swin (V1 and V2) and MaxViT from torchvision's own classes, a module it has no kind for,
-and a forward of two inputs, which it refuses in one line."""
+and a forward of two inputs (the second a model_input layer)."""
 import torch
 import torch.nn as nn
 
@@ -24,14 +24,16 @@ def slices():
 
 
 class TwoInputs(nn.Module):
-    """A UNet ResBlock's shape of call: the feature map and a timestep embedding."""
+    """A UNet ResBlock's shape of call: the feature map and a timestep embedding, projected
+    and added to every pixel."""
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 3, 1)
+        self.temb_proj = nn.Linear(5, 3)
 
     def forward(self, x, temb):
-        return self.conv(x) + temb
+        return self.conv(x) + self.temb_proj(temb)[:, :, None, None]
 
 
 def two_inputs():
