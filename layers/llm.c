@@ -21,8 +21,9 @@
  *   With kv_len = S > 0 it attends to S cached tokens too: the KV cache, held as the
  *   layer's weights (no parameters), keys then values, each [N, Hkv, S, D] as Hugging
  *   Face's DynamicCache holds them. Query t sits at position S + t; causal: it sees keys
- *   at positions <= S + t; sliding_window W: and > S + t - W (Mistral's window). FLOPs
- *   count the pairs the mask keeps, in closed form (docs/flops.md). */
+ *   at positions <= S + t; sliding_window W: and > S + t - W (Mistral's window). Without
+ *   causal and cache, k and v may have tokens of their own (cross-attention: a UNet's
+ *   text states). FLOPs count the pairs the mask keeps, in closed form (docs/flops.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,22 +286,29 @@ static int attention_infer(layer *l, char *err, size_t len)
             return -1;
     char a[96], b[96];
     for (int k = 1; k < 3; k++)
-        if (l->ins[k].d[0] != l->ins[0].d[0] || l->ins[k].d[1] != l->ins[0].d[1])
-            return kind_fail(err, len, "%s is %s but the query is %s: the batch and the tokens must match", what[k],
-                             shape_format(&l->ins[k], a, sizeof a), shape_format(&l->ins[0], b, sizeof b));
+        if (l->ins[k].d[0] != l->ins[0].d[0] || l->ins[k].d[1] != l->ins[1].d[1])
+            return kind_fail(err, len, "%s is %s but the %s is %s: the batch and the key's and value's tokens must "
+                                       "match",
+                             what[k], shape_format(&l->ins[k], a, sizeof a), k == 1 ? "query" : "key",
+                             shape_format(&l->ins[k == 1 ? 0 : 1], b, sizeof b));
+    if (l->ins[1].d[1] != l->in.d[1] && (p->causal || p->kv_len))
+        return kind_fail(err, len, "the key has %lld tokens and the query %lld: cross-attention (keys from another "
+                                   "sequence) takes causal: false and no kv_len",
+                         (long long)l->ins[1].d[1], (long long)l->in.d[1]);
     l->out = l->ins[0];
     return 0;
 }
 
 /* The (query, key) pairs the mask keeps, per (sample, head): query t (0 <= t < T) sits
  * at position S + t and sees keys at positions j <= S + t (causal), and j > S + t - W
- * (sliding window W); every one of the S + T without causal. Closed forms. */
+ * (sliding window W); every one of the S + Tk without causal (Tk = T, or a cross-
+ * attention's key tokens). Closed forms. */
 int64_t layer_attention_pairs(const layer *l)
 {
     const layer_params *p = &l->p;
     int64_t t = l->in.d[1], s = p->kv_len, w = p->sliding_window;
     if (!p->causal)
-        return layer_count_mul(t, layer_count_add(s, t));
+        return layer_count_mul(t, layer_count_add(s, l->ins[1].d[1]));
     /* query t sees min(S + t + 1, W) keys: S + t + 1 while t < W - S, then W */
     int64_t t0 = w <= 0 ? t : w - s < 0 ? 0 : w - s > t ? t : w - s;
     int64_t before = layer_count_add(layer_count_mul(t0, s), t0 * (t0 + 1) / 2);
@@ -333,7 +341,7 @@ const float *layer_attention_kv(const layer *l, const float *const *ins, const f
                                 int64_t g, int64_t j)
 {
     const layer_params *p = &l->p;
-    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->in.d[1];
+    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->ins[1].d[1];
     if (j < s)
         return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * s + j) * d;
     return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
@@ -348,7 +356,7 @@ bool layer_attention_sees(const layer *l, int64_t t, int64_t j)
 static void attention_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
     const layer_params *p = &l->p;
-    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + t_len;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + l->ins[1].d[1];
     double *score = xmalloc((size_t)keys * sizeof *score), *acc = xmalloc((size_t)d * sizeof *acc);
     double scale = 1.0 / sqrt((double)d);
     for (int64_t b = 0; b < n; b++)

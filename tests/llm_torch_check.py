@@ -75,16 +75,17 @@ def rope(x, p):  # LlamaRotaryEmbedding.forward, apply_rotary_pos_emb on [N, H, 
 
 def attention(q, k, v, cache, p):  # repeat_kv, eager_attention_forward, the causal (sliding) mask
     n, t, _ = q.shape
+    tk = k.shape[1]  # a cross-attention's keys have their own tokens
     h, hkv, d, s = int(p["num_heads"]), int(p["num_key_value_heads"] if "num_key_value_heads" in p else p["num_heads"]), int(p["head_dim"]), int(p["kv_len"])
     qh = q.view(n, t, h, d).transpose(1, 2)
-    kh = k.view(n, t, hkv, d).transpose(1, 2)
-    vh = v.view(n, t, hkv, d).transpose(1, 2)
+    kh = k.view(n, tk, hkv, d).transpose(1, 2)
+    vh = v.view(n, tk, hkv, d).transpose(1, 2)
     if s:  # DynamicCache: [N, Hkv, S, D], keys then values
         ck, cv = cache.view(2, n, hkv, s, d)
         kh, vh = torch.cat((ck, kh), dim=2), torch.cat((cv, vh), dim=2)
     rep = h // hkv
-    kh = kh[:, :, None].expand(n, hkv, rep, s + t, d).reshape(n, h, s + t, d)
-    vh = vh[:, :, None].expand(n, hkv, rep, s + t, d).reshape(n, h, s + t, d)
+    kh = kh[:, :, None].expand(n, hkv, rep, s + tk, d).reshape(n, h, s + tk, d)
+    vh = vh[:, :, None].expand(n, hkv, rep, s + tk, d).reshape(n, h, s + tk, d)
     scores = qh @ kh.transpose(2, 3) / math.sqrt(d)
     if p["causal"]:
         i = torch.arange(s, s + t)[:, None]
@@ -190,6 +191,9 @@ def main():
     vals = [load("input.bin")]
     worst, bad = 0.0, 0
     seen = set()
+    first = [r for r in rows if r[5].split(",")[0] == "0"]  # the model input, in its shape
+    if first:
+        vals[0] = vals[0].reshape([int(v) for v in first[0][7].strip("[]").split(",")])
     for idx, name, kind, wn, shape, ins, ptext, in_shape in rows:
         p = params(ptext)
         shape = [int(x) for x in shape.strip("[]").split(",")]
@@ -232,6 +236,10 @@ def main():
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             d = int(p.get("dim", 1))
             y = x[0].reshape(in_shape) * w.view([-1] + [1] * (len(in_shape) - 1 - d))
+        elif kind == "model_input":  # its values, held as its weights
+            y = w
+        elif kind in ("flatten", "reshape"):  # views
+            y = x[0]
         elif kind == "roll":  # torch.roll(x, shifts, dims), as bench list prints them, "1x-2"
             in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
             y = torch.roll(x[0].reshape(in_shape), [int(v) for v in p["shifts"].split("x")],

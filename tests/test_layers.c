@@ -319,6 +319,8 @@ static const layer_case cases[] = {
     {"llama3 x32 at 70000", LAYER_ROPE, S3(2, 3, 192), rope_llama3},
     {"GQA 6/2, causal prefill", LAYER_ATTENTION, S3(2, 7, 30), attn_gqa, MORE(S3(2, 7, 10), S3(2, 7, 10))},
     {"not causal, 3 heads", LAYER_ATTENTION, S3(1, 9, 24), attn_mha_full, MORE(S3(1, 9, 24), S3(1, 9, 24))},
+    {"cross-attention: 9 queries, 77 keys (a UNet's text)", LAYER_ATTENTION, S3(2, 9, 24), attn_mha_full,
+     MORE(S3(2, 77, 24), S3(2, 77, 24))},
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},

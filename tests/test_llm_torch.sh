@@ -22,7 +22,7 @@ if [ -z "$PY" ]; then
 fi
 . "$SRC/tests/common.sh"
 for phase in llama_tiny_prefill.yaml llama_tiny_decode.yaml llama_tiny_chunk.yaml hf/tiny-mixtral moe_routing.yaml \
-    vision_torch.yaml swin_torch.yaml; do
+    vision_torch.yaml swin_torch.yaml unet_torch.yaml; do
   d=$T/${phase//\//_}
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/$phase" "$d" 1 2 >"$d.out" 2>&1 &&

@@ -160,7 +160,7 @@ static bench_status attention_setup(void *env, const layer *l, const void *w, vo
     const layer_params *p = &l->p;
     int64_t group = p->num_heads / p->num_kv_heads;
     attention_state *s = xcalloc(1, sizeof *s);
-    s->keys = p->kv_len + l->in.d[1];
+    s->keys = p->kv_len + l->ins[1].d[1]; /* a cross-attention's keys: their own tokens */
     s->per_thread = group * (s->keys + 2 * p->head_dim) + p->head_dim;
     s->threads = omp_get_max_threads();
     s->scratch = xmalloc((size_t)(s->per_thread * s->threads) * sizeof *s->scratch);
@@ -271,7 +271,7 @@ static void softmax_span(float *s, int64_t n)
 static void attention_range(const layer *l, int64_t t, int64_t *j0, int64_t *j1)
 {
     const layer_params *p = &l->p;
-    int64_t keys = p->kv_len + l->in.d[1], i = p->kv_len + t;
+    int64_t keys = p->kv_len + l->ins[1].d[1], i = p->kv_len + t;
     *j1 = p->causal ? i : keys - 1;
     *j0 = p->causal && p->sliding_window > 0 ? i - p->sliding_window + 1 : 0;
     *j0 = *j0 < 0 ? 0 : *j0;
@@ -297,8 +297,9 @@ static void attention_group(const layer *l, const void *const *ins, const void *
     /* the cache's keys [c0, c1] and values, then the new tokens' [n0, j1] */
     int64_t c0 = j0, c1 = j1 < s - 1 ? j1 : s - 1, n0 = j0 > s ? j0 : s, nc = c1 - c0 + 1, nn = j1 - n0 + 1;
     const char *kc = (const char *)w + ((b * hkv + g) * s + c0) * d * el, *vc = kc + l->n_weight_floats / 2 * el;
-    const char *kn = (const char *)ins[1] + ((b * t_len + (n0 - s)) * hkv + g) * d * el;
-    const char *vn = (const char *)ins[2] + ((b * t_len + (n0 - s)) * hkv + g) * d * el;
+    int64_t tk = l->ins[1].d[1];
+    const char *kn = (const char *)ins[1] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
+    const char *vn = (const char *)ins[2] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
     if (bf) {
         if (nc > 0)
             scores_bf16(qv, G, (const uint16_t *)(const void *)kc, nc, d, d, scale, sc + c0, keys, kf);
