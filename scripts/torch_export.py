@@ -6,11 +6,14 @@ usage:
   python3 scripts/torch_export.py mypackage.models:MyNet --input 3,224,224 -o my.yaml
   python3 scripts/torch_export.py googlenet --table tests/data/googlenet_layers.txt
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5 -o tiny_llama.yaml
+  python3 scripts/torch_export.py unet_blocks:resblock --input 320,64,64 --input 1280 -o resblock.yaml
 
 MODEL is a torchvision model name (built with weights=None, in eval mode; a segmentation
 model such as fcn_resnet50 without its auxiliary classifier) or
 "module:callable" (anything importable that returns an nn.Module). The model runs once
-on a random input of --input (per sample; default 3,224,224) and --batch (default 1);
+on a random input of --input (per sample; default 3,224,224) and --batch (default 1), and
+a random tensor of each further --input for each further argument its forward takes
+(recorded as model_input layers: a UNet block's timestep embedding, its text states);
 what runs is recorded: every leaf module layerbench has a kind for (Conv2d, BatchNorm2d,
 ReLU, Linear, ...), named by its module path as in model.named_modules(), and every
 functional operation between them (torch.cat, x + y, scale * x, F.relu, torch.flatten,
@@ -31,7 +34,10 @@ written as transformers writes Llama, Mistral or Qwen2 exports as bench imports 
 config.json: nn.Embedding, ...RMSNorm modules, attention modules holding q_proj, k_proj,
 v_proj and o_proj (between them rope of q and k and the attention, read from the
 module's heads and the rotary embedding's inv_freq), the SwiGLU MLP and a tied or untied
-lm_head (scripts/hf_decoder.py: such a model in plain torch).
+lm_head (scripts/hf_decoder.py: such a model in plain torch). Attention modules holding
+to_q, to_k, to_v and to_out (a diffusion UNet's, scripts/unet_blocks.py) give those
+linears and a non-causal attention layer between them (cross-attention when k and v
+read another input); the module must end at to_out, or it is refused.
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
@@ -309,11 +315,52 @@ def rope_theta(inv_freq, head_dim):
     return None
 
 
+QKV_NAMES = {"q_proj": ("q_proj", "k_proj", "v_proj"), "to_q": ("to_q", "to_k", "to_v")}
+
+
+def attention_parts(m):
+    """(q, k, v projection names, the out projection) of an attention module, or None."""
+    for first, names in QKV_NAMES.items():
+        if all(isinstance(getattr(m, n, None), nn.Linear) for n in names):
+            out = getattr(m, "o_proj", None)
+            if out is None and isinstance(getattr(m, "to_out", None), (nn.Sequential, nn.ModuleList)) and \
+                    len(m.to_out) and isinstance(m.to_out[0], nn.Linear):
+                out = m.to_out[0]
+            return (names, out) if isinstance(out, nn.Linear) else None
+    return None
+
+
+def unet_attention_spec(m):
+    """The attention of diffusion UNets (LDM's CrossAttention, diffusers' Attention with its
+    plain processor): to_q, to_k, to_v, to_out[0] (then dropout), heads; self-attention, or
+    cross-attention when k and v read a context; no mask, scale 1/sqrt(head_dim)."""
+    heads = getattr(m, "heads", None)
+    if not isinstance(heads, int) or m.to_q.out_features % heads:
+        raise Unsupported(f"module {type(m).__name__}: no heads attribute dividing to_q's {m.to_q.out_features} "
+                          f"features")
+    head_dim = m.to_q.out_features // heads
+    if m.to_k.out_features != m.to_q.out_features or m.to_v.out_features != m.to_q.out_features:
+        raise Unsupported(f"module {type(m).__name__}: to_q, to_k and to_v of different widths")
+    scale = getattr(m, "scale", head_dim ** -0.5)
+    if not isinstance(scale, float) or abs(scale - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
+        raise Unsupported(f"module {type(m).__name__}: a scale of {scale} (only 1/sqrt(head_dim))")
+    known = {"to_q", "to_k", "to_v", "to_out"}
+    other = [n for n, c in m.named_children() if n not in known and not isinstance(c, (nn.Dropout, nn.Identity))]
+    if other:
+        raise Unsupported(f"module {type(m).__name__}: holds {', '.join(other)}, which its attention layer would "
+                          f"leave out")
+    return {"num_heads": heads, "head_dim": head_dim, "causal": False}, None
+
+
 def attention_spec(m, model):
     """(params, rope params) of a transformers-style attention module (LlamaAttention,
     MistralAttention, Qwen2Attention: q_proj, k_proj, v_proj and o_proj, the heads as
-    attributes or in its config), None for any other module; raises Unsupported for one
-    that is such a module but not one layerbench can express."""
+    attributes or in its config), or of a UNet's (unet_attention_spec: no rope); None for
+    any other module; raises Unsupported for one that is such a module but not one
+    layerbench can express."""
+    parts = attention_parts(m)
+    if parts and parts[0][0] == "to_q":
+        return unet_attention_spec(m)
     if not all(isinstance(getattr(m, p, None), nn.Linear) for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
         return None
     cfg = getattr(m, "config", None)
@@ -671,30 +718,38 @@ class Trace(TorchFunctionMode):
                 self.problems.append(f"{self.stack[-1]}: {e}")
                 spec = False
             if spec is not None:
-                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec})
+                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec, "parts": attention_parts(m),
+                                  "out_node": None})
 
     def attention_output(self, m, name, layer, out, n_params):
         """o_proj of an attention module: rope of q and k, the attention, then o_proj."""
         ctx = self.attn[-1]
-        idx = [self.module_node.get(id(getattr(ctx["m"], p))) for p in ("q_proj", "k_proj", "v_proj")]
+        idx = [self.module_node.get(id(getattr(ctx["m"], p))) for p in ctx["parts"][0]]
         if not ctx["spec"] or None in idx:  # said already (the module, or what broke q, k or v)
             self.broken(out)
             return
         p, rope = ctx["spec"]
         q, k, v = idx
         qs, ks = self.nodes[q].out_shape, self.nodes[k].out_shape
-        rq = self.add_node(f"{ctx['name']}.rotary_q", "rope", {"num_heads": p["num_heads"], **rope}, [q], qs, qs)
-        rk = self.add_node(f"{ctx['name']}.rotary_k", "rope", {"num_heads": p["num_key_value_heads"], **rope}, [k],
-                           ks, ks)
+        if rope is not None:
+            q = self.add_node(f"{ctx['name']}.rotary_q", "rope", {"num_heads": p["num_heads"], **rope}, [q], qs, qs)
+            k = self.add_node(f"{ctx['name']}.rotary_k", "rope", {"num_heads": p["num_key_value_heads"], **rope},
+                              [k], ks, ks)
         att = qs[:-1] + (p["num_heads"] * p["head_dim"],)
-        a = self.add_node(f"{ctx['name']}.attn", "attention", p, [rq, rk, v], qs, att)
-        self.producer[id(out)] = self.add_node(name, layer[0], layer[1], [a], att, out.shape, n_params)
+        a = self.add_node(f"{ctx['name']}.attn", "attention", p, [q, k, v], qs, att)
+        ctx["out_node"] = self.add_node(name, layer[0], layer[1], [a], att, out.shape, n_params)
+        self.producer[id(out)] = ctx["out_node"]
         self.keep.append(out)
 
     def post(self, m, args, out):
         name = self.stack.pop()
         if self.attn and self.attn[-1]["m"] is m:
-            self.attn.pop()
+            ctx = self.attn.pop()
+            if ctx["spec"] and not self.made_by(out[0] if isinstance(out, (tuple, list)) else out, ctx["out_node"]):
+                # what runs between the projections is not recorded: the module must end at its out projection
+                self.problems.append(f"{ctx['name']}: attention module {type(m).__name__} whose output is not its "
+                                     f"out projection's")
+                self.broken(out)
         if not is_leaf(m):
             return
         self.leaf_depth -= 1
@@ -723,7 +778,7 @@ class Trace(TorchFunctionMode):
             layer = ("linear", {**layer[1], "tied_weights": True})
         self.seen_params.update(id(p) for p in m.parameters())
         n_params = sum(p.numel() for p in new)  # a leaf: its children (MHA's out_proj) are its own
-        if self.attn and m is getattr(self.attn[-1]["m"], "o_proj", None):
+        if self.attn and self.attn[-1]["parts"] and m is self.attn[-1]["parts"][1]:
             self.attention_output(m, name, layer, out, n_params)
             return
         if layer[0] == "multihead_attention":
@@ -794,6 +849,13 @@ class Trace(TorchFunctionMode):
         self.record(name, kind, params, inputs, out)
         return out
 
+
+    def made_by(self, t, node):
+        """t is node's output, or a dropout's (or the identity's) of it."""
+        src = self.source(t)
+        while src is not None and src >= 0 and src != node and self.nodes[src].kind == "dropout":
+            src = self.nodes[src].inputs[0]
+        return node is not None and src == node
 
     def name_for(self, label):
         """parent.label, or parent.label_N for the N-th call of it in the same forward."""

@@ -333,6 +333,10 @@ static const struct {
     {"convnext_tiny", 28589128}, {"regnet_y_400mf", 4344144},
     /* its shifted window attention and patch merging as window_attention and patch_merge */
     {"swin_t", 28288354},
+    /* Stable Diffusion's UNet blocks (scripts/unet_blocks.py): model_input layers for the
+     * timestep embedding, text states and skips; cross-attention */
+    {"sd_unet/resblock", 2255040}, {"sd_unet/spatial_transformer", 2546240},
+    {"sd_unet/down_block", 10524480}, {"sd_unet/up_block", 71413120},
 };
 
 static void test_zoo(const char *configs, const char *data)

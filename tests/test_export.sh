@@ -121,6 +121,22 @@ PYTHONPATH="$SRC/tests/data" exported two_inputs "$(module_params two_inputs)" e
 PYTHONPATH="$SRC/tests/data" exported resblock 74112 unet_block:resblock --input 64,16,16 -- \
   "{kind: groupnorm, name: norm1, num_groups: 32}" "{kind: groupnorm, name: norm2, num_groups: 32, eps: 1e-06}"
 
+# Stable Diffusion's UNet blocks (scripts/unet_blocks.py) at test sizes, one --input per
+# argument: a ResBlock (the timestep embedding a model_input, its projection viewed
+# [N, C, 1, 1] and added), a down block (spatial transformers: self- and cross-attention
+# from to_q/to_k/to_v/to_out as attention layers, GEGLU as slices) and an up block (skips
+# concatenated); torch's totals, bench check
+unet_params() { PYTHONPATH="$SRC/scripts" "$PY" -W ignore -c "import unet_blocks; print(sum(p.numel() for p in unet_blocks.$1().parameters()))"; }
+PYTHONPATH="$SRC/scripts" exported small_resblock "$(unet_params small_resblock)" unet_blocks:small_resblock \
+  --input 16,8,8 --input 32 -- "{kind: model_input, name: emb, shape: [32]}" \
+  "{kind: reshape, name: getitem, shape: [16, 1, 1]}" "{kind: add, name: add, inputs: [/in_layers.2, /getitem]}"
+PYTHONPATH="$SRC/scripts" exported small_down_block "$(unet_params small_down_block)" unet_blocks:small_down_block \
+  --input 16,8,8 --input 32 --input 5,12 -- "{kind: model_input, name: context, input: input, shape: [5, 12]}" \
+  "{kind: attention, name: attn, inputs: [/attentions.0.transformer_blocks.0.attn2.to_q, /attentions.0.transformer_blocks.0.attn2.to_k, /attentions.0.transformer_blocks.0.attn2.to_v], num_heads: 2, head_dim: 8, causal: false}"
+PYTHONPATH="$SRC/scripts" exported small_up_block "$(unet_params small_up_block)" unet_blocks:small_up_block \
+  --input 24,4,4 --input 32 --input 5,12 --input 16,4,4 --input 16,4,4 --input 8,4,4 -- \
+  "{kind: concat, name: cat, inputs: [input, /skip0]}"
+
 # ConvNeXt: torchvision's Permute modules, LayerNorm2d's own forward (permute,
 # F.layer_norm on the last dim, permute back) and the layer scale (a [C, 1, 1] parameter
 # times the block)
