@@ -137,7 +137,8 @@ static int parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out)
                 is_plain(n) ? cfg_scalar(n) : "", is_plain(n) ? "'" : "");
 }
 
-static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, double *out)
+/* A finite number, not negative unless min is INT64_MIN (LP_FLOAT's min, layer.h). */
+static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, double *out)
 {
     const char *s = is_plain(n) ? cfg_scalar(n) : NULL;
     char *end;
@@ -145,7 +146,7 @@ static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, double *out)
     if (!s || !*s || *end || !isfinite(v))
         return fail(c, n, "%s: expected a number, got %s%s%s", key, s ? "'" : cfg_node_type_name(n), s ? s : "",
                     s ? "'" : "");
-    if (v < 0)
+    if (v < 0 && min != INT64_MIN)
         return fail(c, n, "%s must not be negative, got %g", key, v);
     *out = v;
     return 0;
@@ -169,7 +170,7 @@ static int parse_fpair(cfg_ctx *c, const char *key, yaml_node_t *n, double out[2
         v[0] = NODE(c, it[0]), v[1] = NODE(c, it[1]);
     }
     for (int i = 0; i < 2; i++) {
-        if (parse_float(c, key, v[i], &out[i]))
+        if (parse_float(c, key, v[i], 0, &out[i]))
             return -1;
         if (!(out[i] > 0) || out[i] > 1e6)
             return fail(c, v[i], "%s must be above 0 and at most 1e6, got %g", key, out[i]);
@@ -325,7 +326,7 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
                 : s->type == LP_FPAIR ? parse_fpair(c, s->key, v, (double *)field)
                 : s->type == LP_ENUM  ? cfg_parse_enum(c, s->key, v, s->choices, (int64_t *)field)
                 : s->type == LP_DIMS  ? parse_dims(c, s->key, v, s->min, (int64_t *)field)
-                                      : parse_float(c, s->key, v, (double *)field);
+                                      : parse_float(c, s->key, v, s->min, (double *)field);
         if (r)
             return -1;
     }

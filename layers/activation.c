@@ -1,5 +1,6 @@
 /* Element-wise activations: relu, relu6, sigmoid, silu, hardswish, hardsigmoid, tanh, as
- * torch.nn defines them. Any input rank. */
+ * torch.nn defines them; and scale_shift, scale * x + shift with numbers (torch's x + 1,
+ * x * 0.5, 1 - x, x / 8: DiT's 1 + scale). Any input rank. */
 #include <math.h>
 
 #include "kind_util.h"
@@ -104,3 +105,28 @@ ACTIVATION(silu, five_count, silu_reference);
 ACTIVATION(hardswish, five_count, hardswish_reference);
 ACTIVATION(hardsigmoid, four_count, hardsigmoid_reference);
 ACTIVATION(tanh, five_count, tanh_reference);
+
+/* ---- scale_shift ---------------------------------------------------------------------------- */
+
+static const layer_param_spec scale_shift_params[] = {
+    {"scale", LP_FLOAT, P_OFF(attn_scale), false, INT64_MIN, NULL},
+    {"shift", LP_FLOAT, P_OFF(shift), false, INT64_MIN, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
+static void scale_shift_defaults(layer_params *p) { p->attn_scale = 1.0; }
+
+/* 2 per element: the multiply and the add, as one fused multiply-add counts */
+static void two_count(layer *l) { act_count_per(l, 2); }
+
+static void scale_shift_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        out[i] = (float)((double)ins[0][i] * l->p.attn_scale + l->p.shift);
+}
+
+const layer_desc layer_scale_shift_desc = {
+    .name = "scale_shift", .n_inputs = 1, .params = scale_shift_params, .defaults = scale_shift_defaults,
+    .infer = act_infer, .count = two_count, .reference = scale_shift_reference, .tolerance = 1e-6,
+};

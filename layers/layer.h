@@ -93,6 +93,7 @@ typedef enum layer_kind {
     LAYER_WINDOW_MERGE,
     LAYER_RESHAPE,
     LAYER_MODEL_INPUT,
+    LAYER_SCALE_SHIFT,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -162,7 +163,9 @@ typedef struct layer_params {
     bool proj_bias;              /* window_attention: the out projection's bias (bias: the qkv one's) */
     bool cosine;                 /* window_attention: Swin V2's cosine attention, logit scale and position MLP */
     bool partitioned;            /* window_attention: the input is windows already, [N, G, w0 w1, C] (MaxViT) */
-    double attn_scale;           /* window_attention: the scores' scale; 0 = 1 / sqrt(head dim) */
+    double attn_scale;           /* window_attention: the scores' scale; 0 = 1 / sqrt(head dim);
+                                    scale_shift: the scale */
+    double shift;                /* scale_shift */
     int64_t partitions[2];       /* window_merge: windows down and across */
 } layer_params;
 
@@ -194,7 +197,7 @@ typedef enum layer_param_type {
     LP_INT,                      /* integer >= min */
     LP_PAIR,                     /* integer or [h, w], each >= min */
     LP_BOOL,
-    LP_FLOAT,                    /* number >= 0 */
+    LP_FLOAT,                    /* number >= 0; any finite number with min INT64_MIN */
     LP_FPAIR,                    /* number or [h, w], each > 0 (double[2]) */
     LP_ENUM,                     /* one of choices, stored as its index (int64_t) */
     LP_DIMS,                     /* [d0, d1, ...]: up to SHAPE_MAX_RANK integers, stored as int64_t[1 +

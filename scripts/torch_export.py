@@ -37,7 +37,10 @@ module's heads and the rotary embedding's inv_freq), the SwiGLU MLP and a tied o
 lm_head (scripts/hf_decoder.py: such a model in plain torch). Attention modules holding
 to_q, to_k, to_v and to_out (a diffusion UNet's, scripts/unet_blocks.py) give those
 linears and a non-causal attention layer between them (cross-attention when k and v
-read another input); the module must end at to_out, or it is refused.
+read another input); the module must end at to_out, or it is refused. timm's packed
+Attention (qkv, proj, num_heads: ViT's, DiT's) gives qkv, its thirds as q, k and v
+slices, an attention layer and proj. Arithmetic with a number (x + 1, 1 - x, x * 0.5,
+x / 8) is a scale_shift layer.
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
@@ -319,7 +322,11 @@ QKV_NAMES = {"q_proj": ("q_proj", "k_proj", "v_proj"), "to_q": ("to_q", "to_k", 
 
 
 def attention_parts(m):
-    """(q, k, v projection names, the out projection) of an attention module, or None."""
+    """(q, k, v projection names, the out projection) of an attention module, or None; a
+    packed one (timm's Attention: qkv, proj, num_heads) gives ("qkv",)."""
+    if isinstance(getattr(m, "qkv", None), nn.Linear) and isinstance(getattr(m, "proj", None), nn.Linear) and \
+            isinstance(getattr(m, "num_heads", None), int):
+        return ("qkv",), m.proj
     for first, names in QKV_NAMES.items():
         if all(isinstance(getattr(m, n, None), nn.Linear) for n in names):
             out = getattr(m, "o_proj", None)
@@ -328,6 +335,25 @@ def attention_parts(m):
                 out = m.to_out[0]
             return (names, out) if isinstance(out, nn.Linear) else None
     return None
+
+
+def packed_attention_spec(m):
+    """timm's Attention (ViT, DiT): one qkv linear whose output holds q, k and v side by
+    side (heads contiguous in each), proj; no mask, scale 1/sqrt(head_dim), no q/k norm."""
+    c, heads = m.qkv.in_features, m.num_heads
+    if m.qkv.out_features != 3 * c or c % heads:
+        raise Unsupported(f"module {type(m).__name__}: qkv of {m.qkv.out_features} features is not 3 x {c} "
+                          f"in {heads} heads")
+    head_dim = c // heads
+    scale = getattr(m, "scale", head_dim ** -0.5)
+    if not isinstance(scale, float) or abs(scale - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
+        raise Unsupported(f"module {type(m).__name__}: a scale of {scale} (only 1/sqrt(head_dim))")
+    other = [n for n, ch in m.named_children()
+             if n not in ("qkv", "proj") and not isinstance(ch, (nn.Dropout, nn.Identity))]
+    if other:
+        raise Unsupported(f"module {type(m).__name__}: holds {', '.join(other)}, which its attention layer would "
+                          f"leave out")
+    return {"num_heads": heads, "head_dim": head_dim, "causal": False}, None
 
 
 def unet_attention_spec(m):
@@ -361,6 +387,8 @@ def attention_spec(m, model):
     parts = attention_parts(m)
     if parts and parts[0][0] == "to_q":
         return unet_attention_spec(m)
+    if parts and parts[0] == ("qkv",):
+        return packed_attention_spec(m)
     if not all(isinstance(getattr(m, p, None), nn.Linear) for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
         return None
     cfg = getattr(m, "config", None)
@@ -483,6 +511,9 @@ def unsqueezed(args):
 
 
 ADD = {"add", "add_", "__add__", "__iadd__", "__radd__"}
+SUB = {"sub", "sub_", "__sub__", "__isub__"}
+RSUB = {"__rsub__", "rsub"}
+DIV = {"div", "div_", "__truediv__", "__itruediv__"}
 MUL = {"mul", "mul_", "__mul__", "__imul__", "__rmul__"}
 
 
@@ -491,6 +522,20 @@ def function_layer(name, args, kwargs, out):
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if name in ELEMENTWISE:
         return ELEMENTWISE[name], {}, tensors[:1]
+    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if name in ADD | MUL | SUB | RSUB | DIV and len(tensors) == 1 and len(numbers) == 1 and kwargs.get("alpha", 1) == 1:
+        # a tensor and a number: x + c, c + x, x * c, x - c, c - x, x / c
+        c = float(numbers[0])
+        scale, shift = ((1.0, c) if name in ADD else (c, 0.0) if name in MUL else (1.0, -c) if name in SUB else
+                        (-1.0, c) if name in RSUB else (1.0 / c if c else float("inf"), 0.0))
+        if not (abs(scale) < float("inf")):
+            raise Unsupported(f"{name} by zero")
+        p = {}
+        if scale != 1.0:
+            p["scale"] = scale
+        if shift:
+            p["shift"] = shift
+        return "scale_shift", p, tensors
     if name in ADD or name in MUL:
         if len(tensors) != 2 or kwargs.get("alpha", 1) != 1:
             raise Unsupported(f"{name} with a scalar or alpha (only tensor {name.strip('_')} tensor)")
@@ -729,6 +774,12 @@ class Trace(TorchFunctionMode):
             self.broken(out)
             return
         p, rope = ctx["spec"]
+        if len(idx) == 1:  # packed: q, k and v are thirds of the last dim, copied out as slices
+            s, dim = self.nodes[idx[0]].out_shape, len(self.nodes[idx[0]].out_shape) - 1
+            c = s[-1] // 3
+            idx = [self.add_node(f"{ctx['name']}.{part}", "slice",
+                                 {"dim": dim, **({"start": i * c} if i else {}), **({"end": (i + 1) * c} if i < 2 else {})},
+                                 [idx[0]], s, s[:-1] + (c,)) for i, part in enumerate("qkv")]
         q, k, v = idx
         qs, ks = self.nodes[q].out_shape, self.nodes[k].out_shape
         if rope is not None:
@@ -844,7 +895,9 @@ class Trace(TorchFunctionMode):
         label = {"add": "add", "mul": "mul", "concat": "cat", "flatten": "flatten",
                  "adaptive_avgpool2d": "adaptive_avg_pool2d", "upsample": "interpolate", "avgpool2d": "avg_pool2d",
                  "maxpool2d": "max_pool2d", "slice": "getitem",
-                 "reshape": op.strip("_")}.get(kind, kind)
+                 "reshape": op.strip("_"),
+                 "scale_shift": "add" if op in ADD else "mul" if op in MUL else "sub" if op in SUB | RSUB else "div"
+                 }.get(kind, kind)
         name, _ = self.name_for(label)
         self.record(name, kind, params, inputs, out)
         return out

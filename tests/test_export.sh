@@ -137,6 +137,16 @@ PYTHONPATH="$SRC/scripts" exported small_up_block "$(unet_params small_up_block)
   --input 24,4,4 --input 32 --input 5,12 --input 16,4,4 --input 16,4,4 --input 8,4,4 -- \
   "{kind: concat, name: cat, inputs: [input, /skip0]}"
 
+# a DiT block: adaptive layer norm as the ops DiT's modulate runs (1 + scale a
+# scale_shift, unsqueeze a reshape, broadcasting mul and add), timm's packed attention
+# (qkv, its thirds as slices, attention, proj); and arithmetic with numbers
+PYTHONPATH="$SRC/tests/data" exported dit_block "$(module_params dit_block)" export_ops:dit_block --input 16,32 \
+  --input 32 -- "{kind: scale_shift, name: add, shift: 1.0}" "{kind: slice, name: k, input: /attn.qkv, dim: 2, start: 32, end: 64}" \
+  "{kind: attention, name: attn, inputs: [/attn.q, /attn.k, /attn.v], num_heads: 4, head_dim: 8, causal: false}"
+PYTHONPATH="$SRC/tests/data" exported scalars "$(module_params scalars)" export_ops:scalars --input 3,4,4 -- \
+  "{kind: scale_shift, name: sub, scale: -1.0, shift: 1.0}" "{kind: scale_shift, name: mul, scale: 0.5}" \
+  "{kind: scale_shift, name: div, input: /conv, scale: 0.125}" "{kind: scale_shift, name: sub_1, shift: -2.0}"
+
 # ConvNeXt: torchvision's Permute modules, LayerNorm2d's own forward (permute,
 # F.layer_norm on the last dim, permute back) and the layer scale (a [C, 1, 1] parameter
 # times the block)

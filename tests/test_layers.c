@@ -174,6 +174,8 @@ static void rs_unsqueeze(layer_params *p) { perm_set(p, 3, (const int64_t[]){32,
 static void rs_free(layer_params *p) { perm_set(p, 3, (const int64_t[]){4, -1, 3}); }
 static void mi_temb(layer_params *p) { perm_set(p, 1, (const int64_t[]){1280}); }
 static void mi_context(layer_params *p) { perm_set(p, 2, (const int64_t[]){77, 24}); }
+static void ss_one_plus(layer_params *p) { p->attn_scale = 1.0; p->shift = 1.0; }
+static void ss_neg(layer_params *p) { p->attn_scale = -0.125; p->shift = 0.0; }
 static void ls_c(layer_params *p) { p->dim = 1; }
 static void ls_last(layer_params *p) { p->dim = -1; }
 static void gn_8(layer_params *p) { p->num_groups = 8; p->eps = 1e-5; p->affine = true; }
@@ -368,6 +370,8 @@ static const layer_case cases[] = {
     {"2x3 windows, threads", LAYER_WINDOW_PARTITION, S4(2, 64, 28, 30), part_2x3},
     {"2x3 of 7x7 back (MaxViT)", LAYER_WINDOW_MERGE, S4(2, 6, 49, 5), merge_7},
     {"4x2 of 2x3 back", LAYER_WINDOW_MERGE, S4(1, 8, 6, 3), merge_2x3},
+    {"1 + scale (DiT)", LAYER_SCALE_SHIFT, S2(2, 96), ss_one_plus},
+    {"-x / 8, threads", LAYER_SCALE_SHIFT, S4(2, 32, 28, 30), ss_neg},
     {"emb[:, :, None, None] (UNet)", LAYER_RESHAPE, S2(2, 32), rs_unsqueeze},
     {"a -1 among the dims", LAYER_RESHAPE, S4(3, 2, 6, 5), rs_free},
     {"a timestep embedding [N, 1280]", LAYER_MODEL_INPUT, S4(2, 3, 8, 8), mi_temb},

@@ -245,6 +245,24 @@ static void concat_run(void *env, const layer *l, void *state, const void *const
         });
 }
 
+/* scale_shift: scale * x + shift, in fp32 or bf16 */
+static void scale_shift_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    int64_t n = shape_numel(&l->out);
+    float a = (float)l->p.attn_scale, b = (float)l->p.shift;
+    bool bf = l->dtype == DTYPE_BF16;
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel",
+        {
+            int64_t lo, hi;
+            cpu_thread_span(n, &lo, &hi);
+            if (hi > lo && bf)
+                affine_span16((const uint16_t *)in[0] + lo, (uint16_t *)out + lo, hi - lo, a, b);
+            else if (hi > lo)
+                affine_span((const float *)in[0] + lo, (float *)out + lo, hi - lo, a, b);
+        });
+}
+
 /* model_input: its values (held as its weights, in its dtype) copied into its output */
 static void model_input_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
 {
@@ -280,4 +298,5 @@ const backend_kernel cpu_mul_bf16_kernel = {.run = binary_bf16_run, .impl = "dir
 const backend_kernel cpu_mul_kernel = {.run = binary_run, .impl = "direct"};
 const backend_kernel cpu_concat_kernel = {.run = concat_run, .impl = "copy"};
 const backend_kernel cpu_view_kernel = {.run = view_run, .impl = "view"};
+const backend_kernel cpu_scale_shift_kernel = {.run = scale_shift_run, .impl = "direct"};
 const backend_kernel cpu_model_input_kernel = {.run = model_input_run, .impl = "copy of the input's values"};

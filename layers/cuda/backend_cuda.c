@@ -71,6 +71,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_WINDOW_MERGE, "window_merge has no kernel on cuda yet"),
     CUDA_ROW(LAYER_RESHAPE, cuda_view_kernel, cuda_view_kernel),
     CUDA_NONE(LAYER_MODEL_INPUT, "model_input has no kernel on cuda yet"),
+    CUDA_NONE(LAYER_SCALE_SHIFT, "scale_shift has no kernel on cuda yet"),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

@@ -1,7 +1,8 @@
 """Small modules for tests/test_export.sh: the operations the exporter turns into slice
 layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), torch.roll, a small
 Swin (V1 and V2) and MaxViT from torchvision's own classes, a module it has no kind for,
-and a forward of two inputs (the second a model_input layer)."""
+a forward of two inputs (the second a model_input layer), a DiT block (adaptive layer
+norm, timm's packed attention) and arithmetic with numbers."""
 import torch
 import torch.nn as nn
 
@@ -90,3 +91,60 @@ class Unsupported(nn.Module):
 
 def unsupported():
     return Unsupported()
+
+
+def modulate(x, shift, scale):
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+
+
+class Attention(nn.Module):
+    """timm's Attention, unfused: one qkv linear, the heads, proj."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class DiTBlock(nn.Module):
+    """A DiT block (Peebles and Xie 2023): adaptive layer norm, its shift, scale and gate
+    from the conditioning vector c (adaLN_modulation, chunked in six)."""
+
+    def __init__(self, hidden=32, heads=4):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
+        self.attn = Attention(hidden, heads)
+        self.norm2 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(approximate="tanh"), nn.Linear(4 * hidden, hidden))
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden, 6 * hidden))
+
+    def forward(self, x, c):
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c).chunk(6, dim=1)
+        x = x + gate_msa.unsqueeze(1) * self.attn(modulate(self.norm1(x), shift_msa, scale_msa))
+        return x + gate_mlp.unsqueeze(1) * self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
+
+
+def dit_block():
+    return DiTBlock()
+
+
+class Scalars(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return (1 - y) * 0.5 + y / 8 - 2
+
+
+def scalars():
+    return Scalars()
