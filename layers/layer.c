@@ -8,7 +8,7 @@
 extern const layer_desc layer_mean_desc, layer_groupnorm_desc, layer_channel_shuffle_desc, layer_slice_desc,
     layer_permute_desc, layer_layer_scale_desc, layer_roll_desc, layer_patch_merge_desc, layer_window_attention_desc,
     layer_window_partition_desc, layer_window_merge_desc, layer_reshape_desc, layer_model_input_desc,
-    layer_scale_shift_desc;
+    layer_scale_shift_desc, layer_matmul_desc;
 extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_desc,
     layer_relu6_desc, layer_sigmoid_desc, layer_maxpool2d_desc, layer_avgpool2d_desc,
     layer_adaptive_avgpool2d_desc, layer_flatten_desc, layer_linear_desc,
@@ -68,6 +68,7 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_RESHAPE] = &layer_reshape_desc,
     [LAYER_MODEL_INPUT] = &layer_model_input_desc,
     [LAYER_SCALE_SHIFT] = &layer_scale_shift_desc,
+    [LAYER_MATMUL] = &layer_matmul_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)

@@ -94,6 +94,7 @@ typedef enum layer_kind {
     LAYER_RESHAPE,
     LAYER_MODEL_INPUT,
     LAYER_SCALE_SHIFT,
+    LAYER_MATMUL,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -369,6 +370,10 @@ double layer_window_scale(const layer *l);
 /* window_partition and window_merge: element o of the output is element
  * layer_window_source(l, o) of the input (both [N, C, H, W] <-> [N, G, w0 w1, C]). */
 int64_t layer_window_source(const layer *l, int64_t o);
+
+/* matmul's shapes (layers/merge.c): the count of the leading dims' indices, and M, K, N
+ * ([..., M, K] x [..., K, N]). */
+void layer_matmul_dims(const layer *l, int64_t *batch, int64_t *m, int64_t *k, int64_t *n);
 
 /* mul's broadcasting: the index, in an input of shape s, of output element o. */
 int64_t layer_broadcast_index(const shape_t *s, const shape_t *out, int64_t o);

@@ -3,7 +3,12 @@
  * element-wise product, broadcasting as add: squeeze-and-excitation's [N, C, 1, 1]
  * scale times its [N, C, H, W] input) and concat (torch.cat along dim). Residual and
  * branch structures create them; configs may also write them with explicit inputs.
- * FLOPs: 1 per output element for add and mul, none for concat (it only moves data). */
+ * FLOPs: 1 per output element for add and mul, none for concat (it only moves data).
+ *
+ * matmul: torch.matmul / torch.bmm of two activations, [..., M, K] x [..., K, N] to
+ * [..., M, N] for every index of the leading dims (the same in both): attention written
+ * out by hand (a VAE's spatial self-attention, q k^T and its product with v). 2 FLOPs per
+ * multiply-accumulate. */
 #include <string.h>
 
 #include "kind_util.h"
@@ -72,6 +77,59 @@ static void binary_reference(const layer *l, const float *const *in, const float
     }
 }
 
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+static int matmul_infer(layer *l, char *err, size_t len)
+{
+    const shape_t *a = &l->ins[0], *b = &l->ins[1];
+    char x[96], y[96];
+    bool ok = a->rank == b->rank && a->rank >= 3 && a->d[a->rank - 1] == b->d[b->rank - 2];
+    for (int i = 0; ok && i < a->rank - 2; i++)
+        ok = a->d[i] == b->d[i];
+    if (!ok)
+        return kind_fail(err, len, "matmul needs [..., M, K] and [..., K, N] of one rank (3 or 4) and the same leading "
+                                   "dims, got %s and %s",
+                         shape_format(a, x, sizeof x), shape_format(b, y, sizeof y));
+    l->out = *a;
+    l->out.d[a->rank - 1] = b->d[b->rank - 1];
+    return 0;
+}
+
+/* The leading dims' count, and M, K, N. */
+void layer_matmul_dims(const layer *l, int64_t *batch, int64_t *m, int64_t *k, int64_t *n)
+{
+    const shape_t *a = &l->ins[0];
+    *batch = 1;
+    for (int i = 0; i < a->rank - 2; i++)
+        *batch *= a->d[i];
+    *m = a->d[a->rank - 2], *k = a->d[a->rank - 1], *n = l->ins[1].d[a->rank - 1];
+}
+
+static void matmul_count(layer *l)
+{
+    int64_t batch, m, k, n;
+    layer_matmul_dims(l, &batch, &m, &k, &n);
+    l->n_weights = l->n_weight_floats = 0;
+    l->macs = layer_count_mul(layer_count_mul(batch, m), layer_count_mul(k, n));
+    l->flops = layer_count_mul(2, l->macs);
+    kind_count_bytes(l);
+}
+
+static void matmul_reference(const layer *l, const float *const *in, const float *w, float *out)
+{
+    (void)w;
+    int64_t batch, m, k, n;
+    layer_matmul_dims(l, &batch, &m, &k, &n);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0;
+                for (int64_t t = 0; t < k; t++)
+                    acc += (double)in[0][(b * m + i) * k + t] * in[1][(b * k + t) * n + j];
+                out[(b * m + i) * n + j] = (float)acc;
+            }
+}
+
 /* ---- concat ----------------------------------------------------------------------------------- */
 
 static int concat_infer(layer *l, char *err, size_t len)
@@ -124,6 +182,11 @@ const layer_desc layer_add_desc = {
 const layer_desc layer_mul_desc = {
     .name = "mul", .n_inputs = 2, .params = no_params, .infer = broadcast_infer,
     .count = merge_count, .reference = binary_reference, .tolerance = 0.0,
+};
+
+const layer_desc layer_matmul_desc = {
+    .name = "matmul", .n_inputs = 2, .params = no_params, .infer = matmul_infer, .count = matmul_count,
+    .reference = matmul_reference, .tolerance = 2e-6,
 };
 
 const layer_desc layer_concat_desc = {

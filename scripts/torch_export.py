@@ -633,6 +633,17 @@ def function_layer(name, args, kwargs, out):
         if any(int(d) % x.dim() == 0 for d in dims):
             raise Unsupported("roll along the batch")
         return "roll", {"shifts": [int(v) for v in shifts], "dims": [int(d) for d in dims]}, [x]
+    if name in ("matmul", "bmm", "__matmul__"):  # two activations: attention written out by hand
+        a, b = (tensors + [None, None])[:2]
+        if b is None or a.dim() != b.dim() or a.dim() not in (3, 4) or a.shape[:-2] != b.shape[:-2]:
+            raise Unsupported(f"{name} of {tuple(a.shape)} and {tuple(b.shape) if b is not None else 'a number'} "
+                              f"(only [..., M, K] x [..., K, N] of rank 3 or 4 with the same leading dims)")
+        return "matmul", {}, [a, b]
+    if name == "softmax":
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if dim is None or kwargs.get("dtype") is not None:
+            raise Unsupported("softmax without a dim, or with a dtype")
+        return "softmax", {"dim": int(dim) % tensors[0].dim()}, tensors[:1]
     if name == "dropout":
         return "dropout", {}, tensors[:1]
     if name == "interpolate":

@@ -2,9 +2,13 @@
 # scripts/torch_export.py, where a python3 with torch and torchvision is found (else the
 # test is skipped, saying so): ResNet-18 exported from torchvision lists exactly as the
 # shipped configs/resnet18.yaml (every name, kind, shape, parameter and FLOP count);
-# the transformers (ViT-B/16, the BERT-base encoder) too; ConvNeXt, which needs what
-# layerbench does not have, is refused with the list of what is missing and no file
-# written; decoder LLMs export as bench imports their config.json.
+# the transformers (ViT-B/16, the BERT-base encoder) too; one model of each family that
+# needs something of its own (MNASNet, ShuffleNet, RegNet, ConvNeXt, Swin, MaxViT, a
+# UNet's blocks, a DiT block, ...) exports with torch's parameter total, passes bench
+# check, and computes what torch's own forward computes (tests/export_torch_check.py on
+# the reference forward tests/ref_dump writes, at batch 2); a module without a kind is
+# refused with the list of what is missing and no file written; decoder LLMs export as
+# bench imports their config.json.
 # usage: test_export.sh BENCH SOURCE_DIR [most|few]   (few, the sanitizer build: the
 # exported models' bench check on the cpu backend alone, without the chained forward,
 # which under ASan would take the test past its timeout)
@@ -75,7 +79,14 @@ exported() {
   "$BENCH" list "$T/$file.yaml" | grep -q "^Totals: $want params" ||
     { bad "$file: not $want params: $("$BENCH" list "$T/$file.yaml" 2>&1 | tail -2)"; return; }
   "$BENCH" check "$T/$file.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok || bad "$file: bench check failed"
+  # end to end: the plain-C reference forward of the export, at batch 2, against torch's
+  # own forward of the model on the same input and weights
+  mkdir -p "$T/$file.dump"
+  "$REF_DUMP" "$T/$file.yaml" "$T/$file.dump" 1 2 >"$T/$file.e2e" 2>&1 &&
+    "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$T/$file.dump" "${args[0]}" >>"$T/$file.e2e" 2>&1 && ok ||
+    bad "$file: the export does not compute what torch does: $(tail -2 "$T/$file.e2e")"
 }
+REF_DUMP=$(dirname "$BENCH")/ref_dump
 torch_params() { "$PY" -W ignore -c "import torchvision.models as t; print(sum(p.numel() for p in t.$1(weights=None).parameters()))"; }
 
 # MNASNet's global pool is x.mean([2, 3]): the mean kind

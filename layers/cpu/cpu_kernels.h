@@ -49,7 +49,7 @@ cpu_choices *cpu_env_choices(void *env);
  * kinds' first, then the rest). */
 extern const backend_kernel cpu_mean_kernel, cpu_groupnorm_kernel, cpu_slice_kernel, cpu_layer_scale_kernel;
 extern const backend_kernel cpu_roll_kernel, cpu_patch_merge_kernel, cpu_window_attention_kernel, cpu_window_move_kernel,
-    cpu_model_input_kernel, cpu_scale_shift_kernel;
+    cpu_model_input_kernel, cpu_scale_shift_kernel, cpu_matmul_kernel;
 extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_kernel, cpu_relu6_kernel,
     cpu_sigmoid_kernel, cpu_maxpool2d_kernel, cpu_avgpool2d_kernel, cpu_adaptive_avgpool2d_kernel,
     cpu_view_kernel, cpu_linear_kernel, cpu_softmax_kernel, cpu_add_kernel, cpu_mul_kernel, cpu_concat_kernel,

@@ -1,4 +1,4 @@
-/* linear on the CPU: cblas_sgemv for one row; for a few rows (a small batch) our
+/* linear on the CPU (and matmul of two activations, at the end): cblas_sgemv for one row; for a few rows (a small batch) our
  * register-tiled kernel (pgemm_cpu.c) on weights packed once at setup; cblas_sgemm for
  * more rows (a large batch, or the tokens of [N, S, F]).
  *
@@ -8,6 +8,7 @@
  * setup into panels of the kernel's nr outputs, feature-major, the weights stream
  * through once per mr rows, each panel's tile summed in registers. */
 #include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,3 +125,21 @@ static void linear_run(void *env, const layer *l, void *state, const void *const
 }
 
 const backend_kernel cpu_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};
+
+/* matmul: one cblas_sgemm per index of the leading dims; many small products spread
+ * over the threads (OpenBLAS single-threaded inside), few large ones threaded inside. */
+static void matmul_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out_)
+{
+    (void)env, (void)state, (void)w;
+    const float *a = ins[0], *b = ins[1];
+    float *out = out_;
+    int64_t batch, m, k, n;
+    layer_matmul_dims(l, &batch, &m, &k, &n);
+    int threads = omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (batch >= threads && threads > 1)
+    for (int64_t i = 0; i < batch; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1.0f, a + i * m * k,
+                    (blasint)k, b + i * k * n, (blasint)n, 0.0f, out + i * m * n, (blasint)n);
+}
+
+const backend_kernel cpu_matmul_kernel = {.run = matmul_run, .impl = "sgemm per leading index"};

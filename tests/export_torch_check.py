@@ -1,0 +1,108 @@
+"""An exported model end to end against torch: tests/ref_dump.c wrote the plain-C reference
+forward of the config scripts/torch_export.py made from MODEL (its input, every layer's
+weights, every layer's output); this builds MODEL again, sets every parameter and
+buffer from those weights (a layer named by its module path takes that module's
+parameters in torch's order; BatchNorm2d its running statistics too; window_attention
+in layerbench's order; a model_input layer's values are the forward's further
+argument), runs torch's own forward on the same input and compares its output with the
+reference's last layer. It checks what no per-layer test does: that the exported graph
+computes what the module computes.
+usage: export_torch_check.py DUMP_DIR MODEL [TOLERANCE] (MODEL as torch_export.py takes
+it; exit 1 if the outputs differ, 2 if a layer's weights cannot be placed)"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import torch_export  # noqa: E402
+
+
+def shape_of(text):
+    return [int(v) for v in text.strip("[]").split(",")]
+
+
+def window_tensors(m):
+    """A window_attention layer's tensors in layerbench's order (layers/window.c)."""
+    from torchvision.models import maxvit
+    if isinstance(m, maxvit.RelativePositionalMultiHeadAttention):
+        return [m.to_qkv.weight, m.to_qkv.bias, m.merge.weight, m.merge.bias, m.relative_position_bias_table]
+    t = [m.qkv.weight, m.qkv.bias, m.proj.weight, m.proj.bias]
+    if hasattr(m, "cpb_mlp"):
+        t += [m.logit_scale, m.cpb_mlp[0].weight, m.cpb_mlp[0].bias, m.cpb_mlp[2].weight]
+    else:
+        t += [m.relative_position_bias_table]
+    return [x for x in t if x is not None]
+
+
+def layer_tensors(kind, name, modules, params, n):
+    """The tensors layer `name` of `kind` holds, in the order its weights were drawn."""
+    m = modules.get(name)
+    if m is not None:
+        if kind == "window_attention":
+            return window_tensors(m)
+        if kind == "batchnorm2d":
+            return [m.weight, m.bias, m.running_mean, m.running_var]
+        return list(m.parameters())
+    if name in params:  # layer_scale, class_token, pos_embedding: named after the parameter
+        return [params[name]]
+    parent = modules.get(name.rsplit(".", 1)[0]) if "." in name else None
+    if parent is not None:  # F.layer_norm in a module's own forward (LayerNorm2d): its own parameters
+        own = list(parent.parameters(recurse=False))
+        if sum(t.numel() for t in own) == n:
+            return own
+    return None
+
+
+def main():
+    out_dir, spec = sys.argv[1], sys.argv[2]
+    tol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-4
+    rows = [line.rstrip("\n").split("\t") for line in open(f"{out_dir}/manifest.tsv")]
+    load = lambda name: torch.from_numpy(np.fromfile(f"{out_dir}/{name}", dtype="<f4"))  # noqa: E731
+    model = torch_export.build(spec).eval()
+    modules = dict(model.named_modules())
+    params = dict(model.named_parameters())
+    extras, placed = [], set()
+    with torch.no_grad():
+        for idx, name, kind, wn, shape, ins, ptext, in_shape in rows:
+            if not int(wn):
+                continue
+            w = load(f"w{idx}.bin")
+            if kind == "model_input":
+                extras.append(w.view(shape_of(shape)))
+                continue
+            tensors = layer_tensors(kind, name, modules, params, w.numel())
+            if tensors is None or sum(t.numel() for t in tensors) != w.numel():
+                print(f"export_torch_check: {name} ({kind}): cannot place its {w.numel()} weights in the model",
+                      file=sys.stderr)
+                return 2
+            if any(id(t) in placed for t in tensors):
+                print(f"export_torch_check: {name}: its module runs twice (one set of weights in torch, two in the "
+                      f"export): not checkable end to end", file=sys.stderr)
+                return 2
+            off = 0
+            for t in tensors:
+                t.copy_(w[off:off + t.numel()].view(t.shape))
+                off += t.numel()
+                placed.add(id(t))
+        first = [r for r in rows if r[5].split(",")[0] == "0"]
+        x = load("input.bin").view(shape_of(first[0][7]))
+        y = model(x, *extras)
+    if isinstance(y, dict):
+        y = y["out"]
+    if isinstance(y, (tuple, list)):
+        y = y[0]
+    ours = load(f"out{rows[-1][0]}.bin")
+    if ours.numel() != y.numel():
+        print(f"export_torch_check: the last layer has {ours.numel()} values, torch's output {y.numel()}",
+              file=sys.stderr)
+        return 1
+    err = ((y.double().flatten() - ours.double()).norm() / max(y.double().norm().item(), 1e-30)).item()
+    print(f"export_torch_check: {spec}: {len(rows)} layers, output relative error {err:.2e} against torch's "
+          f"forward ({'ok' if err <= tol else f'above {tol:.0e}'})")
+    return 0 if err <= tol else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
