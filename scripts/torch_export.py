@@ -1206,7 +1206,10 @@ def main():
     except Exception as e:
         hint = ""
         if embeddings and vocab is None:
-            hint = " (it holds an nn.Embedding: for token ids give --input-ids T)"
+            hint = (" (it holds an nn.Embedding: token ids can be the first input only, with --input-ids T; a further "
+                    "input is real numbers)" if extra else " (it holds an nn.Embedding: for token ids give --input-ids T)")
+        if extra:
+            hint += " (further inputs " + ", ".join(f"{n} {[args.batch] + sh}" for n, sh in extra) + ")"
         sys.exit(f"torch_export: {args.model} did not run on an input of {[args.batch] + in_shape}: "
                  f"{one_line(e)}{hint}")
     if t.problems:
