@@ -21,8 +21,8 @@ for cfg in "$SRC"/configs/*.yaml; do
       bad "run $name batch $b: $(tail -3 "$T/$name.out")"
       continue
     }
-    awk -F, "$COLS"' $c["status"]!="ok" && $c["status"]!="view" {bad=1} $c["kind"]=="model" && $c["mode"]=="chained" && $c["median_us"] > 0 {chained=1} END {exit bad || !chained}' "$T/$name.csv" &&
-      ok || bad "run $name batch $b: a row was not timed, or no chained forward"
+    why=$(awk -F, "$COLS"' $c["status"]!="ok" && $c["status"]!="view" && !bad {bad=$c["layer_name"] " " $c["status"] ": " $c["note"]} $c["kind"]=="model" && $c["mode"]=="chained" && $c["median_us"] > 0 {chained=1} END {print bad ? bad : chained ? "" : "no chained forward"}' "$T/$name.csv")
+    [ -z "$why" ] && ok || bad "run $name batch $b: a row was not timed, or no chained forward: $why ($(tail -2 "$T/$name.out" | tr '\n' ' '))"
   done
 done
 echo "test_zoo: $pass passed, $fail failed"

@@ -135,8 +135,8 @@ static bench_status window_setup(void *env, const layer *l, const void *w, void 
     }
     *ws = 4 * (n * s->p * 5 * c + h * s->nw * s->nw + s->threads * s->scratch_floats +
                (l->p.cosine ? 3 * c + rows * (LAYER_WINDOW_CPB_HIDDEN + h) : 0));
-    snprintf(impl, len, "%ssgemm qkv and proj, per window and head %sQK^T+bias%s softmax AV",
-             l->p.partitioned ? "" : "windows gathered, ", l->p.cosine ? "cosine " : "", s->label ? "+mask" : "");
+    snprintf(impl, len, "%ssgemm qkv and proj; per window and head %sQK^T+bias%s softmax AV",
+             l->p.partitioned ? "" : "windows gathered; ", l->p.cosine ? "cosine " : "", s->label ? "+mask" : "");
     *state = s;
     return BENCH_OK;
 }
