@@ -105,7 +105,11 @@ static int reshape_infer(layer *l, char *err, size_t len)
 
 static int model_input_infer(layer *l, char *err, size_t len)
 {
-    return per_sample_shape(l, l->p.perm, &l->out, -1, err, len) || shape_numel_checked(&l->out) < 0 ? -1 : 0;
+    if (per_sample_shape(l, l->p.perm, &l->out, -1, err, len))
+        return -1;
+    if (shape_numel_checked(&l->out) < 0)
+        return kind_fail(err, len, "shape: a model input of more than 2^40 values per batch");
+    return 0;
 }
 
 /* its values, per whole batch; no parameters; bytes: the values read and the output written */
