@@ -71,6 +71,10 @@ static const char usage_text[] =
     "                    per-thread chunks, Winograd and our register-tiled kernels; the\n"
     "                    default) or heuristic (a rule, no timing). onednn: oneDNN chooses\n"
     "                    its own\n"
+    "  --conv-api A      cuda: where a convolution's candidates come from: both (the\n"
+    "                    default), legacy (cuDNN's cudnnFind/cudnnGet algorithms) or graph\n"
+    "                    (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4;\n"
+    "                    LAYERBENCH_CUDNN_ENGINE=TAG runs one engine for every convolution)\n"
     "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
     "  --threads N       CPU threads for OpenBLAS, oneDNN and the OpenMP loops (default: all\n"
     "                    cores)\n"
@@ -150,6 +154,8 @@ static const char usage_text[] =
     "exit status: 0 ok; 1 failure (a check failed, a row failed, a file could not be written);\n"
     "2 usage or config error, or a backend asked for that this machine or binary does not have;\n"
     "128+N interrupted by signal N (what had finished is kept)\n";
+
+const char *const cli_conv_api_names[3] = {"both", "legacy", "graph"};
 
 int cli_usage_error(const char *fmt, const char *arg)
 {
@@ -243,7 +249,7 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_RESUME, OPT_NO_PEAKS,
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
        OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
        OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING };
@@ -279,6 +285,7 @@ static const struct option long_opts[] = {
     {"kv-len", required_argument, NULL, OPT_KV_LEN},
     {"phase", required_argument, NULL, OPT_PHASE},
     {"algo", required_argument, NULL, OPT_ALGO},
+    {"conv-api", required_argument, NULL, OPT_CONV_API},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
     {"worker", required_argument, NULL, OPT_WORKER},
@@ -560,6 +567,14 @@ int cli_parse(int argc, char **argv, cli *c)
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);
             c->algo_heuristic = strcmp(optarg, "heuristic") == 0;
+            break;
+        case OPT_CONV_API:
+            c->conv_api = -1;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(optarg, cli_conv_api_names[i]) == 0)
+                    c->conv_api = i;
+            if (c->conv_api < 0)
+                return cli_usage_error("--conv-api expects both, legacy or graph, got '%s'", optarg);
             break;
         case ':': return cli_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);

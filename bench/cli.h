@@ -51,6 +51,7 @@ typedef struct cli {
     int n_tokens, n_kv;
     int n_dtypes;
     bool algo_heuristic;
+    int conv_api;            /* --conv-api: 0 both, 1 legacy, 2 graph (backend_options) */
     bool resume;
     bool no_peaks;           /* --no-peaks */
     bool no_forward;         /* check --no-forward */
@@ -78,6 +79,8 @@ typedef struct outputs {
 } outputs;
 
 int cli_usage_error(const char *fmt, const char *arg);
+/* --conv-api's names, by cli.conv_api */
+extern const char *const cli_conv_api_names[3];
 
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 

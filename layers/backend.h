@@ -19,6 +19,7 @@
 typedef struct backend_options {
     int threads;            /* CPU threads; 0 = every core */
     bool algo_heuristic;    /* CUDA: take cuDNN's heuristic choice instead of timing the candidates */
+    int conv_api;           /* CUDA: convolution candidates from cuDNN's APIs: 0 both, 1 legacy, 2 graph */
 } backend_options;
 
 /* The machine's ceilings for the roofline (backend_device_i.peaks). */

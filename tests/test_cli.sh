@@ -22,6 +22,11 @@ expect 2 "--batch expects a positive integer" -- "$BENCH" run "$SMOKE" --batch 2
 expect 2 "--batch expects a comma-separated" -- "$BENCH" sweep "$SMOKE" --batch 1,,2
 expect 2 "--sort expects" -- "$BENCH" run "$SMOKE" --sort speed
 expect 2 "--backend expects cpu, onednn, cuda, or all" -- "$BENCH" run "$SMOKE" --backend tpu
+expect 2 "--conv-api expects both, legacy or graph, got 'fft'" -- "$BENCH" run "$SMOKE" --conv-api fft
+# a malformed engine tag is refused before any device is looked for; where the cuda
+# backend is not built, that is what it says
+expect 2 "LAYERBENCH_CUDNN_ENGINE: 'eng28_k2': expected _k<type>=<value> at '_k2'|cuda backend.*(not built|cannot be loaded)" \
+  -- env LAYERBENCH_CUDNN_ENGINE=eng28_k2 "$BENCH" run "$SMOKE" --backend cuda
 expect 2 "option '--csv' needs a value" -- "$BENCH" run "$SMOKE" --csv
 expect 2 "cannot open: No such file" -- "$BENCH" list "$T/missing.yaml"
 expect 2 "not a regular file" -- "$BENCH" list "$T"

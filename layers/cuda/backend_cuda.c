@@ -195,6 +195,14 @@ static bool warm_up(cuda_ctx *c)
 
 static bench_status cuda_init(const backend_options *opt, void **out, char *err, size_t errlen)
 {
+    /* LAYERBENCH_CUDNN_ENGINE: a malformed tag is the user's error, device or not */
+    const char *forced = getenv("LAYERBENCH_CUDNN_ENGINE");
+    cudnn_engine_tag engine = {0};
+    char why[256];
+    if (forced && *forced && !cudnn_tag_parse(forced, &engine, why, sizeof why)) {
+        snprintf(err, errlen, "LAYERBENCH_CUDNN_ENGINE: %s", why);
+        return BENCH_ERR_USAGE;
+    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -205,6 +213,9 @@ static bench_status cuda_init(const backend_options *opt, void **out, char *err,
     cuda_env *env = &c->env;
     env->device = 0;
     env->algo = opt->algo_heuristic ? CUDA_ALGO_HEURISTIC : CUDA_ALGO_SEARCH;
+    env->conv_api = (cuda_conv_api)opt->conv_api;
+    env->engine_forced = forced && *forced;
+    env->engine = engine;
     struct cudaDeviceProp prop;
     bool ok = CUDA_OK(env, cudaSetDevice(0)) && CUDA_OK(env, cudaGetDeviceProperties(&prop, 0)) &&
               CUDA_OK(env, cudaDriverGetVersion(&c->driver)) && CUDA_OK(env, cudaRuntimeGetVersion(&c->runtime)) &&
@@ -268,6 +279,9 @@ static void cuda_free(void *ctx)
         cudaEventDestroy(c->marks[i]);
     free(c->marks);
     free(c->env.conv_choices);
+    for (int i = 0; i < c->env.n_given; i++)
+        free(c->env.given_keys[i]), free(c->env.given_values[i]);
+    free(c->env.given_keys), free(c->env.given_values);
     if (c->start)
         cudaEventDestroy(c->start);
     if (c->stop)
@@ -477,16 +491,21 @@ static int64_t cuda_mem_available(void *ctx)
 static const char *cuda_describe(void *ctx)
 {
     cuda_ctx *c = ctx;
+    char engine_tag[CUDNN_ENGINE_TAG_LEN] = "";
+    if (c->env.engine_forced)
+        cudnn_tag_format(&c->env.engine, engine_tag, sizeof engine_tag);
     free(c->description);
     c->description = xasprintf(
         "{\"device\": \"%s\", \"uuid\": \"%s\", \"driver_version\": \"%s\", \"compute_capability\": \"%d.%d\", \"sm_clock_mhz_start\": %d, "
         "\"sm_clock_mhz_end\": %d, \"sm_clock_mhz_max\": %d, \"driver\": %d, \"cuda_runtime\": %d, \"cudnn\": %zu, \"cublas\": %d, "
-        "\"conv_algo\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
+        "\"conv_algo\": \"%s\", \"conv_api\": \"%s\", \"cudnn_engine\": \"%s\", \"l2_bytes\": %d, \"flush_bytes\": %zu, "
         "\"host_memory\": \"pageable\", \"stream_hold\": \"spinning kernel\", \"batch_launches\": \"one CUDA graph\", "
         "\"warm_up_s\": %g}",
         c->name, c->uuid, c->driver_version, c->cc_major, c->cc_minor, c->sm_clock_start, sm_clock_mhz(c->env.device, false), c->sm_clock_max, c->driver, c->runtime,
         c->cudnn_version, c->cublas_version,
-        c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
+        c->env.algo == CUDA_ALGO_SEARCH ? "search" : "heuristic",
+        c->env.conv_api == CUDA_CONV_API_LEGACY ? "legacy" : c->env.conv_api == CUDA_CONV_API_GRAPH ? "graph" : "both",
+        c->env.engine_forced ? engine_tag : "", c->l2_bytes, c->flush_bytes, WARM_UP_SECONDS);
     return c->description;
 }
 
@@ -575,6 +594,30 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
     return BENCH_OK;
 }
 
+/* --algo-cache: each convolution's choice under its key (cudnn_conv_key_format), as
+ * "graph TAG" or "legacy ALGO MATH" (cudnn_choice_format) */
+static int cuda_choices_get(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    for (int i = 0; i < env->n_conv_choices; i++) {
+        const cuda_conv_choice *ch = &env->conv_choices[i];
+        char key[512], value[CUDNN_ENGINE_TAG_LEN + 16];
+        cudnn_conv_key_format(&ch->key, key, sizeof key);
+        cudnn_choice_format(ch->graph, &ch->tag, ch->algo, ch->math, value, sizeof value);
+        emit(user, key, value);
+    }
+    return env->stale;
+}
+
+static void cuda_choices_put(void *ctx, const char *key, const char *value)
+{
+    cuda_env *env = &((cuda_ctx *)ctx)->env;
+    env->given_keys = xrealloc(env->given_keys, (size_t)(env->n_given + 1) * sizeof *env->given_keys);
+    env->given_values = xrealloc(env->given_values, (size_t)(env->n_given + 1) * sizeof *env->given_values);
+    env->given_keys[env->n_given] = xstrdup(key);
+    env->given_values[env->n_given++] = xstrdup(value);
+}
+
 const backend_ops backend_cuda_ops = {
     .name = "cuda",
     .device_memory = true,
@@ -587,5 +630,6 @@ const backend_ops backend_cuda_ops = {
                .flush_cache = cuda_flush_cache, .marks_prepare = cuda_marks_prepare, .timer_mark = cuda_timer_mark,
                .marks_read = cuda_marks_read, .graph_begin = cuda_graph_begin, .graph_end = cuda_graph_end,
                .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free},
-    .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env},
+    .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env, .choices_get = cuda_choices_get,
+               .choices_put = cuda_choices_put},
 };

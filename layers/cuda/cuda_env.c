@@ -30,32 +30,62 @@ void cuda_env_clear(cuda_env *env)
     (void)cudaGetLastError();
 }
 
-static bool same_conv(const cuda_conv_choice *c, const layer *l)
+void cuda_conv_key(const layer *l, int align_w, cudnn_conv_key *k)
 {
-    return c->kind == l->kind && c->dtype == l->dtype && memcmp(&c->p, &l->p, sizeof c->p) == 0 &&
-           shape_equal(&c->in, &l->in);
+    memset(k, 0, sizeof *k);
+    k->kind = l->kind;
+    k->dtype = l->dtype;
+    k->layout = CUDNN_LAYOUT_NCHW;
+    k->in = l->in;
+    k->p = l->p;
+    /* the input and output are taken as 16-byte aligned (conv2d_cuda.c checks them at
+     * each run); the weights' alignment is their address's */
+    k->align_x = k->align_y = 16;
+    k->align_w = align_w;
 }
 
-const cuda_conv_choice *cuda_conv_choice_find(const cuda_env *env, const layer *l)
+/* Given choice i taken into the made ones (NULL when its value is no choice). */
+static const cuda_conv_choice *take_given(cuda_env *env, int i, const cudnn_conv_key *k)
+{
+    cuda_conv_choice c = {.key = *k};
+    bool ok = cudnn_choice_parse(env->given_values[i], &c.graph, &c.tag, &c.algo, &c.math);
+    free(env->given_keys[i]), free(env->given_values[i]);
+    env->given_keys[i] = env->given_keys[env->n_given - 1];
+    env->given_values[i] = env->given_values[env->n_given - 1];
+    env->n_given--;
+    if (!ok)
+        return NULL;
+    cuda_conv_choice_add(env, &c);
+    return &env->conv_choices[env->n_conv_choices - 1];
+}
+
+const cuda_conv_choice *cuda_conv_choice_find(cuda_env *env, const cudnn_conv_key *k)
 {
     for (int i = 0; i < env->n_conv_choices; i++)
-        if (same_conv(&env->conv_choices[i], l))
+        if (cudnn_conv_key_equal(&env->conv_choices[i].key, k))
             return &env->conv_choices[i];
+    char key[512];
+    cudnn_conv_key_format(k, key, sizeof key);
+    for (int i = 0; i < env->n_given; i++)
+        if (strcmp(env->given_keys[i], key) == 0)
+            return take_given(env, i, k);
     return NULL;
 }
 
-void cuda_conv_choice_add(cuda_env *env, const layer *l, int algo, int math, size_t workspace)
+void cuda_conv_choice_add(cuda_env *env, const cuda_conv_choice *c)
 {
     env->conv_choices = xrealloc(env->conv_choices, (size_t)(env->n_conv_choices + 1) * sizeof *env->conv_choices);
-    cuda_conv_choice *c = &env->conv_choices[env->n_conv_choices++];
-    memset(c, 0, sizeof *c);
-    c->kind = l->kind;
-    c->dtype = l->dtype;
-    c->p = l->p;
-    c->in = l->in;
-    c->algo = algo;
-    c->math = math;
-    c->workspace = workspace;
+    env->conv_choices[env->n_conv_choices++] = *c;
+}
+
+void cuda_conv_choice_stale(cuda_env *env, const cudnn_conv_key *k)
+{
+    for (int i = 0; i < env->n_conv_choices; i++)
+        if (cudnn_conv_key_equal(&env->conv_choices[i].key, k)) {
+            env->conv_choices[i] = env->conv_choices[--env->n_conv_choices];
+            env->stale++;
+            return;
+        }
 }
 
 const char *cuda_blas_status_string(cublasStatus_t s)

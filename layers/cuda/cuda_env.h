@@ -11,23 +11,28 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "cudnn_engine.h"
 
 typedef enum cuda_algo_mode {
     CUDA_ALGO_SEARCH,     /* cudnnFind...: time the candidates once, like cudnn.benchmark = True */
     CUDA_ALGO_HEURISTIC,  /* cudnnGet..._v7: cuDNN's first choice, nothing timed */
 } cuda_algo_mode;
 
-/* A convolution's algorithm, chosen once per shape and parameters for the whole
- * process (as cudnn.benchmark does), so isolated rows, the chained forward, its graph
- * and `bench check` run the same kernel. */
+/* Which of cuDNN's APIs give a convolution its candidates (--conv-api): the legacy
+ * API's algorithms (cudnnFind/cudnnGet...), the graph API's engines (conv_graph_cuda.h),
+ * or both, timed side by side. */
+typedef enum cuda_conv_api { CUDA_CONV_API_BOTH, CUDA_CONV_API_LEGACY, CUDA_CONV_API_GRAPH } cuda_conv_api;
+
+/* A convolution's choice, made once per key (shape, parameters, dtype, layout and the
+ * weights' alignment: cudnn_conv_key) for the whole process (as cudnn.benchmark
+ * does), so isolated rows, the chained forward, its graph and `bench check` run the same
+ * kernel; saved with --algo-cache (cuda_choices_get). */
 typedef struct cuda_conv_choice {
-    layer_kind kind;           /* conv2d or conv_transpose2d */
-    dtype_t dtype;             /* fp32 and tf32 choose among different math types */
-    layer_params p;
-    shape_t in;
-    int algo;                  /* cudnnConvolutionFwdAlgo_t */
-    int math;                  /* cudnnMathType_t of the chosen result */
-    size_t workspace;
+    cudnn_conv_key key;
+    bool graph;                /* a graph-API engine (tag), else a legacy algorithm */
+    cudnn_engine_tag tag;
+    int algo;                  /* legacy: cudnnConvolutionFwdAlgo_t or BwdDataAlgo_t */
+    int math;                  /* legacy: cudnnMathType_t of the chosen result */
 } cuda_conv_choice;
 
 typedef struct cuda_env {
@@ -38,10 +43,16 @@ typedef struct cuda_env {
     bool tf32;                 /* the layer being set up runs in TF32 (its dtype is tf32): its
                                   setup sets it from the layer, for the search's helpers */
     cuda_algo_mode algo;
+    cuda_conv_api conv_api;
+    bool engine_forced;        /* LAYERBENCH_CUDNN_ENGINE: every convolution runs this engine */
+    cudnn_engine_tag engine;
     bool failed;               /* a checked call failed since the last cuda_env_clear; error says which */
     char error[512];
     cuda_conv_choice *conv_choices; /* owned; n_conv_choices entries */
     int n_conv_choices;
+    char **given_keys, **given_values; /* --algo-cache: choices to take, as text; n_given */
+    int n_given;
+    int stale;                 /* given choices that no longer applied: searched again */
 } cuda_env;
 
 /* Forgets the last failure (and the runtime's last, non-sticky error), so one failed
@@ -49,9 +60,14 @@ typedef struct cuda_env {
  * corrupted context) shows up again at the next call. */
 void cuda_env_clear(cuda_env *env);
 
-/* The cached choice for a convolution of these parameters and input, or NULL. */
-const cuda_conv_choice *cuda_conv_choice_find(const cuda_env *env, const layer *l);
-void cuda_conv_choice_add(cuda_env *env, const layer *l, int algo, int math, size_t workspace);
+/* The key of layer l's convolution with its weights at align_w bytes (NCHW: the
+ * layout of every tensor this backend holds). */
+void cuda_conv_key(const layer *l, int align_w, cudnn_conv_key *k);
+/* The choice made or given (--algo-cache) for a key, or NULL. */
+const cuda_conv_choice *cuda_conv_choice_find(cuda_env *env, const cudnn_conv_key *k);
+void cuda_conv_choice_add(cuda_env *env, const cuda_conv_choice *c);
+/* A choice found not to apply any more: forgotten, counted stale, searched again. */
+void cuda_conv_choice_stale(cuda_env *env, const cudnn_conv_key *k);
 
 /* Records the first failure: "file:line: call failed: library error string", with
  * cuDNN's own last message where it has one. */
