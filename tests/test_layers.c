@@ -46,6 +46,11 @@ static void c_1x1(layer_params *p) { p->out_channels = 13; PAIR(kernel, 1, 1); }
 /* more output channels and pixels than one register tile (14 or 6 rows, 32 or 16 columns) */
 static void c_wide(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
 static void c_wide_s2(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+/* strides the bf16 kernel splits into phases: 3 with padding that is not a multiple of
+ * it, a 4x4 patchify (ConvNeXt's stem), and 5, past its largest (im2col then) */
+static void c_s3(layer_params *p) { p->out_channels = 11; PAIR(kernel, 5, 4); PAIR(stride, 3, 3); PAIR(padding, 2, 1); }
+static void c_patch4(layer_params *p) { p->out_channels = 17; PAIR(kernel, 4, 4); PAIR(stride, 4, 4); }
+static void c_s5(layer_params *p) { p->out_channels = 9; PAIR(kernel, 5, 5); PAIR(stride, 5, 5); PAIR(padding, 1, 2); }
 static void c_wide_g2(layer_params *p) { p->out_channels = 74; p->groups = 2; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
 static void c_1x1s2(layer_params *p) { p->out_channels = 6; PAIR(kernel, 1, 1); PAIR(stride, 2, 2); p->bias = false; }
 static void c_dil(layer_params *p) { p->out_channels = 4; PAIR(kernel, 3, 3); PAIR(dilation, 2, 3); PAIR(padding, 2, 1); }
@@ -209,6 +214,9 @@ static const layer_case cases[] = {
     {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
     {"45 channels, 75 wide (several tiles)", LAYER_CONV2D, S4(2, 6, 9, 75), c_wide},
     {"45 channels, stride 2, 71 wide", LAYER_CONV2D, S4(1, 5, 11, 71), c_wide_s2},
+    {"5x4 stride 3, padding 2x1, odd sizes", LAYER_CONV2D, S4(2, 7, 20, 23), c_s3},
+    {"4x4 stride 4 patchify, 3 channels", LAYER_CONV2D, S4(1, 3, 36, 44), c_patch4},
+    {"5x5 stride 5, padding 1x2", LAYER_CONV2D, S4(1, 4, 23, 27), c_s5},
     {"2 groups of 37 channels", LAYER_CONV2D, S4(1, 4, 7, 40), c_wide_g2},
     {"3x3 no padding, 3x3 output", LAYER_CONV2D, S4(3, 2, 5, 5), c_3x3_valid},
     {"3x3 no padding, 6x1 output", LAYER_CONV2D, S4(1, 5, 8, 3), c_3x3_valid},
@@ -740,6 +748,19 @@ int main(int argc, char **argv)
             }
         unsetenv("LAYERBENCH_CPU_GEMM_ISA");
         unsetenv("LAYERBENCH_CPU_CONV_ALGO");
+        /* bf16 convolutions under --algo heuristic: the vdpbf16ps kernel wherever it takes
+         * the layer (the search above keeps fp32 copies where they were faster, and
+         * then the bf16 kernel's own result was not checked) */
+        bo.algo_heuristic = true;
+        if (backend_open(ops, &bo, &b, err, sizeof err) == BENCH_OK) {
+            printf("bf16 conv2d, --algo heuristic\n");
+            for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+                if (cases[c].kind == LAYER_CONV2D)
+                    run_case(&b, &cases[c], seed + c, DTYPE_BF16);
+            backend_close(&b);
+        } else
+            EXPECT(false, "the cpu backend reopens");
+        bo.algo_heuristic = false;
         /* bf16 convolutions and linear layers as a CPU without AVX512_BF16 runs them: on
          * fp32 copies (above, they ran on vdpbf16ps where this CPU has it) */
         setenv("LAYERBENCH_CPU_NO_BF16", "1", 1);

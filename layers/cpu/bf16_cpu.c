@@ -11,9 +11,18 @@
  * (two zmm registers), with zeros past the last column and the last k. A tile of up to
  * 8 rows by 32 columns is summed in 16 zmm registers, then bias added, rounded to bf16
  * and stored (masked past the last column).
- *   conv2d (NCHW): A = the weights [oc][K] (K = ic kh kw, padded to even at setup),
- *     B = the input's im2col, packed per run straight into panels, per image, each
- *     thread packing and computing its own panels; C = the output [oc][oh ow].
+ *   conv2d direct (NCHW; dilation 1, at most 64 taps, strides up to 4): A = the weights
+ *     [oc][tap][channel pair], B = the input's channel pairs interleaved once per run
+ *     ([phase][pair][plane], inside a zero border), read in place: a tile's 32 output
+ *     positions are 32 consecutive positions of the grid, and each tap an offset. A
+ *     strided convolution is split into its stride phases (the input's rows and columns
+ *     of each remainder), so that every tap reads one phase at stride 1 (stride 2: 4
+ *     phases; a 1x1 stride-2 layer reads 1); the tiles, with the output channels split
+ *     into blocks where they are too few, are shared between the threads.
+ *   conv2d otherwise (dilation, larger strides or kernels): A = the weights [oc][K]
+ *     (K = ic kh kw, padded to even at setup), B = the input's im2col, packed per run
+ *     straight into panels, per image, each thread packing and computing its own
+ *     panels; C = the output [oc][oh ow].
  *   linear: A = the input rows [rows][F], B = the weights transposed, packed once at
  *     setup; C = the output [rows][O].
  * linear with at most BF_GEMV_ROWS rows (a decode step's tokens) is a GEMV instead, on
@@ -34,6 +43,14 @@
 #define BF_GEMV_ROWS 4
 /* How far ahead the GEMV asks for its weights, in bf16 (4 KB) */
 #define BF_GEMV_AHEAD 2048
+/* The direct convolution's largest stride along each dim (its phases: at most 16) */
+#define BF_MAX_STRIDE 4
+
+/* One stride phase of the direct convolution's input (pair_channels). */
+typedef struct bf_phase {
+    int64_t sy, sx, py, px, pad_y, pad_x;
+    int64_t i0, i1, j0, j1; /* the phase's rows and columns that hold input */
+} bf_phase;
 
 bool cpu_has_bf16(void)
 {
@@ -203,22 +220,44 @@ BF_TARGET static void bf_gemv_rows(int n, const uint16_t *x, int64_t f, const ui
 }
 
 /* The direct convolution's input: one channel pair (c = 2, or 1 for an odd last
- * channel, its partner zero) interleaved into xp, [Hp][Wp][2], inside a zero border
- * (set once, at setup). */
-BF_TARGET static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int64_t w, uint16_t *xp, int64_t wp,
-                                    int64_t ph, int64_t pw)
+ * channel, its partner zero) of one stride phase (py, px) interleaved into xp, [hq][wq][2]:
+ * element (i, j) is the padded input's (sy i + py, sx j + px), so that a strided
+ * convolution reads each tap's inputs at stride 1 (tap (ky, kx) reads phase (ky % sy,
+ * kx % sx) at (oy + ky / sy, ox + kx / sx)). Only the rows and columns that hold input
+ * are written; the zero border is set once, at setup. For stride 1 the one phase is the
+ * padded input. */
+BF_TARGET static void pair_channels(const uint16_t *x, int c, int64_t h, int64_t w, uint16_t *xp, int64_t wq,
+                                    const bf_phase *ph)
 {
-    for (int64_t y = 0; y < h; y++) {
+    for (int64_t i = ph->i0; i < ph->i1; i++) {
+        int64_t y = ph->sy * i + ph->py - ph->pad_y;
         const uint16_t *r0 = x + y * w, *r1 = c > 1 ? r0 + h * w : NULL;
-        uint32_t *d = (uint32_t *)(xp + 2 * ((y + ph) * wp + pw));
-        int64_t i = 0;
-        for (; r1 && i + 16 <= w; i += 16) {
-            __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + i)));
-            __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + i)));
-            _mm512_storeu_si512(d + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        uint32_t *d = (uint32_t *)(xp + 2 * (i * wq + ph->j0));
+        int64_t n = ph->j1 - ph->j0, x0 = ph->sx * ph->j0 + ph->px - ph->pad_x, k = 0;
+        if (ph->sx == 1) {
+            for (; r1 && k + 16 <= n; k += 16) {
+                __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + x0 + k)));
+                __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + x0 + k)));
+                _mm512_storeu_si512(d + k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        } else if (ph->sx == 2) {
+            /* 32 bf16 from x0 + 2k: the even ones are this phase's, in the low halves */
+            __m512i low = _mm512_set1_epi32(0xffff);
+            for (; k < n; k += 16) {
+                int64_t left = 2 * (n - k) - 1; /* bf16 up to this phase's last one */
+                __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+                __m512i a = _mm512_maskz_loadu_epi16(m, r0 + x0 + 2 * k);
+                __m512i v = _mm512_and_si512(a, low);
+                if (r1)
+                    v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_maskz_loadu_epi16(m, r1 + x0 + 2 * k), 16));
+                int64_t rest = n - k;
+                _mm512_mask_storeu_epi32(d + k, rest >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rest) - 1), v);
+            }
         }
-        for (; i < w; i++)
-            d[i] = (uint32_t)r0[i] | (r1 ? (uint32_t)r1[i] << 16 : 0);
+        for (; k < n; k++) {
+            int64_t xx = x0 + ph->sx * k;
+            d[k] = (uint32_t)r0[xx] | (r1 ? (uint32_t)r1[xx] << 16 : 0);
+        }
     }
 }
 #else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
@@ -239,10 +278,9 @@ static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, const uint1
     (void)m_rows, (void)a, (void)lda, (void)b, (void)boff, (void)ntap, (void)nq, (void)bstep, (void)c, (void)ldc;
     (void)nv, (void)rbias, (void)cbias;
 }
-static void pair_channels(const uint16_t *x, int64_t c, int64_t h, int64_t w, uint16_t *xp, int64_t wp, int64_t ph,
-                          int64_t pw)
+static void pair_channels(const uint16_t *x, int c, int64_t h, int64_t w, uint16_t *xp, int64_t wq, const bf_phase *ph)
 {
-    (void)x, (void)c, (void)h, (void)w, (void)xp, (void)wp, (void)ph, (void)pw;
+    (void)x, (void)c, (void)h, (void)w, (void)xp, (void)wq, (void)ph;
 }
 #endif
 
@@ -259,8 +297,10 @@ typedef struct bf_state {
     uint16_t *tmp;       /* direct: per thread, one tile of every output channel, [oc][32] */
     float *bias;         /* fp32 */
     int64_t k, kp;       /* im2col and linear: K and its pairs */
-    int64_t cpn, plane, wp, hp; /* direct: channel pairs, pairs per channel-pair plane, padded width, height */
+    int64_t cpn, plane, wq, hq; /* direct: channel pairs, pairs per plane, a phase's width and height */
     int64_t toff[64];    /* direct: each tap's offset in xp, in uint16 (at most 64 taps) */
+    bf_phase phases[BF_MAX_STRIDE * BF_MAX_STRIDE]; /* direct: the stride phases the taps read */
+    int nph;
     int taps, threads;
 } bf_state;
 
@@ -297,19 +337,42 @@ static const char *bf_refuses(const layer *l)
     return NULL;
 }
 
+/* The first index i >= 0 with s i + off >= 0, and one past the last with s i + off < n,
+ * at most lim. */
+static void phase_range(int64_t s, int64_t off, int64_t n, int64_t lim, int64_t *i0, int64_t *i1)
+{
+    *i0 = off >= 0 ? 0 : (-off + s - 1) / s;
+    *i1 = n - 1 - off < 0 ? 0 : (n - 1 - off) / s + 1;
+    *i1 = *i1 > lim ? lim : *i1;
+    *i0 = *i0 > *i1 ? *i1 : *i0;
+}
+
 static bool bf_setup_direct(const layer *l, const uint16_t *w, bf_state *s, int64_t *ws)
 {
     const layer_params *p = &l->p;
     int64_t oc = p->out_channels, c = l->in.d[1], kh = p->kernel[0], kw = p->kernel[1];
+    int64_t sy = p->stride[0], sx = p->stride[1];
+    int64_t npy = sy < kh ? sy : kh, npx = sx < kw ? sx : kw; /* the phases some tap reads */
     s->path = BF_DIRECT;
     s->taps = (int)(kh * kw);
     s->cpn = (c + 1) / 2;
-    s->hp = l->in.d[2] + 2 * p->padding[0], s->wp = l->in.d[3] + 2 * p->padding[1];
-    s->plane = s->hp * s->wp + 64; /* the last tile's loads run past the last row */
-    for (int t = 0; t < s->taps; t++)
-        s->toff[t] = 2 * (t / kw * s->wp + t % kw);
+    s->hq = (l->in.d[2] + 2 * p->padding[0] + sy - 1) / sy, s->wq = (l->in.d[3] + 2 * p->padding[1] + sx - 1) / sx;
+    s->plane = s->hq * s->wq + 64; /* the last tile's loads run past the last row */
+    s->nph = (int)(npy * npx);
+    for (int64_t py = 0; py < npy; py++)
+        for (int64_t px = 0; px < npx; px++) {
+            bf_phase *ph = &s->phases[py * npx + px];
+            *ph = (bf_phase){.sy = sy, .sx = sx, .py = py, .px = px, .pad_y = p->padding[0], .pad_x = p->padding[1]};
+            phase_range(sy, py - p->padding[0], l->in.d[2], s->hq, &ph->i0, &ph->i1);
+            phase_range(sx, px - p->padding[1], l->in.d[3], s->wq, &ph->j0, &ph->j1);
+        }
+    /* xp: [phase][channel pair][plane] */
+    for (int t = 0; t < s->taps; t++) {
+        int64_t ky = t / kw, kx = t % kw;
+        s->toff[t] = 2 * (((ky % sy) * npx + kx % sx) * s->cpn * s->plane + ky / sy * s->wq + kx / sx);
+    }
     s->a = calloc((size_t)(oc * s->taps * s->cpn * 2), sizeof *s->a);
-    s->xp = calloc((size_t)(s->cpn * s->plane * 2), sizeof *s->xp);
+    s->xp = calloc((size_t)(s->nph * s->cpn * s->plane * 2), sizeof *s->xp);
     s->tmp = malloc((size_t)(s->threads * oc * BF_NR) * sizeof *s->tmp);
     if (!s->a || !s->xp || !s->tmp)
         return false;
@@ -317,7 +380,7 @@ static bool bf_setup_direct(const layer *l, const uint16_t *w, bf_state *s, int6
         for (int t = 0; t < s->taps; t++)
             for (int64_t ci = 0; ci < c; ci++)
                 s->a[((o * s->taps + t) * s->cpn + ci / 2) * 2 + ci % 2] = w[(o * c + ci) * s->taps + t];
-    *ws = 2 * (oc * s->taps * s->cpn * 2 + s->cpn * s->plane * 2 + s->threads * oc * BF_NR);
+    *ws = 2 * (oc * s->taps * s->cpn * 2 + s->nph * s->cpn * s->plane * 2 + s->threads * oc * BF_NR);
     return true;
 }
 
@@ -408,10 +471,13 @@ static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void
     s->threads = omp_get_max_threads();
     const layer_params *p = &l->p;
     bool ok;
-    if (l->kind == LAYER_CONV2D && p->stride[0] == 1 && p->stride[1] == 1 && p->dilation[0] == 1 &&
-        p->dilation[1] == 1 && p->kernel[0] * p->kernel[1] <= 64) {
+    if (l->kind == LAYER_CONV2D && p->stride[0] <= BF_MAX_STRIDE && p->stride[1] <= BF_MAX_STRIDE &&
+        p->dilation[0] == 1 && p->dilation[1] == 1 && p->kernel[0] * p->kernel[1] <= 64) {
         ok = bf_setup_direct(l, w, s, workspace_bytes);
-        snprintf(impl, len, "direct bf16 vdpbf16ps %dx%d, channel pairs", BF_MR, BF_NR);
+        if (p->stride[0] == 1 && p->stride[1] == 1)
+            snprintf(impl, len, "direct bf16 vdpbf16ps %dx%d, channel pairs", BF_MR, BF_NR);
+        else
+            snprintf(impl, len, "direct bf16 vdpbf16ps %dx%d, channel pairs, %d stride phases", BF_MR, BF_NR, s->nph);
     } else if (l->kind == LAYER_CONV2D) {
         int64_t oc = p->out_channels;
         s->path = BF_IM2COL;
@@ -487,33 +553,44 @@ static void im2col_panel(const layer *l, const uint16_t *x, int64_t n0, int64_t 
     }
 }
 
-/* The direct convolution of one image: the output computed on the padded grid, 32
- * positions (r = oy * wp + ox) a tile, and the columns past ow dropped as it is stored. */
+/* The direct convolution of one image: the output computed on a phase's grid (stride 1:
+ * the padded input's), 32 positions (r = oy * wq + ox) a tile, and the columns past ow
+ * dropped as it is stored. The work is (tile, block of output channels) pairs: the
+ * blocks split the channels only where the tiles are too few to share out evenly (14x14
+ * maps: 7 tiles for 2 threads). */
 static void bf_direct(const layer *l, bf_state *s, const uint16_t *x, uint16_t *y)
 {
     int64_t c = l->in.d[1], h = l->in.d[2], w = l->in.d[3], oc = l->p.out_channels;
-    int64_t oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow, r_end = (oh - 1) * s->wp + ow;
+    int64_t oh = l->out.d[2], ow = l->out.d[3], ohw = oh * ow, r_end = (oh - 1) * s->wq + ow;
     int64_t panels = (r_end + BF_NR - 1) / BF_NR;
+    /* channel blocks: enough items for 4 per thread, blocks of whole row tiles */
+    int64_t blocks = panels >= 4 * s->threads ? 1 : (4 * s->threads + panels - 1) / panels;
+    int64_t per = ((oc + blocks - 1) / blocks + BF_MR - 1) / BF_MR * BF_MR;
+    blocks = (oc + per - 1) / per;
+    int64_t pairs = s->nph * s->cpn;
     CPU_OMP_IF(c * h * w > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t cp = 0; cp < s->cpn; cp++)
-            pair_channels(x + 2 * cp * h * w, c - 2 * cp < 2 ? 1 : 2, h, w, s->xp + 2 * cp * s->plane, s->wp,
-                          l->p.padding[0], l->p.padding[1]););
+        for (int64_t i = 0; i < pairs; i++) {
+            int64_t ph = i / s->cpn, cp = i % s->cpn;
+            pair_channels(x + 2 * cp * h * w, c - 2 * cp < 2 ? 1 : 2, h, w, s->xp + 2 * i * s->plane, s->wq,
+                          &s->phases[ph]);
+        });
     CPU_OMP_IF(oc * ohw * c > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t pi = 0; pi < panels; pi++) {
+        for (int64_t item = 0; item < panels * blocks; item++) {
+            int64_t pi = item / blocks, o0 = item % blocks * per, no = oc - o0 < per ? oc - o0 : per;
             uint16_t *tmp = s->tmp + (int64_t)omp_get_thread_num() * oc * BF_NR;
             int64_t r0 = pi * BF_NR;
             int nv = (int)(r_end - r0 < BF_NR ? r_end - r0 : BF_NR);
-            bf_panel(oc, (const uint32_t *)s->a, s->taps * s->cpn, s->xp + 2 * r0, s->toff, s->taps, s->cpn,
-                     2 * s->plane, tmp, BF_NR, nv, s->bias, NULL);
+            bf_panel(no, (const uint32_t *)s->a + o0 * s->taps * s->cpn, s->taps * s->cpn, s->xp + 2 * r0, s->toff,
+                     s->taps, s->cpn, 2 * s->plane, tmp, BF_NR, nv, s->bias ? s->bias + o0 : NULL, NULL);
             for (int64_t r = r0; r < r0 + nv;) { /* each row's run of valid columns */
-                int64_t oy = r / s->wp, ox = r % s->wp, run = ow - ox;
+                int64_t oy = r / s->wq, ox = r % s->wq, run = ow - ox;
                 if (ox >= ow) {
-                    r += s->wp - ox;
+                    r += s->wq - ox;
                     continue;
                 }
                 run = run < r0 + nv - r ? run : r0 + nv - r;
-                for (int64_t o = 0; o < oc; o++)
-                    memcpy(y + o * ohw + oy * ow + ox, tmp + o * BF_NR + (r - r0), (size_t)run * sizeof *y);
+                for (int64_t o = 0; o < no; o++)
+                    memcpy(y + (o0 + o) * ohw + oy * ow + ox, tmp + o * BF_NR + (r - r0), (size_t)run * sizeof *y);
                 r += run;
             }
         });
