@@ -290,6 +290,11 @@ void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
         r->dedupe_of = -1;
         r->launches = 1;
         snprintf(r->impl, sizeof r->impl, "%s", mu->c.net.impl && *mu->c.net.impl[i] ? mu->c.net.impl[i] : res->layers[i].impl);
+        /* the isolated row's kernels, unless the forward's link ran another implementation */
+        snprintf(r->kernels, sizeof r->kernels, "%s",
+                 mu->c.net.impl && *mu->c.net.impl[i] && strcmp(mu->c.net.impl[i], res->layers[i].impl) != 0
+                     ? ""
+                     : res->layers[i].kernels);
         if (res->layers[i].status == ROW_VIEW) {
             r->status = ROW_VIEW;
             snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");

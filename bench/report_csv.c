@@ -36,6 +36,7 @@
     X(inputs, 1, "layer_index of the layers whose outputs this layer reads, space-separated; -1 is the model input") \
     X(rel_error, 0, "with --error, the isolated rows: the relative L2 error of the layer's output against the fp32 reference run on the same inputs and weights rounded to layer_dtype (bench check's measure; inf where an output is not finite); empty otherwise") \
     X(impl, 0, "implementation the backend chose at setup (im2col+sgemm, gemm-1x1, the cuDNN algorithm, ...)") \
+    X(kernels, 0, "the kernels one call of the layer runs, in launch order, separated by '; ': on cuda each kernel's name (as the CUDA driver gives it, mangled) with its grid and block, read from a CUDA graph capture of one untimed call; on cpu and onednn the kernel impl names (impl without the search's remarks); empty where they could not be told") \
     X(workspace_bytes, 0, "workspace the layer's setup allocated (im2col buffer, cuDNN workspace)")            \
     X(status, 0, "ok; dedupe (timing reused from dedupe_of); view (flatten, dropout: nothing runs, not timed); skipped (the backend cannot run it); failed (setup or timing failed; the run went on). note says why")                                                                                        \
     X(dedupe_of, 0, "with --dedupe, the layer_index whose timing this row reuses; -1 otherwise")               \
@@ -212,6 +213,7 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
         SET(mode, "%s", r->mode);
     SET(floor_us, "%.4f", 1e6 * (r->mode && strcmp(r->mode, "cold") == 0 ? res->floor.cold : res->floor.warm));
     SET(impl, "%s", r->impl);
+    SET(kernels, "%s", r->kernels);
     SET(note, "%s", r->note);
     SET(dedupe_of, "%d", r->dedupe_of);
     SET(workspace_bytes, "%lld", (long long)r->workspace_bytes);

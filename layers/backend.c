@@ -141,6 +141,40 @@ void backend_layer_run(const backend_layer *bl, const void *const *in, void *out
     bl->kernel->run(bl->env, bl->l, bl->state, in, bl->w, out);
 }
 
+typedef struct kernels_call {
+    const backend_layer *bl;
+    const void *const *in;
+    void *out;
+} kernels_call;
+
+static void kernels_call_run(void *user)
+{
+    kernels_call *k = user;
+    backend_layer_run(k->bl, k->in, k->out);
+}
+
+void backend_layer_kernels(const backend *b, const backend_layer *bl, const char *impl, const void *const *in,
+                           void *out, char *buf, size_t len)
+{
+    if (!len)
+        return;
+    buf[0] = 0;
+    if (b->ops->layers.kernel_names) {
+        kernels_call k = {bl, in, out};
+        if (!b->ops->layers.kernel_names(b->ctx, kernels_call_run, &k, buf, len))
+            snprintf(buf, len, "%s", ""); /* not told: empty, as the docs say */
+        return;
+    }
+    size_t n = strlen(impl);
+    static const char *const cuts[] = {" (", " [", ", "};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        const char *at = strstr(impl, cuts[i]);
+        if (at && (size_t)(at - impl) < n)
+            n = (size_t)(at - impl);
+    }
+    snprintf(buf, len, "%.*s", (int)n, impl);
+}
+
 void backend_layer_free(const backend *b, backend_layer *bl)
 {
     (void)b;

@@ -201,6 +201,12 @@ typedef struct backend_layers_i {
     int (*choices_get)(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user);
     /* ... and a choice to take instead of searching, given before any setup. */
     void (*choices_put)(void *ctx, const char *key, const char *value);
+    /* Optional: the kernels that call(user), one untimed call of a layer, launches, by
+     * name and in launch order, written "name grid GxGxG block BxBxB; name ..." into buf
+     * (cuda: the call captured as a CUDA graph and its kernel nodes read). False when
+     * they cannot be told (the column is then empty); the call may then not have run. Without
+     * it, a row's kernels are its impl's kernel (backend_layer_kernels). */
+    bool (*kernel_names)(void *ctx, void (*call)(void *user), void *user, char *buf, size_t len);
 } backend_layers_i;
 
 typedef struct backend_ops {
@@ -267,6 +273,12 @@ bool backend_layer_parts_enable(const backend_layer *bl, bool on);
 void backend_layer_parts_read(const backend_layer *bl, double *seconds);
 int backend_layer_parts(const backend_layer *bl, layer_part_info *parts);
 void backend_layer_isolate(const backend_layer *bl, const void *const *in, char *impl, size_t impl_len);
+/* The kernels one call of the layer runs (on in and out), for the `kernels` column:
+ * the backend's kernel_names where it has it (untimed: the call is run once more),
+ * else the kernel impl names: impl up to its first " (", " [" or ", " (the search's
+ * and the fallback's remarks). */
+void backend_layer_kernels(const backend *b, const backend_layer *bl, const char *impl, const void *const *in,
+                           void *out, char *buf, size_t len);
 /* Relative error accepted for l on b: the kernel's (or the kind's) plus its dtype's
  * (dtype_tolerance). */
 double backend_tolerance(const backend *b, const layer *l);

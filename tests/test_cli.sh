@@ -88,6 +88,11 @@ awk -F, "$COLS"' $c["status"]=="ok" && !($c["ci_low_us"] <= $c["median_us"] && $
 grep -q '"timer_floor_s": {"cpu": {"warm": ' "$T/run.json" && ok || bad "the JSON lacks the timer floor"
 grep -q '"cpu_isa": ' "$T/run.json" && grep -q '"openblas_core": ' "$T/run.json" && ok || bad "the JSON lacks the ISA and OpenBLAS core"
 awk -F, "$COLS"' $c["impl"]=="im2col+sgemm" && $c["workspace_bytes"] <= 0 {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "im2col rows lack their workspace"
+# kernels: on the cpu, each timed row's kernel is its impl without the search's remarks
+# ("gemm-1x1 (fastest of 7)" ran gemm-1x1); the in-model rows carry their layer's
+awk -F, "$COLS"' $c["status"]=="ok" && $c["kind"]!="model" {n++; k=$c["kernels"]; if (k=="" || index($c["impl"], k)!=1 || k ~ / \(| \[/) bad=1}
+  END {exit bad || n < 18}' "$T/run.csv" && ok ||
+  bad "kernels column: $(awk -F, "$COLS"' $c["status"]=="ok" {print $c["impl"] " -> " $c["kernels"]}' "$T/run.csv" | sort -u | head -3)"
 for key in command_line date_utc host cpu_model cpu_cores_online git_revision build_type google_benchmark libyaml openblas_config '"threads"'; do
   grep -q "$key" "$T/run.json" && ok || bad "JSON context lacks $key"
 done

@@ -618,6 +618,11 @@ static void cuda_choices_put(void *ctx, const char *key, const char *value)
     env->given_values[env->n_given++] = xstrdup(value);
 }
 
+static bool cuda_layer_kernel_names(void *ctx, void (*call)(void *user), void *user, char *buf, size_t len)
+{
+    return cuda_kernel_names(&((cuda_ctx *)ctx)->env, call, user, buf, len);
+}
+
 const backend_ops backend_cuda_ops = {
     .name = "cuda",
     .device_memory = true,
@@ -631,5 +636,5 @@ const backend_ops backend_cuda_ops = {
                .marks_read = cuda_marks_read, .graph_begin = cuda_graph_begin, .graph_end = cuda_graph_end,
                .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free},
     .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env, .choices_get = cuda_choices_get,
-               .choices_put = cuda_choices_put},
+               .choices_put = cuda_choices_put, .kernel_names = cuda_layer_kernel_names},
 };

@@ -116,6 +116,10 @@ static inline bool cuda_check_blas(cuda_env *env, cublasStatus_t s, const char *
  * (more than INT_MAX elements): then why (may be NULL) says so. */
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len);
 
+/* The kernels call(user) launches, named from a CUDA graph capture of it
+ * (kernels_cuda.c, the backend's kernel_names); false when they cannot be told. */
+bool cuda_kernel_names(cuda_env *env, void (*call)(void *user), void *user, char *buf, size_t len);
+
 /* Kernels of our own (cuda_kernels.cu), for kinds cuDNN has no operation for; each
  * returns the launch's error. */
 cudaError_t cuda_hard_activation_launch(cudaStream_t s, int swish, const float *in, float *out, int64_t n);
