@@ -29,7 +29,10 @@ through oneDNN on either layout.
 
 The output has one row per layer and one per forward: name, kind, layerbench's median
 and mode, PyTorch's median, their ratio (layerbench / PyTorch: above 1 means layerbench
-measured more time), the cuDNN algorithm layerbench chose and PyTorch's kernels.
+measured more time), the cuDNN algorithm or engine layerbench chose and the kernels
+its call ran (its CSV's kernels column), and PyTorch's: the engine its cudnn.benchmark
+search chose (torch_engine, the fastest plan cudnn-frontend logged while the layer's
+first calls searched; empty where PyTorch used no graph-API plan) and its kernels.
 On the CPU (--device cpu --backend cpu --mode any --threads N), the same with a host
 clock: each layer alone, as many calls per sample as last about 1 ms, and the eager
 forward, PyTorch on N threads (give bench the same --threads), e.g.
@@ -53,13 +56,20 @@ The script re-runs itself once with two settings unless the environment has them
 import argparse
 import csv
 import os
+import re
 import statistics
 import sys
 import time
 
-# the settings above, before torch and glibc read them: once, by running again
+# the settings above, before torch and glibc read them: once, by running again; and
+# cudnn-frontend's log, where PyTorch's cudnn.benchmark search writes each plan it timed
+# ("Plan eng28_k2=3 took 0.0123"): the engine PyTorch chose for each layer is the fastest
+# of those its first calls logged (torch_engine)
 _SETTINGS = {"OPENBLAS_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "33554432",
-             "MALLOC_TRIM_THRESHOLD_": "68719476736", "MALLOC_TOP_PAD_": "268435456"}
+             "MALLOC_TRIM_THRESHOLD_": "68719476736", "MALLOC_TOP_PAD_": "268435456",
+             "CUDNN_FRONTEND_LOG_INFO": "1",
+             "CUDNN_FRONTEND_LOG_FILE": os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                     f"torch_compare_cudnn_{os.getpid()}.log")}
 if any(k not in os.environ for k in _SETTINGS):
     os.execve(sys.executable, [sys.executable] + sys.argv, {**_SETTINGS, **os.environ})
 import torch  # noqa: E402
@@ -192,10 +202,32 @@ def kernels_of(fn, device):
     return "+".join(dict.fromkeys(n.split("<")[0][:60] for n in names))
 
 
+def frontend_log_size():
+    try:
+        return os.path.getsize(os.environ.get("CUDNN_FRONTEND_LOG_FILE", ""))
+    except OSError:
+        return 0
+
+
+def engine_since(offset):
+    """The tag of the fastest plan cudnn-frontend logged past offset, or ""."""
+    path = os.environ.get("CUDNN_FRONTEND_LOG_FILE", "")
+    try:
+        with open(path, errors="replace") as f:
+            f.seek(offset)
+            text = f.read()
+    except OSError:
+        return ""
+    timed = [(float(t), tag) for tag, t in re.findall(r"Plan (\S+) took\s+([0-9.eE+-]+)", text)]
+    return min(timed)[1] if timed else ""
+
+
 def time_layer(module, args, timer, device):
     call = lambda: module(*args)
+    logged = frontend_log_size()
     for _ in range(10):  # warm-up; with cudnn.benchmark the algorithm search happens here
         call()
+    engine = engine_since(logged) if device.type == "cuda" else ""
     if device.type == "cuda":
         torch.cuda.synchronize()
     once = max(min(timer.sample(call) for _ in range(5)), 1e-7)
@@ -216,10 +248,14 @@ def time_layer(module, args, timer, device):
             note += ", captured as one CUDA graph"
         except RuntimeError as e:  # a module that cannot be captured is timed from the stream
             note += f", from the stream (graph capture failed: {str(e)[:60]})"
-    return timer.median(run, 25) / n, note, kernels_of(call, device)
+    return timer.median(run, 25) / n, note, kernels_of(call, device), engine
 
 
 def main():
+    log = os.environ.get("CUDNN_FRONTEND_LOG_FILE", "")
+    if os.path.basename(log).startswith("torch_compare_cudnn_"):  # ours, not one the user asked for
+        import atexit
+        atexit.register(lambda: os.path.exists(log) and os.remove(log))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", required=True, help="bench list --csv output")
     ap.add_argument("--bench", help="bench run --csv output to compare with")
@@ -286,10 +322,10 @@ def main():
             if r["kind"] in ("flatten", "dropout"):
                 continue  # views: nothing to time, as in layerbench
             x = [tensor(shape(r["input_shape"])) for _ in r["inputs"].lstrip("'").split()]
-            t, note, kernels = time_layer(m, x, timer, device)
-            print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {kernels[:60]}", file=sys.stderr)
+            t, note, kernels, engine = time_layer(m, x, timer, device)
+            print(f"{r['layer_name']:32s} {r['kind']:20s} {t * 1e6:10.2f} us  {engine} {kernels[:60]}", file=sys.stderr)
             out_rows.append((r["layer_index"], r["layer_name"], r["kind"], t, note, kernels,
-                             {b: o.get(("layer", r["layer_index"])) for b, o in ours.items()}))
+                             {b: o.get(("layer", r["layer_index"])) for b, o in ours.items()}, engine))
 
         # the whole forward
         x0 = tensor(shape(rows[0]["input_shape"]))
@@ -304,7 +340,8 @@ def main():
         for _ in range(10):
             forward()
         eager = timer.median(forward, 50)
-        out_rows.append(("-1", rows[0]["model"], "model", eager, "eager forward", "", {b: o.get(("model", "chained")) for b, o in ours.items()}))
+        out_rows.append(("-1", rows[0]["model"], "model", eager, "eager forward", "",
+                         {b: o.get(("model", "chained")) for b, o in ours.items()}, ""))
         if device.type == "cuda":
             graph = torch.cuda.CUDAGraph()
             stream = torch.cuda.Stream()
@@ -316,7 +353,7 @@ def main():
                 forward()
             replay = timer.median(graph.replay, 50)
             out_rows.append(("-1", rows[0]["model"], "model", replay, "CUDA graph forward", "",
-                             {b: o.get(("model", "graph")) for b, o in ours.items()}))
+                             {b: o.get(("model", "graph")) for b, o in ours.items()}, ""))
 
     out = open(args.out, "w", newline="") if args.out else sys.stdout
     w = csv.writer(out)
@@ -327,16 +364,16 @@ def main():
         head += [f"{p}_mode", f"{p}_us"]
     head.append("torch_us")
     for p in prefixes:
-        head += ["ratio" if len(backends) == 1 else f"{p}_ratio", f"{p}_impl"]
-    w.writerow(head + ["torch_kernels", "torch_note"])
-    for idx, name, kind, t, note, kernels, mine in out_rows:
+        head += ["ratio" if len(backends) == 1 else f"{p}_ratio", f"{p}_impl", f"{p}_kernels"]
+    w.writerow(head + ["torch_engine", "torch_kernels", "torch_note"])
+    for idx, name, kind, t, note, kernels, mine, engine in out_rows:
         cells, tail = [idx, name, kind, rows[0]["batch"], args.dtype], []
         for b in backends:
             m = mine[b]
             us = float(m["median_us"]) if m and m.get("median_us") else None
             cells += [m["mode"] if m else "", f"{us:.3f}" if us else ""]
-            tail += [f"{us / (t * 1e6):.3f}" if us else "", m["impl"] if m else ""]
-        w.writerow(cells + [f"{t * 1e6:.3f}"] + tail + [kernels, note])
+            tail += [f"{us / (t * 1e6):.3f}" if us else "", m["impl"] if m else "", m.get("kernels", "") if m else ""]
+        w.writerow(cells + [f"{t * 1e6:.3f}"] + tail + [engine, kernels, note])
     if args.out:
         out.close()
 
@@ -349,7 +386,7 @@ def main():
             torch_sum = sum(r[3] * 1e6 for r, m in convs)
             print(f"{b}: convolutions within 10% of PyTorch: {within} of {len(convs)}; their sum {ours_sum:.1f} us, "
                   f"PyTorch's {torch_sum:.1f} us", file=sys.stderr)
-        for idx, name, kind, t, note, kernels, mine in out_rows:
+        for idx, name, kind, t, note, kernels, mine, engine in out_rows:
             m = mine[b]
             if kind == "model" and m and m.get("median_us"):
                 print(f"{b}: {note}: PyTorch {t * 1e6:.1f} us, layerbench {m['mode']} {float(m['median_us']):.1f} us",

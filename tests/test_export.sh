@@ -239,8 +239,11 @@ prefixes = ["layerbench"] if "," not in sys.argv[2] else sys.argv[2].split(",")
 assert len(rows) == 17 and rows[-1]["kind"] == "model", len(rows)  # 16 timed layers (flatten, dropout: views)
 for r in rows:
     assert r["batch"] == "2" and float(r["torch_us"]) > 0, r  # the list's batch, not the sweep's last
+    assert r["torch_engine"] == "", r  # cuDNN's engines: on a GPU only
     for p in prefixes:
         assert float(r[p + "_us"]) > 0 and r[p + "_mode"], (p, r)
+        # what ran, from the run's kernels column: the layers', not the forward's
+        assert bool(r[p + "_kernels"]) == (r["kind"] != "model"), (p, r)
 PY
 
 # --dtype bf16: PyTorch in bf16 beside layerbench's bf16 rows (not its fp32 ones)
