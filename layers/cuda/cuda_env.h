@@ -122,6 +122,11 @@ bool cuda_kernel_names(cuda_env *env, void (*call)(void *user), void *user, char
 
 /* Kernels of our own (cuda_kernels.cu), for kinds cuDNN has no operation for; each
  * returns the launch's error. */
+/* ReLU (NaN propagated, as torch) and a same-shape add, float4 where aligned; the bias
+ * written into each of rows rows of cols floats (linear's, before a GEMM with beta 1). */
+cudaError_t cuda_relu_launch(cudaStream_t s, const float *in, float *out, int64_t n);
+cudaError_t cuda_add_launch(cudaStream_t s, const float *a, const float *b, float *out, int64_t n);
+cudaError_t cuda_fill_rows_launch(cudaStream_t s, float *y, const float *bias, int64_t rows, int64_t cols);
 cudaError_t cuda_hard_activation_launch(cudaStream_t s, int swish, const float *in, float *out, int64_t n);
 cudaError_t cuda_upsample_launch(cudaStream_t s, const float *in, float *out, int64_t planes, int64_t h, int64_t w,
                                  int64_t oh, int64_t ow, const int64_t *y0, const int64_t *y1, const int64_t *x0,

@@ -53,8 +53,9 @@ static bench_status act_setup(void *ctx, const layer *l, const void *w, void **s
     cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
-    cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
-                                 : l->kind == LAYER_RELU6 ? CUDNN_ACTIVATION_CLIPPED_RELU
+    if (l->kind == LAYER_RELU) /* our float4 kernel (cuda_kernels.cu says why) */
+        return cuda_simple_finish(env, s, true, state, impl, len, "relu: our float4 kernel");
+    cudnnActivationMode_t mode = l->kind == LAYER_RELU6 ? CUDNN_ACTIVATION_CLIPPED_RELU
                                  : l->kind == LAYER_SILU  ? CUDNN_ACTIVATION_SWISH
                                  : l->kind == LAYER_TANH  ? CUDNN_ACTIVATION_TANH
                                                           : CUDNN_ACTIVATION_SIGMOID;
@@ -64,14 +65,17 @@ static bench_status act_setup(void *ctx, const layer *l, const void *w, void **s
     return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnActivationForward");
 }
 
-static void act_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+static void act_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
-    (void)l_, (void)w_;
+    (void)w_;
     const float *in = ins[0];
     cuda_simple *s = state;
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnActivationForward(env->cudnn, s->act, &one, s->x, in, &zero, s->y, out));
+    if (!s->act)
+        CUDA_OK(env, cuda_relu_launch(env->stream, in, out, shape_numel(&l->out)));
+    else
+        CUDNN_OK(env, cudnnActivationForward(env->cudnn, s->act, &one, s->x, in, &zero, s->y, out));
 }
 
 /* ---- add -------------------------------------------------------------------------------- */
@@ -89,19 +93,15 @@ static bench_status add_setup(void *ctx, const layer *l, const void *w, void **s
     cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
-    bool ok = CUDNN_OK(env, cudnnCreateOpTensorDescriptor(&s->op)) &&
-              CUDNN_OK(env, cudnnSetOpTensorDescriptor(s->op, CUDNN_OP_TENSOR_ADD, CUDNN_DATA_FLOAT,
-                                                       CUDNN_PROPAGATE_NAN));
-    return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnOpTensor");
+    /* our float4 kernel (cuda_kernels.cu says why) */
+    return cuda_simple_finish(env, s, true, state, impl, len, "add: our float4 kernel");
 }
 
-static void add_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+static void add_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
-    (void)l_, (void)w_;
-    cuda_simple *s = state;
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnOpTensor(env->cudnn, s->op, &one, s->x, ins[0], &one, s->x, ins[1], &zero, s->y, out));
+    (void)state, (void)w_;
+    CUDA_OK(env, cuda_add_launch(env->stream, ins[0], ins[1], out, shape_numel(&l->out)));
 }
 
 /* ---- hardswish, hardsigmoid: our kernel ------------------------------------------------- */
