@@ -25,7 +25,7 @@
     [kind][DTYPE_FP16] = {&half}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
 
 static const backend_kernel_table cuda_kernels = {
-    CUDA_ROW(LAYER_CONV2D, cuda_conv2d_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_CONV2D, cuda_conv2d_kernel, cuda_conv2d_kernel),
     CUDA_ROW(LAYER_BATCHNORM2D, cuda_batchnorm2d_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_RELU, cuda_activation_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_RELU6, cuda_activation_kernel, cuda_via_f32_kernel),
@@ -45,7 +45,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_HARDSIGMOID, cuda_hard_activation_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_TANH, cuda_activation_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_STOCHASTIC_DEPTH, cuda_view_kernel, cuda_view_kernel),
-    CUDA_ROW(LAYER_CONV_TRANSPOSE2D, cuda_conv_transpose2d_kernel, cuda_via_f32_kernel),
+    CUDA_ROW(LAYER_CONV_TRANSPOSE2D, cuda_conv_transpose2d_kernel, cuda_conv_transpose2d_kernel),
     CUDA_ROW(LAYER_UPSAMPLE, cuda_upsample_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_LAYERNORM, cuda_layernorm_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_GELU, cuda_gelu_kernel, cuda_via_f32_kernel),

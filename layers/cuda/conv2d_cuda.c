@@ -15,7 +15,9 @@
  * the process and saved with --algo-cache (cuda_env.h); LAYERBENCH_CUDNN_ENGINE=<tag>
  * runs one engine instead, the one PyTorch's log names. A candidate whose workspace
  * cannot be allocated gives way to the next one. Bias: cudnnAddTensor after the
- * convolution, inside the timed run.
+ * convolution, inside the timed run. bf16 and fp16 run on 16-bit NCHW tensors with
+ * float compute (tensor cores allowed), their bias added in fp32 by a kernel of ours;
+ * NHWC, the layout PyTorch's channels_last runs, is not done yet.
  *
  * An engine's plan is built for 16-byte aligned input and output (what cudaMalloc gives
  * and PyTorch assumes at most) and the weights' own alignment; a run given a less
@@ -36,7 +38,8 @@ typedef struct conv_cuda {
     int algo;              /* cudnnConvolutionFwdAlgo_t or cudnnConvolutionBwdDataAlgo_t */
     void *workspace;
     size_t workspace_bytes;
-    const float *weights, *bias;
+    const void *weights, *bias; /* in the layer's dtype */
+    float *bias_f32;       /* bf16, fp16: the bias widened once, added by our kernel */
     conv_graph graph;      /* graph API: built where its engines are candidates */
     graph_plan *plans;     /* during the choice: the engines' plans (n_plans) */
     int n_plans;
@@ -109,6 +112,8 @@ static void conv_free(void *ctx, void *state)
     conv_graph_plans_free(c->plans, c->n_plans, -1);
     conv_graph_plan_free(&c->plan);
     conv_graph_destroy(&c->graph);
+    if (c->bias_f32)
+        cudaFree(c->bias_f32);
     if (c->workspace)
         CUDA_OK(env, cudaFree(c->workspace));
     free(c);
@@ -168,7 +173,7 @@ static void log_candidates(cuda_env *env, const layer *l, const conv_cuda *c, co
 }
 
 /* One call of candidate a on scratch buffers, enqueued on the stream; cuDNN's status. */
-static cudnnStatus_t launch_candidate(cuda_env *env, conv_cuda *c, const candidate *a, const float *w, const void *x,
+static cudnnStatus_t launch_candidate(cuda_env *env, conv_cuda *c, const candidate *a, const void *w, const void *x,
                                       void *y, void *ws, size_t ws_bytes)
 {
     if (a->plan >= 0)
@@ -192,7 +197,7 @@ static cudnnStatus_t launch_candidate(cuda_env *env, conv_cuda *c, const candida
  * legacy API, more than a small convolution takes). NULL where the candidate cannot be
  * captured: then nothing is left in capture and no error is left behind. */
 static cudaGraphExec_t capture_candidate(cuda_env *env, conv_cuda *c, const candidate *a, int reps,
-                                         const float *w, const void *x, void *y, void *ws, size_t ws_bytes)
+                                         const void *w, const void *x, void *y, void *ws, size_t ws_bytes)
 {
     if (cudaStreamBeginCapture(env->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -227,7 +232,7 @@ static int by_ms(const void *a, const void *b)
  * candidate cannot be captured: then all are timed so), between CUDA events; the
  * median round decides. Reorders cand[0..n) (retimed first, fastest first); false
  * when a call failed. */
-static bool retime(cuda_env *env, conv_cuda *c, candidate *cand, int n, const float *w, const void *x,
+static bool retime(cuda_env *env, conv_cuda *c, candidate *cand, int n, const void *w, const void *x,
                    void *y, void *ws, size_t ws_bytes)
 {
     int m = 0;
@@ -291,7 +296,7 @@ static bool retime(cuda_env *env, conv_cuda *c, candidate *cand, int n, const fl
 /* Each engine's plan, timed once on the scratch buffers (a call to warm up, then three
  * between events), as a candidate appended at cand[n..]; a plan whose workspace is over
  * ws_bytes, or that fails to run, is left out. Returns the new count. */
-static int add_plans(cuda_env *env, conv_cuda *c, candidate *cand, int n, const float *w, const void *x, void *y,
+static int add_plans(cuda_env *env, conv_cuda *c, candidate *cand, int n, const void *w, const void *x, void *y,
                      void *ws, size_t ws_bytes, bool timed)
 {
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -340,7 +345,7 @@ static int by_candidate_ms(const void *a, const void *b)
  * times every legacy candidate once (cuDNN's own search) and every engine once
  * (add_plans) on scratch buffers, with up to 256 MiB of workspace (less if the device
  * has less free); the leading ones of both are then retimed (retime). */
-static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const float *w, candidate *cand, int max)
+static int find_candidates(cuda_env *env, const layer *l, conv_cuda *c, const void *w, candidate *cand, int max)
 {
     int n = 0;
     bool legacy = env->conv_api != CUDA_CONV_API_GRAPH && max > 0;
@@ -474,7 +479,7 @@ static bool need_graph(cuda_env *env, const layer *l, conv_cuda *c, const void *
 
 /* The cached or given choice for key, set up on c: 1 taken, 0 none or no longer
  * applying (then counted stale), -1 failed (impl says why). */
-static int take_cached(cuda_env *env, const layer *l, conv_cuda *c, const float *w, const cudnn_conv_key *key,
+static int take_cached(cuda_env *env, const layer *l, conv_cuda *c, const void *w, const cudnn_conv_key *key,
                        char *impl, size_t impl_len)
 {
     const cuda_conv_choice *ch = cuda_conv_choice_find(env, key);
@@ -512,9 +517,13 @@ static int take_cached(cuda_env *env, const layer *l, conv_cuda *c, const float 
 static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
-    const float *w = w_;
+    const void *w = w_;
     cuda_env *env = ctx;
-    env->tf32 = l->dtype == DTYPE_TF32;
+    /* math beyond FMA: TF32 for tf32, tensor cores for the 16-bit types */
+    env->tf32 = l->dtype != DTYPE_FP32;
+    bool half = l->dtype == DTYPE_BF16 || l->dtype == DTYPE_FP16;
+    cudnnDataType_t type = cuda_dnn_type(l->dtype);
+    const char *math_label = l->dtype == DTYPE_FP32 ? "FP32 (FMA)" : l->dtype == DTYPE_TF32 ? "TF32" : dtype_name(l->dtype);
     const layer_params *p = &l->p;
     conv_cuda *c = calloc(1, sizeof *c);
     candidate *perf = NULL;
@@ -533,13 +542,19 @@ static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void *
     int64_t k = c->transposed ? l->in.d[1] : p->out_channels;
     int64_t cg = c->transposed ? p->out_channels / p->groups : l->in.d[1] / p->groups;
     c->weights = w;
-    c->bias = p->bias ? w + k * cg * p->kernel[0] * p->kernel[1] : NULL;
+    c->bias = p->bias ? (const char *)w + (size_t)(k * cg * p->kernel[0] * p->kernel[1]) * dtype_size(l->dtype) : NULL;
     shape_t bias_shape = {4, {1, p->out_channels, 1, 1}};
-    if (!cuda_tensor_desc(env, &c->x, &l->in, impl, impl_len) || !cuda_tensor_desc(env, &c->y, &l->out, impl, impl_len) ||
+    if (!cuda_tensor_desc_typed(env, &c->x, &l->in, type, impl, impl_len) ||
+        !cuda_tensor_desc_typed(env, &c->y, &l->out, type, impl, impl_len) ||
         !cuda_tensor_desc(env, &c->b, &bias_shape, impl, impl_len))
         goto fail;
+    if (half && c->bias &&
+        (!CUDA_OK(env, cudaMalloc((void **)&c->bias_f32, (size_t)p->out_channels * sizeof(float))) ||
+         !CUDA_OK(env, cuda_convert_launch(env->stream, c->bias_f32, DTYPE_FP32, c->bias, l->dtype, p->out_channels)) ||
+         !CUDA_OK(env, cudaStreamSynchronize(env->stream))))
+        goto fail;
     if (!CUDNN_OK(env, cudnnCreateFilterDescriptor(&c->w)) ||
-        !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)k, (int)cg,
+        !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, type, CUDNN_TENSOR_NCHW, (int)k, (int)cg,
                                                   (int)p->kernel[0], (int)p->kernel[1])) ||
         !CUDNN_OK(env, cudnnCreateConvolutionDescriptor(&c->conv)) ||
         !CUDNN_OK(env, cudnnSetConvolution2dDescriptor(c->conv, (int)p->padding[0], (int)p->padding[1],
@@ -591,7 +606,7 @@ static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void *
                 goto fail;
             if (n == 0) {
                 snprintf(impl, impl_len, "no cuDNN %s in %s math",
-                         env->conv_api == CUDA_CONV_API_GRAPH ? "engine" : "algorithm", env->tf32 ? "TF32" : "FP32 (FMA)");
+                         env->conv_api == CUDA_CONV_API_GRAPH ? "engine" : "algorithm", math_label);
                 goto fail;
             }
             int i = 0;
@@ -616,8 +631,8 @@ static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void *
         char name[CUDNN_ENGINE_TAG_LEN + 160];
         conv_graph_plan_name(&c->plan, name, sizeof name);
         snprintf(impl, impl_len, "%s%s", name, env->engine_forced ? " (LAYERBENCH_CUDNN_ENGINE)" : "");
-        /* the fallback for a less aligned run (see the top) needs FMA math and no workspace */
-        if (!CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, CUDNN_FMA_MATH)))
+        /* the fallback for a less aligned run (see the top) needs no workspace, and FMA math in fp32 */
+        if (!CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, l->dtype == DTYPE_FP32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH)))
             goto fail;
     } else {
         cudnnMathType_t math = CUDNN_FMA_MATH;
@@ -643,7 +658,7 @@ static void conv_run(void *ctx, const layer *l, void *state, const void *const *
 {
     cuda_env *env = ctx;
     (void)w_;
-    const float *in = ins[0];
+    const void *in = ins[0];
     conv_cuda *c = state;
     const float one = 1.0f, zero = 0.0f;
     bool legacy = !c->use_graph;
@@ -668,7 +683,10 @@ static void conv_run(void *ctx, const layer *l, void *state, const void *const *
         CUDNN_OK(env, cudnnConvolutionForward(env->cudnn, &one, c->x, in, c->w, c->weights, c->conv,
                                               (cudnnConvolutionFwdAlgo_t)algo, c->workspace, c->workspace_bytes,
                                               &zero, c->y, out));
-    if (c->bias)
+    if (c->bias_f32)
+        CUDA_OK(env, cuda_bias_channels_launch(env->stream, out, (int)l->dtype, c->bias_f32, l->out.d[0], l->out.d[1],
+                                               l->out.d[2] * l->out.d[3]));
+    else if (c->bias)
         CUDNN_OK(env, cudnnAddTensor(env->cudnn, &one, c->b, c->bias, &one, c->y, out));
 }
 

@@ -60,12 +60,11 @@ static void destroy(cudnnBackendDescriptor_t *d)
     *d = NULL;
 }
 
-/* A finalized fp32 tensor descriptor of dims d (NCHW) with packed NCHW strides. */
-static bool tensor(const int64_t d[4], int64_t uid, int64_t align, cudnnBackendDescriptor_t *t, char *why,
-                   size_t why_len)
+/* A finalized tensor descriptor of type `type` and dims d (NCHW) with packed NCHW strides. */
+static bool tensor(const int64_t d[4], cudnnDataType_t type, int64_t uid, int64_t align, cudnnBackendDescriptor_t *t,
+                   char *why, size_t why_len)
 {
     int64_t strides[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
-    cudnnDataType_t type = CUDNN_DATA_FLOAT;
     return TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t)) &&
            TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)) &&
            TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, d)) &&
@@ -90,12 +89,13 @@ bool conv_graph_create(cuda_env *env, const layer *l, int align_io, int align_w,
     if (why_len)
         why[0] = 0;
     const layer_params *p = &l->p;
-    if (l->in.rank != 4 || (l->dtype != DTYPE_FP32 && l->dtype != DTYPE_TF32)) {
-        snprintf(why, why_len, "the graph API path takes fp32 and tf32 NCHW convolutions only");
+    if (l->in.rank != 4 || l->dtype == DTYPE_INT8) {
+        snprintf(why, why_len, "the graph API path takes fp32, tf32, bf16 and fp16 NCHW convolutions");
         return false;
     }
     g->transposed = l->kind == LAYER_CONV_TRANSPOSE2D;
-    g->math = l->dtype == DTYPE_TF32 ? CUDNN_MATH_TF32 : CUDNN_MATH_FP32;
+    g->math = l->dtype == DTYPE_TF32 ? CUDNN_MATH_TF32 : l->dtype == DTYPE_FP32 ? CUDNN_MATH_FP32 : CUDNN_MATH_HALF;
+    cudnnDataType_t type = cuda_dnn_type(l->dtype);
     /* the filter as the forward convolution sees it (conv2d_cuda.c says why) */
     int64_t k = g->transposed ? l->in.d[1] : p->out_channels;
     int64_t cg = g->transposed ? p->out_channels / p->groups : l->in.d[1] / p->groups;
@@ -124,8 +124,9 @@ bool conv_graph_create(cuda_env *env, const layer *l, int align_io, int align_w,
                                 a_beta = g->transposed ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA
                                                        : CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA;
     bool ok =
-        tensor(din, UID_IN, align_io, &g->t[0], why, why_len) && tensor(dw, UID_W, align_w, &g->t[1], why, why_len) &&
-        tensor(dout, UID_OUT, align_io, &g->t[2], why, why_len) &&
+        tensor(din, type, UID_IN, align_io, &g->t[0], why, why_len) &&
+        tensor(dw, type, UID_W, align_w, &g->t[1], why, why_len) &&
+        tensor(dout, type, UID_OUT, align_io, &g->t[2], why, why_len) &&
         TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv)) &&
         TRY(cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp)) &&
         TRY(cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)) &&

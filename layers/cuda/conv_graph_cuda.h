@@ -28,8 +28,8 @@ typedef struct graph_plan {
     int64_t workspace;                  /* bytes */
 } graph_plan;
 
-/* Builds the operation graph of layer l's convolution (fp32 NCHW tensors, the math
- * mode from the dtype), its input and output taken as align_io-byte aligned and its
+/* Builds the operation graph of layer l's convolution (NCHW tensors of its dtype: fp32
+ * (tf32's too), bf16 or fp16, float compute; the math mode from the dtype), its input and output taken as align_io-byte aligned and its
  * weights as align_w (cudnn_alignment of the weights' address, at most 16 as PyTorch
  * takes it). False with why when cuDNN refuses it. */
 bool conv_graph_create(cuda_env *env, const layer *l, int align_io, int align_w, conv_graph *g, char *why,

@@ -1,9 +1,9 @@
 /* bf16 and fp16 on the GPU. linear: cublasGemmEx on the 16-bit tensors with
  * CUBLAS_COMPUTE_32F passed explicitly (C has no default for it), as PyTorch runs
  * torch.nn.functional.linear in half precision, and the bias added by a kernel of ours
- * in fp32. Every other kind, for now: its fp32 kernel on fp32 copies of its tensors, the
- * conversions on the device inside the timed run, and impl says "fp32 copies: ...".
- * Convolutions in cuDNN's 16-bit NHWC tensor-core paths are the GPU issue's next step.
+ * in fp32. Convolutions run on their 16-bit tensors too (conv2d_cuda.c, NCHW). Every
+ * other kind, for now: its fp32 kernel on fp32 copies of its tensors, the conversions
+ * on the device inside the timed run, and impl says "fp32 copies: ...".
  * Written and compiled without a GPU: tests/test_layers.c runs every kind in bf16 and
  * fp16 on the next GPU (the cells are filled, so it does). */
 #include <limits.h>

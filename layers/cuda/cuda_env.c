@@ -104,7 +104,18 @@ const char *cuda_blas_status_string(cublasStatus_t s)
     }
 }
 
+cudnnDataType_t cuda_dnn_type(dtype_t t)
+{
+    return t == DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : t == DTYPE_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len)
+{
+    return cuda_tensor_desc_typed(env, desc, s, CUDNN_DATA_FLOAT, why, why_len);
+}
+
+bool cuda_tensor_desc_typed(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, cudnnDataType_t t,
+                            char *why, size_t why_len)
 {
     int64_t d[4] = {s->d[0], s->d[1], s->rank >= 3 ? s->d[2] : 1, s->rank == 4 ? s->d[3] : 1};
     /* cuDNN's descriptors hold int dimensions and strides: the element count must fit */
@@ -114,7 +125,7 @@ bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_
         return false;
     }
     return CUDNN_OK(env, cudnnCreateTensorDescriptor(desc)) &&
-           CUDNN_OK(env, cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d[0], (int)d[1],
+           CUDNN_OK(env, cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, t, (int)d[0], (int)d[1],
                                                     (int)d[2], (int)d[3]));
 }
 

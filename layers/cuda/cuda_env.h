@@ -40,8 +40,9 @@ typedef struct cuda_env {
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
-    bool tf32;                 /* the layer being set up runs in TF32 (its dtype is tf32): its
-                                  setup sets it from the layer, for the search's helpers */
+    bool tf32;                 /* the convolution being set up may use math beyond FMA (its
+                                  dtype is tf32, bf16 or fp16): its setup sets it from the
+                                  layer, for the search's helpers */
     cuda_algo_mode algo;
     cuda_conv_api conv_api;
     bool engine_forced;        /* LAYERBENCH_CUDNN_ENGINE: every convolution runs this engine */
@@ -115,6 +116,11 @@ static inline bool cuda_check_blas(cuda_env *env, cublasStatus_t s, const char *
  * False if a library call failed (env->failed) or if cuDNN cannot describe the tensor
  * (more than INT_MAX elements): then why (may be NULL) says so. */
 bool cuda_tensor_desc(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, char *why, size_t why_len);
+/* ... of elements of cuDNN data type t */
+bool cuda_tensor_desc_typed(cuda_env *env, cudnnTensorDescriptor_t *desc, const shape_t *s, cudnnDataType_t t,
+                            char *why, size_t why_len);
+/* cuDNN's data type of a dtype: float for fp32 and tf32, BFLOAT16, HALF. */
+cudnnDataType_t cuda_dnn_type(dtype_t t);
 
 /* The kernels call(user) launches, named from a CUDA graph capture of it
  * (kernels_cuda.c, the backend's kernel_names); false when they cannot be told. */
@@ -156,6 +162,9 @@ cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const floa
  * elements of type t, rounded back. */
 cudaError_t cuda_convert_launch(cudaStream_t s, void *dst, int to, const void *src, int from, int64_t n);
 cudaError_t cuda_bias_rows_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t rows, int64_t cols);
+/* ... and per channel of an NCHW tensor of type t ([n][c][hw]) */
+cudaError_t cuda_bias_channels_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t n, int64_t c,
+                                      int64_t hw);
 
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets

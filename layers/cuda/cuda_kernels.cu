@@ -356,3 +356,19 @@ extern "C" cudaError_t cuda_fill_rows_launch(cudaStream_t s, float *y, const flo
         fill_rows_kernel<<<blocks_for(rows * cols), 256, 0, s>>>(y, bias, rows, cols);
     return cudaGetLastError();
 }
+
+// ---- a convolution's bias in bf16 or fp16: y[n][c][hw] += bias[c], summed in fp32 ----------
+
+__global__ void bias_channels_kernel(void *y, int t, const float *__restrict__ bias, int64_t total, int64_t c,
+                                     int64_t hw)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        store_from_float(y, i, t, load_as_float(y, i, t) + bias[(i / hw) % c]);
+}
+
+extern "C" cudaError_t cuda_bias_channels_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t n,
+                                                 int64_t c, int64_t hw)
+{
+    bias_channels_kernel<<<blocks_for(n * c * hw), 256, 0, s>>>(y, t, bias, n * c * hw, c, hw);
+    return cudaGetLastError();
+}
