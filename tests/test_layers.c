@@ -79,6 +79,8 @@ static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads =
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
 static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->sliding_window = 6; }
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
+/* the 16-key score blocks (head_dim a multiple of 16) with a tail of 13 keys, 4 queries a group */
+static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; }
 static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_dim = 37; }
 static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
@@ -337,6 +339,7 @@ static const layer_case cases[] = {
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
+    {"decode GQA 8/2, head_dim 32, 44 cached", LAYER_ATTENTION, S3(2, 1, 256), attn_gqa32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
     {"8 experts, top 2, uniform", LAYER_MOE, S3(2, 7, 24), moe_8x2, MORE(S3(2, 7, 8))},
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
@@ -740,10 +743,14 @@ int main(int argc, char **argv)
                     break;
                 }
                 printf("conv2d with LAYERBENCH_CPU_CONV_ALGO='%s', LAYERBENCH_CPU_GEMM_ISA=%s%s\n", tiled[a], isas[i],
-                       a == 0 ? "; linear" : "");
-                for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-                    if (cases[c].kind == LAYER_CONV2D || (a == 0 && cases[c].kind == LAYER_LINEAR))
+                       a == 0 ? "; linear; attention (fp32, bf16: one key at a time)" : "");
+                for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                    if (cases[c].kind == LAYER_CONV2D || (a == 0 && (cases[c].kind == LAYER_LINEAR ||
+                                                                     cases[c].kind == LAYER_ATTENTION)))
                         run_case(&b, &cases[c], seed + c, DTYPE_FP32);
+                    if (a == 0 && cases[c].kind == LAYER_ATTENTION)
+                        run_case(&b, &cases[c], seed + c, DTYPE_BF16);
+                }
                 backend_close(&b);
             }
         unsetenv("LAYERBENCH_CPU_GEMM_ISA");

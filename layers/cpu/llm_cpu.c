@@ -4,12 +4,16 @@
  * attention per (sample, kv head, token) over the threads: the query heads that share a
  * key/value head together, their scores against the keys the mask keeps (the cache's,
  * then the new tokens'), their softmax and the weighted sums of the values; a decode
- * step streams each kv head's cache once. In bf16, attention reads q, k, v and the cache
+ * step streams each kv head's cache once; where the GEMMs run AVX-512 and head_dim is a
+ * multiple of 16, the scores take 16 keys at a time (scores16). In bf16, attention reads q, k, v and the cache
  * as bf16 and computes in fp32 (the queries widened once, each key and value as it is
  * read), so the cache is read at its own size; the other kinds run on fp32 copies
  * (convert_cpu.c). */
 #include <math.h>
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,9 +152,10 @@ const backend_kernel cpu_rope_kernel = {.setup = rope_setup, .run = rope_run, .f
 
 typedef struct attention_state {
     float *scratch; /* per thread: the group's scores [G][keys], then its queries widened,
-                       its sums [G][head_dim] and one key or value widened [head_dim] */
+                       its sums [G][head_dim] and up to 16 keys or a value widened [16][head_dim] */
     int64_t keys, per_thread;
     int threads;
+    bool blocks16;  /* the scores of 16 keys at a time on AVX-512 (scores16) */
 } attention_state;
 
 static bench_status attention_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
@@ -161,11 +166,14 @@ static bench_status attention_setup(void *env, const layer *l, const void *w, vo
     int64_t group = p->num_heads / p->num_kv_heads;
     attention_state *s = xcalloc(1, sizeof *s);
     s->keys = p->kv_len + l->ins[1].d[1]; /* a cross-attention's keys: their own tokens */
-    s->per_thread = group * (s->keys + 2 * p->head_dim) + p->head_dim;
+    s->per_thread = group * (s->keys + 2 * p->head_dim) + 16 * p->head_dim;
     s->threads = omp_get_max_threads();
     s->scratch = xmalloc((size_t)(s->per_thread * s->threads) * sizeof *s->scratch);
+    /* where the GEMMs run their AVX-512 kernel (LAYERBENCH_CPU_GEMM_ISA holds both back) */
+    s->blocks16 = p->head_dim % 16 == 0 && strcmp(cpu_pgemm_get()->isa, "avx512") == 0;
     *ws = s->per_thread * s->threads * (int64_t)sizeof(float);
-    snprintf(impl, len, "per (sample, kv head) over threads, its %lld queries together%s", (long long)group,
+    snprintf(impl, len, "per (sample, kv head), its %lld queries together%s%s", (long long)group,
+             s->blocks16 ? ", 16-key avx512 scores" : "",
              l->dtype == DTYPE_BF16 ? ", bf16 in, fp32 sums" : "");
     *state = s;
     return BENCH_OK;
@@ -251,6 +259,80 @@ static void values_bf16(const float *p, int64_t G, int64_t ld, const uint16_t *v
     }
 }
 
+#if defined(__x86_64__)
+#define ATT_TARGET __attribute__((target("avx512f")))
+
+/* 16 vectors into one: lane j the sum of a[j]'s lanes (a transpose and add in four
+ * steps: within 128-bit lanes, then across them). */
+ATT_TARGET static inline __m512 sum16(const __m512 *a)
+{
+    __m512 b[8], c[4], e[2];
+    for (int k = 0; k < 8; k++)
+        b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x44), _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xee));
+    for (int k = 0; k < 2; k++)
+        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(e[0], e[1], 0x88), _mm512_shuffle_f32x4(e[0], e[1], 0xdd));
+}
+
+/* The scores of n keys (d % 16 == 0) 16 at a time: each query's 16 dot products summed
+ * in 16 registers and reduced together (sum16), instead of one horizontal sum per score;
+ * bf16 keys widened once per block into kf [16][d]. Returns the keys done (n rounded
+ * down to 16); scores_f32 or scores_bf16 take the rest. */
+ATT_TARGET static int64_t scores16(const float *q, int64_t G, const void *k, bool bf, int64_t n, int64_t stride,
+                                   int64_t d, float scale, float *out, int64_t ld, float *kf)
+{
+    int64_t j = 0;
+    __m512 sc = _mm512_set1_ps(scale);
+    for (; j + 16 <= n; j += 16) {
+        const float *kb = (const float *)k + j * stride;
+        int64_t ks = stride;
+        if (bf) { /* the block widened: [16][d] */
+            const uint16_t *k16 = (const uint16_t *)k + j * stride;
+            for (int jj = 0; jj < 16; jj++)
+                for (int64_t i = 0; i < d; i += 16) {
+                    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(k16 + jj * stride + i)));
+                    _mm512_storeu_ps(kf + jj * d + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+                }
+            kb = kf, ks = d;
+        }
+        for (int64_t g = 0; g < G; g++) {
+            __m512 acc[16];
+            for (int jj = 0; jj < 16; jj++)
+                acc[jj] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < d; i += 16) {
+                __m512 qv = _mm512_loadu_ps(q + g * d + i);
+                for (int jj = 0; jj < 16; jj++)
+                    acc[jj] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kb + jj * ks + i), acc[jj]);
+            }
+            _mm512_storeu_ps(out + g * ld + j, _mm512_mul_ps(sum16(acc), sc));
+        }
+    }
+    return j;
+}
+#endif
+
+/* The scores of n keys: 16 at a time where blocks16, then one at a time. */
+static void scores(bool blocks16, const float *q, int64_t G, const void *k, bool bf, int64_t n, int64_t stride,
+                   int64_t d, float scale, float *out, int64_t ld, float *kf)
+{
+    int64_t done = 0;
+#if defined(__x86_64__)
+    if (blocks16)
+        done = scores16(q, G, k, bf, n, stride, d, scale, out, ld, kf);
+#else
+    (void)blocks16;
+#endif
+    if (done == n)
+        return;
+    if (bf)
+        scores_bf16(q, G, (const uint16_t *)k + done * stride, n - done, stride, d, scale, out + done, ld, kf);
+    else
+        scores_f32(q, G, (const float *)k + done * stride, n - done, stride, d, scale, out + done, ld);
+}
+
 /* exp(s - max) in place, divided by their sum */
 CPU_ISA_CLONES
 static void softmax_span(float *s, int64_t n)
@@ -281,8 +363,8 @@ static void attention_range(const layer *l, int64_t t, int64_t *j0, int64_t *j1)
  * outputs are G * d contiguous elements): the keys [j0, j1] they see, those in the
  * cache ([N, Hkv, S, D] in w, keys then values) and those of the new tokens (ins[1],
  * ins[2]: [N, T, Hkv * D]). x: the thread's scratch (attention_state). */
-static void attention_group(const layer *l, const void *const *ins, const void *w, bool bf, int64_t b, int64_t g,
-                            int64_t t, float *x, int64_t keys, void *y)
+static void attention_group(const layer *l, const void *const *ins, const void *w, bool bf, bool blocks16, int64_t b,
+                            int64_t g, int64_t t, float *x, int64_t keys, void *y)
 {
     const layer_params *p = &l->p;
     int64_t d = p->head_dim, s = p->kv_len, t_len = l->in.d[1], hkv = p->num_kv_heads, G = p->num_heads / hkv, j0, j1;
@@ -300,17 +382,10 @@ static void attention_group(const layer *l, const void *const *ins, const void *
     int64_t tk = l->ins[1].d[1];
     const char *kn = (const char *)ins[1] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
     const char *vn = (const char *)ins[2] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
-    if (bf) {
-        if (nc > 0)
-            scores_bf16(qv, G, (const uint16_t *)(const void *)kc, nc, d, d, scale, sc + c0, keys, kf);
-        if (nn > 0)
-            scores_bf16(qv, G, (const uint16_t *)(const void *)kn, nn, hkv * d, d, scale, sc + n0, keys, kf);
-    } else {
-        if (nc > 0)
-            scores_f32(qv, G, (const float *)(const void *)kc, nc, d, d, scale, sc + c0, keys);
-        if (nn > 0)
-            scores_f32(qv, G, (const float *)(const void *)kn, nn, hkv * d, d, scale, sc + n0, keys);
-    }
+    if (nc > 0)
+        scores(blocks16, qv, G, kc, bf, nc, d, d, scale, sc + c0, keys, kf);
+    if (nn > 0)
+        scores(blocks16, qv, G, kn, bf, nn, hkv * d, d, scale, sc + n0, keys, kf);
     for (int64_t i = 0; i < G; i++)
         softmax_span(sc + i * keys + j0, j1 - j0 + 1);
     float *sum = bf ? acc : y;
@@ -341,7 +416,7 @@ static void attention_run(void *env, const layer *l, void *state, const void *co
         for (int64_t task = 0; task < tasks; task++) {
             int64_t b = task / (hkv * t_len), g = task / t_len % hkv, t = task % t_len;
             int th = omp_get_thread_num();
-            attention_group(l, ins, w, bf, b, g, t, s->scratch + (th < s->threads ? th : 0) * s->per_thread, s->keys,
+            attention_group(l, ins, w, bf, s->blocks16, b, g, t, s->scratch + (th < s->threads ? th : 0) * s->per_thread, s->keys,
                             (char *)out + ((b * t_len + t) * h + g * (h / hkv)) * d * el);
         });
 }
