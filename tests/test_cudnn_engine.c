@@ -10,7 +10,8 @@
 static cudnn_engine_tag tag(int64_t engine, int n, const cudnn_knob *k)
 {
     cudnn_engine_tag t = {.engine = engine, .n_knobs = n};
-    memcpy(t.knobs, k, (size_t)n * sizeof *k);
+    if (n)
+        memcpy(t.knobs, k, (size_t)n * sizeof *k);
     return t;
 }
 
