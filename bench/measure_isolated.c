@@ -186,10 +186,6 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
         return;
     }
     backend_layer_kernels(b, lu->t.state, r->impl, lu->t.in, lu->t.out, r->kernels, sizeof r->kernels);
-    if (ops->device.sync(b->ctx) != BENCH_OK) {
-        measure_row_fail(r, "the call that names its kernels failed: %s", backend_last_error(b));
-        return;
-    }
     double single = single_call_seconds(&lu->t);
     if (*backend_last_error(b)) {  /* a sample failed: say why here, not at the next call */
         measure_row_fail(r, "%s", backend_last_error(b));

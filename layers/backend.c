@@ -162,7 +162,7 @@ void backend_layer_kernels(const backend *b, const backend_layer *bl, const char
     if (b->ops->layers.kernel_names) {
         kernels_call k = {bl, in, out};
         if (!b->ops->layers.kernel_names(b->ctx, kernels_call_run, &k, buf, len))
-            snprintf(buf, len, "%s", ""); /* not told: empty, as the docs say */
+            buf[0] = 0; /* not told: empty, as the docs say */
         return;
     }
     size_t n = strlen(impl);

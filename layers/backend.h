@@ -274,7 +274,8 @@ void backend_layer_parts_read(const backend_layer *bl, double *seconds);
 int backend_layer_parts(const backend_layer *bl, layer_part_info *parts);
 void backend_layer_isolate(const backend_layer *bl, const void *const *in, char *impl, size_t impl_len);
 /* The kernels one call of the layer runs (on in and out), for the `kernels` column:
- * the backend's kernel_names where it has it (untimed: the call is run once more),
+ * the backend's kernel_names where it has it (untimed: cuda captures the call, never
+ * runs it, and clears what could not be captured),
  * else the kernel impl names: impl up to its first " (", " [" or ", " (the search's
  * and the fallback's remarks). */
 void backend_layer_kernels(const backend *b, const backend_layer *bl, const char *impl, const void *const *in,
