@@ -94,9 +94,12 @@ static const char usage_text[] =
     "                    one after the other, and pool their samples, so that the interval\n"
     "                    covers how much one process's figures differ from the next's; each\n"
     "                    takes 1/N of --timeout and --min-samples; a worker whose layers ran\n"
-    "                    over 5% slower in all than the fastest ran in a slow phase of the\n"
-    "                    machine and is set aside for another (up to 2N) (default 3; 0: all\n"
-    "                    in this process)\n"
+    "                    over --phase-band slower in all than the fastest ran in a slow phase\n"
+    "                    of the machine and is set aside for another (up to 2N) (default 3;\n"
+    "                    0: all in this process)\n"
+    "  --phase-band PCT  run, sweep: how much slower in all than the fastest worker (beyond\n"
+    "                    both sums' precision) a worker may run before it is set aside\n"
+    "                    (default 5; off: none is set aside, every worker is pooled)\n"
     "  --algo-cache FILE run, sweep: where the algorithm choices of --algo search are kept and\n"
     "                    reused by later runs, so that they run the same kernels (made once\n"
     "                    per machine, libraries, threads and layer; a choice made elsewhere\n"
@@ -250,7 +253,7 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
        OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING };
 
@@ -288,6 +291,7 @@ static const struct option long_opts[] = {
     {"conv-api", required_argument, NULL, OPT_CONV_API},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
+    {"phase-band", required_argument, NULL, OPT_PHASE_BAND},
     {"worker", required_argument, NULL, OPT_WORKER},
     {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
     {"slurm", required_argument, NULL, OPT_SLURM},
@@ -404,7 +408,7 @@ char **cli_shard_options(int argc, char **argv)
 /* Returns -1 to go on, or an exit code. */
 int cli_parse(int argc, char **argv, cli *c)
 {
-    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .routing = -1,
+    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .phase_band = PROCS_PHASE_BAND, .routing = -1,
                .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
@@ -502,6 +506,16 @@ int cli_parse(int argc, char **argv, cli *c)
                 return cli_usage_error("--processes expects an integer from 0 to 64, got '%s'", optarg);
             c->processes = (int)v;
             break;
+        case OPT_PHASE_BAND: {
+            double pct;
+            if (strcmp(optarg, "off") == 0)
+                c->phase_band = -1;
+            else if (parse_seconds(optarg, &pct) && pct <= 1000)
+                c->phase_band = pct / 100;
+            else
+                return cli_usage_error("--phase-band expects a percentage from 0 to 1000, or off, got '%s'", optarg);
+            break;
+        }
         case OPT_WORKER: c->worker = optarg; break;
         case OPT_ALGO_CACHE:
             if (!*optarg)

@@ -63,6 +63,7 @@ typedef struct cli {
     unsigned groups;         /* --group-by: REPORT_GROUP_* bits, 0 for the default */
     bool inmodel;            /* compare --inmodel */
     int processes;           /* --processes */
+    double phase_band;       /* --phase-band as a fraction; below 0: off */
     const char *worker;      /* the hidden --worker SPEC: this process is a worker (procs.h) */
     const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
     bool algo_cache_given;   /* ... given on the command line */

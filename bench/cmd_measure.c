@@ -427,7 +427,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
         .error = c->error,
-        .procs = {c->processes, wargv, n_shapes > 1},
+        .procs = {c->processes, wargv, n_shapes > 1, c->phase_band},
         .shapes = shapes, .n_shapes = shapes ? n_shapes : 0,
         .note = *cache_note ? cache_note : NULL,
     };
@@ -438,6 +438,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     if (out.has_json) /* last: it says how the others' writes went */
         plan.reps[plan.n_reps++] = report_json_create(&out.json, &plan.ctx);
     plan.ctx.processes = c->processes;
+    plan.ctx.phase_band = c->phase_band;
     signals_catch();
     rc = runner_execute(m, &plan, &mo);
     if (cache && c->processes == 0) /* else the workers saved it */

@@ -536,7 +536,7 @@ static void layer_sums(run_result *const *rs, int k, double *sum, double *unc)
         unc[w] = sum[w] > 0 ? unc[w] / sum[w] : 0;
 }
 
-int procs_fast_phase(const double *sum, const double *unc, int k, bool *fast)
+int procs_fast_phase(const double *sum, const double *unc, int k, double band, bool *fast)
 {
     int b = -1;
     for (int w = 0; w < k; w++)
@@ -544,16 +544,16 @@ int procs_fast_phase(const double *sum, const double *unc, int k, bool *fast)
             b = w;
     int n = 0;
     for (int w = 0; w < k; w++)
-        n += fast[w] = b < 0 || sum[w] <= sum[b] * (1 + PROCS_PHASE_BAND + unc[w] + unc[b]);
+        n += fast[w] = b < 0 || band < 0 || sum[w] <= sum[b] * (1 + band + unc[w] + unc[b]);
     return n;
 }
 
 /* procs_fast_phase of the k results. */
-static int fast_phase(run_result *const *rs, int k, bool *fast)
+static int fast_phase(run_result *const *rs, int k, double band, bool *fast)
 {
     double *sum = xcalloc((size_t)(k ? k : 1), sizeof *sum), *unc = xcalloc((size_t)(k ? k : 1), sizeof *unc);
     layer_sums(rs, k, sum, unc);
-    int n = procs_fast_phase(sum, unc, k, fast);
+    int n = procs_fast_phase(sum, unc, k, band, fast);
     free(sum), free(unc);
     return n;
 }
@@ -572,7 +572,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     bench_status st = BENCH_OK;
     char batch[32], spec[4200], skip[4096];
     snprintf(batch, sizeof batch, "%lld", (long long)m->batch);
-    for (int attempt = 0; k < most && (k < pp->count || fast_phase(rs, k, fast) < pp->count) && deaths < PROCS_MAX_DEATHS;
+    for (int attempt = 0; k < most && (k < pp->count || fast_phase(rs, k, pp->phase_band, fast) < pp->count) && deaths < PROCS_MAX_DEATHS;
          attempt++) {
         if (o->stop && *o->stop) {
             st = BENCH_ERR_INTERRUPTED;
@@ -666,7 +666,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     int kept = 0, aside = 0;
     double slow = 0, best = 0, *sum = xcalloc((size_t)most, sizeof *sum), *unc = xcalloc((size_t)most, sizeof *unc);
     run_result **pooled = xcalloc((size_t)most, sizeof *pooled);
-    fast_phase(rs, k, fast);
+    fast_phase(rs, k, pp->phase_band, fast);
     layer_sums(rs, k, sum, unc);
     for (int w = 0; w < k; w++) {
         if (fast[w]) {

@@ -41,6 +41,8 @@ typedef struct procs_plan {
                              (main.c builds it); NULL-terminated */
     bool shapes;          /* the sets differ in their token shape (a sweep over --tokens or
                              --kv-len): each worker is given its set's */
+    double phase_band;    /* --phase-band: a worker this much slower in all than the fastest
+                             ran in a slow phase (a fraction); below 0: none is set aside */
 } procs_plan;
 
 /* Measures one set as measure_model() does, in pp->count worker processes, pooling
@@ -56,15 +58,16 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
  * then the result to FD. Returns the exit status. */
 int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode);
 
-/* A worker whose layers took this much longer in all than the fastest worker's of its
- * set ran in a slow phase of the machine (above). */
+/* The default of --phase-band: a worker whose layers took this much longer in all than
+ * the fastest worker's of its set ran in a slow phase of the machine (above). */
 #define PROCS_PHASE_BAND 0.05
 
 /* Which of k workers ran in the fastest phase seen, from each one's sum of the medians
  * of the layers all of them timed (sum[w] <= 0: unknown, counted fast) and how precise
  * it is (unc[w]: the intervals' half-widths over the sum): fast[w] true when within
- * PROCS_PHASE_BAND, plus both sums' precision, of the least sum. Returns how many. */
-int procs_fast_phase(const double *sum, const double *unc, int k, bool *fast);
+ * band, plus both sums' precision, of the least sum (band below 0: every one is).
+ * Returns how many. */
+int procs_fast_phase(const double *sum, const double *unc, int k, double band, bool *fast);
 
 /* The pooled interval of a median M from k >= 2 processes whose own medians are med[]:
  * [M - h, M + h] with h = t(0.975, k - 1) s / sqrt(k), s the standard deviation of

@@ -129,6 +129,7 @@ typedef struct report_context {
     const char *algo_cache;    /* --algo-cache's path, or NULL when none was used; then: */
     int algo_taken, algo_other_context, algo_malformed; /* choices taken, made elsewhere, unreadable */
     int processes;             /* --processes */
+    double phase_band;         /* --phase-band as a fraction; below 0: off */
 } report_context;
 
 /* "results/x.csv" -> "results/x.json"; caller frees. */

@@ -190,11 +190,14 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
     strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
     strbuf_json(f, ctx->modes ? ctx->modes : "auto");
     strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
-                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, "
-                     "\"disturbed_share\": %g, \"algo_cache\": ",
+                     "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, \"phase_band_pct\": ",
                   ctx->mo->warmup_time, ctx->mo->min_time, ctx->mo->max_noise, ctx->mo->min_samples, ctx->mo->timeout,
-                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes,
-                  MEASURE_DISTURBED_SHARE);
+                  ctx->mo->dedupe ? "true" : "false", (unsigned long long)ctx->mo->seed, ctx->processes);
+    if (ctx->phase_band < 0)
+        strbuf_printf(f, "null");
+    else
+        strbuf_printf(f, "%g", 100 * ctx->phase_band);
+    strbuf_printf(f, ", \"disturbed_share\": %g, \"algo_cache\": ", MEASURE_DISTURBED_SHARE);
     if (ctx->algo_cache) {
         strbuf_append(f, "{\"path\": ", 9);
         strbuf_json(f, ctx->algo_cache);

@@ -116,9 +116,9 @@ Each finished set has a `measurement` list, one object per timing mode:
 ```
 
 `processes_set_aside` counts the workers that ran in a slow phase of the machine (their
-layers took more than 5% longer in all than the fastest worker's) and were replaced;
-`set_aside_slower_pct` says how much longer. `options` has `processes`,
-`disturbed_share` (0.01) and `algo_cache` (null with `--algo-cache none`):
+layers took more than `--phase-band` (5%) longer in all than the fastest worker's) and
+were replaced; `set_aside_slower_pct` says how much longer. `options` has `processes`,
+`phase_band_pct` (5; null with `--phase-band off`), `disturbed_share` (0.01) and `algo_cache` (null with `--algo-cache none`):
 `{"path": "/root/.cache/layerbench/choices.tsv", "taken": 11, "other_context": 0, "malformed": 0}`,
 how many choices the file gave this run and how many lines it left unused because they
 were made under another context (another CPU, libraries, thread count or settings).

@@ -9,24 +9,33 @@ BENCH=$1
 SRC=$2
 . "$SRC/tests/common.sh"
 
-# --- the worker processes: the timed rows pool up to 3 (fewer where a process was left
-# out of a row: another auto mode, contended, or a slow phase of the machine, which the
-# suite's tests running side by side can make), the JSON says how they spread and how
-# many rounds timed the canary (none where every timing of it was disturbed)
+# --- the worker processes. With --phase-band off every worker is pooled: the timed rows
+# pool 1 to 3 processes, some 2 or more (fewer only where a process was left out of a
+# row: another auto mode, or contended, which the suite's tests running side by side can
+# make), and the JSON says how they spread and how many rounds timed the canary (none
+# where every timing of it was disturbed)
 pooled() {
   awk -F, "$COLS"' $c["status"]=="ok" && $c["mode"]!="inmodel" {several += $c["processes"]>=2; bad += $c["processes"]<1 || $c["processes"]>3}
     END {exit bad > 0 || several == 0}' "$1"
 }
-expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv"
-# a run beside the sanitizer build's zoo once had every row left to one process (the
-# others set aside in slow phases): such a run is measured again, once, and said
+expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --phase-band off --csv "$T/p.csv"
 if ! pooled "$T/p.csv"; then
-  echo "test_processes: no row pooled 2 or more processes (a busy machine?); measured again"
-  "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/p.csv" >/dev/null 2>&1
+  echo "test_processes: no row pooled 2 or more processes (every row contended?); measured again"
+  "$BENCH" run "$SMOKE" "${FAST[@]}" --phase-band off --csv "$T/p.csv" >/dev/null 2>&1
 fi
 pooled "$T/p.csv" && ok || bad "the timed rows do not pool 1 to 3 processes, some 2 or more"
-grep -qE '"measurement": \[\{"mode": "auto", "processes": [1-3], "process_spread_pct"' "$T/p.json" && grep -q '"canary_rounds": [0-9]' "$T/p.json" \
-  && ok || bad "the JSON lacks the processes' spread or the canary: $(grep -o '"measurement".\{0,200\}' "$T/p.json")"
+grep -qE '"measurement": \[\{"mode": "auto", "processes": 3, "process_spread_pct"' "$T/p.json" && grep -q '"canary_rounds": [0-9]' "$T/p.json" \
+  && grep -q '"processes_set_aside": 0,' "$T/p.json" && grep -q '"phase_band_pct": null,' "$T/p.json" \
+  && ok || bad "--phase-band off: the JSON lacks 3 processes, none set aside, or the canary: $(grep -o '"measurement".\{0,300\}' "$T/p.json")"
+# the default band (5%): a worker set aside ran more than 5% slower in all, and the
+# workers pooled and set aside are at most twice --processes (whether any is set aside
+# is the machine's doing)
+expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv "$T/pb.csv"
+sed -n 's/.*"measurement": \[{"mode": "auto", "processes": \([0-9]*\),.*"processes_set_aside": \([0-9]*\), "set_aside_slower_pct": \([0-9.]*\),.*/\1 \2 \3/p' "$T/pb.json" \
+  | awk '{ok = $1 >= 1 && $1 <= 3 && $1 + $2 <= 6 && ($2 == 0 ? $3 == 0 : $3 > 5)} END {exit !(NR == 1 && ok)}' \
+  && grep -q '"phase_band_pct": 5,' "$T/pb.json" \
+  && ok || bad "the default band: $(grep -o '"measurement".\{0,300\}' "$T/pb.json")"
+expect 2 "--phase-band expects" -- "$BENCH" run "$SMOKE" --phase-band fast
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
 awk -F, "$COLS"' $c["status"]=="ok" && $c["processes"]!=0 {bad++} END {exit bad>0}' "$T/p0.csv" && ok || bad "--processes 0 pooled"
 expect 2 "--processes expects" -- "$BENCH" run "$SMOKE" --processes 65

@@ -156,16 +156,22 @@ static void test_processes(void)
 
     double sums[5] = {7000, 8100, 7300, 0, 7400}, precise[5] = {0};
     bool fast[5];
-    int n = procs_fast_phase(sums, precise, 5, fast);
+    int n = procs_fast_phase(sums, precise, 5, PROCS_PHASE_BAND, fast);
     EXPECT(n == 3 && fast[0] && !fast[1] && fast[2] && fast[3] && !fast[4],
            "fast phase: %d (%d %d %d %d %d), expected 7000, 7300 and the unknown", n, fast[0], fast[1], fast[2], fast[3],
            fast[4]);
     double all_slow[3] = {9000, 9100, 8900};
-    EXPECT(procs_fast_phase(all_slow, precise, 3, fast) == 3, "one phase for all: none set aside");
+    EXPECT(procs_fast_phase(all_slow, precise, 3, PROCS_PHASE_BAND, fast) == 3, "one phase for all: none set aside");
     /* sums known to +-3% each: 7400 is within 5% + 3% + 3% of 7000, 8100 is not */
     double rough[5] = {0.03, 0.03, 0.03, 0.03, 0.03};
-    n = procs_fast_phase(sums, rough, 5, fast);
+    n = procs_fast_phase(sums, rough, 5, PROCS_PHASE_BAND, fast);
     EXPECT(n == 4 && fast[4] && !fast[1], "rough sums: %d fast, 7400 %d, 8100 %d", n, fast[4], fast[1]);
+    /* --phase-band 20: 8100 is within 20% of 7000; off: every worker is kept */
+    n = procs_fast_phase(sums, precise, 5, 0.20, fast);
+    EXPECT(n == 5, "a 20%% band: %d fast, expected all five", n);
+    double far[3] = {1000, 5000, 9000};
+    n = procs_fast_phase(far, precise, 3, -1, fast);
+    EXPECT(n == 3 && fast[1] && fast[2], "band off: %d fast, expected all three", n);
 }
 
 int main(void)
