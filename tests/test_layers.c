@@ -81,6 +81,11 @@ static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->slidin
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
 /* the 16-key score blocks (head_dim a multiple of 16) with a tail of 13 keys, 4 queries a group */
 static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; }
+/* the AVX-512 value sums' register chunks: 128 (two queries a chunk), 96 (two, 12
+ * registers), 256 (one) */
+static void attn_d128(layer_params *p) { p->num_heads = 4; p->num_kv_heads = 1; p->head_dim = 128; p->kv_len = 33; }
+static void attn_d96(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 1; p->head_dim = 96; p->kv_len = 5; }
+static void attn_d256(layer_params *p) { p->num_heads = 2; p->num_kv_heads = 2; p->head_dim = 256; p->kv_len = 20; }
 static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_dim = 37; }
 static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
@@ -340,6 +345,9 @@ static const layer_case cases[] = {
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
     {"decode GQA 8/2, head_dim 32, 44 cached", LAYER_ATTENTION, S3(2, 1, 256), attn_gqa32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
+    {"decode GQA 4/1, head_dim 128, 33 cached", LAYER_ATTENTION, S3(2, 1, 512), attn_d128, MORE(S3(2, 1, 128), S3(2, 1, 128))},
+    {"GQA 3/1, head_dim 96, 5 cached, 3 new", LAYER_ATTENTION, S3(1, 3, 288), attn_d96, MORE(S3(1, 3, 96), S3(1, 3, 96))},
+    {"decode, 2 heads of 256, 20 cached", LAYER_ATTENTION, S3(1, 1, 512), attn_d256, MORE(S3(1, 1, 512), S3(1, 1, 512))},
     {"8 experts, top 2, uniform", LAYER_MOE, S3(2, 7, 24), moe_8x2, MORE(S3(2, 7, 8))},
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
@@ -768,13 +776,14 @@ int main(int argc, char **argv)
         } else
             EXPECT(false, "the cpu backend reopens");
         bo.algo_heuristic = false;
-        /* bf16 convolutions and linear layers as a CPU without AVX512_BF16 runs them: on
-         * fp32 copies (above, they ran on vdpbf16ps where this CPU has it) */
+        /* bf16 convolutions, linear layers and attention as a CPU without AVX512_BF16
+         * runs them: on fp32 copies, or attention's keys widened (above, they ran on
+         * vdpbf16ps where this CPU has it) */
         setenv("LAYERBENCH_CPU_NO_BF16", "1", 1);
         if (backend_open(ops, &bo, &b, err, sizeof err) == BENCH_OK) {
-            printf("bf16 conv2d and linear with LAYERBENCH_CPU_NO_BF16=1\n");
+            printf("bf16 conv2d, linear and attention with LAYERBENCH_CPU_NO_BF16=1\n");
             for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-                if (cases[c].kind == LAYER_CONV2D || cases[c].kind == LAYER_LINEAR)
+                if (cases[c].kind == LAYER_CONV2D || cases[c].kind == LAYER_LINEAR || cases[c].kind == LAYER_ATTENTION)
                     run_case(&b, &cases[c], seed + c, DTYPE_BF16);
             backend_close(&b);
         }
