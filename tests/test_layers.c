@@ -268,6 +268,7 @@ static const layer_case cases[] = {
     {"2 tokens, 77 features, 13 out (bf16: gemv tails)", LAYER_LINEAR, S3(1, 2, 77), lin_13},
     {"4 rows, 1024 features, 1100 out (parallel gemv)", LAYER_LINEAR, S2(4, 1024), lin_1100},
     {"1 row, 1056 features, 1001 out (gemv: two streams, a row over)", LAYER_LINEAR, S2(1, 1056), lin_1001},
+    {"1 row, 1048 features, 1100 out (gemv: 32 whole chunks of 32, then 24 masked)", LAYER_LINEAR, S2(1, 1048), lin_1100},
     {"2 rows, 96 features, 9 out (gemv: two streams, a 32-feature chunk over)", LAYER_LINEAR, S2(2, 96), lin_9},
     {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},
     {"dim -1", LAYER_SOFTMAX, S2(3, 17), sm_last},
