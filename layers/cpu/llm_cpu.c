@@ -347,10 +347,11 @@ ATT_DP_TARGET static int64_t scores16_dp(const uint16_t *q, int64_t G, const uin
  * and once from memory in all (a chunk's rows come back from the L1 or L2 cache). Before,
  * each value was widened into memory by a call and each query's sums were loaded and
  * stored per value: 30% of a decode step's attention on Zen 4. */
-ATT_TARGET static void values16(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n,
-                                int64_t stride, int64_t d, float *acc)
+ATT_TARGET static inline __attribute__((always_inline)) void
+values16_nv(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n, int64_t stride, int64_t d,
+            float *acc, const int nv)
 {
-    int64_t nv = d / 16, gs = 16 / nv;
+    const int gs = 16 / nv; /* constants where inlined: the sums stay in registers */
     for (int64_t g0 = 0; g0 < G; g0 += gs) {
         int64_t gn = G - g0 < gs ? G - g0 : gs;
         __m512 a[16];
@@ -358,23 +359,39 @@ ATT_TARGET static void values16(const float *p, int64_t G, int64_t ld, const voi
             a[r] = _mm512_setzero_ps();
         for (int64_t j = 0; j < n; j++) {
             __m512 vv[16];
-            for (int64_t i = 0; i < nv; i++)
+            for (int i = 0; i < nv; i++)
                 vv[i] = bf ? _mm512_castsi512_ps(_mm512_slli_epi32(
                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(
                                      (const __m256i *)((const uint16_t *)v + j * stride + 16 * i))),
                                  16))
                            : _mm512_loadu_ps((const float *)v + j * stride + 16 * i);
-            for (int64_t g = 0; g < gn; g++) {
-                __m512 w = _mm512_set1_ps(p[(g0 + g) * ld + j]);
-                for (int64_t i = 0; i < nv; i++)
-                    a[g * nv + i] = _mm512_fmadd_ps(w, vv[i], a[g * nv + i]);
-            }
+            for (int g = 0; g < gs; g++)
+                if (g < gn) {
+                    __m512 w = _mm512_set1_ps(p[(g0 + g) * ld + j]);
+                    for (int i = 0; i < nv; i++)
+                        a[g * nv + i] = _mm512_fmadd_ps(w, vv[i], a[g * nv + i]);
+                }
         }
-        for (int64_t g = 0; g < gn; g++)
-            for (int64_t i = 0; i < nv; i++) {
-                float *o = acc + (g0 + g) * d + 16 * i;
-                _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[g * nv + i]));
-            }
+        for (int g = 0; g < gs; g++)
+            if (g < gn)
+                for (int i = 0; i < nv; i++) {
+                    float *o = acc + (g0 + g) * d + 16 * i;
+                    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[g * nv + i]));
+                }
+    }
+}
+
+ATT_TARGET static void values16(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n,
+                                int64_t stride, int64_t d, float *acc)
+{
+    switch (d / 16) {
+#define VALUES16_CASE(NV)                                                                                        \
+    case NV: values16_nv(p, G, ld, v, bf, n, stride, d, acc, NV); break;
+        VALUES16_CASE(1) VALUES16_CASE(2) VALUES16_CASE(3) VALUES16_CASE(4) VALUES16_CASE(5) VALUES16_CASE(6)
+        VALUES16_CASE(7) VALUES16_CASE(8) VALUES16_CASE(9) VALUES16_CASE(10) VALUES16_CASE(11) VALUES16_CASE(12)
+        VALUES16_CASE(13) VALUES16_CASE(14) VALUES16_CASE(15) VALUES16_CASE(16)
+#undef VALUES16_CASE
+    default: break;
     }
 }
 #endif
@@ -425,6 +442,7 @@ CPU_ISA_CLONES
 static void softmax_span(float *s, int64_t n)
 {
     float top = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : top)
     for (int64_t j = 0; j < n; j++)
         top = s[j] > top ? s[j] : top;
 #pragma omp simd reduction(+ : sum)
