@@ -668,7 +668,10 @@ static void print_decoder(console *c, const run_result *res)
     summary_line(c, "memory limit per token", report_format_time(limit, b, sizeof b),
                  "(weights and KV cache read once: %s at the measured %.1f GB/s; the forward takes %.2fx%s)",
                  bench_format_bytes(state, a, sizeof a), bw * 1e-9, med / limit,
-                 state <= res->peaks.cache_bytes ? "; they fit in the caches, which are faster" : "");
+                 state <= res->peaks.cache_bytes ? "; they fit in the caches, which are faster"
+                 : med < limit ? "; under 1x: the memory ran faster during the forward than in the probe at the "
+                                 "start, so its speed moved during the run (run again to compare)"
+                               : "");
     if (lin_time > 0) {
         char v[24];
         snprintf(v, sizeof v, "%.0f%%", 100 * (double)lin_bytes / lin_time / bw);
