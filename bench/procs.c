@@ -666,8 +666,8 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     int kept = 0, aside = 0;
     double slow = 0, best = 0, *sum = xcalloc((size_t)most, sizeof *sum), *unc = xcalloc((size_t)most, sizeof *unc);
     run_result **pooled = xcalloc((size_t)most, sizeof *pooled);
-    fast_phase(rs, k, pp->phase_band, fast);
     layer_sums(rs, k, sum, unc);
+    procs_fast_phase(sum, unc, k, pp->phase_band, fast);
     for (int w = 0; w < k; w++) {
         if (fast[w]) {
             best = best == 0 || (sum[w] > 0 && sum[w] < best) ? sum[w] : best;

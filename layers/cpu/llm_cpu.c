@@ -516,8 +516,9 @@ static void attention_run(void *env, const layer *l, void *state, const void *co
         for (int64_t task = 0; task < tasks; task++) {
             int64_t b = task / (hkv * t_len), g = task / t_len % hkv, t = task % t_len;
             int th = omp_get_thread_num();
-            attention_group(l, ins, w, bf, s->blocks16, s->dp, b, g, t,
-                            s->scratch + (th < s->threads ? th : 0) * s->per_thread, s->keys, (char *)out + ((b * t_len + t) * h + g * (h / hkv)) * d * el);
+            float *x = s->scratch + (th < s->threads ? th : 0) * s->per_thread;
+            attention_group(l, ins, w, bf, s->blocks16, s->dp, b, g, t, x, s->keys,
+                            (char *)out + ((b * t_len + t) * h + g * (h / hkv)) * d * el);
         });
 }
 
