@@ -412,7 +412,7 @@ int cli_parse(int argc, char **argv, cli *c)
                .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP,
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
-                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
+                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1, .stream_rounds = true}};
     opterr = 0;
     int opt;
     long v;
@@ -523,7 +523,7 @@ int cli_parse(int argc, char **argv, cli *c)
             c->algo_cache = strcmp(optarg, "none") == 0 ? NULL : optarg;
             c->algo_cache_given = true;
             break;
-        case OPT_NO_PEAKS: c->no_peaks = true; break;
+        case OPT_NO_PEAKS: c->no_peaks = true, c->mo.stream_rounds = false; break;
         case OPT_SLURM:
             if (!*optarg)
                 return cli_usage_error("%s", "--slurm expects a folder for the sweep's parts");

@@ -100,12 +100,15 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     sched_others others;
     if (o->waited)
         sched_others_begin(&others);
-    dvec canary = {0};
+    dvec canary = {0}, stream = {0};
     if (o->waited_reset)
         o->waited_reset(o->waited_user);
-    st = measure_sample_units(units, n_units, o, b, mode, &canary, err, errlen);
+    bool decode = model_tokens(m) == 1 && model_kv_len(m) > 0;
+    st = measure_sample_units(units, n_units, o, b, mode, &canary, o->stream_rounds && decode ? &stream : NULL, err,
+                              errlen);
     measure_progress(o, b, mode, 0, 0, 0, NULL);
     out->canary = canary.v, out->n_canary = (int)canary.n;
+    out->stream = stream.v, out->n_stream = (int)stream.n;
     int64_t disturbed = 0;
     for (int i = 0; i < n_units; i++) {
         unit_finish(&units[i], o);
@@ -166,8 +169,8 @@ void run_result_free(run_result *r)
         free(r->parts[j].r.kept);
     free(r->chained.kept), free(r->graph.kept), free(r->upload.kept), free(r->download.kept);
     r->chained.kept = r->graph.kept = r->upload.kept = r->download.kept = NULL;
-    free(r->canary);
-    r->canary = NULL, r->n_canary = 0;
+    free(r->canary), free(r->stream);
+    r->canary = r->stream = NULL, r->n_canary = r->n_stream = 0;
     free(r->layers);
     free(r->inmodel);
     free(r->forward_sample);

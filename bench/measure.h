@@ -52,6 +52,11 @@ typedef struct measure_options {
      * out the whole-model rows. A worker process is told to skip what killed another. */
     const bool *skip;
     bool skip_model;
+    /* A decoder's decode step (one new token after a KV cache) times the backend's
+     * memory stream (backend_timing_i.stream) at the start of rounds, beside the
+     * canary, spaced to take at most a tenth of the sampling: its memory limit is its
+     * bytes over that stream (run_result.stream). Off with --no-peaks. */
+    bool stream_rounds;
 } measure_options;
 
 /* A sample is disturbed when its threads waited for a CPU for more than this share of
@@ -174,6 +179,11 @@ typedef struct run_result {
      * theirs. A slower canary means a slower machine, not slower layers. */
     double *canary;
     int n_canary;
+    /* With measure_options.stream_rounds: the memory stream timed at the start of rounds
+     * over the sampling, bytes per second, n_stream of them (owned); across processes,
+     * all of theirs. */
+    double *stream;
+    int n_stream;
     int processes;          /* worker processes pooled in this set (0: measured in this process) */
     int processes_aside;    /* ... and set aside: they ran in a slow phase of the machine (procs.h) */
     double phase_slowdown;  /* how much longer their layers took in all than the pooled ones', a fraction */
@@ -188,6 +198,9 @@ double measure_canary(void);
 /* The canary's summary over rounds: its median and its drift, (max - min) / median;
  * zeros when none. */
 void measure_canary_summary(const run_result *r, double *median, double *drift);
+/* The memory stream over the rounds (run_result.stream): its median, min and max, bytes
+ * per second; zeros when none was timed. */
+void measure_stream_summary(const run_result *r, double *median, double *min, double *max);
 
 /* Marks the whole-model rows (the chained forward, its graph replay and copies) of a
  * result measured without them as not run, with the reason. */

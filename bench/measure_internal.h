@@ -149,9 +149,11 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
                      const char *what);
 
 /* Samples every unit in rounds until each has stopped; with canary, times the canary
- * at the start of every round (its per-round medians appended to *canary). */
+ * at the start of every round (its per-round medians appended to *canary), and with
+ * stream, the backend's memory stream where it has one, at the start of rounds at least
+ * 0.9 of the time apart (bytes/s appended). */
 bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
-                                 dvec *canary, char *err, size_t errlen);
+                                 dvec *canary, dvec *stream, char *err, size_t errlen);
 
 bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s);
 void isolated_scratch_free(const backend *b, scratch *s);

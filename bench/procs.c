@@ -131,6 +131,8 @@ static void put_result(wire *w, const run_result *res)
     put(w, &res->forward_device_bytes, sizeof res->forward_device_bytes);
     put(w, &res->n_canary, sizeof res->n_canary);
     put(w, res->canary, (size_t)res->n_canary * sizeof *res->canary);
+    put(w, &res->n_stream, sizeof res->n_stream);
+    put(w, res->stream, (size_t)res->n_stream * sizeof *res->stream);
     put(w, res->contention, sizeof res->contention);
     for (int i = 0; i < n; i++)
         put_row(w, &res->layers[i]);
@@ -164,6 +166,11 @@ static bool get_result(reader *r, const model *m, run_result *res)
         return false;
     res->canary = xmalloc((size_t)(res->n_canary ? res->n_canary : 1) * sizeof *res->canary);
     get(r, res->canary, (size_t)res->n_canary * sizeof *res->canary);
+    get(r, &res->n_stream, sizeof res->n_stream);
+    if (!r->ok || res->n_stream < 0 || res->n_stream > 1000000)
+        return false;
+    res->stream = xmalloc((size_t)(res->n_stream ? res->n_stream : 1) * sizeof *res->stream);
+    get(r, res->stream, (size_t)res->n_stream * sizeof *res->stream);
     get(r, res->contention, sizeof res->contention);
     res->contention[sizeof res->contention - 1] = 0;
     res->has_model = flags & 1;
@@ -486,6 +493,9 @@ static void pool(const model *m, run_result *const *rs, int k, run_result *out)
         out->canary = xrealloc(out->canary, (size_t)(out->n_canary + rs[w]->n_canary + 1) * sizeof *out->canary);
         memcpy(out->canary + out->n_canary, rs[w]->canary, (size_t)rs[w]->n_canary * sizeof *out->canary);
         out->n_canary += rs[w]->n_canary;
+        out->stream = xrealloc(out->stream, (size_t)(out->n_stream + rs[w]->n_stream + 1) * sizeof *out->stream);
+        memcpy(out->stream + out->n_stream, rs[w]->stream, (size_t)rs[w]->n_stream * sizeof *out->stream);
+        out->n_stream += rs[w]->n_stream;
         if (!*out->contention && *rs[w]->contention)
             snprintf(out->contention, sizeof out->contention, "%s", rs[w]->contention);
     }

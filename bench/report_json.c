@@ -88,7 +88,8 @@ static void json_peaks(strbuf *peaks, const char *backend, const backend_peaks *
 }
 
 /* How one mode of a set was measured, as a JSON object: its processes and how far
- * their medians lay apart, its canary and how far it drifted, its contended rows. */
+ * their medians lay apart, its canary and how far it drifted, its contended rows, and a
+ * decode step's memory stream over its rounds. */
 static void json_measurement(strbuf *j, const run_result *r)
 {
     double canary, drift, spread[4096];
@@ -111,6 +112,13 @@ static void json_measurement(strbuf *j, const run_result *r)
                   j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
                   r->n_canary, rows, contended, r->processes_aside, 100 * r->phase_slowdown);
     strbuf_json(j, r->contention);
+    double med, lo, hi;
+    measure_stream_summary(r, &med, &lo, &hi);
+    if (r->n_stream > 0)
+        strbuf_printf(j, ", \"stream_bytes_per_s\": {\"median\": %.4e, \"min\": %.4e, \"max\": %.4e, \"rounds\": %d}",
+                      med, lo, hi, r->n_stream);
+    else
+        strbuf_append(j, ", \"stream_bytes_per_s\": null", 28);
     strbuf_append(j, "}", 1);
 }
 

@@ -121,6 +121,12 @@ typedef struct backend_timing_i {
      * again), so that a slower machine shows in it. Without it the harness times a
      * single-thread chain (measure_canary). */
     double (*canary)(void *ctx);
+    /* Optional: one short measurement of the memory stream that peaks' bandwidth probe
+     * measures, bytes per second (the CPU: its triad over arrays kept from the first call
+     * on, best of three passes); 0 where it cannot run. Timed at the start of rounds
+     * of a decode step (measure_options.stream_rounds), so that the step's memory limit
+     * is taken over the same minutes as its samples. */
+    double (*stream)(void *ctx);
 } backend_timing_i;
 
 /* How a backend runs one (kind, dtype): an entry of its kernel table. env is what the

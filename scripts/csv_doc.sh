@@ -112,8 +112,13 @@ Each finished set has a `measurement` list, one object per timing mode:
 {"mode": "auto", "processes": 3, "process_spread_pct": {"median": 3.389, "max": 45.323},
  "canary_us": 58.1270, "canary_drift_pct": 6.668, "canary_rounds": 21, "timed_rows": 69,
  "contended_rows": 0, "processes_set_aside": 0, "set_aside_slower_pct": 0.0,
- "contention": ""}
+ "contention": "", "stream_bytes_per_s": null}
 ```
+
+`stream_bytes_per_s` is null except for a decoder's decode step measured with the
+peaks: then `{"median": 2.79e10, "min": 2.61e10, "max": 4.36e10, "rounds": 6}`, the
+memory stream timed at the start of rounds (the CSV's `stream_gbytes_per_s` is its
+median), which the console's memory limit per token uses.
 
 `processes_set_aside` counts the workers that ran in a slow phase of the machine (their
 layers took more than `--phase-band` (5%) longer in all than the fastest worker's) and

@@ -28,6 +28,23 @@ expect() {
   ok
 }
 COLS='NR==1 {for (i = 1; i <= NF; i++) c[$i] = i; next}'
+# The same for rows whose quoted fields may hold commas (a decoder's attention and rope
+# parameters): each line split into f[1..], the header's names into c, as with COLS
+# (awk -F, "$COLS_Q"' f[c["median_us"]] != "" ...'); any awk, mawk included.
+COLS_Q='function csv_split(s, out,   n, i, ch, q, v) {
+  n = 0; v = ""; q = 0
+  for (i = 1; i <= length(s); i++) {
+    ch = substr(s, i, 1)
+    if (q && ch == "\"" && substr(s, i + 1, 1) == "\"") { v = v ch; i++ }
+    else if (ch == "\"") q = !q
+    else if (ch == "," && !q) { out[++n] = v; v = "" }
+    else v = v ch
+  }
+  out[++n] = v
+  return n
+}
+{ delete f; nf = csv_split($0, f) }
+NR == 1 { for (i = 1; i <= nf; i++) c[f[i]] = i; next }'
 # bench check's options for config $1, whose chained forward it checks or not (the
 # reference forward costs as much as checking every layer): FORWARD=most (the default)
 # every config's but VGG-16's (a plain chain, nothing to wire wrong, the costliest

@@ -138,6 +138,7 @@ static bench_status od_peaks(void *ctx, backend_peaks *pk)
     return BENCH_OK;
 }
 static double od_canary(void *ctx) { return backend_cpu_ops.timing.canary(((od_ctx *)ctx)->cpu); }
+static double od_stream(void *ctx) { return backend_cpu_ops.timing.stream(((od_ctx *)ctx)->cpu); }
 
 /* The kernel table: the kinds oneDNN has a primitive for run it (or, in configurations it
  * cannot express, fall back onto the cpu backend's kernel inside their setup); the others
@@ -216,6 +217,6 @@ const backend_ops backend_onednn_ops = {
                .clear_error = od_clear_error},
     .timing = {.timer_start = od_timer_start, .timer_stop = od_timer_stop, .flush_cache = od_flush_cache,
                .marks_prepare = od_marks_prepare, .timer_mark = od_timer_mark, .marks_read = od_marks_read,
-               .canary = od_canary},
+               .canary = od_canary, .stream = od_stream},
     .layers = {.kernels = &od_kernels, .model_link = od_model_link},
 };
