@@ -109,6 +109,7 @@ static void lin_13(layer_params *p) { p->out_features = 13; }
 static void lin_1100(layer_params *p) { p->out_features = 1100; p->bias = false; }
 static void lin_1001(layer_params *p) { p->out_features = 1001; }
 static void lin_9(layer_params *p) { p->out_features = 9; }
+static void lin_70(layer_params *p) { p->out_features = 70; }
 static void sm_last(layer_params *p) { p->dim = -1; }
 static void sm_2(layer_params *p) { p->dim = 2; }
 static void cat_2(layer_params *p) { p->dim = 2; }
@@ -267,7 +268,9 @@ static const layer_case cases[] = {
     {"tokens, batch 1, no bias", LAYER_LINEAR, S3(1, 9, 6), lin_nobias},
     {"2 tokens, 77 features, 13 out (bf16: gemv tails)", LAYER_LINEAR, S3(1, 2, 77), lin_13},
     {"4 rows, 1024 features, 1100 out (parallel gemv)", LAYER_LINEAR, S2(4, 1024), lin_1100},
-    {"1 row, 1056 features, 1001 out (gemv: two streams, a row over)", LAYER_LINEAR, S2(1, 1056), lin_1001},
+    {"1 row, 1056 features, 1001 out (gemv: eight streams, rows over)", LAYER_LINEAR, S2(1, 1056), lin_1001},
+    {"1 row, 2048 features, 70 out (gemv: eight streams of 4 or 5 rows a thread, rows over)", LAYER_LINEAR,
+     S2(1, 2048), lin_70},
     {"1 row, 1048 features, 1100 out (gemv: 32 whole chunks of 32, then 24 masked)", LAYER_LINEAR, S2(1, 1048), lin_1100},
     {"2 rows, 96 features, 9 out (gemv: two streams, a 32-feature chunk over)", LAYER_LINEAR, S2(2, 96), lin_9},
     {"dim 1 of [N, F]", LAYER_SOFTMAX, S2(4, 1000), none},

@@ -27,10 +27,10 @@
  *     setup; C = the output [rows][O].
  * linear with at most BF_GEMV_ROWS rows (a decode step's tokens) is a GEMV instead, on
  * the weights as they are stored ([O][F], no packed copy: a model near the memory's
- * size fits): a weight row at a time from each of two far-apart parts of the thread's
- * rows, 32 bf16 at a time against every input row in vdpbf16ps, so that each weight is
- * read once, in order, in two sequential streams; the sums reduced across the lanes
- * once per output. */
+ * size fits): a weight row at a time from each of eight (one input row) or two
+ * far-apart parts of the thread's rows, 32 bf16 at a time against every input row in
+ * vdpbf16ps, so that each weight is read once, in order, in that many sequential
+ * streams; the sums reduced across the lanes once per output. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -186,46 +186,62 @@ BF_TARGET static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_
     }
 }
 
-/* A thread's outputs [j0, j1) over two streams: rows j0 + i and j0 + h + i (h half the
- * rows) side by side, each half of the thread's weights one sequential stream far from
- * the other, so that the memory has two streams to fetch ahead at once (one stream per
- * thread reached about half the measured triad). Two streams took 20% less time than one
- * on a decode step's up, down and lm_head (Zen 4, 2 threads, alternating runs); four were
- * no faster. Where f is not whole 32-element chunks or there are few rows, and for the
- * odd row over, bf_gemv. */
+/* A thread's outputs [j0, j1) over q streams: rows j0 + i, j0 + h + i, ..., j0 + (q-1) h
+ * + i (h = (j1 - j0) / q) side by side, each q-th of the thread's weights one sequential
+ * stream far from the others, so that the memory has q streams to fetch ahead at once;
+ * one sum per stream and input row (the streams' sums are independent chains enough to
+ * hide vdpbf16ps's latency). q is a constant at each call (bf_gemv_rows), so that the
+ * sums stay in registers. Where f is not whole 32-element chunks or there are few rows,
+ * and for the rows over, bf_gemv. */
+#define BF_GEMV_STREAMS_MAX 8
+BF_TARGET static inline __attribute__((always_inline)) void bf_gemv_streams(const int q, int n, const uint16_t *x, int64_t f,
+                                                                   const uint16_t *w, const float *bias, uint16_t *y,
+                                                                   int64_t o, int64_t j0, int64_t j1)
+{
+    int64_t h = f % 32 || j1 - j0 < 4 * q ? 0 : (j1 - j0) / q;
+    for (int64_t i = 0; i < h; i++) {
+        const uint16_t *ws[BF_GEMV_STREAMS_MAX];
+        __m512 acc[BF_GEMV_STREAMS_MAX][BF_GEMV_ROWS];
+        for (int s = 0; s < q; s++) {
+            ws[s] = w + (j0 + s * h + i) * f;
+            for (int r = 0; r < BF_GEMV_ROWS; r++)
+                acc[s][r] = _mm512_setzero_ps();
+        }
+        for (int64_t k = 0; k < f; k += 32) {
+            __m512bh v[BF_GEMV_STREAMS_MAX];
+            for (int s = 0; s < q; s++) {
+                _mm_prefetch((const char *)(ws[s] + k + BF_GEMV_AHEAD), _MM_HINT_T1);
+                v[s] = (__m512bh)_mm512_loadu_si512(ws[s] + k);
+            }
+            for (int r = 0; r < BF_GEMV_ROWS; r++)
+                if (r < n) {
+                    __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * f + k);
+                    for (int s = 0; s < q; s++)
+                        acc[s][r] = _mm512_dpbf16_ps(acc[s][r], v[s], xv);
+                }
+        }
+        for (int s = 0; s < q; s++)
+            for (int r = 0; r < n; r++) {
+                int64_t j = j0 + s * h + i;
+                y[r * o + j] = dtype_f32_to_bf16(_mm512_reduce_add_ps(acc[s][r]) + (bias ? bias[j] : 0.0f));
+            }
+    }
+    bf_gemv(n, x, f, w, bias, y, o, j0 + q * h, j1);
+}
+
+/* Eight streams for one input row (a decode step at batch 1), two for more. At batch 1,
+ * a decode step's up, down and lm_head chained (gemv_chain.yaml, 592 MB of weights) took
+ * 13.6 to 19.8 ms on eight streams against 19.2 to 21.2 on two (five alternating rounds,
+ * Zen 4, 2 threads); a read-only stream read 44 to 47 GB/s over eight streams a thread
+ * against 34 to 42 over two. At 4 rows, four streams were slower than two in four rounds
+ * of four (18.0 to 22.4 ms against 16.4 to 21.0); at 2 rows, eight were no better. */
 BF_TARGET static void bf_gemv_rows(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias,
                                    uint16_t *y, int64_t o, int64_t j0, int64_t j1)
 {
-    int64_t h = f % 32 || j1 - j0 < 8 ? 0 : (j1 - j0) / 2;
-    for (int64_t i = 0; i < h; i++) {
-        const uint16_t *ws[2] = {w + (j0 + i) * f, w + (j0 + h + i) * f};
-        __m512 acc[2][2][BF_GEMV_ROWS];
-        for (int q = 0; q < 2; q++)
-            for (int c = 0; c < 2; c++)
-                for (int r = 0; r < BF_GEMV_ROWS; r++)
-                    acc[q][c][r] = _mm512_setzero_ps();
-        for (int64_t k = 0; k < f; k += 64)
-            for (int c = 0; c < 2 && k + 32 * c < f; c++) {
-                __m512bh v[2];
-                for (int q = 0; q < 2; q++) {
-                    _mm_prefetch((const char *)(ws[q] + k + 32 * c + BF_GEMV_AHEAD), _MM_HINT_T1);
-                    v[q] = (__m512bh)_mm512_loadu_si512(ws[q] + k + 32 * c);
-                }
-                for (int r = 0; r < BF_GEMV_ROWS; r++)
-                    if (r < n) {
-                        __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * f + k + 32 * c);
-                        for (int q = 0; q < 2; q++)
-                            acc[q][c][r] = _mm512_dpbf16_ps(acc[q][c][r], v[q], xv);
-                    }
-            }
-        for (int q = 0; q < 2; q++)
-            for (int r = 0; r < n; r++) {
-                int64_t j = j0 + q * h + i;
-                y[r * o + j] = dtype_f32_to_bf16(_mm512_reduce_add_ps(_mm512_add_ps(acc[q][0][r], acc[q][1][r])) +
-                                                 (bias ? bias[j] : 0.0f));
-            }
-    }
-    bf_gemv(n, x, f, w, bias, y, o, j0 + 2 * h, j1);
+    if (n == 1)
+        bf_gemv_streams(8, n, x, f, w, bias, y, o, j0, j1);
+    else
+        bf_gemv_streams(2, n, x, f, w, bias, y, o, j0, j1);
 }
 
 /* The direct convolution's input: one channel pair (c = 2, or 1 for an odd last
@@ -504,7 +520,8 @@ static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void
         s->k = l->in.d[l->in.rank - 1];
         ok = true;
         *workspace_bytes = 0;
-        snprintf(impl, len, "gemv bf16 vdpbf16ps on the weights as stored, two row streams per thread");
+        snprintf(impl, len, "gemv bf16 vdpbf16ps on the weights as stored, %s per thread",
+                 s->k % 32 ? "one row stream" : shape_numel(&l->in) == s->k ? "8 row streams" : "2 row streams");
     } else {
         int64_t f = l->in.d[l->in.rank - 1], o = p->out_features, np = (o + BF_NR - 1) / BF_NR;
         s->path = BF_LINEAR;
