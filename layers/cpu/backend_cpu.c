@@ -300,8 +300,8 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
             double bps = 3.0 * (double)n * sizeof(float) / bench_best_seconds(run_triad, &p, level ? 0.02 : 0.1);
             if (level) {
                 /* the layers that fit the last-level cache (32 MiB at most: a VM may report a
-                 * whole socket's) stream from the caches when timed warm */
-                size_t llc = c->flush_bytes / 2;
+                 * whole socket's; 32 MiB where unknown) stream from the caches when timed warm */
+                size_t llc = c->llc ? c->llc : (size_t)32 << 20;
                 pk->cache_bytes_per_s = bps;
                 pk->cache_bytes = (int64_t)(llc > ((size_t)32 << 20) ? (size_t)32 << 20 : llc);
             } else {

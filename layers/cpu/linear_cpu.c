@@ -8,7 +8,9 @@
  * setup into panels of the kernel's nr outputs, feature-major, the weights stream
  * through once per mr rows, each panel's tile summed in registers. */
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,112 @@
  * in L1 for the row tiles after the first. */
 #define LINEAR_KC 256
 
+/* The fp32 GEMV (one row): q row streams a thread, as the bf16 decode GEMV
+ * (bf16_cpu.c): each of q far-apart parts of the thread's weight rows one sequential
+ * stream, a row at a time from each, prefetched 4 KB ahead into the L2; one sum per
+ * stream. GEMV_F32_AHEAD is in floats. */
+#define GEMV_F32_STREAMS 8
+#define GEMV_F32_AHEAD 1024
+/* From this many weights it runs on every thread (as the bf16 GEMV: 512 KB of fp32). */
+#define GEMV_F32_PARALLEL_MIN (8 * CPU_PARALLEL_MIN)
+
+/* Rows [j0, j1) over a single stream, for the rows the streams leave over. */
+__attribute__((target("avx512f"))) static void gemv_f32_rows_512(const float *x, int64_t f, const float *w,
+                                                                 const float *bias, float *y, int64_t j0, int64_t j1)
+{
+    int64_t full = f / 16 * 16;
+    __mmask16 tail = (__mmask16)((1u << (f - full)) - 1);
+    for (int64_t j = j0; j < j1; j++) {
+        const float *wj = w + j * f;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= full; k += 32) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wj + k), _mm512_loadu_ps(x + k), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(wj + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        }
+        for (; k < f; k += 16) {
+            __mmask16 m = k < full ? (__mmask16)0xffff : tail;
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, wj + k), _mm512_maskz_loadu_ps(m, x + k), a0);
+        }
+        y[j] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + (bias ? bias[j] : 0.0f);
+    }
+}
+
+__attribute__((target("avx512f"))) static void gemv_f32_512(const float *x, int64_t f, const float *w,
+                                                            const float *bias, float *y, int64_t j0, int64_t j1)
+{
+    enum { Q = GEMV_F32_STREAMS };
+    int64_t h = f % 16 || j1 - j0 < 4 * Q ? 0 : (j1 - j0) / Q;
+    for (int64_t i = 0; i < h; i++) {
+        const float *ws[Q];
+        __m512 acc[Q];
+        for (int q = 0; q < Q; q++)
+            ws[q] = w + (j0 + q * h + i) * f, acc[q] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < f; k += 16) {
+            __m512 xv = _mm512_loadu_ps(x + k);
+            for (int q = 0; q < Q; q++) {
+                _mm_prefetch((const char *)(ws[q] + k + GEMV_F32_AHEAD), _MM_HINT_T1);
+                acc[q] = _mm512_fmadd_ps(_mm512_loadu_ps(ws[q] + k), xv, acc[q]);
+            }
+        }
+        for (int q = 0; q < Q; q++) {
+            int64_t j = j0 + q * h + i;
+            y[j] = _mm512_reduce_add_ps(acc[q]) + (bias ? bias[j] : 0.0f);
+        }
+    }
+    gemv_f32_rows_512(x, f, w, bias, y, j0 + Q * h, j1);
+}
+
+/* The sum of a ymm's eight lanes. */
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static void gemv_f32_avx2(const float *x, int64_t f, const float *w,
+                                                              const float *bias, float *y, int64_t j0, int64_t j1)
+{
+    enum { Q = GEMV_F32_STREAMS };
+    int64_t h = f % 8 || j1 - j0 < 4 * Q ? 0 : (j1 - j0) / Q;
+    for (int64_t i = 0; i < h; i++) {
+        const float *ws[Q];
+        __m256 acc[Q];
+        for (int q = 0; q < Q; q++)
+            ws[q] = w + (j0 + q * h + i) * f, acc[q] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < f; k += 8) {
+            __m256 xv = _mm256_loadu_ps(x + k);
+            for (int q = 0; q < Q; q++) {
+                if (k % 16 == 0)
+                    _mm_prefetch((const char *)(ws[q] + k + GEMV_F32_AHEAD), _MM_HINT_T1);
+                acc[q] = _mm256_fmadd_ps(_mm256_loadu_ps(ws[q] + k), xv, acc[q]);
+            }
+        }
+        for (int q = 0; q < Q; q++) {
+            int64_t j = j0 + q * h + i;
+            y[j] = hsum256(acc[q]) + (bias ? bias[j] : 0.0f);
+        }
+    }
+    for (int64_t j = j0 + Q * h; j < j1; j++) { /* the rows over, one stream */
+        const float *wj = w + j * f;
+        __m256 a = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 8 <= f; k += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(wj + k), _mm256_loadu_ps(x + k), a);
+        float sum = hsum256(a);
+        for (; k < f; k++)
+            sum += wj[k] * x[k];
+        y[j] = sum + (bias ? bias[j] : 0.0f);
+    }
+}
+
+typedef void (*gemv_f32_fn)(const float *x, int64_t f, const float *w, const float *bias, float *y, int64_t j0,
+                            int64_t j1);
+
 typedef struct linear_state {
+    gemv_f32_fn gemv;   /* one row: our GEMV (AVX-512 or AVX2), NULL: OpenBLAS's sgemv */
     const cpu_pgemm *g; /* NULL: OpenBLAS */
     float *wp;          /* [panel][F][nr]: output features ip nr .. ip nr + nr - 1, zero past the last */
     float *a;           /* the rows, packed per run: [row tile][F][mr] */
@@ -65,6 +172,11 @@ static bench_status linear_setup(void *env, const layer *l, const void *w_, void
                 }
         *workspace_bytes = 4 * (np * f * g->nr + tiles * f * g->mr);
         snprintf(impl, impl_len, "packed tiles %s %dx%d", g->isa, g->mr, g->nr);
+    } else if (n == 1 && strcmp(g->isa, "generic") != 0) {
+        bool avx512 = strcmp(g->isa, "avx512") == 0;
+        s->gemv = avx512 ? gemv_f32_512 : gemv_f32_avx2;
+        snprintf(impl, impl_len, "gemv fp32 %s, %s per thread", avx512 ? "avx512" : "avx2",
+                 f % (avx512 ? 16 : 8) ? "one row stream" : "8 row streams");
     } else {
         snprintf(impl, impl_len, "%s", n == 1 ? "sgemv" : "sgemm");
     }
@@ -109,6 +221,14 @@ static void linear_run(void *env, const layer *l, void *state, const void *const
             int64_t lo, hi;
             cpu_thread_span(np, &lo, &hi);
             linear_panels(s, n, f, o, bias, out, lo, hi);
+        });
+        return;
+    }
+    if (s->gemv) {
+        CPU_OMP_IF(o * f >= GEMV_F32_PARALLEL_MIN, "omp parallel", {
+            int64_t lo, hi;
+            cpu_thread_span(o, &lo, &hi);
+            s->gemv(in, f, w, bias, out, lo, hi);
         });
         return;
     }
