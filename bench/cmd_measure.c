@@ -131,7 +131,7 @@ static char **worker_argv(const cli *c, const char *algo_cache)
     a[n++] = xstrdup("--timeout"), a[n++] = xasprintf("%.17g", c->mo.timeout);
     if (c->mo.dedupe)
         a[n++] = xstrdup("--dedupe");
-    if (c->no_peaks) /* a decode step's workers time the memory stream every round, unless */
+    if (c->no_peaks) /* a decode step's workers time the read stream every round, unless */
         a[n++] = xstrdup("--no-peaks");
     if (c->shape.tokens > 0)
         a[n++] = xstrdup("--tokens"), a[n++] = xasprintf("%lld", (long long)c->shape.tokens);

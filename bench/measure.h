@@ -53,7 +53,7 @@ typedef struct measure_options {
     const bool *skip;
     bool skip_model;
     /* A decoder's decode step (one new token after a KV cache) times the backend's
-     * memory stream (backend_timing_i.stream) at the start of rounds, beside the
+     * read stream (backend_timing_i.stream) at the start of rounds, beside the
      * canary, spaced to take at most a tenth of the sampling: its memory limit is its
      * bytes over that stream (run_result.stream). Off with --no-peaks. */
     bool stream_rounds;
@@ -179,7 +179,7 @@ typedef struct run_result {
      * theirs. A slower canary means a slower machine, not slower layers. */
     double *canary;
     int n_canary;
-    /* With measure_options.stream_rounds: the memory stream timed at the start of rounds
+    /* With measure_options.stream_rounds: the read stream timed at the start of rounds
      * over the sampling, bytes per second, n_stream of them (owned); across processes,
      * all of theirs. */
     double *stream;
@@ -198,7 +198,7 @@ double measure_canary(void);
 /* The canary's summary over rounds: its median and its drift, (max - min) / median;
  * zeros when none. */
 void measure_canary_summary(const run_result *r, double *median, double *drift);
-/* The memory stream over the rounds (run_result.stream): its median, min and max, bytes
+/* The read stream over the rounds (run_result.stream): its median, min and max, bytes
  * per second; zeros when none was timed. */
 void measure_stream_summary(const run_result *r, double *median, double *min, double *max);
 

@@ -150,7 +150,7 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
 
 /* Samples every unit in rounds until each has stopped; with canary, times the canary
  * at the start of every round (its per-round medians appended to *canary), and with
- * stream, the backend's memory stream where it has one, at the start of rounds at least
+ * stream, the backend's read stream where it has one, at the start of rounds at least
  * 0.9 of the time apart (bytes/s appended). */
 bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
                                  dvec *canary, dvec *stream, char *err, size_t errlen);

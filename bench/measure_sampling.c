@@ -259,7 +259,7 @@ static double canary_round(const measure_options *o, const backend *b)
     return s.median;
 }
 
-/* The memory stream of one round: the first of three tries that was not disturbed; 0
+/* The read stream of one round: the first of three tries that was not disturbed; 0
  * when none was, or the backend could not measure it. */
 static double stream_round(const measure_options *o, const backend *b)
 {
@@ -308,14 +308,14 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
     fflush(stderr);
 }
 
-/* The memory stream is timed at the start of a round once this many times its last
- * timing's duration has passed since: it takes at most a tenth of the sampling (0.4 s
- * apart for its 40 ms on the 2-vCPU VM), however short the rounds. */
+/* The read stream is timed at the start of a round once this many times its last
+ * timing's duration has passed since: it takes at most a tenth of the sampling (0.3 s
+ * apart for its 30 ms on the 2-vCPU VM), however short the rounds. */
 #define STREAM_SHARE_INV 9.0
 
 /* Samples every unit in rounds until each has stopped; with canary, times the canary
  * at the start of every round (its per-round medians appended to *canary); with stream,
- * the backend's memory stream (STREAM_SHARE_INV). */
+ * the backend's read stream (STREAM_SHARE_INV). */
 bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
                                  dvec *canary, dvec *stream, char *err, size_t errlen)
 {

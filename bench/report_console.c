@@ -630,8 +630,9 @@ static int64_t state_bytes(const layer *l)
 
 /* A decoder's figures (a model with token ids): prefill's time to first token and
  * tokens/s, or decode's time per output token and tokens/s over the batch; for decode,
- * the physical limit (the weights and KV cache read once at the stream measured in the
- * set's own rounds, else at the start) and the linear layers' share of that stream. */
+ * the physical limit (the weights and KV cache read once at the read stream measured in
+ * the set's own rounds, else at the triad at the start) and the linear layers' share of
+ * that stream. */
 static void print_decoder(console *c, const run_result *res)
 {
     const model *m = res->m;
@@ -657,9 +658,9 @@ static void print_decoder(console *c, const run_result *res)
     if (round_bw > 0) {
         char v[24];
         snprintf(v, sizeof v, "%.1f GB/s", round_bw * 1e-9);
-        summary_line(c, "memory stream, every round", v,
-                     "(the peaks' triad at the start of %d rounds, their median: %.1f to %.1f; %.1f at the "
-                     "start of the run)", res->n_stream, lo * 1e-9, hi * 1e-9, bw * 1e-9);
+        summary_line(c, "read stream, every round", v,
+                     "(a read-only stream at the start of %d rounds, their median: %.1f to %.1f; the peaks' triad "
+                     "at the start of the run %.1f)", res->n_stream, lo * 1e-9, hi * 1e-9, bw * 1e-9);
         bw = round_bw;
     }
     int64_t state = 0, lin_bytes = 0;
@@ -676,12 +677,12 @@ static void print_decoder(console *c, const run_result *res)
     double limit = (double)state / bw;
     summary_line(c, "memory limit per token", report_format_time(limit, b, sizeof b),
                  "(weights and KV cache read once: %s at the measured %.1f GB/s%s; the forward takes %.2fx%s)",
-                 bench_format_bytes(state, a, sizeof a), bw * 1e-9, round_bw > 0 ? ", every round's median" : "",
+                 bench_format_bytes(state, a, sizeof a), bw * 1e-9, round_bw > 0 ? ", the read stream's median" : "",
                  med / limit,
                  state <= res->peaks.cache_bytes ? "; they fit in the caches, which are faster"
                  : med >= limit ? ""
-                 : round_bw > 0 ? "; under 1x: the forward read faster than the triad streams, a third of whose "
-                                  "bytes are writes"
+                 : round_bw > 0 ? "; under 1x: the forward read faster than the read stream between its rounds "
+                                  "(the memory's speed moved within the run)"
                                 : "; under 1x: the memory ran faster during the forward than in the probe at the "
                                   "start, so its speed moved during the run (run again to compare)");
     if (lin_time > 0) {

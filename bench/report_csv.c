@@ -69,7 +69,7 @@
     X(peak_gflops_per_s, 0, "the backend's compute ceiling for the row's layer_dtype, measured at the start of the run (a large SGEMM; a bf16 GEMM for bf16 rows, TF32 on cuda where measured, else the SGEMM's), 1e9 FLOP per second; empty with --no-peaks") \
     X(peak_gbytes_per_s, 0, "the backend's bandwidth ceiling measured at the start of the run (STREAM triad on the CPU, a device copy on a GPU), 1e9 bytes per second") \
     X(peak_cache_gbytes_per_s, 0, "the same stream over a working set the caches hold (3 MiB on the CPU, an eighth of the L2 on a GPU), 1e9 bytes per second") \
-    X(stream_gbytes_per_s, 0, "a decode step only (a decoder's one new token after a KV cache): the bandwidth probe of peak_gbytes_per_s timed again at the start of rounds over the set's sampling (best of three passes; at most a tenth of the time), its median over them, 1e9 bytes per second; the console's memory limit per token is the step's weights and KV cache over it, which keeps the ratio to the limit true where the memory's speed moves during a run; empty otherwise") \
+    X(stream_gbytes_per_s, 0, "a decode step only (a decoder's one new token after a KV cache): a read-only stream from memory (on the CPU a sum over three arrays of the size peak_gbytes_per_s's triad uses, eight sequential streams a thread as the decode GEMVs read) timed at the start of rounds over the set's sampling (best of three passes; at most a tenth of the time), its median over them, 1e9 bytes per second; the console's memory limit per token is the step's weights and KV cache over it: a step reads and writes next to nothing, and its limit is taken over the same minutes as its samples; empty otherwise") \
     X(bound, 0, "what limits the row on the roofline: memory when its intensity is below the balance (peak_gflops / peak_gbytes) or it has no FLOPs; cache instead when it was timed warm (not cold) and its bytes fit the last-level cache (the JSON's peaks.cache_bytes), against the cache stream; else compute") \
     X(roof_pct, 0, "achieved rate as a percent of the roof at its intensity: gbytes_per_s against the memory or cache stream when memory- or cache-bound, gflops_per_s / peak_gflops_per_s when compute-bound") \
     X(peak_bytes, 0, "memory the row needs at its peak: a layer alone, its weights, inputs, output and workspace; the model rows, all weights, the most activations alive at once in a forward that frees each tensor after its last reader, and the largest workspace") \
@@ -276,7 +276,7 @@ typedef struct csv_reporter {
     reporter base;
     bench_output *out;  /* borrowed */
     double canary;      /* the set's canary median (canary_us), seconds; 0 unknown */
-    double stream;      /* the set's memory stream median (stream_gbytes_per_s), bytes/s; 0 none */
+    double stream;      /* the set's read stream median (stream_gbytes_per_s), bytes/s; 0 none */
     strbuf buf;         /* the whole file: header, rows kept from --resume, rows so far */
     size_t committed;   /* bytes of buf on disk: complete (batch, backend) sets only */
 } csv_reporter;

@@ -89,7 +89,7 @@ static void json_peaks(strbuf *peaks, const char *backend, const backend_peaks *
 
 /* How one mode of a set was measured, as a JSON object: its processes and how far
  * their medians lay apart, its canary and how far it drifted, its contended rows, and a
- * decode step's memory stream over its rounds. */
+ * decode step's read stream over its rounds. */
 static void json_measurement(strbuf *j, const run_result *r)
 {
     double canary, drift, spread[4096];

@@ -121,11 +121,12 @@ typedef struct backend_timing_i {
      * again), so that a slower machine shows in it. Without it the harness times a
      * single-thread chain (measure_canary). */
     double (*canary)(void *ctx);
-    /* Optional: one short measurement of the memory stream that peaks' bandwidth probe
-     * measures, bytes per second (the CPU: its triad over arrays kept from the first call
-     * on, best of three passes); 0 where it cannot run. Timed at the start of rounds
-     * of a decode step (measure_options.stream_rounds), so that the step's memory limit
-     * is taken over the same minutes as its samples. */
+    /* Optional: one short measurement of a read-only stream from memory, bytes per
+     * second (the CPU: a sum over arrays as large as peaks' bandwidth probe uses, kept
+     * from the first call on, best of three passes); 0 where it cannot run. Timed at the
+     * start of rounds of a decode step (measure_options.stream_rounds), which reads its
+     * weights and cache and writes next to nothing, so that the step's memory limit is
+     * taken at a read's speed over the same minutes as its samples. */
     double (*stream)(void *ctx);
 } backend_timing_i;
 

@@ -116,8 +116,8 @@ Each finished set has a `measurement` list, one object per timing mode:
 ```
 
 `stream_bytes_per_s` is null except for a decoder's decode step measured with the
-peaks: then `{"median": 2.79e10, "min": 2.61e10, "max": 4.36e10, "rounds": 6}`, the
-memory stream timed at the start of rounds (the CSV's `stream_gbytes_per_s` is its
+peaks: then `{"median": 3.04e10, "min": 2.80e10, "max": 4.75e10, "rounds": 18}`, the
+read stream timed at the start of rounds (the CSV's `stream_gbytes_per_s` is its
 median), which the console's memory limit per token uses.
 
 `processes_set_aside` counts the workers that ran in a slow phase of the machine (their

@@ -358,16 +358,16 @@ expect 1 "out of host memory at layer '0': its weights need about 28\.0 MiB .* a
   env LAYERBENCH_MEM_LIMIT=20M "$BENCH" run "$T/big40.yaml" --dedupe --processes 0 "${FAST[@]}"
 
 # a decode step's summary: time per output token, tokens/s, and with the peaks measured
-# the memory limit (the weights and the cache at the stream's speed)
-expect 0 "time per output token .*decode after 7 cached: .* tokens/s over the batch of 2.*memory stream, every round +[0-9.]+ GB/s +\(the peaks' triad at the start of [0-9]+ rounds, their median: [0-9.]+ to [0-9.]+; [0-9.]+ at the start of the run\).*memory limit per token .*weights and KV cache read once: .* at the measured [0-9.]+ GB/s, every round's median" -- \
+# the memory limit (the weights and the cache at the read stream's speed)
+expect 0 "time per output token .*decode after 7 cached: .* tokens/s over the batch of 2.*read stream, every round +[0-9.]+ GB/s +\(a read-only stream at the start of [0-9]+ rounds, their median: [0-9.]+ to [0-9.]+; the peaks' triad at the start of the run [0-9.]+\).*memory limit per token .*weights and KV cache read once: .* at the measured [0-9.]+ GB/s, the read stream's median" -- \
   bash -c "'$BENCH' run '$MIX' --phase decode --kv-len 7 --batch 2 ${FAST[*]/--no-peaks} --phase-band off --csv '$T/dec.csv' 2>&1 | tr '\n' ' '"
-# ... that stream, timed at the start of rounds in every worker process and pooled (the
+# ... the read stream, timed at the start of rounds in every worker process and pooled (the
 # three of them: --phase-band off): the JSON's median within its min and max, over at
 # least one round per process, and every timed CSV row carrying the median
 st=$(grep -o '"stream_bytes_per_s": {[^}]*}' "$T/dec.json")
 awk -v s="$st" 'BEGIN { n = split(s, f, /[:,{} ]+/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
     exit !(v["\"rounds\""] >= 3 && v["\"min\""] > 0 && v["\"min\""] <= v["\"median\""] && v["\"median\""] <= v["\"max\""]) }' &&
-  ok || bad "the decode step's memory stream in the JSON: '$st'"
+  ok || bad "the decode step's read stream in the JSON: '$st'"
 med=$(awk -v s="$st" 'BEGIN { split(s, f, /"median": /); split(f[2], g, ","); printf "%.3f", g[1] * 1e-9 }')
 awk -v m="$med" "$COLS_Q"' f[c["median_us"]] != "" { n++; d = f[c["stream_gbytes_per_s"]] - m; if (f[c["stream_gbytes_per_s"]] == "" || d * d > 1e-4) bad = 1 }
     END { exit bad || n < 10 }' \
@@ -379,7 +379,7 @@ expect 0 "time to first token .*prefill of 6 tokens: .* tokens/s over the batch 
 for f in pre dec0; do
   grep -q '"stream_bytes_per_s": null' "$T/$f.json" && ! grep -q '"stream_bytes_per_s": {' "$T/$f.json" &&
     awk "$COLS_Q"' f[c["stream_gbytes_per_s"]] != "" {bad = 1} END {exit bad}' "$T/$f.csv" &&
-    ok || bad "$f: a memory stream where none was timed: $(grep -o '"stream_bytes_per_s": [^,]*' "$T/$f.json")"
+    ok || bad "$f: a read stream where none was timed: $(grep -o '"stream_bytes_per_s": [^,]*' "$T/$f.json")"
 done
 
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
