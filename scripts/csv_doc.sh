@@ -116,7 +116,7 @@ Each finished set has a `measurement` list, one object per timing mode:
 ```
 
 `stream_bytes_per_s` is null except for a decoder's decode step measured with the
-peaks: then `{"median": 3.04e10, "min": 2.80e10, "max": 4.75e10, "rounds": 18}`, the
+peaks: then `{"median": 2.9992e+10, "min": 2.7999e+10, "max": 4.3405e+10, "rounds": 15}`, the
 read stream timed at the start of rounds (the CSV's `stream_gbytes_per_s` is its
 median), which the console's memory limit per token uses.
 
