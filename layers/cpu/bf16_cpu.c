@@ -520,7 +520,7 @@ static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void
         s->k = l->in.d[l->in.rank - 1];
         ok = true;
         *workspace_bytes = 0;
-        snprintf(impl, len, "gemv bf16 vdpbf16ps on the weights as stored, %s per thread",
+        snprintf(impl, len, "gemv bf16 vdpbf16ps on the weights as stored (%s per thread)",
                  s->k % 32 ? "one row stream" : shape_numel(&l->in) == s->k ? "8 row streams" : "2 row streams");
     } else {
         int64_t f = l->in.d[l->in.rank - 1], o = p->out_features, np = (o + BF_NR - 1) / BF_NR;

@@ -175,7 +175,7 @@ static bench_status linear_setup(void *env, const layer *l, const void *w_, void
     } else if (n == 1 && strcmp(g->isa, "generic") != 0) {
         bool avx512 = strcmp(g->isa, "avx512") == 0;
         s->gemv = avx512 ? gemv_f32_512 : gemv_f32_avx2;
-        snprintf(impl, impl_len, "gemv fp32 %s, %s per thread", avx512 ? "avx512" : "avx2",
+        snprintf(impl, impl_len, "gemv fp32 %s (%s per thread)", avx512 ? "avx512" : "avx2",
                  f % (avx512 ? 16 : 8) ? "one row stream" : "8 row streams");
     } else {
         snprintf(impl, impl_len, "%s", n == 1 ? "sgemv" : "sgemm");
