@@ -103,9 +103,8 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     dvec canary = {0}, stream = {0};
     if (o->waited_reset)
         o->waited_reset(o->waited_user);
-    bool decode = model_tokens(m) == 1 && model_kv_len(m) > 0;
-    st = measure_sample_units(units, n_units, o, b, mode, &canary, o->stream_rounds && decode ? &stream : NULL, err,
-                              errlen);
+    st = measure_sample_units(units, n_units, o, b, mode, &canary,
+                              o->stream_rounds && model_decode_step(m) ? &stream : NULL, err, errlen);
     measure_progress(o, b, mode, 0, 0, 0, NULL);
     out->canary = canary.v, out->n_canary = (int)canary.n;
     out->stream = stream.v, out->n_stream = (int)stream.n;

@@ -314,8 +314,8 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
 }
 
 /* The read stream is timed at the start of a round once this many times its last
- * timing's duration has passed since: it takes at most a tenth of the sampling (0.3 s
- * apart for its 30 ms on the 2-vCPU VM), however short the rounds. */
+ * timing's duration has passed since: it takes at most a tenth of the sampling (0.4 s
+ * apart for its 40 ms on the 2-vCPU VM), however short the rounds. */
 #define STREAM_SHARE_INV 9.0
 
 /* Samples every unit in rounds until each has stopped; with canary, times the canary

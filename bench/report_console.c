@@ -642,7 +642,7 @@ static void print_decoder(console *c, const run_result *res)
     if (t_len <= 0 || !(med > 0))
         return;
     s = s > 0 ? s : 0;
-    bool decode = t_len == 1 && s > 0;
+    bool decode = model_decode_step(m);
     if (decode)
         summary_line(c, "time per output token", report_format_time(med, a, sizeof a),
                      "(decode after %lld cached: %.1f tokens/s over the batch of %lld)", (long long)s, (double)n / med,

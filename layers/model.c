@@ -110,6 +110,8 @@ int64_t model_kv_len(const model *m)
     return -1;
 }
 
+bool model_decode_step(const model *m) { return model_tokens(m) == 1 && model_kv_len(m) > 0; }
+
 bool model_mixed(const model *m)
 {
     for (int i = 0; i < m->n_layers; i++)

@@ -44,6 +44,8 @@ bool model_mixed(const model *m);
  * the model has none. */
 int64_t model_tokens(const model *m);
 int64_t model_kv_len(const model *m);
+/* A decode step: one new token per sequence after a KV cache (tokens 1, kv_len > 0). */
+bool model_decode_step(const model *m);
 
 /* The value a layer's output lives in, following flatten/dropout views back to the
  * buffer that holds the data: 0 = model input, i+1 = output of layer i. */

@@ -91,8 +91,8 @@ typedef struct cpu_ctx {
     size_t llc;             /* the last-level cache's bytes (0: unknown) */
     int flush_value;
     char *description;
-    float *stream[3];       /* cpu_stream's arrays, from its first call on */
-    int64_t stream_n;       /* their floats each; -1: they could not be had */
+    struct probe *stream;   /* cpu_stream's arrays, from its first call on; NULL before */
+    bool stream_tried;      /* ... and whether it tried to have them */
 } cpu_ctx;
 
 /* The largest cache of CPU 0 (its last level): from sysfs, which gives the slice the
@@ -195,6 +195,24 @@ typedef struct probe {
     int64_t n;
 } probe;
 
+/* Three arrays of n floats each into p, touched first by the threads that stream them;
+ * false (and none) where they cannot all be had. */
+static bool probe_arrays(probe *p, int64_t n)
+{
+    p->a = bench_alloc_floats(n), p->b = bench_alloc_floats(n), p->c = bench_alloc_floats(n);
+    if (!p->a || !p->b || !p->c) {
+        free(p->a), free(p->b), free(p->c);
+        p->a = p->b = p->c = NULL;
+        return false;
+    }
+    float *a = p->a, *b = p->b, *c = p->c;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
+    p->n = n;
+    return true;
+}
+
 static void run_sgemm(void *arg)
 {
     probe *p = arg;
@@ -285,20 +303,12 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
     for (int level = 0; level < 2; level++) {
         size_t bytes = level ? CACHE_PROBE_BYTES : 3 * want;
         n = (int64_t)(bytes / 3 / sizeof(float));
-        p.a = bench_alloc_floats(n), p.b = bench_alloc_floats(n), p.c = bench_alloc_floats(n);
-        bool flush = false;
-        if (!level && !(p.a && p.b && p.c)) {
-            free(p.a), free(p.b), free(p.c);
-            bytes = c->flush_bytes, n = (int64_t)(bytes / 3 / sizeof(float)), flush = true;
-            p.a = (float *)(void *)c->flush, p.b = p.a + n, p.c = p.b + n;
+        bool ok = probe_arrays(&p, n), flush = false;
+        if (!level && !ok) {
+            bytes = c->flush_bytes, n = (int64_t)(bytes / 3 / sizeof(float)), flush = ok = true;
+            p.a = (float *)(void *)c->flush, p.b = p.a + n, p.c = p.b + n, p.n = n;
         }
-        if (p.a && p.b && p.c) {
-            p.n = n;
-            if (!flush) {
-#pragma omp parallel for schedule(static)
-                for (int64_t i = 0; i < n; i++) /* first touch by the threads that stream them */
-                    p.a[i] = 0.0f, p.b[i] = 1.0f, p.c[i] = 2.0f;
-            }
+        if (ok) {
             double bps = 3.0 * (double)n * sizeof(float) / bench_best_seconds(run_triad, &p, level ? 0.02 : 0.1);
             if (level) {
                 /* the layers that fit the last-level cache (32 MiB at most: a VM may report a
@@ -331,7 +341,8 @@ static bench_status cpu_peaks(void *ctx, backend_peaks *pk)
  * 4 KB ahead into the L2. A decode step reads its weights and cache and writes next to
  * nothing, and a read stream runs faster than the triad (whose written third also costs
  * a read of each line before it is written): the bf16 and fp32 GEMVs read at up to 1.37x
- * the triad's figure. The best of three passes, 30 ms over 3 x 128 MiB at 40 GB/s. Not
+ * the triad's figure. A warm-up pass, then the best of three: 40 ms over 3 x 128 MiB at
+ * 40 GB/s. Not
  * where the arrays would take over a quarter of the memory still available (a model
  * near the memory's size): 0 then. */
 #define READ_STREAMS 8
@@ -370,54 +381,45 @@ static void read_part(const float *p, int64_t blocks)
     read_sink = acc[0] + acc[READ_STREAMS - 1];
 }
 
+/* One read of the three arrays of p (a probe) by every thread. */
+static void run_read(void *arg)
+{
+    const probe *p = arg;
+    bool avx2 = __builtin_cpu_supports("avx2");
+#pragma omp parallel
+    {
+        int64_t lo, hi;
+        cpu_thread_span(p->n / READ_BLOCK, &lo, &hi); /* whole blocks a thread */
+        const float *arr[3] = {p->a, p->b, p->c};
+        for (int k = 0; k < 3; k++)
+            (avx2 ? read_part_avx2 : read_part)(arr[k] + READ_BLOCK * lo, hi - lo);
+    }
+}
+
 static double cpu_stream(void *ctx)
 {
     cpu_ctx *c = ctx;
-    if (c->stream_n == 0) {
+    if (!c->stream_tried) {
+        c->stream_tried = true;
         size_t bytes = stream_array_bytes(c->llc);
         int64_t avail = bench_mem_available();
-        c->stream_n = -1;
-        if (avail >= 0 && 3 * (int64_t)bytes > avail / 4)
-            return 0.0;
-        int64_t n = (int64_t)(bytes / sizeof(float));
-        for (int k = 0; k < 3; k++)
-            c->stream[k] = bench_alloc_floats(n);
-        if (!c->stream[0] || !c->stream[1] || !c->stream[2]) {
-            for (int k = 0; k < 3; k++)
-                free(c->stream[k]), c->stream[k] = NULL;
-            return 0.0;
-        }
-        float *a = c->stream[0], *b = c->stream[1], *s = c->stream[2];
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) /* first touch by the threads that read them */
-            a[i] = 0.0f, b[i] = 1.0f, s[i] = 2.0f;
-        c->stream_n = n;
+        probe p;
+        if ((avail < 0 || 3 * (int64_t)bytes <= avail / 4) && probe_arrays(&p, (int64_t)(bytes / sizeof(float))))
+            c->stream = xmalloc(sizeof p), *c->stream = p;
     }
-    if (c->stream_n < 0)
+    if (!c->stream)
         return 0.0;
-    bool avx2 = __builtin_cpu_supports("avx2");
-    int64_t n = c->stream_n;
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) {
-        double t0 = bench_now();
-#pragma omp parallel
-        {
-            int64_t lo, hi;
-            cpu_thread_span(n / READ_BLOCK, &lo, &hi); /* whole blocks a thread */
-            for (int k = 0; k < 3; k++)
-                (avx2 ? read_part_avx2 : read_part)(c->stream[k] + READ_BLOCK * lo, hi - lo);
-        }
-        double t = bench_now() - t0;
-        best = t < best ? t : best;
-    }
-    return 3.0 * (double)(n / READ_BLOCK * READ_BLOCK) * sizeof(float) / best;
+    /* budget 0: a warm-up pass, then the best of three */
+    return 3.0 * (double)(c->stream->n / READ_BLOCK * READ_BLOCK) * sizeof(float) /
+           bench_best_seconds(run_read, c->stream, 0.0);
 }
 
 static void cpu_free(void *ctx)
 {
     cpu_ctx *c = ctx;
-    for (int k = 0; k < 3; k++)
-        free(c->stream[k]);
+    if (c->stream)
+        free(c->stream->a), free(c->stream->b), free(c->stream->c);
+    free(c->stream);
     free(c->description);
     free(c->marks);
     free(c->flush);
