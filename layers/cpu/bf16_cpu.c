@@ -232,8 +232,9 @@ BF_TARGET static inline __attribute__((always_inline)) void bf_gemv_streams(cons
 /* Eight streams for one input row (a decode step at batch 1), two for more. At batch 1,
  * a decode step's up, down and lm_head chained (gemv_chain.yaml, 592 MB of weights) took
  * 13.6 to 19.8 ms on eight streams against 19.2 to 21.2 on two (five alternating rounds,
- * Zen 4, 2 threads); a read-only stream read 44 to 47 GB/s over eight streams a thread
- * against 34 to 42 over two. At 4 rows, four streams were slower than two in four rounds
+ * Zen 4, 2 threads); a read-only stream over eight streams a thread read 11% to 35%
+ * faster than over two in 11 of 12 interleaved rounds (results/cpu-2core-epyc/llm/
+ * read_streams.txt). At 4 rows, four streams were slower than two in four rounds
  * of four (18.0 to 22.4 ms against 16.4 to 21.0); at 2 rows, eight were no better. */
 BF_TARGET static void bf_gemv_rows(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias,
                                    uint16_t *y, int64_t o, int64_t j0, int64_t j1)
