@@ -218,10 +218,47 @@ bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primitive_de
 bool od_primitive_attr(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
                        dnnl_primitive_desc_t *pd, char *impl, size_t len)
 {
-    if (!OD_SOFT(c, dnnl_primitive_desc_create(pd, op_desc, attr, c->engine, NULL)))
-        return false;
+    return od_primitive_avoid(c, L, op_desc, attr, NULL, pd, impl, len);
+}
+
+/* Whether name begins with one of the prefixes in avoid (NULL-terminated). */
+static bool avoided(const char *name, const char *const *avoid)
+{
+    for (int i = 0; avoid && avoid[i]; i++)
+        if (strncmp(name, avoid[i], strlen(avoid[i])) == 0)
+            return true;
+    return false;
+}
+
+bool od_primitive_avoid(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                        const char *const *avoid, dnnl_primitive_desc_t *pd, char *impl, size_t len)
+{
     const char *name = "?";
-    dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &name);
+    if (!avoid) {
+        if (!OD_SOFT(c, dnnl_primitive_desc_create(pd, op_desc, attr, c->engine, NULL)))
+            return false;
+        dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &name);
+    } else { /* the implementations in oneDNN's order of preference, but the one known to be wrong */
+        dnnl_primitive_desc_iterator_t it;
+        if (!OD_SOFT(c, dnnl_primitive_desc_iterator_create(&it, op_desc, attr, c->engine, NULL)))
+            return false;
+        *pd = NULL;
+        do {
+            dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+            if (!cand)
+                break;
+            dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &name);
+            if (!avoided(name, avoid))
+                *pd = cand;
+            else
+                dnnl_primitive_desc_destroy(cand);
+        } while (!*pd && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+        dnnl_primitive_desc_iterator_destroy(it);
+        if (!*pd) {
+            snprintf(c->why, sizeof c->why, "oneDNN offers only %s, which computes this layer wrongly", name);
+            return false;
+        }
+    }
     snprintf(impl, len, "%s", name);
     snprintf(L->name, sizeof L->name, "%s", name);
     if (!OD_OK(c, dnnl_primitive_create(&L->prim, *pd)))

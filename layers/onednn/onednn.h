@@ -167,6 +167,11 @@ bool od_primitive(od_ctx *c, od_layer *L, const void *op_desc, dnnl_primitive_de
 /* ... with attributes (NULL: none). */
 bool od_primitive_attr(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
                        dnnl_primitive_desc_t *pd, char *impl, size_t len);
+/* ... skipping the implementations whose names begin with one of avoid's prefixes
+ * (NULL-terminated; NULL: none) for the next one oneDNN offers: ones known to compute a
+ * layer wrongly. */
+bool od_primitive_avoid(od_ctx *c, od_layer *L, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                        const char *const *avoid, dnnl_primitive_desc_t *pd, char *impl, size_t len);
 const dnnl_memory_desc_t *od_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what);
 /* impl for a layer whose primitive runs on its own layout: the implementation, that
  * layout and the reorders around it. */
