@@ -3,6 +3,8 @@
  * about), then builds the model (cfg_model.c). */
 #include "cfg_internal.h"
 
+#include "fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -55,49 +57,15 @@ static void mark_of_offset(const char *text, size_t offset, yaml_mark_t *mark)
     }
 }
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen, bench_status *st)
-{
-    struct stat sb;
-    /* non-blocking, so a FIFO or a device is refused below instead of waiting forever */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    *st = BENCH_ERR_USAGE;
-    if (!f || fstat(fileno(f), &sb) != 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        if (f)
-            fclose(f);
-        else if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > CFG_MAX_FILE_BYTES) {
-        snprintf(err, errlen, S_ISREG(sb.st_mode) ? "%s: the config is larger than 1 MiB (use 'repeat' for long stacks)"
-                                                  : "%s: not a regular file",
-                 path);
-        fclose(f);
-        return NULL;
-    }
-    char *buf = xmalloc((size_t)sb.st_size + 1);
-    *len = fread(buf, 1, (size_t)sb.st_size, f);
-    buf[*len] = 0;
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-        *st = BENCH_ERR_IO;
-        fclose(f);
-        free(buf);
-        return NULL;
-    }
-    fclose(f);
-    return buf;
-}
-
 bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, size_t errlen)
 {
     return cfg_load_shaped(path, batch, CFG_SHAPE_KEEP, out, err, errlen);
 }
 
-/* A folder, or a file named *.json that starts as a JSON object does: a Hugging Face
- * config (a YAML config may be named anything, and begin with a comment or a key). */
+/* A folder, or a file named *.json that starts as a JSON object does (after a UTF-8
+ * byte-order mark, as some editors save it): a Hugging Face config (a YAML config may be
+ * named anything, and begin with a comment or a key). Only a regular file is looked
+ * into (a FIFO is never waited on: fileio.h). */
 static bool is_hf(const char *path)
 {
     struct stat s;
@@ -106,28 +74,32 @@ static bool is_hf(const char *path)
         return true;
     if (n < 5 || strcmp(path + n - 5, ".json") != 0)
         return false;
-    FILE *f = fopen(path, "r");
-    int c = ' ';
-    while (f && (c = fgetc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
-        ;
-    if (f)
-        fclose(f);
-    return c == '{';
+    char err[64], head[512];
+    int fd = fileio_open(path, (size_t)-1, NULL, &s, NULL, err, sizeof err);
+    if (fd < 0)
+        return false;
+    ssize_t got = read(fd, head, sizeof head);
+    close(fd);
+    size_t i = got >= 3 && memcmp(head, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    while (got > 0 && i < (size_t)got && head[i] && strchr(" \t\n\r", head[i]))
+        i++;
+    return got > 0 && i < (size_t)got && head[i] == '{';
 }
 
 bench_status cfg_load_shaped(const char *path, int64_t batch, cfg_shape shape, model **out, char *err,
                              size_t errlen)
 {
-    size_t len = 0;
-    bench_status st;
     *out = NULL;
     if (is_hf(path))
         return cfg_load_hf(path, batch, shape, out, err, errlen);
-    char *text = read_file(path, &len, err, errlen, &st);
-    if (!text)
-        return st;
-    st = cfg_load_text_shaped(path, text, len, batch, shape, out, err, errlen);
-    free(text);
+    strbuf text = {0};
+    char why[1200];
+    bench_status st = fileio_read(path, CFG_MAX_FILE_BYTES, 0, NULL, &text, NULL, why, sizeof why);
+    if (st == BENCH_OK)
+        st = cfg_load_text_shaped(path, text.data, text.len, batch, shape, out, err, errlen);
+    else
+        snprintf(err, errlen, "%s%s", why, strstr(why, "larger than") ? " (use 'repeat' for long stacks)" : "");
+    strbuf_free(&text);
     return st;
 }
 
@@ -140,14 +112,21 @@ bench_status cfg_load_text(const char *path, const char *text, size_t len, int64
 bench_status cfg_load_text_shaped(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
                                   model **out, char *err, size_t errlen)
 {
-    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape};
-    yaml_parser_t parser;
-    int rc = -1;
     *out = NULL;
     if (len > CFG_MAX_FILE_BYTES) {
         snprintf(err, errlen, "%s: the config is larger than 1 MiB (use 'repeat' for long stacks)", path);
         return BENCH_ERR_USAGE;
     }
+    return cfg_load_built(path, text, len, batch, shape, out, err, errlen);
+}
+
+bench_status cfg_load_built(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                            model **out, char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape};
+    yaml_parser_t parser;
+    int rc = -1;
+    *out = NULL;
     c.m = xcalloc(1, sizeof(model));
     c.m->path = xstrdup(path);
     if (!yaml_parser_initialize(&parser)) {

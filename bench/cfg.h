@@ -31,10 +31,18 @@ bench_status cfg_load_text_shaped(const char *path, const char *text, size_t len
                                   model **out, char *err, size_t errlen);
 /* A Hugging Face config.json (or its folder) as a decoder (cfg_hf.c); the same contract. */
 bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen);
+/* ... from the config.json's text in memory (len bytes; file names it in messages; the fuzz
+ * target's entry), without the safetensors check beside it. */
+bench_status cfg_load_hf_text(const char *file, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                              model **out, char *err, size_t errlen);
 
 /* Largest config file accepted, and the structural limits that keep hostile files cheap. */
 #define CFG_MAX_FILE_BYTES (1 << 20)
 #define CFG_MAX_DEPTH 64
 #define CFG_MAX_LAYERS 100000
+/* A name's characters, and a qualified name's (block.sub.layer): torch's are tens; the
+ * limits keep a hostile file's names (a long one times repeat) to megabytes. */
+#define CFG_MAX_NAME 256
+#define CFG_MAX_QUALIFIED 1024
 
 #endif

@@ -13,12 +13,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cfg.h"
+#include "cfg_internal.h"
+#include "fileio.h"
 #include "safetensors.h"
 #include "strbuf.h"
 
 /* Tokens per sequence when the command line gives none. */
 #define HF_DEFAULT_TOKENS 128
+/* The largest integer field read (sizes, counts): products of two stay far from int64's
+ * end, and the YAML path's checks (2^40 elements a tensor) do the rest. */
+#define HF_MAX_INT (((int64_t)1 << 31) - 1)
+/* The largest config.json read (published ones are a few KB). */
+#define HF_MAX_FILE_BYTES ((size_t)16 << 20)
 
 typedef struct hf {
     const char *path;    /* the config.json */
@@ -70,6 +76,8 @@ static int get_int(hf *h, json_t *obj, const char *key, bool required, int64_t d
     *out = json_integer_value(v);
     if (*out < min)
         return hf_fail(h, key, "expected at least %lld, got %lld", (long long)min, (long long)*out);
+    if (*out > HF_MAX_INT) /* every size fits an int, and their products an int64 */
+        return hf_fail(h, key, "%lld is larger than the %lld layerbench takes", (long long)*out, (long long)HF_MAX_INT);
     return 0;
 }
 
@@ -101,10 +109,20 @@ static int get_bool(hf *h, const char *key, bool def, bool *out)
     return 0;
 }
 
-static const char *get_str(hf *h, json_t *obj, const char *key)
+/* A string field: *out NULL where absent or null; -1 (with the error) where it is there
+ * and not a string: a value of another type is never taken for "not given". */
+static int get_str(hf *h, json_t *obj, const char *key, const char *expected, const char **out)
 {
     json_t *v = field(h, obj, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return hf_fail(h, key, "expected a string (%s), got %s", expected,
+                       json_is_integer(v) || json_is_real(v) ? "a number" : json_is_boolean(v) ? "true or false"
+                       : json_is_array(v) ? "a list" : "an object");
+    *out = json_string_value(v);
+    return 0;
 }
 
 typedef struct hf_model {
@@ -126,8 +144,11 @@ static int read_rope_scaling(hf *h, hf_model *m)
         return 0;
     if (!json_is_object(rs))
         return hf_fail(h, "rope_scaling", "expected null or an object");
-    const char *t = get_str(h, rs, "rope_type");
-    t = t ? t : get_str(h, rs, "type");
+    const char *t, *old_key;
+    if (get_str(h, rs, "rope_type", "default, linear or llama3", &t) ||
+        get_str(h, rs, "type", "default, linear or llama3", &old_key))
+        return -1;
+    t = t ? t : old_key;
     if (!t || strcmp(t, "default") == 0)
         return 0;
     double factor = 1, lo = 1, hi = 4;
@@ -161,7 +182,17 @@ static int refuse_unbuilt(hf *h, const hf_model *m)
         if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) <= 1))
             return hf_fail(h, moe[i], "%s's experts are not built (mixtral's are: model_type mixtral)", m->type);
     }
-    const char *act = get_str(h, NULL, "hidden_act");
+    json_t *q = field(h, NULL, "quantization_config");
+    if (q && !json_is_null(q)) {
+        json_t *method = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+        return hf_fail(h, "quantization_config", "quantized weights%s%s%s are not built: layerbench times the layers "
+                       "in bf16, fp16 or fp32 (remove the field to time the model unquantized)",
+                       json_is_string(method) ? " (" : "", json_is_string(method) ? json_string_value(method) : "",
+                       json_is_string(method) ? ")" : "");
+    }
+    const char *act;
+    if (get_str(h, NULL, "hidden_act", "silu", &act))
+        return -1;
     if (act && strcmp(act, "silu") != 0)
         return hf_fail(h, "hidden_act", "'%s': only silu (SwiGLU) is built", act);
     bool sw = false;
@@ -173,7 +204,8 @@ static int refuse_unbuilt(hf *h, const hf_model *m)
 static int read_model(hf *h, hf_model *m)
 {
     memset(m, 0, sizeof *m);
-    m->type = get_str(h, NULL, "model_type");
+    if (get_str(h, NULL, "model_type", "llama, mistral, qwen2 or mixtral", &m->type))
+        return -1;
     if (!m->type)
         return hf_fail(h, "model_type", "missing: expected llama, mistral, qwen2 or mixtral");
     bool qwen = strcmp(m->type, "qwen2") == 0, mixtral = strcmp(m->type, "mixtral") == 0;
@@ -218,7 +250,9 @@ static int read_model(hf *h, hf_model *m)
     if (m->top_k > m->experts)
         return hf_fail(h, "num_experts_per_tok", "%lld is more than num_local_experts %lld", (long long)m->top_k,
                        (long long)m->experts);
-    const char *td = get_str(h, NULL, "torch_dtype");
+    const char *td;
+    if (get_str(h, NULL, "torch_dtype", "bfloat16, float16 or float32", &td))
+        return -1;
     m->dtype = !td ? NULL : strcmp(td, "bfloat16") == 0 ? "bf16" : strcmp(td, "float16") == 0 ? "fp16"
              : strcmp(td, "float32") == 0 ? "fp32" : NULL;
     if (td && !m->dtype)
@@ -311,6 +345,27 @@ static void write_yaml(const hf_model *m, const char *name, int64_t tokens, strb
                   m->tied ? ", tied_weights: true" : "");
 }
 
+/* What the YAML built from a config.json is called while it is parsed; an error in it
+ * names no line of the config.json, which does not have that line (built_error). */
+#define BUILT_LABEL "\x01built"
+
+/* An error from the YAML built from file ("<label>:L:C: what"): the position is the
+ * built text's, not the file's, so it is dropped, and the file named instead. */
+static void built_error(const char *file, char *err, size_t errlen)
+{
+    size_t n = strlen(BUILT_LABEL);
+    if (strncmp(err, BUILT_LABEL, n) != 0)
+        return;
+    const char *rest = err + n;
+    for (int k = 0; k < 2 && *rest == ':'; k++) /* ":line:col" */
+        rest += 1 + strspn(rest + 1, "0123456789");
+    rest += *rest == ':';
+    rest += *rest == ' ';
+    char *msg = xstrdup(rest);
+    snprintf(err, errlen, "%s: the decoder built from it is refused: %s", file, msg);
+    free(msg);
+}
+
 /* The safetensors headers beside the config.json, against the layers built from it
  * (safetensors.h); what was checked becomes m->note. */
 static bench_status check_weights(const char *file, model *m, char *err, size_t errlen)
@@ -329,6 +384,60 @@ static bench_status check_weights(const char *file, model *m, char *err, size_t 
     return st;
 }
 
+bench_status cfg_load_hf_text(const char *file, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                              model **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (memchr(text, 0, len)) {
+        snprintf(err, errlen, "%s: a NUL byte at offset %zu: not a JSON text", file, (size_t)((const char *)memchr(text, 0, len) - text));
+        return BENCH_ERR_USAGE;
+    }
+    /* the text NUL-terminated, to find where a key is written (hf_fail) */
+    hf h = {.path = file, .text = xmalloc(len + 1), .err = err, .errlen = errlen};
+    memcpy(h.text, text, len);
+    h.text[len] = 0;
+    /* a UTF-8 byte-order mark, as some editors write one, is not JSON */
+    size_t skip = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    json_error_t je;
+    h.root = json_loadb(text + skip, len - skip, JSON_REJECT_DUPLICATES, &je);
+    if (!h.root) {
+        snprintf(err, errlen, "%s:%d:%d: JSON: %s", file, je.line, je.column, je.text);
+        free(h.text);
+        return BENCH_ERR_USAGE;
+    }
+    if (!json_is_object(h.root)) {
+        snprintf(err, errlen, "%s:1:1: expected a JSON object (a Hugging Face config.json)", file);
+        json_decref(h.root);
+        free(h.text);
+        return BENCH_ERR_USAGE;
+    }
+    hf_model m;
+    bench_status st = BENCH_ERR_USAGE;
+    int64_t tokens = shape.tokens > 0 ? shape.tokens : HF_DEFAULT_TOKENS, cached = shape.kv_len > 0 ? shape.kv_len : 0;
+    if (read_model(&h, &m) == 0) {
+        if (tokens > m.max_pos - cached) {
+            hf_fail(&h, "max_position_embeddings", "%lld positions, but %lld tokens after %lld cached need %lld",
+                    (long long)m.max_pos, (long long)tokens, (long long)cached, (long long)(tokens + cached));
+        } else {
+            char name[160];
+            model_name(file, m.type, name, sizeof name);
+            strbuf y = {0};
+            write_yaml(&m, name, tokens, &y);
+            st = cfg_load_built(BUILT_LABEL, y.data, y.len, batch, shape, out, err, errlen);
+            strbuf_free(&y);
+            if (st != BENCH_OK) {
+                built_error(file, err, errlen);
+            } else {
+                free((*out)->path);
+                (*out)->path = xstrdup(file);
+            }
+        }
+    }
+    json_decref(h.root);
+    free(h.text);
+    return st;
+}
+
 bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -343,57 +452,14 @@ bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model
         }
     } else
         snprintf(file, sizeof file, "%s", path);
-    hf h = {.path = file, .err = err, .errlen = errlen};
-    json_error_t je;
-    h.root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
-    if (!h.root) {
-        FILE *f = fopen(file, "r");
-        if (!f) {
-            snprintf(err, errlen, "%s: cannot read it: %s", file, strerror(errno));
-            return BENCH_ERR_IO;
-        }
-        fclose(f);
-        snprintf(err, errlen, "%s:%d:%d: JSON: %s", file, je.line, je.column, je.text);
-        return BENCH_ERR_USAGE;
+    strbuf text = {0};
+    bench_status st = fileio_read(file, HF_MAX_FILE_BYTES, 0, NULL, &text, NULL, err, errlen);
+    if (st == BENCH_OK)
+        st = cfg_load_hf_text(file, text.data, text.len, batch, shape, out, err, errlen);
+    strbuf_free(&text);
+    if (st == BENCH_OK && (st = check_weights(file, *out, err, errlen)) != BENCH_OK) {
+        model_free(*out);
+        *out = NULL;
     }
-    if (!json_is_object(h.root)) {
-        snprintf(err, errlen, "%s:1:1: expected a JSON object (a Hugging Face config.json)", file);
-        json_decref(h.root);
-        return BENCH_ERR_USAGE;
-    }
-    FILE *f = fopen(file, "r"); /* the text, to place errors */
-    if (f) {
-        strbuf t = {0};
-        char chunk[4096];
-        size_t n;
-        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            strbuf_append(&t, chunk, n);
-        fclose(f);
-        h.text = t.data;
-    }
-    hf_model m;
-    bench_status st = BENCH_ERR_USAGE;
-    int64_t tokens = shape.tokens > 0 ? shape.tokens : HF_DEFAULT_TOKENS, cached = shape.kv_len > 0 ? shape.kv_len : 0;
-    if (read_model(&h, &m) == 0) {
-        if (tokens > m.max_pos - cached) {
-            hf_fail(&h, "max_position_embeddings", "%lld positions, but %lld tokens after %lld cached need %lld",
-                    (long long)m.max_pos, (long long)tokens, (long long)cached, (long long)(tokens + cached));
-        } else {
-            char name[160];
-            model_name(file, m.type, name, sizeof name);
-            strbuf y = {0};
-            write_yaml(&m, name, tokens, &y);
-            st = cfg_load_text_shaped(file, y.data, y.len, batch, shape, out, err, errlen);
-            strbuf_free(&y);
-            if (st == BENCH_OK)
-                st = check_weights(file, *out, err, errlen);
-            if (st != BENCH_OK) {
-                model_free(*out);
-                *out = NULL;
-            }
-        }
-    }
-    free(h.text);
-    json_decref(h.root);
     return st;
 }

@@ -65,4 +65,9 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
 
 int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch);
 
+/* cfg_load_text_shaped without the size limit of a file a user wrote: for the YAML that
+ * cfg_hf.c builds from a config.json (4096 decoder layers run past 1 MiB). */
+bench_status cfg_load_built(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
+                            model **out, char *err, size_t errlen);
+
 #endif

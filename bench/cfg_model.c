@@ -419,6 +419,11 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
             snprintf(idx, sizeof idx, "%d", (*pos)++);
             qname = qualify(prefix, idx);
         }
+        if (strlen(qname) > CFG_MAX_QUALIFIED) {
+            free(qname), free(base);
+            return fail(c, nn ? nn : item, "the qualified name of this item is longer than the %d characters a name may "
+                        "have (the blocks around it nest too deep, or their names are too long)", CFG_MAX_QUALIFIED);
+        }
         if (emit_one(c, item, kind, prefix, qname, cur)) {
             free(base);
             return -1;

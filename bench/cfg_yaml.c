@@ -49,6 +49,10 @@ int cfg_check_tree(cfg_ctx *c, int idx, int depth)
     if (c->seen[idx])
         return fail(c, n, "this node is reused through an alias; anchors and aliases are not supported (use 'repeat')");
     c->seen[idx] = 1;
+    /* a "\0" escape in a quoted scalar: every string function would stop there and read
+     * "a\0garbage" as "a" */
+    if (n->type == YAML_SCALAR_NODE && memchr(n->data.scalar.value, 0, n->data.scalar.length))
+        return fail(c, n, "a NUL character (\\0) in a value");
     if (n->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++)
             if (cfg_check_tree(c, *it, depth + 1))
@@ -210,6 +214,8 @@ int cfg_parse_name(cfg_ctx *c, const char *key, yaml_node_t *n, const char **out
     if (n->type != YAML_SCALAR_NODE || !*cfg_scalar(n))
         return fail(c, n, "%s: expected a non-empty string, got %s", key, cfg_node_type_name(n));
     const char *v = cfg_scalar(n);
+    if (cfg_scalar_len(n) > CFG_MAX_NAME)
+        return fail(c, n, "%s: %zu characters, more than the %d a name may have", key, cfg_scalar_len(n), CFG_MAX_NAME);
     if (strchr(v, '.'))
         return fail(c, n, "%s: '%s' must not contain '.', which separates qualified names", key, v);
     /* '-' inside a name (torchvision's RegNet: block1-0), never first: a CSV cell that

@@ -12,7 +12,8 @@
 typedef struct csv_table {
     int n_cols;
     int64_t n_rows;       /* data rows, the header not counted */
-    char **cells;         /* (n_rows + 1) x n_cols, row 0 the header; each owned */
+    char **cells;         /* (n_rows + 1) x n_cols, row 0 the header; pointers into arena */
+    char *arena;          /* every cell's text, owned */
     int64_t *lines;       /* per data row: the line it starts on (from 1, the header's), for messages */
 } csv_table;
 

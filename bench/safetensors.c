@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dtype.h"
+#include "fileio.h"
 #include "safetensors.h"
 #include "strbuf.h"
 
@@ -23,6 +25,7 @@ typedef struct want {
     int64_t d[2];
     bool optional; /* lm_head.weight of tied embeddings: checkpoints may leave it out */
     bool seen;
+    const char *file; /* the file whose header holds it (borrowed from check.files) */
 } want;
 
 typedef struct wants {
@@ -113,6 +116,7 @@ static const struct {
 typedef struct check {
     wants w;
     const char *dir;
+    const char *file;         /* the file being read (its tensors are marked with it) */
     int64_t tensors;          /* matched */
     int64_t per_dtype[N_DTYPES];
     int64_t names_only;       /* tensors of absent shards: names checked, not shapes */
@@ -152,23 +156,46 @@ static int match_name(check *c, const char *file, const char *name, want **out)
     if ((*out)->seen)
         return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", name);
     (*out)->seen = true;
+    (*out)->file = c->file;
     return 0;
 }
 
-/* dir/file's header as a JSON object; *data_len the bytes after it. */
+/* A header's n bytes as a JSON object of tensors, or NULL (failed). */
+static json_t *header_json(check *c, const char *file, const char *text, uint64_t n)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        fail(c, file, "its header is not JSON (byte %d: %s)", je.position + 8, je.text);
+    else if (!json_is_object(root)) {
+        fail(c, file, "its header is not a JSON object of tensors");
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
+/* dir/file's header as a JSON object; *data_len the bytes after it. Only a regular file
+ * is read (a FIFO is refused at once, never waited on: fileio.h). */
 static json_t *read_header(check *c, const char *file, int64_t *data_len)
 {
-    char path[4096];
+    char path[4096], why[1200];
     snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    FILE *f = fopen(path, "rb");
+    struct stat s;
+    int fd = fileio_open(path, (size_t)-1, NULL, &s, NULL, why, sizeof why);
+    if (fd < 0) {
+        fail(c, file, "%s", why);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    unsigned char len8[8];
+    json_t *root = NULL;
     if (!f) {
+        close(fd);
         fail(c, file, "cannot read it: %s", strerror(errno));
         return NULL;
     }
-    struct stat s;
-    unsigned char len8[8];
-    json_t *root = NULL;
-    if (fstat(fileno(f), &s) != 0 || s.st_size < 8 || fread(len8, 1, 8, f) != 8) {
+    if (s.st_size < 8 || fread(len8, 1, 8, f) != 8) {
         fail(c, file, "shorter than a safetensors header's 8-byte length");
         goto out;
     }
@@ -190,16 +217,8 @@ static json_t *read_header(check *c, const char *file, int64_t *data_len)
         free(text);
         goto out;
     }
-    json_error_t je;
-    root = json_loadb(text, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    root = header_json(c, file, text, n);
     free(text);
-    if (!root)
-        fail(c, file, "its header is not JSON (byte %d: %s)", je.position + 8, je.text);
-    else if (!json_is_object(root)) {
-        fail(c, file, "its header is not a JSON object of tensors");
-        json_decref(root);
-        root = NULL;
-    }
     *data_len = (int64_t)((uint64_t)s.st_size - 8 - n);
 out:
     fclose(f);
@@ -256,41 +275,93 @@ static int check_tensor(check *c, const char *file, const char *name, json_t *t,
     return 0;
 }
 
+/* A tensor's bytes in its file's data, for the overlap check. */
+typedef struct span {
+    int64_t begin, end;
+    const char *name;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+static int check_header(check *c, const char *file, json_t *h, int64_t data_len);
+
 static int check_file(check *c, const char *file)
 {
     int64_t data_len = 0;
     json_t *h = read_header(c, file, &data_len);
     if (!h)
         return -1;
+    int rc = check_header(c, file, h, data_len);
+    json_decref(h);
+    return rc;
+}
+
+/* Every entry of a header h (its file's data data_len bytes): well formed, of the shape
+ * the layers give it, and no two sharing bytes. */
+static int check_header(check *c, const char *file, json_t *h, int64_t data_len)
+{
     const char *name;
     json_t *t;
-    int rc = 0;
+    int rc = 0, n = 0;
+    c->file = file;
+    span *spans = xmalloc((json_object_size(h) + 1) * sizeof *spans);
     json_object_foreach(h, name, t) {
         if (strcmp(name, "__metadata__") == 0)
             continue;
         if ((rc = check_tensor(c, file, name, t, data_len)) != 0)
             break;
+        json_t *off = json_object_get(t, "data_offsets");
+        spans[n++] = (span){json_integer_value(json_array_get(off, 0)), json_integer_value(json_array_get(off, 1)), name};
     }
-    json_decref(h);
+    /* each tensor's bytes its own: two that share bytes are no checkpoint a writer makes */
+    qsort(spans, (size_t)n, sizeof *spans, span_cmp);
+    for (int i = 1; rc == 0 && i < n; i++)
+        if (spans[i].begin < spans[i - 1].end && spans[i].end > spans[i].begin)
+            rc = fail(c, file, "the data of '%s' (bytes %lld to %lld) overlaps that of '%s' (to %lld): not a safetensors "
+                      "file", spans[i].name, (long long)spans[i].begin, (long long)spans[i].end, spans[i - 1].name,
+                      (long long)spans[i - 1].end);
+    free(spans);
     return rc;
 }
 
-static bool exists(const char *dir, const char *file)
+/* Whether dir/file is there: 1 a regular file, 0 nothing at that name, -1 something
+ * that is no file to read (a link to nothing, a link loop, a FIFO, a folder), with why. */
+static int present(const char *dir, const char *file, char *why, size_t len)
 {
     char path[4096];
     struct stat s;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+    if (lstat(path, &s) != 0)
+        return 0;
+    if (stat(path, &s) != 0) {
+        snprintf(why, len, "%s", errno == ELOOP ? "a loop of symbolic links" : "a symbolic link to a file that is not there");
+        return -1;
+    }
+    if (!S_ISREG(s.st_mode)) {
+        snprintf(why, len, "%s", S_ISFIFO(s.st_mode) ? "a FIFO" : S_ISDIR(s.st_mode) ? "a folder" : "not a regular file");
+        return -1;
+    }
+    return 1;
 }
 
 /* The index's shards, each checked once; those absent are checked by name from the index.
  * *n_files, *n_absent: what it names. */
 static int check_index(check *c, const char *index, int *n_files, int *n_absent)
 {
-    char path[4096];
+    char path[4096], why[1200];
     snprintf(path, sizeof path, "%s/%s", c->dir, index);
+    strbuf text = {0};
+    if (fileio_read(path, SAFETENSORS_MAX_HEADER, FILEIO_TEXT, NULL, &text, NULL, why, sizeof why) != BENCH_OK) {
+        strbuf_free(&text);
+        return fail(c, index, "%s", why);
+    }
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *map = json_object_get(root, "weight_map");
+    json_t *root = json_loadb(text.data, text.len, JSON_REJECT_DUPLICATES, &je), *map = json_object_get(root, "weight_map");
+    strbuf_free(&text);
     if (!root)
         return fail(c, index, "%d:%d: JSON: %s", je.line, je.column, je.text);
     if (!json_is_object(map)) {
@@ -309,7 +380,11 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
         }
         if (json_object_get(done, file))
             continue;
-        bool there = exists(c->dir, file);
+        int there = present(c->dir, file, why, sizeof why);
+        if (there < 0) {
+            rc = fail(c, file, "%s, named by %s: not a shard to read (remove it, or fetch the shard)", why, index);
+            break;
+        }
         json_object_set_new(done, file, json_boolean(there));
         (*n_files)++;
         if (there) {
@@ -324,8 +399,11 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
         json_object_foreach(map, name, v) {
             want *w = want_find(&c->w, name);
             if (json_is_true(json_object_get(done, json_string_value(v)))) {
-                if (w ? !w->seen : !ends_with(name, "rotary_emb.inv_freq")) {
-                    rc = fail(c, index, "names '%s' in %s, whose header does not hold it", name, json_string_value(v));
+                if (w ? !w->seen || strcmp(w->file, json_string_value(v)) != 0 : !ends_with(name, "rotary_emb.inv_freq")) {
+                    rc = fail(c, index, "names '%s' in %s, whose header does not hold it%s%s", name,
+                              json_string_value(v), w && w->seen ? " (it is in " : "", w && w->seen ? w->file : "");
+                    if (w && w->seen)
+                        snprintf(c->err + strlen(c->err), c->errlen - strlen(c->err), ")");
                     break;
                 }
             } else {
@@ -334,6 +412,13 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
                 c->names_only += w != NULL;
             }
         }
+    /* ... and every tensor a present shard holds is named by the index, in that shard */
+    for (int i = 0; rc == 0 && i < c->w.n; i++) {
+        const want *w = &c->w.v[i];
+        json_t *at = w->seen && w->file ? json_object_get(map, w->name) : NULL;
+        if (w->seen && w->file && !at)
+            rc = fail(c, index, "does not name '%s', which %s holds", w->name, w->file);
+    }
     json_decref(done);
     json_decref(root);
     return rc;
@@ -349,8 +434,15 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
 {
     note[0] = '\0';
     const char *index = "model.safetensors.index.json", *single = "model.safetensors";
-    bool sharded = exists(dir, index);
-    if (!sharded && !exists(dir, single))
+    char why[200];
+    int has_index = present(dir, index, why, sizeof why), has_single = has_index ? 0 : present(dir, single, why, sizeof why);
+    if (has_index < 0 || has_single < 0) { /* there, and no file: never "no checkpoint" in silence */
+        snprintf(err, errlen, "%s/%s: %s, not a file to read (remove it, or give the checkpoint's file)", dir,
+                 has_index < 0 ? index : single, why);
+        return BENCH_ERR_USAGE;
+    }
+    bool sharded = has_index > 0;
+    if (!sharded && !has_single)
         return BENCH_OK;
     check c = {.dir = dir, .err = err, .errlen = errlen};
     wants_from_model(m, &c.w);
@@ -402,6 +494,21 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
             strbuf_printf(&b, ", while config.json's torch_dtype is %s", dtype_torch_name(m->dtype));
         snprintf(note, notelen, "%s", b.data ? b.data : "");
         strbuf_free(&b);
+    }
+    wants_free(&c.w);
+    return rc == 0 ? BENCH_OK : BENCH_ERR_USAGE;
+}
+
+bench_status safetensors_check_header(const char *name, const char *text, size_t n, int64_t data_len, const model *m,
+                                      char *err, size_t errlen)
+{
+    check c = {.dir = ".", .err = err, .errlen = errlen};
+    int rc = -1;
+    wants_from_model(m, &c.w);
+    json_t *h = header_json(&c, name, text, n);
+    if (h) {
+        rc = check_header(&c, name, h, data_len);
+        json_decref(h);
     }
     wants_free(&c.w);
     return rc == 0 ? BENCH_OK : BENCH_ERR_USAGE;

@@ -22,4 +22,11 @@
 bench_status safetensors_check(const char *dir, const model *m, char *note, size_t notelen, char *err,
                                size_t errlen);
 
+/* One file's header, its n bytes of JSON (name for messages), in a file with data_len
+ * bytes of data after it: checked as safetensors_check checks each file's (well formed, no
+ * overlapping data, the names and shapes of m's layers), without the check that every
+ * tensor is there. The fuzz target's entry. */
+bench_status safetensors_check_header(const char *name, const char *text, size_t n, int64_t data_len, const model *m,
+                                      char *err, size_t errlen);
+
 #endif

@@ -7,11 +7,12 @@ not from bench.
 
 usage: make_safetensors.py CONFIG_JSON OUT_DIR [--dtype F32|BF16|F16] [--shards N]
          [--absent K] [--drop NAME] [--add NAME=D0,D1] [--reshape NAME=D0,D1]
-         [--lm-head] [--header-length N]
+         [--lm-head] [--header-length N] [--overlap] [--misplace NAME]
 --shards N writes model-0000k-of-0000N.safetensors and model.safetensors.index.json
 (--absent K then leaves shard K out, as a partial download does); --lm-head writes
 lm_head.weight even for tied embeddings; --header-length N writes N as the header's
-length (a file that is not safetensors).
+length (a file that is not safetensors); --overlap gives the second tensor bytes of the
+first; --misplace NAME names the first shard as NAME's in the index, whatever shard holds it.
 """
 import argparse
 import json
@@ -58,12 +59,14 @@ def shape(text):
     return [int(x) for x in text.split(",")]
 
 
-def write(path, entries, dtype, size, header_length=None):
+def write(path, entries, dtype, size, header_length=None, overlap=False):
     header, at = {"__metadata__": {"format": "pt"}}, 0
-    for name, dims in entries:
+    for k, (name, dims) in enumerate(entries):
         n = size
         for x in dims:
             n *= x
+        if overlap and k == 1:
+            at -= size
         header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [at, at + n]}
         at += n
     text = json.dumps(header).encode()
@@ -85,6 +88,8 @@ ap.add_argument("--add", action="append", default=[])
 ap.add_argument("--reshape", action="append", default=[])
 ap.add_argument("--lm-head", action="store_true")
 ap.add_argument("--header-length", type=int)
+ap.add_argument("--overlap", action="store_true")
+ap.add_argument("--misplace")
 args = ap.parse_args()
 cfg = json.load(open(args.config))
 entries = [e for e in tensors(cfg) if e[0] not in args.drop]
@@ -107,9 +112,14 @@ if args.shards:
         file = f"model-{k + 1:05d}-of-{args.shards:05d}.safetensors"
         part = entries[k * per:(k + 1) * per]
         weight_map.update({n: file for n, _ in part})
+    if args.misplace:
+        weight_map[args.misplace] = "model-00001-of-%05d.safetensors" % args.shards
+    for k in range(args.shards):
+        file = f"model-{k + 1:05d}-of-{args.shards:05d}.safetensors"
+        part = entries[k * per:(k + 1) * per]
         if k + 1 != args.absent:
             write(os.path.join(args.out, file), part, args.dtype, size)
     with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
 else:
-    write(os.path.join(args.out, "model.safetensors"), entries, args.dtype, size, args.header_length)
+    write(os.path.join(args.out, "model.safetensors"), entries, args.dtype, size, args.header_length, args.overlap)

@@ -114,7 +114,7 @@ static const bad_case bad[] = {
     {"name: \"+1+2\"\ninput: [3]\nlayers: [{kind: relu}]\n", "1:7", "starting with a letter"},
     {HEAD "  - {kind: relu, name: \"@SUM(A1)\"}\n", "4:24", "use letters, digits, '_' and '-' (not first) only"},
     {HEAD "  - {kind: relu, name: \"-1\"}\n", "4:24", "got '-' first"},
-    {HEAD "  - {kind: relu, name: \"nul\\0cut\"}\n", "4:24", "got a NUL character"},
+    {HEAD "  - {kind: relu, name: \"nul\\0cut\"}\n", "4:24", "a NUL character (\\0) in a value"},
     {HEAD "  - {kind: relu, name: a}\n  - {kind: relu6, name: a}\n", "5:5",
      "layer name 'a' is used twice, by different layers (first at line 4, column 5)"},
     {HEAD "  - {kind: conv2d, out_channels: 3, kernel_size: 1}\n  - {kind: conv2d, name: \"0\", out_channels: 3, kernel_size: 3, padding: 1}\n",
