@@ -16,54 +16,57 @@
 #include "schedstat.h"
 #include "signals.h"
 
-/* Two results files that would be the same file. */
-static bool same_output(const char *a, const char *b) { return a && b && strcmp(a, b) == 0 && strcmp(a, "-") != 0; }
+/* The first output opened so far that is the same file as o (however spelt), or NULL. */
+static const char *clashes(const outputs *o, const bench_output *x)
+{
+    const struct { bool has; const bench_output *out; const char *what; } opened[] = {
+        {o->has_trace, &o->trace, "--trace"}, {o->has_csv, &o->csv, "--csv"}, {o->has_json, &o->json, "the JSON beside --csv"}};
+    for (size_t i = 0; i < sizeof opened / sizeof *opened; i++)
+        if (opened[i].has && opened[i].out != x && bench_output_same(opened[i].out, x))
+            return opened[i].what;
+    for (int i = 0; i < o->n_stacks; i++)
+        if (o->stacks[i].out != x && bench_output_same(o->stacks[i].out, x))
+            return "--stacks";
+    return NULL;
+}
+
+static void close_outputs(outputs *o);
+
+/* Opens one output into *out (flagging *has), refusing it when it is the same file as one
+ * opened before. Returns 0 or 2. */
+static int open_one(outputs *o, bench_output *out, bool *has, const char *path, const char *what,
+                    const char *const *inputs)
+{
+    char err[1200];
+    if (bench_output_open(out, path, inputs, err, sizeof err) != BENCH_OK) {
+        log_msg("%s: %s", what, err);
+        return 2;
+    }
+    *has = true;
+    const char *other = clashes(o, out);
+    if (other) {
+        log_msg("%s '%s' is the same file as %s's: every output needs a file of its own", what, path, other);
+        return 2;
+    }
+    return 0;
+}
 
 static int open_outputs(const cli *c, outputs *o)
 {
     const char *inputs[] = {c->config, NULL};
-    char err[1200];
     memset(o, 0, sizeof *o);
-    char *json_path = c->csv ? report_json_path(c->csv) : NULL;
-    bool clash = same_output(c->trace, c->csv) || same_output(c->trace, json_path) || same_output(c->stacks, c->csv) ||
-                 same_output(c->stacks, json_path) || same_output(c->stacks, c->trace);
-    free(json_path);
-    if (clash) {
-        log_msg("--csv (and its JSON), --trace and --stacks must name different files");
-        return 2;
+    int rc = c->trace ? open_one(o, &o->trace, &o->has_trace, c->trace, "--trace", inputs) : 0;
+    if (!rc && c->csv)
+        rc = open_one(o, &o->csv, &o->has_csv, c->csv, "--csv", inputs);
+    o->csv.append = true; /* a stream takes its rows as they come */
+    if (!rc && o->has_csv && o->csv.target) { /* a file: the JSON context beside it */
+        char *json = report_json_path(c->csv);
+        rc = open_one(o, &o->json, &o->has_json, json, "the JSON context beside --csv", inputs);
+        free(json);
     }
-    if (c->trace) {
-        if (bench_output_open(&o->trace, c->trace, inputs, err, sizeof err) != BENCH_OK) {
-            log_msg("--trace: %s", err);
-            return 2;
-        }
-        o->has_trace = true;
-    }
-    if (!c->csv)
-        return 0;
-    if (bench_output_open(&o->csv, c->csv, inputs, err, sizeof err) != BENCH_OK) {
-        log_msg("--csv: %s", err);
-        if (o->has_trace)
-            bench_output_close(&o->trace);
-        o->has_trace = false;
-        return 2;
-    }
-    o->has_csv = true;
-    if (!o->csv.target) /* stdout, a device or a FIFO: no JSON beside it */
-        return 0;
-    char *json = report_json_path(c->csv);
-    bench_status st = bench_output_open(&o->json, json, inputs, err, sizeof err);
-    free(json);
-    if (st != BENCH_OK) {
-        log_msg("the JSON context beside --csv: %s", err);
-        bench_output_close(&o->csv);
-        if (o->has_trace)
-            bench_output_close(&o->trace);
-        o->has_csv = o->has_trace = false;
-        return 2;
-    }
-    o->has_json = true;
-    return 0;
+    if (rc)
+        close_outputs(o);
+    return rc;
 }
 
 /* The --stacks files, one per (backend, batch, dtype) that will run. */
@@ -71,7 +74,6 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
                        const dtype_t *dtypes, int n_dtypes)
 {
     const char *inputs[] = {c->config, NULL};
-    char err[1200];
     if (!c->stacks)
         return 0;
     o->stacks = xcalloc((size_t)(nb * n_batches * n_dtypes), sizeof *o->stacks);
@@ -81,16 +83,39 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
             char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k / n_dtypes],
                                             n_dtypes > 1 ? dtype_name(dt) : NULL, nb == 1, n_batches == 1);
             bench_output *out = xcalloc(1, sizeof *out);
-            bench_status st = bench_output_open(out, path, inputs, err, sizeof err);
-            free(path);
-            if (st != BENCH_OK) {
-                log_msg("--stacks: %s", err);
-                free(out);
-                return 2;
-            }
+            bool has = false;
             o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k / n_dtypes], dt, out};
+            int rc = open_one(o, out, &has, path, "--stacks", inputs);
+            free(path);
+            if (rc)
+                return rc;
         }
     return 0;
+}
+
+/* Whether any output is stdout: the tables go to stderr then. */
+static bool writes_stdout(const outputs *o)
+{
+    bool any = (o->has_csv && o->csv.is_stdout) || (o->has_trace && o->trace.is_stdout);
+    for (int i = 0; i < o->n_stacks; i++)
+        any = any || o->stacks[i].out->is_stdout;
+    return any;
+}
+
+/* The streams' documents, written once now that the run has ended (output.h). */
+static bool commit_outputs(outputs *o)
+{
+    char err[1200];
+    bool ok = true;
+    bench_output *all[3] = {o->has_csv ? &o->csv : NULL, o->has_json ? &o->json : NULL, o->has_trace ? &o->trace : NULL};
+    for (int i = 0; i < 3 + o->n_stacks; i++) {
+        bench_output *x = i < 3 ? all[i] : o->stacks[i - 3].out;
+        if (x && bench_output_commit(x, err, sizeof err) != BENCH_OK) {
+            log_msg("%s", err);
+            ok = false;
+        }
+    }
+    return ok;
 }
 
 static void close_outputs(outputs *o)
@@ -102,7 +127,8 @@ static void close_outputs(outputs *o)
     if (o->has_trace)
         bench_output_close(&o->trace);
     for (int i = 0; i < o->n_stacks; i++) {
-        bench_output_close(o->stacks[i].out);
+        if (o->stacks[i].out)
+            bench_output_close(o->stacks[i].out);
         free(o->stacks[i].out);
     }
     free(o->stacks);
@@ -235,7 +261,6 @@ int cmd_worker(const cli *c, int64_t batch)
     char label[48];
     snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
     mo.label = label;
-    signals_catch();
     rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
     if (c->algo_cache)
         save_algo_cache(c->algo_cache, bs, nb);
@@ -394,8 +419,9 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     report_options ro = {c->sort, c->top, c->format, c->groups};
     reporter *reps[5];
     int nr = 0;
-    /* with --csv -, the CSV owns stdout and the tables go to stderr */
-    FILE *tables = out.has_csv && out.csv.is_stdout ? stderr : stdout;
+    /* with --csv - (or a trace or stacks to stdout), that output owns stdout and the
+     * tables go to stderr */
+    FILE *tables = writes_stdout(&out) ? stderr : stdout;
     reps[nr++] = sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro);
     if (out.has_csv)
         reps[nr++] = report_csv_create(&out.csv, previous);
@@ -437,12 +463,15 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     plan.ctx.algo_taken = cache_ctx.algo_taken;
     plan.ctx.algo_other_context = cache_ctx.algo_other_context;
     plan.ctx.algo_malformed = cache_ctx.algo_malformed;
+    plan.ctx.resumed = done, plan.ctx.resumed_sets = n_done; /* listed as completed from the start */
     if (out.has_json) /* last: it says how the others' writes went */
         plan.reps[plan.n_reps++] = report_json_create(&out.json, &plan.ctx);
     plan.ctx.processes = c->processes;
     plan.ctx.phase_band = c->phase_band;
-    signals_catch();
+    plan.stop = &signals_interrupted; /* caught since main() */
     rc = runner_execute(m, &plan, &mo);
+    if (!commit_outputs(&out) && (rc == 0 || rc == 1))
+        rc = 1;
     if (cache && c->processes == 0) /* else the workers saved it */
         save_algo_cache(cache, bs, nb);
     if (rc == 0 && out.has_json)

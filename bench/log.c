@@ -1,15 +1,31 @@
+#define _GNU_SOURCE
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "strbuf.h"
+
+/* The message with its control characters made visible (strbuf_visible): what a file or
+ * a command line put into it reaches the terminal as text, never as escape sequences. */
 static void emit(const char *prefix, const char *fmt, va_list ap, const char *suffix)
 {
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0) {
+        fputs(prefix, stderr);
+        fputs("(out of memory formatting a message)", stderr);
+        fputs(suffix, stderr);
+        return;
+    }
+    strbuf b = {0};
+    strbuf_visible(&b, msg, true);
     fputs(prefix, stderr);
-    vfprintf(stderr, fmt, ap);
+    fputs(b.data, stderr);
     fputs(suffix, stderr);
+    strbuf_free(&b);
+    free(msg);
 }
-
 void log_msg(const char *fmt, ...)
 {
     va_list ap;

@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static bench_status refuse(char *err, size_t errlen, const char *path, const char *why)
@@ -18,8 +20,8 @@ static bench_status refuse(char *err, size_t errlen, const char *path, const cha
     return BENCH_ERR_USAGE;
 }
 
-/* Temporary files "<base>.tmp.<pid>" of processes that no longer run (killed while
- * writing) are removed. */
+/* Temporary files "<base>.tmp.<pid>[.<suffix>]" of processes that no longer run (killed
+ * while writing) are removed: regular files of this user only, never what a link names. */
 static void remove_stale_temporaries(const char *target)
 {
     char *copy_d = xstrdup(target), *copy_b = xstrdup(target);
@@ -32,15 +34,36 @@ static void remove_stale_temporaries(const char *target)
             continue;
         char *end;
         long pid = strtol(e->d_name + blen + 5, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if ((*end && *end != '.') || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
-        char *stale = xasprintf("%s/%s", dir, e->d_name);
-        unlink(stale);
-        free(stale);
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid())
+            unlinkat(dirfd(d), e->d_name, 0);
     }
     if (d)
         closedir(d);
     free(copy_d), free(copy_b);
+}
+
+static char *identity_of(const struct stat *st, const char *leaf)
+{
+    return leaf ? xasprintf("%llu:%llu/%s", (unsigned long long)st->st_dev, (unsigned long long)st->st_ino, leaf)
+                : xasprintf("%llu:%llu", (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
+}
+
+bool bench_output_same(const bench_output *a, const bench_output *b)
+{
+    return a->identity && b->identity && strcmp(a->identity, b->identity) == 0;
+}
+
+/* path names the file stdout writes to (/dev/stdout, /proc/self/fd/1, or the file a shell
+ * redirected stdout to): replacing it would lose what stdout wrote into it, and opening
+ * it again would truncate it. */
+static bool is_our_stdout(const struct stat *st)
+{
+    struct stat out;
+    return fstat(STDOUT_FILENO, &out) == 0 && out.st_dev == st->st_dev && out.st_ino == st->st_ino;
 }
 
 bench_status bench_output_open(bench_output *o, const char *path, const char *const *inputs, char *err,
@@ -49,14 +72,17 @@ bench_status bench_output_open(bench_output *o, const char *path, const char *co
     memset(o, 0, sizeof *o);
     if (!*path)
         return refuse(err, errlen, path, "the path is empty");
-    if (strcmp(path, "-") == 0) {
+    struct stat st;
+    bool exists = strcmp(path, "-") != 0 && stat(path, &st) == 0;
+    if (strcmp(path, "-") == 0 || (exists && is_our_stdout(&st))) {
         o->path = xstrdup(path);
         o->is_stdout = true;
         o->direct = stdout;
+        struct stat out;
+        o->identity = fstat(STDOUT_FILENO, &out) == 0 && S_ISREG(out.st_mode) ? identity_of(&out, NULL)
+                                                                               : xstrdup("stdout");
         return BENCH_OK;
     }
-    struct stat st;
-    bool exists = stat(path, &st) == 0;
     if (!exists && errno != ENOENT)
         return refuse(err, errlen, path, strerror(errno));
     for (int i = 0; exists && inputs && inputs[i]; i++) {
@@ -66,36 +92,50 @@ bench_status bench_output_open(bench_output *o, const char *path, const char *co
     }
     if (exists && S_ISDIR(st.st_mode))
         return refuse(err, errlen, path, "it is a directory");
-    if (exists && !S_ISREG(st.st_mode)) { /* a device, a FIFO: written in place */
+    if (exists && !S_ISREG(st.st_mode)) { /* a device, a FIFO: a stream */
         if (access(path, W_OK) != 0)
             return refuse(err, errlen, path, strerror(errno));
         o->path = xstrdup(path);
+        o->identity = identity_of(&st, NULL);
         return BENCH_OK;
     }
     struct stat lst;
-    if (!exists && lstat(path, &lst) == 0) { /* a dangling symbolic link: create what it names, in place */
-        o->path = xstrdup(path);
-        return BENCH_OK;
-    }
-    char *target = exists ? realpath(path, NULL) : xstrdup(path);
-    if (!target)
-        return refuse(err, errlen, path, strerror(errno));
-    if (exists && access(target, W_OK) != 0) {
-        bench_status s = refuse(err, errlen, path, strerror(errno));
-        free(target);
-        return s;
-    }
-    char *copy = xstrdup(target);
-    const char *dir = dirname(copy);
-    struct stat dst;
-    if (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode) || access(dir, W_OK | X_OK) != 0) {
-        char why[300];
-        snprintf(why, sizeof why, "its folder '%s' %s", dir,
-                 stat(dir, &dst) != 0 ? "does not exist" : !S_ISDIR(dst.st_mode) ? "is not a folder" : "is not writable");
-        free(copy), free(target);
+    if (!exists && lstat(path, &lst) == 0) /* a link to nothing: writing would go through it */
+        return refuse(err, errlen, path, "it is a symbolic link to a file that does not exist (give the file itself)");
+    /* the folder, resolved: the file's identity when it does not exist yet is its folder's
+     * and its name */
+    char *copy = xstrdup(path), *leaf_copy = xstrdup(path);
+    const char *leaf = basename(leaf_copy);
+    char *dir = exists ? NULL : realpath(dirname(copy), NULL);
+    free(copy);
+    char *target = exists ? realpath(path, NULL) : dir ? xasprintf("%s%s%s", dir, strcmp(dir, "/") ? "/" : "", leaf) : NULL;
+    if (!target) {
+        char why[PATH_MAX + 64], *folder = xstrdup(path);
+        snprintf(why, sizeof why, "its folder '%s' %s", dirname(folder), errno == ENOENT ? "does not exist" : strerror(errno));
+        free(folder), free(dir), free(leaf_copy);
         return refuse(err, errlen, path, why);
     }
-    free(copy);
+    if (exists && access(target, W_OK) != 0) {
+        bench_status s = refuse(err, errlen, path, strerror(errno));
+        free(target), free(dir), free(leaf_copy);
+        return s;
+    }
+    char *tcopy = xstrdup(target);
+    const char *tdir = dirname(tcopy);
+    struct stat dst;
+    if (stat(tdir, &dst) != 0 || !S_ISDIR(dst.st_mode) || access(tdir, W_OK | X_OK) != 0) {
+        char why[PATH_MAX + 64];
+        snprintf(why, sizeof why, "its folder '%s' %s", tdir,
+                 stat(tdir, &dst) != 0 ? "does not exist" : !S_ISDIR(dst.st_mode) ? "is not a folder" : "is not writable");
+        free(tcopy), free(target), free(dir), free(leaf_copy);
+        return refuse(err, errlen, path, why);
+    }
+    if (!strcmp(leaf, ".") || !strcmp(leaf, "..") || !strcmp(leaf, "/")) {
+        free(tcopy), free(target), free(dir), free(leaf_copy);
+        return refuse(err, errlen, path, "it is a directory");
+    }
+    o->identity = exists ? identity_of(&st, NULL) : identity_of(&dst, leaf);
+    free(tcopy), free(dir), free(leaf_copy);
     if (exists) {
         o->mode = st.st_mode & 07777;
     } else {
@@ -122,39 +162,90 @@ static bench_status write_all(int fd, const char *data, size_t len)
     return BENCH_OK;
 }
 
+/* A new temporary file beside target, created here and nowhere else: O_EXCL fails on
+ * anything already at the name, a link included. Its descriptor, its name in *tmp. */
+static int create_temporary(const char *target, char **tmp)
+{
+    static unsigned counter;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    for (int attempt = 0; attempt < 64; attempt++) {
+        unsigned long r = (unsigned long)now.tv_nsec * 2654435761u ^ (unsigned long)(++counter) * 40503u ^
+                          (unsigned long)attempt * 97u;
+        *tmp = xasprintf("%s.tmp.%ld.%06lx", target, (long)getpid(), r & 0xffffff);
+        int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+        free(*tmp);
+        *tmp = NULL;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+static bench_status stream_write(bench_output *o, const char *data, size_t len, char *err, size_t errlen)
+{
+    if (!o->direct && !(o->direct = fopen(o->path, "w"))) {
+        snprintf(err, errlen, "cannot write '%s': %s", o->path, strerror(errno));
+        return BENCH_ERR_IO;
+    }
+    if (len && fwrite(data, 1, len, o->direct) != len) {
+        snprintf(err, errlen, "writing '%s' failed: %s", o->path, strerror(errno));
+        return BENCH_ERR_IO;
+    }
+    if (fflush(o->direct) != 0) {
+        snprintf(err, errlen, "writing '%s' failed: %s", o->path, strerror(errno));
+        return BENCH_ERR_IO;
+    }
+    return BENCH_OK;
+}
+
 bench_status bench_output_write(bench_output *o, const char *data, size_t len, char *err, size_t errlen)
 {
-    if (!o->target) {
-        if (!o->direct && !(o->direct = fopen(o->path, "w"))) {
-            snprintf(err, errlen, "cannot write '%s': %s", o->path, strerror(errno));
-            return BENCH_ERR_IO;
-        }
-        if (len > o->written && fwrite(data + o->written, 1, len - o->written, o->direct) != len - o->written) {
-            snprintf(err, errlen, "writing '%s' failed: %s", o->path, strerror(errno));
-            return BENCH_ERR_IO;
-        }
-        if (fflush(o->direct) != 0) {
-            snprintf(err, errlen, "writing '%s' failed: %s", o->path, strerror(errno));
-            return BENCH_ERR_IO;
-        }
-        o->written = len > o->written ? len : o->written;
+    if (!o->target && !o->append) { /* a stream of one document: kept for the end */
+        free(o->pending);
+        o->pending = xmalloc(len + 1);
+        memcpy(o->pending, data, len);
+        o->pending[len] = 0;
+        o->pending_len = len;
         return BENCH_OK;
     }
-    char *tmp = xasprintf("%s.tmp.%ld", o->target, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bench_status st = fd < 0 ? BENCH_ERR_IO : write_all(fd, data, len);
-    if (st == BENCH_OK && (fchmod(fd, o->mode) != 0 || fsync(fd) != 0))
-        st = BENCH_ERR_IO;
+    if (!o->target) {
+        if (len <= o->written)
+            return BENCH_OK;
+        bench_status st = stream_write(o, data + o->written, len - o->written, err, errlen);
+        if (st == BENCH_OK)
+            o->written = len;
+        return st;
+    }
+    char *tmp = NULL;
+    int fd = create_temporary(o->target, &tmp);
     int saved = errno;
+    bench_status st = fd < 0 ? BENCH_ERR_IO : write_all(fd, data, len);
+    if (fd >= 0)
+        saved = errno;
+    if (st == BENCH_OK && (fchmod(fd, o->mode) != 0 || fsync(fd) != 0))
+        st = BENCH_ERR_IO, saved = errno;
     if (fd >= 0 && close(fd) != 0 && st == BENCH_OK)
         st = BENCH_ERR_IO, saved = errno;
     if (st == BENCH_OK && rename(tmp, o->target) != 0)
         st = BENCH_ERR_IO, saved = errno;
     if (st != BENCH_OK) {
         snprintf(err, errlen, "writing '%s' failed: %s", o->path, strerror(saved));
-        unlink(tmp);
+        if (tmp)
+            unlink(tmp);
     }
     free(tmp);
+    return st;
+}
+
+bench_status bench_output_commit(bench_output *o, char *err, size_t errlen)
+{
+    if (o->target || o->append || !o->pending)
+        return BENCH_OK;
+    bench_status st = stream_write(o, o->pending, o->pending_len, err, errlen);
+    free(o->pending);
+    o->pending = NULL, o->pending_len = 0;
     return st;
 }
 
@@ -164,5 +255,7 @@ void bench_output_close(bench_output *o)
         fclose(o->direct);
     free(o->path);
     free(o->target);
+    free(o->identity);
+    free(o->pending);
     memset(o, 0, sizeof *o);
 }

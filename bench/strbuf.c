@@ -55,3 +55,29 @@ void strbuf_json(strbuf *f, const char *s)
     }
     strbuf_append(f, "\"", 1);
 }
+
+void strbuf_visible(strbuf *b, const char *s, bool keep_newlines)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t run = 0; /* the plain bytes up to the next control */
+        while (p[run] && !(p[run] < 0x20 || p[run] == 0x7f || (p[run] == 0xc2 && p[run + 1] >= 0x80 && p[run + 1] <= 0x9f)))
+            run++;
+        strbuf_append(b, (const char *)p, run);
+        p += run;
+        if (!*p)
+            break;
+        if (keep_newlines && (*p == '\n' || *p == '\t')) {
+            strbuf_append(b, (const char *)p++, 1);
+            continue;
+        }
+        int n = *p == 0xc2 ? 2 : 1;
+        for (int k = 0; k < n; k++) {
+            char esc[4] = {'\\', 'x', hex[p[k] >> 4], hex[p[k] & 15]};
+            strbuf_append(b, esc, 4);
+        }
+        p += n;
+    }
+    strbuf_append(b, "", 0);
+}

@@ -4,8 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
 #include "table.h"
 #include "util.h"
+
+/* A cell as the terminal may show it: text from files (layer names from a CSV) with
+ * its control characters made visible, so that none breaks a line or moves the cursor. */
+static char *cell_text(const char *s)
+{
+    strbuf b = {0};
+    strbuf_visible(&b, s, false);
+    return b.data;
+}
 
 struct table {
     int ncols;
@@ -64,7 +74,7 @@ void table_row(table *t, const char *const *cells)
     BENCH_ASSERT(t->filling == 0);
     char **row = new_row(t);
     for (int c = 0; c < t->ncols; c++)
-        row[c] = xstrdup(cells[c] ? cells[c] : "");
+        row[c] = cell_text(cells[c] ? cells[c] : "");
 }
 
 void table_cell(table *t, const char *fmt, ...)
@@ -77,7 +87,7 @@ void table_cell(table *t, const char *fmt, ...)
     char buf[1024];
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    t->cells[(size_t)(t->rows - 1) * (size_t)t->ncols + (size_t)t->filling++] = xstrdup(buf);
+    t->cells[(size_t)(t->rows - 1) * (size_t)t->ncols + (size_t)t->filling++] = cell_text(buf);
 }
 
 void table_end_row(table *t)
