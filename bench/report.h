@@ -56,6 +56,9 @@ reporter *report_sweep_create(FILE *out, table_format format);
 reporter *report_csv_create(bench_output *out, const char *resumed);
 /* The CSV header line (with its newline); caller frees. */
 char *report_csv_header(void);
+/* How many CSV rows the CSV reporter writes for res (the JSON context lists each set's
+ * count, so that a CSV read back can be checked to be whole: results_read.h). */
+int64_t report_csv_rows(const run_result *res);
 /* s as one CSV cell appended to b: quoted where it must be, a leading apostrophe where a
  * spreadsheet would take it for a formula. */
 void report_csv_field(strbuf *b, const char *s);
@@ -105,6 +108,7 @@ typedef struct report_set {
     int64_t batch;
     dtype_t dtype;
     int64_t tokens, kv_len;  /* a decoder's token shape (model_tokens, model_kv_len); -1: none */
+    int64_t rows;            /* the CSV rows the set wrote (report_csv_rows), -1: not known */
 } report_set;
 
 /* What the JSON run context says besides the results, typed; the runner keeps the

@@ -378,10 +378,16 @@ static void csv_emit(csv_reporter *c, row_t row, const run_result *res)
     csv_write(&c->buf, row, false);
 }
 
-static bench_status csv_run(reporter *rep, const run_result *res)
+/* The rows of one result, appended to c's buffer; with c NULL only counted (the JSON's
+ * row count of a set, report_csv_rows: the same loop, so the two cannot disagree).
+ * Returns how many. */
+static int64_t csv_rows(csv_reporter *c, const run_result *res)
 {
-    csv_reporter *c = (csv_reporter *)rep;
     const model *m = res->m;
+    csv_reporter counter = {0};
+    int64_t emitted = 0;
+    if (!c)
+        c = &counter;
     double drift;
     measure_canary_summary(res, &c->canary, &drift);
     double lo, hi;
@@ -391,6 +397,7 @@ static bench_status csv_run(reporter *rep, const run_result *res)
     /* the layers alone, then inside the forward (each followed by its parts), then (once
      * per backend and batch) the chained forward, and the graph replay and copies where
      * the backend has them */
+#define EMIT() (c != &counter ? csv_emit(c, row, res) : (void)0, emitted++)
     int n = m->n_layers;
     for (int i = 0; i < 2 * n + 4; i++) {
         memset(r, 0, sizeof *r);
@@ -409,12 +416,12 @@ static bench_status csv_run(reporter *rep, const run_result *res)
             fill_layer(row, m, i - n);
             fill_stats(row, res, &res->inmodel[i - n], m->layers[i - n].flops, m->layers[i - n].bytes,
                        m->layers[i - n].dtype);
-            csv_emit(c, row, res);
+            EMIT();
             for (int j = 0; j < res->n_parts; j++)
                 if (res->parts[j].layer == i - n) {
                     memset(r, 0, sizeof *r);
                     fill_part(row, res, &res->parts[j]);
-                    csv_emit(c, row, res);
+                    EMIT();
                 }
             continue;
         } else if (i == 2 * n) {
@@ -426,11 +433,21 @@ static bench_status csv_run(reporter *rep, const run_result *res)
         } else {
             continue;
         }
-        csv_emit(c, row, res);
+        EMIT();
     }
     free(r);
+    strbuf_free(&counter.buf);
+    return emitted;
+#undef EMIT
+}
+
+static bench_status csv_run(reporter *rep, const run_result *res)
+{
+    csv_rows((csv_reporter *)rep, res);
     return BENCH_OK;
 }
+
+int64_t report_csv_rows(const run_result *res) { return csv_rows(NULL, res); }
 
 static bench_status csv_commit(csv_reporter *c)
 {

@@ -21,11 +21,14 @@
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
 static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, int64_t tokens,
-                           int64_t kv_len, const model *m, int64_t workspace, int64_t device_bytes,
+                           int64_t kv_len, int64_t rows, const model *m, int64_t workspace, int64_t device_bytes,
                            const char *measurement)
 {
-    strbuf_printf(b, "%s{\"backend\": \"%s\", \"batch\": %lld, \"dtype\": \"%s\"", b->len ? ", " : "", backend,
-                  (long long)batch, dtype_name(dtype));
+    strbuf_printf(b, "%s{\"backend\": ", b->len ? ", " : "");
+    strbuf_json(b, backend);
+    strbuf_printf(b, ", \"batch\": %lld, \"dtype\": \"%s\"", (long long)batch, dtype_name(dtype));
+    if (rows >= 0) /* what the CSV holds of it: --resume and merge check it (results_read.h) */
+        strbuf_printf(b, ", \"rows\": %lld", (long long)rows);
     if (tokens >= 0) /* a decoder's token shape */
         strbuf_printf(b, ", \"tokens\": %lld", (long long)tokens);
     if (kv_len >= 0)
@@ -281,6 +284,7 @@ typedef struct json_reporter {
     dtype_t dtype;
     const model *m;
     int64_t workspace, device_bytes;
+    int64_t rows;               /* the CSV rows of the set's results so far */
     strbuf measurement;
 } json_reporter;
 
@@ -293,8 +297,9 @@ static bench_status json_run(reporter *rep, const run_result *res)
         j->batch = res->m->batch;
         j->dtype = res->m->dtype;
         j->m = res->m;
-        j->workspace = 0, j->device_bytes = -1;
+        j->workspace = 0, j->device_bytes = -1, j->rows = 0;
     }
+    j->rows += report_csv_rows(res);
     json_measurement(&j->measurement, res);
     for (int i = 0; i < res->m->n_layers; i++)
         if (res->layers[i].workspace_bytes > j->workspace)
@@ -308,7 +313,7 @@ static bench_status json_checkpoint(reporter *rep)
 {
     json_reporter *j = (json_reporter *)rep;
     if (j->in_set)
-        json_completed(&j->completed, j->backend, j->batch, j->dtype, model_tokens(j->m), model_kv_len(j->m), j->m,
+        json_completed(&j->completed, j->backend, j->batch, j->dtype, model_tokens(j->m), model_kv_len(j->m), j->rows, j->m,
                        j->workspace, j->device_bytes,
                        j->measurement.data);
     j->in_set = false;
@@ -320,8 +325,11 @@ static bench_status json_finish(reporter *rep, bool ok)
 {
     json_reporter *j = (json_reporter *)rep;
     bench_status st = BENCH_OK;
-    /* an interrupted run that finished nothing leaves no file */
-    if (!j->ctx->interrupted || j->completed.len)
+    /* A run that finished no set leaves the file as it was: its CSV was not written
+     * either (a CSV write that failed, an interruption before the first set), and the
+     * two must describe the same sets (a previous run's CSV beside this run's JSON would
+     * not). */
+    if (j->completed.len || (ok && !j->ctx->interrupted))
         st = json_write(j->out, j->ctx, j->ctx->interrupted ? "interrupted" : ok ? "complete" : "failed",
                         j->completed.data);
     strbuf_free(&j->completed), strbuf_free(&j->measurement);
@@ -339,7 +347,7 @@ reporter *report_json_create(bench_output *out, const report_context *ctx)
     j->ctx = ctx;
     for (int i = 0; i < ctx->resumed_sets; i++)
         json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, ctx->resumed[i].dtype,
-                       ctx->resumed[i].tokens, ctx->resumed[i].kv_len, NULL, 0,
+                       ctx->resumed[i].tokens, ctx->resumed[i].kv_len, ctx->resumed[i].rows, NULL, 0,
                        -1, NULL);
     return &j->base;
 }

@@ -1,6 +1,8 @@
 #include "runner.h"
 
 #include "check.h"
+#include "fileio.h"
+#include "results_read.h"
 #include "log.h"
 #include "signals.h"
 #include "sysinfo.h"
@@ -10,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static bool is_done(const runner_plan *p, const char *backend, const model *m)
 {
@@ -177,6 +180,12 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         for (int k = 0; io_ok && !interrupted && k < p->n_backends; k++) {
             const backend *bk = &p->backends[k];
             n++;
+            if (p->stop && *p->stop) { /* a signal before the set started (the set-up, the last set's end) */
+                interrupted = true;
+                snprintf(where, sizeof where, "batch %lld%s on %s, before it started", (long long)batch, dt,
+                         bk->ops->name);
+                break;
+            }
             if (is_done(p, bk->ops->name, m)) {
                 log_msg("batch %lld%s on %s: kept from the previous run (--resume)", (long long)batch, dt,
                         bk->ops->name);
@@ -248,11 +257,17 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 warn_lines(&warnings, bw);
             }
             p->ctx.warnings = warnings.data;
-            for (int r = 0; r < p->n_reps; r++)
+            /* in order, and none after one that failed: the JSON context comes last and
+             * lists the set only where every file before it holds it */
+            for (int r = 0; io_ok && r < p->n_reps; r++)
                 if (p->reps[r]->checkpoint)
                     io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            finished_any = true;
+            finished_any = io_ok;
         }
+    }
+    if (!interrupted && p->stop && *p->stop) { /* after the last set: the run did not end as asked */
+        interrupted = true;
+        snprintf(where, sizeof where, "the run's end, after every set had finished");
     }
     p->ctx.warnings = warnings.data;
     p->ctx.interrupted = interrupted ? where : NULL;
@@ -266,7 +281,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     strbuf_free(&warnings);
     free(floor), free(floor_known), free(peaks), free(peaks_known);
     if (interrupted)
-        return 128 + signals_interrupted;
+        return 128 + (p->stop && *p->stop ? *p->stop : SIGINT);
     return failed || !io_ok ? 1 : 0;
 }
 
@@ -276,71 +291,51 @@ bench_status runner_read_previous(const char *path, const char *model_name, char
     *text = NULL;
     *sets = NULL;
     *n_sets = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return BENCH_OK; /* nothing to resume: a new run */
-        snprintf(err, errlen, "--resume: cannot read '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return BENCH_OK; /* nothing to resume: a new run */
+    results_file f;
+    char why[1400];
+    if (results_read_csv(path, &f, why, sizeof why) != BENCH_OK) {
+        snprintf(err, errlen, "--resume: %s", why);
         return BENCH_ERR_USAGE;
     }
-    strbuf b = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        strbuf_append(&b, chunk, got);
-    fclose(f);
-    char *header = report_csv_header();
-    bench_status st = BENCH_OK;
-    if (!b.data || strncmp(b.data, header, strlen(header)) != 0) {
-        snprintf(err, errlen, "--resume: '%s' is not a layerbench CSV of this version (its header differs)", path);
-        st = BENCH_ERR_USAGE;
-    } else if (b.data[b.len - 1] != '\n') {
-        snprintf(err, errlen, "--resume: '%s' does not end with a complete row", path);
-        st = BENCH_ERR_USAGE;
-    }
-    /* rows start: model,backend,mode,batch,dtype,tokens,kv_len, none of which is ever
-     * quoted (tokens and kv_len may be empty) */
-    for (char *line = b.data ? strchr(b.data, '\n') : NULL; st == BENCH_OK && line && line[1]; line = strchr(line + 1, '\n')) {
-        char model[160], backend[16], dt[16];
-        long long batch;
-        int dtype = -1;
-        const char *shape = line + 1;
-        for (int k = 0; k < 5 && shape; k++) /* past dtype */
-            shape = strchr(shape, ',') ? strchr(shape, ',') + 1 : NULL;
-        int64_t tokens = shape && *shape != ',' ? atoll(shape) : -1;
-        const char *kv = shape ? strchr(shape, ',') : NULL;
-        int64_t kv_len = kv && kv[1] != ',' ? atoll(kv + 1) : -1;
-        if (!kv || sscanf(line + 1, "%159[^,],%15[^,],%*[^,],%lld,%15[^,],", model, backend, &batch, dt) != 4 ||
-            (dtype = dtype_from_name(dt)) < 0) {
-            snprintf(err, errlen, "--resume: '%s' has a row that is not a layerbench row", path);
-            st = BENCH_ERR_USAGE;
-        } else if (strcmp(model, model_name) != 0) {
-            snprintf(err, errlen, "--resume: '%s' holds model '%s', not '%s'", path, model, model_name);
-            st = BENCH_ERR_USAGE;
-        } else {
-            int i = 0;
-            while (i < *n_sets && !((*sets)[i].batch == batch && (*sets)[i].dtype == (dtype_t)dtype &&
-                                    (*sets)[i].tokens == tokens && (*sets)[i].kv_len == kv_len &&
-                                    strcmp((*sets)[i].backend, backend) == 0))
-                i++;
-            if (i == *n_sets) {
-                *sets = xrealloc(*sets, (size_t)(*n_sets + 1) * sizeof **sets);
-                snprintf((*sets)[i].backend, sizeof (*sets)[i].backend, "%s", backend);
-                (*sets)[i].batch = batch;
-                (*sets)[i].dtype = (dtype_t)dtype;
-                (*sets)[i].tokens = tokens, (*sets)[i].kv_len = kv_len;
-                (*n_sets)++;
-            }
-        }
-    }
-    free(header);
+    char *json = report_json_path(path);
+    bench_status st = results_read_json(json, &f, why, sizeof why);
     if (st != BENCH_OK) {
-        strbuf_free(&b);
-        free(*sets);
-        *sets = NULL;
-        *n_sets = 0;
-        return st;
+        snprintf(err, errlen, "--resume: %s", why);
+        free(json);
+        results_free(&f);
+        return BENCH_ERR_USAGE;
     }
-    *text = b.data;
+    if (!f.has_json && f.n_sets)
+        log_msg("--resume: %s is not there: nothing says which sets of %s finished, so none is kept", json, path);
+    free(json);
+    for (int i = 0; i < f.n_sets; i++)
+        if (strcmp(f.sets[i].model, model_name) != 0) {
+            snprintf(err, errlen, "--resume: '%s' holds model '%s', not '%s'", path, f.sets[i].model, model_name);
+            results_free(&f);
+            return BENCH_ERR_USAGE;
+        }
+    /* the whole sets are kept, each with its rows; the rest is measured again */
+    strbuf kept = {0};
+    char *header = report_csv_header();
+    strbuf_append(&kept, header, strlen(header));
+    free(header);
+    *sets = xcalloc((size_t)(f.n_sets ? f.n_sets : 1), sizeof **sets);
+    for (int i = 0; i < f.n_sets; i++) {
+        char what[200];
+        if (!results_set_whole(&f, i, why, sizeof why)) {
+            if (f.has_json)
+                log_msg("--resume: %s in %s: %s: measured again", results_set_describe(&f.sets[i].key, what, sizeof what),
+                        path, why);
+            continue;
+        }
+        results_set_csv(&f, i, &kept);
+        (*sets)[*n_sets] = f.sets[i].key;
+        (*sets)[(*n_sets)++].rows = f.sets[i].n_rows;
+    }
+    results_free(&f);
+    *text = kept.data;
     return BENCH_OK;
 }

@@ -35,6 +35,8 @@ typedef struct runner_plan {
     bool error;                  /* --error: each layer's error against the fp32 reference, untimed */
     procs_plan procs;            /* worker processes per set (--processes); count 0: this process */
     const char *note;            /* a warning from the command line's set-up (--algo-cache), or NULL */
+    const volatile int *stop;    /* set by a signal (signals.h): no set starts after it, and the run
+                                  * ends as interrupted; may be NULL */
     model **shapes;              /* a sweep's token shapes (--tokens, --kv-len lists), one model each,
                                   * run in turn in place of m's; n_shapes 0: m alone */
     int n_shapes;
@@ -44,10 +46,12 @@ typedef struct runner_plan {
  * failed or a file could not be written, 128 + the signal when interrupted. */
 int runner_execute(model *m, runner_plan *p, const measure_options *mo);
 
-/* For --resume: reads the CSV a previous run left at path, checks its header and that
- * it holds model_name, and lists the (backend, batch) sets in it (a CSV written by a
- * checkpoint holds only finished sets). *text is the file (caller frees) to keep, or
- * NULL when there is no file yet. BENCH_ERR_USAGE with err otherwise. */
+/* For --resume: reads the CSV a previous run left at path and the JSON context beside
+ * it (results_read.h), checks that it holds model_name, and lists the sets that are
+ * whole (the JSON lists them with as many rows as the CSV holds); a set that is not is
+ * left out, said, and measured again. *text is the CSV to keep (the header and the
+ * whole sets' rows; caller frees), or NULL when there is no file yet. BENCH_ERR_USAGE
+ * with err when the files are not a layerbench CSV and JSON context. */
 bench_status runner_read_previous(const char *path, const char *model_name, char **text, report_set **sets,
                                   int *n_sets, char *err, size_t errlen);
 

@@ -24,6 +24,11 @@
 
 #define SLURM_SHARDS_FILE "shards.tsv"
 #define SLURM_JOBS_FILE "jobs.tsv"
+/* The largest shards.tsv or jobs.tsv read back, and the largest status file. */
+#define SLURM_LIST_MAX_BYTES ((size_t)64 << 20)
+#define SLURM_STATUS_MAX_BYTES ((size_t)64 << 10)
+/* The longest folder path a sweep takes (its files' names are built beside it). */
+#define SLURM_MAX_DIR 900
 
 typedef struct slurm_shard {
     char *config;        /* absolute path; owned */
@@ -59,6 +64,8 @@ typedef struct slurm_state {
     int n_attempts;
     const slurm_attempt **chosen;  /* per shard */
     slurm_outcome *outcome;        /* per shard */
+    int n_unreadable;              /* status files that are none (malformed, another sweep's shard) */
+    char unreadable[1300];         /* the first of them */
 } slurm_state;
 
 /* shards.tsv's text for these shards and the options every shard repeats (one line,

@@ -10,23 +10,36 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "csv_read.h"
+#include "fileio.h"
 #include "log.h"
 #include "report.h"
+#include "results_read.h"
 #include "slurm.h"
 
 /* The columns merge adds to the local sweep's (docs/slurm.md). */
 static const char *const provenance[] = {"shard", "host", "slurm_node", "slurm_job_id", "slurm_array_job_id",
                                          "slurm_array_task_id", "gpu_name", "gpu_uuid", "gpu_driver", NULL};
 
-/* The part's JSON context, or NULL. */
-static json_t *load_context(const slurm_attempt *a)
+/* The part's JSON context, or NULL with the reason in err. */
+static json_t *load_context(const slurm_attempt *a, char *err, size_t errlen)
 {
     char path[1300];
     snprintf(path, sizeof path, "%s.json", a->stem);
+    strbuf text = {0};
+    if (fileio_read(path, RESULTS_JSON_MAX_BYTES, FILEIO_TEXT, NULL, &text, NULL, err, errlen) != BENCH_OK) {
+        strbuf_free(&text);
+        return NULL;
+    }
     json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
+    json_t *j = json_loadb(text.data, text.len, 0, &je);
+    strbuf_free(&text);
+    if (!j)
+        snprintf(err, errlen, "%.1200s:%d:%d: not JSON (%.100s)", path, je.line, je.column, je.text);
+    else if (!json_is_object(j))
+        snprintf(err, errlen, "%s: not a JSON context (not an object)", path);
     if (j && !json_is_object(j)) {
         json_decref(j);
         j = NULL;
@@ -40,49 +53,69 @@ static const char *json_str(json_t *o, const char *key)
     return json_is_string(v) ? json_string_value(v) : "";
 }
 
-/* The part's rows appended to csv with the provenance cells; the count, or -1 with the
- * reason in err when the part is not a CSV of this version. */
-static int64_t append_rows(strbuf *csv, const slurm_attempt *a, int shard, json_t *ctx, char *err, size_t errlen)
+/* The part's rows appended to csv with the provenance cells, once they are checked:
+ * every row is of the shard's own set (not another batch's, backend's, ...), the set is
+ * whole (results_read.h: the part's JSON context lists it with as many rows), and no
+ * row is there twice. The count (0: the part finished no set), or -1 with the reason in
+ * err: then nothing of the part is merged. */
+static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shard *sh, int shard, json_t *ctx,
+                           char *err, size_t errlen)
 {
-    char path[1300];
+    char path[1300], why[1400], what[200];
     snprintf(path, sizeof path, "%s.csv", a->stem);
-    csv_table t;
-    if (csv_read_file(path, &t, err, errlen) != BENCH_OK)
+    results_file f;
+    if (results_read_csv(path, &f, err, errlen) != BENCH_OK)
         return -1;
-    int n_cols;
-    const report_column *cols = report_csv_columns(&n_cols);
-    bool same = t.n_cols == n_cols;
-    for (int i = 0; same && i < n_cols; i++)
-        same = strcmp(t.cells[i], cols[i].name) == 0;
-    if (!same) {
-        snprintf(err, errlen, "%s: its columns are not this version's (written by another layerbench)", path);
-        csv_table_free(&t);
+    snprintf(path, sizeof path, "%s.json", a->stem);
+    if (f.n_sets && results_read_json(path, &f, why, sizeof why) != BENCH_OK) {
+        snprintf(err, errlen, "%s", why);
+        results_free(&f);
+        return -1;
+    }
+    report_set want = {.batch = sh->batch, .tokens = sh->tokens, .kv_len = sh->kv_len};
+    snprintf(want.backend, sizeof want.backend, "%s", sh->backend);
+    for (int i = 0; i < f.n_sets; i++) {
+        const report_set *k = &f.sets[i].key;
+        if (strcmp(k->backend, want.backend) || k->batch != want.batch || strcmp(dtype_name(k->dtype), sh->dtype) ||
+            (want.tokens >= 0 && k->tokens != want.tokens) || (want.kv_len >= 0 && k->kv_len != want.kv_len)) {
+            snprintf(err, errlen, "%s.csv: holds rows of %s, not of its shard (%s): the part of another shard", a->stem,
+                     results_set_describe(k, what, sizeof what), slurm_shard_describe(sh, why, sizeof why));
+            results_free(&f);
+            return -1;
+        }
+        if (!results_set_whole(&f, i, why, sizeof why)) {
+            snprintf(err, errlen, "%.900s.csv: %s: %.300s", a->stem, results_set_describe(k, what, sizeof what), why);
+            results_free(&f);
+            return -1;
+        }
+    }
+    if (f.n_sets > 1) {
+        snprintf(err, errlen, "%s.csv: %d sets of rows, where a shard runs one", a->stem, f.n_sets);
+        results_free(&f);
         return -1;
     }
     json_t *cuda = ctx ? json_object_get(json_object_get(ctx, "backends"), "cuda") : NULL;
-    int backend = csv_col(&t, "backend");
-    char shard_s[16];
+    bool gpu = strcmp(sh->backend, "cuda") == 0;
+    char shard_s[16], array_job[32];
     snprintf(shard_s, sizeof shard_s, "%d", shard);
-    for (int64_t r = 0; r < t.n_rows; r++) {
-        for (int i = 0; i < n_cols; i++) {
+    snprintf(array_job, sizeof array_job, "%lld", a->array_job);
+    const char *cells[] = {shard_s, a->host, a->node, a->job_id, array_job, a->task,
+                           gpu ? json_str(cuda, "device") : "", gpu ? json_str(cuda, "uuid") : "",
+                           gpu ? json_str(cuda, "driver_version") : ""};
+    for (int64_t r = 0; r < f.t.n_rows; r++) {
+        for (int i = 0; i < f.t.n_cols; i++) {
             if (i)
                 strbuf_append(csv, ",", 1);
-            report_csv_field(csv, csv_cell(&t, r, i));
+            report_csv_field(csv, csv_cell(&f.t, r, i));
         }
-        bool gpu = strcmp(csv_cell(&t, r, backend), "cuda") == 0;
-        char array_job[32];
-        snprintf(array_job, sizeof array_job, "%lld", a->array_job);
-        const char *cells[] = {shard_s, a->host, a->node, a->job_id, array_job, a->task,
-                               gpu ? json_str(cuda, "device") : "", gpu ? json_str(cuda, "uuid") : "",
-                               gpu ? json_str(cuda, "driver_version") : ""};
         for (size_t i = 0; i < sizeof cells / sizeof *cells; i++) {
             strbuf_append(csv, ",", 1);
             report_csv_field(csv, cells[i]);
         }
         strbuf_append(csv, "\n", 1);
     }
-    int64_t n = t.n_rows;
-    csv_table_free(&t);
+    int64_t n = f.t.n_rows;
+    results_free(&f);
     return n;
 }
 
@@ -127,14 +160,74 @@ static json_t *shard_json(int i, const slurm_shard *s, const slurm_state *st, js
     return o;
 }
 
+/* Whether the output o would replace a file of the sweep in dir: one merge reads (the
+ * shard list, the job list, a part, its JSON or status, however the path is spelt: a
+ * hard or symbolic link to it) or one the sweep's tasks write there later. */
+static bool replaces_input(const bench_output *o, const char *dir, const slurm_state *st)
+{
+    if (!o->target)
+        return false;
+    char *copy = xstrdup(o->target), *slash = strrchr(copy, '/');
+    const char *leaf = slash ? slash + 1 : copy;
+    struct stat ds, od;
+    bool in_dir = false;
+    if (slash) {
+        *slash = 0;
+        in_dir = stat(*copy ? copy : "/", &od) == 0 && stat(dir, &ds) == 0 && od.st_dev == ds.st_dev && od.st_ino == ds.st_ino;
+    }
+    size_t n = strlen(leaf);
+    bool sweep_name = !strncmp(leaf, "part-", 5) || !strcmp(leaf, SLURM_SHARDS_FILE) || !strcmp(leaf, SLURM_JOBS_FILE) ||
+                      (n > 7 && !strcmp(leaf + n - 7, ".sbatch")) || (n > 4 && !strcmp(leaf + n - 4, ".out"));
+    bool hit = in_dir && sweep_name;
+    free(copy);
+    struct stat os;
+    if (hit || stat(o->target, &os) != 0)
+        return hit;
+    const char *fixed[] = {SLURM_SHARDS_FILE, SLURM_JOBS_FILE};
+    for (int k = 0; k < 2 + 3 * st->n_attempts && !hit; k++) {
+        char path[1400];
+        if (k < 2)
+            snprintf(path, sizeof path, "%s/%s", dir, fixed[k]);
+        else
+            snprintf(path, sizeof path, "%s.%s", st->attempts[(k - 2) / 3].stem, (const char *[]){"csv", "json", "status"}[(k - 2) % 3]);
+        struct stat is;
+        hit = stat(path, &is) == 0 && is.st_dev == os.st_dev && is.st_ino == os.st_ino;
+    }
+    return hit;
+}
+
+/* The shard list read back must name each set once: two shards of one set would merge
+ * its rows twice. */
+static int duplicate_shard(const slurm_shard *s, int n)
+{
+    for (int i = 0; i < n; i++) /* shards.tsv is short (configs x axes): pairs are cheap */
+        for (int j = 0; j < i; j++)
+            if (!strcmp(s[i].config, s[j].config) && s[i].batch == s[j].batch && !strcmp(s[i].backend, s[j].backend) &&
+                !strcmp(s[i].dtype, s[j].dtype) && s[i].tokens == s[j].tokens && s[i].kv_len == s[j].kv_len)
+                return i;
+    return -1;
+}
+
 int cmd_merge(const cli *c)
 {
     const char *dir = c->config;
     char *shards_text, err[1600];
     slurm_shard *shards;
     int n;
+    if (strlen(dir) > SLURM_MAX_DIR) {
+        log_msg("'%.60s...': a path longer than the %d characters a sweep's folder may have", dir, SLURM_MAX_DIR);
+        return 2;
+    }
     if (slurm_shards_read(dir, &shards_text, &shards, &n, err, sizeof err) != BENCH_OK) {
         log_msg("%s", err);
+        return 2;
+    }
+    int dup = n <= 4096 ? duplicate_shard(shards, n) : -1;
+    if (dup >= 0) {
+        log_msg("%s/%s: shard %d is the same set as an earlier one (edited?): not a shard list bench sweep --slurm writes",
+                dir, SLURM_SHARDS_FILE, dup);
+        free(shards_text);
+        slurm_shards_free(shards, n);
         return 2;
     }
     char *csv_path = c->merge_out ? xstrdup(c->merge_out) : xasprintf("%s/sweep.csv", dir);
@@ -148,8 +241,18 @@ int cmd_merge(const cli *c)
         rc = 2;
     }
     json_open = !rc && out_csv.target;
+    out_csv.append = true;
     slurm_state st;
     slurm_state_scan(dir, rc ? 0 : n, &st);
+    if (!rc && (replaces_input(&out_csv, dir, &st) || (json_open && replaces_input(&out_json, dir, &st)))) {
+        log_msg("-o %s: it %s a file of the sweep in %s (its parts, statuses, shard or job list): give a file of its own",
+                csv_path, replaces_input(&out_csv, dir, &st) ? "is" : "puts its JSON context over", dir);
+        rc = 2;
+    }
+    if (!rc && st.n_unreadable)
+        log_msg("%d status file%s in %s %s not one a shard's task writes (malformed, or of another sweep), e.g. %s: "
+                "left out", st.n_unreadable, st.n_unreadable == 1 ? "" : "s", dir, st.n_unreadable == 1 ? "is" : "are",
+                st.unreadable);
     strbuf csv = {0};
     char *header = report_csv_header();
     strbuf_append(&csv, header, strlen(header) - 1); /* without its newline */
@@ -163,16 +266,28 @@ int cmd_merge(const cli *c)
     int64_t rows = 0;
     for (int i = 0; !rc && i < n; i++) {
         const slurm_attempt *a = st.chosen[i];
-        json_t *ctx = a ? load_context(a) : NULL;
-        char what[600], how[1800];
+        json_t *ctx = NULL;
+        char what[600], how[1800], why[1400] = "";
+        int64_t got = 0;
         slurm_shard_describe(&shards[i], what, sizeof what);
-        if (a && st.outcome[i] != SLURM_MISSING) { /* a failed or killed part keeps what it finished */
-            char cerr[1400];
-            int64_t got = append_rows(&csv, a, i, ctx, cerr, sizeof cerr);
-            if (got < 0 && st.outcome[i] == SLURM_OK) {
-                log_msg("shard %d (%s): %s", i, what, cerr);
-                st.outcome[i] = SLURM_FAILED;
+        if (a && st.outcome[i] != SLURM_MISSING) { /* a failed or killed part keeps the set it finished */
+            char jerr[1400];
+            ctx = load_context(a, jerr, sizeof jerr);
+            char part[1400];
+            struct stat ps;
+            snprintf(part, sizeof part, "%s.csv", a->stem);
+            /* a task that failed before it wrote a part: its outcome says why */
+            got = st.outcome[i] == SLURM_OK || lstat(part, &ps) == 0 ? append_rows(&csv, a, &shards[i], i, ctx, why, sizeof why) : 0;
+            if (got == 0 && st.outcome[i] == SLURM_OK)
+                snprintf(why, sizeof why, "its task ended with exit status 0, but %s.csv holds no finished set", a->stem);
+            if (*why && st.outcome[i] != SLURM_OK) { /* the task's own outcome first, then its part's */
+                char part_why[1400];
+                snprintf(part_why, sizeof part_why, "%s", why);
+                snprintf(why, sizeof why, "%.600s; its part is left out: %.700s",
+                         slurm_outcome_describe(&st, i, dir, how, sizeof how), part_why);
             }
+            if (*why && st.outcome[i] == SLURM_OK)
+                st.outcome[i] = SLURM_FAILED;
             rows += got > 0 ? got : 0;
         }
         if (st.outcome[i] == SLURM_OK) {
@@ -181,10 +296,10 @@ int cmd_merge(const cli *c)
                 root = json_deep_copy(ctx);
         } else {
             problems++;
-            log_msg("shard %d (%s): %s", i, what, slurm_outcome_describe(&st, i, dir, how, sizeof how));
+            log_msg("shard %d (%s): %s", i, what, *why ? why : slurm_outcome_describe(&st, i, dir, how, sizeof how));
             json_array_append_new(st.outcome[i] == SLURM_MISSING ? missing : failed, json_integer(i));
         }
-        json_t *sets = ctx ? json_object_get(ctx, "completed") : NULL;
+        json_t *sets = got > 0 && ctx ? json_object_get(ctx, "completed") : NULL; /* what was merged */
         size_t k;
         json_t *set;
         json_array_foreach(sets, k, set) {

@@ -3,13 +3,16 @@
 #define _GNU_SOURCE
 #include "slurm.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "strbuf.h"
 
 static const char shards_header[] =
@@ -47,32 +50,19 @@ char *slurm_shards_text(const char *options, const slurm_shard *shards, int n)
     return b.data;
 }
 
-static char *read_text(const char *path, size_t limit)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    strbuf b = {0};
-    char chunk[8192];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len <= limit)
-        strbuf_append(&b, chunk, got);
-    fclose(f);
-    if (!b.data)
-        strbuf_append(&b, "", 0);
-    return b.data;
-}
 
 bench_status slurm_shards_read(const char *dir, char **text, slurm_shard **shards, int *n, char *err, size_t errlen)
 {
-    char *path = xasprintf("%s/%s", dir, SLURM_SHARDS_FILE);
-    char *t = read_text(path, (size_t)64 << 20);
+    char *path = xasprintf("%s/%s", dir, SLURM_SHARDS_FILE), why[1400];
+    strbuf tb = {0};
     *text = NULL, *shards = NULL, *n = 0;
-    if (!t) {
-        snprintf(err, errlen, "'%s' is not the folder of a bench sweep --slurm: %s: %s", dir, path, strerror(errno));
+    if (fileio_read(path, SLURM_LIST_MAX_BYTES, FILEIO_TEXT, NULL, &tb, NULL, why, sizeof why) != BENCH_OK) {
+        snprintf(err, errlen, "'%s' is not the folder of a bench sweep --slurm: %s", dir, why);
+        strbuf_free(&tb);
         free(path);
         return BENCH_ERR_USAGE;
     }
+    char *t = tb.data;
     int cap = 16, line_no = 0;
     slurm_shard *s = xcalloc((size_t)cap, sizeof *s);
     bool ok = strncmp(t, shards_header, strlen(shards_header)) == 0;
@@ -81,25 +71,32 @@ bench_status slurm_shards_read(const char *dir, char **text, slurm_shard **shard
         line_no++;
         if (line[0] == '#' || strncmp(line, "shard\t", 6) == 0)
             continue;
-        char cfg[4096], backend[16], dtype[8];
-        int index, used = 0;
-        long long batch;
-        ok = sscanf(line, "%d\t%4095[^\t]\t%lld\t%15[^\t]\t%7[^\t]\t%n", &index, cfg, &batch, backend, dtype, &used) == 5 &&
-             used > 0 && index == *n;
+        /* shard, config, batch, backend, dtype, tokens, kv_len: each field whole */
+        char *f[7];
+        int nf = 0;
+        for (char *p = line; nf < 7; nf++) {
+            f[nf] = p;
+            char *tab = strchr(p, '\t');
+            if (!tab) {
+                nf++;
+                break;
+            }
+            *tab = 0;
+            p = tab + 1;
+        }
+        long long index, batch, tokens = -1, kv = -1;
+        ok = nf == 7 && fileio_whole_int(f[0], 0, INT32_MAX, &index) && index == *n && *f[1] == '/' &&
+             fileio_whole_int(f[2], 1, INT32_MAX, &batch) && *f[3] && strlen(f[3]) < sizeof s->backend && *f[4] &&
+             strlen(f[4]) < sizeof s->dtype && (!*f[5] || fileio_whole_int(f[5], 1, (long long)1 << 30, &tokens)) &&
+             (!*f[6] || fileio_whole_int(f[6], 0, (long long)1 << 30, &kv)) && !strchr(f[6], '\t');
         if (!ok)
             break;
-        const char *rest = line + used;
         if (*n == cap)
             s = xrealloc(s, (size_t)(cap *= 2) * sizeof *s);
         slurm_shard *sh = &s[(*n)++];
-        *sh = (slurm_shard){.config = xstrdup(cfg), .batch = batch, .tokens = -1, .kv_len = -1};
-        snprintf(sh->backend, sizeof sh->backend, "%s", backend);
-        snprintf(sh->dtype, sizeof sh->dtype, "%s", dtype);
-        if (*rest && *rest != '\t')
-            sh->tokens = atoll(rest);
-        const char *kv = strchr(rest, '\t');
-        if (kv && kv[1])
-            sh->kv_len = atoll(kv + 1);
+        *sh = (slurm_shard){.config = xstrdup(f[1]), .batch = batch, .tokens = tokens, .kv_len = kv};
+        snprintf(sh->backend, sizeof sh->backend, "%s", f[3]);
+        snprintf(sh->dtype, sizeof sh->dtype, "%s", f[4]);
     }
     free(copy);
     if (!ok || *n == 0) {
@@ -122,42 +119,61 @@ void slurm_shards_free(slurm_shard *shards, int n)
     free(shards);
 }
 
-/* One part-A_T.status file ("key=value" lines); false when it is not one. */
+/* One part-A_T.status file ("key=value" lines, each key once); false when it is not
+ * one: a key twice, a shard, exit status or job id that is not a whole number. */
 static bool read_status(const char *dir, const char *name, slurm_attempt *a)
 {
-    char *path = xasprintf("%s/%s", dir, name);
-    char *t = read_text(path, 65536);
+    char *path = xasprintf("%s/%s", dir, name), err[1400];
+    strbuf tb = {0};
+    bench_status rs = fileio_read(path, SLURM_STATUS_MAX_BYTES, FILEIO_TEXT, NULL, &tb, NULL, err, sizeof err);
     free(path);
-    if (!t)
+    if (rs != BENCH_OK) {
+        strbuf_free(&tb);
         return false;
+    }
     *a = (slurm_attempt){.shard = -1, .exit_code = -1};
     snprintf(a->stem, sizeof a->stem, "%s/%.*s", dir, (int)(strlen(name) - strlen(".status")), name);
+    static const char *const keys[] = {"shard", "state", "exit", "host", "slurm_node", "slurm_job_id",
+                                       "slurm_array_job_id", "slurm_array_task_id", NULL};
+    bool seen[8] = {false}, ok = true, has_state = false;
+    long long v = 0;
     char *save = NULL;
-    for (char *line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(tb.data, "\n", &save); ok && line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strchr(line, '=');
         if (!eq)
             continue;
         *eq = 0;
-        const char *k = line, *v = eq + 1;
-        if (!strcmp(k, "shard") && *v)
-            a->shard = atoi(v);
-        else if (!strcmp(k, "state"))
-            a->done = strcmp(v, "done") == 0;
-        else if (!strcmp(k, "exit") && *v)
-            a->exit_code = atoi(v);
-        else if (!strcmp(k, "host"))
-            snprintf(a->host, sizeof a->host, "%s", v);
-        else if (!strcmp(k, "slurm_node"))
-            snprintf(a->node, sizeof a->node, "%s", v);
-        else if (!strcmp(k, "slurm_job_id"))
-            snprintf(a->job_id, sizeof a->job_id, "%s", v);
-        else if (!strcmp(k, "slurm_array_job_id"))
-            a->array_job = atoll(v);
-        else if (!strcmp(k, "slurm_array_task_id"))
-            snprintf(a->task, sizeof a->task, "%s", v);
+        const char *k = line, *val = eq + 1;
+        int key = 0;
+        while (keys[key] && strcmp(keys[key], k) != 0)
+            key++;
+        if (!keys[key])
+            continue; /* a key of a later version */
+        if (seen[key]) {
+            ok = false;
+            break;
+        }
+        seen[key] = true;
+        switch (key) {
+        case 0: ok = fileio_whole_int(val, 0, INT32_MAX, &v), a->shard = (int)v; break;
+        case 1:
+            ok = strcmp(val, "done") == 0 || strcmp(val, "running") == 0;
+            a->done = strcmp(val, "done") == 0, has_state = true;
+            break;
+        case 2: ok = !*val || fileio_whole_int(val, 0, 255, &v), a->exit_code = *val ? (int)v : -1; break;
+        case 3: snprintf(a->host, sizeof a->host, "%s", val); break;
+        case 4: snprintf(a->node, sizeof a->node, "%s", val); break;
+        case 5: snprintf(a->job_id, sizeof a->job_id, "%s", val); break;
+        case 6: ok = fileio_whole_int(val, 1, LLONG_MAX, &v), a->array_job = v; break;
+        case 7:
+            ok = fileio_whole_int(val, 0, INT32_MAX, &v);
+            snprintf(a->task, sizeof a->task, "%s", val);
+            break;
+        }
     }
-    free(t);
-    return a->shard >= 0 && a->array_job > 0;
+    strbuf_free(&tb);
+    /* a finished task says its exit status */
+    return ok && has_state && a->shard >= 0 && a->array_job > 0 && (!a->done || a->exit_code >= 0);
 }
 
 static bool part_has_csv(const slurm_attempt *a)
@@ -183,23 +199,27 @@ void slurm_state_scan(const char *dir, int n, slurm_state *st)
             st->attempts = xrealloc(st->attempts, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *st->attempts);
         if (read_status(dir, e->d_name, &st->attempts[st->n_attempts]) && st->attempts[st->n_attempts].shard < n)
             st->n_attempts++;
+        else if (st->n_unreadable++ == 0)
+            snprintf(st->unreadable, sizeof st->unreadable, "%s/%s", dir, e->d_name);
     }
     if (d)
         closedir(d);
-    for (int i = 0; i < n; i++) {
-        const slurm_attempt *ok = NULL, *latest = NULL;
-        for (int k = 0; k < st->n_attempts; k++) {
-            const slurm_attempt *a = &st->attempts[k];
-            if (a->shard != i)
-                continue;
-            if (!latest || a->array_job > latest->array_job)
-                latest = a;
-            if (a->done && a->exit_code == 0 && part_has_csv(a) && (!ok || a->array_job > ok->array_job))
-                ok = a;
-        }
-        st->chosen[i] = ok ? ok : latest;
-        st->outcome[i] = ok ? SLURM_OK : !latest ? SLURM_MISSING : latest->done ? SLURM_FAILED : SLURM_UNFINISHED;
+    /* per shard, its best attempts so far: one pass over the attempts, not one per shard */
+    const slurm_attempt **ok = xcalloc((size_t)(n ? n : 1), sizeof *ok);
+    for (int k = 0; k < st->n_attempts; k++) {
+        const slurm_attempt *a = &st->attempts[k];
+        int i = a->shard;
+        if (!st->chosen[i] || a->array_job > st->chosen[i]->array_job)
+            st->chosen[i] = a; /* the latest, for now */
+        if (a->done && a->exit_code == 0 && (!ok[i] || a->array_job > ok[i]->array_job) && part_has_csv(a))
+            ok[i] = a;
     }
+    for (int i = 0; i < n; i++) {
+        const slurm_attempt *latest = st->chosen[i];
+        st->chosen[i] = ok[i] ? ok[i] : latest;
+        st->outcome[i] = ok[i] ? SLURM_OK : !latest ? SLURM_MISSING : latest->done ? SLURM_FAILED : SLURM_UNFINISHED;
+    }
+    free(ok);
 }
 
 void slurm_state_free(slurm_state *st)

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "log.h"
 #include "slurm.h"
 #include "strbuf.h"
@@ -106,6 +107,22 @@ static int max_array_size(bool *asked)
     return v;
 }
 
+/* Paths that go into the scripts and the shard list: a control character (a line break
+ * above all) would end a line of a script and start a command of its own. */
+static bool path_ok(const char *what, const char *path)
+{
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            strbuf shown = {0};
+            strbuf_visible(&shown, path, false);
+            log_msg("%s '%s' holds a control character (a line break, a tab, an escape): it cannot go into the "
+                    "generated scripts; rename it", what, shown.data);
+            strbuf_free(&shown);
+            return false;
+        }
+    return true;
+}
+
 /* The shards of the command line, every config loaded at every batch and token shape
  * first, so that a config error is found here and not on the cluster. Returns 0 or the
  * exit code. */
@@ -124,8 +141,7 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
             slurm_shards_free(s, *n);
             return 2;
         }
-        if (strpbrk(abs, "\t\n\r")) {
-            log_msg("'%s': a config path with a tab or line break cannot go into the shard list", abs);
+        if (!path_ok("the config", abs)) {
             slurm_shards_free(s, *n);
             return 2;
         }
@@ -242,6 +258,26 @@ static void shard_args(strbuf *b, const slurm_shard *s)
         strbuf_printf(b, " --kv-len %lld", (long long)s->kv_len);
 }
 
+/* What an #SBATCH line can hold as it is: sbatch splits those lines at blanks and reads
+ * quotes its own way, so a path with anything else goes on sbatch's command line
+ * (an argv: nothing is parsed there). */
+static bool sbatch_line_ok(const char *s)
+{
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./,:@%") == strlen(s);
+}
+
+/* "--output=DIR/LEAF", every '%' of DIR doubled ('%' starts one of sbatch's filename
+ * patterns; "%%" is a '%'). Caller frees. */
+static char *output_option(const char *dir, const char *leaf)
+{
+    strbuf b = {0};
+    strbuf_printf(&b, "--output=");
+    for (const char *p = dir; *p; p++)
+        strbuf_append(&b, *p == '%' ? "%%" : p, 1 + (*p == '%'));
+    strbuf_printf(&b, "/%s", leaf);
+    return b.data;
+}
+
 static char *array_script(const cli *c, const array_plan *a, const slurm_shard *shards, int n_shards, const char *dir,
                           const char *bench, const char *cwd, const char *options)
 {
@@ -254,8 +290,14 @@ static char *array_script(const cli *c, const array_plan *a, const slurm_shard *
     array_spec(&b, a);
     if (c->max_running)
         strbuf_printf(&b, "%%%d", c->max_running);
-    strbuf_printf(&b, "\n#SBATCH --output=%s/%%A_%%a.out\n#SBATCH --time=%s\n", dir,
-                  c->time_limit ? c->time_limit : DEFAULT_TIME_LIMIT);
+    char *output = output_option(dir, "%A_%a.out");
+    if (sbatch_line_ok(dir))
+        strbuf_printf(&b, "\n#SBATCH %s\n", output);
+    else
+        strbuf_printf(&b, "\n# (--output is on sbatch's command line: the folder's name has characters an #SBATCH line "
+                          "cannot hold)\n");
+    free(output);
+    strbuf_printf(&b, "#SBATCH --time=%s\n", c->time_limit ? c->time_limit : DEFAULT_TIME_LIMIT);
     if (!c->shared)
         strbuf_printf(&b, "#SBATCH --exclusive\n");
     if (c->threads)
@@ -277,13 +319,15 @@ static char *array_script(const cli *c, const array_plan *a, const slurm_shard *
     strbuf_printf(&b, "*) echo \"layerbench: no shard for array task $SLURM_ARRAY_TASK_ID\" >&2; exit 2 ;;\nesac\n");
     strbuf_printf(&b,
                   "part=\"$dir/part-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
-                  "# the task's state for bench merge and --resume, replaced whole (never half-written)\n"
+                  "# the task's state for bench merge and --resume, replaced whole (never half-written,\n"
+                  "# never through a file planted at the temporary's name: mktemp makes a new one)\n"
                   "status() {\n"
+                  "  tmp=$(mktemp \"$part.status.XXXXXX\") || return 1\n"
                   "  printf 'shard=%%s\\nstate=%%s\\nexit=%%s\\nhost=%%s\\nslurm_node=%%s\\nslurm_job_id=%%s\\n"
                   "slurm_array_job_id=%%s\\nslurm_array_task_id=%%s\\n' \\\n"
                   "    \"$shard\" \"$1\" \"$2\" \"$(hostname)\" \"${SLURMD_NODENAME:-}\" \"${SLURM_JOB_ID:-}\" "
                   "\"$SLURM_ARRAY_JOB_ID\" \"$SLURM_ARRAY_TASK_ID\" \\\n"
-                  "    > \"$part.status.tmp\" && mv -f \"$part.status.tmp\" \"$part.status\"\n"
+                  "    > \"$tmp\" && chmod 644 \"$tmp\" && mv -f \"$tmp\" \"$part.status\"\n"
                   "}\n"
                   "status running ''\n"
                   "# a time limit or scancel sends SIGTERM: bench keeps the sets it finished, and the\n"
@@ -299,10 +343,14 @@ static char *array_script(const cli *c, const array_plan *a, const slurm_shard *
 static char *merge_script(const char *dir, const char *bench)
 {
     strbuf b = {0};
+    char *output = output_option(dir, "merge-%j.out");
     strbuf_printf(&b, "#!/bin/bash\n# layerbench: joins the parts of the sweep in %s once its arrays have ended\n"
-                      "#SBATCH --job-name=layerbench-merge\n#SBATCH --output=%s/merge-%%j.out\n#SBATCH --time=0:30:00\n"
-                      "#SBATCH --ntasks=1\nexec ",
-                  dir, dir);
+                      "#SBATCH --job-name=layerbench-merge\n",
+                  dir);
+    if (sbatch_line_ok(dir))
+        strbuf_printf(&b, "#SBATCH %s\n", output);
+    free(output);
+    strbuf_printf(&b, "#SBATCH --time=0:30:00\n#SBATCH --ntasks=1\nexec ");
     slurm_shell_quote(&b, bench);
     strbuf_printf(&b, " merge ");
     slurm_shell_quote(&b, dir);
@@ -314,17 +362,21 @@ static char *merge_script(const char *dir, const char *bench)
     return b.data;
 }
 
-/* sbatch's command line: --parsable, the site's arguments, [--dependency], the script. */
-static char **sbatch_argv(const char *sbatch_args, const char *dependency, const char *script)
+/* sbatch's command line: --parsable, the site's arguments, [--output where the script
+ * cannot say it (output_leaf's pattern in dir)], [--dependency], the script. */
+static char **sbatch_argv(const char *sbatch_args, const char *dir, const char *output_leaf, const char *dependency,
+                          const char *script)
 {
     char *copy = xstrdup(sbatch_args ? sbatch_args : "");
-    char **a = xcalloc(strlen(copy) / 2 + 6, sizeof *a);
+    char **a = xcalloc(strlen(copy) / 2 + 7, sizeof *a);
     int n = 0;
     a[n++] = xstrdup("sbatch");
     a[n++] = xstrdup("--parsable");
     char *save = NULL;
     for (char *tok = strtok_r(copy, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
         a[n++] = xstrdup(tok);
+    if (!sbatch_line_ok(dir))
+        a[n++] = output_option(dir, output_leaf);
     if (dependency)
         a[n++] = xstrdup(dependency);
     a[n++] = xstrdup(script);
@@ -351,19 +403,25 @@ static void print_argv(FILE *f, char **a)
     strbuf_free(&b);
 }
 
+/* text into path, atomically (output.h: a new temporary beside it, O_EXCL, then renamed),
+ * with the mode given. */
 static bool write_file(const char *path, const char *text, mode_t mode)
 {
-    char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(text, 1, strlen(text), f) == strlen(text);
-    ok = f && fclose(f) == 0 && ok;
-    ok = ok && chmod(tmp, mode) == 0 && rename(tmp, path) == 0;
-    if (!ok) {
-        log_msg("cannot write '%s': %s", path, strerror(errno));
-        unlink(tmp);
+    bench_output o;
+    char err[1400];
+    bench_status st = bench_output_open(&o, path, NULL, err, sizeof err);
+    if (st == BENCH_OK && o.target) {
+        o.mode = mode;
+        st = bench_output_write(&o, text, strlen(text), err, sizeof err);
+    } else if (st == BENCH_OK) {
+        snprintf(err, sizeof err, "cannot write '%s': not a regular file", path);
+        st = BENCH_ERR_IO;
     }
-    free(tmp);
-    return ok;
+    if (st == BENCH_OK || o.path)
+        bench_output_close(&o);
+    if (st != BENCH_OK)
+        log_msg("%s", err);
+    return st == BENCH_OK;
 }
 
 /* The folder: a new or empty one (its absolute path into abs, *created when made here),
@@ -446,44 +504,89 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
     return 0;
 }
 
+/* One line of jobs.tsv: "ROUND\tarray\tJOBID\tBASE\t..." (or "merge"): false for any
+ * other line. The file is the sweep's own, but read back as if a stranger wrote it: a
+ * base outside the shard list, a job id that is no number, are no line of it. */
+static bool parse_job_line(const char *line, int n_shards, long long *id, int *base, bool *array)
+{
+    char kind[16];
+    long long round, job, b;
+    int used = 0;
+    if (sscanf(line, "%lld\t%15[a-z]\t%lld\t%lld\t%n", &round, kind, &job, &b, &used) != 4 || !used)
+        return false;
+    *array = strcmp(kind, "array") == 0;
+    if (round < 0 || job <= 0 || (!*array && strcmp(kind, "merge") != 0) || (*array && (b < 0 || b >= n_shards)))
+        return false;
+    *id = job, *base = (int)b;
+    return true;
+}
+
 /* The array jobs of earlier submissions (jobs.tsv) that still have tasks queued or
- * running: their shards go into *busy. Returns false when squeue cannot say. */
+ * running: their shards go into *busy. Returns false when squeue cannot say, or jobs.tsv
+ * cannot be read or holds a line that is not one of ours (err said). */
 static bool queued_shards(const char *dir, bool *busy, int n_shards)
 {
-    char *path = xasprintf("%s/%s", dir, SLURM_JOBS_FILE);
-    FILE *f = fopen(path, "r");
+    char *path = xasprintf("%s/%s", dir, SLURM_JOBS_FILE), err[1400];
+    strbuf text = {0};
+    bool missing;
+    bench_status rs = fileio_read(path, SLURM_LIST_MAX_BYTES, FILEIO_TEXT | FILEIO_MISSING_OK, "--resume", &text, &missing,
+                                  err, sizeof err);
+    if (rs != BENCH_OK || missing) {
+        if (rs != BENCH_OK)
+            log_msg("%s", err);
+        free(path);
+        strbuf_free(&text);
+        return rs == BENCH_OK; /* missing: nothing was submitted */
+    }
+    long long *ids = NULL;
+    int *bases = NULL, n = 0, cap = 0, line_no = 0;
+    bool ok = true;
+    for (char *save = NULL, *line = strtok_r(text.data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        long long id;
+        int base;
+        bool array;
+        line_no++;
+        if (!parse_job_line(line, n_shards, &id, &base, &array)) {
+            log_msg("--resume: %s:%d: not a line bench sweep --slurm writes (edited, or of another sweep); "
+                    "the shards still queued are not known", path, line_no);
+            ok = false;
+            break;
+        }
+        if (!array)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            ids = xrealloc(ids, (size_t)cap * sizeof *ids);
+            bases = xrealloc(bases, (size_t)cap * sizeof *bases);
+        }
+        ids[n] = id, bases[n++] = base;
+    }
     free(path);
-    if (!f)
-        return true; /* nothing was submitted */
-    long long ids[4096];
-    int bases[4096], n = 0;
-    char line[2048], kind[16];
-    while (fgets(line, sizeof line, f) && n < 4096)
-        if (sscanf(line, "%*d\t%15s\t%lld\t%d", kind, &ids[n], &bases[n]) == 3 && strcmp(kind, "array") == 0)
-            n++;
-    fclose(f);
-    if (!n)
-        return true;
-    char *out = NULL, *err = NULL;
+    strbuf_free(&text);
+    if (!ok || !n) {
+        free(ids), free(bases);
+        return ok;
+    }
+    char *out = NULL, *serr = NULL;
     char *argv[] = {"squeue", "-h", "-r", "-o", "%i", NULL};
-    int rc = on_path("squeue") ? run_capture(argv, &out, &err) : -1;
+    int rc = on_path("squeue") ? run_capture(argv, &out, &serr) : -1;
     if (rc != 0) {
         log_msg("--resume: squeue could not list the queue (%s), so the shards still queued are not known",
-                err && *err ? err : rc < 0 ? "squeue not found on PATH" : "it failed");
-        free(out), free(err);
+                serr && *serr ? serr : rc < 0 ? "squeue not found on PATH" : "it failed");
+        free(out), free(serr), free(ids), free(bases);
         return false;
     }
     char *save = NULL;
     for (char *tok = out ? strtok_r(out, "\n", &save) : NULL; tok; tok = strtok_r(NULL, "\n", &save)) {
         long long job;
         int task;
-        if (sscanf(tok, "%lld_%d", &job, &task) != 2)
+        if (sscanf(tok, "%lld_%d", &job, &task) != 2 || task < 0)
             continue;
         for (int k = 0; k < n; k++)
-            if (ids[k] == job && bases[k] + task < n_shards)
+            if (ids[k] == job && task < n_shards - bases[k])
                 busy[bases[k] + task] = true;
     }
-    free(out), free(err);
+    free(out), free(serr), free(ids), free(bases);
     return true;
 }
 
@@ -523,7 +626,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
     if (!rc)
         rc = write_file(merge_path, merge_text, 0755) ? 0 : 1;
     for (int i = 0; i < na && !rc; i++) {
-        char **argv = sbatch_argv(c->sbatch_args, NULL, arrays[i].path);
+        char **argv = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
         char *out = NULL, *err = NULL;
         int st = run_capture(argv, &out, &err);
         free_strv(argv);
@@ -566,7 +669,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
     strbuf_printf(&dep, "--dependency=afterany");
     for (int i = 0; i < na; i++)
         strbuf_printf(&dep, ":%s", arrays[i].job_id);
-    char **argv = sbatch_argv(c->sbatch_args, dep.data, merge_path);
+    char **argv = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", dep.data, merge_path);
     char *out = NULL, *err = NULL;
     int st = run_capture(argv, &out, &err);
     free_strv(argv);
@@ -625,8 +728,26 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
         goto done;
     }
     bench[bl] = 0;
+    if (!path_ok("--slurm", c->slurm_dir) || !path_ok("this program's path", bench) ||
+        !path_ok("the current folder", cwd)) {
+        rc = 2;
+        goto done;
+    }
     if ((rc = check_folder(c, shards_text, dir, &created)) != 0)
         goto done;
+    if (strlen(dir) > SLURM_MAX_DIR) {
+        log_msg("--slurm '%s': its path is longer than the %d characters a sweep's folder may have", dir, SLURM_MAX_DIR);
+        if (created)
+            rmdir(dir);
+        rc = 2;
+        goto done;
+    }
+    if (!path_ok("--slurm's folder", dir)) { /* as resolved: through links */
+        if (created)
+            rmdir(dir);
+        rc = 2;
+        goto done;
+    }
     shards_path = xasprintf("%s/%s", dir, SLURM_SHARDS_FILE);
     /* what to run: everything, or (--resume) the shards without a finished part and not queued */
     if (c->resume) {
@@ -677,13 +798,13 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
                n_todo == 1 ? "" : "s", na, na == 1 ? "" : "s", limit, asked ? "" : ", Slurm's default");
         for (int i = 0; i < na; i++) {
             printf("\n# ---- %s\n%s", arrays[i].path, arrays[i].script);
-            char **a = sbatch_argv(c->sbatch_args, NULL, arrays[i].path);
+            char **a = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
             printf("# submitted as: ");
             print_argv(stdout, a);
             free_strv(a);
         }
         printf("\n# ---- %s\n%s", merge_path, merge_text);
-        char **a = sbatch_argv(c->sbatch_args, "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
+        char **a = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
         printf("# submitted as: ");
         print_argv(stdout, a);
         free_strv(a);

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Fuzzes what parses input, with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer,
-# for SECONDS in all (default 60): two thirds on the config loader and the model analysis
+# for SECONDS in all (default 60): a third on the config loader and the model analysis
 # (fuzz/fuzz_config.c, seeded with every shipped and test config plus fuzz/seeds/), a
-# third on the CSV reader and `bench compare` (fuzz/fuzz_csv.c, seeded with
-# fuzz/seeds_csv/). Installs clang and its runtime from Debian's packages if they are
+# sixth each on the CSV reader and `bench compare` (fuzz/fuzz_csv.c, seeded with
+# fuzz/seeds_csv/), on a Hugging Face config.json read as a decoder (fuzz/fuzz_hf.c,
+# seeded with every shipped and test config.json and fuzz/seeds_hf/) and on a
+# safetensors header (fuzz/fuzz_safetensors.c, fuzz/seeds_st/), and the rest on the
+# config loader again. Installs clang and its runtime from Debian's packages if they are
 # missing, builds into build-fuzz/, and keeps the corpora between runs
 # (build-fuzz/corpus*). A finding is saved as build-fuzz/crash-* (or leak-*, timeout-*)
 # and the exit status is non-zero; replay it with build-fuzz/fuzz_config FILE (or
@@ -25,12 +28,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERBENCH_FUZZ=ON \
   -DLAYERBENCH_CUDA=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_config fuzz_csv -j"$(nproc)" >/dev/null
-mkdir -p build-fuzz/corpus build-fuzz/corpus_csv
+cmake --build build-fuzz --target fuzz_config fuzz_csv fuzz_hf fuzz_safetensors -j"$(nproc)" >/dev/null
+mkdir -p build-fuzz/corpus build-fuzz/corpus_csv build-fuzz/corpus_hf build-fuzz/corpus_st
 cp configs/*.yaml tests/data/*.yaml fuzz/seeds/*.yaml build-fuzz/corpus/
 cp fuzz/seeds_csv/*.csv build-fuzz/corpus_csv/
+for f in configs/hf/*/config.json tests/data/hf/*/config.json; do cp "$f" "build-fuzz/corpus_hf/$(basename "$(dirname "$f")").json"; done
+cp fuzz/seeds_hf/*.json build-fuzz/corpus_hf/
+cp fuzz/seeds_st/* build-fuzz/corpus_st/
 common=(-timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/)
-echo "fuzz: the config loader, $(ls build-fuzz/corpus | wc -l) inputs in the corpus, $((seconds * 2 / 3)) s"
-build-fuzz/fuzz_config build-fuzz/corpus -dict=fuzz/config.dict -max_total_time=$((seconds * 2 / 3)) "${common[@]}"
-echo "fuzz: the CSV reader and compare, $(ls build-fuzz/corpus_csv | wc -l) inputs, $((seconds - seconds * 2 / 3)) s"
-build-fuzz/fuzz_csv build-fuzz/corpus_csv -max_total_time=$((seconds - seconds * 2 / 3)) "${common[@]}"
+sixth=$((seconds / 6))
+echo "fuzz: the config loader, $(ls build-fuzz/corpus | wc -l) inputs in the corpus, $((seconds - 3 * sixth)) s"
+build-fuzz/fuzz_config build-fuzz/corpus -dict=fuzz/config.dict -max_total_time=$((seconds - 3 * sixth)) "${common[@]}"
+echo "fuzz: the CSV reader and compare, $(ls build-fuzz/corpus_csv | wc -l) inputs, $sixth s"
+build-fuzz/fuzz_csv build-fuzz/corpus_csv -max_total_time=$sixth "${common[@]}"
+echo "fuzz: config.json as a decoder, $(ls build-fuzz/corpus_hf | wc -l) inputs, $sixth s"
+build-fuzz/fuzz_hf build-fuzz/corpus_hf -max_total_time=$sixth "${common[@]}"
+echo "fuzz: a safetensors header, $(ls build-fuzz/corpus_st | wc -l) inputs, $sixth s"
+build-fuzz/fuzz_safetensors build-fuzz/corpus_st -max_total_time=$sixth "${common[@]}"
