@@ -3,13 +3,16 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cfg.h"
 #include "check.h"
 #include "compare.h"
+#include "fileio.h"
 #include "log.h"
+#include "results_read.h"
 #include "report.h"
 
 /* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
@@ -126,6 +129,7 @@ int cmd_list(const cli *c, int64_t batch)
             log_msg("--csv: %s", err);
             rc = 2;
         } else {
+            out.append = true; /* a stream takes the rows as they are */
             rc = bench_exit_code(report_list_csv(&out, m));
             bench_output_close(&out);
         }
@@ -167,12 +171,35 @@ int cmd_check(const cli *c, int64_t batch)
         printf("%s%s: batch %lld, dtype %s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
                dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
                (unsigned long long)c->mo.seed);
-        bench_status one = check_model(m, bs, nb, c->mo.seed, !c->no_forward, stdout);
+        bench_status one = check_model(m, bs, nb, c->mo.seed, !c->no_forward, c->timeout_given ? c->mo.timeout : 0, stdout);
         st = st == BENCH_OK ? one : st;
     }
     cli_close_backends(bs, nb, skipped);
     model_free(m);
     return bench_exit_code(st);
+}
+
+/* Which build made the results at csv_path, from the JSON context beside it (version,
+ * git revision, build type, compiler), or NULL where there is none to say it. */
+static char *build_of(const char *csv_path)
+{
+    char *json_path = report_json_path(csv_path), err[1200];
+    strbuf text = {0};
+    char *build = NULL;
+    if (fileio_read(json_path, RESULTS_JSON_MAX_BYTES, FILEIO_TEXT, NULL, &text, NULL, err, sizeof err) == BENCH_OK) {
+        json_t *root = json_loadb(text.data, text.len, 0, NULL);
+        const char *keys[] = {"layerbench_version", "git_revision", "build_type", "compiler"};
+        strbuf b = {0};
+        for (int k = 0; root && json_is_object(root) && k < 4; k++) {
+            json_t *v = json_object_get(root, keys[k]);
+            strbuf_printf(&b, "%s%s", k ? " | " : "", json_is_string(v) ? json_string_value(v) : "?");
+        }
+        build = b.data;
+        json_decref(root);
+    }
+    strbuf_free(&text);
+    free(json_path);
+    return build;
 }
 
 int cmd_compare(const cli *c)
@@ -188,8 +215,10 @@ int cmd_compare(const cli *c)
         csv_table_free(&base);
         return 2;
     }
-    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel};
+    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel, build_of(c->config),
+                         build_of(c->compare_new)};
     int rc = compare_tables(c->config, &base, c->compare_new, &new_, &o, stdout);
+    free((char *)o.base_build), free((char *)o.new_build);
     csv_table_free(&base);
     csv_table_free(&new_);
     return rc;

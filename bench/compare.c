@@ -8,23 +8,31 @@
 #include "log.h"
 #include "report.h"
 
-compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
-                                   double new_lo, double new_hi, double new_noise, double threshold)
+compare_verdict compare_verdict_band(double base, double base_lo, double base_hi, double base_noise, double new_,
+                                     double new_lo, double new_hi, double new_noise, double slower, double faster)
 {
     /* a change within the rows' own noise is not reported, as NVBench's compare does */
-    if (base_noise > threshold)
-        threshold = base_noise;
-    if (new_noise > threshold)
-        threshold = new_noise;
+    double noise = base_noise > new_noise ? base_noise : new_noise;
+    if (noise > slower)
+        slower = noise;
+    if (noise > faster)
+        faster = noise;
     if (!(base_lo > 0) || !(base_hi > 0))
         base_lo = base_hi = base;
     if (!(new_lo > 0) || !(new_hi > 0))
         new_lo = new_hi = new_;
-    if (new_lo / base_hi > 1.0 + threshold)
+    if (new_lo / base_hi > 1.0 + slower)
         return VERDICT_SLOWER;
-    if (new_hi / base_lo < 1.0 / (1.0 + threshold))
+    if (new_hi / base_lo < 1.0 / (1.0 + faster))
         return VERDICT_FASTER;
     return VERDICT_SAME;
+}
+
+compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
+                                   double new_lo, double new_hi, double new_noise, double threshold)
+{
+    return compare_verdict_band(base, base_lo, base_hi, base_noise, new_, new_lo, new_hi, new_noise, threshold,
+                                threshold);
 }
 
 /* One row of a results CSV, as compare sees it. */
@@ -43,14 +51,18 @@ typedef struct crow {
     int match;          /* index of the matched row in the other file, or -1 */
 } crow;
 
-/* A figure as a finite, positive double; false for anything else ("0", "-3", "nan",
- * "inf", "1e400", "12abc", ""). */
+/* The largest figure read as a time: 10^12 us, eleven days a layer. A larger one is
+ * no measurement (a damaged or hand-edited file) and would print as 23 digits. */
+#define COMPARE_MAX_US 1e12
+
+/* A figure as a finite, positive double up to COMPARE_MAX_US; false for anything else
+ * ("0", "-3", "nan", "inf", "1e300", "12abc", ""). */
 static bool positive_figure(const char *s, double *v)
 {
     char *end;
     errno = 0;
     *v = strtod(s, &end);
-    return *s && !*end && errno == 0 && isfinite(*v) && *v > 0;
+    return *s && !*end && errno == 0 && isfinite(*v) && *v > 0 && *v <= COMPARE_MAX_US;
 }
 
 static bool is_alone_mode(const char *m) { return !strcmp(m, "warm") || !strcmp(m, "batch"); }
@@ -65,9 +77,69 @@ static bool same_place(const crow *a, const crow *b, bool alone)
            !strcmp(a->layer, b->layer);
 }
 
-static bool same_key(const crow *a, const crow *b, bool alone)
+
+/* qsort's comparators see no context: the rows being sorted, one sort at a time. */
+static const crow *sort_rows;
+static bool sort_alone;
+
+/* The order of places (same_place): model, backend, batch, dtype, token shape, layer,
+ * then the mode (with sort_alone, warm and batch as one). */
+static int cmp_place(const crow *a, const crow *b, bool alone)
 {
-    return same_place(a, b, alone) && a->occurrence == b->occurrence;
+    int c;
+    if ((c = strcmp(a->model, b->model)) || (c = strcmp(a->backend, b->backend)) || (c = strcmp(a->batch, b->batch)) ||
+        (c = strcmp(a->dtype, b->dtype)) || (c = strcmp(a->tokens, b->tokens)) || (c = strcmp(a->kv_len, b->kv_len)) ||
+        (c = strcmp(a->layer, b->layer)))
+        return c;
+    if (alone && is_alone_mode(a->mode) && is_alone_mode(b->mode))
+        return 0;
+    return strcmp(alone && is_alone_mode(a->mode) ? "" : a->mode, alone && is_alone_mode(b->mode) ? "" : b->mode);
+}
+
+static int cmp_place_then_line(const void *x, const void *y)
+{
+    const crow *a = &sort_rows[*(const int *)x], *b = &sort_rows[*(const int *)y];
+    int c = cmp_place(a, b, false);
+    return c ? c : (a->line > b->line) - (a->line < b->line);
+}
+
+/* by key (place and occurrence), for matching */
+static int cmp_key(const void *x, const void *y)
+{
+    const crow *a = &sort_rows[*(const int *)x], *b = &sort_rows[*(const int *)y];
+    int c = cmp_place(a, b, sort_alone);
+    return c ? c : (a->occurrence > b->occurrence) - (a->occurrence < b->occurrence);
+}
+
+/* Matches the unmatched rows of b and n with the same key (with alone, warm against
+ * batch): both sorted by key, then walked together. */
+static void match_rows(crow *b, int nb, crow *n, int nn, bool alone)
+{
+    int *ob = xmalloc((size_t)(nb ? nb : 1) * sizeof *ob), *on = xmalloc((size_t)(nn ? nn : 1) * sizeof *on);
+    int kb = 0, kn = 0;
+    for (int i = 0; i < nb; i++)
+        if (b[i].match < 0)
+            ob[kb++] = i;
+    for (int j = 0; j < nn; j++)
+        if (n[j].match < 0)
+            on[kn++] = j;
+    sort_alone = alone;
+    sort_rows = b;
+    qsort(ob, (size_t)kb, sizeof *ob, cmp_key);
+    sort_rows = n;
+    qsort(on, (size_t)kn, sizeof *on, cmp_key);
+    for (int i = 0, j = 0; i < kb && j < kn;) {
+        crow *x = &b[ob[i]], *y = &n[on[j]];
+        int c = cmp_place(x, y, alone);
+        c = c ? c : (x->occurrence > y->occurrence) - (x->occurrence < y->occurrence);
+        if (c < 0)
+            i++;
+        else if (c > 0)
+            j++;
+        else
+            x->match = on[j++], y->match = ob[i++];
+    }
+    free(ob), free(on);
 }
 
 static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *n, int *left_out)
@@ -120,21 +192,32 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
         if (!isfinite(c->noise) || c->noise < 0)
             c->noise = 0;
         c->match = -1;
-        for (int p = 0; p < k; p++) { /* a name torch reuses (BasicBlock's relu) repeats */
-            c->occurrence += same_place(&rows[p], c, false);
-            if (index >= 0 && same_place(&rows[p], c, false) && !strcmp(rows[p].index, c->index) &&
-                !strcmp(rows[p].part, c->part)) {
-                log_msg("%s:%lld: the same row as line %lld (model %s, backend %s, mode %s, batch %s, layer %s '%s'): a "
-                        "results CSV holds each once",
-                        name, (long long)c->line, (long long)rows[p].line, c->model, c->backend, c->mode, c->batch,
-                        c->index, c->layer);
-                free(rows);
-                return NULL;
-            }
-        }
         k++;
     }
     *n = k;
+    /* a name torch reuses (BasicBlock's relu) repeats: each row's occurrence among the rows
+     * of its place, in the file's order; a row twice (its place, index and part) is no
+     * results CSV. Sorted, not compared pairwise: 10^5 rows take milliseconds. */
+    int *order = xmalloc((size_t)(k ? k : 1) * sizeof *order);
+    for (int i = 0; i < k; i++)
+        order[i] = i;
+    sort_rows = rows, sort_alone = false;
+    qsort(order, (size_t)k, sizeof *order, cmp_place_then_line);
+    for (int i = 1; i < k; i++) {
+        crow *a = &rows[order[i - 1]], *c = &rows[order[i]];
+        if (!same_place(a, c, false))
+            continue;
+        c->occurrence = a->occurrence + 1;
+        if (index >= 0 && !strcmp(a->index, c->index) && !strcmp(a->part, c->part)) {
+            log_msg("%s:%lld: the same row as line %lld (model %s, backend %s, mode %s, batch %s, layer %s '%s'): a "
+                    "results CSV holds each once",
+                    name, (long long)c->line, (long long)a->line, c->model, c->backend, c->mode, c->batch, c->index,
+                    c->layer);
+            free(order), free(rows);
+            return NULL;
+        }
+    }
+    free(order);
     return rows;
 }
 
@@ -189,36 +272,50 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
         return 2;
     }
     /* match: the same key, then (auto mode's choice) warm against batch */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < nb; i++)
-            for (int j = 0; b[i].match < 0 && j < nn; j++)
-                if (n[j].match < 0 && same_key(&b[i], &n[j], pass == 1))
-                    b[i].match = j, n[j].match = i;
+    match_rows(b, nb, n, nn, false);
+    match_rows(b, nb, n, nn, true);
     int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0, invalid = 0, impl_changed = 0,
         contended = 0;
     double log_sum = 0;
     int log_n = 0;
-    /* drift: the machine's speed in each run, from the canaries of the matched rows */
-    double ratios[4096];
-    int nr = 0;
-    for (int i = 0; i < nb && nr < 4096; i++)
-        if (b[i].match >= 0 && b[i].canary > 0 && n[b[i].match].canary > 0)
-            ratios[nr++] = n[b[i].match].canary / b[i].canary;
+    /* drift: the machine's speed in each run, from the canaries of the matched rows, where
+     * the canaries time the same thing: the same thread count (the canary joins a thread
+     * pool), backend (the rows are matched on it) and build */
+    double *ratios = xmalloc((size_t)(nb ? nb : 1) * sizeof *ratios);
+    int nr = 0, other_threads = 0;
+    for (int i = 0; i < nb; i++)
+        if (b[i].match >= 0 && b[i].canary > 0 && n[b[i].match].canary > 0) {
+            if (strcmp(b[i].threads, n[b[i].match].threads) != 0)
+                other_threads++;
+            else
+                ratios[nr++] = n[b[i].match].canary / b[i].canary;
+        }
     double drift = 0; /* new canary / base canary - 1 */
-    if (nr) {
+    bool same_build = o->base_build && o->new_build && strcmp(o->base_build, o->new_build) == 0;
+    if (nr && same_build) {
         stats st = stats_compute(ratios, nr);
         drift = st.median - 1;
     }
+    free(ratios);
     if (o->markdown)
         fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n", base_name, new_name,
                 100 * o->threshold);
     else
         fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
     if (fabs(drift) >= COMPARE_DRIFT_SAID)
-        fprintf(out, "The machine ran %.1f%% %s in %s (its canary, a fixed workload, took %+.1f%%): every verdict's "
-                     "threshold is widened by that much.%s",
-                100 * fabs(drift) / (1 + drift), drift > 0 ? "slower" : "faster", new_name,
-                100 * drift, "\n\n");
+        fprintf(out, "The machine ran %.1f%% %s in %s (its canary, a fixed workload, took %+.1f%%): the threshold for "
+                     "%s rows is widened by that much (and only theirs).%s",
+                100 * fabs(drift) / (1 + drift), drift > 0 ? "slower" : "faster", new_name, 100 * drift,
+                drift > 0 ? "SLOWER" : "FASTER", "\n\n");
+    else if (!nr && other_threads)
+        fprintf(out, "No drift correction: the runs used other thread counts, so their canaries (a thread pool's "
+                     "join) time different things.\n\n");
+    else if (nr && !same_build)
+        fprintf(out, "No drift correction: %s.\n\n",
+                !o->base_build || !o->new_build ? "a CSV has no JSON context beside it to say which build made it, "
+                                                   "and canaries of different builds time different code"
+                                                 : "the runs were made by different builds, whose canaries time "
+                                                   "different code");
     table *t = new_table();
     for (int i = 0; i < nb; i++) {
         const crow *x = &b[i], *y = x->match >= 0 ? &n[x->match] : NULL;
@@ -264,8 +361,12 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
         /* the processes' spread counts as noise; the machine's drift widens the band */
         double xn = x->noise > x->spread / 2 ? x->noise : x->spread / 2;
         double yn = y->noise > y->spread / 2 ? y->noise : y->spread / 2;
-        double thr = o->threshold + (fabs(drift) >= COMPARE_DRIFT_SAID ? fabs(drift) : 0);
-        compare_verdict v = compare_verdict_of(x->med, x->lo, x->hi, xn, y->med, y->lo, y->hi, yn, thr);
+        /* the machine's drift widens the band on its own side only: a machine that ran
+         * slower may explain a slowdown, never hide one (nor a faster one a speed-up) */
+        double d = fabs(drift) >= COMPARE_DRIFT_SAID && !strcmp(x->threads, y->threads) ? drift : 0;
+        double slower = d > 0 ? (1 + o->threshold) * (1 + d) - 1 : o->threshold;
+        double faster = d < 0 ? (1 + o->threshold) / (1 + d) - 1 : o->threshold;
+        compare_verdict v = compare_verdict_band(x->med, x->lo, x->hi, xn, y->med, y->lo, y->hi, yn, slower, faster);
         counts[v]++;
         if (x->med > 0 && y->med > 0)
             log_sum += log(y->med / x->med), log_n++;

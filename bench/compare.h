@@ -20,8 +20,11 @@
  * larger of its noise figure and half the spread between its worker processes. The two
  * runs' canaries (canary_us: a fixed workload timed in every round) say whether the
  * machine itself ran slower or faster in NEW; a drift of 2% or more is said, and widens
- * every verdict's threshold by as much, so that a slower machine is not blamed on the
- * layers.
+ * the threshold on its own side only (a machine 10% slower widens SLOWER's, never
+ * FASTER's), so that a slower machine is not blamed on the layers and a faster one hides
+ * no slowdown. Canaries are compared only where they time the same thing: rows of the
+ * same thread count (the canary joins a thread pool), in runs of the same build (the
+ * JSON contexts say which); otherwise the output says why no drift applies.
  *
  * The in-model rows (a layer inside the chained forward) are left out unless asked
  * for: a small layer's time there depends on what the layer before it left behind
@@ -40,6 +43,9 @@ typedef struct compare_options {
     double threshold;   /* fraction, default 0.05 */
     bool markdown;      /* --format md */
     bool inmodel;       /* --inmodel: compare the in-model rows too */
+    const char *base_build, *new_build; /* which build made each run (version, git revision, build
+                                         * type, compiler: the JSON context's); NULL: not known, and
+                                         * then the canaries are not compared */
 } compare_options;
 
 #define COMPARE_DEFAULT_THRESHOLD 0.05
@@ -53,6 +59,11 @@ typedef enum compare_verdict { VERDICT_SAME, VERDICT_FASTER, VERDICT_SLOWER } co
  * threshold are fractions). */
 compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, double base_noise, double new_,
                                    double new_lo, double new_hi, double new_noise, double threshold);
+
+/* The same with a band of its own on each side: SLOWER beyond 1 + slower, FASTER below
+ * 1 / (1 + faster) (the machine's drift widens one side only). */
+compare_verdict compare_verdict_band(double base, double base_lo, double base_hi, double base_noise, double new_,
+                                     double new_lo, double new_hi, double new_noise, double slower, double faster);
 
 /* Compares two parsed results CSVs and prints the table and a summary to out. Returns
  * the exit status: 0, 1 when some row is SLOWER, 2 when a file is not a results CSV

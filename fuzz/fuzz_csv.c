@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         return 0;
     }
-    compare_options o = {COMPARE_DEFAULT_THRESHOLD, size % 2 == 0, size % 3 == 0};
+    compare_options o = {COMPARE_DEFAULT_THRESHOLD, size % 2 == 0, size % 3 == 0, "fuzz", "fuzz"};
     int rc = compare_tables("a", &t, "b", &t, &o, sink);
     if (rc == 1) {
         fprintf(stderr, "a table compared with itself has a SLOWER row\n");

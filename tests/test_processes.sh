@@ -99,11 +99,31 @@ row() { echo "m,cpu,warm,1,$1,$2,conv2d,,${3:-algo A},ok,$4,$(awk -v m="$4" 'BEG
 expect 1 "a .*IMPL CHANGED  algo A -> algo B" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
 expect 1 "b .*CONTENDED" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
 expect 1 "1 SLOWER, 0 FASTER, 1 SAME .*1 IMPL CHANGED .*1 CONTENDED" -- "$BENCH" compare "$T/base.csv" "$T/new.csv"
-# drift: NEW's canary 10% slower, its layers 8% slower: said, and not SLOWER
+# drift: NEW's canary 10% slower, its layers 8% slower: said, and not SLOWER, where the
+# canaries time the same thing (one build, said by the JSON context beside each CSV)
 { echo "$H"; row 0 a "" 108 false 90; row 1 b "" 108 false 90; row 2 c "" 108 false 90; row 3 d "" 108 false 90; } >"$T/drift.csv"
 { echo "$H"; row 0 a "" 100 false 90; row 1 b "" 100 false 90; row 2 c "" 100 false 90; row 3 d "" 100 false 90; } >"$T/flat.csv"
+build() { printf '{"layerbench_version": "0.1.0", "git_revision": "%s", "build_type": "Release", "compiler": "gcc"}\n' "$1"; }
+for f in base drift flat; do build abc >"$T/$f.json"; done
 expect 0 "The machine ran .* slower in .*drift.csv.*0 SLOWER" -- bash -c "'$BENCH' compare '$T/base.csv' '$T/drift.csv' | tr '\n' ' '"
 expect 1 "4 SLOWER" -- "$BENCH" compare "$T/flat.csv" "$T/drift.csv" --threshold 2
+# ... never across builds: no correction, said, and the slowdown is SLOWER
+build def >"$T/drift.json"
+expect 1 "No drift correction: the runs were made by different builds.*4 SLOWER" -- bash -c "set -o pipefail; '$BENCH' compare '$T/base.csv' '$T/drift.csv' | tr '\n' ' '"
+rm "$T/drift.json"
+expect 1 "No drift correction: a CSV has no JSON context.*4 SLOWER" -- bash -c "set -o pipefail; '$BENCH' compare '$T/base.csv' '$T/drift.csv' | tr '\n' ' '"
+build abc >"$T/drift.json"
+# ... and only on its own side: a machine 10% faster in NEW hides no slowdown (layers 8%
+# slower stay SLOWER), and a speed-up of the same size as the drift is not called FASTER
+{ echo "$H"; row 0 a "" 108 false 72; row 1 b "" 108 false 72; row 2 c "" 92 false 72; row 3 d "" 92 false 72; } >"$T/fastm.csv"
+build abc >"$T/fastm.json"
+expect 1 "The machine ran .* faster in .*fastm.csv.*2 SLOWER, 0 FASTER, 2 SAME" -- bash -c "set -o pipefail; '$BENCH' compare '$T/base.csv' '$T/fastm.csv' | tr '\n' ' '"
+# ... and never across thread counts (the canary joins a thread pool)
+Ht="$H,threads"
+sed "1s/.*/$Ht/; 2,\$s/\$/,2/" "$T/base.csv" >"$T/t2.csv"
+sed "1s/.*/$Ht/; 2,\$s/\$/,1/" "$T/drift.csv" >"$T/t1.csv"
+for f in t1 t2; do build abc >"$T/$f.json"; done
+expect 1 "No drift correction: the runs used other thread counts.*4 SLOWER" -- bash -c "set -o pipefail; '$BENCH' compare '$T/t2.csv' '$T/t1.csv' | tr '\n' ' '"
 # invalid medians: no verdict, called invalid
 for bad_median in 0 -5 nan inf 1e400 12abc; do
   { echo "$H"; row 0 a "" 100; echo "m,cpu,warm,1,1,b,conv2d,,algo A,ok,$bad_median,,,0.5,false,1.0,80"; } >"$T/inv.csv"
