@@ -3,10 +3,17 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "fileio.h"
 #include "sysinfo.h"
 #include "version.h"
+
+/* The largest choices file read (a few KB a machine and thread count). */
+#define CHOICES_MAX_BYTES ((size_t)64 << 20)
 
 #define CHOICES_HEADER "# layerbench algorithm choices (bench --algo-cache), format 1: context\tlayer\tchoice\n"
 
@@ -43,23 +50,32 @@ static char *context_of(const backend *b)
 
 static bench_status read_all(const char *path, strbuf *text, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return BENCH_OK;
-        snprintf(err, errlen, "--algo-cache: cannot read '%s': %s", path, strerror(errno));
-        return BENCH_ERR_USAGE;
-    }
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        strbuf_append(text, chunk, got);
-    fclose(f);
-    if (text->len && strncmp(text->data, CHOICES_HEADER, strlen(CHOICES_HEADER)) != 0) {
+    bench_status st = fileio_read(path, CHOICES_MAX_BYTES, FILEIO_TEXT | FILEIO_MISSING_OK, "--algo-cache", text, NULL,
+                                  err, errlen);
+    if (st == BENCH_OK && text->len && strncmp(text->data, CHOICES_HEADER, strlen(CHOICES_HEADER)) != 0) {
         snprintf(err, errlen, "--algo-cache: '%s' is not a layerbench choices file (its first line differs)", path);
         return BENCH_ERR_USAGE;
     }
-    return BENCH_OK;
+    return st == BENCH_OK ? BENCH_OK : BENCH_ERR_USAGE;
+}
+
+/* An exclusive lock on "<path>.lock" (flock), so that runs saving into one cache at once
+ * take turns: each reads what the last one wrote and merges its own into it. The lock
+ * file's descriptor (close() releases it), or -1 where it cannot be made (then the save
+ * goes on unlocked: a read-only folder fails at the write anyway). */
+static int lock_cache(const char *path)
+{
+    char *lock = xasprintf("%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    free(lock);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+    return fd;
 }
 
 /* Splits the line at p (up to its newline) into three tab-separated fields, in place;
@@ -136,8 +152,21 @@ bench_status choices_save(const char *path, const backend *bs, int nb, int *stal
 {
     strbuf old = {0}, out = {0};
     *stale = 0;
+    /* the default's folders (~/.cache/layerbench) may not exist yet */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = 0;
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+    /* under the lock: what other runs saved since this one loaded is read again here and
+     * kept (concurrent runs lose nothing) */
+    int lock = lock_cache(path);
     bench_status st = read_all(path, &old, err, errlen);
     if (st != BENCH_OK) {
+        if (lock >= 0)
+            close(lock);
         strbuf_free(&old);
         return st;
     }
@@ -173,20 +202,16 @@ bench_status choices_save(const char *path, const backend *bs, int nb, int *stal
         free((char *)es[k].ctx);
     }
     free(es);
-    /* the default's folders (~/.cache/layerbench) may not exist yet */
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = strchr(dir + 1, '/'); p; p = strchr(p + 1, '/')) {
-        *p = 0;
-        mkdir(dir, 0755);
-        *p = '/';
-    }
     bench_output o;
     st = bench_output_open(&o, path, NULL, err, errlen);
     if (st == BENCH_OK) {
         st = bench_output_write(&o, out.data, out.len, err, errlen);
+        if (st == BENCH_OK)
+            st = bench_output_commit(&o, err, errlen); /* a device named as the cache */
         bench_output_close(&o);
     }
+    if (lock >= 0)
+        close(lock);
     strbuf_free(&old), strbuf_free(&out);
     return st;
 }

@@ -3,14 +3,17 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "procs.h"
 #include "report.h"
 #include "schedstat.h"
+#include "signals.h"
 
 /* libgomp spins for GOMP_SPINCOUNT (300000 by default) before a worker sleeps. On the
  * 2-core machine we measure on, that default made convolutions run 2x slower for
@@ -39,18 +42,49 @@ static int finish_stdout(int rc)
     return rc;
 }
 
+/* The address space OpenBLAS's constructor takes (ulimit -v): it maps a 128 MiB buffer as
+ * the program loads, and under a limit that does not leave room it retries forever
+ * (measured: `bench --version` needs 310 MiB on Debian 12's OpenBLAS 0.3.21). */
+#define MAIN_MIN_ADDRESS_SPACE ((rlim_t)384 << 20)
+
+/* Runs before every library's constructor (an executable's .preinit_array comes first):
+ * a limit under what OpenBLAS's takes is said and the process ends, where it would
+ * otherwise hang before main. */
+static void check_address_space(int argc, char **argv, char **envp)
+{
+    (void)argc, (void)argv, (void)envp;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= MAIN_MIN_ADDRESS_SPACE)
+        return;
+    char msg[300];
+    int n = snprintf(msg, sizeof msg, "bench: the address-space limit (ulimit -v) is %llu MiB, under the %llu MiB that "
+                                      "OpenBLAS takes as it loads (it would wait forever): raise ulimit -v\n",
+                     (unsigned long long)(rl.rlim_cur >> 20), (unsigned long long)(MAIN_MIN_ADDRESS_SPACE >> 20));
+    if (n > 0 && write(STDERR_FILENO, msg, (size_t)n) < 0)
+        _exit(2);
+    _exit(2);
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit)(int, char **, char **) = check_address_space;
+
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) { return finish_stdout(run_command(argc, argv)); }
 
 static int run_command(int argc, char **argv)
 {
+    /* a file past `ulimit -f` is a write that fails with EFBIG, said and handled like a
+     * full disk, not a SIGXFSZ that kills the process after its work is done */
+    signal(SIGXFSZ, SIG_IGN);
     cli c;
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)
         return rc;
-    if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm_dir))
+    if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm_dir)) {
         set_openmp_spin(argv);
+        /* before the config is read and the backends start (a second or more): a signal
+         * that comes then stops the run before its first set, not never */
+        signals_catch();
+    }
     if (strcmp(c.command, "schema") == 0)
         return cmd_schema();
     if (strcmp(c.command, "compare") == 0)
@@ -65,7 +99,8 @@ static int run_command(int argc, char **argv)
     if (sweep) {
         if (!cli_parse_batches(c.batch_arg ? c.batch_arg : "1,2,4,8,16,32", &batches, &n_batches)) {
             free(batches);
-            return cli_usage_error("--batch expects a comma-separated list of positive integers, got '%s'", c.batch_arg);
+            return cli_usage_error("--batch expects a comma-separated list of positive integers, each once, got '%s'",
+                                   c.batch_arg);
         }
     } else if (c.batch_arg) {
         long v;

@@ -278,14 +278,46 @@ static pid_t spawn_worker(const procs_plan *pp, const char *const *extra, int wr
     return rc == 0 ? pid : -1;
 }
 
+/* The worker's CPU time so far (user + system, in clock ticks), or -1. */
+static long long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* past the command name, which may hold spaces */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st);
+}
+
+/* Whether the worker is stopped (SIGSTOP, SIGTSTP, a debugger), without reaping it. */
+static bool is_stopped(pid_t pid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    return waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid &&
+           (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED);
+}
+
 /* Reads everything the worker writes until it closes the pipe, tracking the last
  * layer it announced; on a stop request, asks it to stop (SIGTERM), and kills it if it
- * has not ended 5 s later. */
-static void drain(int fd, pid_t pid, const volatile int *stop, strbuf *data, int *at)
+ * has not ended 5 s later. A worker that stays stopped PROCS_STOPPED_S seconds, or says
+ * nothing and uses no CPU for PROCS_SILENT_S seconds (it waits on something that will not
+ * come), is killed, and why goes into killed (empty otherwise): the parent never waits
+ * forever. */
+static void drain(int fd, pid_t pid, const volatile int *stop, strbuf *data, int *at, char *killed, size_t klen)
 {
     bool asked = false;
-    double deadline = 0;
+    double deadline = 0, stopped_since = -1, heard = bench_now();
+    long long ticks = cpu_ticks(pid);
     size_t parsed = 0;
+    killed[0] = 0;
     for (;;) {
         if (stop && *stop && !asked) {
             kill(pid, SIGTERM);
@@ -295,18 +327,39 @@ static void drain(int fd, pid_t pid, const volatile int *stop, strbuf *data, int
             kill(pid, SIGKILL);
             asked = false, deadline = 1e300;
         }
+        double now = bench_now();
+        if (!*killed && is_stopped(pid)) {
+            stopped_since = stopped_since < 0 ? now : stopped_since;
+            if (now - stopped_since > PROCS_STOPPED_S) {
+                snprintf(killed, klen, "pid %d was stopped for %.0f s (SIGSTOP, or a debugger): killed", (int)pid,
+                         PROCS_STOPPED_S);
+                kill(pid, SIGKILL);
+            }
+        } else {
+            stopped_since = -1;
+        }
+        if (!*killed && now - heard > PROCS_SILENT_S) {
+            long long t = cpu_ticks(pid);
+            if (t >= 0 && t == ticks) {
+                snprintf(killed, klen, "pid %d said nothing and used no CPU for %.0f s (hung): killed", (int)pid,
+                         PROCS_SILENT_S);
+                kill(pid, SIGKILL);
+            }
+            ticks = t, heard = now; /* busy: it is working, look again later */
+        }
         struct pollfd p = {fd, POLLIN, 0};
         int r = poll(&p, 1, 200);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             continue;
-        char buf[65536];
+        char buf[8192];
         ssize_t k = read(fd, buf, sizeof buf);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return;
+        heard = bench_now(), ticks = cpu_ticks(pid);
         strbuf_append(data, buf, (size_t)k);
         /* the 'A' records before the result: where the worker is */
         while (parsed < data->len && data->data[parsed] == REC_AT && data->len - parsed >= 1 + sizeof(int)) {
@@ -624,7 +677,8 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
         }
         strbuf data = {0};
         int at = -2; /* not yet anywhere */
-        drain(fds[0], pid, o->stop, &data, &at);
+        char killed[160];
+        drain(fds[0], pid, o->stop, &data, &at, killed, sizeof killed);
         close(fds[0]);
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
@@ -632,7 +686,8 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
         size_t head = 0;
         while (head < data.len && data.data[head] == REC_AT)
             head += 1 + sizeof(int);
-        bool got = WIFEXITED(status) && WEXITSTATUS(status) == 0 && head < data.len && data.data[head] == REC_RESULT;
+        bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        bool got = !*killed && head < data.len && data.data[head] == REC_RESULT;
         if (got) {
             run_result *r = xcalloc(1, sizeof *r);
             r->m = m;
@@ -640,6 +695,12 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
             reader rd = {data.data + head + 1, data.data + data.len, true};
             if (get_result(&rd, m, r)) {
                 rs[k++] = r;
+                if (!clean) { /* its whole result came before it died (a cache write, its teardown) */
+                    char how[96];
+                    describe_exit(status, how, sizeof how);
+                    log_msg("worker process %d of %d on %s batch %s ended (%s) after it had sent its results: they "
+                            "are kept", k, pp->count, b->ops->name, batch, how);
+                }
             } else {
                 run_result_free(r);
                 free(r);
@@ -654,8 +715,10 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
             break;
         }
         /* it died: the layer it was on fails, the next worker leaves it out */
-        char how[96], note[224];
+        char how[200], note[300];
         describe_exit(status, how, sizeof how);
+        if (*killed)
+            snprintf(how, sizeof how, "%s", killed);
         deaths++;
         int where = at == -1 ? n : at;
         if (at >= -1 && !death[where]) {

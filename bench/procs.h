@@ -33,6 +33,11 @@
 
 /* The default of --processes: 3 worker processes per set. */
 #define PROCS_DEFAULT 3
+/* A worker stopped this long (SIGSTOP, a debugger), or silent and idle this long (no
+ * record and no CPU time: waiting on what will not come), is killed with its pid named,
+ * and the layer it was on fails: a run never waits forever on one. */
+#define PROCS_STOPPED_S 10.0
+#define PROCS_SILENT_S 120.0
 
 typedef struct procs_plan {
     int count;            /* worker processes per set; 0: measure in this process */

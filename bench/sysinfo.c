@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -51,6 +52,17 @@ void sysinfo_check_host(strbuf *w)
 #ifdef __SANITIZE_ADDRESS__
     strbuf_printf(w, "this build has AddressSanitizer: every memory access is checked and slower\n");
 #endif
+    /* libgomp ignores an OMP_WAIT_POLICY it cannot read, and bench leaves its thread
+     * pool's spinning alone where the variable is set at all (main.c) */
+    const char *policy = getenv("OMP_WAIT_POLICY");
+    if (policy && strcasecmp(policy, "active") != 0 && strcasecmp(policy, "passive") != 0) {
+        strbuf vis = {0};
+        strbuf_visible(&vis, policy, false);
+        strbuf_printf(w, "OMP_WAIT_POLICY='%.40s' is neither ACTIVE nor PASSIVE: libgomp ignores it, and because it "
+                         "is set bench leaves GOMP_SPINCOUNT at libgomp's default (unset it, or give ACTIVE or "
+                         "PASSIVE)\n", vis.data);
+        strbuf_free(&vis);
+    }
     /* the frequency governor of every CPU that has one */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN), other = 0;
     char first[64] = "";

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +70,14 @@ char *xasprintf(const char *fmt, ...)
     return s;
 }
 
+int64_t bench_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return -1;
+    return r;
+}
+
 float *bench_alloc_floats(int64_t n)
 {
     if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float) - 64)
@@ -113,6 +122,10 @@ int64_t bench_mem_available(void)
             break;
     fclose(f);
     int64_t avail = kb < 0 ? -1 : (int64_t)kb * 1024;
+    /* an address-space limit (ulimit -v) caps what this process may map, whatever is free */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (cap < 0 || (int64_t)rl.rlim_cur < cap))
+        cap = (int64_t)rl.rlim_cur;
     return cap >= 0 && (avail < 0 || cap < avail) ? cap : avail;
 }
 

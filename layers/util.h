@@ -42,6 +42,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * go through bench/log.h. */
 void bench_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* a * b, or -1 when either is negative or the product overflows int64: for a kernel's
+ * scratch sized by products the config's checks do not bound (threads x S x S). */
+int64_t bench_mul(int64_t a, int64_t b);
+
 /* 64-byte aligned float buffer of n elements, or NULL; free with free(). */
 float *bench_alloc_floats(int64_t n);
 

@@ -414,6 +414,25 @@ static double conv_time(const layer *l, conv_state *s, const float *in, const fl
  * "im2col", "gemm-1x1", "winograd" (F(2x2), chunks of 1 MiB), "winograd:KIB" (0: the
  * whole batch, GEMMs split), "winograd4" and "winograd4:KIB" (F(4x4)), "chunked:ROWS",
  * "batched:N", "tiles:ROWS", "tiles^T:ROWS", "direct" or "direct^T". */
+bool cpu_conv_algo_env_ok(const char *e)
+{
+    static const char *const plain[] = {"im2col", "gemm-1x1", "winograd", "winograd4", "direct", "direct^T", NULL};
+    static const struct { const char *prefix; long long min; } counted[] = {
+        {"winograd:", 0}, {"winograd4:", 0}, {"tiles:", 1}, {"tiles^T:", 1}, {"chunked:", 1}, {"batched:", 1}};
+    if (!e || !*e)
+        return true;
+    for (int i = 0; plain[i]; i++)
+        if (strcmp(e, plain[i]) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof counted / sizeof *counted; i++) {
+        size_t n = strlen(counted[i].prefix);
+        char *end;
+        if (strncmp(e, counted[i].prefix, n) == 0 && e[n] >= '0' && e[n] <= '9')
+            return strtoll(e + n, &end, 10) >= counted[i].min && !*end;
+    }
+    return false;
+}
+
 static bool conv_forced(const layer *l, conv_algo *a)
 {
     const char *e = getenv("LAYERBENCH_CPU_CONV_ALGO");

@@ -143,6 +143,11 @@ typedef struct cpu_pgemm {
 } cpu_pgemm;
 /* The best variant this CPU runs, or the one LAYERBENCH_CPU_GEMM_ISA names if it runs. */
 const cpu_pgemm *cpu_pgemm_get(void);
+/* LAYERBENCH_CPU_GEMM_ISA's value when it names no variant (the message, in buf), else
+ * NULL (unset, or a variant: one this CPU cannot run falls back, and cpu_warnings says). */
+const char *cpu_pgemm_env_problem(char *buf, size_t len);
+/* Whether LAYERBENCH_CPU_CONV_ALGO's value (NULL: unset) is one conv_forced reads. */
+bool cpu_conv_algo_env_ok(const char *value);
 
 /* The relative error accepted against the reference for a convolution Winograd may run:
  * `bench check configs/resnet18.yaml` measured 1.6e-6 to 3.0e-6 on its 3x3 stride-1

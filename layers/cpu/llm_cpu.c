@@ -169,7 +169,12 @@ static bench_status attention_setup(void *env, const layer *l, const void *w, vo
     s->keys = p->kv_len + l->ins[1].d[1]; /* a cross-attention's keys: their own tokens */
     s->per_thread = group * (s->keys + 2 * p->head_dim) + 16 * p->head_dim;
     s->threads = omp_get_max_threads();
-    s->scratch = xmalloc((size_t)(s->per_thread * s->threads) * sizeof *s->scratch);
+    int64_t scratch = bench_mul(s->per_thread, s->threads);
+    s->scratch = bench_alloc_floats(scratch);
+    if (!s->scratch) {
+        free(s);
+        return BENCH_ERR_NOMEM;
+    }
     /* where the GEMMs run their AVX-512 kernel (LAYERBENCH_CPU_GEMM_ISA holds both back) */
     s->blocks16 = p->head_dim % 16 == 0 && strcmp(cpu_pgemm_get()->isa, "avx512") == 0;
     s->dp = s->blocks16 && l->dtype == DTYPE_BF16 && p->head_dim % 32 == 0 && cpu_has_bf16();

@@ -180,6 +180,21 @@ static bool pg_runs(const cpu_pgemm *g)
     return true;
 }
 
+const char *cpu_pgemm_env_problem(char *buf, size_t len)
+{
+    const char *want = getenv("LAYERBENCH_CPU_GEMM_ISA");
+    size_t n = sizeof pg_variants / sizeof *pg_variants;
+    if (!want)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(want, pg_variants[i].isa) == 0)
+            return NULL;
+    int k = snprintf(buf, len, "LAYERBENCH_CPU_GEMM_ISA='%.40s': expected ", want);
+    for (size_t i = 0; i < n && k >= 0 && (size_t)k < len; i++)
+        k += snprintf(buf + k, len - (size_t)k, "%s%s", pg_variants[i].isa, i + 2 < n ? ", " : i + 1 < n ? " or " : "");
+    return buf;
+}
+
 const cpu_pgemm *cpu_pgemm_get(void)
 {
     const char *want = getenv("LAYERBENCH_CPU_GEMM_ISA");

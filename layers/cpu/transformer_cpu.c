@@ -168,15 +168,18 @@ static bench_status mha_setup(void *env, const layer *l, const void *w, void **s
     if (!m)
         return BENCH_ERR_NOMEM;
     m->threads = omp_get_max_threads();
+    /* each thread's [S, S] scores: a product no tensor of the model bounds (-1 on
+     * overflow, which bench_alloc_floats refuses) */
+    int64_t scores = bench_mul(bench_mul(m->threads, s), s);
     m->qkv = bench_alloc_floats(n * s * 3 * e);
     m->heads = bench_alloc_floats(n * s * e);
-    m->scores = bench_alloc_floats((int64_t)m->threads * s * s);
+    m->scores = bench_alloc_floats(scores);
     m->steps = calloc((size_t)m->threads * MHA_STEP_STRIDE, sizeof *m->steps);
     if (!m->qkv || !m->heads || !m->scores || !m->steps) {
         free(m->qkv), free(m->heads), free(m->scores), free(m->steps), free(m);
         return BENCH_ERR_NOMEM;
     }
-    *ws = 4 * (n * s * 4 * e + (int64_t)m->threads * s * s);
+    *ws = 4 * (n * s * 4 * e + scores);
     snprintf(impl, len, "sgemm qkv + per head QK^T softmax AV + sgemm out");
     *state = m;
     return BENCH_OK;
