@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "log.h"
 #include "measure.h"
 
 double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *nonfinite)
@@ -51,11 +52,28 @@ static void release_device(const backend *b, const layer *l, device_data *dd)
     b->ops->device.release(b->ctx, dd->w);
 }
 
+/* An error's reason for its row: what the backend said, or what ran out. */
+static void why_of(check_result *r, const backend *b, const layer *l)
+{
+    if (r->status == BENCH_OK || r->status == BENCH_ERR_CHECK || r->status == BENCH_ERR_UNSUPPORTED)
+        return;
+    const char *said = backend_last_error(b);
+    char need[32];
+    int64_t floats = l->n_weight_floats + 2 * shape_numel(&l->out);
+    for (int k = 0; k < l->n_inputs; k++)
+        floats += shape_numel(&l->ins[k]);
+    if (r->status == BENCH_ERR_NOMEM)
+        snprintf(r->why, sizeof r->why, "out of memory: its inputs, weights, output and reference take %s in fp32, "
+                 "and as much again on the backend", bench_format_bytes(4 * floats, need, sizeof need));
+    else
+        snprintf(r->why, sizeof r->why, "%s", said && *said ? said : "the backend failed without a message");
+}
+
 check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 {
     const backend_ops *ops = b->ops;
     const layer_desc *d = layer_desc_get(l->kind);
-    check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0};
+    check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0, ""};
     int64_t n_out = shape_numel(&l->out);
     float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL;
     void *dout = NULL;
@@ -96,6 +114,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
+    why_of(&r, b, l);
     backend_layer_free(b, state);
     if (dout != dd.in[0])
         ops->device.release(b->ctx, dout);
@@ -157,11 +176,11 @@ out:
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref)
 {
     int n = m->n_layers;
-    check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0};
+    check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0, ""};
     int64_t n_out = n ? shape_numel(&m->layers[n - 1].out) : shape_numel(&m->input);
     float *got = NULL;
     forward_net net = {0};
-    char why[224];
+    char why[224] = "";
     backend_clear_error(b);
     /* each layer's own error adds up; its dtype's roundings, independent from layer to
      * layer, grow as the square root of how many layers store that type */
@@ -185,6 +204,10 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     r.rel_err = check_rel_err(got, ref, n_out, &r.nonfinite);
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
+    if (r.status == BENCH_ERR_NOMEM)
+        snprintf(r.why, sizeof r.why, "out of memory (for %s)", !ref ? "the reference forward's values" : "the forward");
+    else if (r.status != BENCH_OK && r.status != BENCH_ERR_CHECK)
+        snprintf(r.why, sizeof r.why, "%s", *why ? why : backend_last_error(b));
     forward_free(&net);
     free(got);
     return r;
@@ -197,41 +220,98 @@ static void check_row(FILE *out, const char *index, const char *name, const char
     const char *verdict = r.status == BENCH_OK                ? "ok"
                           : r.status == BENCH_ERR_CHECK       ? "FAIL"
                           : r.status == BENCH_ERR_UNSUPPORTED ? "skipped (unsupported)"
+                          : r.status == BENCH_ERR_INTERRUPTED ? "not checked"
                                                               : "ERROR";
     if (r.status == BENCH_OK)
         (*passed)++;
-    else if (r.status == BENCH_ERR_UNSUPPORTED)
+    else if (r.status == BENCH_ERR_UNSUPPORTED || r.status == BENCH_ERR_INTERRUPTED)
         (*skipped)++;
     else
         (*failed)++;
     if (r.rel_err > *worst)
         *worst = r.rel_err;
-    fprintf(out, "%4s  %-32.32s  %-18s  %-7s  %10.2e  %10.1e  %s", index, name, kind, b->ops->name, r.rel_err,
-            r.tolerance, verdict);
+    bool measured = r.status == BENCH_OK || r.status == BENCH_ERR_CHECK;
+    fprintf(out, "%4s  %-32.32s  %-18s  %-7s  ", index, name, kind, b->ops->name);
+    if (measured)
+        fprintf(out, "%10.2e  ", r.rel_err);
+    else
+        fprintf(out, "%10s  ", "-");
+    fprintf(out, "%10.1e  %s", r.tolerance, verdict);
     if (r.nonfinite)
         fprintf(out, " (%lld non-finite outputs)", (long long)r.nonfinite);
+    if (*r.why)
+        fprintf(out, ": %s", r.why);
     fputc('\n', out);
 }
 
-bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, bool forward, FILE *out)
+/* The reference's seconds for layer l (or, l NULL, for m's whole forward), estimated. */
+static double reference_seconds(const model *m, const layer *l)
+{
+    double flops = 0;
+    for (int i = 0; !l && i < m->n_layers; i++)
+        flops += (double)m->layers[i].flops;
+    return (l ? (double)l->flops : flops) / CHECK_REFERENCE_FLOPS_PER_S;
+}
+
+static void say_seconds(double s, char *buf, size_t len)
+{
+    if (s < 120)
+        snprintf(buf, len, "%.0f s", s);
+    else if (s < 7200)
+        snprintf(buf, len, "%.0f min", s / 60);
+    else
+        snprintf(buf, len, "%.1f h", s / 3600);
+}
+
+bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, bool forward,
+                         double timeout, FILE *out)
 {
     int failed = 0, skipped = 0, passed = 0;
-    double worst = 0.0;
+    double worst = 0.0, total = reference_seconds(m, NULL) * (forward ? 2 : 1);
+    char t[32], lim[32];
+    if (total > CHECK_SAY_LONG_S) { /* before it starts, not after an hour of silence */
+        say_seconds(total, t, sizeof t);
+        if (timeout > 0)
+            say_seconds(timeout, lim, sizeof lim);
+        log_msg("check: the plain-C reference of %s (%.3g FLOPs%s) takes about %s at the %.0f GFLOP/s it runs at; %s%s",
+                m->name, total * CHECK_REFERENCE_FLOPS_PER_S, forward ? ", the layers and the forward" : "", t,
+                CHECK_REFERENCE_FLOPS_PER_S / 1e9,
+                timeout > 0 ? "--timeout leaves out what would take over " : "--timeout S leaves out what would take "
+                                                                          "longer",
+                timeout > 0 ? lim : "");
+    }
     fprintf(out, "%4s  %-32s  %-18s  %-7s  %10s  %10s  %s\n", "#", "Name", "Kind", "Backend", "Rel. error", "Tolerance",
             "Result");
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
         char index[16];
         snprintf(index, sizeof index, "%d", i);
-        for (int k = 0; k < n_backends; k++)
-            check_row(out, index, l->name, layer_kind_name(l->kind), &bs[k], check_layer(l, &bs[k], seed + (uint64_t)i),
-                      &passed, &failed, &skipped, &worst);
+        double est = reference_seconds(m, l);
+        for (int k = 0; k < n_backends; k++) {
+            check_result r = {BENCH_ERR_INTERRUPTED, 0, backend_tolerance(&bs[k], l), 0, ""};
+            if (timeout > 0 && est > timeout) {
+                say_seconds(est, t, sizeof t);
+                snprintf(r.why, sizeof r.why, "its reference would take about %s, over --timeout", t);
+            } else {
+                r = check_layer(l, &bs[k], seed + (uint64_t)i);
+            }
+            check_row(out, index, l->name, layer_kind_name(l->kind), &bs[k], r, &passed, &failed, &skipped, &worst);
+        }
     }
     /* the chained forward: every layer on the previous ones' outputs */
-    float *ref = forward ? reference_forward(m, seed) : NULL;
-    for (int k = 0; forward && k < n_backends; k++)
-        check_row(out, "-", "forward (chained, model output)", "model", &bs[k], check_forward(m, &bs[k], seed, ref),
-                  &passed, &failed, &skipped, &worst);
+    double est = reference_seconds(m, NULL);
+    bool too_long = forward && timeout > 0 && est > timeout;
+    float *ref = forward && !too_long ? reference_forward(m, seed) : NULL;
+    for (int k = 0; forward && k < n_backends; k++) {
+        check_result r = {BENCH_ERR_INTERRUPTED, 0, 0, 0, ""};
+        if (too_long) {
+            say_seconds(est, t, sizeof t);
+            snprintf(r.why, sizeof r.why, "the reference forward would take about %s, over --timeout", t);
+        } else {
+            r = check_forward(m, &bs[k], seed, ref);
+        }
+        check_row(out, "-", "forward (chained, model output)", "model", &bs[k], r, &passed, &failed, &skipped, &worst);
+    }
     free(ref);
     fprintf(out, "\nworst relative error %.2e; %d passed, %d failed, %d skipped\n", worst, passed, failed, skipped);
     return failed ? BENCH_ERR_CHECK : BENCH_OK;

@@ -27,7 +27,9 @@ static const char usage_text[] =
     "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV; with\n"
     "                  --slurm, one Slurm array task per shard (docs/slurm.md)\n"
     "  merge DIR       the parts a --slurm sweep wrote into DIR as one CSV and JSON (-o FILE,\n"
-    "                  default DIR/sweep.csv); lists the shards missing or failed, exit 1 if any\n"
+    "                  default DIR/sweep.csv, never a file of the sweep); each part must hold\n"
+    "                  its own shard's set, whole; lists the shards missing or failed, exit 1\n"
+    "                  if any\n"
     "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
     "  check CONFIG    compare every layer on every backend with the plain-C reference, then\n"
     "                  the chained forward's output with the reference forward's\n"
@@ -86,7 +88,9 @@ static const char usage_text[] =
     "                    within PCT percent of it (default 1)\n"
     "  --min-samples N   ... with at least N samples (default 10)\n"
     "  --timeout S       ... or until it has been sampled for S seconds (default 2), but\n"
-    "                    not before it has 3 samples (or --min-samples, if fewer)\n"
+    "                    not before it has 3 samples (or --min-samples, if fewer); check:\n"
+    "                    a layer (or the forward) whose plain-C reference would take over\n"
+    "                    S seconds by its FLOPs is not checked, and says so (default: none)\n"
     "  --warmup-time S   seconds of warm-up before a layer's first samples (default 0.02)\n"
     "  --min-time S      seconds per chunk: layers are sampled in rounds, one chunk (one Google\n"
     "                    Benchmark run) each per round (default 0.01)\n"
@@ -110,7 +114,7 @@ static const char usage_text[] =
     "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
     "                    context with the same stem goes beside it. The file is replaced\n"
     "                    atomically after every finished (batch, backend): an interrupted run\n"
-    "                    keeps what it finished\n"
+    "                    keeps what it finished. Two outputs may not be one file\n"
     "  --trace FILE      run, sweep: a Chrome / Perfetto trace (JSON) of one real forward per\n"
     "                    backend and batch and of the layers alone, nested in their blocks\n"
     "                    (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)\n"
@@ -126,7 +130,9 @@ static const char usage_text[] =
     "  --inmodel         compare: the in-model rows too (left out by default: they vary more\n"
     "                    between runs than their own noise says)\n"
     "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
-    "                    the (batch, backend) sets it does not hold yet\n"
+    "                    the (batch, backend) sets it does not hold whole yet (its JSON context\n"
+    "                    lists each finished set with its row count: a set cut short is\n"
+    "                    measured again)\n"
     "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
     "                    time, noise, inmodel, gflops\n"
     "  --top N           rows in the per-layer and by-shape tables (default all)\n"
@@ -224,6 +230,11 @@ bool cli_parse_batches(const char *s, int64_t **out, int *n)
             free(copy);
             return false;
         }
+        for (int k = 0; k < *n; k++) /* a batch twice would be measured and written twice */
+            if ((*out)[k] == v) {
+                free(copy);
+                return false;
+            }
         if (*n == cap)
             *out = xrealloc(*out, (size_t)(cap *= 2) * sizeof **out);
         (*out)[(*n)++] = v;
@@ -406,6 +417,25 @@ char **cli_shard_options(int argc, char **argv)
     return out;
 }
 
+/* An option getopt did not take: one that no long option begins with, or the beginning
+ * of several (getopt_long takes a unique prefix, so "--t" could be any of them). */
+static int unknown_option(const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0 || !arg[2])
+        return cli_usage_error("unknown option '%s'", arg);
+    size_t len = strcspn(arg + 2, "=");
+    char list[512] = "";
+    int n = 0;
+    for (const struct option *p = long_opts; p->name; p++)
+        if (strncmp(p->name, arg + 2, len) == 0 && strcmp(p->name, "worker") != 0)
+            n++, snprintf(list + strlen(list), sizeof list - strlen(list), "%s--%s", n > 1 ? ", " : "", p->name);
+    if (n < 2)
+        return cli_usage_error("unknown option '%s'", arg);
+    char msg[700];
+    snprintf(msg, sizeof msg, "option '%%s' is ambiguous: it could be %s; give more of it", list);
+    return cli_usage_error(msg, arg);
+}
+
 /* Returns -1 to go on, or an exit code. */
 int cli_parse(int argc, char **argv, cli *c)
 {
@@ -471,6 +501,7 @@ int cli_parse(int argc, char **argv, cli *c)
         case OPT_TIMEOUT:
             if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
                 return cli_usage_error("--timeout expects seconds above 0 and at most 3600, got '%s'", optarg);
+            c->timeout_given = true;
             break;
         case OPT_DEDUPE: c->mo.dedupe = true; break;
         case OPT_SEED:
@@ -592,7 +623,7 @@ int cli_parse(int argc, char **argv, cli *c)
                 return cli_usage_error("--conv-api expects both, legacy or graph, got '%s'", optarg);
             break;
         case ':': return cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("unknown option '%s'", argv[optind - 1]);
+        default: return unknown_option(argv[optind - 1]);
         }
     }
     if (optind >= argc)
