@@ -51,7 +51,11 @@ Needs torch and torchvision (Debian: python3-torch python3-torchvision).
 """
 import argparse
 import importlib
+import json
+import os
+import re
 import sys
+import tempfile
 import warnings
 
 # torchvision's Swin and MaxViT call torch.meshgrid without indexing= when built: torch's
@@ -1095,7 +1099,64 @@ def scalar(v):
         return "[" + ", ".join(scalar(x) for x in v) + "]"
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", v):
+        return json.dumps(v)  # a YAML double-quoted scalar: no comma, colon or brace can end it early
     return str(v)
+
+
+# What bench takes as a layer's name (bench/cfg_yaml.c): torch's module names are such;
+# anything else (a module added as add_module("c, stride: 2", m)) would write YAML that
+# describes another model, so it is refused by name.
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+ -]{0,127}")
+
+
+def bad_names(nodes):
+    """The layer names that are not names bench takes, each once."""
+    bad = []
+    for n in nodes:
+        for comp in n.name.split("."):
+            if not NAME.fullmatch(comp) or len(comp) > 256:
+                bad.append(n.name)
+                break
+    return list(dict.fromkeys(bad))
+
+
+def comment_text(s):
+    """s on one comment line: control characters (a line break would end the comment and
+    start YAML of its own) shown as escapes."""
+    return "".join(c if c >= " " and c != "\x7f" else repr(c)[1:-1] for c in s)
+
+
+def write_file(path, text, what):
+    """text into path, whole or not at all: a new temporary file beside it (O_EXCL, never
+    through a link planted at its name), then renamed over it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        sys.exit(f"torch_export: {what} {path}: it is a directory; give a file")
+    if not os.path.isdir(folder):
+        sys.exit(f"torch_export: {what} {path}: its folder {folder} does not exist")
+    try:
+        mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~umask()
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, os.path.realpath(path) if os.path.islink(path) else path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        sys.exit(f"torch_export: cannot write {what} {path}: {e.strerror or e}")
+
+
+def umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def yaml_config(name, in_shape, batch, nodes, ids=False):
@@ -1104,7 +1165,7 @@ def yaml_config(name, in_shape, batch, nodes, ids=False):
     command = " ".join(["scripts/torch_export.py"] + [a for a in sys.argv[1:]])
     lines = [f"# {name}, written by scripts/torch_export.py from PyTorch's own execution of the model",
              f"# (torch {torch.__version__}); every module path, shape and parameter count is torch's.",
-             f"# {command}",
+             f"# {comment_text(command)}",
              f"name: {name}", f"input: [{', '.join(str(d) for d in in_shape)}]" + ("   # token ids" if ids else ""),
              f"batch: {batch}", "layers:"]
     open_path = []  # block path components now open
@@ -1174,11 +1235,15 @@ def main():
         ap.error("--input-ids: expected a number of tokens, 1 or more")
     if args.batch < 1:
         ap.error("--batch: expected 1 or more")
+    for path, what in ((args.output, "-o"), (args.table, "--table")):  # before minutes of tracing
+        if path and (os.path.isdir(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path)))):
+            sys.exit(f"torch_export: {what} {path}: " + ("it is a directory; give a file" if os.path.isdir(path)
+                                                        else "its folder does not exist"))
     try:
         model = build(args.model)
     except SystemExit:
         raise
-    except Exception as e:
+    except (Exception, RecursionError) as e:
         sys.exit(f"torch_export: {args.model}: could not build it: {one_line(e)}")
     if not isinstance(model, nn.Module):
         sys.exit(f"torch_export: {args.model}: gives a {type(model).__name__}, not an nn.Module")
@@ -1223,15 +1288,23 @@ def main():
         print(f"torch_export: warning: the model's output is '{t.nodes[t.final].name}', not the last layer",
               file=sys.stderr)
     name = args.name or args.model.split(":")[-1]
+    if not MODEL_NAME.fullmatch(name):
+        sys.exit(f"torch_export: the config's name {name!r}: bench takes at most 128 letters, digits, '_', '.', '+', "
+                 f"'-' and spaces, the first a letter, digit or '_' (give --name)")
+    bad = bad_names(t.nodes)
+    if bad:
+        print(f"torch_export: {len(bad)} layer name(s) of {args.model} are not names bench takes (letters, digits, "
+              f"'_' and '-', not first, as torch's own module names are); nothing was written:", file=sys.stderr)
+        for b in bad[:20]:
+            print(f"  {b!r}", file=sys.stderr)
+        sys.exit(1)
     text = yaml_config(name, in_shape, args.batch, t.nodes, vocab is not None)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_file(args.output, text, "-o")
     else:
         sys.stdout.write(text)
     if args.table:
-        with open(args.table, "w") as f:
-            f.write(table(name, t.nodes))
+        write_file(args.table, table(name, t.nodes), "--table")
     total = sum(n.n_params for n in t.nodes)
     print(f"torch_export: {name}: {len(t.nodes)} layers, {total} params", file=sys.stderr)
 
