@@ -66,23 +66,52 @@ compare` gives it no FASTER or SLOWER verdict.
 round of every process: on the CPU backends 32 joins of the thread pool, every thread
 running a chain of 1024 dependent multiply-adds in each; on others a chain on one
 thread. It follows the machine's speed and nothing the harness changes. The JSON has its median and drift per
-set; `bench compare` divides the two runs' canaries and, when they differ by 2% or
-more, says "The machine ran X% slower in NEW" and widens every verdict's
-threshold by that much rather than blaming the layers.
+set; `bench compare` divides the two runs' canaries where they time the same thing (rows
+of the same `threads`, in runs of the same build: the JSON contexts' version, git
+revision, build type and compiler) and, when they differ by 2% or more, says "The
+machine ran X% slower in NEW" and widens the threshold on that side only: a slower
+machine widens SLOWER's band (a slowdown it explains is not blamed on the layers), a
+faster one FASTER's, and neither hides a change the other way. Across thread counts or
+builds, or without a JSON context beside a CSV, it says why no drift correction
+applies, and the verdicts stand on the rows' own intervals.
 
 ## Files, interruptions and --resume
 
-A regular `--csv` file is replaced atomically (written to `FILE.tmp.PID` beside it, then
-renamed over it) after every finished (batch, dtype, backend) set, so the file on disk always
-holds complete sets, whatever stops the run: a SIGINT, SIGTERM or SIGHUP stops it at the
-next layer (exit status 128 + the signal), drops the unfinished set and keeps the rest;
-a SIGKILL leaves the last checkpoint. `bench sweep ... --csv FILE --resume` (or `run`)
-reads FILE, keeps its rows and measures only the sets it lacks; it refuses a file with
-another header or another model. An existing file's permissions are kept and a file the
-user may not write is refused; a symbolic link is followed (the file it names is
-replaced); stdout (`-`), devices and FIFOs are written in place, without a JSON context.
-Paths that cannot work (a directory, a missing folder, the config itself) are refused
-before anything is measured, with exit status 2.
+A regular `--csv` file is replaced atomically after every finished (batch, dtype,
+backend) set: the whole content goes to a new temporary file beside it
+(`FILE.tmp.PID.RANDOM`, created with `O_CREAT|O_EXCL|O_NOFOLLOW`, so nothing planted at
+that name, a symbolic link least of all, is written through), then renamed over it. The
+file on disk always holds complete sets, whatever stops the run: a SIGINT, SIGTERM or
+SIGHUP stops it at the next layer (exit status 128 + the signal; one that comes during
+the set-up stops it before its first set, one after the last set still ends it as
+interrupted), drops the unfinished set and keeps the rest; a SIGKILL leaves the last
+checkpoint. The JSON context is written after the CSV and lists a set only once every
+file before it holds that set; a run that finished no set leaves both files as they
+were.
+
+`bench sweep ... --csv FILE --resume` (or `run`) reads FILE and the JSON beside it and
+keeps the sets that are whole: the JSON lists the set as completed with the number of
+rows it wrote (`completed[].rows`), the CSV holds exactly that many, and none is there
+twice. A set cut short, one the JSON does not list (a write that failed), or rows
+pasted twice are said and measured again; without the JSON nothing is kept. It refuses a
+file with another header or another model.
+
+An existing file's permissions are kept and a file the user may not write is refused; a
+symbolic link the user names is followed (the file it names is replaced), and one that
+names nothing is refused. stdout (`-`, or a path that is stdout's own file, such as
+`/dev/stdout` redirected to a file), devices and FIFOs are streams, without a JSON
+context: the CSV goes to them row by row as sets finish, a trace or stacks once, whole,
+at the end, so the stream holds one valid document (and the tables go to stderr).
+Paths that cannot work (a directory, a missing folder, the config itself) and two
+outputs that are the same file however they are spelt (`./x.csv`, a hard link, the
+JSON beside the CSV, a sweep's per-batch stacks) are refused before anything is
+measured, with exit status 2.
+
+Every file bench reads (configs, config.json, results CSVs and JSON, the choices cache,
+a sweep folder's lists and statuses) must be a regular file under a size limit (1 MiB
+for a YAML config, 16 MiB for a config.json, 512 MiB for a CSV, 64 MiB for the choices
+cache, the shard and job lists and a JSON context): a FIFO or a device is refused at
+once, never waited on.
 
 Names are restricted to what torch module paths hold (docs/config.md), so no name can
 start a spreadsheet formula. Any other text cell that starts with `=`, `+`, `-`, `@`, a
@@ -105,7 +134,9 @@ skipped, with why. A run inside a Slurm job also has `slurm`: `job_id`, `array_j
 did not set them); `bench merge` turns them into columns ([slurm.md](slurm.md)). `state` is `complete`, `running` (a
 checkpoint of a run still going, or killed), `interrupted` (with `interrupted` saying
 where: batch, backend, mode and layer) or `failed`; `completed` lists the finished
-(backend, batch) sets and `resumed_sets` how many came from the file `--resume` read.
+(backend, batch) sets, each with `rows`, how many CSV rows it wrote (what `--resume` and
+`bench merge` check a set against), and `resumed_sets` how many came from the file
+`--resume` read (listed first).
 Each finished set has a `measurement` list, one object per timing mode:
 
 ```json
@@ -127,6 +158,8 @@ were replaced; `set_aside_slower_pct` says how much longer. `options` has `proce
 `{"path": "/root/.cache/layerbench/choices.tsv", "taken": 11, "other_context": 0, "malformed": 0}`,
 how many choices the file gave this run and how many lines it left unused because they
 were made under another context (another CPU, libraries, thread count or settings).
+Runs that save into one choices file at once take turns under a lock (`FILE.lock`,
+`flock`), each merging its choices into what the last one wrote, so none is lost.
 The choices file is text: a header line, then one choice a line, `context<TAB>layer
 key<TAB>choice`, e.g. `cpu | AMD EPYC, family 26, model 2, stepping 1 | ... | {"threads": 2,
 ...}<TAB>conv2d 1x3x224x224 out_channels=64 kernel_size=7x7 stride=2x2

@@ -48,7 +48,7 @@ expect 2 "anchors and aliases are not supported" -- timeout 10 "$BENCH" list "$T
 printf 'name: t\ninput: [3, 8, 8]\nlayers:\n  - kind: block\n    repeat: 100000\n    layers: [{kind: relu, repeat: 100000}]\n' >"$T/repeat.yaml"
 expect 2 "more than 100000 layers" -- timeout 10 "$BENCH" list "$T/repeat.yaml"
 head -c 2000000 /dev/zero | tr '\0' '#' >"$T/big.yaml"
-expect 2 "larger than 1 MiB" -- "$BENCH" list "$T/big.yaml"
+expect 2 "larger than the 1 MiB" -- "$BENCH" list "$T/big.yaml"
 
 # memory is checked before anything is allocated
 expect 2 "needs .* but only .* is available" -- "$BENCH" run "$R18" --batch 100000 "${FAST[@]}"

@@ -104,7 +104,7 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 printf 'name: "=cmd|calc"\ninput: [3]\nlayers: [{kind: relu}]\n' >"$T/f.yaml"
 expect 2 "f.yaml:1:7: name: use at most" -- "$BENCH" list "$T/f.yaml"
 mkfifo "$T/fifo.yaml"
-expect 2 "fifo.yaml: not a regular file" -- timeout 5 "$BENCH" list "$T/fifo.yaml"
+expect 2 "fifo.yaml': a FIFO, not a regular file" -- timeout 5 "$BENCH" list "$T/fifo.yaml"
 expect 2 "^bench: --batch 2147483647: batch 2147483647 makes" -- "$BENCH" list "$SRC/configs/resnet18.yaml" --batch 2147483647
 
 echo "test_outputs: $pass passed, $fail failed"

@@ -56,7 +56,7 @@ PY
 
 # the results files must differ, and a trace path is checked before anything runs
 out=$("$BENCH" run "$R18" "${FAST[@]}" --csv "$T/x.csv" --trace "$T/x.json" 2>&1)
-[ $? = 2 ] && grep -q "must name different files" <<<"$out" && ok || bad "--trace onto the CSV's JSON: $out"
+[ $? = 2 ] && grep -q "is the same file as" <<<"$out" && ok || bad "--trace onto the CSV's JSON: $out"
 out=$("$BENCH" run "$R18" "${FAST[@]}" --trace "$T/no/dir/t.json" 2>&1)
 [ $? = 2 ] && grep -q "^bench: --trace: cannot write" <<<"$out" && ok || bad "--trace into a missing folder: $out"
 
