@@ -164,14 +164,22 @@ bench_status results_read_json(const char *path, results_file *f, char *err, siz
     json_error_t je;
     json_t *root = json_loadb(text.data, text.len, 0, &je);
     strbuf_free(&text);
-    json_t *done = root ? json_object_get(root, "completed") : NULL;
-    if (!json_is_object(root) || !json_is_array(done)) {
-        if (!root)
-            snprintf(err, errlen, "%s:%d:%d: not JSON (%s): not a layerbench JSON context", path, je.line, je.column,
-                     je.text);
-        else
-            snprintf(err, errlen, "%s: not a layerbench JSON context (no \"completed\" list)", path);
-        json_decref(root);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d:%d: not JSON (%s): not a layerbench JSON context", path, je.line, je.column,
+                 je.text);
+        return BENCH_ERR_USAGE;
+    }
+    st = results_take_json(path, root, f, err, errlen);
+    json_decref(root);
+    return st;
+}
+
+bench_status results_take_json(const char *path, const json_t *root, results_file *f, char *err, size_t errlen)
+{
+    json_t *done = json_is_object(root) ? json_object_get(root, "completed") : NULL;
+    f->has_json = false;
+    if (!json_is_array(done)) {
+        snprintf(err, errlen, "%s: not a layerbench JSON context (no \"completed\" list)", path);
         return BENCH_ERR_USAGE;
     }
     size_t k;
@@ -183,7 +191,6 @@ bench_status results_read_json(const char *path, results_file *f, char *err, siz
             (kv && !json_is_integer(kv)) || (rows && !json_is_integer(rows))) {
             snprintf(err, errlen, "%s: completed set %zu is not one layerbench writes (backend, batch, dtype, rows)",
                      path, k + 1);
-            json_decref(root);
             return BENCH_ERR_USAGE;
         }
         int64_t tokens = tk ? json_integer_value(tk) : -1, kv_len = kv ? json_integer_value(kv) : -1;
@@ -194,7 +201,6 @@ bench_status results_read_json(const char *path, results_file *f, char *err, siz
                 f->sets[i].json_rows = rows ? json_integer_value(rows) : -1;
         }
     }
-    json_decref(root);
     f->has_json = true;
     return BENCH_OK;
 }

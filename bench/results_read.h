@@ -11,6 +11,8 @@
 #ifndef LAYERBENCH_RESULTS_READ_H
 #define LAYERBENCH_RESULTS_READ_H
 
+#include <jansson.h>
+
 #include "csv_read.h"
 #include "report.h"
 
@@ -44,6 +46,8 @@ bench_status results_read_csv(const char *path, results_file *f, char *err, size
  * object, a completed entry without its fields); a file that is not there is
  * BENCH_OK with has_json false. */
 bench_status results_read_json(const char *path, results_file *f, char *err, size_t errlen);
+/* The same from a JSON context already parsed (root, borrowed; path for messages). */
+bench_status results_take_json(const char *path, const json_t *root, results_file *f, char *err, size_t errlen);
 
 /* Whether set i is whole (above); false with the reason in why ("5 of its 37 rows").
  * Without a JSON context no set is: nothing confirms it finished. */

@@ -59,7 +59,7 @@ static const char *json_str(json_t *o, const char *key)
  * row is there twice. The count (0: the part finished no set), or -1 with the reason in
  * err: then nothing of the part is merged. */
 static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shard *sh, int shard, json_t *ctx,
-                           char *err, size_t errlen)
+                           const char *ctx_err, char *err, size_t errlen)
 {
     char path[1300], why[1400], what[200];
     snprintf(path, sizeof path, "%s.csv", a->stem);
@@ -67,8 +67,8 @@ static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shar
     if (results_read_csv(path, &f, err, errlen) != BENCH_OK)
         return -1;
     snprintf(path, sizeof path, "%s.json", a->stem);
-    if (f.n_sets && results_read_json(path, &f, why, sizeof why) != BENCH_OK) {
-        snprintf(err, errlen, "%s", why);
+    if (f.n_sets && (!ctx || results_take_json(path, ctx, &f, why, sizeof why) != BENCH_OK)) {
+        snprintf(err, errlen, "%s", ctx ? why : ctx_err);
         results_free(&f);
         return -1;
     }
@@ -117,6 +117,17 @@ static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shar
     int64_t n = f.t.n_rows;
     results_free(&f);
     return n;
+}
+
+/* An element of one of the merged JSON's lists, compact on a line of its own. */
+static void dump_element(strbuf *b, const json_t *e)
+{
+    char *t = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (t) {
+        strbuf_append(b, b->len ? ",\n    " : "\n    ", b->len ? 6 : 5);
+        strbuf_append(b, t, strlen(t));
+    }
+    free(t);
 }
 
 static const char *outcome_name(slurm_outcome o)
@@ -260,8 +271,10 @@ int cmd_merge(const cli *c)
     for (int i = 0; provenance[i]; i++)
         strbuf_printf(&csv, ",%s", provenance[i]);
     strbuf_append(&csv, "\n", 1);
-    json_t *root = NULL, *completed = json_array(), *list = json_array(), *missing = json_array(),
-           *failed = json_array();
+    /* the JSON's two long lists, each element dumped as it comes: a tree of 100k shards'
+     * contexts took gigabytes */
+    strbuf completed = {0}, list = {0};
+    json_t *root = NULL, *missing = json_array(), *failed = json_array();
     int merged = 0, problems = 0;
     int64_t rows = 0;
     for (int i = 0; !rc && i < n; i++) {
@@ -277,7 +290,9 @@ int cmd_merge(const cli *c)
             struct stat ps;
             snprintf(part, sizeof part, "%s.csv", a->stem);
             /* a task that failed before it wrote a part: its outcome says why */
-            got = st.outcome[i] == SLURM_OK || lstat(part, &ps) == 0 ? append_rows(&csv, a, &shards[i], i, ctx, why, sizeof why) : 0;
+            got = st.outcome[i] == SLURM_OK || lstat(part, &ps) == 0
+                      ? append_rows(&csv, a, &shards[i], i, ctx, jerr, why, sizeof why)
+                      : 0;
             if (got == 0 && st.outcome[i] == SLURM_OK)
                 snprintf(why, sizeof why, "its task ended with exit status 0, but %s.csv holds no finished set", a->stem);
             if (*why && st.outcome[i] != SLURM_OK) { /* the task's own outcome first, then its part's */
@@ -302,14 +317,15 @@ int cmd_merge(const cli *c)
         json_t *sets = got > 0 && ctx ? json_object_get(ctx, "completed") : NULL; /* what was merged */
         size_t k;
         json_t *set;
-        json_array_foreach(sets, k, set) {
-            json_t *copy = json_deep_copy(set);
-            json_object_set_new(copy, "shard", json_integer(i));
-            json_object_set_new(copy, "host", json_string(a->host));
-            json_object_set_new(copy, "slurm_node", json_string(a->node));
-            json_array_append_new(completed, copy);
+        json_array_foreach(sets, k, set) { /* the part's own object, marked (ctx is dropped next) */
+            json_object_set_new(set, "shard", json_integer(i));
+            json_object_set_new(set, "host", json_string(a->host));
+            json_object_set_new(set, "slurm_node", json_string(a->node));
+            dump_element(&completed, set);
         }
-        json_array_append_new(list, shard_json(i, &shards[i], &st, ctx, dir));
+        json_t *entry = shard_json(i, &shards[i], &st, ctx, dir);
+        dump_element(&list, entry);
+        json_decref(entry);
         json_decref(ctx);
     }
     if (!rc) {
@@ -336,17 +352,27 @@ int cmd_merge(const cli *c)
             json_object_set(root, "config", configs);
         json_decref(configs);
         json_object_set_new(root, "state", json_string(problems ? "incomplete" : "complete"));
-        json_object_set(root, "completed", completed);
+        json_object_del(root, "completed"); /* the first part's: every part's follow */
         json_object_set_new(root, "merged", json_pack("{s:s, s:i, s:i, s:O, s:O}", "folder", dir, "shards", n,
                                                       "merged", merged, "missing", missing, "failed", failed));
-        json_object_set(root, "shards", list);
         bench_status w = bench_output_write(&out_csv, csv.data, csv.len, err, sizeof err);
         char *text = w == BENCH_OK && json_open ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        if (w == BENCH_OK && text) {
+        if (w == BENCH_OK && text) { /* the root without its closing brace, then the two lists */
+            strbuf whole = {0};
             size_t len = strlen(text);
-            char *nl = xasprintf("%s\n", text);
-            w = bench_output_write(&out_json, nl, len + 1, err, sizeof err);
-            free(nl);
+            while (len && text[len - 1] != '}')
+                len--;
+            strbuf_append(&whole, text, len ? len - 1 : 0);
+            const struct { const char *key; const strbuf *items; } lists[] = {{"completed", &completed}, {"shards", &list}};
+            for (int l = 0; l < 2; l++) { /* appended, not printf'ed: the lists run to hundreds of MB */
+                strbuf_printf(&whole, ",\n  \"%s\": [", lists[l].key);
+                if (lists[l].items->len)
+                    strbuf_append(&whole, lists[l].items->data, lists[l].items->len), strbuf_append(&whole, "\n  ", 3);
+                strbuf_append(&whole, "]", 1);
+            }
+            strbuf_append(&whole, "\n}\n", 3);
+            w = bench_output_write(&out_json, whole.data, whole.len, err, sizeof err);
+            strbuf_free(&whole);
         }
         free(text);
         if (w != BENCH_OK) {
@@ -362,7 +388,8 @@ int cmd_merge(const cli *c)
                     "the first time) submits them again", problems, problems == 1 ? "" : "s", dir);
     }
     json_decref(root);
-    json_decref(completed), json_decref(list), json_decref(missing), json_decref(failed);
+    strbuf_free(&completed), strbuf_free(&list);
+    json_decref(missing), json_decref(failed);
     strbuf_free(&csv);
     slurm_state_free(&st);
     if (csv_open)

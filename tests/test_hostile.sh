@@ -174,22 +174,32 @@ for th in 1 2; do
 done
 
 # ---- resource limits -----------------------------------------------------------------------
-# a 64 KiB stack with a choices file in use
-mkdir -p "$T/cache1"
-alive bash -c "ulimit -s 64; XDG_CACHE_HOME='$T/cache1' exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 0" && ok
-alive bash -c "ulimit -s 64; XDG_CACHE_HOME='$T/cache1' exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 0" && ok
+# (AddressSanitizer maps terabytes of shadow and grows the stack: under the sanitizers the
+# -s, -v and -n limits test the sanitizer, not bench, and are skipped)
+sanitized=false
+ldd "$BENCH" 2>/dev/null | grep -q 'libasan\|libubsan' && sanitized=true
+if $sanitized; then
+  echo "skip: ulimit -s, -v and -n under the sanitizers (AddressSanitizer's shadow memory and stacks need more)"
+else
+  # a 64 KiB stack with a choices file in use
+  mkdir -p "$T/cache1"
+  alive bash -c "ulimit -s 64; XDG_CACHE_HOME='$T/cache1' exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 0" && ok
+  alive bash -c "ulimit -s 64; XDG_CACHE_HOME='$T/cache1' exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 0" && ok
+fi
 # ulimit -f: the cache and the CSV cannot be written; said, and no worker dies of SIGXFSZ
 mkdir -p "$T/cache2"
 bash -c "ulimit -f 1; XDG_CACHE_HOME='$T/cache2' exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 2 --csv '$T/f.csv'" >"$T/f.out" 2>&1
 rc=$?
 [ "$rc" = 1 ] && grep -q "File too large" "$T/f.out" && ! grep -q "signal 25\|rows failed" "$T/f.out" && ok ||
   bad "ulimit -f: exit $rc: $(tail -3 "$T/f.out")"
-# ulimit -v under what OpenBLAS needs: refused at once (it would wait forever), as it
-# loads and, with more threads, as the backend starts
-expect 2 "address-space limit \(ulimit -v\) is [0-9]+ MiB, under the 384 MiB that OpenBLAS takes" -- bash -c "ulimit -v 300000; exec timeout 20 '$BENCH' check '$SMOKE'"
-expect 2 "address-space limit \(ulimit -v\) is [0-9]+ MiB, under the [0-9]+ MiB the cpu backend needs with 4 threads" -- bash -c "ulimit -v 600000; exec timeout 20 '$BENCH' check '$SMOKE' --threads 4"
-# ulimit -n: few descriptors
-alive bash -c "ulimit -n 16; exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 1 --algo-cache none --csv '$T/n.csv'" && ok
+if ! $sanitized; then
+  # ulimit -v under what OpenBLAS needs: refused at once (it would wait forever), as it
+  # loads and, with more threads, as the backend starts
+  expect 2 "address-space limit \(ulimit -v\) is [0-9]+ MiB, under the 384 MiB that OpenBLAS takes" -- bash -c "ulimit -v 300000; exec timeout 20 '$BENCH' check '$SMOKE'"
+  expect 2 "address-space limit \(ulimit -v\) is [0-9]+ MiB, under the [0-9]+ MiB the cpu backend needs with 4 threads" -- bash -c "ulimit -v 600000; exec timeout 20 '$BENCH' check '$SMOKE' --threads 4"
+  # ulimit -n: few descriptors
+  alive bash -c "ulimit -n 16; exec timeout 120 '$BENCH' run '$SMOKE' ${QUICK[*]} --processes 1 --algo-cache none --csv '$T/n.csv'" && ok
+fi
 
 # ---- workers: one stopped is killed, with its pid named ------------------------------------
 "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 1 --algo-cache none --min-samples 100000 --timeout 0.5 --csv "$T/stop.csv" >"$T/stop.out" 2>&1 &
