@@ -76,7 +76,9 @@ int procs_fast_phase(const double *sum, const double *unc, int k, double band, b
 
 /* The pooled interval of a median M from k >= 2 processes whose own medians are med[]:
  * [M - h, M + h] with h = t(0.975, k - 1) s / sqrt(k), s the standard deviation of
- * med[] (the between-process part); *lo and *hi are widened to hold it. */
+ * med[] (the between-process part); for k = 2, h = |med[0] - med[1]| (t with one degree
+ * of freedom, 12.7, would make it 9 times their distance); *lo and *hi are widened to
+ * hold it. */
 void procs_pool_interval(double median, const double *med, int k, double *lo, double *hi);
 
 #endif

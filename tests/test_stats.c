@@ -153,6 +153,11 @@ static void test_processes(void)
     lo = 99, hi = 101;
     procs_pool_interval(100, med, 1, &lo, &hi);
     EXPECT(lo == 99 && hi == 101, "one process changed the interval: %g..%g", lo, hi);
+    /* two processes: both medians and their distance again, not t(1) = 12.7 times it */
+    double two[2] = {100, 104};
+    lo = 101.5, hi = 102.5;
+    procs_pool_interval(102, two, 2, &lo, &hi);
+    EXPECT(fabs(lo - 98) < 1e-9 && fabs(hi - 106) < 1e-9, "two processes: %g..%g, expected 98..106", lo, hi);
 
     double sums[5] = {7000, 8100, 7300, 0, 7400}, precise[5] = {0};
     bool fast[5];
