@@ -42,6 +42,11 @@ Attention (qkv, proj, num_heads: ViT's, DiT's) gives qkv, its thirds as q, k and
 slices, an attention layer and proj. Arithmetic with a number (x + 1, 1 - x, x * 0.5,
 x / 8) is a scale_shift layer.
 
+An attention module written as rope + attention is checked against what it computes:
+its output must be what those layers give on the same q, k and v, on the traced input
+and again on that input scaled until its scores reach about 200; one that differs (Gemma
+2's logit soft-cap, another query scale, norms of q or k, a mask) is refused by name.
+
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
 other than zeros, return_indices, ...). --table writes the reference layer table
@@ -657,6 +662,58 @@ def function_layer(name, args, kwargs, out):
     raise Unsupported(f"operation {name}")
 
 
+def attention_differs(m, spec, model, qkv, o_proj, out):
+    """How far the attention module's real output (out, its out projection's) lies from
+    what the layers written for it compute on the same q, k and v (rope as layerbench
+    defines it, from the module's own inv_freq; then the attention with its heads,
+    causality, window and scale 1/sqrt(head_dim); then the out projection): the
+    relative L2 difference, or 0 within fp32's rounding. What the module does that
+    its layers would not (Gemma's soft-cap, another query scale, q/k norms) shows here,
+    so no file leaves it out."""
+    if out is None or any(t is None for t in qkv):
+        return 0.0
+    p, rope = spec
+    with torch.no_grad():
+        q, k, v = (t.double() for t in qkv)
+        heads, kv_heads, d = p["num_heads"], p.get("num_key_value_heads", p["num_heads"]), p["head_dim"]
+        n, t_q, t_k = q.shape[0], q.shape[-2], k.shape[-2]
+        q = q.reshape(n, t_q, heads, d).transpose(1, 2)
+        k = k.reshape(n, t_k, kv_heads, d).transpose(1, 2)
+        v = v.reshape(n, t_k, kv_heads, d).transpose(1, 2)
+        if rope is not None:
+            rotary = [r for r in list(m.modules()) + list(model.modules()) if is_rotary(r)]
+            freq = rotary[0].inv_freq.double().flatten()
+            angle = torch.arange(t_q, dtype=torch.float64)[:, None] * freq[None, :]
+            cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+            half = lambda x: torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)  # noqa: E731
+            q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
+        k = k.repeat_interleave(heads // kv_heads, dim=1)
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
+        scores = q @ k.transpose(-1, -2) / d ** 0.5
+        i, j = torch.arange(t_q)[:, None], torch.arange(t_k)[None, :]
+        if p.get("causal", True):
+            scores = scores.masked_fill(j > i, float("-inf"))
+        if p.get("sliding_window"):
+            scores = scores.masked_fill(i - j >= p["sliding_window"], float("-inf"))
+        att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(n, t_q, heads * d)
+        want = F.linear(att, o_proj.weight.double(), None if o_proj.bias is None else o_proj.bias.double())
+        got = out.detach().double().reshape(want.shape)
+        diff = float((got - want).norm() / max(float(want.norm()), 1e-30))
+    return diff if diff > 1e-4 else 0.0
+
+
+def attention_scores_max(spec, qkv):
+    """The largest |q.k| / sqrt(head_dim) of an attention's q and k (before rope: rope
+    turns pairs, it does not scale them)."""
+    p, _ = spec
+    q, k = qkv[0].double(), qkv[1].double()
+    heads, kv_heads, d = p["num_heads"], p.get("num_key_value_heads", p["num_heads"]), p["head_dim"]
+    n = q.shape[0]
+    q = q.reshape(n, q.shape[-2], heads, d).transpose(1, 2)
+    k = k.reshape(n, k.shape[-2], kv_heads, d).transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1)
+    return float((q @ k.transpose(-1, -2)).abs().max()) / d ** 0.5
+
+
 # ---- the trace ------------------------------------------------------------------------------
 
 
@@ -689,11 +746,20 @@ class Trace(TorchFunctionMode):
         self.module_node = {}  # id(module) -> its node
         self.shuffle = {}      # id(tensor) -> (input, stage, groups): a channel shuffle under way
         self.seen_params = set()  # ids of parameters counted already (tied embeddings)
+        self.values = {}       # node -> its output, for the q, k and v projections of attention modules
+        self.handles = []      # the hooks, removed once the model has run
+        self.wrapped = []      # modules whose forward records its call
+        self.probes = []       # attention modules written as rope + attention: checked again (stress_attention)
 
     def hooks(self, model):
         for m in model.modules():
-            m.register_forward_pre_hook(self.pre)
-            m.register_forward_hook(self.post)
+            self.handles += [m.register_forward_pre_hook(self.pre), m.register_forward_hook(self.post)]
+            if attention_parts(m) is not None:  # its call, to run it again on a larger input (stress_attention)
+                def forward(*a, _orig=m.forward, _m=m, **k):
+                    self.calls[id(_m)] = (a, k)
+                    return _orig(*a, **k)
+                m.forward = forward
+                self.wrapped.append(m)
             if isinstance(m, nn.MultiheadAttention):
                 # query, key and value are often keywords, which hooks do not see before
                 # torch 2.0: keep the call's arguments
@@ -796,6 +862,17 @@ class Trace(TorchFunctionMode):
                                  {"dim": dim, **({"start": i * c} if i else {}), **({"end": (i + 1) * c} if i < 2 else {})},
                                  [idx[0]], s, s[:-1] + (c,)) for i, part in enumerate("qkv")]
         q, k, v = idx
+        qkv = [self.values.get(j) for j in (q, k, v)] if len(ctx["parts"][0]) == 3 else self.packed_values(idx)
+        differs = attention_differs(ctx["m"], ctx["spec"], self.model, qkv, m, out)
+        if not differs:
+            self.probes.append(ctx)
+        if differs:
+            self.problems.append(f"{ctx['name']}: attention module {type(ctx['m']).__name__} computes something other "
+                                 f"than the rope and attention layers layerbench would write for it (its output differs "
+                                 f"by {differs:.2g}, relative): something in its forward (a soft-cap, another scale, a "
+                                 f"norm of q or k, a mask) is not mapped")
+            self.broken(out)
+            return
         qs, ks = self.nodes[q].out_shape, self.nodes[k].out_shape
         if rope is not None:
             q = self.add_node(f"{ctx['name']}.rotary_q", "rope", {"num_heads": p["num_heads"], **rope}, [q], qs, qs)
@@ -807,11 +884,67 @@ class Trace(TorchFunctionMode):
         self.producer[id(out)] = ctx["out_node"]
         self.keep.append(out)
 
+    def packed_values(self, idx):
+        """q, k and v of a packed attention: the thirds of its qkv output's last dim."""
+        qkv = self.values.get(self.nodes[idx[0]].inputs[0])
+        if qkv is None:
+            return [None] * 3
+        c = qkv.shape[-1] // 3
+        return [qkv[..., i * c:(i + 1) * c] for i in range(3)]
+
+    def stress_attention(self):
+        """Every attention module written as rope + attention, run again (hooks off) on its
+        input scaled up until its scores reach about 200: what its layers leave out and
+        small scores hide (a soft-cap of 50 changes nothing at scores of 0.1) shows then."""
+        for h in self.handles:
+            h.remove()
+        for m in self.wrapped:
+            del m.forward  # the class's own again
+        for ctx in self.probes:
+            m, parts = ctx["m"], ctx["parts"]
+            a, k = self.calls.get(id(m), ((), {}))
+            seen = {}
+            hooks = [getattr(m, n).register_forward_hook(lambda mod, i, o, n=n: seen.__setitem__(n, o.detach()))
+                     for n in parts[0]]
+            hooks.append(parts[1].register_forward_hook(lambda mod, i, o: seen.__setitem__("out", o.detach())))
+            try:
+                with torch.no_grad():
+                    m(*a, **k)  # once as traced: the scores' size
+                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else \
+                        [seen["qkv"][..., i * (seen["qkv"].shape[-1] // 3):(i + 1) * (seen["qkv"].shape[-1] // 3)]
+                         for i in range(3)]
+                    top = attention_scores_max(ctx["spec"], qkv)
+                    alpha = min(max((200.0 / max(top, 1e-9)) ** 0.5, 1.0), 1e4)
+                    x = [i for i, v in enumerate(a) if isinstance(v, torch.Tensor)]
+                    name = next((n for n, v in k.items() if isinstance(v, torch.Tensor)), None) if not x else None
+                    if x:
+                        a = tuple(v * alpha if i == x[0] else v for i, v in enumerate(a))
+                    elif name:
+                        k = {**k, name: k[name] * alpha}
+                    seen.clear()
+                    m(*a, **k)
+                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else \
+                        [seen["qkv"][..., i * (seen["qkv"].shape[-1] // 3):(i + 1) * (seen["qkv"].shape[-1] // 3)]
+                         for i in range(3)]
+                    differs = attention_differs(m, ctx["spec"], self.model, qkv, parts[1], seen.get("out"))
+            except Exception as e:  # noqa: BLE001 (a module that does not run twice: said, not written)
+                differs = f"it did not run again on a larger input ({one_line(e)})"
+            finally:
+                for h in hooks:
+                    h.remove()
+            if differs:
+                self.problems.append(
+                    f"{ctx['name']}: attention module {type(m).__name__} computes something other than the rope and "
+                    f"attention layers layerbench would write for it on an input that makes its scores large ("
+                    f"{differs if isinstance(differs, str) else f'its output differs by {differs:.2g}, relative'}): "
+                    f"something in its forward (a soft-cap, another scale, a norm of q or k, a mask) is not mapped")
+
     def post(self, m, args, out):
         name = self.stack.pop()
         if self.attn and self.attn[-1]["m"] is m:
             ctx = self.attn.pop()
-            if ctx["spec"] and not self.made_by(out[0] if isinstance(out, (tuple, list)) else out, ctx["out_node"]):
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            if ctx["spec"] and self.source(first) != self.BROKEN and not self.made_by(first, ctx["out_node"]):
                 # what runs between the projections is not recorded: the module must end at its out projection
                 self.problems.append(f"{ctx['name']}: attention module {type(m).__name__} whose output is not its "
                                      f"out projection's")
@@ -861,6 +994,8 @@ class Trace(TorchFunctionMode):
         i = self.record(name, layer[0], layer[1], tensors, out, n_params)
         if i is not None:
             self.module_node[id(m)] = i
+            if self.attn:  # a projection of an attention module: its values, to check the module with
+                self.values[i] = out.detach()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -1086,6 +1221,7 @@ def trace(model, shape, vocab=None, extra=()):
     t.final = t.source(out) if isinstance(out, torch.Tensor) else None
     if isinstance(out, tuple):
         t.final = t.source(out[0])
+    t.stress_attention()
     return t
 
 

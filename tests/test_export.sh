@@ -212,6 +212,19 @@ same_as_config tiny-qwen2 tiny_qwen2 7 2
 grep -q "tied_weights: true" "$T/tiny_qwen2.yaml" && ! grep -q "tied_weights" "$T/tiny_llama.yaml" && ok ||
   bad "lm_head's tied_weights as the models tie them"
 "$BENCH" check "$T/tiny_llama.yaml" 2>&1 | grep -q "36 passed, 0 failed" && ok || bad "bench check of the exported llama"
+# attention that computes more than rope + attention (Gemma 2's soft-cap, even at a cap
+# of 50 that random weights' scores never reach; another query scale) is refused, with
+# nothing written; the same module computing Llama's attention exports
+for v in softcap50 softcap1 query_scale; do
+  (cd "$SRC" && PYTHONPATH=tests "$PY" scripts/torch_export.py "attention_variants:$v" --input-ids 5 -o "$T/$v.yaml") \
+    2>"$T/$v.err"
+  rc=$?
+  [ $rc = 1 ] && [ ! -e "$T/$v.yaml" ] && grep -q "computes something other than the rope and attention layers" "$T/$v.err" &&
+    ok || bad "attention_variants:$v: exit $rc, $(tail -2 "$T/$v.err")"
+done
+(cd "$SRC" && PYTHONPATH=tests "$PY" scripts/torch_export.py attention_variants:plain --input-ids 5 -o "$T/plain.yaml") \
+  2>"$T/plain.err" && cmp -s <(grep -v "^#" "$T/plain.yaml" | sed 's/^name: .*//') <(grep -v "^#" "$T/tiny_llama.yaml" | sed 's/^name: .*//') &&
+  ok || bad "attention_variants:plain: $(tail -2 "$T/plain.err")"
 # a model of token ids run without --input-ids, and --input-ids on a model without an
 # embedding: one line each, no traceback
 (cd "$SRC" && "$PY" scripts/torch_export.py hf_decoder:tiny_llama -o "$T/noids.yaml") 2>"$T/noids.err"
