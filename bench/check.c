@@ -217,14 +217,16 @@ out:
 static void check_row(FILE *out, const char *index, const char *name, const char *kind, const backend *b,
                       check_result r, int *passed, int *failed, int *skipped, double *worst)
 {
+    /* out of memory, or left out (too large, too long): not checked, and said; never a pass */
+    bool unchecked = r.status == BENCH_ERR_INTERRUPTED || r.status == BENCH_ERR_NOMEM;
     const char *verdict = r.status == BENCH_OK                ? "ok"
                           : r.status == BENCH_ERR_CHECK       ? "FAIL"
                           : r.status == BENCH_ERR_UNSUPPORTED ? "skipped (unsupported)"
-                          : r.status == BENCH_ERR_INTERRUPTED ? "not checked"
+                          : unchecked                         ? "not checked"
                                                               : "ERROR";
     if (r.status == BENCH_OK)
         (*passed)++;
-    else if (r.status == BENCH_ERR_UNSUPPORTED || r.status == BENCH_ERR_INTERRUPTED)
+    else if (r.status == BENCH_ERR_UNSUPPORTED || unchecked)
         (*skipped)++;
     else
         (*failed)++;
@@ -263,52 +265,93 @@ static void say_seconds(double s, char *buf, size_t len)
         snprintf(buf, len, "%.1f h", s / 3600);
 }
 
-bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, bool forward,
-                         double timeout, FILE *out)
+int64_t check_layer_bytes(const layer *l)
 {
-    int failed = 0, skipped = 0, passed = 0;
-    double worst = 0.0, total = reference_seconds(m, NULL) * (forward ? 2 : 1);
-    char t[32], lim[32];
+    int64_t floats = l->n_weight_floats + 2 * shape_numel(&l->out);
+    for (int k = 0; k < l->n_inputs; k++)
+        floats += shape_numel(&l->ins[k]);
+    return 2 * 4 * floats; /* host fp32, and the backend's copies at most as large */
+}
+
+int64_t check_forward_bytes(const model *m)
+{
+    model_memory mm;
+    model_memory_plan(m, &mm);
+    /* the forward as it runs (its weights, every activation), and the reference forward:
+     * its fp32 values, each freed after its last reader (the forward's peak of them), and
+     * one layer's weights at a time */
+    int64_t widest = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        widest = m->layers[i].n_weight_floats > widest ? m->layers[i].n_weight_floats : widest;
+    /* ... and while the forward is set up, a layer's weights drawn in fp32 before its
+     * upload; a quarter more for what the backends keep of their own (packed weights) */
+    int64_t bytes = model_chained_bytes(m) + 4 * (mm.peak_activation_bytes / dtype_size(m->dtype) + 2 * widest);
+    return bytes + bytes / 4;
+}
+
+bench_status check_model(const model *m, const backend *bs, int n_backends, const check_options *o, FILE *out)
+{
+    int failed = 0, skipped = 0, passed = 0, n = m->n_layers;
+    double worst = 0.0, total = reference_seconds(m, NULL) * (o->forward ? 2 : 1), timeout = o->timeout;
+    char t[32], lim[32], a[32], b[32];
     if (total > CHECK_SAY_LONG_S) { /* before it starts, not after an hour of silence */
         say_seconds(total, t, sizeof t);
         if (timeout > 0)
             say_seconds(timeout, lim, sizeof lim);
         log_msg("check: the plain-C reference of %s (%.3g FLOPs%s) takes about %s at the %.0f GFLOP/s it runs at; %s%s",
-                m->name, total * CHECK_REFERENCE_FLOPS_PER_S, forward ? ", the layers and the forward" : "", t,
+                m->name, total * CHECK_REFERENCE_FLOPS_PER_S, o->forward ? ", the layers and the forward" : "", t,
                 CHECK_REFERENCE_FLOPS_PER_S / 1e9,
                 timeout > 0 ? "--timeout leaves out what would take over " : "--timeout S leaves out what would take "
                                                                           "longer",
                 timeout > 0 ? lim : "");
     }
+    /* per layer and backend, its verdict, for the identical layers that take it (--dedupe) */
+    check_result *res = xcalloc((size_t)n * (size_t)(n_backends ? n_backends : 1), sizeof *res);
     fprintf(out, "%4s  %-32s  %-18s  %-7s  %10s  %10s  %s\n", "#", "Name", "Kind", "Backend", "Rel. error", "Tolerance",
             "Result");
-    for (int i = 0; i < m->n_layers; i++) {
+    for (int i = 0; i < n; i++) {
         const layer *l = &m->layers[i];
         char index[16];
         snprintf(index, sizeof index, "%d", i);
         double est = reference_seconds(m, l);
+        int twin = -1;
+        for (int j = 0; o->dedupe && twin < 0 && j < i; j++)
+            twin = layer_same_work(&m->layers[j], l) ? j : -1;
+        int64_t need = check_layer_bytes(l);
         for (int k = 0; k < n_backends; k++) {
             check_result r = {BENCH_ERR_INTERRUPTED, 0, backend_tolerance(&bs[k], l), 0, ""};
-            if (timeout > 0 && est > timeout) {
+            if (twin >= 0) {
+                r = res[(size_t)twin * (size_t)n_backends + (size_t)k];
+                snprintf(r.why, sizeof r.why, "as #%d, the same layer (--dedupe: checked once)", twin);
+            } else if (o->available >= 0 && need > o->available) {
+                snprintf(r.why, sizeof r.why, "checking it alone needs %s, and %s is available",
+                         bench_format_bytes(need, a, sizeof a), bench_format_bytes(o->available, b, sizeof b));
+            } else if (timeout > 0 && est > timeout) {
                 say_seconds(est, t, sizeof t);
                 snprintf(r.why, sizeof r.why, "its reference would take about %s, over --timeout", t);
             } else {
-                r = check_layer(l, &bs[k], seed + (uint64_t)i);
+                r = check_layer(l, &bs[k], o->seed + (uint64_t)i);
             }
+            res[(size_t)i * (size_t)n_backends + (size_t)k] = r;
             check_row(out, index, l->name, layer_kind_name(l->kind), &bs[k], r, &passed, &failed, &skipped, &worst);
         }
     }
-    /* the chained forward: every layer on the previous ones' outputs */
+    free(res);
+    /* the chained forward: every layer on the previous ones' outputs, where it all fits */
     double est = reference_seconds(m, NULL);
-    bool too_long = forward && timeout > 0 && est > timeout;
-    float *ref = forward && !too_long ? reference_forward(m, seed) : NULL;
-    for (int k = 0; forward && k < n_backends; k++) {
+    int64_t need = check_forward_bytes(m);
+    bool too_big = o->available >= 0 && need > o->available, too_long = timeout > 0 && est > timeout;
+    float *ref = o->forward && !too_big && !too_long ? reference_forward(m, o->seed) : NULL;
+    for (int k = 0; o->forward && k < n_backends; k++) {
         check_result r = {BENCH_ERR_INTERRUPTED, 0, 0, 0, ""};
-        if (too_long) {
+        if (too_big) {
+            snprintf(r.why, sizeof r.why, "the whole model needs %s, and %s is available: its layers were checked alone",
+                     bench_format_bytes(need, a, sizeof a), bench_format_bytes(o->available, b, sizeof b));
+        } else if (too_long) {
             say_seconds(est, t, sizeof t);
             snprintf(r.why, sizeof r.why, "the reference forward would take about %s, over --timeout", t);
         } else {
-            r = check_forward(m, &bs[k], seed, ref);
+            r = check_forward(m, &bs[k], o->seed, ref);
         }
         check_row(out, "-", "forward (chained, model output)", "model", &bs[k], r, &passed, &failed, &skipped, &worst);
     }

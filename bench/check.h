@@ -32,14 +32,35 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed);
  * wiring or a stale buffer is off by O(1). ref NULL: out of memory. */
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref);
 
-/* Checks every layer of m on each backend, then (with forward) the chained forward on
+/* How check_model runs. */
+typedef struct check_options {
+    uint64_t seed;
+    bool forward;          /* the chained forward too, where the whole model fits */
+    bool dedupe;           /* one of each set of identical layers (layer_same_work); the others
+                            * take its verdict, and their rows say whose */
+    double timeout;        /* > 0: a reference estimated to take longer is not run */
+    int64_t available;     /* bytes the check may take (bench_mem_available()), -1: unknown */
+} check_options;
+
+/* The bytes checking layer l alone takes at most: its inputs, weights, output and the
+ * reference's output in fp32, and the backend's copies of them. */
+int64_t check_layer_bytes(const layer *l);
+/* The bytes the chained forward's check takes: the model as the forward holds it, and the
+ * reference forward's values in fp32. */
+int64_t check_forward_bytes(const model *m);
+
+/* Checks every layer of m on each backend, then (with o->forward) the chained forward on
  * each, printing one row per layer and backend, and one per backend for the forward.
- * The reference's time is estimated from the FLOPs first and said when long; with
- * timeout > 0, a layer (or the forward) whose reference would take longer is not run
- * and its row says so (the reference is plain C and cannot be stopped midway). Returns
- * BENCH_OK when all that ran pass, BENCH_ERR_CHECK when any differs or fails. */
-bench_status check_model(const model *m, const backend *bs, int n_backends, uint64_t seed, bool forward,
-                         double timeout, FILE *out);
+ * Each layer is checked alone, on its own inputs, weights and reference, and freed before
+ * the next: a model larger than memory is checked layer by layer. A layer whose check
+ * would not fit in o->available is not checked, and its row says what it needs; so is
+ * the forward where the whole model does not fit. The reference's time is estimated
+ * from the FLOPs first and said when long; with o->timeout > 0, a layer (or the forward)
+ * whose reference would take longer is not run and its row says so (the reference is
+ * plain C and cannot be stopped midway); one that runs out of memory is not checked
+ * either, with the reason. Returns BENCH_OK when all that ran pass, BENCH_ERR_CHECK when
+ * any differs or fails. */
+bench_status check_model(const model *m, const backend *bs, int n_backends, const check_options *o, FILE *out);
 
 /* Relative L2 error; counts output elements that are not finite where ref is. */
 double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *nonfinite);

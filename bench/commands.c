@@ -145,33 +145,32 @@ int cmd_check(const cli *c, int64_t batch)
     model *m;
     backend bs[BACKEND_MAX];
     char *skipped;
-    char err[512];
     int rc = cli_load_model(c, batch, &m);
     if (rc)
         return rc;
-    if (model_check_memory(m, -1, "", err, sizeof err) != BENCH_OK) {
-        log_msg("%s", err);
-        model_free(m);
-        return 2;
-    }
+    /* a model larger than memory is checked layer by layer (check_model): said here */
+    check_options co = {c->mo.seed, !c->no_forward, c->mo.dedupe, c->timeout_given ? c->mo.timeout : 0,
+                        bench_mem_available()};
+    int64_t whole = check_forward_bytes(m);
+    char a[32], b[32];
+    if (co.available >= 0 && whole > co.available)
+        log_msg("check: %s needs %s to run whole, and %s is available: each layer is checked alone, on its own "
+                "inputs and weights, and the chained forward is not%s", m->name, bench_format_bytes(whole, a, sizeof a),
+                bench_format_bytes(co.available, b, sizeof b),
+                c->mo.dedupe ? "" : " (--dedupe checks one of each set of identical layers)");
     int nb = cli_open_backends(c, bs, &skipped);
     if (nb < 0) {
         model_free(m);
         return -nb;
     }
-    if (!cli_fits_backends(m, bs, nb)) {
-        cli_close_backends(bs, nb, skipped);
-        model_free(m);
-        return 2;
-    }
-    bench_status st = BENCH_OK;
+    bench_status st = BENCH_OK; /* (device memory: a layer that does not fit there fails with the reason) */
     for (int d = 0; d < (c->n_dtypes ? c->n_dtypes : 1); d++) {
         if (c->n_dtypes)
             model_set_dtype(m, c->dtypes[d]);
         printf("%s%s: batch %lld, dtype %s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
                dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
                (unsigned long long)c->mo.seed);
-        bench_status one = check_model(m, bs, nb, c->mo.seed, !c->no_forward, c->timeout_given ? c->mo.timeout : 0, stdout);
+        bench_status one = check_model(m, bs, nb, &co, stdout);
         st = st == BENCH_OK ? one : st;
     }
     cli_close_backends(bs, nb, skipped);

@@ -52,7 +52,18 @@ expect 2 "larger than the 1 MiB" -- "$BENCH" list "$T/big.yaml"
 
 # memory is checked before anything is allocated
 expect 2 "needs .* but only .* is available" -- "$BENCH" run "$R18" --batch 100000 "${FAST[@]}"
-expect 2 "needs .* but only .* is available" -- "$BENCH" check "$R18" --batch 100000
+# check: a model larger than memory is checked layer by layer; a layer that does not fit
+# alone is not checked, and says what it needs; the forward is not checked, and says why
+LAYERBENCH_MEM_LIMIT=2M "$BENCH" check "$SMOKE" --batch 256 >"$T/whole.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "each layer is checked alone" "$T/whole.out" &&
+  [ "$(grep -c 'not checked: checking it alone needs .* and 2.0 MiB is available' "$T/whole.out")" -gt 3 ] &&
+  grep -q "forward .*not checked: the whole model needs" "$T/whole.out" && grep -q " ok$" "$T/whole.out" && ok ||
+  bad "check of a model larger than memory: exit $rc: $(tail -3 "$T/whole.out")"
+# --dedupe checks one of each set of identical layers; the others take its verdict
+"$BENCH" check "$SRC/tests/data/llama_tiny_decode.yaml" --dedupe >"$T/dd.out" 2>&1 &&
+  grep -q "ok: as #[0-9]*, the same layer (--dedupe: checked once)" "$T/dd.out" && ok ||
+  bad "check --dedupe: $(tail -3 "$T/dd.out")"
 expect 2 "needs .* but only .* is available" -- "$BENCH" sweep "$R18" --batch 1,100000 "${FAST[@]}"
 
 # list: deterministic analysis
