@@ -66,7 +66,7 @@ bench_status cfg_load(const char *path, int64_t batch, model **out, char *err, s
  * byte-order mark, as some editors save it): a Hugging Face config (a YAML config may be
  * named anything, and begin with a comment or a key). Only a regular file is looked
  * into (a FIFO is never waited on: fileio.h). */
-static bool is_hf(const char *path)
+bool cfg_is_hf(const char *path)
 {
     struct stat s;
     size_t n = strlen(path);
@@ -90,7 +90,7 @@ bench_status cfg_load_shaped(const char *path, int64_t batch, cfg_shape shape, m
                              size_t errlen)
 {
     *out = NULL;
-    if (is_hf(path))
+    if (cfg_is_hf(path))
         return cfg_load_hf(path, batch, shape, out, err, errlen);
     strbuf text = {0};
     char why[1200];
@@ -125,18 +125,17 @@ bench_status cfg_load_built(const char *path, const char *text, size_t len, int6
 {
     cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape};
     yaml_parser_t parser;
-    int rc = -1;
     *out = NULL;
-    c.m = xcalloc(1, sizeof(model));
-    c.m->path = xstrdup(path);
     if (!yaml_parser_initialize(&parser)) {
         snprintf(err, errlen, "%s: cannot initialise the YAML parser", path);
-        goto out_text;
+        return BENCH_ERR_USAGE;
     }
+    bench_status st = BENCH_ERR_USAGE;
+    yaml_document_t doc;
     if (check_depth(&c, text, len))
         goto out_parser;
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &c.doc)) {
+    if (!yaml_parser_load(&parser, &doc)) {
         yaml_mark_t mark = parser.problem_mark;
         if (parser.error == YAML_READER_ERROR)
             mark_of_offset(text, parser.problem_offset, &mark);
@@ -144,35 +143,54 @@ bench_status cfg_load_built(const char *path, const char *text, size_t len, int6
                 parser.context ? " " : "", parser.context ? parser.context : "");
         goto out_parser;
     }
-    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
-    if (!root) {
+    if (!yaml_document_get_root_node(&doc)) {
         yaml_mark_t start = {0, 0, 0};
         cfg_fail_at(&c, start, "the config is empty; expected a mapping with name, input and layers");
-        goto out_doc;
+        yaml_document_delete(&doc);
+        goto out_parser;
     }
     yaml_document_t second;
     if (!yaml_parser_load(&parser, &second)) {
         cfg_fail_at(&c, parser.problem_mark, "YAML syntax error: %s", parser.problem ? parser.problem : "unknown problem");
-        goto out_doc;
+        yaml_document_delete(&doc);
+        goto out_parser;
     }
     bool more = yaml_document_get_root_node(&second) != NULL;
     yaml_mark_t second_mark = second.start_mark;
     yaml_document_delete(&second);
     if (more) {
         cfg_fail_at(&c, second_mark, "only one YAML document is allowed in a config");
-        goto out_doc;
+        yaml_document_delete(&doc);
+        goto out_parser;
     }
-    c.seen = xcalloc((size_t)(c.doc.nodes.top - c.doc.nodes.start) + 1, 1);
-    if (cfg_check_tree(&c, 1, 0) == 0 && cfg_parse_model(&c, root, batch) == 0)
-        rc = 0;
-    free(c.seen);
-    free(c.marks);
-    free(c.names);
-out_doc:
-    yaml_document_delete(&c.doc);
+    st = cfg_build_document(path, &doc, batch, shape, out, err, errlen);
 out_parser:
     yaml_parser_delete(&parser);
-out_text:
+    return st;
+}
+
+bench_status cfg_build_document(const char *path, yaml_document_t *doc, int64_t batch, cfg_shape shape, model **out,
+                                char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape, .doc = *doc};
+    int rc = -1;
+    *out = NULL;
+    c.m = xcalloc(1, sizeof(model));
+    c.m->path = xstrdup(path);
+    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
+    if (!root) {
+        yaml_mark_t start = {0, 0, 0};
+        cfg_fail_at(&c, start, "the config is empty; expected a mapping with name, input and layers");
+    } else {
+        c.seen = xcalloc((size_t)(c.doc.nodes.top - c.doc.nodes.start) + 1, 1);
+        if (cfg_check_tree(&c, 1, 0) == 0 && cfg_parse_model(&c, root, batch) == 0)
+            rc = 0;
+        free(c.seen);
+        free(c.marks);
+        free(c.names);
+    }
+    yaml_document_delete(&c.doc);
+    memset(doc, 0, sizeof *doc);
     if (rc) {
         model_free(c.m);
         return BENCH_ERR_USAGE;

@@ -4,6 +4,7 @@
 #define LAYERBENCH_CFG_H
 
 #include "model.h"
+#include "strbuf.h"
 
 /* A decoder's token shape from the command line (--tokens, --kv-len, --phase): tokens
  * per sequence, replacing a token-id input's [T] (0: the config's), and tokens already in
@@ -31,10 +32,18 @@ bench_status cfg_load_text_shaped(const char *path, const char *text, size_t len
                                   model **out, char *err, size_t errlen);
 /* A Hugging Face config.json (or its folder) as a decoder (cfg_hf.c); the same contract. */
 bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen);
+/* ... with the config the family built appended to emit as YAML (bench list --emit-yaml;
+ * emit may be NULL). */
+bench_status cfg_load_hf_emit(const char *path, int64_t batch, cfg_shape shape, model **out, strbuf *emit,
+                              char *err, size_t errlen);
 /* ... from the config.json's text in memory (len bytes; file names it in messages; the fuzz
  * target's entry), without the safetensors check beside it. */
 bench_status cfg_load_hf_text(const char *file, const char *text, size_t len, int64_t batch, cfg_shape shape,
                               model **out, char *err, size_t errlen);
+
+/* Whether path is a Hugging Face config.json (a folder, or a *.json that starts as a JSON
+ * object does) rather than a YAML config. */
+bool cfg_is_hf(const char *path);
 
 /* Largest config file accepted, and the structural limits that keep hostile files cheap. */
 #define CFG_MAX_FILE_BYTES (1 << 20)

@@ -143,6 +143,9 @@ static const char usage_text[] =
     "                    product and a memory stream, about 0.3 s per backend; a decode\n"
     "                    step's read stream every few rounds), and with them the roofline\n"
     "                    columns and a decode step's memory limit\n"
+    "  --emit-yaml       list: print the config the model was built from, as YAML: for a\n"
+    "                    config.json the one its family's description expands to (its shape\n"
+    "                    options applied), to read, edit and run as any config\n"
     "  --no-forward      check: skip the chained forward's check (it costs one more reference\n"
     "                    forward, as long as checking every layer once)\n"
     "  --no-progress     do not show the running layer on stderr\n"
@@ -270,7 +273,7 @@ enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_M
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
        OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
-       OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING };
+       OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING, OPT_EMIT_YAML };
 
 static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -316,6 +319,7 @@ static const struct option long_opts[] = {
     {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
     {"shared", no_argument, NULL, OPT_SHARED},
     {"routing", required_argument, NULL, OPT_ROUTING},
+    {"emit-yaml", no_argument, NULL, OPT_EMIT_YAML},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -594,6 +598,7 @@ int cli_parse(int argc, char **argv, cli *c)
         }
         case 'o': c->merge_out = optarg; break;
         case OPT_NO_FORWARD: c->no_forward = true; break;
+        case OPT_EMIT_YAML: c->emit_yaml = true; break;
         case OPT_ERROR: c->error = true; break;
         case OPT_TOKENS:
             if (!parse_list(optarg, 1, c->tokens_list, &c->n_tokens))
@@ -667,6 +672,8 @@ int cli_parse(int argc, char **argv, cli *c)
     if (slurm_only && !c->slurm_dir)
         return cli_usage_error("%s", "--dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
                                      "--slurm DIR");
+    if (c->emit_yaml && strcmp(c->command, "list") != 0)
+        return cli_usage_error("--emit-yaml goes with bench list, not %s", c->command);
     if (c->merge_out && strcmp(c->command, "merge") != 0)
         return cli_usage_error("-o FILE goes with bench merge (run and sweep write --csv FILE), not %s", c->command);
     if (c->slurm_dir && (c->csv || c->trace || c->stacks))

@@ -56,6 +56,7 @@ typedef struct cli {
     bool no_peaks;           /* --no-peaks */
     bool no_forward;         /* check --no-forward */
     bool timeout_given;      /* --timeout on the command line (check: the reference's bound) */
+    bool emit_yaml;          /* list --emit-yaml: the config built, as YAML */
     bool error;              /* run, sweep --error */
     const char *mode;        /* --mode as given */
     const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */

@@ -115,9 +115,31 @@ int cli_load_model(const cli *c, int64_t batch, model **m)
     return 0;
 }
 
+/* list --emit-yaml: the config the model is built from: a config.json's expansion, or a
+ * YAML config itself. */
+static int emit_yaml(const cli *c, int64_t batch)
+{
+    char err[1200];
+    strbuf text = {0};
+    model *m = NULL;
+    bench_status st = cfg_is_hf(c->config) ? cfg_load_hf_emit(c->config, batch, c->shape, &m, &text, err, sizeof err)
+                                           : fileio_read(c->config, CFG_MAX_FILE_BYTES, 0, NULL, &text, NULL, err, sizeof err);
+    if (st == BENCH_OK && !cfg_is_hf(c->config)) /* the file, once it loads as a config */
+        st = cfg_load_shaped(c->config, batch, c->shape, &m, err, sizeof err);
+    if (st != BENCH_OK)
+        log_raw("%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
+    else
+        fputs(text.data, stdout);
+    model_free(m);
+    strbuf_free(&text);
+    return bench_exit_code(st);
+}
+
 int cmd_list(const cli *c, int64_t batch)
 {
     model *m;
+    if (c->emit_yaml)
+        return emit_yaml(c, batch);
     int rc = cli_load_model(c, batch, &m);
     if (rc)
         return rc;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cfg.h"
+#include "hf_expr.h"
 #include "test_util.h"
 
 static char tmp_path[256];
@@ -478,6 +479,100 @@ static void test_dtypes(void)
            "dtype names");
 }
 
+/* The expressions of the decoder families (hf_expr.h): values, Python's rules, and errors
+ * that name what is wrong rather than a wrong number. */
+static json_t *expr_names(void *user, const char *name)
+{
+    json_t *o = json_object_get((json_t *)user, name);
+    return o ? json_incref(o) : NULL;
+}
+
+static void test_expr(void)
+{
+    json_t *env = json_pack("{s:i, s:i, s:s, s:b, s:n, s:[i,i,i], s:{s:f}}", "hidden_size", 896, "heads", 14,
+                            "model_type", "qwen3", "tie", 1, "none", "layers", 0, 3, 5, "rope", "factor", 8.0);
+    static const struct { const char *text, *value; } good[] = {
+        {"hidden_size // heads", "64"},
+        {"-7 // 2", "-4"},            /* Python floors */
+        {"-7 % 3", "2"},
+        {"7 / 2", "3.5"},
+        {"2 ** 10", "1024"},
+        {"1 + 2 * 3 - 4", "3"},
+        {"(1 + 2) * 3", "9"},
+        {"model_type == 'qwen3' and tie", "true"},
+        {"none or 5", "5"},
+        {"0 or none", "null"},
+        {"model_type in ['qwen2', 'qwen3']", "true"},
+        {"3 not in layers", "false"},
+        {"layers[2]", "5"},
+        {"layers[-1]", "5"},
+        {"len(layers)", "3"},
+        {"rope.factor", "8.0"},
+        {"rope['factor'] * 2", "16.0"},
+        {"'a' if none else 'b'", "b"},
+        {"str(heads) + 'x'", "14x"},
+        {"int(7.9)", "7"},
+        {"min(3, 1, 2)", "1"},
+        {"max(layers)", "5"},
+        {"sqrt(16)", "4.0"},
+        {"[i * 2 for i in layers]", ""},   /* comprehensions are not in the subset: an error */
+        {"not tie", "false"},
+        {"1 < 2", "true"},
+        {"min([4, 2, 9])", "2"},
+        {"True and False", "false"},
+        {"undefined_name if False else 1", "1"},   /* the branch not taken is not evaluated */
+        {"False and undefined_name", "false"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char err[256] = "";
+        json_t *v = hf_expr_eval(good[i].text, expr_names, env, err, sizeof err);
+        if (!good[i].value[0]) {
+            EXPECT(!v && err[0], "%s: an error expected", good[i].text);
+            json_decref(v);
+            continue;
+        }
+        char *t = v ? hf_expr_text(v) : NULL;
+        EXPECT(t && strcmp(t, good[i].value) == 0, "%s: got %s (%s), expected %s", good[i].text, t ? t : "nothing",
+               err, good[i].value);
+        free(t);
+        json_decref(v);
+    }
+    static const struct { const char *text, *message; } bad[] = {
+        {"9223372036854775807 + 1", "overflow"},
+        {"1 // 0", "zero"},
+        {"1 % 0", "zero"},
+        {"nothing_here", "nothing_here"},
+        {"hidden_size + 'a'", ""},
+        {"layers[3]", ""},
+        {"len(5)", "len"},
+        {"1 +", ""},
+        {"(1", ""},
+        {"'open", ""},
+        {"1 2", ""},
+        {"frobnicate(1)", "frobnicate"},
+        {"1 < 2 <= 2", ""},   /* no chained comparisons: an error, not a guess */
+        {"max([])", "max"},
+        {"1 if 2", "else"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        json_t *v = hf_expr_eval(bad[i].text, expr_names, env, err, sizeof err);
+        EXPECT(!v && err[0] && strstr(err, bad[i].message), "%s: expected an error with '%s', got '%s'", bad[i].text,
+               bad[i].message, err);
+        json_decref(v);
+    }
+    /* Deep nesting is an error, not a stack overflow. */
+    char deep[20000];
+    memset(deep, '(', sizeof deep - 1);
+    deep[sizeof deep - 1] = 0;
+    char err[256] = "";
+    json_t *v = hf_expr_eval(deep, expr_names, env, err, sizeof err);
+    EXPECT(!v && err[0], "20000 open parentheses: an error expected");
+    json_decref(v);
+    EXPECT(hf_expr_truthy(json_object_get(env, "tie")) && !hf_expr_truthy(json_object_get(env, "none")), "truth");
+    json_decref(env);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -490,6 +585,7 @@ int main(int argc, char **argv)
     test_structures();
     test_memory_plan();
     test_dtypes();
+    test_expr();
     test_zoo(argv[1], argv[2]);
     unlink(tmp_path);
     return test_summary("test_config");
