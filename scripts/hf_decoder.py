@@ -1,5 +1,6 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2) in plain torch, module for module as
-transformers writes LlamaForCausalLM, built from a config.json: for scripts/torch_export.py
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3) in plain torch, module for module as
+transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q and k,
+q_norm and k_norm, before rope), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -36,10 +37,11 @@ class Config:
         self.rope_theta = d.get("rope_theta", 10000.0)
         self.tie_word_embeddings = d.get("tie_word_embeddings", False)
         qwen2 = d.get("model_type") == "qwen2"
+        self.qk_norm = d.get("model_type") == "qwen3"
         self.qkv_bias = qwen2 or d.get("attention_bias", False)
         self.o_bias = d.get("attention_bias", False) and not qwen2
         window = d.get("sliding_window")
-        if qwen2 and not d.get("use_sliding_window", False):
+        if d.get("model_type") in ("qwen2", "qwen3") and not d.get("use_sliding_window", False):
             window = None
         self.sliding_window = window
         if d.get("rope_scaling"):
@@ -111,12 +113,18 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
         self.v_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=config.o_bias)
+        if config.qk_norm:  # Qwen3Attention: RMSNorm over each head's head_dim
+            self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        if self.config.qk_norm:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
@@ -216,3 +224,7 @@ def tiny_llama():
 
 def tiny_qwen2():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen2"))
+
+
+def tiny_qwen3():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3"))

@@ -4,8 +4,9 @@ weights, every layer's output); this builds MODEL again, sets every parameter an
 buffer from those weights (a layer named by its module path takes that module's
 parameters in torch's order; BatchNorm2d its running statistics too; window_attention
 in layerbench's order; a model_input layer's values are the forward's further
-argument), runs torch's own forward on the same input and compares its output with the
-reference's last layer. It checks what no per-layer test does: that the exported graph
+argument), runs torch's own forward on the same input (token ids where the first layer is
+an embedding, read from the drawn values as the embedding kind reads them) and compares
+its output with the reference's last layer. It checks what no per-layer test does: that the exported graph
 computes what the module computes.
 usage: export_torch_check.py DUMP_DIR MODEL [TOLERANCE] (MODEL as torch_export.py takes
 it; exit 1 if the outputs differ, 2 if a layer's weights cannot be placed)"""
@@ -62,6 +63,12 @@ def main():
     load = lambda name: torch.from_numpy(np.fromfile(f"{out_dir}/{name}", dtype="<f4"))  # noqa: E731
     model = torch_export.build(spec).eval()
     modules = dict(model.named_modules())
+    for idx, name, kind, wn, shape, ins, ptext, in_shape in rows:
+        if "tied_weights=true" in ptext.split() and name in modules:
+            # lm_head tied to embed_tokens: the reference draws the layer a table of its own (a
+            # tied layer is counted once, and computes as any linear), so torch's is untied too
+            m = modules[name]
+            m.weight = torch.nn.Parameter(m.weight.detach().clone())
     params = dict(model.named_parameters())
     extras, placed = [], set()
     with torch.no_grad():
@@ -88,6 +95,9 @@ def main():
                 placed.add(id(t))
         first = [r for r in rows if r[5].split(",")[0] == "0"]
         x = load("input.bin").view(shape_of(first[0][7]))
+        if first[0][2] == "embedding":  # token ids: the drawn values read as layer_token_id reads them
+            v = int(dict(p.split("=", 1) for p in first[0][6].split())["num_embeddings"])
+            x = torch.clamp(torch.floor((x.double() + 1.0) * 0.5 * v), 0, v - 1).long()
         y = model(x, *extras)
     if isinstance(y, dict):
         y = y["out"]

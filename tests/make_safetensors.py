@@ -36,6 +36,8 @@ def tensors(cfg):
             out.append((f"{p}.self_attn.{name}.weight", [rows, h]))
             if qkv_bias:
                 out.append((f"{p}.self_attn.{name}.bias", [rows]))
+        if cfg["model_type"] == "qwen3":
+            out += [(f"{p}.self_attn.q_norm.weight", [d]), (f"{p}.self_attn.k_norm.weight", [d])]
         out.append((f"{p}.self_attn.o_proj.weight", [h, heads * d]))
         if o_bias:
             out.append((f"{p}.self_attn.o_proj.bias", [h]))

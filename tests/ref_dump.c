@@ -6,7 +6,7 @@
  * layer, "index name kind weight_floats output_shape input_ids parameters input_shape" (value 0 is
  * the model's input, value i + 1 layer i's output; the parameters as bench list gives
  * them, those at their defaults left out).
- * usage: ref_dump CONFIG OUTDIR [SEED [BATCH]] */
+ * usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS]]] (TOKENS: a decoder's prefill tokens) */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,14 +27,16 @@ static int write_floats(const char *dir, const char *name, const float *x, int64
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH]]\n");
+        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS]]]\n");
         return 2;
     }
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
     int64_t batch = argc > 4 ? atoll(argv[4]) : 0;
+    cfg_shape shape = CFG_SHAPE_KEEP;
+    shape.tokens = argc > 5 ? atoll(argv[5]) : 0;
     model *m;
     char err[1024];
-    if (cfg_load(argv[1], batch, &m, err, sizeof err) != BENCH_OK) {
+    if (cfg_load_shaped(argv[1], batch, shape, &m, err, sizeof err) != BENCH_OK) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }

@@ -243,6 +243,7 @@ expect 0 "Totals: 8030261248 params" -- "$BENCH" list "$SRC/configs/hf/Llama-3.1
 expect 0 "Totals: 494032768 params" -- "$BENCH" list "$SRC/configs/hf/Qwen2.5-0.5B"
 expect 0 "Totals: 7241732096 params" -- "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1"
 expect 0 "Totals: 46702792704 params" -- "$BENCH" list "$SRC/configs/hf/Mixtral-8x7B-v0.1"
+expect 0 "Totals: 596049920 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-0.6B"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -254,6 +255,27 @@ expect 0 "lm_head +linear +1x5x48 +1x5x100 +0 .*tied_weights=true" -- "$BENCH" l
 expect 0 "72 passed, 0 failed.*dtype bf16.*72 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
 expect 0 "36 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/hf/tiny-qwen2" --tokens 6 --kv-len 3
+# families are descriptions (configs/hf/families/): --emit-yaml prints the config built,
+# which builds the same model as an ordinary config; a folder in LAYERBENCH_HF_FAMILIES adds
+# a family without a rebuild, and its errors have the family file's line and column
+"$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5 --emit-yaml >"$T/q3.yaml" 2>&1
+"$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5 --csv - >"$T/q3.json.csv" 2>&1
+expect 0 "^ok$" -- bash -c "'$BENCH' list '$T/q3.yaml' --csv - | cmp - '$T/q3.json.csv' && echo ok"
+mkdir -p "$T/fam"
+printf 'family: two\nmodel_type: [two_linear]\nfields:\n  hidden_size: {type: int, min: 1}\n  width: {type: int, min: 1, default: "hidden_size * 2"}\nlayers:\n  - {kind: embedding, name: embed, num_embeddings: 10, embedding_dim: "${hidden_size}"}\n  - {kind: linear, name: "fc${i}", each: i, count: 2, out_features: "${width}"}\n' >"$T/fam/two.yaml"
+printf '{"model_type": "two_linear", "hidden_size": 4}\n' >"$T/two.json"
+expect 0 "Totals: 152 params" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
+expect 2 "two.json:1:2: model_type: 'two_linear' is not built \(layerbench reads llama, .*\)" -- "$BENCH" list "$T/two.json"
+printf '{"model_type": "two_linear", "hidden_size": 0}\n' >"$T/two0.json"
+expect 2 "two0.json:1:30: hidden_size: expected at least 1, got 0" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two0.json" --tokens 3
+sed -i 's/hidden_size \* 2/hidden_size * /' "$T/fam/two.yaml"
+expect 2 "fam/two.yaml:5:.*expression 'hidden_size \* ': the end where a value was expected" -- \
+  env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
+
+# Qwen3: each head of q and k normalised (q_norm, k_norm over head_dim) before rope
+expect 0 "model.layers.1.self_attn.k_norm +rmsnorm +1x5x2x10 +1x5x2x10 +10 " -- "$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5
+expect 0 "96 passed, 0 failed.*dtype bf16.*96 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
 for phase in "--tokens 7" "--phase decode --kv-len 9"; do
   expect 0 "60 passed, 0 failed.*dtype bf16.*60 passed, 0 failed" -- bash -c \
     "'$BENCH' check '$SRC/tests/data/hf/tiny-mixtral' $phase --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
@@ -290,6 +312,7 @@ if command -v python3 >/dev/null; then
     expect 0 "3 shards: 18 tensors match .*1 shard absent, whose 9 tensors were checked by name only" -- \
     "$BENCH" list "$T/st/partial" --tokens 8
   ST tiny-mixtral moe --dtype BF16 && expect 0 "53 tensors match" -- "$BENCH" list "$T/st/moe" --tokens 8
+  ST tiny-qwen3 qwen3 && expect 0 "24 tensors match" -- "$BENCH" list "$T/st/qwen3" --tokens 8
   ST tiny-llama shape --reshape model.layers.1.self_attn.k_proj.weight=47,64 &&
     expect 2 "^$T/st/shape/model.safetensors: 'model.layers.1.self_attn.k_proj.weight' is \[47, 64\] in the checkpoint, but the layers built from config.json have \[48, 64\]$" -- \
     "$BENCH" list "$T/st/shape" --tokens 8

@@ -7,7 +7,8 @@
 # Three phases: prefill (7 tokens, no cache), decode (one token after 5 cached, llama3
 # rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling);
 # then a two-layer Mixtral from its config.json (the mixture-of-experts block as
-# MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings.
+# MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings; then
+# tiny Llama, Qwen2 and Qwen3 config.json files end to end against scripts/hf_decoder.py.
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -29,6 +30,18 @@ for phase in llama_tiny_prefill.yaml llama_tiny_decode.yaml llama_tiny_chunk.yam
     "$PY" "$SRC/tests/llm_torch_check.py" "$d" 1e-5 >>"$d.out" 2>&1 && ok ||
     bad "$phase against torch: $(tail -5 "$d.out")"
   echo "$phase: $(tail -1 "$d.out")"
+done
+# config.json decoders end to end: the plain-C reference forward of what bench builds from
+# the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
+# by torch on the same token ids and weights (tests/export_torch_check.py): what the
+# family description builds is what the architecture computes, q/k norms included
+for m in llama qwen2 qwen3; do
+  d=$T/hf_$m
+  mkdir -p "$d"
+  "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 >"$d.out" 2>&1 &&
+    "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$d" "hf_decoder:tiny_$m" 1e-5 >>"$d.out" 2>&1 && ok ||
+    bad "tiny-$m end to end against torch: $(tail -5 "$d.out")"
+  echo "tiny-$m: $(tail -1 "$d.out")"
 done
 echo "test_llm_torch: $pass passed, $fail failed"
 [ $fail = 0 ]
