@@ -1,6 +1,8 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3) in plain torch, module for module as
-transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q and k,
-q_norm and k_norm, before rope), built from a config.json: for scripts/torch_export.py
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Phi-3) in plain torch, module for
+module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
+and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
+projections, and the layer's norms after attention and the MLP instead of before;
+Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -38,6 +40,8 @@ class Config:
         self.tie_word_embeddings = d.get("tie_word_embeddings", False)
         qwen2 = d.get("model_type") == "qwen2"
         self.qk_norm = d.get("model_type") == "qwen3"
+        self.olmo2 = d.get("model_type") == "olmo2"  # norms after attention and the MLP; q/k norms over the projections
+        self.phi3 = d.get("model_type") == "phi3"  # fused qkv_proj and gate_up_proj
         self.qkv_bias = qwen2 or d.get("attention_bias", False)
         self.o_bias = d.get("attention_bias", False) and not qwen2
         window = d.get("sliding_window")
@@ -109,23 +113,37 @@ class LlamaAttention(nn.Module):
         self.is_causal = True
         self.sliding_window = config.sliding_window
         h = config.hidden_size
-        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
+        if config.phi3:  # Phi3Attention: one projection, cut into q, k and v
+            self.qkv_proj = nn.Linear(h, (self.num_heads + 2 * self.num_key_value_heads) * self.head_dim, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=config.qkv_bias)
+            self.k_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
+            self.v_proj = nn.Linear(h, self.num_key_value_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=config.o_bias)
         if config.qk_norm:  # Qwen3Attention: RMSNorm over each head's head_dim
             self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        if config.olmo2:  # Olmo2Attention: RMSNorm over the whole q and k projections
+            self.q_norm = LlamaRMSNorm(self.num_heads * self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = LlamaRMSNorm(self.num_key_value_heads * self.head_dim, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape)
-        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        if self.config.phi3:
+            qkv = self.qkv_proj(hidden_states)
+            qp, kvp = self.num_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+            query_states, key_states, values = qkv[..., :qp], qkv[..., qp:qp + kvp], qkv[..., qp + kvp:]
+        else:
+            query_states, key_states = self.q_proj(hidden_states), self.k_proj(hidden_states)
+            values = self.v_proj(hidden_states)
+        if self.config.olmo2:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.view(hidden_shape), key_states.view(hidden_shape)
         if self.config.qk_norm:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = values.reshape(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         key_states = repeat_kv(key_states, self.num_key_value_groups)
@@ -143,12 +161,19 @@ class LlamaMLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
+        self.phi3 = config.phi3
+        if config.phi3:  # Phi3MLP: gate and up from one projection, gate first
+            self.gate_up_proj = nn.Linear(h, 2 * i, bias=False)
+        else:
+            self.gate_proj = nn.Linear(h, i, bias=False)
+            self.up_proj = nn.Linear(h, i, bias=False)
         self.down_proj = nn.Linear(i, h, bias=False)
         self.act_fn = nn.SiLU()
 
     def forward(self, x):
+        if self.phi3:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(up * self.act_fn(gate))
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -157,10 +182,19 @@ class LlamaDecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = LlamaAttention(config)
         self.mlp = LlamaMLP(config)
-        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.olmo2 = config.olmo2
+        if not config.olmo2:
+            self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        if config.olmo2:
+            self.post_feedforward_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, attention_mask, position_embeddings):
+        if self.olmo2:  # Olmo2DecoderLayer: each sublayer's output normalised before its residual add
+            attn, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
+                                     attention_mask=attention_mask)
+            hidden_states = hidden_states + self.post_attention_layernorm(attn)
+            return hidden_states + self.post_feedforward_layernorm(self.mlp(hidden_states))
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states=hidden_states, position_embeddings=position_embeddings,
@@ -228,3 +262,11 @@ def tiny_qwen2():
 
 def tiny_qwen3():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3"))
+
+
+def tiny_olmo2():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-olmo2"))
+
+
+def tiny_phi3():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-phi3"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Mixtral), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, OLMo 2, Phi-3, Mixtral), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -31,13 +31,20 @@ def tensors(cfg):
     out = [("model.embed_tokens.weight", [v, h])]
     for n in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{n}"
-        out.append((f"{p}.input_layernorm.weight", [h]))
-        for name, rows in (("q_proj", heads * d), ("k_proj", kv * d), ("v_proj", kv * d)):
+        olmo2 = cfg["model_type"] == "olmo2"
+        if not olmo2:
+            out.append((f"{p}.input_layernorm.weight", [h]))
+        projections = (("q_proj", heads * d), ("k_proj", kv * d), ("v_proj", kv * d))
+        if cfg["model_type"] == "phi3":  # fused
+            projections = (("qkv_proj", (heads + 2 * kv) * d),)
+        for name, rows in projections:
             out.append((f"{p}.self_attn.{name}.weight", [rows, h]))
             if qkv_bias:
                 out.append((f"{p}.self_attn.{name}.bias", [rows]))
         if cfg["model_type"] == "qwen3":
             out += [(f"{p}.self_attn.q_norm.weight", [d]), (f"{p}.self_attn.k_norm.weight", [d])]
+        if olmo2:  # over the whole projections
+            out += [(f"{p}.self_attn.q_norm.weight", [heads * d]), (f"{p}.self_attn.k_norm.weight", [kv * d])]
         out.append((f"{p}.self_attn.o_proj.weight", [h, heads * d]))
         if o_bias:
             out.append((f"{p}.self_attn.o_proj.bias", [h]))
@@ -48,9 +55,13 @@ def tensors(cfg):
             for k in range(e):
                 q = f"{p}.block_sparse_moe.experts.{k}"
                 out += [(f"{q}.w1.weight", [i, h]), (f"{q}.w2.weight", [h, i]), (f"{q}.w3.weight", [i, h])]
+        elif cfg["model_type"] == "phi3":
+            out += [(f"{p}.mlp.gate_up_proj.weight", [2 * i, h]), (f"{p}.mlp.down_proj.weight", [h, i])]
         else:
             out += [(f"{p}.mlp.gate_proj.weight", [i, h]), (f"{p}.mlp.up_proj.weight", [i, h]),
                     (f"{p}.mlp.down_proj.weight", [h, i])]
+        if olmo2:
+            out.append((f"{p}.post_feedforward_layernorm.weight", [h]))
     out.append(("model.norm.weight", [h]))
     if not cfg.get("tie_word_embeddings", False):
         out.append(("lm_head.weight", [v, h]))

@@ -244,6 +244,8 @@ expect 0 "Totals: 494032768 params" -- "$BENCH" list "$SRC/configs/hf/Qwen2.5-0.
 expect 0 "Totals: 7241732096 params" -- "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1"
 expect 0 "Totals: 46702792704 params" -- "$BENCH" list "$SRC/configs/hf/Mixtral-8x7B-v0.1"
 expect 0 "Totals: 596049920 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-0.6B"
+expect 0 "Totals: 1484916736 params" -- "$BENCH" list "$SRC/configs/hf/OLMo-2-0425-1B"
+expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-mini-4k-instruct"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -276,6 +278,23 @@ expect 2 "fam/two.yaml:5:.*expression 'hidden_size \* ': the end where a value w
 expect 0 "model.layers.1.self_attn.k_norm +rmsnorm +1x5x2x10 +1x5x2x10 +10 " -- "$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5
 expect 0 "96 passed, 0 failed.*dtype bf16.*96 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+# OLMo 2: no norm before attention or the MLP, one after each; q/k norms over the projections
+expect 0 "model.layers.0.self_attn.k_norm +rmsnorm +1x5x20 +1x5x20 +20 .*model.layers.0.post_feedforward_layerno.* +rmsnorm" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-olmo2' --tokens 5 | tr '\n' ' '"
+expect 0 "80 passed, 0 failed.*dtype bf16.*80 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-olmo2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+sed 's/"attention_bias": false,/"attention_bias": false, "clip_qkv": 8.0,/' "$SRC/tests/data/hf/tiny-olmo2/config.json" >"$T/clip.json"
+expect 2 "clip.json:3:28: clip_qkv: OLMo 1's clipping of q, k and v is not built" -- "$BENCH" list "$T/clip.json"
+# Phi-3: fused qkv_proj and gate_up_proj cut by slices; a window shorter than the cache
+expect 0 "model.layers.1.self_attn.v +slice +1x5x60 +1x5x12 .*model.layers.1.mlp.up +slice +1x5x112 +1x5x56 " -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-phi3' --tokens 5 | tr '\n' ' '"
+expect 0 "80 passed, 0 failed.*dtype bf16.*80 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-phi3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+sed 's/"rope_scaling": null/"rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}/' \
+  "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/longrope.json"
+expect 2 "longrope.json:16:3: rope_scaling: rope type 'longrope' is not built" -- "$BENCH" list "$T/longrope.json"
+sed 's/"embd_pdrop": 0.0,/"embd_pdrop": 0.0, "partial_rotary_factor": 0.75,/' "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/prf.json"
+expect 2 "prf.json:4:22: partial_rotary_factor: rope over part of each head is not built for phi3" -- "$BENCH" list "$T/prf.json"
 for phase in "--tokens 7" "--phase decode --kv-len 9"; do
   expect 0 "60 passed, 0 failed.*dtype bf16.*60 passed, 0 failed" -- bash -c \
     "'$BENCH' check '$SRC/tests/data/hf/tiny-mixtral' $phase --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
@@ -313,6 +332,8 @@ if command -v python3 >/dev/null; then
     "$BENCH" list "$T/st/partial" --tokens 8
   ST tiny-mixtral moe --dtype BF16 && expect 0 "53 tensors match" -- "$BENCH" list "$T/st/moe" --tokens 8
   ST tiny-qwen3 qwen3 && expect 0 "24 tensors match" -- "$BENCH" list "$T/st/qwen3" --tokens 8
+  ST tiny-olmo2 olmo2 && expect 0 "25 tensors match" -- "$BENCH" list "$T/st/olmo2" --tokens 8
+  ST tiny-phi3 phi3 && expect 0 "15 tensors match" -- "$BENCH" list "$T/st/phi3" --tokens 8
   ST tiny-llama shape --reshape model.layers.1.self_attn.k_proj.weight=47,64 &&
     expect 2 "^$T/st/shape/model.safetensors: 'model.layers.1.self_attn.k_proj.weight' is \[47, 64\] in the checkpoint, but the layers built from config.json have \[48, 64\]$" -- \
     "$BENCH" list "$T/st/shape" --tokens 8
