@@ -514,9 +514,12 @@ static int read_description(ctx *c, const yaml_node_t *root)
             return -1;
         bool bad = hf_expr_truthy(hit);
         json_decref(hit);
-        if (bad) {
-            const char *at = scalar(map_get(c->f, rule, "at"));
-            return rule_fail(c, rule, at ? at : "model_type");
+        if (bad) { /* at: a field's name, or ${...} that gives one */
+            const yaml_node_t *at_node = map_get(c->f, rule, "at");
+            char *at = at_node ? message(c, at_node) : NULL;
+            int rc = rule_fail(c, rule, at ? at : "model_type");
+            free(at);
+            return rc;
         }
     }
     for (yaml_node_pair_t *p = let && let->type == YAML_MAPPING_NODE ? let->data.mapping.pairs.start : NULL;

@@ -77,6 +77,12 @@ static void wants_from_model(const model *m, wants *w)
         case LAYER_RMSNORM:
             want_add(w, false, 1, l->p.normalized_shape, 0, "%s.weight", l->name);
             break;
+        case LAYER_LAYERNORM: /* nn.LayerNorm: weight, then bias */
+            if (l->p.affine)
+                want_add(w, false, 1, l->p.normalized_shape, 0, "%s.weight", l->name);
+            if (l->p.affine && l->p.bias)
+                want_add(w, false, 1, l->p.normalized_shape, 0, "%s.bias", l->name);
+            break;
         case LAYER_LINEAR:
             want_add(w, l->p.tied_weights, 2, l->p.out_features, in, "%s.weight", l->name);
             if (l->p.bias)
@@ -89,7 +95,7 @@ static void wants_from_model(const model *m, wants *w)
                 want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".w3.weight", l->name, e);
             }
             break;
-        default: /* rope, attention, add, mul, silu: no weights */
+        default: /* rope, attention, add, mul, silu, gelu, slice, reshape, concat: no weights */
             break;
         }
     }
@@ -142,13 +148,17 @@ static bool ends_with(const char *s, const char *tail)
     return n >= k && strcmp(s + n - k, tail) == 0;
 }
 
-/* A tensor name met in a header or an index: one the layers hold (seen once), or a rotary
- * embedding's buffer. Returns the want, NULL for a tolerated buffer, or fails. */
+/* A tensor name met in a header or an index: one the layers hold (seen once), or a buffer
+ * older checkpoints saved beside the weights (a rotary embedding's inv_freq; GPT-NeoX's
+ * causal mask attention.bias and attention.masked_bias, which no layer holds: the layers
+ * built have no attention.bias, their query_key_value and dense hold the biases). Returns
+ * the want, NULL for a tolerated buffer, or fails. */
 static int match_name(check *c, const char *file, const char *name, want **out)
 {
     *out = want_find(&c->w, name);
     if (!*out) {
-        if (ends_with(name, "rotary_emb.inv_freq"))
+        if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, ".attention.masked_bias") ||
+            (ends_with(name, ".attention.bias") && strncmp(name, "gpt_neox.", 9) == 0))
             return 0;
         return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
                              "config.json of another model, or a field of it not read)", name);

@@ -1,8 +1,10 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Phi-3) in plain torch, module for
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, GPT-NeoX) in plain torch, module for
 module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
 and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
 projections, and the layer's norms after attention and the MLP instead of before;
-Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up), built from a config.json: for scripts/torch_export.py
+Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up;
+SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; GPTNeoXForCausalLM, its
+own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -42,6 +44,11 @@ class Config:
         self.qk_norm = d.get("model_type") == "qwen3"
         self.olmo2 = d.get("model_type") == "olmo2"  # norms after attention and the MLP; q/k norms over the projections
         self.phi3 = d.get("model_type") == "phi3"  # fused qkv_proj and gate_up_proj
+        n = self.num_hidden_layers
+        self.use_rope = [1] * n
+        if d.get("model_type") == "smollm3":  # SmolLM3: no rope where no_rope_layers[i] is 0
+            every = d.get("no_rope_layer_interval", 4)
+            self.use_rope = d.get("no_rope_layers") or [int((j + 1) % every != 0) for j in range(n)]
         self.qkv_bias = qwen2 or d.get("attention_bias", False)
         self.o_bias = d.get("attention_bias", False) and not qwen2
         window = d.get("sliding_window")
@@ -102,9 +109,10 @@ def repeat_kv(hidden_states, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, layer_idx=0):
         super().__init__()
         self.config = config
+        self.use_rope = config.use_rope[layer_idx]
         self.head_dim = config.head_dim
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
@@ -145,7 +153,8 @@ class LlamaAttention(nn.Module):
         query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
         value_states = values.reshape(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.use_rope:
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         key_states = repeat_kv(key_states, self.num_key_value_groups)
         value_states = repeat_kv(value_states, self.num_key_value_groups)
         attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
@@ -178,9 +187,9 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, layer_idx=0):
         super().__init__()
-        self.self_attn = LlamaAttention(config)
+        self.self_attn = LlamaAttention(config, layer_idx)
         self.mlp = LlamaMLP(config)
         self.olmo2 = config.olmo2
         if not config.olmo2:
@@ -211,7 +220,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config)
 
@@ -244,12 +253,109 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(self.model(input_ids))
 
 
+class GPTNeoXAttention(nn.Module):
+    """GPTNeoXAttention: one query_key_value projection holding each head's q, k and v side by
+    side, rope over the first rotary_ndims dims of each head only, scale 1/sqrt(head_size)."""
+
+    def __init__(self, d):
+        super().__init__()
+        h = d["hidden_size"]
+        self.heads = d["num_attention_heads"]
+        self.head_size = h // self.heads
+        pct = d.get("partial_rotary_factor", d.get("rotary_pct", 0.25))
+        self.rotary_ndims = int(self.head_size * pct)
+        base = d.get("rope_theta", d.get("rotary_emb_base", 10000))
+        dim = self.rotary_ndims
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)),
+                             persistent=False)
+        bias = d.get("attention_bias", True)
+        self.query_key_value = nn.Linear(h, 3 * h, bias=bias)
+        self.dense = nn.Linear(h, h, bias=bias)
+
+    def forward(self, x):
+        n, t, _ = x.shape
+        qkv = self.query_key_value(x).view(n, t, self.heads, 3 * self.head_size).transpose(1, 2)
+        q, k, v = qkv.chunk(3, dim=-1)
+        freqs = torch.arange(t).float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        r = self.rotary_ndims
+        q = torch.cat(((q[..., :r] * cos) + (rotate_half(q[..., :r]) * sin), q[..., r:]), dim=-1)
+        k = torch.cat(((k[..., :r] * cos) + (rotate_half(k[..., :r]) * sin), k[..., r:]), dim=-1)
+        w = torch.matmul(q, k.transpose(2, 3)) * self.head_size ** -0.5
+        i = torch.arange(t)
+        w = w.masked_fill(~(i[None, :] <= i[:, None]), -math.inf)
+        w = nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(w, v).transpose(1, 2).reshape(n, t, -1)
+        return self.dense(out)
+
+
+class GPTNeoXMLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        h, i = d["hidden_size"], d["intermediate_size"]
+        self.dense_h_to_4h = nn.Linear(h, i)
+        self.act = nn.GELU(approximate="none" if d.get("hidden_act", "gelu") == "gelu" else "tanh")
+        self.dense_4h_to_h = nn.Linear(i, h)
+
+    def forward(self, x):
+        return self.dense_4h_to_h(self.act(self.dense_h_to_4h(x)))
+
+
+class GPTNeoXLayer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        h, eps = d["hidden_size"], d.get("layer_norm_eps", 1e-5)
+        self.use_parallel_residual = d.get("use_parallel_residual", True)
+        self.input_layernorm = nn.LayerNorm(h, eps=eps)
+        self.post_attention_layernorm = nn.LayerNorm(h, eps=eps)
+        self.attention = GPTNeoXAttention(d)
+        self.mlp = GPTNeoXMLP(d)
+
+    def forward(self, x):
+        attn = self.attention(self.input_layernorm(x))
+        if self.use_parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x))
+            return self.mlp(self.post_attention_layernorm(x)) + attn + x
+        attn = attn + x
+        return self.mlp(self.post_attention_layernorm(attn)) + attn
+
+
+class GPTNeoXModel(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.embed_in = nn.Embedding(d["vocab_size"], d["hidden_size"])
+        self.layers = nn.ModuleList([GPTNeoXLayer(d) for _ in range(d["num_hidden_layers"])])
+        self.final_layer_norm = nn.LayerNorm(d["hidden_size"], eps=d.get("layer_norm_eps", 1e-5))
+
+    def forward(self, input_ids):
+        x = self.embed_in(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_layer_norm(x)
+
+
+class GPTNeoXForCausalLM(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        if d.get("rope_scaling"):
+            raise ValueError("hf_decoder: rope_scaling is not built here")
+        self.gpt_neox = GPTNeoXModel(d)
+        self.embed_out = nn.Linear(d["hidden_size"], d["vocab_size"], bias=False)
+        if d.get("tie_word_embeddings", False):
+            self.embed_out.weight = self.gpt_neox.embed_in.weight
+
+    def forward(self, input_ids):
+        return self.embed_out(self.gpt_neox(input_ids))
+
+
 def from_config(path):
-    """LlamaForCausalLM of a config.json (a file, or the folder holding it), random weights."""
+    """The model of a config.json (a file, or the folder holding it), random weights:
+    GPTNeoXForCausalLM for gpt_neox, LlamaForCausalLM (and its variants) otherwise."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     with open(path) as f:
-        return LlamaForCausalLM(Config(json.load(f)))
+        d = json.load(f)
+    return GPTNeoXForCausalLM(d) if d.get("model_type") == "gpt_neox" else LlamaForCausalLM(Config(d))
 
 
 def tiny_llama():
@@ -270,3 +376,15 @@ def tiny_olmo2():
 
 def tiny_phi3():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-phi3"))
+
+
+def tiny_gpt_neox():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt_neox"))
+
+
+def tiny_gpt_neox_serial():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt_neox-serial"))
+
+
+def tiny_smollm3():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-smollm3"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, OLMo 2, Phi-3, Mixtral), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -20,7 +20,31 @@ import os
 import struct
 
 
+def neox_tensors(cfg):
+    """GPTNeoXForCausalLM's: LayerNorms with biases, query_key_value and dense with biases
+    (attention_bias), the MLP's two linears with biases, embed_out."""
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    bias = cfg.get("attention_bias", True)
+    out = [("gpt_neox.embed_in.weight", [v, h])]
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"gpt_neox.layers.{n}"
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            out += [(f"{p}.{norm}.weight", [h]), (f"{p}.{norm}.bias", [h])]
+        for name, rows in (("query_key_value", 3 * h), ("dense", h)):
+            out.append((f"{p}.attention.{name}.weight", [rows, h]))
+            if bias:
+                out.append((f"{p}.attention.{name}.bias", [rows]))
+        out += [(f"{p}.mlp.dense_h_to_4h.weight", [i, h]), (f"{p}.mlp.dense_h_to_4h.bias", [i]),
+                (f"{p}.mlp.dense_4h_to_h.weight", [h, i]), (f"{p}.mlp.dense_4h_to_h.bias", [h])]
+    out += [("gpt_neox.final_layer_norm.weight", [h]), ("gpt_neox.final_layer_norm.bias", [h])]
+    if not cfg.get("tie_word_embeddings", False):
+        out.append(("embed_out.weight", [v, h]))
+    return out
+
+
 def tensors(cfg):
+    if cfg["model_type"] == "gpt_neox":
+        return neox_tensors(cfg)
     h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
     kv = cfg.get("num_key_value_heads", heads)

@@ -246,6 +246,8 @@ expect 0 "Totals: 46702792704 params" -- "$BENCH" list "$SRC/configs/hf/Mixtral-
 expect 0 "Totals: 596049920 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-0.6B"
 expect 0 "Totals: 1484916736 params" -- "$BENCH" list "$SRC/configs/hf/OLMo-2-0425-1B"
 expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-mini-4k-instruct"
+expect 0 "Totals: 3075098624 params" -- "$BENCH" list "$SRC/configs/hf/SmolLM3-3B"
+expect 0 "Totals: 162322944 params" -- "$BENCH" list "$SRC/configs/hf/pythia-160m"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -267,7 +269,7 @@ mkdir -p "$T/fam"
 printf 'family: two\nmodel_type: [two_linear]\nfields:\n  hidden_size: {type: int, min: 1}\n  width: {type: int, min: 1, default: "hidden_size * 2"}\nlayers:\n  - {kind: embedding, name: embed, num_embeddings: 10, embedding_dim: "${hidden_size}"}\n  - {kind: linear, name: "fc${i}", each: i, count: 2, out_features: "${width}"}\n' >"$T/fam/two.yaml"
 printf '{"model_type": "two_linear", "hidden_size": 4}\n' >"$T/two.json"
 expect 0 "Totals: 152 params" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
-expect 2 "two.json:1:2: model_type: 'two_linear' is not built \(layerbench reads llama, .*\)" -- "$BENCH" list "$T/two.json"
+expect 2 "two.json:1:2: model_type: 'two_linear' is not built \(layerbench reads .*llama, .*\)" -- "$BENCH" list "$T/two.json"
 printf '{"model_type": "two_linear", "hidden_size": 0}\n' >"$T/two0.json"
 expect 2 "two0.json:1:30: hidden_size: expected at least 1, got 0" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two0.json" --tokens 3
 sed -i 's/hidden_size \* 2/hidden_size * /' "$T/fam/two.yaml"
@@ -295,6 +297,31 @@ sed 's/"rope_scaling": null/"rope_scaling": {"type": "longrope", "short_factor":
 expect 2 "longrope.json:16:3: rope_scaling: rope type 'longrope' is not built" -- "$BENCH" list "$T/longrope.json"
 sed 's/"embd_pdrop": 0.0,/"embd_pdrop": 0.0, "partial_rotary_factor": 0.75,/' "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/prf.json"
 expect 2 "prf.json:4:22: partial_rotary_factor: rope over part of each head is not built for phi3" -- "$BENCH" list "$T/prf.json"
+# SmolLM3: no rope in the layers no_rope_layers marks 0, or every no_rope_layer_interval-th
+expect 0 "^2$" -- bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-smollm3' --tokens 3 | grep -c rotary_q"
+expect 0 "model.layers.1.self_attn.v_proj .*model.layers.1.self_attn.attn .*model.layers.2.self_attn.rotary_q" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-smollm3' --tokens 3 | grep -v 'layers.1.self_attn.rotary' | tr '\n' ' '"
+grep -v '"no_rope_layers"' "$SRC/tests/data/hf/tiny-smollm3/config.json" | sed 's/"no_rope_layer_interval": 4/"no_rope_layer_interval": 2/' >"$T/interval.json"
+expect 0 "^0$" -- bash -c "'$BENCH' list '$T/interval.json' --tokens 3 | grep -c 'layers.1.self_attn.rotary' || true"
+sed 's/\[1, 0, 1\]/[1, 0]/' "$SRC/tests/data/hf/tiny-smollm3/config.json" >"$T/nrl.json"
+expect 2 "nrl.json:11:3: no_rope_layers: 2 entries for 3 layers" -- "$BENCH" list "$T/nrl.json"
+sed 's/"mlp_bias": false,/"mlp_bias": false, "layer_types": ["full_attention", "sliding_attention", "full_attention"],/' \
+  "$SRC/tests/data/hf/tiny-smollm3/config.json" >"$T/lt.json"
+expect 2 "lt.json:8:22: layer_types: smollm3's per-layer sliding window is not built" -- "$BENCH" list "$T/lt.json"
+expect 0 "100 passed, 0 failed.*dtype bf16.*100 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-smollm3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+# GPT-NeoX: per-head fused qkv, rope over a quarter of each head (reshape, slice, rope,
+# concat), LayerNorm, GELU; the parallel residual, or the serial one with full rope
+expect 0 "attention.q_rot +slice +1x5x4x16 +1x5x4x4 .*attention.rotary_q +rope +1x5x16 +1x5x16 .*attention.q_cat +concat" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt_neox' --tokens 5 | tr '\n' ' '"
+expect 0 "124 passed, 0 failed.*dtype bf16.*124 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt_neox' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+expect 0 "84 passed, 0 failed.*dtype bf16.*84 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt_neox-serial' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+sed 's/"rotary_pct": 0.25/"rotary_pct": 0.1/' "$SRC/tests/data/hf/tiny-gpt_neox/config.json" >"$T/rp.json"
+expect 2 "rp.json:13:3: rotary_pct: rope over 1 dims of each head: expected an even number, at least 2" -- "$BENCH" list "$T/rp.json"
+sed 's/"hidden_act": "gelu"/"hidden_act": "relu"/' "$SRC/tests/data/hf/tiny-gpt_neox/config.json" >"$T/act.json"
+expect 2 "act.json:4:3: hidden_act: 'relu': only gelu \(exact\) and its tanh form are built" -- "$BENCH" list "$T/act.json"
 for phase in "--tokens 7" "--phase decode --kv-len 9"; do
   expect 0 "60 passed, 0 failed.*dtype bf16.*60 passed, 0 failed" -- bash -c \
     "'$BENCH' check '$SRC/tests/data/hf/tiny-mixtral' $phase --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
@@ -334,6 +361,10 @@ if command -v python3 >/dev/null; then
   ST tiny-qwen3 qwen3 && expect 0 "24 tensors match" -- "$BENCH" list "$T/st/qwen3" --tokens 8
   ST tiny-olmo2 olmo2 && expect 0 "25 tensors match" -- "$BENCH" list "$T/st/olmo2" --tokens 8
   ST tiny-phi3 phi3 && expect 0 "15 tensors match" -- "$BENCH" list "$T/st/phi3" --tokens 8
+  ST tiny-smollm3 smollm3 && expect 0 "29 tensors match" -- "$BENCH" list "$T/st/smollm3" --tokens 8
+  # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
+  ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&
+    expect 0 "28 tensors match" -- "$BENCH" list "$T/st/neox" --tokens 8
   ST tiny-llama shape --reshape model.layers.1.self_attn.k_proj.weight=47,64 &&
     expect 2 "^$T/st/shape/model.safetensors: 'model.layers.1.self_attn.k_proj.weight' is \[47, 64\] in the checkpoint, but the layers built from config.json have \[48, 64\]$" -- \
     "$BENCH" list "$T/st/shape" --tokens 8
