@@ -88,13 +88,17 @@ static void wants_from_model(const model *m, wants *w)
             if (l->p.bias)
                 want_add(w, false, 1, l->p.out_features, 0, "%s.bias", l->name);
             break;
-        case LAYER_MOE: /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn] */
+        case LAYER_MOE: { /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn]; Qwen's
+                           * experts the same as gate_proj, up_proj, down_proj */
+            bool proj = l->p.expert_names == MOE_NAMES_PROJ;
+            const char *gate = proj ? "gate_proj" : "w1", *down = proj ? "down_proj" : "w2", *up = proj ? "up_proj" : "w3";
             for (int64_t e = 0; e < l->p.num_experts; e++) {
-                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".w1.weight", l->name, e);
-                want_add(w, false, 2, in, l->p.ffn_dim, "%s.%" PRId64 ".w2.weight", l->name, e);
-                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".w3.weight", l->name, e);
+                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".%s.weight", l->name, e, gate);
+                want_add(w, false, 2, in, l->p.ffn_dim, "%s.%" PRId64 ".%s.weight", l->name, e, down);
+                want_add(w, false, 2, l->p.ffn_dim, in, "%s.%" PRId64 ".%s.weight", l->name, e, up);
             }
             break;
+        }
         default: /* rope, attention, add, mul, silu, gelu, slice, reshape, concat: no weights */
             break;
         }

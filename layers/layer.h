@@ -106,6 +106,8 @@ enum { GELU_NONE, GELU_TANH };
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 };
 /* moe's routing */
 enum { MOE_UNIFORM, MOE_ROUTER };
+/* moe's expert_names: Mixtral's experts.E.{w1,w2,w3}, or Qwen's (and most since) experts.E.{gate,up,down}_proj */
+enum { MOE_NAMES_W123, MOE_NAMES_PROJ };
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -150,6 +152,7 @@ typedef struct layer_params {
     int64_t num_experts, top_k;  /* moe: experts, and those each token goes to */
     int64_t ffn_dim;             /* moe: each expert's hidden units (intermediate_size) */
     int64_t routing;             /* moe: MOE_* */
+    int64_t expert_names;        /* moe: MOE_NAMES_*, how a checkpoint names each expert's weights */
     int64_t mean_dims[2];        /* mean: the dims averaged, one (both the same) or two next to each other */
     bool keepdim;                /* mean: they stay, as size 1 */
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */

@@ -32,6 +32,7 @@
 #define MOE_MAX_EXPERTS 1024
 
 static const char *const moe_routings[] = {"uniform", "router", NULL};
+static const char *const moe_expert_names[] = {"w1_w2_w3", "gate_up_down", NULL};
 
 static const layer_param_spec moe_params[] = {
     {"num_experts", LP_INT, P_OFF(num_experts), true, 1, NULL},
@@ -39,6 +40,7 @@ static const layer_param_spec moe_params[] = {
     {"ffn_dim", LP_INT, P_OFF(ffn_dim), true, 1, NULL},
     {"routing", LP_ENUM, P_OFF(routing), false, 0, moe_routings},
     {"load_skew", LP_FLOAT, P_OFF(load_skew), false, 0, NULL},
+    {"expert_names", LP_ENUM, P_OFF(expert_names), false, 0, moe_expert_names},
     {NULL, 0, 0, false, 0, NULL},
 };
 

@@ -1,9 +1,11 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, GPT-NeoX) in plain torch, module for
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, GPT-NeoX) in
+plain torch, module for
 module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
 and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
 projections, and the layer's norms after attention and the MLP instead of before;
 Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up;
-SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; GPTNeoXForCausalLM, its
+SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; Qwen3MoeForCausalLM: Qwen3's
+attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_only_layers pick; GPTNeoXForCausalLM, its
 own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
@@ -44,6 +46,14 @@ class Config:
         self.qk_norm = d.get("model_type") == "qwen3"
         self.olmo2 = d.get("model_type") == "olmo2"  # norms after attention and the MLP; q/k norms over the projections
         self.phi3 = d.get("model_type") == "phi3"  # fused qkv_proj and gate_up_proj
+        self.qk_norm = self.qk_norm or d.get("model_type") == "qwen3_moe"
+        # Qwen3-MoE: a router and experts in the layers decoder_sparse_step and mlp_only_layers pick
+        self.sparse = [d.get("model_type") == "qwen3_moe" and d.get("num_experts", 0) > 0 and
+                       j not in d.get("mlp_only_layers", []) and (j + 1) % d.get("decoder_sparse_step", 1) == 0
+                       for j in range(d["num_hidden_layers"])]
+        self.num_experts, self.top_k = d.get("num_experts", 0), d.get("num_experts_per_tok", 0)
+        self.moe_intermediate_size = d.get("moe_intermediate_size", 0)
+        self.norm_topk_prob = d.get("norm_topk_prob", False)
         n = self.num_hidden_layers
         self.use_rope = [1] * n
         if d.get("model_type") == "smollm3":  # SmolLM3: no rope where no_rope_layers[i] is 0
@@ -186,11 +196,50 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Qwen3MoeMLP(nn.Module):
+    def __init__(self, h, i):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen3MoeSparseMoeBlock(nn.Module):
+    """The router's softmax over every expert, its top_k, renormalised where norm_topk_prob,
+    and the sum of each chosen expert's output times its probability."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.top_k, self.norm_topk_prob = config.top_k, config.norm_topk_prob
+        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = nn.ModuleList([Qwen3MoeMLP(config.hidden_size, config.moe_intermediate_size)
+                                      for _ in range(config.num_experts)])
+
+    def forward(self, hidden_states):
+        shape = hidden_states.shape
+        x = hidden_states.reshape(-1, shape[-1])
+        routing_weights = nn.functional.softmax(self.gate(x), dim=1, dtype=torch.float)
+        routing_weights, selected = torch.topk(routing_weights, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(x.dtype)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(selected == e)
+            if rows.numel():
+                out.index_add_(0, rows, expert(x[rows]) * routing_weights[rows, slot, None])
+        return out.reshape(shape)
+
+
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, config, layer_idx=0):
         super().__init__()
         self.self_attn = LlamaAttention(config, layer_idx)
-        self.mlp = LlamaMLP(config)
+        self.mlp = Qwen3MoeSparseMoeBlock(config) if config.sparse[layer_idx] else LlamaMLP(config)
         self.olmo2 = config.olmo2
         if not config.olmo2:
             self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -384,6 +433,10 @@ def tiny_gpt_neox():
 
 def tiny_gpt_neox_serial():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt_neox-serial"))
+
+
+def tiny_qwen3_moe():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3_moe"))
 
 
 def tiny_smollm3():

@@ -45,6 +45,8 @@ def layer_tensors(kind, name, modules, params, n):
             return window_tensors(m)
         if kind == "batchnorm2d":
             return [m.weight, m.bias, m.running_mean, m.running_var]
+        if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3)
+            return [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
         return list(m.parameters())
     if name in params:  # layer_scale, class_token, pos_embedding: named after the parameter
         return [params[name]]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -65,7 +65,7 @@ def tensors(cfg):
             out.append((f"{p}.self_attn.{name}.weight", [rows, h]))
             if qkv_bias:
                 out.append((f"{p}.self_attn.{name}.bias", [rows]))
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
             out += [(f"{p}.self_attn.q_norm.weight", [d]), (f"{p}.self_attn.k_norm.weight", [d])]
         if olmo2:  # over the whole projections
             out += [(f"{p}.self_attn.q_norm.weight", [heads * d]), (f"{p}.self_attn.k_norm.weight", [kv * d])]
@@ -73,7 +73,15 @@ def tensors(cfg):
         if o_bias:
             out.append((f"{p}.self_attn.o_proj.bias", [h]))
         out.append((f"{p}.post_attention_layernorm.weight", [h]))
-        if cfg["model_type"] == "mixtral":
+        sparse = cfg["model_type"] == "qwen3_moe" and cfg.get("num_experts", 0) > 0 and \
+            n not in cfg.get("mlp_only_layers", []) and (n + 1) % cfg.get("decoder_sparse_step", 1) == 0
+        if sparse:  # Qwen3MoeSparseMoeBlock
+            e, f = cfg["num_experts"], cfg["moe_intermediate_size"]
+            out.append((f"{p}.mlp.gate.weight", [e, h]))
+            for k in range(e):
+                q = f"{p}.mlp.experts.{k}"
+                out += [(f"{q}.gate_proj.weight", [f, h]), (f"{q}.up_proj.weight", [f, h]), (f"{q}.down_proj.weight", [h, f])]
+        elif cfg["model_type"] == "mixtral":
             e = cfg["num_local_experts"]
             out.append((f"{p}.block_sparse_moe.gate.weight", [e, h]))
             for k in range(e):

@@ -6,9 +6,11 @@
  * layer, "index name kind weight_floats output_shape input_ids parameters input_shape" (value 0 is
  * the model's input, value i + 1 layer i's output; the parameters as bench list gives
  * them, those at their defaults left out).
- * usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS]]] (TOKENS: a decoder's prefill tokens) */
+ * usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING]]]] (TOKENS: a decoder's prefill
+ * tokens; ROUTING router: every moe layer routes by its logits' top-k, as the model does) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cfg.h"
 
@@ -27,7 +29,7 @@ static int write_floats(const char *dir, const char *name, const float *x, int64
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS]]]\n");
+        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING]]]]\n");
         return 2;
     }
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
@@ -41,6 +43,12 @@ int main(int argc, char **argv)
         return 2;
     }
     int n = m->n_layers;
+    if (argc > 6 && strcmp(argv[6], "router") == 0)
+        for (int i = 0; i < n; i++)
+            if (m->layers[i].kind == LAYER_MOE) {
+                m->layers[i].p.routing = MOE_ROUTER;
+                layer_count(&m->layers[i]);
+            }
     float **v = xcalloc((size_t)n + 1, sizeof *v);
     layer_rng rng;
     layer_rng_seed(&rng, seed);

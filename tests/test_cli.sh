@@ -248,6 +248,7 @@ expect 0 "Totals: 1484916736 params" -- "$BENCH" list "$SRC/configs/hf/OLMo-2-04
 expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-mini-4k-instruct"
 expect 0 "Totals: 3075098624 params" -- "$BENCH" list "$SRC/configs/hf/SmolLM3-3B"
 expect 0 "Totals: 162322944 params" -- "$BENCH" list "$SRC/configs/hf/pythia-160m"
+expect 0 "Totals: 30532122624 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-30B-A3B"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -310,6 +311,14 @@ sed 's/"mlp_bias": false,/"mlp_bias": false, "layer_types": ["full_attention", "
 expect 2 "lt.json:8:22: layer_types: smollm3's per-layer sliding window is not built" -- "$BENCH" list "$T/lt.json"
 expect 0 "100 passed, 0 failed.*dtype bf16.*100 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-smollm3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+# Qwen3-MoE: Qwen3's attention; a router and experts (named gate/up/down_proj) in the layers
+# decoder_sparse_step and mlp_only_layers pick, the dense MLP in the others
+expect 0 "layers.0.mlp.experts +moe .*expert_names=gate_up_down.*layers.1.mlp.down_proj +linear .*layers.2.mlp.experts +moe" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-qwen3_moe' --tokens 5 | tr '\n' ' '"
+expect 0 "128 passed, 0 failed.*dtype bf16.*128 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3_moe' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
+sed 's/"norm_topk_prob": true/"norm_topk_prob": false/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/ntp.json"
+expect 2 "ntp.json:13:3: norm_topk_prob: top-k probabilities used as the softmax gives them are not built" -- "$BENCH" list "$T/ntp.json"
 # GPT-NeoX: per-head fused qkv, rope over a quarter of each head (reshape, slice, rope,
 # concat), LayerNorm, GELU; the parallel residual, or the serial one with full rope
 expect 0 "attention.q_rot +slice +1x5x4x16 +1x5x4x4 .*attention.rotary_q +rope +1x5x16 +1x5x16 .*attention.q_cat +concat" -- \
@@ -331,7 +340,11 @@ expect 2 "config.json:6:3: max_position_embeddings: 64 positions, but 1 tokens a
   "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --phase decode --kv-len 64
 mkdir -p "$T/hf"
 printf '{"model_type": "llama", "hidden_size": 8,\n "num_local_experts": 8}\n' >"$T/hf/llama_moe.json"
-expect 2 "llama_moe.json:2:2: num_local_experts: llama's experts are not built \(mixtral's are" -- "$BENCH" list "$T/hf/llama_moe.json"
+expect 2 "llama_moe.json:2:2: num_local_experts: Mixtral's field; llama is built without experts \(mixtral reads num_local_experts, qwen3_moe num_experts\)" -- \
+  "$BENCH" list "$T/hf/llama_moe.json"
+# Qwen3-MoE relabelled as mixtral: its num_experts is named, not called mixtral's
+sed 's/"model_type": "qwen3_moe"/"model_type": "mixtral"/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/hf/relabel.json"
+expect 2 "relabel.json:15:3: num_experts: Qwen-MoE's field; mixtral is built without experts" -- "$BENCH" list "$T/hf/relabel.json"
 grep -v num_experts_per_tok "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/notopk.json"
 expect 2 "notopk.json:1:1: num_experts_per_tok: missing" -- "$BENCH" list "$T/hf/notopk.json"
 sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 7/' "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/topk.json"
@@ -362,6 +375,7 @@ if command -v python3 >/dev/null; then
   ST tiny-olmo2 olmo2 && expect 0 "25 tensors match" -- "$BENCH" list "$T/st/olmo2" --tokens 8
   ST tiny-phi3 phi3 && expect 0 "15 tensors match" -- "$BENCH" list "$T/st/phi3" --tokens 8
   ST tiny-smollm3 smollm3 && expect 0 "29 tensors match" -- "$BENCH" list "$T/st/smollm3" --tokens 8
+  ST tiny-qwen3_moe q3moe && expect 0 "68 tensors match" -- "$BENCH" list "$T/st/q3moe" --tokens 8
   # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
   ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&
     expect 0 "28 tensors match" -- "$BENCH" list "$T/st/neox" --tokens 8

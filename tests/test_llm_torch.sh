@@ -8,7 +8,7 @@
 # rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling);
 # then a two-layer Mixtral from its config.json (the mixture-of-experts block as
 # MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings; then
-# tiny Llama, Qwen2, Qwen3, SmolLM3 (a layer without rope), OLMo 2 and Phi-3 (its window
+# tiny Llama, Qwen2, Qwen3, Qwen3-MoE (routed by its router's top-k), SmolLM3 (a layer without rope), OLMo 2 and Phi-3 (its window
 # shorter than the tokens) and GPT-NeoX (parallel and serial residual, partial and full
 # rope) config.json files end to end against scripts/hf_decoder.py.
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
@@ -37,10 +37,10 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 smollm3 olmo2 phi3 gpt_neox gpt_neox-serial; do
+for m in llama qwen2 qwen3 qwen3_moe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial; do
   d=$T/hf_$m
   mkdir -p "$d"
-  "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 >"$d.out" 2>&1 &&
+  "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&
     "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$d" "hf_decoder:tiny_${m//-/_}" 1e-5 >>"$d.out" 2>&1 && ok ||
     bad "tiny-$m end to end against torch: $(tail -5 "$d.out")"
   echo "tiny-$m: $(tail -1 "$d.out")"
