@@ -161,13 +161,15 @@ typedef struct layer_params {
     int64_t perm[1 + SHAPE_MAX_RANK]; /* permute: the count, then the dims (LP_DIMS); reshape, model_input:
                                          the per-sample shape */
     double load_skew;            /* moe: Zipf exponent of the uniform routing's spread; 0 = even */
+    double weight_offset;        /* rmsnorm: the scale is weight + this (Gemma's RMSNorm: 1) */
+    double softcap;              /* attention: Gemma 2's cap softcap * tanh(score / softcap) (0: none) */
     int64_t roll_shifts[1 + SHAPE_MAX_RANK]; /* roll: the count, then the shifts (LP_DIMS) */
     int64_t roll_dims[1 + SHAPE_MAX_RANK];   /* roll: the count, then the dims they roll */
     int64_t window_size[2], shift_size[2];   /* window_attention: the window, and the cyclic shift */
     bool proj_bias;              /* window_attention: the out projection's bias (bias: the qkv one's) */
     bool cosine;                 /* window_attention: Swin V2's cosine attention, logit scale and position MLP */
     bool partitioned;            /* window_attention: the input is windows already, [N, G, w0 w1, C] (MaxViT) */
-    double attn_scale;           /* window_attention: the scores' scale; 0 = 1 / sqrt(head dim);
+    double attn_scale;           /* window_attention, attention: the scores' scale; 0 = 1 / sqrt(head dim);
                                     scale_shift: the scale */
     double shift;                /* scale_shift */
     int64_t partitions[2];       /* window_merge: windows down and across */
@@ -305,13 +307,18 @@ void layer_upsample_linear(const layer *l, int axis, int64_t dst, int64_t *i0, i
 /* The decoder kinds' shared rules (layers/llm.c), for the reference and the backends
  * alike: embedding's token id for an input value; rope's inverse frequencies (head_dim
  * / 2 floats, fp32 as Hugging Face computes them) and the angle of pair i of token t;
- * attention's (query, key) pairs per (sample, head), whether query t sees key j (a
- * position in cache then tokens), and the key or value vector j of kv head g of
- * sample b (value 0: keys, 1: values; from the cache in w for j < kv_len). */
+ * attention's (query, key) pairs per (sample, head), a dot product's score, whether
+ * query t sees key j (a position in cache then tokens), and the key or value vector j of
+ * kv head g of sample b (value 0: keys, 1: values; from the cache in w for j < kv_len). */
 int64_t layer_token_id(const layer *l, float x);
 void layer_rope_inv_freq(const layer *l, float *inv_freq);
 float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t i);
 int64_t layer_attention_pairs(const layer *l);
+/* attention's cached positions held and read: the last C = kv_len of them, or with a
+ * sliding window W only the W - 1 any query still sees (a sliding layer's cache) */
+int64_t layer_attention_cached(const layer *l);
+/* attention's score of q . k: scaled (scale, or 1/sqrt(head_dim)), then capped (softcap) */
+float layer_attention_score(const layer *l, double dot);
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j);

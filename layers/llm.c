@@ -87,6 +87,7 @@ const layer_desc layer_embedding_desc = {
 static const layer_param_spec rmsnorm_params[] = {
     {"normalized_shape", LP_INT, P_OFF(normalized_shape), false, 1, NULL},
     {"eps", LP_FLOAT, P_OFF(eps), false, 0, NULL},
+    {"weight_offset", LP_FLOAT, P_OFF(weight_offset), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -102,6 +103,8 @@ static int rmsnorm_infer(layer *l, char *err, size_t len)
                          (long long)l->p.normalized_shape, (long long)d);
     if (!(l->p.eps > 0))
         return kind_fail(err, len, "eps must be above 0, got %g", l->p.eps);
+    if (!isfinite(l->p.weight_offset))
+        return kind_fail(err, len, "weight_offset must be a finite number");
     l->out = l->in;
     return 0;
 }
@@ -110,14 +113,17 @@ static void rmsnorm_count(layer *l)
 {
     l->n_weights = l->n_weight_floats = l->p.normalized_shape;
     l->macs = 0;
-    /* per element: the square and its sum, the scale by 1/rms, the weight's multiply */
-    l->flops = layer_count_mul(4, shape_numel(&l->out));
+    /* per element: the square and its sum, the scale by 1/rms, the weight's multiply (and
+     * with an offset, per weight its add) */
+    l->flops = layer_count_mul(4, shape_numel(&l->out)) + (l->p.weight_offset != 0 ? l->p.normalized_shape : 0);
     kind_count_bytes(l);
 }
 
+/* the scale weight + weight_offset in [0.5, 1.5] */
 static void rmsnorm_init(const layer *l, float *w, layer_rng *rng)
 {
-    layer_fill_uniform(w, l->n_weight_floats, 0.5f, 1.5f, rng);
+    float o = (float)l->p.weight_offset;
+    layer_fill_uniform(w, l->n_weight_floats, 0.5f - o, 1.5f - o, rng);
 }
 
 static void rmsnorm_reference(const layer *l, const float *const *ins, const float *w, float *out)
@@ -130,7 +136,7 @@ static void rmsnorm_reference(const layer *l, const float *const *ins, const flo
             sq += (double)x[i] * x[i];
         double inv = 1.0 / sqrt(sq / (double)d + l->p.eps);
         for (int64_t i = 0; i < d; i++)
-            out[r * d + i] = (float)(x[i] * inv * w[i]);
+            out[r * d + i] = (float)(x[i] * inv * ((double)w[i] + l->p.weight_offset));
     }
 }
 
@@ -265,6 +271,8 @@ static const layer_param_spec attention_params[] = {
     {"causal", LP_BOOL, P_OFF(causal), false, 0, NULL},
     {"sliding_window", LP_INT, P_OFF(sliding_window), false, 0, NULL},
     {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
+    {"scale", LP_FLOAT, P_OFF(attn_scale), false, 0, NULL},
+    {"softcap", LP_FLOAT, P_OFF(softcap), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -280,6 +288,10 @@ static int attention_infer(layer *l, char *err, size_t len)
                          (long long)p->num_heads, (long long)p->num_kv_heads);
     if (p->sliding_window && !p->causal)
         return kind_fail(err, len, "sliding_window needs causal: true");
+    if (!(p->attn_scale >= 0) || !isfinite(p->attn_scale))
+        return kind_fail(err, len, "scale must be a finite number, 0 or above (0: 1/sqrt(head_dim)), got %g", p->attn_scale);
+    if (!(p->softcap >= 0) || !isfinite(p->softcap))
+        return kind_fail(err, len, "softcap must be a finite number, 0 or above (0: none), got %g", p->softcap);
     static const char *const what[3] = {"the query (input 0)", "the key (input 1)", "the value (input 2)"};
     for (int k = 0; k < 3; k++)
         if (need_heads(l, &l->ins[k], k ? p->num_kv_heads : p->num_heads, what[k], err, len))
@@ -319,14 +331,15 @@ static void attention_count(layer *l)
 {
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], per = layer_count_mul(n, p->num_heads), pairs = layer_attention_pairs(l);
-    /* the cache: keys and values, [N, Hkv, S, D] each; no parameters */
+    /* the cache: keys and values, [N, Hkv, C, D] each (C: layer_attention_cached); no parameters */
     l->n_weights = 0;
     l->n_weight_floats = layer_count_mul(2, layer_count_mul(layer_count_mul(n, p->num_kv_heads),
-                                                              layer_count_mul(p->kv_len, p->head_dim)));
+                                                              layer_count_mul(layer_attention_cached(l), p->head_dim)));
     /* q k^T and p v: 2 per MAC each; the scale 1 and the softmax 5 per score (as
-     * multihead_attention) */
+     * multihead_attention); a softcap's divide, tanh and multiply 3 more */
     l->macs = layer_count_mul(per, layer_count_mul(2 * p->head_dim, pairs));
-    l->flops = layer_count_add(layer_count_mul(2, l->macs), layer_count_mul(6, layer_count_mul(per, pairs)));
+    l->flops = layer_count_add(layer_count_mul(2, l->macs),
+                               layer_count_mul(p->softcap > 0 ? 9 : 6, layer_count_mul(per, pairs)));
     kind_count_bytes(l);
 }
 
@@ -335,16 +348,33 @@ static void attention_init(const layer *l, float *w, layer_rng *rng)
     layer_fill_uniform(w, l->n_weight_floats, -1.0f, 1.0f, rng);
 }
 
+int64_t layer_attention_cached(const layer *l)
+{
+    const layer_params *p = &l->p;
+    int64_t w = p->sliding_window;
+    if (!p->causal || w <= 0 || p->kv_len < w - 1)
+        return p->kv_len;
+    return w - 1; /* query 0 at position S sees back to S - W + 1; the rest see less of the cache */
+}
+
 /* Key (or value, with the cache's second half and input 2) j of head g of sample b:
- * cached for j < S, else token j - S of the input. */
+ * cached for j < S (the cache holding positions S - C to S - 1), else token j - S of the
+ * input. */
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j)
 {
     const layer_params *p = &l->p;
-    int64_t hkv = p->num_kv_heads, s = p->kv_len, d = p->head_dim, t_len = l->ins[1].d[1];
+    int64_t hkv = p->num_kv_heads, s = p->kv_len, c = layer_attention_cached(l), d = p->head_dim,
+            t_len = l->ins[1].d[1];
     if (j < s)
-        return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * s + j) * d;
+        return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * c + (j - (s - c))) * d;
     return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
+}
+
+float layer_attention_score(const layer *l, double dot)
+{
+    double s = dot * (l->p.attn_scale > 0 ? l->p.attn_scale : 1.0 / sqrt((double)l->p.head_dim));
+    return (float)(l->p.softcap > 0 ? l->p.softcap * tanh(s / l->p.softcap) : s);
 }
 
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j)
@@ -358,7 +388,6 @@ static void attention_reference(const layer *l, const float *const *ins, const f
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + l->ins[1].d[1];
     double *score = xmalloc((size_t)keys * sizeof *score), *acc = xmalloc((size_t)d * sizeof *acc);
-    double scale = 1.0 / sqrt((double)d);
     for (int64_t b = 0; b < n; b++)
         for (int64_t hh = 0; hh < h; hh++) {
             int64_t g = hh / (h / p->num_kv_heads);
@@ -373,7 +402,7 @@ static void attention_reference(const layer *l, const float *const *ins, const f
                     double dot = 0;
                     for (int64_t i = 0; i < d; i++)
                         dot += (double)q[i] * k[i];
-                    score[j] = dot * scale;
+                    score[j] = layer_attention_score(l, dot);
                     top = score[j] > top ? score[j] : top;
                 }
                 for (int64_t i = 0; i < d; i++)

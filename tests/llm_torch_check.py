@@ -80,13 +80,19 @@ def attention(q, k, v, cache, p):  # repeat_kv, eager_attention_forward, the cau
     qh = q.view(n, t, h, d).transpose(1, 2)
     kh = k.view(n, tk, hkv, d).transpose(1, 2)
     vh = v.view(n, tk, hkv, d).transpose(1, 2)
-    if s:  # DynamicCache: [N, Hkv, S, D], keys then values
-        ck, cv = cache.view(2, n, hkv, s, d)
-        kh, vh = torch.cat((ck, kh), dim=2), torch.cat((cv, vh), dim=2)
+    if s:  # DynamicCache: [N, Hkv, S, D], keys then values; a sliding layer's holds its last W - 1
+        w = int(p["sliding_window"])
+        held = w - 1 if p["causal"] and w > 0 and s >= w - 1 else s
+        ck, cv = cache.view(2, n, hkv, held, d)
+        pad = torch.zeros(n, hkv, s - held, d)  # positions no query sees: masked below
+        kh, vh = torch.cat((pad, ck, kh), dim=2), torch.cat((pad, cv, vh), dim=2)
     rep = h // hkv
     kh = kh[:, :, None].expand(n, hkv, rep, s + tk, d).reshape(n, h, s + tk, d)
     vh = vh[:, :, None].expand(n, hkv, rep, s + tk, d).reshape(n, h, s + tk, d)
-    scores = qh @ kh.transpose(2, 3) / math.sqrt(d)
+    scale = float(p.get("scale", 0)) or 1 / math.sqrt(d)
+    scores = qh @ kh.transpose(2, 3) * scale
+    if float(p.get("softcap", 0)):  # Gemma 2's attn_logit_softcapping
+        scores = torch.tanh(scores / float(p["softcap"])) * float(p["softcap"])
     if p["causal"]:
         i = torch.arange(s, s + t)[:, None]
         j = torch.arange(s + t)[None, :]
@@ -204,7 +210,7 @@ def main():
             ids = torch.clamp(torch.floor((x[0].double() + 1.0) * 0.5 * vocab), 0, vocab - 1).long()
             y = torch.nn.functional.embedding(ids, w.view(vocab, dim))
         elif kind == "rmsnorm":
-            y = rmsnorm(x[0], w, float(p["eps"]))
+            y = rmsnorm(x[0], w + float(p.get("weight_offset", 0)), float(p["eps"]))  # Gemma: 1 + weight
         elif kind == "linear":
             o = int(p["out_features"])
             f = (w.numel() - (o if p["bias"] else 0)) // o  # the input may be the model's, flat

@@ -66,6 +66,7 @@ static void none(layer_params *p) { (void)p; }
 static void emb_50(layer_params *p) { p->num_embeddings = 50; p->embedding_dim = 24; }
 static void emb_wide(layer_params *p) { p->num_embeddings = 7; p->embedding_dim = 3001; }
 static void rms_eps(layer_params *p) { p->eps = 1e-5; }
+static void rms_gemma(layer_params *p) { p->weight_offset = 1; } /* Gemma's RMSNorm: x / rms * (1 + weight) */
 static void rope_4x8(layer_params *p) { p->num_heads = 4; p->head_dim = 8; }
 static void rope_decode(layer_params *p) { p->num_heads = 2; p->head_dim = 6; p->kv_len = 4093; p->rope_theta = 500000.0; }
 static void rope_linear(layer_params *p) { rope_4x8(p); p->rope_type = ROPE_LINEAR; p->rope_factor = 8.0; p->kv_len = 11; }
@@ -78,6 +79,9 @@ static void attn_gqa(layer_params *p) { p->num_heads = 6; p->num_kv_heads = 2; p
 static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 3; p->head_dim = 8; p->causal = false; }
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
 static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->sliding_window = 6; }
+/* Gemma 2: scores capped at 3 (small enough that tanh bends them), another scale (query_pre_attn_scalar) */
+static void attn_softcap(layer_params *p) { attn_window(p); p->softcap = 3; p->attn_scale = 0.6; }
+static void attn_softcap32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; p->softcap = 2; }
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
 /* the 16-key score blocks (head_dim a multiple of 16) with a tail of 13 keys, 4 queries a group */
 static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; }
@@ -337,6 +341,7 @@ static const layer_case cases[] = {
     {"3001 wide, parallel", LAYER_EMBEDDING, S2(2, 9), emb_wide},
     {"tokens, eps 1e-5", LAYER_RMSNORM, S3(2, 7, 13), rms_eps},
     {"4096 wide, parallel", LAYER_RMSNORM, S3(2, 5, 4096), none},
+    {"Gemma's weight + 1, 4-D heads", LAYER_RMSNORM, S4(2, 3, 5, 18), rms_gemma},
     {"4 heads of 8", LAYER_ROPE, S3(2, 7, 32), rope_4x8},
     {"decode at 4093, theta 5e5", LAYER_ROPE, S3(3, 1, 12), rope_decode},
     {"linear x8, from 11", LAYER_ROPE, S3(1, 5, 32), rope_linear},
@@ -347,6 +352,8 @@ static const layer_case cases[] = {
      MORE(S3(2, 77, 24), S3(2, 77, 24))},
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
+    {"softcap 3, scale 0.6, window", LAYER_ATTENTION, S3(2, 4, 30), attn_softcap, MORE(S3(2, 4, 10), S3(2, 4, 10))},
+    {"softcap 2, 16-key blocks, decode", LAYER_ATTENTION, S3(2, 1, 256), attn_softcap32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
     {"decode GQA 8/2, head_dim 32, 44 cached", LAYER_ATTENTION, S3(2, 1, 256), attn_gqa32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
     {"decode GQA 4/1, head_dim 128, 33 cached", LAYER_ATTENTION, S3(2, 1, 512), attn_d128, MORE(S3(2, 1, 128), S3(2, 1, 128))},

@@ -57,7 +57,7 @@ const backend_kernel cpu_embedding_16_kernel = {.run = embedding_run_16, .impl =
 /* ---- rmsnorm ----------------------------------------------------------------------------- */
 
 CPU_ISA_CLONES
-static void rmsnorm_row(const float *x, float *y, int64_t d, const float *w, float eps)
+static void rmsnorm_row(const float *x, float *y, int64_t d, const float *w, float eps, float offset)
 {
     float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
@@ -66,7 +66,7 @@ static void rmsnorm_row(const float *x, float *y, int64_t d, const float *w, flo
     float inv = 1.0f / sqrtf(sq / (float)d + eps);
 #pragma omp simd
     for (int64_t i = 0; i < d; i++)
-        y[i] = x[i] * inv * w[i];
+        y[i] = x[i] * inv * (w[i] + offset);
 }
 
 static void rmsnorm_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w, void *out_)
@@ -75,10 +75,10 @@ static void rmsnorm_run(void *env, const layer *l, void *state, const void *cons
     const float *in = ins_[0];
     float *out = out_;
     int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
-    float eps = (float)l->p.eps;
+    float eps = (float)l->p.eps, offset = (float)l->p.weight_offset;
     CPU_OMP_IF(rows * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < rows; r++)
-            rmsnorm_row(in + r * d, out + r * d, d, w, eps););
+            rmsnorm_row(in + r * d, out + r * d, d, w, eps, offset););
 }
 
 const backend_kernel cpu_rmsnorm_kernel = {.run = rmsnorm_run, .impl = "direct"};
@@ -485,10 +485,12 @@ static void attention_group(const layer *l, const void *const *ins, const void *
     const float *qv = (const float *)(const void *)q;
     if (bf)
         dtype_to_f32(DTYPE_BF16, qf, q, G * d), qv = qf;
-    float scale = 1.0f / sqrtf((float)d);
+    float scale = p->attn_scale > 0 ? (float)p->attn_scale : 1.0f / sqrtf((float)d);
     /* the cache's keys [c0, c1] and values, then the new tokens' [n0, j1] */
     int64_t c0 = j0, c1 = j1 < s - 1 ? j1 : s - 1, n0 = j0 > s ? j0 : s, nc = c1 - c0 + 1, nn = j1 - n0 + 1;
-    const char *kc = (const char *)w + ((b * hkv + g) * s + c0) * d * el, *vc = kc + l->n_weight_floats / 2 * el;
+    int64_t held = layer_attention_cached(l); /* the cache holds positions s - held to s - 1 */
+    const char *kc = (const char *)w + ((b * hkv + g) * held + (c0 - (s - held))) * d * el,
+               *vc = kc + l->n_weight_floats / 2 * el;
     int64_t tk = l->ins[1].d[1];
     const char *kn = (const char *)ins[1] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
     const char *vn = (const char *)ins[2] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
@@ -497,6 +499,12 @@ static void attention_group(const layer *l, const void *const *ins, const void *
         scores(blocks16, qv, q16, G, kc, bf, nc, d, d, scale, sc + c0, keys, kf);
     if (nn > 0)
         scores(blocks16, qv, q16, G, kn, bf, nn, hkv * d, d, scale, sc + n0, keys, kf);
+    if (p->softcap > 0) /* Gemma 2: softcap * tanh(score / softcap), before the softmax */
+        for (int64_t i = 0; i < G; i++) {
+            float cap = (float)p->softcap, *row = sc + i * keys;
+            for (int64_t j = j0; j <= j1; j++)
+                row[j] = cap * tanhf(row[j] / cap);
+        }
     for (int64_t i = 0; i < G; i++)
         softmax_span(sc + i * keys + j0, j1 - j0 + 1);
     float *sum = bf ? acc : y;
