@@ -597,7 +597,8 @@ static bool flat(const ctx *c, const yaml_node_t *t)
 }
 
 /* A mapping: its keys as written, their values expanded; a value that comes to null is
- * left out (an optional parameter); with: an object's members added. 0 after an error. */
+ * left out (an optional parameter); with: an object's members added (null: none). 0 after
+ * an error. */
 static int expand_mapping(ctx *c, const yaml_node_t *t)
 {
     int map = mark(c, yaml_document_add_mapping(c->out, NULL, flat(c, t) ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE), t);
@@ -610,6 +611,10 @@ static int expand_mapping(ctx *c, const yaml_node_t *t)
             json_t *obj = expression(c, v);
             if (!obj)
                 return 0;
+            if (json_is_null(obj)) { /* nothing to add */
+                json_decref(obj);
+                continue;
+            }
             if (!json_is_object(obj)) {
                 json_decref(obj);
                 return family_fail(c, v, "with: expected an object of parameters"), 0;

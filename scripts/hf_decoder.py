@@ -1,12 +1,14 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, GPT-NeoX) in
-plain torch, module for
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, GPT-NeoX,
+Gemma, Gemma 2, Gemma 3) in plain torch, module for
 module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
 and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
 projections, and the layer's norms after attention and the MLP instead of before;
 Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up;
 SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; Qwen3MoeForCausalLM: Qwen3's
 attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_only_layers pick; GPTNeoXForCausalLM, its
-own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual), built from a config.json: for scripts/torch_export.py
+own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual;
+GemmaForCausalLM for Gemma, Gemma 2 and Gemma 3 text, its own classes too: RMSNorm by 1 + weight,
+scaled embeddings, GeGLU, post-norms, query_pre_attn_scalar, soft-capping, sliding layers), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -397,14 +399,169 @@ class GPTNeoXForCausalLM(nn.Module):
         return self.embed_out(self.gpt_neox(input_ids))
 
 
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm: in fp32, x / rms(x) * (1 + weight)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
+class GemmaConfig:
+    """The fields of a gemma, gemma2 or gemma3_text config.json, with transformers' defaults."""
+
+    def __init__(self, d):
+        self.model_type = d["model_type"]
+        self.hidden_size, self.intermediate_size = d["hidden_size"], d["intermediate_size"]
+        self.heads = d["num_attention_heads"]
+        self.kv_heads = d.get("num_key_value_heads", self.heads)
+        self.head_dim = d.get("head_dim", 256)
+        self.layers, self.vocab_size = d["num_hidden_layers"], d["vocab_size"]
+        self.eps = d.get("rms_norm_eps", 1e-6)
+        self.rope_theta = d.get("rope_theta", 10000.0)
+        self.tie = d.get("tie_word_embeddings", True)
+        self.act = d.get("hidden_activation") or "gelu_pytorch_tanh"
+        later = self.model_type != "gemma"
+        self.post_norms, self.qk_norm = later, self.model_type == "gemma3_text"
+        self.scaling = d.get("query_pre_attn_scalar", 256) ** -0.5 if later else self.head_dim ** -0.5
+        self.softcap = d.get("attn_logit_softcapping") if later else None
+        self.final_softcap = d.get("final_logit_softcapping") if later else None
+        self.window = d.get("sliding_window", 4096)
+        types = d.get("layer_types")
+        pattern = d.get("sliding_window_pattern", 6)
+        self.sliding = [(types[i] == "sliding_attention") if types else
+                        (self.model_type == "gemma2" and i % 2 == 0) or
+                        (self.model_type == "gemma3_text" and (i + 1) % pattern != 0) for i in range(self.layers)]
+        self.local_theta = d.get("rope_local_base_freq", 10000.0)
+        if d.get("rope_scaling"):
+            raise ValueError("hf_decoder: rope_scaling is not built here")
+
+
+class GemmaAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(c.hidden_size, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden_size, bias=False)
+        if c.qk_norm:  # Gemma3Attention: Gemma's RMSNorm over each head
+            self.q_norm = GemmaRMSNorm(c.head_dim, c.eps)
+            self.k_norm = GemmaRMSNorm(c.head_dim, c.eps)
+
+    def forward(self, x, cos, sin, mask):
+        c, shape = self.c, (*x.shape[:-1], -1, self.c.head_dim)
+        q = self.q_proj(x).view(shape).transpose(1, 2)
+        k = self.k_proj(x).view(shape).transpose(1, 2)
+        v = self.v_proj(x).view(shape).transpose(1, 2)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = repeat_kv(k, c.heads // c.kv_heads), repeat_kv(v, c.heads // c.kv_heads)
+        w = torch.matmul(q, k.transpose(2, 3)) * c.scaling
+        if c.softcap:  # Gemma 2: the scores capped before the mask
+            w = torch.tanh(w / c.softcap) * c.softcap
+        w = nn.functional.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+        return self.o_proj(torch.matmul(w, v).transpose(1, 2).reshape(*x.shape[:-1], -1))
+
+
+class GemmaMLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.act_fn = nn.GELU(approximate="none" if c.act == "gelu" else "tanh")
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GemmaDecoderLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.post_norms = c.post_norms
+        self.self_attn, self.mlp = GemmaAttention(c), GemmaMLP(c)
+        self.input_layernorm = GemmaRMSNorm(c.hidden_size, c.eps)
+        self.post_attention_layernorm = GemmaRMSNorm(c.hidden_size, c.eps)
+        if c.post_norms:  # Gemma 2 and 3: post_attention_layernorm on the attention's output
+            self.pre_feedforward_layernorm = GemmaRMSNorm(c.hidden_size, c.eps)
+            self.post_feedforward_layernorm = GemmaRMSNorm(c.hidden_size, c.eps)
+
+    def forward(self, x, cos, sin, mask):
+        a = self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        if not self.post_norms:
+            x = x + a
+            return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.post_attention_layernorm(a)
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+class GemmaModel(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([GemmaDecoderLayer(c) for _ in range(c.layers)])
+        self.norm = GemmaRMSNorm(c.hidden_size, c.eps)
+
+    def rope(self, theta, t):
+        d = self.c.head_dim
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+        emb = torch.arange(t).float()[:, None] * inv[None, :]
+        emb = torch.cat((emb, emb), dim=-1)
+        return emb.cos()[None], emb.sin()[None]
+
+    def forward(self, input_ids):
+        c, t = self.c, input_ids.shape[1]
+        x = self.embed_tokens(input_ids) * torch.tensor(c.hidden_size ** 0.5, dtype=torch.float32)
+        i = torch.arange(t)
+        causal = i[None, :] <= i[:, None]
+        masks = {False: causal, True: causal & (i[None, :] > i[:, None] - c.window)}
+        masks = {k: torch.zeros(t, t).masked_fill(~v, -math.inf)[None, None] for k, v in masks.items()}
+        ropes = {False: self.rope(c.rope_theta, t), True: self.rope(c.local_theta if c.qk_norm else c.rope_theta, t)}
+        for layer, sliding in zip(self.layers, c.sliding):
+            cos, sin = ropes[sliding]
+            x = layer(x, cos, sin, masks[sliding])
+        return self.norm(x)
+
+
+class GemmaForCausalLM(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        c = GemmaConfig(d)
+        self.final_softcap = c.final_softcap
+        self.model = GemmaModel(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        if c.tie:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids):
+        logits = self.lm_head(self.model(input_ids))
+        if self.final_softcap:  # Gemma 2
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits
+
+
 def from_config(path):
     """The model of a config.json (a file, or the folder holding it), random weights:
-    GPTNeoXForCausalLM for gpt_neox, LlamaForCausalLM (and its variants) otherwise."""
+    GPTNeoXForCausalLM for gpt_neox, GemmaForCausalLM for gemma, gemma2 and gemma3_text,
+    LlamaForCausalLM (and its variants) otherwise."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     with open(path) as f:
         d = json.load(f)
-    return GPTNeoXForCausalLM(d) if d.get("model_type") == "gpt_neox" else LlamaForCausalLM(Config(d))
+    if d.get("model_type") == "gpt_neox":
+        return GPTNeoXForCausalLM(d)
+    if d.get("model_type") in ("gemma", "gemma2", "gemma3_text"):
+        return GemmaForCausalLM(d)
+    return LlamaForCausalLM(Config(d))
 
 
 def tiny_llama():
@@ -437,6 +594,18 @@ def tiny_gpt_neox_serial():
 
 def tiny_qwen3_moe():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3_moe"))
+
+
+def tiny_gemma():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gemma"))
+
+
+def tiny_gemma2():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gemma2"))
+
+
+def tiny_gemma3():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gemma3"))
 
 
 def tiny_smollm3():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -48,7 +48,8 @@ def tensors(cfg):
     h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
     kv = cfg.get("num_key_value_heads", heads)
-    d = cfg.get("head_dim") or h // heads
+    gemma = cfg["model_type"] in ("gemma", "gemma2", "gemma3_text")
+    d = cfg.get("head_dim") or (256 if gemma else h // heads)
     qwen2 = cfg["model_type"] == "qwen2"
     qkv_bias = qwen2 or cfg.get("attention_bias", False)
     o_bias = cfg.get("attention_bias", False) and not qwen2
@@ -65,7 +66,7 @@ def tensors(cfg):
             out.append((f"{p}.self_attn.{name}.weight", [rows, h]))
             if qkv_bias:
                 out.append((f"{p}.self_attn.{name}.bias", [rows]))
-        if cfg["model_type"] in ("qwen3", "qwen3_moe"):
+        if cfg["model_type"] in ("qwen3", "qwen3_moe", "gemma3_text"):
             out += [(f"{p}.self_attn.q_norm.weight", [d]), (f"{p}.self_attn.k_norm.weight", [d])]
         if olmo2:  # over the whole projections
             out += [(f"{p}.self_attn.q_norm.weight", [heads * d]), (f"{p}.self_attn.k_norm.weight", [kv * d])]
@@ -94,8 +95,10 @@ def tensors(cfg):
                     (f"{p}.mlp.down_proj.weight", [h, i])]
         if olmo2:
             out.append((f"{p}.post_feedforward_layernorm.weight", [h]))
+        if gemma and cfg["model_type"] != "gemma":  # Gemma 2 and 3: norms around the MLP too
+            out += [(f"{p}.pre_feedforward_layernorm.weight", [h]), (f"{p}.post_feedforward_layernorm.weight", [h])]
     out.append(("model.norm.weight", [h]))
-    if not cfg.get("tie_word_embeddings", False):
+    if not cfg.get("tie_word_embeddings", gemma):
         out.append(("lm_head.weight", [v, h]))
     return out
 

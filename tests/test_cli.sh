@@ -249,6 +249,9 @@ expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-min
 expect 0 "Totals: 3075098624 params" -- "$BENCH" list "$SRC/configs/hf/SmolLM3-3B"
 expect 0 "Totals: 162322944 params" -- "$BENCH" list "$SRC/configs/hf/pythia-160m"
 expect 0 "Totals: 30532122624 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-30B-A3B"
+expect 0 "Totals: 2506172416 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2b"
+expect 0 "Totals: 2614341888 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2-2b"
+expect 0 "Totals: 999885952 params" -- "$BENCH" list "$SRC/configs/hf/gemma-3-1b-it"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -319,6 +322,21 @@ expect 0 "128 passed, 0 failed.*dtype bf16.*128 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3_moe' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
 sed 's/"norm_topk_prob": true/"norm_topk_prob": false/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/ntp.json"
 expect 2 "ntp.json:13:3: norm_topk_prob: top-k probabilities used as the softmax gives them are not built" -- "$BENCH" list "$T/ntp.json"
+# Gemma 1 to 3: RMSNorm by 1 + weight, scaled embeddings, GeGLU; Gemma 2's soft-capping
+# (attention scores, and the logits by scale_shift, tanh, scale_shift), query_pre_attn_scalar
+# and every other layer sliding; Gemma 3's q/k norms and local rope in its sliding layers
+expect 0 "layers.0.self_attn.attn +attention .*sliding_window=4 scale=0.223607 softcap=1.5 .*layers.1.self_attn.attn +attention .* scale=0.223607 softcap=1.5 .*logits_tanh +tanh .*logits_capped +scale_shift .*scale=2" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gemma2' --tokens 5 | tr '\n' ' '"
+expect 0 "layers.0.self_attn.rotary_q +rope .*head_dim=12 .*layers.1.self_attn.rotary_q +rope .*rope_theta=1e\+06" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gemma3' --tokens 5 | tr '\n' ' '"
+for m in "gemma 74" "gemma2 124" "gemma3 202"; do
+  expect 0 "${m#* } passed, 0 failed.*dtype bf16.*${m#* } passed, 0 failed" -- bash -c \
+    "'$BENCH' check '$SRC/tests/data/hf/tiny-${m% *}' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+done
+sed 's/"hidden_activation": "gelu_pytorch_tanh",/"hidden_activation": "silu",/' "$SRC/tests/data/hf/tiny-gemma3/config.json" >"$T/gact.json"
+expect 2 "gact.json:7:3: hidden_activation: 'silu': only GELU \(GeGLU\) is built" -- "$BENCH" list "$T/gact.json"
+printf '{"model_type": "gemma3_text", "text_config": {"hidden_size": 8}}\n' >"$T/mm.json"
+expect 2 "mm.json:1:31: text_config: a multimodal config" -- "$BENCH" list "$T/mm.json"
 # GPT-NeoX: per-head fused qkv, rope over a quarter of each head (reshape, slice, rope,
 # concat), LayerNorm, GELU; the parallel residual, or the serial one with full rope
 expect 0 "attention.q_rot +slice +1x5x4x16 +1x5x4x4 .*attention.rotary_q +rope +1x5x16 +1x5x16 .*attention.q_cat +concat" -- \
@@ -375,6 +393,9 @@ if command -v python3 >/dev/null; then
   ST tiny-olmo2 olmo2 && expect 0 "25 tensors match" -- "$BENCH" list "$T/st/olmo2" --tokens 8
   ST tiny-phi3 phi3 && expect 0 "15 tensors match" -- "$BENCH" list "$T/st/phi3" --tokens 8
   ST tiny-smollm3 smollm3 && expect 0 "29 tensors match" -- "$BENCH" list "$T/st/smollm3" --tokens 8
+  ST tiny-gemma gemma && expect 0 "20 tensors match" -- "$BENCH" list "$T/st/gemma" --tokens 8
+  ST tiny-gemma2 gemma2 && expect 0 "35 tensors match" -- "$BENCH" list "$T/st/gemma2" --tokens 8
+  ST tiny-gemma3 gemma3 && expect 0 "54 tensors match" -- "$BENCH" list "$T/st/gemma3" --tokens 8
   ST tiny-qwen3_moe q3moe && expect 0 "68 tensors match" -- "$BENCH" list "$T/st/q3moe" --tokens 8
   # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
   ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&

@@ -5,12 +5,14 @@
 # saying so): tests/ref_dump writes our plain-C reference forward of a tiny two-layer
 # decoder, the check recomputes every layer in torch from the same input and weights.
 # Three phases: prefill (7 tokens, no cache), decode (one token after 5 cached, llama3
-# rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, linear scaling);
+# rope scaling) and a chunk (4 tokens after 5 cached, sliding window 6, then 4: a cache
+# held shorter than the 5 cached, linear scaling);
 # then a two-layer Mixtral from its config.json (the mixture-of-experts block as
 # MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings; then
-# tiny Llama, Qwen2, Qwen3, Qwen3-MoE (routed by its router's top-k), SmolLM3 (a layer without rope), OLMo 2 and Phi-3 (its window
-# shorter than the tokens) and GPT-NeoX (parallel and serial residual, partial and full
-# rope) config.json files end to end against scripts/hf_decoder.py.
+# tiny config.json files end to end against scripts/hf_decoder.py: Llama, Qwen2, Qwen3,
+# Qwen3-MoE (routed by its router's top-k), SmolLM3 (a layer without rope), OLMo 2,
+# Phi-3 (its window shorter than the tokens), GPT-NeoX (parallel and serial residual,
+# partial and full rope) and Gemma 1 to 3 (soft-capping, windows, local rope).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -37,7 +39,7 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 qwen3_moe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial; do
+for m in llama qwen2 qwen3 qwen3_moe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial gemma gemma2 gemma3; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&
