@@ -343,6 +343,8 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, const char *prefix,
                 if (c->shape.kv_len >= 0)
                     p.kv_len = c->shape.kv_len;
             }
+            if (kind == LAYER_POS_EMBEDDING && p.num_positions > 0 && c->shape.kv_len >= 0)
+                p.kv_len = c->shape.kv_len; /* a table of positions (GPT-2's wpe): the tokens after the cache */
             int v = add_layer(c, item, qname, (layer_kind)kind, &p, in, n);
             return v < 0 ? -1 : (*cur = v, 0);
         }

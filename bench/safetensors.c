@@ -83,8 +83,14 @@ static void wants_from_model(const model *m, wants *w)
             if (l->p.affine && l->p.bias)
                 want_add(w, false, 1, l->p.normalized_shape, 0, "%s.bias", l->name);
             break;
-        case LAYER_LINEAR:
-            want_add(w, l->p.tied_weights, 2, l->p.out_features, in, "%s.weight", l->name);
+        case LAYER_POS_EMBEDDING: /* GPT-2's wpe: nn.Embedding(num_positions, D) */
+            want_add(w, false, 2, l->p.num_positions, l->in.d[2], "%s.weight", l->name);
+            break;
+        case LAYER_LINEAR: /* nn.Linear's weight [out, in]; Hugging Face's Conv1D's [in, out] */
+            if (l->p.hf_conv1d)
+                want_add(w, l->p.tied_weights, 2, in, l->p.out_features, "%s.weight", l->name);
+            else
+                want_add(w, l->p.tied_weights, 2, l->p.out_features, in, "%s.weight", l->name);
             if (l->p.bias)
                 want_add(w, false, 1, l->p.out_features, 0, "%s.bias", l->name);
             break;
@@ -152,17 +158,25 @@ static bool ends_with(const char *s, const char *tail)
     return n >= k && strcmp(s + n - k, tail) == 0;
 }
 
-/* A tensor name met in a header or an index: one the layers hold (seen once), or a buffer
- * older checkpoints saved beside the weights (a rotary embedding's inv_freq; GPT-NeoX's
- * causal mask attention.bias and attention.masked_bias, which no layer holds: the layers
- * built have no attention.bias, their query_key_value and dense hold the biases). Returns
- * the want, NULL for a tolerated buffer, or fails. */
+/* A tensor name met in a header or an index: one the layers hold (seen once), the same
+ * saved by the base model without its prefix (GPT-2's h.0.ln_1.weight for
+ * transformer.h.0.ln_1.weight, as transformers loads it), or a buffer older checkpoints
+ * saved beside the weights (a rotary embedding's inv_freq; GPT-2's and GPT-NeoX's causal
+ * masks attn.bias, attention.bias and masked_bias, which no layer holds: the layers built
+ * have no such name, their projections hold the biases). Returns the want, NULL for a
+ * tolerated buffer, or fails. */
 static int match_name(check *c, const char *file, const char *name, want **out)
 {
+    static const char *const prefixes[] = {"model.", "transformer.", "gpt_neox.", NULL};
     *out = want_find(&c->w, name);
+    for (int k = 0; !*out && prefixes[k]; k++) {
+        char *full = xasprintf("%s%s", prefixes[k], name);
+        *out = want_find(&c->w, full);
+        free(full);
+    }
     if (!*out) {
-        if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, ".attention.masked_bias") ||
-            (ends_with(name, ".attention.bias") && strncmp(name, "gpt_neox.", 9) == 0))
+        if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, ".masked_bias") ||
+            ends_with(name, ".attention.bias") || ends_with(name, ".attn.bias"))
             return 0;
         return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
                              "config.json of another model, or a field of it not read)", name);

@@ -149,6 +149,10 @@ typedef struct layer_params {
     double rope_factor, low_freq_factor, high_freq_factor; /* rope: linear, llama3 */
     int64_t original_max_pos;    /* rope: llama3's original_max_position_embeddings */
     bool tied_weights;           /* linear: its weight is another layer's (not counted as parameters) */
+    bool hf_conv1d;              /* linear: Hugging Face's Conv1D (GPT-2): the same x W^T + b, the weight
+                                    stored [in_features, out_features] in a checkpoint */
+    int64_t num_positions;       /* pos_embedding: the table's rows (0: the tokens); token t reads row
+                                    kv_len + t (GPT-2's wpe) */
     int64_t num_experts, top_k;  /* moe: experts, and those each token goes to */
     int64_t ffn_dim;             /* moe: each expert's hidden units (intermediate_size) */
     int64_t routing;             /* moe: MOE_* */

@@ -11,6 +11,7 @@ static const layer_param_spec linear_params[] = {
     {"out_features", LP_INT, P_OFF(out_features), true, 1, NULL},
     {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
     {"tied_weights", LP_BOOL, P_OFF(tied_weights), false, 0, NULL},
+    {"hf_conv1d", LP_BOOL, P_OFF(hf_conv1d), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 

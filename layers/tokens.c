@@ -4,7 +4,8 @@
  * vision transformers: transpose (torch.transpose,
  * also what permute(0, 2, 1) does to [N, C, L]), class_token (a learned token put in
  * front of the sequence: torchvision's VisionTransformer.class_token, expanded and
- * concatenated), pos_embedding (a learned [1, S, D] added to every sample: its
+ * concatenated), pos_embedding (a learned [1, S, D] added to every sample, or rows
+ * kv_len to kv_len + S - 1 of a [num_positions, D] table: GPT-2's wpe; its
  * Encoder.pos_embedding) and select (x[:, i], which drops that dim). torch's transpose
  * and x[:, 0] are views that the next operation reads strided; layerbench copies, and
  * times the copy. */
@@ -380,33 +381,50 @@ const layer_desc layer_class_token_desc = {
 
 /* ---- pos_embedding ------------------------------------------------------------------------- */
 
+static const layer_param_spec pos_embedding_params[] = {
+    {"num_positions", LP_INT, P_OFF(num_positions), false, 0, NULL},
+    {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
+    {NULL, 0, 0, false, 0, NULL},
+};
+
 static int pos_embedding_infer(layer *l, char *err, size_t len)
 {
     if (need_tokens(l, err, len))
         return -1;
+    layer_params *p = &l->p;
+    int64_t s = l->in.d[1];
+    if (p->num_positions == 0 && p->kv_len == 0)
+        p->num_positions = s;
+    if (p->num_positions < s || p->kv_len > p->num_positions - s)
+        return kind_fail(err, len, "tokens %lld to %lld read rows past the table's num_positions %lld",
+                         (long long)p->kv_len, (long long)(p->kv_len + s - 1), (long long)p->num_positions);
     l->out = l->in;
     return 0;
 }
 
 static void pos_embedding_count(layer *l)
 {
-    l->n_weights = l->n_weight_floats = layer_count_mul(l->in.d[1], l->in.d[2]);
+    l->n_weights = l->n_weight_floats = layer_count_mul(l->p.num_positions, l->in.d[2]);
     l->macs = 0;
     l->flops = shape_numel(&l->out); /* one add per element */
-    kind_count_bytes(l);
+    /* the input, the output, and the table's rows the tokens read (all of it, unless a
+     * table of positions is longer than the tokens) */
+    int64_t rows = layer_count_mul(l->in.d[1], l->in.d[2]);
+    l->bytes = layer_count_mul(4, layer_count_add(layer_count_mul(2, shape_numel(&l->out)), rows));
 }
 
 static void pos_embedding_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
+    w += l->p.kv_len * l->in.d[2]; /* the rows of positions kv_len to kv_len + S - 1 */
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < sd; i++)
             out[b * sd + i] = in[b * sd + i] + w[i];
 }
 
 const layer_desc layer_pos_embedding_desc = {
-    .name = "pos_embedding", .n_inputs = 1, .params = none, .infer = pos_embedding_infer,
+    .name = "pos_embedding", .n_inputs = 1, .params = pos_embedding_params, .infer = pos_embedding_infer,
     .count = pos_embedding_count, .init_weights = token_init, .reference = pos_embedding_reference,
     .tolerance = 0.0,
 };

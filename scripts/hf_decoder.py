@@ -1,5 +1,5 @@
 """A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, GPT-NeoX,
-Gemma, Gemma 2, Gemma 3) in plain torch, module for
+Gemma, Gemma 2, Gemma 3, GPT-2) in plain torch, module for
 module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
 and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
 projections, and the layer's norms after attention and the MLP instead of before;
@@ -8,7 +8,8 @@ SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; Qwen3MoeForCau
 attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_only_layers pick; GPTNeoXForCausalLM, its
 own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual;
 GemmaForCausalLM for Gemma, Gemma 2 and Gemma 3 text, its own classes too: RMSNorm by 1 + weight,
-scaled embeddings, GeGLU, post-norms, query_pre_attn_scalar, soft-capping, sliding layers), built from a config.json: for scripts/torch_export.py
+scaled embeddings, GeGLU, post-norms, query_pre_attn_scalar, soft-capping, sliding layers;
+GPT2LMHeadModel with Conv1D and learned positions), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -549,9 +550,93 @@ class GemmaForCausalLM(nn.Module):
         return logits
 
 
+class Conv1D(nn.Module):
+    """Hugging Face's Conv1D (GPT-2): x @ weight + bias, the weight [nx, nf]."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(nx, nf).normal_(std=0.02))
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        e = d.get("n_embd", 768)
+        self.heads = d.get("n_head", 12)
+        self.head_dim = e // self.heads
+        self.scale = (self.head_dim ** -0.5 if d.get("scale_attn_weights", True) else 1.0) / \
+            (layer_idx + 1 if d.get("scale_attn_by_inverse_layer_idx", False) else 1)
+        self.c_attn, self.c_proj = Conv1D(3 * e, e), Conv1D(e, e)
+
+    def forward(self, x):
+        n, t, e = x.shape
+        q, k, v = (z.view(n, t, self.heads, self.head_dim).transpose(1, 2) for z in self.c_attn(x).split(e, dim=2))
+        w = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        i = torch.arange(t)
+        w = w.masked_fill(~(i[None, :] <= i[:, None]), -math.inf)
+        w = nn.functional.softmax(w, dim=-1)
+        return self.c_proj(torch.matmul(w, v).transpose(1, 2).reshape(n, t, e))
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        e = d.get("n_embd", 768)
+        inner = d.get("n_inner") or 4 * e
+        self.c_fc, self.c_proj = Conv1D(inner, e), Conv1D(e, inner)
+        self.act = nn.GELU(approximate="none" if d.get("activation_function", "gelu_new") == "gelu" else "tanh")
+
+    def forward(self, x):
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        e, eps = d.get("n_embd", 768), d.get("layer_norm_epsilon", 1e-5)
+        self.ln_1, self.attn = nn.LayerNorm(e, eps=eps), GPT2Attention(d, layer_idx)
+        self.ln_2, self.mlp = nn.LayerNorm(e, eps=eps), GPT2MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        e = d.get("n_embd", 768)
+        self.wte = nn.Embedding(d.get("vocab_size", 50257), e)
+        self.wpe = nn.Embedding(d.get("n_positions", 1024), e)
+        self.h = nn.ModuleList([GPT2Block(d, i) for i in range(d.get("n_layer", 12))])
+        self.ln_f = nn.LayerNorm(e, eps=d.get("layer_norm_epsilon", 1e-5))
+
+    def forward(self, input_ids):
+        x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1]))[None]
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x)
+
+
+class GPT2LMHeadModel(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.transformer = GPT2Model(d)
+        self.lm_head = nn.Linear(d.get("n_embd", 768), d.get("vocab_size", 50257), bias=False)
+        if d.get("tie_word_embeddings", True):
+            self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, input_ids):
+        return self.lm_head(self.transformer(input_ids))
+
+
 def from_config(path):
     """The model of a config.json (a file, or the folder holding it), random weights:
-    GPTNeoXForCausalLM for gpt_neox, GemmaForCausalLM for gemma, gemma2 and gemma3_text,
+    GPTNeoXForCausalLM for gpt_neox, GPT2LMHeadModel for gpt2, GemmaForCausalLM for gemma, gemma2 and gemma3_text,
     LlamaForCausalLM (and its variants) otherwise."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
@@ -559,6 +644,8 @@ def from_config(path):
         d = json.load(f)
     if d.get("model_type") == "gpt_neox":
         return GPTNeoXForCausalLM(d)
+    if d.get("model_type") == "gpt2":
+        return GPT2LMHeadModel(d)
     if d.get("model_type") in ("gemma", "gemma2", "gemma3_text"):
         return GemmaForCausalLM(d)
     return LlamaForCausalLM(Config(d))
@@ -594,6 +681,10 @@ def tiny_gpt_neox_serial():
 
 def tiny_qwen3_moe():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3_moe"))
+
+
+def tiny_gpt2():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt2"))
 
 
 def tiny_gemma():

@@ -90,9 +90,13 @@ def main():
                 print(f"export_torch_check: {name}: its module runs twice (one set of weights in torch, two in the "
                       f"export): not checkable end to end", file=sys.stderr)
                 return 2
-            off = 0
-            for t in tensors:
-                t.copy_(w[off:off + t.numel()].view(t.shape))
+            off, conv1d = 0, "hf_conv1d=true" in ptext.split()
+            for k, t in enumerate(tensors):
+                piece = w[off:off + t.numel()]
+                if conv1d and k == 0:  # Hugging Face's Conv1D keeps the linear's [out, in] weight as [in, out]
+                    t.copy_(piece.view(t.shape[1], t.shape[0]).t())
+                else:
+                    t.copy_(piece.view(t.shape))
                 off += t.numel()
                 placed.add(id(t))
         first = [r for r in rows if r[5].split(",")[0] == "0"]

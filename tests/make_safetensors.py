@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -42,9 +42,27 @@ def neox_tensors(cfg):
     return out
 
 
+def gpt2_tensors(cfg):
+    """GPT2LMHeadModel's: wte, wpe, per block LayerNorms and Conv1D weights [in, out] with
+    biases, ln_f; lm_head tied to wte."""
+    e, v, p = cfg.get("n_embd", 768), cfg.get("vocab_size", 50257), cfg.get("n_positions", 1024)
+    inner = cfg.get("n_inner") or 4 * e
+    out = [("transformer.wte.weight", [v, e]), ("transformer.wpe.weight", [p, e])]
+    for n in range(cfg.get("n_layer", 12)):
+        q = f"transformer.h.{n}"
+        for name, nx, nf in (("attn.c_attn", e, 3 * e), ("attn.c_proj", e, e), ("mlp.c_fc", e, inner),
+                             ("mlp.c_proj", inner, e)):
+            out += [(f"{q}.{name}.weight", [nx, nf]), (f"{q}.{name}.bias", [nf])]
+        for norm in ("ln_1", "ln_2"):
+            out += [(f"{q}.{norm}.weight", [e]), (f"{q}.{norm}.bias", [e])]
+    return out + [("transformer.ln_f.weight", [e]), ("transformer.ln_f.bias", [e])]
+
+
 def tensors(cfg):
     if cfg["model_type"] == "gpt_neox":
         return neox_tensors(cfg)
+    if cfg["model_type"] == "gpt2":
+        return gpt2_tensors(cfg)
     h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
     kv = cfg.get("num_key_value_heads", heads)

@@ -252,6 +252,7 @@ expect 0 "Totals: 30532122624 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-30
 expect 0 "Totals: 2506172416 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2b"
 expect 0 "Totals: 2614341888 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2-2b"
 expect 0 "Totals: 999885952 params" -- "$BENCH" list "$SRC/configs/hf/gemma-3-1b-it"
+expect 0 "Totals: 124439808 params" -- "$BENCH" list "$SRC/configs/hf/gpt2"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -337,6 +338,14 @@ sed 's/"hidden_activation": "gelu_pytorch_tanh",/"hidden_activation": "silu",/' 
 expect 2 "gact.json:7:3: hidden_activation: 'silu': only GELU \(GeGLU\) is built" -- "$BENCH" list "$T/gact.json"
 printf '{"model_type": "gemma3_text", "text_config": {"hidden_size": 8}}\n' >"$T/mm.json"
 expect 2 "mm.json:1:31: text_config: a multimodal config" -- "$BENCH" list "$T/mm.json"
+# GPT-2: learned positions (a pos_embedding of n_positions rows, read from the cache's
+# length on), Conv1D layers (hf_conv1d), scores scaled by 1/(layer + 1) where asked
+expect 0 "transformer.wpe +pos_embedding +1x1x48 +1x1x48 +960 .*num_positions=20 kv_len=9 .*transformer.h.2.attn.attn +attention .*scale=0.096225" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt2' --phase decode --kv-len 9 | tr '\n' ' '"
+expect 0 "88 passed, 0 failed.*dtype bf16.*88 passed, 0 failed" -- bash -c \
+  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+expect 2 "config.json:10:3: n_positions: 20 positions, but 1 tokens after 20 cached need 21" -- \
+  "$BENCH" list "$SRC/tests/data/hf/tiny-gpt2" --phase decode --kv-len 20
 # GPT-NeoX: per-head fused qkv, rope over a quarter of each head (reshape, slice, rope,
 # concat), LayerNorm, GELU; the parallel residual, or the serial one with full rope
 expect 0 "attention.q_rot +slice +1x5x4x16 +1x5x4x4 .*attention.rotary_q +rope +1x5x16 +1x5x16 .*attention.q_cat +concat" -- \
@@ -393,6 +402,12 @@ if command -v python3 >/dev/null; then
   ST tiny-olmo2 olmo2 && expect 0 "25 tensors match" -- "$BENCH" list "$T/st/olmo2" --tokens 8
   ST tiny-phi3 phi3 && expect 0 "15 tensors match" -- "$BENCH" list "$T/st/phi3" --tokens 8
   ST tiny-smollm3 smollm3 && expect 0 "29 tensors match" -- "$BENCH" list "$T/st/smollm3" --tokens 8
+  # GPT-2's Conv1D weights [in, out]; a tensor saved by the base model without "transformer."; its mask buffer
+  ST tiny-gpt2 gpt2 --drop transformer.h.0.ln_1.weight --add h.0.ln_1.weight=48 --add transformer.h.1.attn.bias=1,1,20,20 &&
+    expect 0 "40 tensors match" -- "$BENCH" list "$T/st/gpt2" --tokens 8
+  ST tiny-gpt2 gpt2t --reshape transformer.h.1.mlp.c_fc.weight=192,48 &&
+    expect 2 "'transformer.h.1.mlp.c_fc.weight' is \[192, 48\] in the checkpoint, but the layers built from config.json have \[48, 192\]" -- \
+    "$BENCH" list "$T/st/gpt2t" --tokens 8
   ST tiny-gemma gemma && expect 0 "20 tensors match" -- "$BENCH" list "$T/st/gemma" --tokens 8
   ST tiny-gemma2 gemma2 && expect 0 "35 tensors match" -- "$BENCH" list "$T/st/gemma2" --tokens 8
   ST tiny-gemma3 gemma3 && expect 0 "54 tensors match" -- "$BENCH" list "$T/st/gemma3" --tokens 8

@@ -66,6 +66,7 @@ static void none(layer_params *p) { (void)p; }
 static void emb_50(layer_params *p) { p->num_embeddings = 50; p->embedding_dim = 24; }
 static void emb_wide(layer_params *p) { p->num_embeddings = 7; p->embedding_dim = 3001; }
 static void rms_eps(layer_params *p) { p->eps = 1e-5; }
+static void wpe_cached(layer_params *p) { p->num_positions = 40; p->kv_len = 9; } /* GPT-2's wpe, rows 9 to 13 */
 static void rms_gemma(layer_params *p) { p->weight_offset = 1; } /* Gemma's RMSNorm: x / rms * (1 + weight) */
 static void rope_4x8(layer_params *p) { p->num_heads = 4; p->head_dim = 8; }
 static void rope_decode(layer_params *p) { p->num_heads = 2; p->head_dim = 6; p->kv_len = 4093; p->rope_theta = 500000.0; }
@@ -334,6 +335,7 @@ static const layer_case cases[] = {
     {"NCHW dims -1, -2, parallel", LAYER_TRANSPOSE, S4(2, 8, 45, 37), tr_neg},
     {"tokens", LAYER_CLASS_TOKEN, S3(2, 5, 7), none},
     {"tokens", LAYER_POS_EMBEDDING, S3(3, 5, 7), none},
+    {"a table of 40 positions, 9 cached", LAYER_POS_EMBEDDING, S3(3, 5, 7), wpe_cached},
     {"x[:, 0]", LAYER_SELECT, S3(2, 5, 7), sel_0},
     {"x[:, -1]", LAYER_SELECT, S3(3, 4, 6), sel_last},
     {"NCHW dim 2", LAYER_SELECT, S4(2, 3, 5, 4), sel_h},

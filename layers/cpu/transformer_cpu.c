@@ -340,6 +340,7 @@ static void pos_embedding_run(void *env, const layer *l, void *state, const void
     (void)env, (void)state;
     const float *in = ins[0];
     int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2];
+    w += l->p.kv_len * l->in.d[2]; /* the rows of positions kv_len to kv_len + S - 1 */
     CPU_OMP_IF(n * sd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t b = 0; b < n; b++)
             cpu_add_span(in + b * sd, w, out + b * sd, sd););

@@ -230,7 +230,8 @@ static void pos_embedding_run(void *ctx, const layer *l_, void *state, const voi
     (void)l_, (void)w_;
     plain_cuda *p = state;
     const layer *l = p->l;
-    CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], p->w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
+    const float *w = p->w + l->p.kv_len * l->in.d[2]; /* rows kv_len to kv_len + S - 1 */
+    CUDA_OK(env, cuda_add_periodic_launch(env->stream, ins[0], w, out, shape_numel(&l->in), l->in.d[1] * l->in.d[2]));
 }
 
 static void class_token_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_,
