@@ -157,6 +157,7 @@ typedef struct layer_params {
     int64_t ffn_dim;             /* moe: each expert's hidden units (intermediate_size) */
     int64_t routing;             /* moe: MOE_* */
     int64_t expert_names;        /* moe: MOE_NAMES_*, how a checkpoint names each expert's weights */
+    bool normalize;              /* moe: the top_k probabilities renormalised to sum 1 (Qwen's norm_topk_prob) */
     int64_t mean_dims[2];        /* mean: the dims averaged, one (both the same) or two next to each other */
     bool keepdim;                /* mean: they stay, as size 1 */
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */

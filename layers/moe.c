@@ -4,7 +4,8 @@
  *
  * Inputs: the hidden states x [..., H] and the router's logits [..., E], the same rows.
  * Per row (token): the softmax of its logits (in fp32), top_k experts, their
- * probabilities renormalised to sum to 1 (Mixtral's routing_weights /= sum); the output
+ * probabilities renormalised to sum to 1 (Mixtral's routing_weights /= sum; normalize:
+ * false keeps them as the softmax gives them, Qwen's norm_topk_prob false); the output
  * is the sum over those experts of probability * w2(silu(w1 x) * w3 x), each expert a
  * SwiGLU MLP with Mixtral's names: w1 (gate) [F, H], w3 (up) [F, H], w2 (down) [H, F], no
  * biases. Weights: expert 0's w1, w2, w3, then expert 1's, ... (E * 3 * H * F).
@@ -41,10 +42,15 @@ static const layer_param_spec moe_params[] = {
     {"routing", LP_ENUM, P_OFF(routing), false, 0, moe_routings},
     {"load_skew", LP_FLOAT, P_OFF(load_skew), false, 0, NULL},
     {"expert_names", LP_ENUM, P_OFF(expert_names), false, 0, moe_expert_names},
+    {"normalize", LP_BOOL, P_OFF(normalize), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
-static void moe_defaults(layer_params *p) { p->top_k = 2; }
+static void moe_defaults(layer_params *p)
+{
+    p->top_k = 2;
+    p->normalize = true;
+}
 
 static int moe_infer(layer *l, char *err, size_t len)
 {
@@ -147,8 +153,8 @@ void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int6
 
 /* FLOPs per token and expert: w1, w3 and w2 (2 per MAC each), silu (5) and the multiply
  * per hidden unit; per slot the weighted sum into the output (2 per element); per token
- * the softmax over the logits (5 per logit, as softmax) and the renormalisation (2 per
- * expert taken). Bytes: the inputs, the output, and the weights of the experts that run. */
+ * the softmax over the logits (5 per logit, as softmax) and, with normalize, the
+ * renormalisation (2 per expert taken). Bytes: the inputs, the output, and the weights of the experts that run. */
 static void moe_count(layer *l)
 {
     const layer_params *p = &l->p;
@@ -166,7 +172,7 @@ static void moe_count(layer *l)
     l->macs = layer_count_mul(slots, per_expert);
     int64_t act = layer_count_mul(slots, layer_count_mul(6, f));
     int64_t combine = layer_count_mul(slots, 2 * h), route = layer_count_add(layer_count_mul(rows, 5 * e_n),
-                                                                            layer_count_mul(slots, 2));
+                                                                            layer_count_mul(slots, p->normalize ? 2 : 0));
     l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs), act), layer_count_add(combine, route));
     int64_t io = layer_count_add(layer_count_mul(2, shape_numel(&l->in)), shape_numel(&l->ins[1]));
     l->bytes = layer_count_mul(4, layer_count_add(io, layer_count_mul(active, per_expert)));
@@ -194,7 +200,7 @@ void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, d
         sum += exp((double)logits[e] - top);
     for (int64_t j = 0; j < k; j++)
         taken += gate[j] = exp((double)logits[pick[j]] - top) / sum;
-    for (int64_t j = 0; j < k; j++)
+    for (int64_t j = 0; j < k && l->p.normalize; j++)
         gate[j] /= taken;
 }
 

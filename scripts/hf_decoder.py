@@ -1,11 +1,11 @@
-"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, GPT-NeoX,
-Gemma, Gemma 2, Gemma 3, GPT-2) in plain torch, module for
-module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
+"""A Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3,
+OLMo 2, Phi-3, GPT-NeoX, Gemma, Gemma 2, Gemma 3, GPT-2) in plain torch, module for module as transformers writes LlamaForCausalLM (Qwen3ForCausalLM: RMSNorm of each head of q
 and k, q_norm and k_norm, before rope; Olmo2ForCausalLM: RMSNorm of the whole q and k
 projections, and the layer's norms after attention and the MLP instead of before;
 Phi3ForCausalLM: one qkv_proj cut into q, k and v, one gate_up_proj cut into gate and up;
 SmolLM3ForCausalLM: no rope in the layers no_rope_layers marks 0; Qwen3MoeForCausalLM: Qwen3's
-attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_only_layers pick; GPTNeoXForCausalLM, its
+attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_only_layers pick
+(Qwen2MoeForCausalLM's with its gated shared expert; OlmoeForCausalLM's with OLMo 2's q/k norms); GPTNeoXForCausalLM, its
 own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual;
 GemmaForCausalLM for Gemma, Gemma 2 and Gemma 3 text, its own classes too: RMSNorm by 1 + weight,
 scaled embeddings, GeGLU, post-norms, query_pre_attn_scalar, soft-capping, sliding layers;
@@ -45,17 +45,20 @@ class Config:
         self.rms_norm_eps = d.get("rms_norm_eps", 1e-6)
         self.rope_theta = d.get("rope_theta", 10000.0)
         self.tie_word_embeddings = d.get("tie_word_embeddings", False)
-        qwen2 = d.get("model_type") == "qwen2"
+        qwen2 = d.get("model_type") in ("qwen2", "qwen2_moe")
         self.qk_norm = d.get("model_type") == "qwen3"
         self.olmo2 = d.get("model_type") == "olmo2"  # norms after attention and the MLP; q/k norms over the projections
         self.phi3 = d.get("model_type") == "phi3"  # fused qkv_proj and gate_up_proj
         self.qk_norm = self.qk_norm or d.get("model_type") == "qwen3_moe"
-        # Qwen3-MoE: a router and experts in the layers decoder_sparse_step and mlp_only_layers pick
-        self.sparse = [d.get("model_type") == "qwen3_moe" and d.get("num_experts", 0) > 0 and
+        self.qk_full = self.olmo2 or d.get("model_type") == "olmoe"  # q/k norms over the whole projections
+        # Qwen2-MoE, Qwen3-MoE, OLMoE: a router and experts in the layers decoder_sparse_step and
+        # mlp_only_layers pick (Qwen2-MoE's with a shared expert)
+        self.sparse = [d.get("model_type") in ("qwen2_moe", "qwen3_moe", "olmoe") and d.get("num_experts", 0) > 0 and
                        j not in d.get("mlp_only_layers", []) and (j + 1) % d.get("decoder_sparse_step", 1) == 0
                        for j in range(d["num_hidden_layers"])]
         self.num_experts, self.top_k = d.get("num_experts", 0), d.get("num_experts_per_tok", 0)
-        self.moe_intermediate_size = d.get("moe_intermediate_size", 0)
+        self.moe_intermediate_size = d.get("moe_intermediate_size", d["intermediate_size"])
+        self.shared_expert_intermediate_size = d.get("shared_expert_intermediate_size", 0)
         self.norm_topk_prob = d.get("norm_topk_prob", False)
         n = self.num_hidden_layers
         self.use_rope = [1] * n
@@ -144,7 +147,7 @@ class LlamaAttention(nn.Module):
         if config.qk_norm:  # Qwen3Attention: RMSNorm over each head's head_dim
             self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        if config.olmo2:  # Olmo2Attention: RMSNorm over the whole q and k projections
+        if config.qk_full:  # Olmo2Attention, OlmoeAttention: RMSNorm over the whole q and k projections
             self.q_norm = LlamaRMSNorm(self.num_heads * self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = LlamaRMSNorm(self.num_key_value_heads * self.head_dim, eps=config.rms_norm_eps)
 
@@ -158,7 +161,7 @@ class LlamaAttention(nn.Module):
         else:
             query_states, key_states = self.q_proj(hidden_states), self.k_proj(hidden_states)
             values = self.v_proj(hidden_states)
-        if self.config.olmo2:
+        if self.config.qk_full:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         query_states, key_states = query_states.view(hidden_shape), key_states.view(hidden_shape)
         if self.config.qk_norm:
@@ -221,6 +224,9 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
         self.experts = nn.ModuleList([Qwen3MoeMLP(config.hidden_size, config.moe_intermediate_size)
                                       for _ in range(config.num_experts)])
+        if config.shared_expert_intermediate_size:  # Qwen2MoeSparseMoeBlock
+            self.shared_expert = Qwen3MoeMLP(config.hidden_size, config.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 
     def forward(self, hidden_states):
         shape = hidden_states.shape
@@ -235,6 +241,8 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
             rows, slot = torch.where(selected == e)
             if rows.numel():
                 out.index_add_(0, rows, expert(x[rows]) * routing_weights[rows, slot, None])
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out.reshape(shape)
 
 
@@ -697,6 +705,14 @@ def tiny_gemma2():
 
 def tiny_gemma3():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gemma3"))
+
+
+def tiny_qwen2_moe():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen2_moe"))
+
+
+def tiny_olmoe():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-olmoe"))
 
 
 def tiny_smollm3():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, Qwen3-MoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -68,7 +68,7 @@ def tensors(cfg):
     kv = cfg.get("num_key_value_heads", heads)
     gemma = cfg["model_type"] in ("gemma", "gemma2", "gemma3_text")
     d = cfg.get("head_dim") or (256 if gemma else h // heads)
-    qwen2 = cfg["model_type"] == "qwen2"
+    qwen2 = cfg["model_type"] in ("qwen2", "qwen2_moe")
     qkv_bias = qwen2 or cfg.get("attention_bias", False)
     o_bias = cfg.get("attention_bias", False) and not qwen2
     out = [("model.embed_tokens.weight", [v, h])]
@@ -86,20 +86,24 @@ def tensors(cfg):
                 out.append((f"{p}.self_attn.{name}.bias", [rows]))
         if cfg["model_type"] in ("qwen3", "qwen3_moe", "gemma3_text"):
             out += [(f"{p}.self_attn.q_norm.weight", [d]), (f"{p}.self_attn.k_norm.weight", [d])]
-        if olmo2:  # over the whole projections
+        if olmo2 or cfg["model_type"] == "olmoe":  # over the whole projections
             out += [(f"{p}.self_attn.q_norm.weight", [heads * d]), (f"{p}.self_attn.k_norm.weight", [kv * d])]
         out.append((f"{p}.self_attn.o_proj.weight", [h, heads * d]))
         if o_bias:
             out.append((f"{p}.self_attn.o_proj.bias", [h]))
         out.append((f"{p}.post_attention_layernorm.weight", [h]))
-        sparse = cfg["model_type"] == "qwen3_moe" and cfg.get("num_experts", 0) > 0 and \
+        sparse = cfg["model_type"] in ("qwen2_moe", "qwen3_moe", "olmoe") and cfg.get("num_experts", 0) > 0 and \
             n not in cfg.get("mlp_only_layers", []) and (n + 1) % cfg.get("decoder_sparse_step", 1) == 0
-        if sparse:  # Qwen3MoeSparseMoeBlock
-            e, f = cfg["num_experts"], cfg["moe_intermediate_size"]
+        if sparse:  # the SparseMoeBlocks of Qwen2-MoE, Qwen3-MoE, OLMoE
+            e, f = cfg["num_experts"], cfg.get("moe_intermediate_size", i)
             out.append((f"{p}.mlp.gate.weight", [e, h]))
             for k in range(e):
                 q = f"{p}.mlp.experts.{k}"
                 out += [(f"{q}.gate_proj.weight", [f, h]), (f"{q}.up_proj.weight", [f, h]), (f"{q}.down_proj.weight", [h, f])]
+            if cfg["model_type"] == "qwen2_moe":  # its shared expert and the gate's one output
+                g, q = cfg["shared_expert_intermediate_size"], f"{p}.mlp.shared_expert"
+                out += [(f"{q}.gate_proj.weight", [g, h]), (f"{q}.up_proj.weight", [g, h]), (f"{q}.down_proj.weight", [h, g]),
+                        (f"{p}.mlp.shared_expert_gate.weight", [1, h])]
         elif cfg["model_type"] == "mixtral":
             e = cfg["num_local_experts"]
             out.append((f"{p}.block_sparse_moe.gate.weight", [e, h]))

@@ -253,6 +253,8 @@ expect 0 "Totals: 2506172416 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2b"
 expect 0 "Totals: 2614341888 params" -- "$BENCH" list "$SRC/configs/hf/gemma-2-2b"
 expect 0 "Totals: 999885952 params" -- "$BENCH" list "$SRC/configs/hf/gemma-3-1b-it"
 expect 0 "Totals: 124439808 params" -- "$BENCH" list "$SRC/configs/hf/gpt2"
+expect 0 "Totals: 14315784192 params" -- "$BENCH" list "$SRC/configs/hf/Qwen1.5-MoE-A2.7B"
+expect 0 "Totals: 6919161856 params" -- "$BENCH" list "$SRC/configs/hf/OLMoE-1B-7B-0924"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
@@ -322,7 +324,19 @@ expect 0 "layers.0.mlp.experts +moe .*expert_names=gate_up_down.*layers.1.mlp.do
 expect 0 "128 passed, 0 failed.*dtype bf16.*128 passed, 0 failed" -- bash -c \
   "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3_moe' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
 sed 's/"norm_topk_prob": true/"norm_topk_prob": false/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/ntp.json"
-expect 2 "ntp.json:13:3: norm_topk_prob: top-k probabilities used as the softmax gives them are not built" -- "$BENCH" list "$T/ntp.json"
+expect 0 "layers.0.mlp.experts +moe .*normalize=false" -- "$BENCH" list "$T/ntp.json" --tokens 2
+# Qwen2-MoE: experts every decoder_sparse_step-th layer, with a shared expert behind a sigmoid
+# gate; OLMoE: the whole q and k projections normalised, experts not renormalised
+expect 0 "layers.0.mlp.down_proj +linear .*layers.1.mlp.experts +moe .*normalize=false.*layers.1.mlp.shared_gate +sigmoid +1x3x1 .*layers.1.mlp.moe_out +add" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-qwen2_moe' --tokens 3 | tr '\n' ' '"
+expect 0 "layers.0.self_attn.k_norm +rmsnorm +1x3x16 +1x3x16 +16 .*layers.0.mlp.experts +moe .*top_k=3 ffn_dim=24 expert_names=gate_up_down normalize=false" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-olmoe' --tokens 3 | tr '\n' ' '"
+for m in "qwen2_moe 84" "olmoe 68"; do
+  expect 0 "${m#* } passed, 0 failed.*dtype bf16.*${m#* } passed, 0 failed" -- bash -c \
+    "'$BENCH' check '$SRC/tests/data/hf/tiny-${m% *}' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
+done
+sed 's/"clip_qkv": null/"clip_qkv": 8.0/' "$SRC/tests/data/hf/tiny-olmoe/config.json" >"$T/olmoe_clip.json"
+expect 2 "olmoe_clip.json:4:3: clip_qkv: clipping q, k and v \(OLMo's clip_qkv\) is not built" -- "$BENCH" list "$T/olmoe_clip.json"
 # Gemma 1 to 3: RMSNorm by 1 + weight, scaled embeddings, GeGLU; Gemma 2's soft-capping
 # (attention scores, and the logits by scale_shift, tanh, scale_shift), query_pre_attn_scalar
 # and every other layer sliding; Gemma 3's q/k norms and local rope in its sliding layers
@@ -367,11 +381,11 @@ expect 2 "config.json:6:3: max_position_embeddings: 64 positions, but 1 tokens a
   "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --phase decode --kv-len 64
 mkdir -p "$T/hf"
 printf '{"model_type": "llama", "hidden_size": 8,\n "num_local_experts": 8}\n' >"$T/hf/llama_moe.json"
-expect 2 "llama_moe.json:2:2: num_local_experts: Mixtral's field; llama is built without experts \(mixtral reads num_local_experts, qwen3_moe num_experts\)" -- \
+expect 2 "llama_moe.json:2:2: num_local_experts: Mixtral's field; llama is built without experts \(mixtral reads num_local_experts; qwen2_moe, qwen3_moe and olmoe num_experts\)" -- \
   "$BENCH" list "$T/hf/llama_moe.json"
 # Qwen3-MoE relabelled as mixtral: its num_experts is named, not called mixtral's
 sed 's/"model_type": "qwen3_moe"/"model_type": "mixtral"/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/hf/relabel.json"
-expect 2 "relabel.json:15:3: num_experts: Qwen-MoE's field; mixtral is built without experts" -- "$BENCH" list "$T/hf/relabel.json"
+expect 2 "relabel.json:15:3: num_experts: the MoE families' field; mixtral is built without experts" -- "$BENCH" list "$T/hf/relabel.json"
 grep -v num_experts_per_tok "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/notopk.json"
 expect 2 "notopk.json:1:1: num_experts_per_tok: missing" -- "$BENCH" list "$T/hf/notopk.json"
 sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 7/' "$SRC/tests/data/hf/tiny-mixtral/config.json" >"$T/hf/topk.json"
@@ -412,6 +426,8 @@ if command -v python3 >/dev/null; then
   ST tiny-gemma2 gemma2 && expect 0 "35 tensors match" -- "$BENCH" list "$T/st/gemma2" --tokens 8
   ST tiny-gemma3 gemma3 && expect 0 "54 tensors match" -- "$BENCH" list "$T/st/gemma3" --tokens 8
   ST tiny-qwen3_moe q3moe && expect 0 "68 tensors match" -- "$BENCH" list "$T/st/q3moe" --tokens 8
+  ST tiny-qwen2_moe q2moe && expect 0 "44 tensors match" -- "$BENCH" list "$T/st/q2moe" --tokens 8
+  ST tiny-olmoe olmoe && expect 0 "57 tensors match" -- "$BENCH" list "$T/st/olmoe" --tokens 8
   # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
   ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&
     expect 0 "28 tensors match" -- "$BENCH" list "$T/st/neox" --tokens 8

@@ -95,6 +95,7 @@ static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_
 static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
 static void moe_all(layer_params *p) { p->num_experts = 4; p->top_k = 4; p->ffn_dim = 9; p->routing = MOE_ROUTER; }
+static void moe_raw(layer_params *p) { moe_router(p); p->normalize = false; } /* Qwen's norm_topk_prob false */
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
 static void mp_2s2(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); }
@@ -363,6 +364,7 @@ static const layer_case cases[] = {
     {"decode, 2 heads of 256, 20 cached", LAYER_ATTENTION, S3(1, 1, 512), attn_d256, MORE(S3(1, 1, 512), S3(1, 1, 512))},
     {"8 experts, top 2, uniform", LAYER_MOE, S3(2, 7, 24), moe_8x2, MORE(S3(2, 7, 8))},
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
+    {"router, top 3 of 5, not renormalised", LAYER_MOE, S3(2, 3, 20), moe_raw, MORE(S3(2, 3, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
     {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
     {"[2, 3] of NCHW (MNASNet)", LAYER_MEAN, S4(2, 5, 7, 9), mean_hw},
@@ -630,7 +632,7 @@ static void test_moe_routing(void)
     shape_t ins[2] = {S2(2, 4), S2(2, 5)};
     memset(&l, 0, sizeof l);
     l.kind = LAYER_MOE, l.ins = ins, l.in = ins[0];
-    l.p.num_experts = 5, l.p.top_k = 2, l.p.routing = MOE_ROUTER, l.p.ffn_dim = 3;
+    l.p.num_experts = 5, l.p.top_k = 2, l.p.routing = MOE_ROUTER, l.p.ffn_dim = 3, l.p.normalize = true;
     const float logits[10] = {0.1f, 0.9f, -2, 0.9f, 0.3f, 5, -1, 4, 4, 7};
     int64_t pick[4], count[5];
     layer_moe_route(&l, logits, pick, count);
@@ -639,6 +641,12 @@ static void test_moe_routing(void)
     double gate[2];
     layer_moe_gates(&l, logits + 5, pick + 2, gate);
     EXPECT(fabs(gate[0] - 1 / (1 + exp(-2.0))) < 1e-12 && fabs(gate[0] + gate[1] - 1) < 1e-12, "gates %g %g", gate[0],
+           gate[1]);
+    /* not renormalised: the softmax's own probabilities, e^7 / (e^5 + e^-1 + 2 e^4 + e^7) */
+    l.p.normalize = false;
+    layer_moe_gates(&l, logits + 5, pick + 2, gate);
+    double z = exp(5.0) + exp(-1.0) + 2 * exp(4.0) + exp(7.0);
+    EXPECT(fabs(gate[0] - exp(7.0) / z) < 1e-12 && fabs(gate[1] - exp(5.0) / z) < 1e-12, "raw gates %g %g", gate[0],
            gate[1]);
 }
 

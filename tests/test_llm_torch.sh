@@ -10,7 +10,8 @@
 # then a two-layer Mixtral from its config.json (the mixture-of-experts block as
 # MixtralSparseMoeBlock computes it, 128 tokens) and the moe kind's three routings; then
 # tiny config.json files end to end against scripts/hf_decoder.py: Llama, Qwen2, Qwen3,
-# Qwen3-MoE (routed by its router's top-k), SmolLM3 (a layer without rope), OLMo 2,
+# Qwen2-MoE (a shared expert), Qwen3-MoE and OLMoE (routed by the router's top-k, renormalised
+# or not), SmolLM3 (a layer without rope), OLMo 2,
 # Phi-3 (its window shorter than the tokens), GPT-NeoX (parallel and serial residual,
 # partial and full rope), Gemma 1 to 3 (soft-capping, windows, local rope) and GPT-2
 # (Conv1D, learned positions, scores scaled by layer).
@@ -40,7 +41,7 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 qwen3_moe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2; do
+for m in llama qwen2 qwen3 qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&
