@@ -576,7 +576,8 @@ static int add_value(ctx *c, const json_t *v, const yaml_node_t *from)
 
 static bool is_directive(const char *k)
 {
-    return k && (!strcmp(k, "each") || !strcmp(k, "count") || !strcmp(k, "when") || !strcmp(k, "with"));
+    return k && (!strcmp(k, "each") || !strcmp(k, "count") || !strcmp(k, "when") || !strcmp(k, "with") ||
+                 !strcmp(k, "let"));
 }
 
 static int expand(ctx *c, const yaml_node_t *t);
@@ -643,15 +644,43 @@ static int expand_mapping(ctx *c, const yaml_node_t *t)
     return map;
 }
 
+/* An item's let: its names bound, in order, for this repetition (a later one may read an
+ * earlier one); a name the description or the config.json already has is an error. Returns
+ * -1 after an error. */
+static int bind_lets(ctx *c, const yaml_node_t *let)
+{
+    if (!let)
+        return 0;
+    if (let->type != YAML_MAPPING_NODE)
+        return family_fail(c, let, "let: expected a mapping of names to expressions"), -1;
+    for (yaml_node_pair_t *p = let->data.mapping.pairs.start; p < let->data.mapping.pairs.top; p++) {
+        const char *name = scalar(node(c->f, p->key));
+        if (!name || json_object_get(c->vars, name) || json_object_get(c->locals, name))
+            return family_fail(c, node(c->f, p->key), "let: '%s' is already a name here", name ? name : ""), -1;
+        json_t *v = expression(c, node(c->f, p->value));
+        if (!v)
+            return -1;
+        json_object_set_new(c->locals, name, v);
+    }
+    return 0;
+}
+
+static void unbind_lets(ctx *c, const yaml_node_t *let)
+{
+    for (yaml_node_pair_t *p = let && let->type == YAML_MAPPING_NODE ? let->data.mapping.pairs.start : NULL;
+         p && p < let->data.mapping.pairs.top; p++)
+        json_object_del(c->locals, scalar(node(c->f, p->key)));
+}
+
 /* A list of layers: each item as many times as its each/count say (its variable bound in
- * turn), where its when holds. */
+ * turn, then its let), where its when holds. */
 static int expand_sequence(ctx *c, const yaml_node_t *t)
 {
     int seq = mark(c, yaml_document_add_sequence(c->out, NULL, YAML_BLOCK_SEQUENCE_STYLE), t);
     for (yaml_node_item_t *it = t->data.sequence.items.start; it < t->data.sequence.items.top; it++) {
         const yaml_node_t *item = node(c->f, *it);
         const yaml_node_t *each = map_get(c->f, item, "each"), *count = map_get(c->f, item, "count"),
-                          *when = map_get(c->f, item, "when");
+                          *when = map_get(c->f, item, "when"), *let = map_get(c->f, item, "let");
         long long n = 1;
         if ((each != NULL) != (count != NULL))
             return family_fail(c, item, "each: and count: go together (each: a name, count: how many)"), 0;
@@ -668,6 +697,8 @@ static int expand_sequence(ctx *c, const yaml_node_t *t)
         for (long long i = 0; i < n; i++) {
             if (each)
                 json_object_set_new(c->locals, scalar(each), json_integer(i));
+            if (bind_lets(c, let))
+                return 0;
             bool keep = true;
             if (when) {
                 json_t *w = expression(c, when);
@@ -676,12 +707,12 @@ static int expand_sequence(ctx *c, const yaml_node_t *t)
                 keep = hf_expr_truthy(w);
                 json_decref(w);
             }
-            if (!keep)
-                continue;
-            int id = expand(c, item);
+            int id = keep ? expand(c, item) : -1;
+            unbind_lets(c, let);
             if (!id)
                 return 0;
-            yaml_document_append_sequence_item(c->out, seq, id);
+            if (keep)
+                yaml_document_append_sequence_item(c->out, seq, id);
         }
         if (each)
             json_object_del(c->locals, scalar(each));

@@ -273,9 +273,11 @@ expect 0 "36 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/hf/tiny-qwen2"
 "$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5 --csv - >"$T/q3.json.csv" 2>&1
 expect 0 "^ok$" -- bash -c "'$BENCH' list '$T/q3.yaml' --csv - | cmp - '$T/q3.json.csv' && echo ok"
 mkdir -p "$T/fam"
-printf 'family: two\nmodel_type: [two_linear]\nfields:\n  hidden_size: {type: int, min: 1}\n  width: {type: int, min: 1, default: "hidden_size * 2"}\nlayers:\n  - {kind: embedding, name: embed, num_embeddings: 10, embedding_dim: "${hidden_size}"}\n  - {kind: linear, name: "fc${i}", each: i, count: 2, out_features: "${width}"}\n' >"$T/fam/two.yaml"
+printf 'family: two\nmodel_type: [two_linear]\nfields:\n  hidden_size: {type: int, min: 1}\n  width: {type: int, min: 1, default: "hidden_size * 2"}\nlayers:\n  - {kind: embedding, name: embed, num_embeddings: 10, embedding_dim: "${hidden_size}"}\n  - {kind: linear, name: "fc${i}", each: i, count: 2, let: {w: "width if i == 0 else width // 2"}, out_features: "${w}"}\n' >"$T/fam/two.yaml"
 printf '{"model_type": "two_linear", "hidden_size": 4}\n' >"$T/two.json"
-expect 0 "Totals: 152 params" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
+expect 0 "Totals: 116 params" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
+sed 's/let: {w:/let: {hidden_size:/' "$T/fam/two.yaml" >"$T/fam2.yaml" && mkdir -p "$T/fam2" && mv "$T/fam2.yaml" "$T/fam2/two.yaml"
+expect 2 "fam2/two.yaml:8:.*let: 'hidden_size' is already a name here" -- env LAYERBENCH_HF_FAMILIES="$T/fam2" "$BENCH" list "$T/two.json" --tokens 3
 expect 2 "two.json:1:2: model_type: 'two_linear' is not built \(layerbench reads .*llama, .*\)" -- "$BENCH" list "$T/two.json"
 printf '{"model_type": "two_linear", "hidden_size": 0}\n' >"$T/two0.json"
 expect 2 "two0.json:1:30: hidden_size: expected at least 1, got 0" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two0.json" --tokens 3
