@@ -14,36 +14,30 @@
 #include <unistd.h>
 
 /* Streams the events once before loading the tree: nesting deeper than CFG_MAX_DEPTH
- * is refused as soon as it is seen (libyaml's scanner slows down quadratically with
+ * is found as soon as it is seen (libyaml's scanner slows down quadratically with
  * depth, so a hostile file must not reach the loader). Syntax errors are left to the
  * loader, which reports them. */
-static int check_depth(cfg_ctx *c, const char *text, size_t len)
+bool cfg_yaml_too_deep(const char *text, size_t len, yaml_mark_t *at)
 {
     yaml_parser_t p;
     yaml_event_t ev;
-    int depth = 0, rc = 0;
+    int depth = 0;
+    bool deep = false;
     if (!yaml_parser_initialize(&p))
-        return 0;
+        return false;
     yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    for (;;) {
-        if (!yaml_parser_parse(&p, &ev))
-            break;
+    while (!deep && yaml_parser_parse(&p, &ev)) {
         yaml_event_type_t t = ev.type;
-        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
-            if (++depth > CFG_MAX_DEPTH) {
-                rc = cfg_fail_at(c, ev.start_mark, "nesting is deeper than %d levels", CFG_MAX_DEPTH);
-                yaml_event_delete(&ev);
-                break;
-            }
-        } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT)
+            deep = ++depth > CFG_MAX_DEPTH, *at = ev.start_mark;
+        else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT)
             depth--;
-        }
         yaml_event_delete(&ev);
         if (t == YAML_STREAM_END_EVENT)
             break;
     }
     yaml_parser_delete(&p);
-    return rc;
+    return deep;
 }
 
 static void mark_of_offset(const char *text, size_t offset, yaml_mark_t *mark)
@@ -132,8 +126,11 @@ bench_status cfg_load_built(const char *path, const char *text, size_t len, int6
     }
     bench_status st = BENCH_ERR_USAGE;
     yaml_document_t doc;
-    if (check_depth(&c, text, len))
+    yaml_mark_t deep;
+    if (cfg_yaml_too_deep(text, len, &deep)) {
+        cfg_fail_at(&c, deep, "nesting is deeper than %d levels", CFG_MAX_DEPTH);
         goto out_parser;
+    }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, &doc)) {
         yaml_mark_t mark = parser.problem_mark;

@@ -2,6 +2,7 @@
 #include "cfg_family.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,13 @@ static char load_error[1200];
 static void family_add(const char *path, const char *text, size_t len)
 {
     yaml_parser_t p;
+    yaml_mark_t deep;
+    if (cfg_yaml_too_deep(text, len, &deep)) { /* before libyaml's loader, slow on deep nesting */
+        if (!*load_error)
+            snprintf(load_error, sizeof load_error, "%s:%zu:%zu: nesting is deeper than %d levels", path,
+                     deep.line + 1, deep.column + 1, CFG_MAX_DEPTH);
+        return;
+    }
     family f = {.path = xstrdup(path)};
     if (!yaml_parser_initialize(&p)) {
         free(f.path);
@@ -73,8 +81,15 @@ static void family_add(const char *path, const char *text, size_t len)
     families[n_families++] = f;
 }
 
-/* LAYERBENCH_HF_FAMILIES's files first (a user's own, or a change to one built in), then
- * the built-in ones; loaded once. */
+static int is_yaml(const struct dirent *e)
+{
+    size_t n = strlen(e->d_name);
+    return n > 5 && strcmp(e->d_name + n - 5, ".yaml") == 0;
+}
+
+/* LAYERBENCH_HF_FAMILIES's files first, in name order (a user's own, or a change to one
+ * built in: the first file that builds a model_type is the one used), then the built-in
+ * ones; loaded once. */
 static void families_load(void)
 {
     static bool done;
@@ -82,15 +97,12 @@ static void families_load(void)
         return;
     done = true;
     const char *dir = getenv("LAYERBENCH_HF_FAMILIES");
-    DIR *d = dir && *dir ? opendir(dir) : NULL;
-    if (dir && *dir && !d)
+    struct dirent **names = NULL;
+    int n = dir && *dir ? scandir(dir, &names, is_yaml, alphasort) : 0;
+    if (n < 0)
         snprintf(load_error, sizeof load_error, "LAYERBENCH_HF_FAMILIES='%.300s': not a folder that can be read", dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 5, ".yaml") != 0)
-            continue;
-        char *path = xasprintf("%s/%s", dir, e->d_name), err[1200];
+    for (int i = 0; i < n; i++) {
+        char *path = xasprintf("%s/%s", dir, names[i]->d_name), err[1200];
         strbuf text = {0};
         if (fileio_read(path, FAMILY_MAX_BYTES, FILEIO_TEXT, "LAYERBENCH_HF_FAMILIES", &text, NULL, err, sizeof err) == BENCH_OK)
             family_add(path, text.data, text.len);
@@ -98,9 +110,9 @@ static void families_load(void)
             snprintf(load_error, sizeof load_error, "%s", err);
         strbuf_free(&text);
         free(path);
+        free(names[i]);
     }
-    if (d)
-        closedir(d);
+    free(names);
     for (const hf_family_file *f = hf_families; f->path; f++)
         family_add(f->path, f->text, strlen(f->text));
 }
@@ -175,6 +187,7 @@ typedef struct ctx {
     bool failed;
 } ctx;
 
+
 static json_t *lookup(void *user, const char *name)
 {
     ctx *c = user;
@@ -218,8 +231,9 @@ static json_t *literal(const yaml_node_t *n)
     if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
         return json_string(s);
     char *end;
+    errno = 0;
     long long i = strtoll(s, &end, 10);
-    if (*s && !*end)
+    if (*s && !*end && errno != ERANGE) /* past int64: read as a real below */
         return json_integer(i);
     double d = strtod(s, &end);
     if (*s && !*end)
@@ -724,6 +738,7 @@ static int expand(ctx *c, const yaml_node_t *t)
 {
     if (c->failed)
         return 0;
+    /* the recursion is as deep as the description, CFG_MAX_DEPTH at most (family_add) */
     if (t->type == YAML_MAPPING_NODE)
         return expand_mapping(c, t);
     if (t->type == YAML_SEQUENCE_NODE)

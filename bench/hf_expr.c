@@ -414,13 +414,26 @@ static json_t *primary(parser *ps)
 
 /* a ** b, right-associative */
 static json_t *unary(parser *ps);
+
+/* The operand of a prefix or right-recursive operator (-x, not x, a ** b, x if c else y), one level
+ * deeper: "- - - ... x" recurses as parentheses do, bounded as they are. NULL after an
+ * error. */
+static json_t *deeper(parser *ps, json_t *(*operand)(parser *))
+{
+    if (++ps->depth > EXPR_MAX_DEPTH)
+        return fail(ps, "nested more than %d deep", EXPR_MAX_DEPTH);
+    json_t *v = operand(ps);
+    ps->depth--;
+    return v;
+}
+
 static json_t *power(parser *ps)
 {
     json_t *a = primary(ps);
     if (!a || !is_op(ps, "**"))
         return a;
     next(ps);
-    json_t *b = unary(ps);
+    json_t *b = deeper(ps, unary);
     double x, y;
     json_t *r = NULL;
     if (b && SKIPPED(ps))
@@ -443,7 +456,7 @@ static json_t *unary(parser *ps)
 {
     if (is_op(ps, "-")) {
         next(ps);
-        json_t *a = unary(ps);
+        json_t *a = deeper(ps, unary);
         long long i;
         double d;
         json_t *r = !a ? NULL : SKIPPED(ps) ? json_null() : json_is_integer(a) && integer(a, &i) && i != LLONG_MIN ? json_integer(-i)
@@ -597,7 +610,7 @@ static json_t *not_expr(parser *ps)
 {
     if (is_word(ps, "not")) {
         next(ps);
-        json_t *a = not_expr(ps);
+        json_t *a = deeper(ps, not_expr);
         json_t *r = a ? json_boolean(!hf_expr_truthy(a)) : NULL;
         json_decref(a);
         return r;
@@ -682,7 +695,7 @@ static json_t *ternary(parser *ps)
     memcpy(ps->tok, cond.tok, sizeof ps->tok);
     next(ps); /* else */
     ps->skip += take_a;
-    json_t *b = ternary(ps);
+    json_t *b = deeper(ps, ternary); /* a chain of else ... if: bounded, each link scanned once more */
     ps->skip -= take_a;
     if (!b) {
         json_decref(a);

@@ -278,6 +278,15 @@ printf '{"model_type": "two_linear", "hidden_size": 4}\n' >"$T/two.json"
 expect 0 "Totals: 116 params" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two.json" --tokens 3
 sed 's/let: {w:/let: {hidden_size:/' "$T/fam/two.yaml" >"$T/fam2.yaml" && mkdir -p "$T/fam2" && mv "$T/fam2.yaml" "$T/fam2/two.yaml"
 expect 2 "fam2/two.yaml:8:.*let: 'hidden_size' is already a name here" -- env LAYERBENCH_HF_FAMILIES="$T/fam2" "$BENCH" list "$T/two.json" --tokens 3
+# a hostile family: a long chain of prefix operators, and layers nested past the limit, are
+# errors at once (neither a stack overflow nor libyaml's quadratic scan of deep nesting)
+mkdir -p "$T/fam4"
+{ printf 'family: x\nmodel_type: [two_linear]\nlayers:\n  - {kind: linear, name: a, out_features: "${'
+  head -c 200000 /dev/zero | tr '\0' '-'; printf '3}"}\n'; } >"$T/fam4/x.yaml"
+expect 2 "fam4/x.yaml:4:.*nested more than 64 deep" -- env LAYERBENCH_HF_FAMILIES="$T/fam4" "$BENCH" list "$T/two.json" --tokens 3
+{ printf 'family: x\nmodel_type: [two_linear]\nlayers:\n  - '; head -c 100000 /dev/zero | tr '\0' '['; printf 1
+  head -c 100000 /dev/zero | tr '\0' ']'; printf '\n'; } >"$T/fam4/x.yaml"
+expect 2 "fam4/x.yaml:4:.*nesting is deeper than 64 levels" -- env LAYERBENCH_HF_FAMILIES="$T/fam4" "$BENCH" list "$T/two.json" --tokens 3
 expect 2 "two.json:1:2: model_type: 'two_linear' is not built \(layerbench reads .*llama, .*\)" -- "$BENCH" list "$T/two.json"
 printf '{"model_type": "two_linear", "hidden_size": 0}\n' >"$T/two0.json"
 expect 2 "two0.json:1:30: hidden_size: expected at least 1, got 0" -- env LAYERBENCH_HF_FAMILIES="$T/fam" "$BENCH" list "$T/two0.json" --tokens 3
