@@ -256,6 +256,12 @@ expect 0 "Totals: 124439808 params" -- "$BENCH" list "$SRC/configs/hf/gpt2"
 expect 0 "Totals: 14315784192 params" -- "$BENCH" list "$SRC/configs/hf/Qwen1.5-MoE-A2.7B"
 expect 0 "Totals: 6919161856 params" -- "$BENCH" list "$SRC/configs/hf/OLMoE-1B-7B-0924"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
+# tiny-NAME's config.json checked at decode (9 cached, batch 2) on every backend in fp32
+# and bf16: N rows pass in each dtype
+decode_check() {
+  expect 0 "$2 passed, 0 failed.*dtype bf16.*$2 passed, 0 failed" -- bash -c \
+    "'$BENCH' check '$SRC/tests/data/hf/tiny-$1' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 ${3:-} ${4:-} 2>&1 | tr '\n' ' '"
+}
 # weights) and the token's hidden state in and out and its 8 logits: 704,659,472 bytes
 expect 0 "model.layers.31.block_sparse_moe.experts +moe +1x1x4096 +1x1x4096 +1409286144 +[0-9]+ +704659472 " -- \
   "$BENCH" list "$SRC/configs/hf/Mixtral-8x7B-v0.1" --phase decode
@@ -263,8 +269,7 @@ expect 0 "Totals: 1100048384 params" -- "$BENCH" list "$SRC/tests/data/hf/TinyLl
 expect 0 "model.layers.31.self_attn.attn +attention +1x1x4096 +1x1x4096 +0 .*sliding_window=4096 kv_len=512" -- \
   "$BENCH" list "$SRC/configs/hf/Mistral-7B-v0.1" --phase decode --kv-len 512
 expect 0 "lm_head +linear +1x5x48 +1x5x100 +0 .*tied_weights=true" -- "$BENCH" list "$SRC/tests/data/hf/tiny-qwen2" --tokens 5
-expect 0 "72 passed, 0 failed.*dtype bf16.*72 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check qwen2 72
 expect 0 "36 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/hf/tiny-qwen2" --tokens 6 --kv-len 3
 # families are descriptions (configs/hf/families/): --emit-yaml prints the config built,
 # which builds the same model as an ordinary config; a folder in LAYERBENCH_HF_FAMILIES adds
@@ -296,20 +301,17 @@ expect 2 "fam/two.yaml:5:.*expression 'hidden_size \* ': the end where a value w
 
 # Qwen3: each head of q and k normalised (q_norm, k_norm over head_dim) before rope
 expect 0 "model.layers.1.self_attn.k_norm +rmsnorm +1x5x2x10 +1x5x2x10 +10 " -- "$BENCH" list "$SRC/tests/data/hf/tiny-qwen3" --tokens 5
-expect 0 "96 passed, 0 failed.*dtype bf16.*96 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check qwen3 96
 # OLMo 2: no norm before attention or the MLP, one after each; q/k norms over the projections
 expect 0 "model.layers.0.self_attn.k_norm +rmsnorm +1x5x20 +1x5x20 +20 .*model.layers.0.post_feedforward_layerno.* +rmsnorm" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-olmo2' --tokens 5 | tr '\n' ' '"
-expect 0 "80 passed, 0 failed.*dtype bf16.*80 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-olmo2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check olmo2 80
 sed 's/"attention_bias": false,/"attention_bias": false, "clip_qkv": 8.0,/' "$SRC/tests/data/hf/tiny-olmo2/config.json" >"$T/clip.json"
 expect 2 "clip.json:3:28: clip_qkv: OLMo 1's clipping of q, k and v is not built" -- "$BENCH" list "$T/clip.json"
 # Phi-3: fused qkv_proj and gate_up_proj cut by slices; a window shorter than the cache
 expect 0 "model.layers.1.self_attn.v +slice +1x5x60 +1x5x12 .*model.layers.1.mlp.up +slice +1x5x112 +1x5x56 " -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-phi3' --tokens 5 | tr '\n' ' '"
-expect 0 "80 passed, 0 failed.*dtype bf16.*80 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-phi3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check phi3 80
 sed 's/"rope_scaling": null/"rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}/' \
   "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/longrope.json"
 expect 2 "longrope.json:16:3: rope_scaling: rope type 'longrope' is not built" -- "$BENCH" list "$T/longrope.json"
@@ -326,14 +328,12 @@ expect 2 "nrl.json:11:3: no_rope_layers: 2 entries for 3 layers" -- "$BENCH" lis
 sed 's/"mlp_bias": false,/"mlp_bias": false, "layer_types": ["full_attention", "sliding_attention", "full_attention"],/' \
   "$SRC/tests/data/hf/tiny-smollm3/config.json" >"$T/lt.json"
 expect 2 "lt.json:8:22: layer_types: smollm3's per-layer sliding window is not built" -- "$BENCH" list "$T/lt.json"
-expect 0 "100 passed, 0 failed.*dtype bf16.*100 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-smollm3' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check smollm3 100
 # Qwen3-MoE: Qwen3's attention; a router and experts (named gate/up/down_proj) in the layers
 # decoder_sparse_step and mlp_only_layers pick, the dense MLP in the others
 expect 0 "layers.0.mlp.experts +moe .*expert_names=gate_up_down.*layers.1.mlp.down_proj +linear .*layers.2.mlp.experts +moe" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-qwen3_moe' --tokens 5 | tr '\n' ' '"
-expect 0 "128 passed, 0 failed.*dtype bf16.*128 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-qwen3_moe' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
+decode_check qwen3_moe 128 --routing router
 sed 's/"norm_topk_prob": true/"norm_topk_prob": false/' "$SRC/tests/data/hf/tiny-qwen3_moe/config.json" >"$T/ntp.json"
 expect 0 "layers.0.mlp.experts +moe .*normalize=false" -- "$BENCH" list "$T/ntp.json" --tokens 2
 # Qwen2-MoE: experts every decoder_sparse_step-th layer, with a shared expert behind a sigmoid
@@ -342,10 +342,8 @@ expect 0 "layers.0.mlp.down_proj +linear .*layers.1.mlp.experts +moe .*normalize
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-qwen2_moe' --tokens 3 | tr '\n' ' '"
 expect 0 "layers.0.self_attn.k_norm +rmsnorm +1x3x16 +1x3x16 +16 .*layers.0.mlp.experts +moe .*top_k=3 ffn_dim=24 expert_names=gate_up_down normalize=false" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-olmoe' --tokens 3 | tr '\n' ' '"
-for m in "qwen2_moe 84" "olmoe 68"; do
-  expect 0 "${m#* } passed, 0 failed.*dtype bf16.*${m#* } passed, 0 failed" -- bash -c \
-    "'$BENCH' check '$SRC/tests/data/hf/tiny-${m% *}' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 --routing router 2>&1 | tr '\n' ' '"
-done
+decode_check qwen2_moe 84 --routing router
+decode_check olmoe 68 --routing router
 sed 's/"clip_qkv": null/"clip_qkv": 8.0/' "$SRC/tests/data/hf/tiny-olmoe/config.json" >"$T/olmoe_clip.json"
 expect 2 "olmoe_clip.json:4:3: clip_qkv: clipping q, k and v \(OLMo's clip_qkv\) is not built" -- "$BENCH" list "$T/olmoe_clip.json"
 # Gemma 1 to 3: RMSNorm by 1 + weight, scaled embeddings, GeGLU; Gemma 2's soft-capping
@@ -355,10 +353,9 @@ expect 0 "layers.0.self_attn.attn +attention .*sliding_window=4 scale=0.223607 s
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gemma2' --tokens 5 | tr '\n' ' '"
 expect 0 "layers.0.self_attn.rotary_q +rope .*head_dim=12 .*layers.1.self_attn.rotary_q +rope .*rope_theta=1e\+06" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gemma3' --tokens 5 | tr '\n' ' '"
-for m in "gemma 74" "gemma2 124" "gemma3 202"; do
-  expect 0 "${m#* } passed, 0 failed.*dtype bf16.*${m#* } passed, 0 failed" -- bash -c \
-    "'$BENCH' check '$SRC/tests/data/hf/tiny-${m% *}' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
-done
+decode_check gemma 74
+decode_check gemma2 124
+decode_check gemma3 202
 sed 's/"hidden_activation": "gelu_pytorch_tanh",/"hidden_activation": "silu",/' "$SRC/tests/data/hf/tiny-gemma3/config.json" >"$T/gact.json"
 expect 2 "gact.json:7:3: hidden_activation: 'silu': only GELU \(GeGLU\) is built" -- "$BENCH" list "$T/gact.json"
 printf '{"model_type": "gemma3_text", "text_config": {"hidden_size": 8}}\n' >"$T/mm.json"
@@ -367,18 +364,15 @@ expect 2 "mm.json:1:31: text_config: a multimodal config" -- "$BENCH" list "$T/m
 # length on), Conv1D layers (hf_conv1d), scores scaled by 1/(layer + 1) where asked
 expect 0 "transformer.wpe +pos_embedding +1x1x48 +1x1x48 +960 .*num_positions=20 kv_len=9 .*transformer.h.2.attn.attn +attention .*scale=0.096225" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt2' --phase decode --kv-len 9 | tr '\n' ' '"
-expect 0 "88 passed, 0 failed.*dtype bf16.*88 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt2' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check gpt2 88
 expect 2 "config.json:10:3: n_positions: 20 positions, but 1 tokens after 20 cached need 21" -- \
   "$BENCH" list "$SRC/tests/data/hf/tiny-gpt2" --phase decode --kv-len 20
 # GPT-NeoX: per-head fused qkv, rope over a quarter of each head (reshape, slice, rope,
 # concat), LayerNorm, GELU; the parallel residual, or the serial one with full rope
 expect 0 "attention.q_rot +slice +1x5x4x16 +1x5x4x4 .*attention.rotary_q +rope +1x5x16 +1x5x16 .*attention.q_cat +concat" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt_neox' --tokens 5 | tr '\n' ' '"
-expect 0 "124 passed, 0 failed.*dtype bf16.*124 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt_neox' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
-expect 0 "84 passed, 0 failed.*dtype bf16.*84 passed, 0 failed" -- bash -c \
-  "'$BENCH' check '$SRC/tests/data/hf/tiny-gpt_neox-serial' --phase decode --kv-len 9 --batch 2 --backend all --dtype fp32,bf16 2>&1 | tr '\n' ' '"
+decode_check gpt_neox 124
+decode_check gpt_neox-serial 84
 sed 's/"rotary_pct": 0.25/"rotary_pct": 0.1/' "$SRC/tests/data/hf/tiny-gpt_neox/config.json" >"$T/rp.json"
 expect 2 "rp.json:13:3: rotary_pct: rope over 1 dims of each head: expected an even number, at least 2" -- "$BENCH" list "$T/rp.json"
 sed 's/"hidden_act": "gelu"/"hidden_act": "relu"/' "$SRC/tests/data/hf/tiny-gpt_neox/config.json" >"$T/act.json"
