@@ -332,8 +332,50 @@ static void choices(ctx *c, const yaml_node_t *one_of, strbuf *b)
     strbuf_append(b, "", 0);
 }
 
-/* rope_scaling: null, or {rope_type (or type): default, linear or llama3, and its keys}:
- * the rope layers' parameters it adds, as an object */
+/* rope_scaling's keys per type, as transformers reads them: R required, O optional
+ * (left to the rope layer's default when absent); N a number above 0, I an integer of
+ * at least 1, B true or false, L a list of numbers above 0. */
+typedef struct { const char *name; char need, form; } rope_key;
+static const struct {
+    const char *type;
+    rope_key keys[9];
+} rope_types[] = {
+    {"linear", {{"factor", 'R', 'N'}}},
+    {"llama3", {{"factor", 'R', 'N'}, {"low_freq_factor", 'R', 'N'}, {"high_freq_factor", 'R', 'N'},
+                {"original_max_position_embeddings", 'R', 'I'}}},
+    {"yarn", {{"factor", 'O', 'N'}, {"original_max_position_embeddings", 'O', 'I'}, {"beta_fast", 'O', 'N'},
+              {"beta_slow", 'O', 'N'}, {"mscale", 'O', 'N'}, {"mscale_all_dim", 'O', 'N'},
+              {"attention_factor", 'O', 'N'}, {"truncate", 'O', 'B'}}},
+    {"longrope", {{"short_factor", 'R', 'L'}, {"long_factor", 'R', 'L'}, {"factor", 'O', 'N'},
+                  {"original_max_position_embeddings", 'O', 'I'}, {"attention_factor", 'O', 'N'}}},
+};
+
+/* One key of rope_scaling checked and copied into out; 0, or -1 after an error. */
+static int rope_key_copy(const hf_source *s, json_t *rs, const rope_key *k, json_t *out)
+{
+    json_t *v = json_object_get(rs, k->name);
+    if (!v || json_is_null(v))
+        return k->need == 'R' ? hf_fail(s, k->name, "missing: layerbench needs it to build the model") : 0;
+    bool ok = k->form == 'I'   ? json_is_integer(v) && json_integer_value(v) >= 1
+              : k->form == 'B' ? json_is_boolean(v)
+              : k->form == 'N' ? json_is_number(v) && json_number_value(v) > 0
+                               : json_is_array(v) && json_array_size(v) > 0;
+    for (size_t i = 0; ok && k->form == 'L' && i < json_array_size(v); i++)
+        ok = json_is_number(json_array_get(v, i)) && json_number_value(json_array_get(v, i)) > 0;
+    if (!ok)
+        return hf_fail(s, k->name, "%s", k->form == 'I' ? "expected an integer of at least 1"
+                                         : k->form == 'B' ? "expected true or false"
+                                         : k->form == 'N' ? "expected a number above 0"
+                                                          : "expected a list of numbers above 0");
+    json_object_set_new(out, k->name, k->form == 'N' ? json_real(json_number_value(v)) : json_deep_copy(v));
+    return 0;
+}
+
+/* rope_scaling: null, or {rope_type (or type): default, linear, llama3, yarn or longrope
+ * (su, its first name), and its keys}: the rope layers' parameters it adds, as an
+ * object. yarn's and longrope's original_max_position_embeddings is rope_scaling's, else
+ * the config's (Phi-3 keeps it there), else max_position_embeddings; their factor, when
+ * not given, max_position_embeddings over it (transformers' rule). */
 static json_t *rope_scaling(ctx *c, const char *key, json_t *rs)
 {
     const hf_source *s = c->src;
@@ -345,37 +387,45 @@ static json_t *rope_scaling(ctx *c, const char *key, json_t *rs)
     t = t && !json_is_null(t) ? t : json_object_get(rs, "type");
     if (t && !json_is_null(t) && !json_is_string(t))
         return hf_fail(s, json_object_get(rs, "rope_type") ? "rope_type" : "type",
-                       "expected a string (default, linear or llama3), got %s", type_of(t)),
+                       "expected a string (default, linear, llama3, yarn or longrope), got %s", type_of(t)),
                NULL;
     const char *type = t && json_is_string(t) ? json_string_value(t) : "default";
+    if (!strcmp(type, "su"))
+        type = "longrope";
     if (!strcmp(type, "default"))
         return json_object();
-    static const struct { const char *type, *keys[4]; } known[] = {
-        {"linear", {"factor", NULL}},
-        {"llama3", {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}}};
-    for (size_t k = 0; k < sizeof known / sizeof *known; k++) {
-        if (strcmp(type, known[k].type) != 0)
+    for (size_t k = 0; k < sizeof rope_types / sizeof *rope_types; k++) {
+        if (strcmp(type, rope_types[k].type) != 0)
             continue;
         json_t *out = json_pack("{s:s}", "rope_type", type);
-        for (int j = 0; j < 4 && known[k].keys[j]; j++) {
-            const char *name = known[k].keys[j];
-            json_t *v = json_object_get(rs, name);
-            bool integral = strcmp(name, "original_max_position_embeddings") == 0;
-            if (!v || json_is_null(v)) {
-                json_decref(out);
-                return hf_fail(s, name, "missing: layerbench needs it to build the model"), NULL;
+        for (const rope_key *rk = rope_types[k].keys; rk < rope_types[k].keys + 9 && rk->name; rk++)
+            if (rope_key_copy(s, rs, rk, out))
+                return json_decref(out), NULL;
+        if (!strcmp(type, "yarn") || !strcmp(type, "longrope")) {
+            json_t *max = json_object_get(c->vars, "max_position_embeddings");
+            max = max ? max : json_object_get(s->root, "max_position_embeddings");
+            json_t *orig = json_object_get(out, "original_max_position_embeddings");
+            json_t *top = json_object_get(s->root, "original_max_position_embeddings");
+            if (!orig && top && !json_is_null(top)) {
+                if (!json_is_integer(top) || json_integer_value(top) < 1)
+                    return json_decref(out), hf_fail(s, "original_max_position_embeddings",
+                                                     "expected an integer of at least 1"), NULL;
+                json_object_set(out, "original_max_position_embeddings", top);
+                orig = top;
             }
-            if (integral ? !json_is_integer(v) || json_integer_value(v) < 1
-                         : !json_is_number(v) || !(json_number_value(v) > 0)) {
-                json_decref(out);
-                return hf_fail(s, name, integral ? "expected an integer of at least 1" : "expected a number above 0"),
-                       NULL;
-            }
-            json_object_set_new(out, name, integral ? json_integer(json_integer_value(v)) : json_real(json_number_value(v)));
+            if ((!orig || !json_object_get(out, "factor")) && !json_is_integer(max))
+                return json_decref(out), hf_fail(s, key, "%s needs max_position_embeddings (an integer) for its %s",
+                                                 type, orig ? "factor" : "original_max_position_embeddings"), NULL;
+            if (!orig)
+                json_object_set(out, "original_max_position_embeddings", max), orig = max;
+            if (!json_object_get(out, "factor"))
+                json_object_set_new(out, "factor", json_real((double)json_integer_value(max) /
+                                                             (double)json_integer_value(orig)));
         }
         return out;
     }
-    return hf_fail(s, key, "rope type '%s' is not built (layerbench has default, linear and llama3)", type), NULL;
+    return hf_fail(s, key, "rope type '%s' is not built (layerbench has default, linear, llama3, yarn and longrope)",
+                   type), NULL;
 }
 
 /* One field: the config.json's value checked against its spec (type, min, max, above,

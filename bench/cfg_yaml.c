@@ -156,6 +156,29 @@ static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min,
     return 0;
 }
 
+/* A list of numbers above 0 (LP_FLOATS), each stored as a float. */
+static int parse_floats(cfg_ctx *c, const char *key, yaml_node_t *n, layer_floats *out)
+{
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(c, n, "%s: expected a list of numbers such as [1.0, 1.5], got %s", key,
+                    is_plain(n) ? "a scalar" : cfg_node_type_name(n));
+    yaml_node_item_t *it = n->data.sequence.items.start;
+    int64_t count = n->data.sequence.items.top - it;
+    if (count < 1 || count > LAYER_MAX_FLOATS)
+        return fail(c, n, "%s: expected 1 to %d numbers, got %lld", key, LAYER_MAX_FLOATS, (long long)count);
+    out->n = count;
+    for (int64_t k = 0; k < count; k++) {
+        double v;
+        yaml_node_t *x = NODE(c, it[k]);
+        if (parse_float(c, key, x, 0, &v))
+            return -1;
+        if (!(v > 0) || v > 3.4e38)
+            return fail(c, x, "%s: expected numbers above 0 (that a float holds), got %g", key, v);
+        out->v[k] = (float)v;
+    }
+    return 0;
+}
+
 /* A scalar's bytes: its length, which can hold a NUL ("\0" in a quoted scalar). */
 size_t cfg_scalar_len(const yaml_node_t *n) { return n->data.scalar.length; }
 
@@ -332,6 +355,7 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
                 : s->type == LP_FPAIR ? parse_fpair(c, s->key, v, (double *)field)
                 : s->type == LP_ENUM  ? cfg_parse_enum(c, s->key, v, s->choices, (int64_t *)field)
                 : s->type == LP_DIMS  ? parse_dims(c, s->key, v, s->min, (int64_t *)field)
+                : s->type == LP_FLOATS ? parse_floats(c, s->key, v, (layer_floats *)field)
                                       : parse_float(c, s->key, v, s->min, (double *)field);
         if (r)
             return -1;

@@ -279,6 +279,7 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
                       : s->type == LP_FPAIR                ? 2 * sizeof(double)
                       : s->type == LP_BOOL                 ? sizeof(bool)
                       : s->type == LP_DIMS                 ? (1 + SHAPE_MAX_RANK) * sizeof(int64_t)
+                      : s->type == LP_FLOATS               ? sizeof(layer_floats)
                                                            : sizeof(double);
         if (!s->required && memcmp(v, dv, size) == 0)
             continue;
@@ -295,6 +296,13 @@ char *layer_params_format(const layer *l, char *buf, size_t len)
             off += (size_t)snprintf(buf + off, len - off, "%s%s=", sep, s->key);
             for (int64_t k = 0; k < d[0] && off < len; k++)
                 off += (size_t)snprintf(buf + off, len - off, "%s%lld", k ? "x" : "", (long long)d[1 + k]);
+        }
+        else if (s->type == LP_FLOATS) { /* the count and a hash of the values: a list of 48 would fill the column */
+            const layer_floats *f = (const layer_floats *)v;
+            uint32_t h = 2166136261u; /* FNV-1a over the values' bytes */
+            for (size_t k = 0; k < (size_t)f->n * sizeof *f->v; k++)
+                h = (h ^ ((const unsigned char *)f->v)[k]) * 16777619u;
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%lld@%08x", sep, s->key, (long long)f->n, h);
         }
         else if (s->type == LP_ENUM)
             off += (size_t)snprintf(buf + off, len - off, "%s%s=%s", sep, s->key, s->choices[*(const int64_t *)v]);

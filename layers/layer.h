@@ -103,11 +103,18 @@ enum { UPSAMPLE_NEAREST, UPSAMPLE_BILINEAR };
 enum { STOCHASTIC_ROW, STOCHASTIC_BATCH };
 enum { GELU_NONE, GELU_TANH };
 /* rope's rope_type, as Hugging Face's rope_scaling names them */
-enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 };
+enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_LONGROPE };
 /* moe's routing */
 enum { MOE_UNIFORM, MOE_ROUTER };
 /* moe's expert_names: Mixtral's experts.E.{w1,w2,w3}, or Qwen's (and most since) experts.E.{gate,up,down}_proj */
 enum { MOE_NAMES_W123, MOE_NAMES_PROJ };
+
+/* A parameter that is a list of numbers (LP_FLOATS): longrope's per-frequency factors. */
+#define LAYER_MAX_FLOATS 256
+typedef struct layer_floats {
+    int64_t n;
+    float v[LAYER_MAX_FLOATS];
+} layer_floats;
 
 /* Union of every kind's parameters; each kind reads only its own fields. */
 typedef struct layer_params {
@@ -147,7 +154,13 @@ typedef struct layer_params {
     double rope_theta;           /* rope */
     int64_t rope_type;           /* rope: ROPE_* */
     double rope_factor, low_freq_factor, high_freq_factor; /* rope: linear, llama3 */
-    int64_t original_max_pos;    /* rope: llama3's original_max_position_embeddings */
+    int64_t original_max_pos;    /* rope: llama3's, yarn's and longrope's original_max_position_embeddings */
+    double beta_fast, beta_slow; /* rope: yarn's ramp between the extrapolated and interpolated frequencies */
+    double mscale, mscale_all_dim; /* rope: yarn's attention factor, as DeepSeek gives it (0: not given) */
+    double attention_factor;     /* rope: yarn's and longrope's cos/sin scale (0: inferred from factor) */
+    bool truncate;               /* rope: yarn's correction range rounded to whole dims */
+    layer_floats short_factor, long_factor; /* rope: longrope's per-frequency factors, within and past
+                                                original_max_position_embeddings */
     bool tied_weights;           /* linear: its weight is another layer's (not counted as parameters) */
     bool hf_conv1d;              /* linear: Hugging Face's Conv1D (GPT-2): the same x W^T + b, the weight
                                     stored [in_features, out_features] in a checkpoint */
@@ -213,6 +226,7 @@ typedef enum layer_param_type {
     LP_ENUM,                     /* one of choices, stored as its index (int64_t) */
     LP_DIMS,                     /* [d0, d1, ...]: up to SHAPE_MAX_RANK integers, stored as int64_t[1 +
                                     SHAPE_MAX_RANK], the count first */
+    LP_FLOATS,                   /* [x0, x1, ...]: 1 to LAYER_MAX_FLOATS numbers above 0 (layer_floats) */
 } layer_param_type;
 
 typedef struct layer_param_spec {
@@ -311,13 +325,15 @@ void layer_upsample_linear(const layer *l, int axis, int64_t dst, int64_t *i0, i
 
 /* The decoder kinds' shared rules (layers/llm.c), for the reference and the backends
  * alike: embedding's token id for an input value; rope's inverse frequencies (head_dim
- * / 2 floats, fp32 as Hugging Face computes them) and the angle of pair i of token t;
+ * / 2 floats, fp32 as Hugging Face computes them), the angle of pair i of token t and
+ * the factor its cosines and sines are scaled by (yarn's and longrope's, else 1);
  * attention's (query, key) pairs per (sample, head), a dot product's score, whether
  * query t sees key j (a position in cache then tokens), and the key or value vector j of
  * kv head g of sample b (value 0: keys, 1: values; from the cache in w for j < kv_len). */
 int64_t layer_token_id(const layer *l, float x);
 void layer_rope_inv_freq(const layer *l, float *inv_freq);
 float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t i);
+double layer_rope_attention_factor(const layer *l);
 int64_t layer_attention_pairs(const layer *l);
 /* attention's cached positions held and read: the last C = kv_len of them, or with a
  * sliding window W only the W - 1 any query still sees (a sliding layer's cache) */

@@ -14,7 +14,12 @@
  *   sits at position kv_len + t. Angles are computed in fp32 as Hugging Face computes
  *   them (inv_freq, then position * inv_freq), their cosines and sines in double; the
  *   rope_type linear divides the positions by factor, llama3 rescales inv_freq by
- *   wavelength (layer_rope_inv_freq).
+ *   wavelength, yarn blends the interpolated and extrapolated frequencies over a ramp
+ *   between beta_fast and beta_slow rotations, longrope divides each frequency by its
+ *   factor (short_factor while the sequence, kv_len + T, is within
+ *   original_max_position_embeddings, long_factor past it) (layer_rope_inv_freq); yarn
+ *   and longrope scale the cosines and sines by an attention factor, given or inferred
+ *   from factor as transformers infers it (layer_rope_attention_factor).
  * attention: softmax(q k^T / sqrt(head_dim)) v per head, torch's
  *   scaled_dot_product_attention as Llama calls it, on q [N, T, H * D], k and v
  *   [N, T, Hkv * D] (grouped-query: query head h reads key/value head h / (H / Hkv)).
@@ -148,7 +153,7 @@ const layer_desc layer_rmsnorm_desc = {
 
 /* ---- rope -------------------------------------------------------------------------------- */
 
-static const char *const rope_types[] = {"default", "linear", "llama3", NULL};
+static const char *const rope_types[] = {"default", "linear", "llama3", "yarn", "longrope", NULL};
 
 static const layer_param_spec rope_params[] = {
     {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
@@ -159,6 +164,14 @@ static const layer_param_spec rope_params[] = {
     {"low_freq_factor", LP_FLOAT, P_OFF(low_freq_factor), false, 0, NULL},
     {"high_freq_factor", LP_FLOAT, P_OFF(high_freq_factor), false, 0, NULL},
     {"original_max_position_embeddings", LP_INT, P_OFF(original_max_pos), false, 1, NULL},
+    {"beta_fast", LP_FLOAT, P_OFF(beta_fast), false, 0, NULL},
+    {"beta_slow", LP_FLOAT, P_OFF(beta_slow), false, 0, NULL},
+    {"truncate", LP_BOOL, P_OFF(truncate), false, 0, NULL},
+    {"mscale", LP_FLOAT, P_OFF(mscale), false, 0, NULL},
+    {"mscale_all_dim", LP_FLOAT, P_OFF(mscale_all_dim), false, 0, NULL},
+    {"attention_factor", LP_FLOAT, P_OFF(attention_factor), false, 0, NULL},
+    {"short_factor", LP_FLOATS, P_OFF(short_factor), false, 0, NULL},
+    {"long_factor", LP_FLOATS, P_OFF(long_factor), false, 0, NULL},
     {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
@@ -169,6 +182,8 @@ static void rope_defaults(layer_params *p)
     p->rope_factor = 1.0;
     p->low_freq_factor = 1.0, p->high_freq_factor = 4.0;
     p->original_max_pos = 8192;
+    p->beta_fast = 32.0, p->beta_slow = 1.0; /* yarn's, as transformers defaults them */
+    p->truncate = true;
 }
 
 /* [N, T, heads * head_dim]: the projections' output, before the view into heads */
@@ -194,6 +209,18 @@ static int rope_infer(layer *l, char *err, size_t len)
     if (p->rope_type == ROPE_LLAMA3 && !(p->high_freq_factor > p->low_freq_factor && p->low_freq_factor > 0))
         return kind_fail(err, len, "llama3 needs high_freq_factor > low_freq_factor > 0, got %g and %g",
                          p->high_freq_factor, p->low_freq_factor);
+    if (p->rope_type == ROPE_YARN && !(p->beta_fast > 0 && p->beta_slow > 0))
+        return kind_fail(err, len, "yarn needs beta_fast and beta_slow above 0, got %g and %g", p->beta_fast,
+                         p->beta_slow);
+    if (p->rope_type == ROPE_LONGROPE)
+        for (int k = 0; k < 2; k++) {
+            const layer_floats *f = k ? &p->long_factor : &p->short_factor;
+            if (f->n != p->head_dim / 2)
+                return kind_fail(err, len, "longrope needs %s with head_dim / 2 = %lld factors, got %lld",
+                                 k ? "long_factor" : "short_factor", (long long)(p->head_dim / 2), (long long)f->n);
+        }
+    else if (p->short_factor.n || p->long_factor.n)
+        return kind_fail(err, len, "short_factor and long_factor are longrope's (rope_type: longrope)");
     if (need_heads(l, &l->in, p->num_heads, "its input", err, len))
         return -1;
     l->out = l->in;
@@ -208,12 +235,32 @@ static void rope_count(layer *l)
     kind_count_bytes(l);
 }
 
+/* yarn's dimension at which a frequency turns num_rotations times over the original
+ * context (transformers' find_correction_dim) */
+static double yarn_correction_dim(const layer_params *p, double num_rotations)
+{
+    const double pi = 3.14159265358979323846;
+    return (double)p->head_dim * log((double)p->original_max_pos / (num_rotations * 2.0 * pi)) /
+           (2.0 * log(p->rope_theta));
+}
+
 void layer_rope_inv_freq(const layer *l, float *inv_freq)
 {
     const layer_params *p = &l->p;
     int64_t half = p->head_dim / 2;
     const float pi = 3.14159265358979323846f;
+    /* yarn's ramp over the pairs, from low (extrapolated: the frequency as it is) to high
+     * (interpolated: divided by factor), transformers' find_correction_range */
+    double low = yarn_correction_dim(p, p->beta_fast), high = yarn_correction_dim(p, p->beta_slow);
+    if (p->truncate)
+        low = floor(low), high = ceil(high);
+    low = low > 0 ? low : 0, high = high < (double)(p->head_dim - 1) ? high : (double)(p->head_dim - 1);
+    if (low == high)
+        high += 0.001; /* as transformers avoids the division by zero */
+    /* longrope: the long factors once the sequence passes the original context */
+    const layer_floats *ext = p->kv_len + l->in.d[1] > p->original_max_pos ? &p->long_factor : &p->short_factor;
     for (int64_t i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)p->head_dim;
         /* 1 / theta^(2i / d), in fp32 as torch evaluates it */
         float f = (float)(1.0 / pow(p->rope_theta, (double)(float)(2 * i) / (double)(float)p->head_dim));
         if (p->rope_type == ROPE_LLAMA3) { /* transformers' _compute_llama3_parameters */
@@ -224,9 +271,36 @@ void layer_rope_inv_freq(const layer *l, float *inv_freq)
             float smooth = (old / wavelen - lo) / (hi - lo);
             float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
             f = !(wavelen < hi_wavelen) && !(wavelen > lo_wavelen) ? smoothed : scaled;
+        } else if (p->rope_type == ROPE_YARN) { /* _compute_yarn_parameters */
+            float pos_freq = (float)pow(p->rope_theta, (double)e);
+            float extrapolated = 1.0f / pos_freq, interpolated = 1.0f / ((float)p->rope_factor * pos_freq);
+            float ramp = ((float)i - (float)low) / (float)(high - low);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float keep = 1.0f - ramp; /* the extrapolation's share */
+            f = interpolated * (1.0f - keep) + extrapolated * keep;
+        } else if (p->rope_type == ROPE_LONGROPE) { /* _compute_longrope_parameters */
+            f = 1.0f / (ext->v[i] * (float)pow(p->rope_theta, (double)e));
         }
         inv_freq[i] = f;
     }
+}
+
+/* yarn's mscale: 0.1 m ln(s) + 1 above a factor of 1 */
+static double yarn_mscale(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
+
+double layer_rope_attention_factor(const layer *l)
+{
+    const layer_params *p = &l->p;
+    if (p->rope_type != ROPE_YARN && p->rope_type != ROPE_LONGROPE)
+        return 1.0;
+    if (p->attention_factor > 0)
+        return p->attention_factor;
+    double s = p->rope_factor;
+    if (p->rope_type == ROPE_LONGROPE)
+        return s <= 1 ? 1.0 : sqrt(1.0 + log(s) / log((double)p->original_max_pos));
+    if (p->mscale > 0 && p->mscale_all_dim > 0)
+        return yarn_mscale(s, p->mscale) / yarn_mscale(s, p->mscale_all_dim);
+    return yarn_mscale(s, 1.0);
 }
 
 float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t i)
@@ -243,13 +317,14 @@ static void rope_reference(const layer *l, const float *const *ins, const float 
     int64_t n = l->in.d[0], t_len = l->in.d[1], heads = l->p.num_heads, d = l->p.head_dim, half = d / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     layer_rope_inv_freq(l, inv);
+    double scale = layer_rope_attention_factor(l);
     for (int64_t b = 0; b < n; b++)
         for (int64_t t = 0; t < t_len; t++)
             for (int64_t h = 0; h < heads; h++) {
                 const float *x = ins[0] + ((b * t_len + t) * heads + h) * d;
                 float *y = out + ((b * t_len + t) * heads + h) * d;
                 for (int64_t i = 0; i < half; i++) {
-                    double a = layer_rope_angle(l, inv, t, i), c = cos(a), s = sin(a);
+                    double a = layer_rope_angle(l, inv, t, i), c = cos(a) * scale, s = sin(a) * scale;
                     y[i] = (float)(x[i] * c - x[i + half] * s);
                     y[i + half] = (float)(x[i + half] * c + x[i] * s);
                 }

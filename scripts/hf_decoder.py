@@ -21,7 +21,7 @@ model.layers.N.self_attn.{q,k,v,o}_proj, model.layers.N.mlp.{gate,up,down}_proj 
 model.norm, model.rotary_emb, lm_head), and so is the arithmetic: LlamaRMSNorm, the
 rotary embedding computed once for the model and applied in the rotate-half convention,
 repeat_kv for grouped-query attention, the eager attention with its causal mask, and the
-SwiGLU MLP. rope_scaling is not built here.
+SwiGLU MLP. Of rope_scaling only yarn and longrope are built here (rope_parameters).
 """
 import json
 import math
@@ -71,8 +71,53 @@ class Config:
         if d.get("model_type") in ("qwen2", "qwen3") and not d.get("use_sliding_window", False):
             window = None
         self.sliding_window = window
-        if d.get("rope_scaling"):
-            raise ValueError("hf_decoder: rope_scaling is not built here")
+        # Phi-3's partial rope (Phi-4-mini) and rope scaling
+        self.rotary_dim = int(self.head_dim * d.get("partial_rotary_factor", 1.0)) if self.phi3 else self.head_dim
+        self.rope = d
+
+
+def rope_parameters(d, dim, seq_len):
+    """inv_freq and the cos/sin scale of a config.json's rope over dim dims at a sequence of seq_len
+    tokens, as transformers' _compute_{default,yarn,longrope}_parameters compute them."""
+    base = float(d.get("rope_theta", 10000.0))
+    rs = d.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    kind = "longrope" if kind == "su" else kind
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    if kind == "default":
+        return 1.0 / (base ** shape), 1.0
+    if kind not in ("yarn", "longrope"):
+        raise ValueError(f"hf_decoder: rope_scaling {kind} is not built here")
+    orig = rs.get("original_max_position_embeddings") or d.get("original_max_position_embeddings") or \
+        d["max_position_embeddings"]
+    factor = rs.get("factor") or d["max_position_embeddings"] / orig
+    attention_factor = rs.get("attention_factor")
+    if kind == "longrope":
+        if attention_factor is None:
+            attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = torch.tensor(rs["long_factor"] if seq_len > orig else rs["short_factor"], dtype=torch.float32)
+        return 1.0 / (ext * base ** shape), attention_factor
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    if attention_factor is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attention_factor = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+        else:
+            attention_factor = mscale(factor)
+
+    def correction_dim(rotations):
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+    low, high = correction_dim(rs.get("beta_fast") or 32), correction_dim(rs.get("beta_slow") or 1)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    keep = 1 - ramp
+    return (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep, attention_factor
 
 
 class LlamaRMSNorm(nn.Module):
@@ -92,12 +137,12 @@ class LlamaRMSNorm(nn.Module):
 class LlamaRotaryEmbedding(nn.Module):
     def __init__(self, config):
         super().__init__()
-        dim = config.head_dim
-        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self.attention_scaling = 1.0
+        self.config = config
 
     def forward(self, x, position_ids):
+        # transformers' dynamic update: longrope's factors by the sequence's length
+        self.inv_freq, self.attention_scaling = rope_parameters(self.config.rope, self.config.rotary_dim,
+                                                                int(position_ids.max()) + 1)
         inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
         position_ids_expanded = position_ids[:, None, :].float()
         freqs = (inv_freq_expanded @ position_ids_expanded).transpose(1, 2)
@@ -112,8 +157,12 @@ def rotate_half(x):
 
 
 def apply_rotary_pos_emb(q, k, cos, sin):
+    """Over the first cos.shape[-1] dims of each head (Phi-3's partial rope), the rest passed through."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+    r = cos.shape[-1]
+    q_rot, q_pass, k_rot, k_pass = q[..., :r], q[..., r:], k[..., :r], k[..., r:]
+    q_rot, k_rot = (q_rot * cos) + (rotate_half(q_rot) * sin), (k_rot * cos) + (rotate_half(k_rot) * sin)
+    return torch.cat((q_rot, q_pass), dim=-1), torch.cat((k_rot, k_pass), dim=-1)
 
 
 def repeat_kv(hidden_states, n_rep):
@@ -717,3 +766,11 @@ def tiny_olmoe():
 
 def tiny_smollm3():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-smollm3"))
+
+
+def tiny_phi3_longrope():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-phi3-longrope"))
+
+
+def tiny_qwen3_yarn():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3-yarn"))

@@ -246,6 +246,7 @@ expect 0 "Totals: 46702792704 params" -- "$BENCH" list "$SRC/configs/hf/Mixtral-
 expect 0 "Totals: 596049920 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-0.6B"
 expect 0 "Totals: 1484916736 params" -- "$BENCH" list "$SRC/configs/hf/OLMo-2-0425-1B"
 expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-mini-4k-instruct"
+expect 0 "Totals: 3836021760 params" -- "$BENCH" list "$SRC/configs/hf/Phi-4-mini-instruct"
 expect 0 "Totals: 3075098624 params" -- "$BENCH" list "$SRC/configs/hf/SmolLM3-3B"
 expect 0 "Totals: 162322944 params" -- "$BENCH" list "$SRC/configs/hf/pythia-160m"
 expect 0 "Totals: 30532122624 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-30B-A3B"
@@ -312,11 +313,19 @@ expect 2 "clip.json:3:28: clip_qkv: OLMo 1's clipping of q, k and v is not built
 expect 0 "model.layers.1.self_attn.v +slice +1x5x60 +1x5x12 .*model.layers.1.mlp.up +slice +1x5x112 +1x5x56 " -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-phi3' --tokens 5 | tr '\n' ' '"
 decode_check phi3 80
+# Phi-4-mini's partial rope (a reshape, slice and concat around rope) with longrope's factors
+expect 0 "model.layers.1.self_attn.rotary_k +rope +1x5x12 +1x5x12 .*rope_type=longrope factor=16 original_max_position_embeddings=4 short_factor=3@" -- \
+  "$BENCH" list "$SRC/tests/data/hf/tiny-phi3-longrope" --tokens 5
+decode_check phi3-longrope 136
+decode_check qwen3-yarn 96
 sed 's/"rope_scaling": null/"rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}/' \
   "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/longrope.json"
-expect 2 "longrope.json:16:3: rope_scaling: rope type 'longrope' is not built" -- "$BENCH" list "$T/longrope.json"
-sed 's/"embd_pdrop": 0.0,/"embd_pdrop": 0.0, "partial_rotary_factor": 0.75,/' "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/prf.json"
-expect 2 "prf.json:4:22: partial_rotary_factor: rope over part of each head is not built for phi3" -- "$BENCH" list "$T/prf.json"
+expect 2 "longrope.json:16:3: rope_scaling: longrope's short_factor and long_factor need 3 factors each .*got 1 and 1" -- \
+  "$BENCH" list "$T/longrope.json" --tokens 5
+sed 's/"rope_scaling": null/"rope_scaling": {"type": "yarn", "factor": 4, "beta_fast": "32"}/' "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/yarn.json"
+expect 2 "yarn.json:16:.*beta_fast: expected a number above 0" -- "$BENCH" list "$T/yarn.json" --tokens 5
+sed 's/"embd_pdrop": 0.0,/"embd_pdrop": 0.0, "partial_rotary_factor": 0.5,/' "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/prf.json"
+expect 2 "prf.json:4:22: partial_rotary_factor: rope over 3 dims of each head: expected an even number" -- "$BENCH" list "$T/prf.json"
 # SmolLM3: no rope in the layers no_rope_layers marks 0, or every no_rope_layer_interval-th
 expect 0 "^2$" -- bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-smollm3' --tokens 3 | grep -c rotary_q"
 expect 0 "model.layers.1.self_attn.v_proj .*model.layers.1.self_attn.attn .*model.layers.2.self_attn.rotary_q" -- \
@@ -397,9 +406,9 @@ sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 7/' "$SRC/tests/data/hf/t
 expect 2 "topk.json:9:3: num_experts_per_tok: 7 is more than num_local_experts 6" -- "$BENCH" list "$T/hf/topk.json"
 printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: linear, name: gate, out_features: 4}\n  - {kind: moe, num_experts: 5, ffn_dim: 8, inputs: [input, gate]}\n' >"$T/moe.yaml"
 expect 2 "moe.yaml:5:5: .*the router's logits \(input 1\) are \[1, 4, 4\]: expected the rows of the hidden states \(input 0, \[1, 4, 8\]\) with 5 experts' logits each" -- "$BENCH" list "$T/moe.yaml"
-sed 's/"rope_theta"/"rope_scaling": {"rope_type": "yarn", "factor": 4},\n  "rope_theta"/' \
-  "$SRC/tests/data/hf/tiny-qwen2/config.json" >"$T/hf/yarn.json"
-expect 2 "yarn.json:12:3: rope_scaling: rope type 'yarn' is not built" -- "$BENCH" list "$T/hf/yarn.json"
+sed 's/"rope_theta"/"rope_scaling": {"rope_type": "dynamic", "factor": 4},\n  "rope_theta"/' \
+  "$SRC/tests/data/hf/tiny-qwen2/config.json" >"$T/hf/dynamic.json"
+expect 2 "dynamic.json:12:3: rope_scaling: rope type 'dynamic' is not built" -- "$BENCH" list "$T/hf/dynamic.json"
 grep -v vocab_size "$SRC/tests/data/hf/tiny-qwen2/config.json" | sed 's/"use_sliding_window": false,/"use_sliding_window": false/' >"$T/hf/novocab.json"
 expect 2 "novocab.json:1:1: vocab_size: missing" -- "$BENCH" list "$T/hf/novocab.json"
 printf '{"model_type": "llama", ' >"$T/hf/cut.json"

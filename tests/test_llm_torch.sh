@@ -12,7 +12,8 @@
 # tiny config.json files end to end against scripts/hf_decoder.py: Llama, Qwen2, Qwen3,
 # Qwen2-MoE (a shared expert), Qwen3-MoE and OLMoE (routed by the router's top-k, renormalised
 # or not), SmolLM3 (a layer without rope), OLMo 2,
-# Phi-3 (its window shorter than the tokens), GPT-NeoX (parallel and serial residual,
+# Phi-3 (its window shorter than the tokens; and Phi-4-mini's partial rope with longrope's
+# long and short factors), Qwen3 with yarn rope scaling, GPT-NeoX (parallel and serial residual,
 # partial and full rope), Gemma 1 to 3 (soft-capping, windows, local rope) and GPT-2
 # (Conv1D, learned positions, scores scaled by layer).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
@@ -41,7 +42,7 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2; do
+for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&
@@ -49,5 +50,12 @@ for m in llama qwen2 qwen3 qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 gpt_neox
     bad "tiny-$m end to end against torch: $(tail -5 "$d.out")"
   echo "tiny-$m: $(tail -1 "$d.out")"
 done
+# longrope's short factors: 3 tokens, within the tiny Phi-3's original 4 positions (7 take the long ones)
+d=$T/hf_phi3-longrope-short
+mkdir -p "$d"
+"$DUMP" "$SRC/tests/data/hf/tiny-phi3-longrope" "$d" 1 2 3 >"$d.out" 2>&1 &&
+  "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$d" hf_decoder:tiny_phi3_longrope 1e-5 >>"$d.out" 2>&1 && ok ||
+  bad "tiny-phi3-longrope at 3 tokens against torch: $(tail -5 "$d.out")"
+echo "tiny-phi3-longrope (3 tokens): $(tail -1 "$d.out")"
 echo "test_llm_torch: $pass passed, $fail failed"
 [ $fail = 0 ]

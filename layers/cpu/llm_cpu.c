@@ -99,10 +99,11 @@ static bench_status rope_setup(void *env, const layer *l, const void *w, void **
     s->sin = xmalloc((size_t)(t_len * half) * sizeof *s->sin);
     float *inv = xmalloc((size_t)half * sizeof *inv);
     layer_rope_inv_freq(l, inv);
+    double scale = layer_rope_attention_factor(l);
     for (int64_t t = 0; t < t_len; t++)
         for (int64_t i = 0; i < half; i++) {
             double a = layer_rope_angle(l, inv, t, i);
-            s->cos[t * half + i] = (float)cos(a), s->sin[t * half + i] = (float)sin(a);
+            s->cos[t * half + i] = (float)(cos(a) * scale), s->sin[t * half + i] = (float)(sin(a) * scale);
         }
     free(inv);
     *ws = 2 * t_len * half * (int64_t)sizeof(float);
