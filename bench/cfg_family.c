@@ -149,6 +149,19 @@ static bool builds(const family *f, const char *type)
     return false;
 }
 
+bool cfg_family_judges(const char *model_type, const char *field)
+{
+    families_load();
+    for (int i = 0; i < n_families; i++) {
+        const family *f = &families[i];
+        if (!f->loaded || !builds(f, model_type))
+            continue;
+        const yaml_node_t *refuse = map_get(f, yaml_document_get_root_node((yaml_document_t *)&f->doc), "refuse");
+        return refuse && refuse->type == YAML_MAPPING_NODE && map_get(f, refuse, field) != NULL;
+    }
+    return false;
+}
+
 void cfg_family_types(strbuf *out, const char *last)
 {
     families_load();

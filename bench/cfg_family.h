@@ -56,6 +56,10 @@ typedef struct hf_build {
 bench_status cfg_family_build(const hf_source *src, const char *model_type, const hf_build *b, model **out,
                               strbuf *emit);
 
+/* Whether the family of model_type judges field itself (its refuse section names it):
+ * quantization_config, which every other family refuses (gpt-oss reads its MXFP4). */
+bool cfg_family_judges(const char *model_type, const char *field);
+
 /* "llama, mistral, qwen2 and mixtral" (last " and ") or "... or mixtral" (last " or "):
  * the model_type values the families build. */
 void cfg_family_types(strbuf *out, const char *last);

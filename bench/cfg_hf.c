@@ -41,8 +41,9 @@ static int get_str(const hf_source *s, const char *key, const char *expected, co
     return 0;
 }
 
-/* What every family shares: model_type (a string), no quantization_config, torch_dtype as
- * a layerbench dtype (*dtype NULL where not given). -1 after an error. */
+/* What every family shares: model_type (a string), no quantization_config (unless the
+ * family judges it: gpt-oss's MXFP4 experts), torch_dtype as a layerbench dtype (*dtype
+ * NULL where not given). -1 after an error. */
 static int read_common(const hf_source *s, const char **type, const char **dtype)
 {
     strbuf types = {0};
@@ -55,7 +56,7 @@ static int read_common(const hf_source *s, const char **type, const char **dtype
     if (rc)
         return -1;
     json_t *q = json_object_get(s->root, "quantization_config");
-    if (q && !json_is_null(q)) {
+    if (q && !json_is_null(q) && !cfg_family_judges(*type, "quantization_config")) {
         json_t *method = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
         return hf_fail(s, "quantization_config", "quantized weights%s%s%s are not built: layerbench times the layers "
                        "in bf16, fp16 or fp32 (remove the field to time the model unquantized)",

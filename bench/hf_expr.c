@@ -284,13 +284,25 @@ static json_t *call(parser *ps, const char *fn)
                 best = x;
         }
         r = ok ? json_incref(best) : NULL;
+    } else if (!strcmp(fn, "set") && n == 1 && json_is_array(args[0])) {
+        /* a list's distinct items, in first-seen order (a list here: len and in are what a
+         * description asks of a set) */
+        r = json_array();
+        size_t k, j;
+        json_t *x, *y;
+        json_array_foreach(args[0], k, x) {
+            bool seen = false;
+            json_array_foreach(r, j, y) seen = seen || json_equal(x, y);
+            if (!seen)
+                json_array_append(r, x);
+        }
     } else if (!strcmp(fn, "range") && n == 1 && integer(args[0], &i) && i >= 0 && i <= 100000) {
         r = json_array();
         for (long long k = 0; k < i; k++)
             json_array_append_new(r, json_integer(k));
     }
     if (!r)
-        fail(ps, "%s() of %s: not a call this language has (len, int, float, bool, str, sqrt, min, max, range)", fn,
+        fail(ps, "%s() of %s: not a call this language has (len, int, float, bool, str, sqrt, min, max, set, range)", fn,
              n ? type_name(args[0]) : "nothing");
     for (int k = 0; k < n; k++)
         json_decref(args[k]);

@@ -22,7 +22,7 @@
 typedef struct want {
     char *name;
     int rank;
-    int64_t d[2];
+    int64_t d[3];
     bool optional; /* lm_head.weight of tied embeddings: checkpoints may leave it out */
     bool seen;
     const char *file; /* the file whose header holds it (borrowed from check.files) */
@@ -33,9 +33,10 @@ typedef struct wants {
     int n, cap;
 } wants;
 
-static void want_add(wants *w, bool optional, int rank, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static void want_add(wants *w, bool optional, int rank, int64_t d0, int64_t d1, const char *fmt, ...)
+static void want_add3(wants *w, bool optional, int rank, int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+#define want_add(w, optional, rank, d0, d1, ...) want_add3(w, optional, rank, d0, d1, 0, __VA_ARGS__)
+static void want_add3(wants *w, bool optional, int rank, int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...)
 {
     if (w->n == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 64;
@@ -46,7 +47,7 @@ static void want_add(wants *w, bool optional, int rank, int64_t d0, int64_t d1, 
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    w->v[w->n++] = (want){.name = xstrdup(name), .rank = rank, .d = {d0, d1}, .optional = optional};
+    w->v[w->n++] = (want){.name = xstrdup(name), .rank = rank, .d = {d0, d1, d2}, .optional = optional};
 }
 
 static int want_cmp(const void *a, const void *b) { return strcmp(((const want *)a)->name, ((const want *)b)->name); }
@@ -94,8 +95,24 @@ static void wants_from_model(const model *m, wants *w)
             if (l->p.bias)
                 want_add(w, false, 1, l->p.out_features, 0, "%s.bias", l->name);
             break;
+        case LAYER_ATTENTION: /* gpt-oss's sinks: a parameter of the attention module (self_attn.sinks) */
+            if (l->p.sinks) {
+                const char *dot = strrchr(l->name, '.');
+                want_add(w, false, 1, l->p.num_heads, 0, "%.*ssinks", dot ? (int)(dot - l->name + 1) : 0, l->name);
+            }
+            break;
         case LAYER_MOE: { /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn]; Qwen's
                            * experts the same as gate_proj, up_proj, down_proj */
+            if (l->p.expert_names == MOE_NAMES_FUSED) { /* GptOssExperts: gate and up interleaved, [in, out] */
+                int64_t e_n = l->p.num_experts, f = l->p.ffn_dim;
+                want_add3(w, false, 3, e_n, in, 2 * f, "%s.gate_up_proj", l->name);
+                want_add3(w, false, 3, e_n, f, in, "%s.down_proj", l->name);
+                if (l->p.bias) {
+                    want_add(w, false, 2, e_n, 2 * f, "%s.gate_up_proj_bias", l->name);
+                    want_add(w, false, 2, e_n, in, "%s.down_proj_bias", l->name);
+                }
+                break;
+            }
             bool proj = l->p.expert_names == MOE_NAMES_PROJ;
             const char *gate = proj ? "gate_proj" : "w1", *down = proj ? "down_proj" : "w2", *up = proj ? "up_proj" : "w3";
             for (int64_t e = 0; e < l->p.num_experts; e++) {
@@ -291,7 +308,10 @@ static int check_tensor(check *c, const char *file, const char *name, json_t *t,
         return -1;
     if (!w)
         return 0;
-    if (rank != w->rank || d[0] != w->d[0] || (rank > 1 && d[1] != w->d[1])) {
+    bool same = rank == w->rank;
+    for (int k = 0; same && k < rank && k < 3; k++)
+        same = d[k] == w->d[k];
+    if (!same) {
         char got[160], exp[160];
         shape_text(got, sizeof got, rank, d);
         shape_text(exp, sizeof exp, w->rank, w->d);

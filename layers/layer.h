@@ -106,8 +106,12 @@ enum { GELU_NONE, GELU_TANH };
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_LONGROPE };
 /* moe's routing */
 enum { MOE_UNIFORM, MOE_ROUTER };
-/* moe's expert_names: Mixtral's experts.E.{w1,w2,w3}, or Qwen's (and most since) experts.E.{gate,up,down}_proj */
-enum { MOE_NAMES_W123, MOE_NAMES_PROJ };
+/* moe's expert_names: Mixtral's experts.E.{w1,w2,w3}, Qwen's (and most since) experts.E.{gate,up,down}_proj,
+ * or gpt-oss's fused experts.{gate_up_proj [E, H, 2F] (gate and up interleaved), down_proj [E, F, H]} */
+enum { MOE_NAMES_W123, MOE_NAMES_PROJ, MOE_NAMES_FUSED };
+/* moe's activation: SwiGLU silu(g) * u, or gpt-oss's clamped one: g = min(g, limit), u =
+ * clamp(u, -limit, limit), g * sigmoid(alpha * g) * (u + 1) */
+enum { MOE_ACT_SILU, MOE_ACT_CLAMPED_SWIGLU };
 
 /* A parameter that is a list of numbers (LP_FLOATS): longrope's per-frequency factors. */
 #define LAYER_MAX_FLOATS 256
@@ -171,6 +175,10 @@ typedef struct layer_params {
     int64_t routing;             /* moe: MOE_* */
     int64_t expert_names;        /* moe: MOE_NAMES_*, how a checkpoint names each expert's weights */
     bool normalize;              /* moe: the top_k probabilities renormalised to sum 1 (Qwen's norm_topk_prob) */
+    int64_t moe_act;             /* moe: MOE_ACT_*, each expert's gated activation */
+    double swiglu_limit, swiglu_alpha; /* moe: gpt-oss's clamp of gate and up, and its sigmoid's slope */
+    bool sinks;                  /* attention: a learned logit per head in every softmax's denominator
+                                    (gpt-oss's attention sinks) */
     int64_t mean_dims[2];        /* mean: the dims averaged, one (both the same) or two next to each other */
     bool keepdim;                /* mean: they stay, as size 1 */
     int64_t num_groups;          /* groupnorm: groups of channels, each normalized as one */
@@ -336,8 +344,12 @@ float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t
 double layer_rope_attention_factor(const layer *l);
 int64_t layer_attention_pairs(const layer *l);
 /* attention's cached positions held and read: the last C = kv_len of them, or with a
- * sliding window W only the W - 1 any query still sees (a sliding layer's cache) */
+ * sliding window W only the W - 1 any query still sees (a sliding layer's cache); its
+ * weights are the cache's keys, then its values (layer_attention_cache_floats in all),
+ * then with sinks a logit per head (layer_attention_sinks) */
 int64_t layer_attention_cached(const layer *l);
+int64_t layer_attention_cache_floats(const layer *l);
+const float *layer_attention_sinks(const layer *l, const float *w);
 /* attention's score of q . k: scaled (scale, or 1/sqrt(head_dim)), then capped (softcap) */
 float layer_attention_score(const layer *l, double dot);
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
@@ -353,6 +365,10 @@ int64_t layer_moe_rows(const layer *l);
 void layer_moe_counts(const layer *l, int64_t *count);
 void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int64_t *count);
 void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate);
+/* moe's per expert weights: w1 [F, H], w2 [H, F], w3 [F, H], with bias then b1 [F], b2
+ * [H], b3 [F]; and its activation of gate g and up u (MOE_ACT_*) */
+int64_t layer_moe_expert_floats(const layer *l);
+double layer_moe_act(const layer *l, double g, double u);
 
 /* multihead_attention's weight blocks in torch's order (layers/transformer.c): the
  * packed q, k, v projection [3E, E] and its bias [3E], the out projection [E, E] and its

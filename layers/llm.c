@@ -28,7 +28,9 @@
  *   Face's DynamicCache holds them. Query t sits at position S + t; causal: it sees keys
  *   at positions <= S + t; sliding_window W: and > S + t - W (Mistral's window). Without
  *   causal and cache, k and v may have tokens of their own (cross-attention: a UNet's
- *   text states). FLOPs count the pairs the mask keeps, in closed form (docs/flops.md). */
+ *   text states). With sinks, head h's learned logit s_h joins every softmax of that
+ *   head's scores, in the denominator only: exp(score) / (sum exp(scores) + exp(s_h)),
+ *   as gpt-oss's attention sinks (a parameter per head, after the cache in the weights). FLOPs count the pairs the mask keeps, in closed form (docs/flops.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,6 +350,7 @@ static const layer_param_spec attention_params[] = {
     {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
     {"scale", LP_FLOAT, P_OFF(attn_scale), false, 0, NULL},
     {"softcap", LP_FLOAT, P_OFF(softcap), false, 0, NULL},
+    {"sinks", LP_BOOL, P_OFF(sinks), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -406,21 +409,35 @@ static void attention_count(layer *l)
 {
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], per = layer_count_mul(n, p->num_heads), pairs = layer_attention_pairs(l);
-    /* the cache: keys and values, [N, Hkv, C, D] each (C: layer_attention_cached); no parameters */
-    l->n_weights = 0;
-    l->n_weight_floats = layer_count_mul(2, layer_count_mul(layer_count_mul(n, p->num_kv_heads),
-                                                              layer_count_mul(layer_attention_cached(l), p->head_dim)));
+    /* the cache: keys and values, [N, Hkv, C, D] each (C: layer_attention_cached), not
+     * parameters; with sinks a parameter per head after it */
+    l->n_weights = p->sinks ? p->num_heads : 0;
+    l->n_weight_floats = layer_count_add(layer_attention_cache_floats(l), l->n_weights);
     /* q k^T and p v: 2 per MAC each; the scale 1 and the softmax 5 per score (as
-     * multihead_attention); a softcap's divide, tanh and multiply 3 more */
+     * multihead_attention); a softcap's divide, tanh and multiply 3 more; a sink 5 per
+     * softmax (its max, subtract, exp, add) */
     l->macs = layer_count_mul(per, layer_count_mul(2 * p->head_dim, pairs));
-    l->flops = layer_count_add(layer_count_mul(2, l->macs),
-                               layer_count_mul(p->softcap > 0 ? 9 : 6, layer_count_mul(per, pairs)));
+    l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs),
+                                               layer_count_mul(p->softcap > 0 ? 9 : 6, layer_count_mul(per, pairs))),
+                               p->sinks ? layer_count_mul(5, layer_count_mul(per, l->in.d[1])) : 0);
     kind_count_bytes(l);
 }
 
 static void attention_init(const layer *l, float *w, layer_rng *rng)
 {
     layer_fill_uniform(w, l->n_weight_floats, -1.0f, 1.0f, rng);
+}
+
+int64_t layer_attention_cache_floats(const layer *l)
+{
+    const layer_params *p = &l->p;
+    return layer_count_mul(2, layer_count_mul(layer_count_mul(l->in.d[0], p->num_kv_heads),
+                                              layer_count_mul(layer_attention_cached(l), p->head_dim)));
+}
+
+const float *layer_attention_sinks(const layer *l, const float *w)
+{
+    return l->p.sinks ? w + layer_attention_cache_floats(l) : NULL;
 }
 
 int64_t layer_attention_cached(const layer *l)
@@ -442,7 +459,7 @@ const float *layer_attention_kv(const layer *l, const float *const *ins, const f
     int64_t hkv = p->num_kv_heads, s = p->kv_len, c = layer_attention_cached(l), d = p->head_dim,
             t_len = l->ins[1].d[1];
     if (j < s)
-        return w + (int64_t)value * l->n_weight_floats / 2 + ((b * hkv + g) * c + (j - (s - c))) * d;
+        return w + (int64_t)value * (layer_attention_cache_floats(l) / 2) + ((b * hkv + g) * c + (j - (s - c))) * d;
     return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
 }
 
@@ -463,6 +480,7 @@ static void attention_reference(const layer *l, const float *const *ins, const f
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + l->ins[1].d[1];
     double *score = xmalloc((size_t)keys * sizeof *score), *acc = xmalloc((size_t)d * sizeof *acc);
+    const float *sinks = layer_attention_sinks(l, w);
     for (int64_t b = 0; b < n; b++)
         for (int64_t hh = 0; hh < h; hh++) {
             int64_t g = hh / (h / p->num_kv_heads);
@@ -480,6 +498,8 @@ static void attention_reference(const layer *l, const float *const *ins, const f
                     score[j] = layer_attention_score(l, dot);
                     top = score[j] > top ? score[j] : top;
                 }
+                if (sinks) /* gpt-oss: the head's sink joins the max and the denominator */
+                    top = sinks[hh] > top ? sinks[hh] : top, sum = exp((double)sinks[hh] - top);
                 for (int64_t i = 0; i < d; i++)
                     acc[i] = 0;
                 for (int64_t j = 0; j < keys; j++) {

@@ -8,7 +8,11 @@
  * false keeps them as the softmax gives them, Qwen's norm_topk_prob false); the output
  * is the sum over those experts of probability * w2(silu(w1 x) * w3 x), each expert a
  * SwiGLU MLP with Mixtral's names: w1 (gate) [F, H], w3 (up) [F, H], w2 (down) [H, F], no
- * biases. Weights: expert 0's w1, w2, w3, then expert 1's, ... (E * 3 * H * F).
+ * biases. Weights: expert 0's w1, w2, w3, then expert 1's, ... (E * 3 * H * F). gpt-oss's
+ * experts: bias (b1 [F], b2 [H], b3 [F] after each expert's matrices, added to w1 x, w2 a
+ * and w3 x) and activation clamped_swiglu (g = min(w1 x, limit), u = clamp(w3 x, -limit,
+ * limit), g * sigmoid(alpha g) * (u + 1); swiglu_limit 7, swiglu_alpha 1.702); its
+ * router's top-k softmax is normalize's (the softmax of the top k logits).
  *
  * routing, which experts each token goes to (layer_moe_route):
  *   uniform (the default): a fixed assignment that gives every expert the same number of
@@ -33,7 +37,8 @@
 #define MOE_MAX_EXPERTS 1024
 
 static const char *const moe_routings[] = {"uniform", "router", NULL};
-static const char *const moe_expert_names[] = {"w1_w2_w3", "gate_up_down", NULL};
+static const char *const moe_expert_names[] = {"w1_w2_w3", "gate_up_down", "fused", NULL};
+static const char *const moe_acts[] = {"silu", "clamped_swiglu", NULL};
 
 static const layer_param_spec moe_params[] = {
     {"num_experts", LP_INT, P_OFF(num_experts), true, 1, NULL},
@@ -43,6 +48,10 @@ static const layer_param_spec moe_params[] = {
     {"load_skew", LP_FLOAT, P_OFF(load_skew), false, 0, NULL},
     {"expert_names", LP_ENUM, P_OFF(expert_names), false, 0, moe_expert_names},
     {"normalize", LP_BOOL, P_OFF(normalize), false, 0, NULL},
+    {"bias", LP_BOOL, P_OFF(bias), false, 0, NULL},
+    {"activation", LP_ENUM, P_OFF(moe_act), false, 0, moe_acts},
+    {"swiglu_limit", LP_FLOAT, P_OFF(swiglu_limit), false, 0, NULL},
+    {"swiglu_alpha", LP_FLOAT, P_OFF(swiglu_alpha), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -50,6 +59,23 @@ static void moe_defaults(layer_params *p)
 {
     p->top_k = 2;
     p->normalize = true;
+    p->swiglu_limit = 7.0, p->swiglu_alpha = 1.702; /* gpt-oss's */
+}
+
+int64_t layer_moe_expert_floats(const layer *l)
+{
+    int64_t h = l->in.d[l->in.rank - 1], f = l->p.ffn_dim;
+    return layer_count_add(layer_count_mul(3, layer_count_mul(h, f)), l->p.bias ? layer_count_add(2 * f, h) : 0);
+}
+
+double layer_moe_act(const layer *l, double g, double u)
+{
+    if (l->p.moe_act == MOE_ACT_SILU)
+        return g / (1.0 + exp(-g)) * u;
+    double lim = l->p.swiglu_limit;
+    g = g < lim ? g : lim;
+    u = u < -lim ? -lim : u > lim ? lim : u;
+    return g / (1.0 + exp(-l->p.swiglu_alpha * g)) * (u + 1.0);
 }
 
 static int moe_infer(layer *l, char *err, size_t len)
@@ -61,6 +87,9 @@ static int moe_infer(layer *l, char *err, size_t len)
     if (p->top_k > p->num_experts)
         return kind_fail(err, len, "top_k %lld is more than num_experts %lld", (long long)p->top_k,
                          (long long)p->num_experts);
+    if (p->moe_act == MOE_ACT_CLAMPED_SWIGLU && !(p->swiglu_limit > 0 && p->swiglu_alpha > 0))
+        return kind_fail(err, len, "clamped_swiglu needs swiglu_limit and swiglu_alpha above 0, got %g and %g",
+                         p->swiglu_limit, p->swiglu_alpha);
     if (p->routing == MOE_ROUTER && p->load_skew != 0)
         return kind_fail(err, len, "load_skew sets the uniform assignment's spread; routing: router takes the "
                                    "router's own");
@@ -152,14 +181,15 @@ void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int6
 }
 
 /* FLOPs per token and expert: w1, w3 and w2 (2 per MAC each), silu (5) and the multiply
- * per hidden unit; per slot the weighted sum into the output (2 per element); per token
+ * per hidden unit (clamped_swiglu: 3 more for the clamps, the slope and the + 1; bias: 2
+ * per hidden unit and 1 per output); per slot the weighted sum into the output (2 per element); per token
  * the softmax over the logits (5 per logit, as softmax) and, with normalize, the
  * renormalisation (2 per expert taken). Bytes: the inputs, the output, and the weights of the experts that run. */
 static void moe_count(layer *l)
 {
     const layer_params *p = &l->p;
     int64_t h = l->in.d[l->in.rank - 1], f = p->ffn_dim, e_n = p->num_experts, rows = layer_moe_rows(l);
-    int64_t per_expert = layer_count_mul(3, layer_count_mul(h, f)), count[MOE_MAX_EXPERTS], active = 0;
+    int64_t per_expert = layer_moe_expert_floats(l), count[MOE_MAX_EXPERTS], active = 0;
     l->n_weights = l->n_weight_floats = layer_count_mul(e_n, per_expert);
     if (l->n_weights < 0) {
         l->macs = l->flops = l->bytes = -1;
@@ -169,8 +199,9 @@ static void moe_count(layer *l)
     for (int64_t e = 0; e < e_n; e++)
         active += count[e] > 0;
     int64_t slots = layer_count_mul(rows, p->top_k);
-    l->macs = layer_count_mul(slots, per_expert);
-    int64_t act = layer_count_mul(slots, layer_count_mul(6, f));
+    l->macs = layer_count_mul(slots, layer_count_mul(3, layer_count_mul(h, f)));
+    int64_t act = layer_count_mul(slots, layer_count_add(layer_count_mul(p->moe_act == MOE_ACT_SILU ? 6 : 9, f),
+                                                         p->bias ? 2 * f + h : 0));
     int64_t combine = layer_count_mul(slots, 2 * h), route = layer_count_add(layer_count_mul(rows, 5 * e_n),
                                                                             layer_count_mul(slots, p->normalize ? 2 : 0));
     l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs), act), layer_count_add(combine, route));
@@ -183,10 +214,15 @@ static void moe_init(const layer *l, float *w, layer_rng *rng)
     int64_t h = l->in.d[l->in.rank - 1], f = l->p.ffn_dim;
     float bh = (float)(1.0 / sqrt((double)h)), bf = (float)(1.0 / sqrt((double)f));
     for (int64_t e = 0; e < l->p.num_experts; e++) {
-        float *we = w + e * 3 * h * f;
+        float *we = w + e * layer_moe_expert_floats(l);
         layer_fill_uniform(we, h * f, -bh, bh, rng);             /* w1 */
         layer_fill_uniform(we + h * f, h * f, -bf, bf, rng);     /* w2 */
         layer_fill_uniform(we + 2 * h * f, h * f, -bh, bh, rng); /* w3 */
+        if (l->p.bias) { /* b1, b2, b3, as nn.Linear draws them */
+            layer_fill_uniform(we + 3 * h * f, f, -bh, bh, rng);
+            layer_fill_uniform(we + 3 * h * f + f, h, -bf, bf, rng);
+            layer_fill_uniform(we + 3 * h * f + f + h, f, -bh, bh, rng);
+        }
     }
 }
 
@@ -218,15 +254,16 @@ static void moe_reference(const layer *l, const float *const *ins, const float *
             acc[i] = 0;
         layer_moe_gates(l, ins[1] + r * e_n, pick + r * k, gate);
         for (int64_t j = 0; j < k; j++) {
-            const float *w1 = w + pick[r * k + j] * 3 * h * f, *w2 = w1 + h * f, *w3 = w2 + h * f;
+            const float *w1 = w + pick[r * k + j] * layer_moe_expert_floats(l), *w2 = w1 + h * f, *w3 = w2 + h * f;
+            const float *b1 = w3 + h * f, *b2 = b1 + f, *b3 = b2 + h;
             for (int64_t u = 0; u < f; u++) {
-                double g = 0, v = 0;
+                double g = p->bias ? b1[u] : 0, v = p->bias ? b3[u] : 0;
                 for (int64_t i = 0; i < h; i++)
                     g += (double)x[i] * w1[u * h + i], v += (double)x[i] * w3[u * h + i];
-                act[u] = g / (1.0 + exp(-g)) * v;
+                act[u] = layer_moe_act(l, g, v);
             }
             for (int64_t i = 0; i < h; i++) {
-                double y = 0;
+                double y = p->bias ? b2[i] : 0;
                 for (int64_t u = 0; u < f; u++)
                     y += act[u] * w2[i * f + u];
                 acc[i] += gate[j] * y;

@@ -691,6 +691,146 @@ class GPT2LMHeadModel(nn.Module):
         return self.lm_head(self.transformer(input_ids))
 
 
+class GptOssAttention(nn.Module):
+    """GptOssAttention: q, k, v and o with biases, rope, a learned sink logit per head that joins
+    each softmax (its probability dropped after), a sliding window in the sliding layers."""
+
+    def __init__(self, d, sliding):
+        super().__init__()
+        self.heads, self.kv_heads = d["num_attention_heads"], d.get("num_key_value_heads", d["num_attention_heads"])
+        self.head_dim = d.get("head_dim", 64)
+        self.window = d.get("sliding_window", 128) if sliding else None
+        h, bias = d["hidden_size"], d.get("attention_bias", True)
+        self.q_proj = nn.Linear(h, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=bias)
+        self.sinks = nn.Parameter(torch.empty(self.heads))
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = repeat_kv(k, self.heads // self.kv_heads), repeat_kv(v, self.heads // self.kv_heads)
+        i = torch.arange(t)
+        allowed = i[None, :] <= i[:, None]
+        if self.window:
+            allowed &= i[None, :] > i[:, None] - self.window
+        w = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        w = w + torch.zeros(t, t).masked_fill(~allowed, -math.inf)[None, None]
+        sinks = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, t, -1)
+        combined = torch.cat([w, sinks], dim=-1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        probs = nn.functional.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, -1)
+        return self.o_proj(out)
+
+
+class GptOssTopKRouter(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.top_k, e = d["num_experts_per_tok"], d["num_local_experts"]
+        self.weight = nn.Parameter(torch.empty(e, d["hidden_size"]))
+        self.bias = nn.Parameter(torch.empty(e))
+
+    def forward(self, x):
+        logits = nn.functional.linear(x, self.weight, self.bias)
+        top, idx = torch.topk(logits, self.top_k, dim=-1)
+        top = nn.functional.softmax(top, dim=1, dtype=top.dtype)
+        return torch.zeros_like(logits).scatter_(1, idx, top), idx
+
+
+class GptOssExperts(nn.Module):
+    """GptOssExperts: gate and up interleaved in one [E, H, 2I] tensor (gate the even columns),
+    biases, the clamped SwiGLU (alpha 1.702, swiglu_limit)."""
+
+    def __init__(self, d):
+        super().__init__()
+        e, h, f = d["num_local_experts"], d["hidden_size"], d["intermediate_size"]
+        self.gate_up_proj = nn.Parameter(torch.empty(e, h, 2 * f))
+        self.gate_up_proj_bias = nn.Parameter(torch.empty(e, 2 * f))
+        self.down_proj = nn.Parameter(torch.empty(e, f, h))
+        self.down_proj_bias = nn.Parameter(torch.empty(e, h))
+        self.alpha, self.limit = 1.702, d.get("swiglu_limit", 7.0)
+
+    def forward(self, x, idx, weights):
+        out = torch.zeros_like(x)
+        for e in range(self.gate_up_proj.shape[0]):
+            tokens = (idx == e).any(dim=-1).nonzero().flatten()
+            if tokens.numel() == 0:
+                continue
+            gate_up = x[tokens] @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            y = ((up + 1) * glu) @ self.down_proj[e] + self.down_proj_bias[e]
+            out.index_add_(0, tokens, y * weights[tokens, e, None])
+        return out
+
+
+class GptOssMLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.router = GptOssTopKRouter(d)
+        self.experts = GptOssExperts(d)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        flat = x.reshape(-1, h)
+        scores, idx = self.router(flat)
+        return self.experts(flat, idx, scores).view(b, t, h)
+
+
+class GptOssDecoderLayer(nn.Module):
+    def __init__(self, d, i):
+        super().__init__()
+        types = d.get("layer_types") or ["sliding_attention" if j % 2 == 0 else "full_attention"
+                                         for j in range(d["num_hidden_layers"])]
+        eps = d.get("rms_norm_eps", 1e-5)
+        self.input_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
+        self.self_attn = GptOssAttention(d, types[i] == "sliding_attention")
+        self.post_attention_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
+        self.mlp = GptOssMLP(d)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class GptOssModel(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+        self.embed_tokens = nn.Embedding(d["vocab_size"], d["hidden_size"])
+        self.layers = nn.ModuleList([GptOssDecoderLayer(d, i) for i in range(d["num_hidden_layers"])])
+        self.norm = LlamaRMSNorm(d["hidden_size"], d.get("rms_norm_eps", 1e-5))
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        d = dict(self.d, rope_theta=self.d.get("rope_theta", 150000))
+        inv_freq, scale = rope_parameters(d, d.get("head_dim", 64), t)
+        freqs = torch.arange(t).float()[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (emb.cos() * scale)[None], (emb.sin() * scale)[None]
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
+class GptOssForCausalLM(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.model = GptOssModel(d)
+        self.lm_head = nn.Linear(d["hidden_size"], d["vocab_size"], bias=False)
+
+    def forward(self, input_ids):
+        return self.lm_head(self.model(input_ids))
+
+
 def from_config(path):
     """The model of a config.json (a file, or the folder holding it), random weights:
     GPTNeoXForCausalLM for gpt_neox, GPT2LMHeadModel for gpt2, GemmaForCausalLM for gemma, gemma2 and gemma3_text,
@@ -703,6 +843,8 @@ def from_config(path):
         return GPTNeoXForCausalLM(d)
     if d.get("model_type") == "gpt2":
         return GPT2LMHeadModel(d)
+    if d.get("model_type") == "gpt_oss":
+        return GptOssForCausalLM(d)
     if d.get("model_type") in ("gemma", "gemma2", "gemma3_text"):
         return GemmaForCausalLM(d)
     return LlamaForCausalLM(Config(d))
@@ -774,3 +916,7 @@ def tiny_phi3_longrope():
 
 def tiny_qwen3_yarn():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-qwen3-yarn"))
+
+
+def tiny_gpt_oss():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt_oss"))

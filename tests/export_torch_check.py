@@ -45,6 +45,8 @@ def layer_tensors(kind, name, modules, params, n):
             return window_tensors(m)
         if kind == "batchnorm2d":
             return [m.weight, m.bias, m.running_mean, m.running_var]
+        if kind == "moe" and hasattr(m, "gate_up_proj"):  # gpt-oss's fused experts: place_fused_experts
+            return [m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias]
         if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3)
             return [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
         return list(m.parameters())
@@ -56,6 +58,25 @@ def layer_tensors(kind, name, modules, params, n):
         if sum(t.numel() for t in own) == n:
             return own
     return None
+
+
+def place_fused_experts(m, w):
+    """gpt-oss's experts from layers/moe.c's order (per expert w1 [F, H], w2 [H, F], w3 [F, H], b1
+    [F], b2 [H], b3 [F]): gate_up_proj [E, H, 2F] holds w1^T in its even columns and w3^T in its
+    odd ones, down_proj [E, F, H] w2^T, and the biases the same way."""
+    e_n, h, f2 = m.gate_up_proj.shape
+    f = f2 // 2
+    per = 3 * h * f + 2 * f + h
+    for e in range(e_n):
+        x = w[e * per:(e + 1) * per]
+        w1, w2, w3 = x[:h * f].view(f, h), x[h * f:2 * h * f].view(h, f), x[2 * h * f:3 * h * f].view(f, h)
+        b1, b2, b3 = x[3 * h * f:3 * h * f + f], x[3 * h * f + f:3 * h * f + f + h], x[3 * h * f + f + h:]
+        m.gate_up_proj[e, :, 0::2] = w1.t()
+        m.gate_up_proj[e, :, 1::2] = w3.t()
+        m.down_proj[e] = w2.t()
+        m.gate_up_proj_bias[e, 0::2] = b1
+        m.gate_up_proj_bias[e, 1::2] = b3
+        m.down_proj_bias[e] = b2
 
 
 def main():
@@ -90,6 +111,10 @@ def main():
                 print(f"export_torch_check: {name}: its module runs twice (one set of weights in torch, two in the "
                       f"export): not checkable end to end", file=sys.stderr)
                 return 2
+            if kind == "moe" and hasattr(modules.get(name), "gate_up_proj"):
+                place_fused_experts(modules[name], w)
+                placed.update(id(t) for t in tensors)
+                continue
             off, conv1d = 0, "hf_conv1d=true" in ptext.split()
             for k, t in enumerate(tensors):
                 piece = w[off:off + t.numel()]

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
-Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2), with every tensor named and shaped as transformers names and shapes them
+Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2,
+gpt-oss), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -58,7 +59,34 @@ def gpt2_tensors(cfg):
     return out + [("transformer.ln_f.weight", [e]), ("transformer.ln_f.bias", [e])]
 
 
+def gpt_oss_tensors(cfg):
+    """GptOssForCausalLM's, its experts dequantised (as a bf16 copy of the checkpoint holds them;
+    the published files keep them as MXFP4 blocks and scales): q/k/v/o with biases, the sinks,
+    the router with its bias, the experts' fused gate_up_proj [E, H, 2I] and down_proj [E, I, H]
+    with their biases."""
+    h, v, e, f = cfg["hidden_size"], cfg["vocab_size"], cfg["num_local_experts"], cfg["intermediate_size"]
+    heads, d = cfg["num_attention_heads"], cfg.get("head_dim", 64)
+    kv = cfg.get("num_key_value_heads", heads)
+    out = [("model.embed_tokens.weight", [v, h])]
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}"
+        for name, rows, cols in (("q_proj", heads * d, h), ("k_proj", kv * d, h), ("v_proj", kv * d, h),
+                                 ("o_proj", h, heads * d)):
+            out += [(f"{p}.self_attn.{name}.weight", [rows, cols]), (f"{p}.self_attn.{name}.bias", [rows])]
+        out += [(f"{p}.self_attn.sinks", [heads]), (f"{p}.input_layernorm.weight", [h]),
+                (f"{p}.post_attention_layernorm.weight", [h]), (f"{p}.mlp.router.weight", [e, h]),
+                (f"{p}.mlp.router.bias", [e]), (f"{p}.mlp.experts.gate_up_proj", [e, h, 2 * f]),
+                (f"{p}.mlp.experts.gate_up_proj_bias", [e, 2 * f]), (f"{p}.mlp.experts.down_proj", [e, f, h]),
+                (f"{p}.mlp.experts.down_proj_bias", [e, h])]
+    out.append(("model.norm.weight", [h]))
+    if not cfg.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", [v, h]))
+    return out
+
+
 def tensors(cfg):
+    if cfg["model_type"] == "gpt_oss":
+        return gpt_oss_tensors(cfg)
     if cfg["model_type"] == "gpt_neox":
         return neox_tensors(cfg)
     if cfg["model_type"] == "gpt2":

@@ -247,6 +247,7 @@ expect 0 "Totals: 596049920 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-0.6B
 expect 0 "Totals: 1484916736 params" -- "$BENCH" list "$SRC/configs/hf/OLMo-2-0425-1B"
 expect 0 "Totals: 3821079552 params" -- "$BENCH" list "$SRC/configs/hf/Phi-3-mini-4k-instruct"
 expect 0 "Totals: 3836021760 params" -- "$BENCH" list "$SRC/configs/hf/Phi-4-mini-instruct"
+expect 0 "Totals: 20914757184 params" -- "$BENCH" list "$SRC/configs/hf/gpt-oss-20b"
 expect 0 "Totals: 3075098624 params" -- "$BENCH" list "$SRC/configs/hf/SmolLM3-3B"
 expect 0 "Totals: 162322944 params" -- "$BENCH" list "$SRC/configs/hf/pythia-160m"
 expect 0 "Totals: 30532122624 params" -- "$BENCH" list "$SRC/configs/hf/Qwen3-30B-A3B"
@@ -318,6 +319,18 @@ expect 0 "model.layers.1.self_attn.rotary_k +rope +1x5x12 +1x5x12 .*rope_type=lo
   "$BENCH" list "$SRC/tests/data/hf/tiny-phi3-longrope" --tokens 5
 decode_check phi3-longrope 136
 decode_check qwen3-yarn 96
+# gpt-oss: attention sinks (a parameter per head), sliding layers by layer_types, a router
+# with a bias, experts with biases and the clamped SwiGLU; its MXFP4 quantization_config read
+# (the experts timed in the run's dtype), any other refused
+expect 0 "model.layers.0.self_attn.attn +attention +1x5x48 +1x5x48 +6 .*sliding_window=4 sinks=true.*model.layers.0.mlp.experts +moe .*bias=true activation=clamped_swiglu swiglu_limit=0.3.*model.layers.1.self_attn.attn +attention .* sinks=true" -- \
+  bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt_oss' --tokens 5 | tr '\n' ' '"
+decode_check gpt_oss 60
+sed 's/"quant_method": "mxfp4"/"quant_method": "awq"/' "$SRC/configs/hf/gpt-oss-20b/config.json" >"$T/awq.json"
+expect 2 "awq.json:[0-9]+:3: quantization_config: only the published MXFP4 experts" -- "$BENCH" list "$T/awq.json"
+sed 's/"full_attention"/"linear_attention"/' "$SRC/tests/data/hf/tiny-gpt_oss/config.json" >"$T/lt_oss.json"
+expect 2 "lt_oss.json:[0-9]+:3: layer_types: expected sliding_attention or full_attention entries" -- "$BENCH" list "$T/lt_oss.json" --tokens 5
+sed 's/"model_type": "gpt_oss"/"model_type": "llama"/' "$SRC/configs/hf/gpt-oss-20b/config.json" >"$T/q_llama.json"
+expect 2 "q_llama.json:[0-9]+:3: quantization_config: quantized weights \(mxfp4\) are not built" -- "$BENCH" list "$T/q_llama.json"
 sed 's/"rope_scaling": null/"rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}/' \
   "$SRC/tests/data/hf/tiny-phi3/config.json" >"$T/longrope.json"
 expect 2 "longrope.json:16:3: rope_scaling: longrope's short_factor and long_factor need 3 factors each .*got 1 and 1" -- \
@@ -442,6 +455,12 @@ if command -v python3 >/dev/null; then
   ST tiny-qwen3_moe q3moe && expect 0 "68 tensors match" -- "$BENCH" list "$T/st/q3moe" --tokens 8
   ST tiny-qwen2_moe q2moe && expect 0 "44 tensors match" -- "$BENCH" list "$T/st/q2moe" --tokens 8
   ST tiny-olmoe olmoe && expect 0 "57 tensors match" -- "$BENCH" list "$T/st/olmoe" --tokens 8
+  # gpt-oss: the sinks, the router's bias, the fused experts [E, H, 2I] (a bf16 copy); the
+  # published MXFP4 blocks are not the layers' tensors, and say so by name
+  ST tiny-gpt_oss oss && expect 0 "37 tensors match" -- "$BENCH" list "$T/st/oss" --tokens 8
+  ST tiny-gpt_oss mxfp4 --drop model.layers.0.mlp.experts.gate_up_proj --add model.layers.0.mlp.experts.gate_up_proj_blocks=5,48,1,16 &&
+    expect 2 "holds the tensor 'model.layers.0.mlp.experts.gate_up_proj_blocks', which the layers built from config.json do not have" -- \
+    "$BENCH" list "$T/st/mxfp4" --tokens 8
   # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
   ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&
     expect 0 "28 tensors match" -- "$BENCH" list "$T/st/neox" --tokens 8

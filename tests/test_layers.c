@@ -76,6 +76,25 @@ static void rope_llama3(layer_params *p)
     p->num_heads = 3, p->head_dim = 64, p->rope_theta = 500000.0, p->rope_type = ROPE_LLAMA3, p->rope_factor = 32.0;
     p->low_freq_factor = 1.0, p->high_freq_factor = 4.0, p->original_max_pos = 8192, p->kv_len = 70000;
 }
+/* gpt-oss's yarn (truncate false), DeepSeek's (mscale over mscale_all_dim), longrope's
+ * short factors (3 + 2 positions within 8) and long ones (past them) */
+static void rope_yarn(layer_params *p)
+{
+    p->num_heads = 2, p->head_dim = 64, p->rope_theta = 150000.0, p->rope_type = ROPE_YARN, p->rope_factor = 32.0;
+    p->original_max_pos = 4096, p->truncate = false, p->kv_len = 5000;
+}
+static void rope_yarn_mscale(layer_params *p)
+{
+    rope_4x8(p), p->rope_type = ROPE_YARN, p->rope_factor = 40.0, p->original_max_pos = 64, p->mscale = 1.0;
+    p->mscale_all_dim = 0.5, p->beta_fast = 16, p->kv_len = 3;
+}
+static void rope_longrope(layer_params *p)
+{
+    rope_4x8(p), p->rope_type = ROPE_LONGROPE, p->rope_factor = 16.0, p->original_max_pos = 8, p->kv_len = 2;
+    p->short_factor = (layer_floats){.n = 4, .v = {1.0f, 1.5f, 2.0f, 4.0f}};
+    p->long_factor = (layer_floats){.n = 4, .v = {1.0f, 3.0f, 9.0f, 27.0f}};
+}
+static void rope_longrope_long(layer_params *p) { rope_longrope(p); p->kv_len = 10; }
 static void attn_gqa(layer_params *p) { p->num_heads = 6; p->num_kv_heads = 2; p->head_dim = 5; }
 static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 3; p->head_dim = 8; p->causal = false; }
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
@@ -83,6 +102,9 @@ static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->slidin
 /* Gemma 2: scores capped at 3 (small enough that tanh bends them), another scale (query_pre_attn_scalar) */
 static void attn_softcap(layer_params *p) { attn_window(p); p->softcap = 3; p->attn_scale = 0.6; }
 static void attn_softcap32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; p->softcap = 2; }
+/* gpt-oss: a sink per query head, with a window shorter than the cache, and at decode */
+static void attn_sinks(layer_params *p) { attn_window(p); p->sinks = true; }
+static void attn_sinks32(layer_params *p) { attn_softcap32(p); p->softcap = 0; p->sinks = true; }
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
 /* the 16-key score blocks (head_dim a multiple of 16) with a tail of 13 keys, 4 queries a group */
 static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; }
@@ -96,6 +118,12 @@ static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->f
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
 static void moe_all(layer_params *p) { p->num_experts = 4; p->top_k = 4; p->ffn_dim = 9; p->routing = MOE_ROUTER; }
 static void moe_raw(layer_params *p) { moe_router(p); p->normalize = false; } /* Qwen's norm_topk_prob false */
+/* gpt-oss's experts: biases, the clamped SwiGLU with a limit the values reach */
+static void moe_oss(layer_params *p)
+{
+    moe_router(p), p->bias = true, p->moe_act = MOE_ACT_CLAMPED_SWIGLU, p->swiglu_limit = 0.2;
+    p->swiglu_alpha = 1.702;
+}
 static void mp_3s2p1(layer_params *p) { PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
 static void mp_ceil(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); p->ceil_mode = true; }
 static void mp_2s2(layer_params *p) { PAIR(kernel, 2, 2); PAIR(stride, 2, 2); }
@@ -349,6 +377,10 @@ static const layer_case cases[] = {
     {"decode at 4093, theta 5e5", LAYER_ROPE, S3(3, 1, 12), rope_decode},
     {"linear x8, from 11", LAYER_ROPE, S3(1, 5, 32), rope_linear},
     {"llama3 x32 at 70000", LAYER_ROPE, S3(2, 3, 192), rope_llama3},
+    {"yarn x32, not truncated, at 5000", LAYER_ROPE, S3(1, 2, 128), rope_yarn},
+    {"yarn x40, mscale 1 over 0.5", LAYER_ROPE, S3(2, 3, 32), rope_yarn_mscale},
+    {"longrope, short factors", LAYER_ROPE, S3(2, 3, 32), rope_longrope},
+    {"longrope, long factors past 8", LAYER_ROPE, S3(2, 3, 32), rope_longrope_long},
     {"GQA 6/2, causal prefill", LAYER_ATTENTION, S3(2, 7, 30), attn_gqa, MORE(S3(2, 7, 10), S3(2, 7, 10))},
     {"not causal, 3 heads", LAYER_ATTENTION, S3(1, 9, 24), attn_mha_full, MORE(S3(1, 9, 24), S3(1, 9, 24))},
     {"cross-attention: 9 queries, 77 keys (a UNet's text)", LAYER_ATTENTION, S3(2, 9, 24), attn_mha_full,
@@ -357,6 +389,8 @@ static const layer_case cases[] = {
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"softcap 3, scale 0.6, window", LAYER_ATTENTION, S3(2, 4, 30), attn_softcap, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"softcap 2, 16-key blocks, decode", LAYER_ATTENTION, S3(2, 1, 256), attn_softcap32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
+    {"sinks, window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_sinks, MORE(S3(2, 4, 10), S3(2, 4, 10))},
+    {"sinks, 16-key blocks, decode", LAYER_ATTENTION, S3(2, 1, 256), attn_sinks32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
     {"MQA 8/1, 300 cached, parallel", LAYER_ATTENTION, S3(2, 3, 512), attn_mqa_long, MORE(S3(2, 3, 64), S3(2, 3, 64))},
     {"decode GQA 8/2, head_dim 32, 44 cached", LAYER_ATTENTION, S3(2, 1, 256), attn_gqa32, MORE(S3(2, 1, 64), S3(2, 1, 64))},
     {"decode GQA 4/1, head_dim 128, 33 cached", LAYER_ATTENTION, S3(2, 1, 512), attn_d128, MORE(S3(2, 1, 128), S3(2, 1, 128))},
@@ -366,6 +400,7 @@ static const layer_case cases[] = {
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
     {"router, top 3 of 5, not renormalised", LAYER_MOE, S3(2, 3, 20), moe_raw, MORE(S3(2, 3, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
+    {"gpt-oss: biases, clamped SwiGLU at 0.2", LAYER_MOE, S3(2, 3, 20), moe_oss, MORE(S3(2, 3, 5))},
     {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
     {"[2, 3] of NCHW (MNASNet)", LAYER_MEAN, S4(2, 5, 7, 9), mean_hw},
     {"[2, 3], threads", LAYER_MEAN, S4(2, 64, 28, 28), mean_hw},

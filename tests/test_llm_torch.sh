@@ -15,7 +15,9 @@
 # Phi-3 (its window shorter than the tokens; and Phi-4-mini's partial rope with longrope's
 # long and short factors), Qwen3 with yarn rope scaling, GPT-NeoX (parallel and serial residual,
 # partial and full rope), Gemma 1 to 3 (soft-capping, windows, local rope) and GPT-2
-# (Conv1D, learned positions, scores scaled by layer).
+# (Conv1D, learned positions, scores scaled by layer) and gpt-oss (attention sinks, a window
+# shorter than the tokens, yarn, a router with a bias, experts with biases and the clamped
+# SwiGLU, its limit low enough to clamp).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -42,7 +44,7 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2; do
+for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2 gpt_oss; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&

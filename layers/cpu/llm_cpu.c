@@ -443,17 +443,20 @@ static void scores(bool blocks16, const float *q, const uint16_t *q16, int64_t G
         scores_f32(q, G, (const float *)k + done * stride, n - done, stride, d, scale, out + done, ld);
 }
 
-/* exp(s - max) in place, divided by their sum */
+/* exp(s - max) in place, divided by their sum; a sink (gpt-oss's, -INFINITY: none)
+ * joins the max and the sum, and takes no place of its own */
 CPU_ISA_CLONES
-static void softmax_span(float *s, int64_t n)
+static void softmax_span(float *s, int64_t n, float sink)
 {
-    float top = -INFINITY, sum = 0.0f;
+    float top = sink, sum = 0.0f;
 #pragma omp simd reduction(max : top)
     for (int64_t j = 0; j < n; j++)
         top = s[j] > top ? s[j] : top;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; j++)
         sum += (s[j] = lb_expf(s[j] - top));
+    if (sink > -INFINITY)
+        sum += expf(sink - top);
     float inv = 1.0f / sum;
 #pragma omp simd
     for (int64_t j = 0; j < n; j++)
@@ -491,7 +494,7 @@ static void attention_group(const layer *l, const void *const *ins, const void *
     int64_t c0 = j0, c1 = j1 < s - 1 ? j1 : s - 1, n0 = j0 > s ? j0 : s, nc = c1 - c0 + 1, nn = j1 - n0 + 1;
     int64_t held = layer_attention_cached(l); /* the cache holds positions s - held to s - 1 */
     const char *kc = (const char *)w + ((b * hkv + g) * held + (c0 - (s - held))) * d * el,
-               *vc = kc + l->n_weight_floats / 2 * el;
+               *vc = kc + layer_attention_cache_floats(l) / 2 * el;
     int64_t tk = l->ins[1].d[1];
     const char *kn = (const char *)ins[1] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
     const char *vn = (const char *)ins[2] + ((b * tk + (n0 - s)) * hkv + g) * d * el;
@@ -506,8 +509,13 @@ static void attention_group(const layer *l, const void *const *ins, const void *
             for (int64_t j = j0; j <= j1; j++)
                 row[j] = cap * tanhf(row[j] / cap);
         }
-    for (int64_t i = 0; i < G; i++)
-        softmax_span(sc + i * keys + j0, j1 - j0 + 1);
+    const char *sinks = p->sinks ? (const char *)w + layer_attention_cache_floats(l) * el : NULL;
+    for (int64_t i = 0; i < G; i++) {
+        float sink = -INFINITY;
+        if (sinks) /* the query head's sink, g * G + i */
+            dtype_to_f32(bf ? DTYPE_BF16 : DTYPE_FP32, &sink, sinks + (g * G + i) * el, 1);
+        softmax_span(sc + i * keys + j0, j1 - j0 + 1, sink);
+    }
     float *sum = bf ? acc : y;
     memset(sum, 0, (size_t)(G * d) * sizeof *sum);
     if (nc > 0)

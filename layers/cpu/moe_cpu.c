@@ -55,7 +55,8 @@ static bench_status moe_setup(void *env, const layer *l, const void *w, void **s
     char how[48];
     snprintf(how, sizeof how, l->p.routing == MOE_ROUTER ? "router" : l->p.load_skew > 0 ? "skewed (%g)" : "uniform",
              l->p.load_skew);
-    snprintf(impl, len, "%s routing; an expert's tokens by sgemm, one token by sgemv", how);
+    snprintf(impl, len, "%s routing; an expert's tokens by sgemm, one token by sgemv%s", how,
+             l->p.moe_act == MOE_ACT_CLAMPED_SWIGLU ? "; clamped SwiGLU" : "");
     *state = s;
     return BENCH_OK;
 }
@@ -76,6 +77,28 @@ static void swiglu(float *g, const float *u, int64_t n)
 #pragma omp simd
     for (int64_t i = 0; i < n; i++)
         g[i] = g[i] / (1.0f + lb_expf(-g[i])) * u[i];
+}
+
+/* gpt-oss's: the gate clamped above, the up both ways, a slope in the sigmoid, up + 1 */
+CPU_ISA_CLONES
+static void swiglu_clamped(float *g, const float *u, int64_t n, float limit, float alpha)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] < limit ? g[i] : limit, ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = gi / (1.0f + lb_expf(-alpha * gi)) * (ui + 1.0f);
+    }
+}
+
+/* each of c rows of n += b */
+static void add_rows(float *x, const float *b, int64_t c, int64_t n)
+{
+    for (int64_t r = 0; r < c; r++) {
+        float *xr = x + r * n;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            xr[i] += b[i];
+    }
 }
 
 static void moe_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
@@ -105,13 +128,21 @@ static void moe_run(void *env, const layer *l, void *state, const void *const *i
         const int64_t *slots = s->order + s->start[e];
         if (!c)
             continue;
-        const float *w1 = w + e * 3 * h * f, *w2 = w1 + h * f, *w3 = w2 + h * f;
+        const float *w1 = w + e * layer_moe_expert_floats(l), *w2 = w1 + h * f, *w3 = w2 + h * f;
+        const float *b1 = w3 + h * f, *b2 = b1 + f, *b3 = b2 + h;
         for (int64_t i = 0; i < c; i++)
             memcpy(s->x + i * h, x + slots[i] / k * h, (size_t)h * sizeof *x);
         rows_times(s->x, w1, s->g, c, f, h);
         rows_times(s->x, w3, s->u, c, f, h);
-        swiglu(s->g, s->u, c * f);
+        if (l->p.bias)
+            add_rows(s->g, b1, c, f), add_rows(s->u, b3, c, f);
+        if (l->p.moe_act == MOE_ACT_CLAMPED_SWIGLU)
+            swiglu_clamped(s->g, s->u, c * f, (float)l->p.swiglu_limit, (float)l->p.swiglu_alpha);
+        else
+            swiglu(s->g, s->u, c * f);
         rows_times(s->g, w2, s->y, c, h, f);
+        if (l->p.bias)
+            add_rows(s->y, b2, c, h);
         for (int64_t i = 0; i < c; i++) {
             float gt = s->gate[slots[i]], *o = out + slots[i] / k * h;
             const float *y = s->y + i * h;
