@@ -111,16 +111,27 @@ static int parse_pair(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, 
                ? -1 : 0;
 }
 
+/* A list of 1 to most items (what: "dims such as [0, 2, 3, 1]"): its items and their
+ * count in *count, or NULL after an error. */
+static yaml_node_item_t *list_items(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t most, const char *what,
+                                    int64_t *count)
+{
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(c, n, "%s: expected a list of %s, got %s", key, what, is_plain(n) ? "a scalar" : cfg_node_type_name(n)),
+               NULL;
+    *count = n->data.sequence.items.top - n->data.sequence.items.start;
+    if (*count < 1 || *count > most)
+        return fail(c, n, "%s: expected 1 to %lld items, got %lld", key, (long long)most, (long long)*count), NULL;
+    return n->data.sequence.items.start;
+}
+
 /* [d0, d1, ...] of 1 to SHAPE_MAX_RANK integers into out[1..], their count into out[0] */
 static int parse_dims(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out)
 {
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail(c, n, "%s: expected a list of dims such as [0, 2, 3, 1], got %s", key,
-                    is_plain(n) ? "a scalar" : cfg_node_type_name(n));
-    yaml_node_item_t *it = n->data.sequence.items.start;
-    int64_t count = n->data.sequence.items.top - it;
-    if (count < 1 || count > SHAPE_MAX_RANK)
-        return fail(c, n, "%s: expected 1 to %d dims, got %d", key, SHAPE_MAX_RANK, (int)count);
+    int64_t count;
+    yaml_node_item_t *it = list_items(c, key, n, SHAPE_MAX_RANK, "dims such as [0, 2, 3, 1]", &count);
+    if (!it)
+        return -1;
     out[0] = count;
     for (int64_t k = 0; k < count; k++)
         if (cfg_parse_int(c, key, NODE(c, it[k]), min, &out[1 + k]))
@@ -159,13 +170,10 @@ static int parse_float(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min,
 /* A list of numbers above 0 (LP_FLOATS), each stored as a float. */
 static int parse_floats(cfg_ctx *c, const char *key, yaml_node_t *n, layer_floats *out)
 {
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail(c, n, "%s: expected a list of numbers such as [1.0, 1.5], got %s", key,
-                    is_plain(n) ? "a scalar" : cfg_node_type_name(n));
-    yaml_node_item_t *it = n->data.sequence.items.start;
-    int64_t count = n->data.sequence.items.top - it;
-    if (count < 1 || count > LAYER_MAX_FLOATS)
-        return fail(c, n, "%s: expected 1 to %d numbers, got %lld", key, LAYER_MAX_FLOATS, (long long)count);
+    int64_t count;
+    yaml_node_item_t *it = list_items(c, key, n, LAYER_MAX_FLOATS, "numbers such as [1.0, 1.5]", &count);
+    if (!it)
+        return -1;
     out->n = count;
     for (int64_t k = 0; k < count; k++) {
         double v;

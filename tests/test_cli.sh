@@ -318,6 +318,13 @@ decode_check phi3 80
 expect 0 "model.layers.1.self_attn.rotary_k +rope +1x5x12 +1x5x12 .*rope_type=longrope factor=16 original_max_position_embeddings=4 short_factor=3@" -- \
   "$BENCH" list "$SRC/tests/data/hf/tiny-phi3-longrope" --tokens 5
 decode_check phi3-longrope 136
+# rope's lists in a YAML config: numbers above 0, and longrope's own
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 2, -3, 4], long_factor: [1, 1, 1, 1]}\n' >"$T/lr_neg.yaml"
+expect 2 "lr_neg.yaml:4:96: short_factor must not be negative, got -3" -- "$BENCH" list "$T/lr_neg.yaml"
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: yarn, short_factor: [1, 2, 3, 4]}\n' >"$T/lr_yarn.yaml"
+expect 2 "lr_yarn.yaml:4:5: layer 'q' \(rope\): short_factor and long_factor are longrope's" -- "$BENCH" list "$T/lr_yarn.yaml"
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 2], long_factor: [1, 2]}\n' >"$T/lr_short.yaml"
+expect 2 "lr_short.yaml:4:5: .*longrope needs short_factor with head_dim / 2 = 4 factors, got 2" -- "$BENCH" list "$T/lr_short.yaml"
 decode_check qwen3-yarn 96
 # gpt-oss: attention sinks (a parameter per head), sliding layers by layer_types, a router
 # with a bias, experts with biases and the clamped SwiGLU; its MXFP4 quantization_config read
