@@ -217,8 +217,11 @@ bool forward_host_room(const backend *b, const layer *l, char *why, size_t whyle
     char a[32], c[32];
     if (avail < 0 || avail >= need)
         return true;
+    bench_format_bytes(need, a, sizeof a), bench_format_bytes(avail, c, sizeof c);
+    if (strcmp(a, c) == 0) /* the two round alike: in MiB, where they differ */
+        snprintf(a, sizeof a, "%lld MiB", (long long)(need >> 20)), snprintf(c, sizeof c, "%lld MiB", (long long)(avail >> 20));
     snprintf(why, whylen, "out of host memory at layer '%s': its weights need about %s (drawn in fp32, held in %s, "
                           "and a kernel's packed copy) and %s is available",
-             l->name, bench_format_bytes(need, a, sizeof a), dtype_name(l->dtype), bench_format_bytes(avail, c, sizeof c));
+             l->name, a, dtype_name(l->dtype), c);
     return false;
 }

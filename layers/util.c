@@ -109,12 +109,39 @@ static int64_t mem_limit(void)
     return (int64_t)(v * (double)(1ll << shift));
 }
 
+/* This process's resident memory (VmRSS), bytes; -1 where /proc does not say. */
+static int64_t self_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
 int64_t bench_mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
     long long kb = -1;
     int64_t cap = mem_limit();
+    /* the limit is on what the run holds: what is left of it is the limit less what this
+     * process has taken since it first asked (as MemAvailable is what is left of the
+     * machine's), so a layer set up after others is judged against what they left. The
+     * process's code, libraries and first buffers, held before that (14 MiB for a config
+     * read), are not counted: a limit below them would refuse every run. */
+    static int64_t base = -1;
+    int64_t rss = cap >= 0 ? self_rss() : -1;
+    if (rss >= 0 && base < 0)
+        base = rss;
+    int64_t held = rss >= 0 ? rss - base : 0;
+    if (held > 0)
+        cap = cap > held ? cap - held : 0;
     if (!f)
         return cap;
     while (fgets(line, sizeof line, f))

@@ -55,9 +55,10 @@ double bench_now(void);
  * least 3 and at most 50 timed ones, until budget seconds have passed. */
 double bench_best_seconds(void (*fn)(void *), void *arg, double budget);
 
-/* Bytes of memory the kernel reports available (MemAvailable), or -1; no more than
- * LAYERBENCH_MEM_LIMIT where that is set (bytes, or a number with K, M or G: the most a
- * run may take, leaving the rest to other programs). */
+/* Bytes of memory the kernel reports available (MemAvailable), or -1; no more than what
+ * is left of LAYERBENCH_MEM_LIMIT where that is set (bytes, or a number with K, M or G:
+ * the most a run may hold, leaving the rest to other programs), the limit less the
+ * resident memory this process has taken since its first call. */
 int64_t bench_mem_available(void);
 /* "1.5 GiB" */
 char *bench_format_bytes(int64_t bytes, char *buf, size_t len);
