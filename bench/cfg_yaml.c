@@ -180,8 +180,8 @@ static int parse_floats(cfg_ctx *c, const char *key, yaml_node_t *n, layer_float
         yaml_node_t *x = NODE(c, it[k]);
         if (parse_float(c, key, x, 0, &v))
             return -1;
-        if (!(v > 0) || v > 3.4e38)
-            return fail(c, x, "%s: expected numbers above 0 (that a float holds), got %g", key, v);
+        if (!(v >= 1e-30) || v > 1e30) /* a float holds it, and 1 / it, as a normal number */
+            return fail(c, x, "%s: expected numbers from 1e-30 to 1e30, got %g", key, v);
         out->v[k] = (float)v;
     }
     return 0;

@@ -30,7 +30,8 @@
  *   causal and cache, k and v may have tokens of their own (cross-attention: a UNet's
  *   text states). With sinks, head h's learned logit s_h joins every softmax of that
  *   head's scores, in the denominator only: exp(score) / (sum exp(scores) + exp(s_h)),
- *   as gpt-oss's attention sinks (a parameter per head, after the cache in the weights). FLOPs count the pairs the mask keeps, in closed form (docs/flops.md). */
+ *   as gpt-oss's attention sinks (a parameter per head, after the cache in the
+ *   weights). FLOPs count the pairs the mask keeps, in closed form (docs/flops.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,10 @@ static int rope_infer(layer *l, char *err, size_t len)
         }
     else if (p->short_factor.n || p->long_factor.n)
         return kind_fail(err, len, "short_factor and long_factor are longrope's (rope_type: longrope)");
+    if (p->rope_type == ROPE_LONGROPE && p->attention_factor == 0 && p->rope_factor > 1 && p->original_max_pos < 2)
+        return kind_fail(err, len, "longrope infers its attention factor from ln(original_max_position_embeddings), "
+                                   "which must be 2 or more, got %lld (or give attention_factor)",
+                         (long long)p->original_max_pos);
     if (need_heads(l, &l->in, p->num_heads, "its input", err, len))
         return -1;
     l->out = l->in;

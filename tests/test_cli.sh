@@ -321,6 +321,10 @@ decode_check phi3-longrope 136
 # rope's lists in a YAML config: numbers above 0, and longrope's own
 printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 2, -3, 4], long_factor: [1, 1, 1, 1]}\n' >"$T/lr_neg.yaml"
 expect 2 "lr_neg.yaml:4:96: short_factor must not be negative, got -3" -- "$BENCH" list "$T/lr_neg.yaml"
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 1e-50, 1, 1], long_factor: [1, 1, 1, 1]}\n' >"$T/lr_tiny.yaml"
+expect 2 "lr_tiny.yaml:4:[0-9]+: short_factor: expected numbers from 1e-30 to 1e30, got 1e-50" -- "$BENCH" list "$T/lr_tiny.yaml"
+printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, factor: 4, original_max_position_embeddings: 1, short_factor: [1, 1, 1, 1], long_factor: [1, 1, 1, 1]}\n' >"$T/lr_one.yaml"
+expect 2 "lr_one.yaml:4:5: .*ln\(original_max_position_embeddings\), which must be 2 or more, got 1" -- "$BENCH" list "$T/lr_one.yaml"
 printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: yarn, short_factor: [1, 2, 3, 4]}\n' >"$T/lr_yarn.yaml"
 expect 2 "lr_yarn.yaml:4:5: layer 'q' \(rope\): short_factor and long_factor are longrope's" -- "$BENCH" list "$T/lr_yarn.yaml"
 printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 2], long_factor: [1, 2]}\n' >"$T/lr_short.yaml"
