@@ -149,17 +149,21 @@ static bool builds(const family *f, const char *type)
     return false;
 }
 
-bool cfg_family_judges(const char *model_type, const char *field)
+/* The loaded family that builds model_type (the first, in search order), or NULL. */
+static const family *family_of(const char *model_type)
 {
     families_load();
-    for (int i = 0; i < n_families; i++) {
-        const family *f = &families[i];
-        if (!f->loaded || !builds(f, model_type))
-            continue;
-        const yaml_node_t *refuse = map_get(f, yaml_document_get_root_node((yaml_document_t *)&f->doc), "refuse");
-        return refuse && refuse->type == YAML_MAPPING_NODE && map_get(f, refuse, field) != NULL;
-    }
-    return false;
+    for (int i = 0; i < n_families; i++)
+        if (families[i].loaded && builds(&families[i], model_type))
+            return &families[i];
+    return NULL;
+}
+
+bool cfg_family_judges(const char *model_type, const char *field)
+{
+    const family *f = family_of(model_type);
+    const yaml_node_t *refuse = f ? map_get(f, yaml_document_get_root_node((yaml_document_t *)&f->doc), "refuse") : NULL;
+    return refuse && refuse->type == YAML_MAPPING_NODE && map_get(f, refuse, field) != NULL;
 }
 
 void cfg_family_types(strbuf *out, const char *last)
@@ -347,7 +351,7 @@ static void choices(ctx *c, const yaml_node_t *one_of, strbuf *b)
 
 /* rope_scaling's keys per type, as transformers reads them: R required, O optional
  * (left to the rope layer's default when absent); N a number above 0, I an integer of
- * at least 1, B true or false, L a list of numbers above 0. */
+ * at least 1, B true or false, L a list of numbers from 1e-30 to 1e30. */
 typedef struct { const char *name; char need, form; } rope_key;
 static const struct {
     const char *type;
@@ -373,13 +377,15 @@ static int rope_key_copy(const hf_source *s, json_t *rs, const rope_key *k, json
               : k->form == 'B' ? json_is_boolean(v)
               : k->form == 'N' ? json_is_number(v) && json_number_value(v) > 0
                                : json_is_array(v) && json_array_size(v) > 0;
-    for (size_t i = 0; ok && k->form == 'L' && i < json_array_size(v); i++)
-        ok = json_is_number(json_array_get(v, i)) && json_number_value(json_array_get(v, i)) > 0;
+    for (size_t i = 0; ok && k->form == 'L' && i < json_array_size(v); i++) { /* as the rope layer reads them */
+        double x = json_is_number(json_array_get(v, i)) ? json_number_value(json_array_get(v, i)) : 0;
+        ok = x >= 1e-30 && x <= 1e30;
+    }
     if (!ok)
         return hf_fail(s, k->name, "%s", k->form == 'I' ? "expected an integer of at least 1"
                                          : k->form == 'B' ? "expected true or false"
                                          : k->form == 'N' ? "expected a number above 0"
-                                                          : "expected a list of numbers above 0");
+                                                          : "expected a list of numbers from 1e-30 to 1e30");
     json_object_set_new(out, k->name, k->form == 'N' ? json_real(json_number_value(v)) : json_deep_copy(v));
     return 0;
 }
@@ -856,9 +862,7 @@ bench_status cfg_family_build(const hf_source *src, const char *model_type, cons
         snprintf(src->err, src->errlen, "%s", load_error);
         return BENCH_ERR_USAGE;
     }
-    const family *f = NULL;
-    for (int i = 0; !f && i < n_families; i++)
-        f = families[i].loaded && builds(&families[i], model_type) ? &families[i] : NULL;
+    const family *f = family_of(model_type);
     if (!f) {
         strbuf types = {0};
         cfg_family_types(&types, " and ");

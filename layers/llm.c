@@ -258,12 +258,15 @@ void layer_rope_inv_freq(const layer *l, float *inv_freq)
     const float pi = 3.14159265358979323846f;
     /* yarn's ramp over the pairs, from low (extrapolated: the frequency as it is) to high
      * (interpolated: divided by factor), transformers' find_correction_range */
-    double low = yarn_correction_dim(p, p->beta_fast), high = yarn_correction_dim(p, p->beta_slow);
-    if (p->truncate)
-        low = floor(low), high = ceil(high);
-    low = low > 0 ? low : 0, high = high < (double)(p->head_dim - 1) ? high : (double)(p->head_dim - 1);
-    if (low == high)
-        high += 0.001; /* as transformers avoids the division by zero */
+    double low = 0, high = 1;
+    if (p->rope_type == ROPE_YARN) {
+        low = yarn_correction_dim(p, p->beta_fast), high = yarn_correction_dim(p, p->beta_slow);
+        if (p->truncate)
+            low = floor(low), high = ceil(high);
+        low = low > 0 ? low : 0, high = high < (double)(p->head_dim - 1) ? high : (double)(p->head_dim - 1);
+        if (low == high)
+            high += 0.001; /* as transformers avoids the division by zero */
+    }
     /* longrope: the long factors once the sequence passes the original context */
     const layer_floats *ext = p->kv_len + l->in.d[1] > p->original_max_pos ? &p->long_factor : &p->short_factor;
     for (int64_t i = 0; i < half; i++) {

@@ -318,6 +318,8 @@ decode_check phi3 80
 expect 0 "model.layers.1.self_attn.rotary_k +rope +1x5x12 +1x5x12 .*rope_type=longrope factor=16 original_max_position_embeddings=4 short_factor=3@" -- \
   "$BENCH" list "$SRC/tests/data/hf/tiny-phi3-longrope" --tokens 5
 decode_check phi3-longrope 136
+sed '0,/      1.0,/s//      1e-40,/' "$SRC/tests/data/hf/tiny-phi3-longrope/config.json" >"$T/lr_tiny.json"
+expect 2 "lr_tiny.json:20:5: short_factor: expected a list of numbers from 1e-30 to 1e30" -- "$BENCH" list "$T/lr_tiny.json" --tokens 5
 # rope's lists in a YAML config: numbers above 0, and longrope's own
 printf 'name: t\ninput: [4, 8]\nlayers:\n  - {kind: rope, name: q, num_heads: 1, head_dim: 8, rope_type: longrope, short_factor: [1, 2, -3, 4], long_factor: [1, 1, 1, 1]}\n' >"$T/lr_neg.yaml"
 expect 2 "lr_neg.yaml:4:96: short_factor must not be negative, got -3" -- "$BENCH" list "$T/lr_neg.yaml"
