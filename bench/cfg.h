@@ -8,7 +8,7 @@
 
 /* A decoder's token shape from the command line (--tokens, --kv-len, --phase): tokens
  * per sequence, replacing a token-id input's [T] (0: the config's), and tokens already in
- * the KV cache, replacing kv_len on every rope and attention layer (-1: the config's). */
+ * the KV cache, replacing kv_len on every rope, attention and mla layer (-1: the config's). */
 typedef struct cfg_shape {
     int64_t tokens, kv_len;
 } cfg_shape;

@@ -21,7 +21,7 @@ typedef struct cfg_ctx {
     int names_cap, n_names;
     int dtype;                 /* the dtype of the block being read (-1: the model-wide one) */
     cfg_shape shape;           /* the command line's token shape */
-    int n_kv_layers;           /* rope and attention layers read (what --kv-len sets) */
+    int n_kv_layers;           /* rope, attention and mla layers read (what --kv-len sets) */
 } cfg_ctx;
 
 #define NODE(c, i) yaml_document_get_node(&(c)->doc, (i))

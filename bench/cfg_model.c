@@ -338,7 +338,7 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, const char *prefix,
         int in[LAYER_MAX_INPUTS], n;
         if (cfg_parse_params(c, item, (layer_kind)kind, &p) == 0 &&
             (n = layer_inputs(c, item, (layer_kind)kind, prefix, *cur, in)) > 0) {
-            if (kind == LAYER_ROPE || kind == LAYER_ATTENTION) { /* --kv-len */
+            if (layer_kind_has_kv_len((layer_kind)kind)) { /* --kv-len */
                 c->n_kv_layers++;
                 if (c->shape.kv_len >= 0)
                     p.kv_len = c->shape.kv_len;
@@ -542,7 +542,7 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
     if (!layers || emit_seq(c, layers, "", &pos, &cur) || check_unique_names(c))
         return -1;
     if (c->shape.kv_len >= 0 && c->n_kv_layers == 0) {
-        snprintf(c->err, c->errlen, "--kv-len %lld: %s has no rope or attention layer to give a KV cache",
+        snprintf(c->err, c->errlen, "--kv-len %lld: %s has no rope, attention or mla layer to give a KV cache",
                  (long long)c->shape.kv_len, c->path);
         return -1;
     }

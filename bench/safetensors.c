@@ -101,6 +101,15 @@ static void wants_from_model(const model *m, wants *w)
                 want_add(w, false, 1, l->p.num_heads, 0, "%.*ssinks", dot ? (int)(dot - l->name + 1) : 0, l->name);
             }
             break;
+        case LAYER_MLA: { /* DeepseekV2Attention's kv_a_layernorm and kv_b_proj, beside the mla layer */
+            const char *dot = strrchr(l->name, '.');
+            int at = dot ? (int)(dot - l->name + 1) : 0;
+            int64_t lr = l->p.kv_lora_rank;
+            want_add(w, false, 1, lr, 0, "%.*skv_a_layernorm.weight", at, l->name);
+            want_add(w, false, 2, l->p.num_heads * (l->p.qk_nope_head_dim + l->p.v_head_dim), lr,
+                     "%.*skv_b_proj.weight", at, l->name);
+            break;
+        }
         case LAYER_MOE: { /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn]; Qwen's
                            * experts the same as gate_proj, up_proj, down_proj */
             if (l->p.expert_names == MOE_NAMES_FUSED) { /* GptOssExperts: gate and up interleaved, [in, out] */

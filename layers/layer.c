@@ -17,7 +17,7 @@ extern const layer_desc layer_conv2d_desc, layer_batchnorm2d_desc, layer_relu_de
     layer_conv_transpose2d_desc, layer_upsample_desc, layer_layernorm_desc, layer_gelu_desc,
     layer_multihead_attention_desc, layer_transpose_desc, layer_class_token_desc, layer_pos_embedding_desc,
     layer_select_desc, layer_embedding_desc, layer_rmsnorm_desc, layer_rope_desc, layer_attention_desc,
-    layer_moe_desc;
+    layer_moe_desc, layer_mla_desc;
 
 static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_CONV2D] = &layer_conv2d_desc,
@@ -69,11 +69,17 @@ static const layer_desc *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_MODEL_INPUT] = &layer_model_input_desc,
     [LAYER_SCALE_SHIFT] = &layer_scale_shift_desc,
     [LAYER_MATMUL] = &layer_matmul_desc,
+    [LAYER_MLA] = &layer_mla_desc,
 };
 
 const layer_desc *layer_desc_get(layer_kind kind)
 {
     return (kind >= 0 && kind < LAYER_KIND_COUNT) ? kinds[kind] : NULL;
+}
+
+bool layer_kind_has_kv_len(layer_kind kind)
+{
+    return kind == LAYER_ROPE || kind == LAYER_ATTENTION || kind == LAYER_MLA;
 }
 
 const char *layer_kind_name(layer_kind kind)

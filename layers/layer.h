@@ -95,6 +95,7 @@ typedef enum layer_kind {
     LAYER_MODEL_INPUT,
     LAYER_SCALE_SHIFT,
     LAYER_MATMUL,
+    LAYER_MLA,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -199,6 +200,12 @@ typedef struct layer_params {
                                     scale_shift: the scale */
     double shift;                /* scale_shift */
     int64_t partitions[2];       /* window_merge: windows down and across */
+    int64_t kv_lora_rank;        /* mla: the latent each token's keys and values come from */
+    int64_t qk_nope_head_dim;    /* mla: the query's and key's dims per head without rope (head_dim: with) */
+    int64_t v_head_dim;          /* mla: the value's dims per head */
+    double routed_scale;         /* moe: the gates' factor (DeepSeek's routed_scaling_factor) */
+    int64_t n_group, topk_group; /* moe: the router picks among the experts of its topk_group best groups
+                                    of n_group (DeepSeek-V2's group_limited_greedy) */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -306,6 +313,8 @@ int layer_kind_from_name(const char *name);
 /* "conv2d, batchnorm2d, ..." for error messages (kinds a config may name). */
 const char *layer_kind_list(void);
 const char *layer_kind_name(layer_kind kind);
+/* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */
+bool layer_kind_has_kv_len(layer_kind kind);
 
 /* Deterministic random numbers for inputs and weights (splitmix64). */
 void layer_rng_seed(layer_rng *rng, uint64_t seed);
@@ -355,6 +364,15 @@ float layer_attention_score(const layer *l, double dot);
 bool layer_attention_sees(const layer *l, int64_t t, int64_t j);
 const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
                                 int64_t g, int64_t j);
+
+/* mla's layout (layers/mla.c): its parameters (kv_a_layernorm's weight [kv_lora_rank],
+ * then kv_b_proj's [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]), then
+ * its cache [N, kv_len, kv_lora_rank + head_dim] (each cached token's normalised latent,
+ * then its key's rope part, turned); the scores' scale; and rope turning the interleaved
+ * pairs (x[2i], x[2i + 1]) of x [head_dim] at position pos, as DeepSeek's rope does
+ * (inv: layer_rope_inv_freq's, scaled by layer_rope_attention_factor) */
+int64_t layer_mla_param_floats(const layer *l);
+double layer_mla_scale(const layer *l);
 
 /* moe's shared rules (layers/moe.c): its rows (tokens); the tokens each expert gets
  * under the uniform routing (count[num_experts], closed form); the experts of every row

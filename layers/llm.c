@@ -156,30 +156,17 @@ const layer_desc layer_rmsnorm_desc = {
 
 /* ---- rope -------------------------------------------------------------------------------- */
 
-static const char *const rope_types[] = {"default", "linear", "llama3", "yarn", "longrope", NULL};
+const char *const kind_rope_types[] = {"default", "linear", "llama3", "yarn", "longrope", NULL};
 
 static const layer_param_spec rope_params[] = {
     {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
     {"head_dim", LP_INT, P_OFF(head_dim), true, 2, NULL},
-    {"rope_theta", LP_FLOAT, P_OFF(rope_theta), false, 0, NULL},
-    {"rope_type", LP_ENUM, P_OFF(rope_type), false, 0, rope_types},
-    {"factor", LP_FLOAT, P_OFF(rope_factor), false, 0, NULL},
-    {"low_freq_factor", LP_FLOAT, P_OFF(low_freq_factor), false, 0, NULL},
-    {"high_freq_factor", LP_FLOAT, P_OFF(high_freq_factor), false, 0, NULL},
-    {"original_max_position_embeddings", LP_INT, P_OFF(original_max_pos), false, 1, NULL},
-    {"beta_fast", LP_FLOAT, P_OFF(beta_fast), false, 0, NULL},
-    {"beta_slow", LP_FLOAT, P_OFF(beta_slow), false, 0, NULL},
-    {"truncate", LP_BOOL, P_OFF(truncate), false, 0, NULL},
-    {"mscale", LP_FLOAT, P_OFF(mscale), false, 0, NULL},
-    {"mscale_all_dim", LP_FLOAT, P_OFF(mscale_all_dim), false, 0, NULL},
-    {"attention_factor", LP_FLOAT, P_OFF(attention_factor), false, 0, NULL},
-    {"short_factor", LP_FLOATS, P_OFF(short_factor), false, 0, NULL},
-    {"long_factor", LP_FLOATS, P_OFF(long_factor), false, 0, NULL},
+    KIND_ROPE_PARAMS,
     {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
-static void rope_defaults(layer_params *p)
+void kind_rope_defaults(layer_params *p)
 {
     p->rope_theta = 10000.0;
     p->rope_factor = 1.0;
@@ -200,7 +187,7 @@ static int need_heads(const layer *l, const shape_t *s, int64_t heads, const cha
     return 0;
 }
 
-static int rope_infer(layer *l, char *err, size_t len)
+int kind_rope_check(const layer *l, char *err, size_t len)
 {
     const layer_params *p = &l->p;
     if (p->head_dim % 2)
@@ -228,6 +215,14 @@ static int rope_infer(layer *l, char *err, size_t len)
         return kind_fail(err, len, "longrope infers its attention factor from ln(original_max_position_embeddings), "
                                    "which must be 2 or more, got %lld (or give attention_factor)",
                          (long long)p->original_max_pos);
+    return 0;
+}
+
+static int rope_infer(layer *l, char *err, size_t len)
+{
+    const layer_params *p = &l->p;
+    if (kind_rope_check(l, err, len))
+        return -1;
     if (need_heads(l, &l->in, p->num_heads, "its input", err, len))
         return -1;
     l->out = l->in;
@@ -343,7 +338,7 @@ static void rope_reference(const layer *l, const float *const *ins, const float 
 }
 
 const layer_desc layer_rope_desc = {
-    .name = "rope", .n_inputs = 1, .params = rope_params, .defaults = rope_defaults, .infer = rope_infer,
+    .name = "rope", .n_inputs = 1, .params = rope_params, .defaults = kind_rope_defaults, .infer = rope_infer,
     .count = rope_count, .reference = rope_reference, .tolerance = 1e-6,
 };
 

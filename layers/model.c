@@ -105,7 +105,7 @@ int64_t model_tokens(const model *m)
 int64_t model_kv_len(const model *m)
 {
     for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].kind == LAYER_ROPE || m->layers[i].kind == LAYER_ATTENTION)
+        if (layer_kind_has_kv_len(m->layers[i].kind))
             return m->layers[i].p.kv_len;
     return -1;
 }

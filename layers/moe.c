@@ -12,7 +12,11 @@
  * experts: bias (b1 [F], b2 [H], b3 [F] after each expert's matrices, added to w1 x, w2 a
  * and w3 x) and activation clamped_swiglu (g = min(w1 x, limit), u = clamp(w3 x, -limit,
  * limit), g * sigmoid(alpha g) * (u + 1); swiglu_limit 7, swiglu_alpha 1.702); its
- * router's top-k softmax is normalize's (the softmax of the top k logits).
+ * router's top-k softmax is normalize's (the softmax of the top k logits). DeepSeek-V2's:
+ * routed_scaling_factor multiplies every gate (after the renormalisation, if any), and
+ * with n_group > 1 the router picks its top_k among the experts of the topk_group groups
+ * (num_experts / n_group consecutive experts each) whose best logit is highest
+ * (group_limited_greedy).
  *
  * routing, which experts each token goes to (layer_moe_route):
  *   uniform (the default): a fixed assignment that gives every expert the same number of
@@ -52,6 +56,9 @@ static const layer_param_spec moe_params[] = {
     {"activation", LP_ENUM, P_OFF(moe_act), false, 0, moe_acts},
     {"swiglu_limit", LP_FLOAT, P_OFF(swiglu_limit), false, 0, NULL},
     {"swiglu_alpha", LP_FLOAT, P_OFF(swiglu_alpha), false, 0, NULL},
+    {"routed_scaling_factor", LP_FLOAT, P_OFF(routed_scale), false, 0, NULL},
+    {"n_group", LP_INT, P_OFF(n_group), false, 1, NULL},
+    {"topk_group", LP_INT, P_OFF(topk_group), false, 1, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -60,6 +67,8 @@ static void moe_defaults(layer_params *p)
     p->top_k = 2;
     p->normalize = true;
     p->swiglu_limit = 7.0, p->swiglu_alpha = 1.702; /* gpt-oss's */
+    p->routed_scale = 1.0;
+    p->n_group = p->topk_group = 1;
 }
 
 int64_t layer_moe_expert_floats(const layer *l)
@@ -90,6 +99,14 @@ static int moe_infer(layer *l, char *err, size_t len)
     if (p->moe_act == MOE_ACT_CLAMPED_SWIGLU && !(p->swiglu_limit > 0 && p->swiglu_alpha > 0))
         return kind_fail(err, len, "clamped_swiglu needs swiglu_limit and swiglu_alpha above 0, got %g and %g",
                          p->swiglu_limit, p->swiglu_alpha);
+    if (!(p->routed_scale > 0) || !isfinite(p->routed_scale))
+        return kind_fail(err, len, "routed_scaling_factor must be a finite number above 0, got %g", p->routed_scale);
+    if (p->num_experts % p->n_group || p->topk_group > p->n_group ||
+        p->top_k > p->topk_group * (p->num_experts / p->n_group))
+        return kind_fail(err, len, "n_group %lld must divide num_experts %lld, and its topk_group %lld best groups "
+                                   "hold top_k %lld experts or more",
+                         (long long)p->n_group, (long long)p->num_experts, (long long)p->topk_group,
+                         (long long)p->top_k);
     if (p->routing == MOE_ROUTER && p->load_skew != 0)
         return kind_fail(err, len, "load_skew sets the uniform assignment's spread; routing: router takes the "
                                    "router's own");
@@ -155,13 +172,31 @@ void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int6
     if (p->routing == MOE_ROUTER) {
         for (int64_t e = 0; e < e_n; e++)
             count[e] = 0;
+        int64_t ng = p->n_group > 1 ? p->n_group : 1, per_group = e_n / ng; /* (a layer made without defaults: 0) */
+        bool in_group[MOE_MAX_EXPERTS];
         for (int64_t r = 0; r < rows; r++) {
             const float *z = logits + r * e_n;
             int64_t *pick = experts + r * k;
+            /* the groups by their best logit (the softmax keeps the order), topk_group of
+             * them, ties to the lower index; every group where n_group is 1 */
+            for (int64_t gi = 0; gi < ng; gi++)
+                in_group[gi] = ng == 1;
+            for (int64_t j = 0; j < p->topk_group && ng > 1; j++) {
+                int64_t best = -1;
+                float best_z = 0;
+                for (int64_t gi = 0; gi < ng; gi++) {
+                    float m = z[gi * per_group];
+                    for (int64_t e = 1; e < per_group; e++)
+                        m = z[gi * per_group + e] > m ? z[gi * per_group + e] : m;
+                    if (!in_group[gi] && (best < 0 || m > best_z))
+                        best = gi, best_z = m;
+                }
+                in_group[best] = true;
+            }
             for (int64_t j = 0; j < k; j++) { /* the j-th largest not yet taken, ties to the lower index */
                 int64_t best = -1;
                 for (int64_t e = 0; e < e_n; e++) {
-                    bool taken = false;
+                    bool taken = !in_group[e / per_group];
                     for (int64_t i = 0; i < j; i++)
                         taken |= pick[i] == e;
                     if (!taken && (best < 0 || z[e] > z[best]))
@@ -236,8 +271,9 @@ void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, d
         sum += exp((double)logits[e] - top);
     for (int64_t j = 0; j < k; j++)
         taken += gate[j] = exp((double)logits[pick[j]] - top) / sum;
-    for (int64_t j = 0; j < k && l->p.normalize; j++)
-        gate[j] /= taken;
+    double f = l->p.routed_scale > 0 ? l->p.routed_scale : 1.0; /* infer refuses 0; a layer made without defaults */
+    for (int64_t j = 0; j < k; j++)
+        gate[j] = (l->p.normalize ? gate[j] / taken : gate[j]) * f;
 }
 
 static void moe_reference(const layer *l, const float *const *ins, const float *w, float *out)

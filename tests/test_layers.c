@@ -113,6 +113,31 @@ static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2;
 static void attn_d128(layer_params *p) { p->num_heads = 4; p->num_kv_heads = 1; p->head_dim = 128; p->kv_len = 33; }
 static void attn_d96(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 1; p->head_dim = 96; p->kv_len = 5; }
 static void attn_d256(layer_params *p) { p->num_heads = 2; p->num_kv_heads = 2; p->head_dim = 256; p->kv_len = 20; }
+static void mla_tiny(layer_params *p)
+{
+    p->num_heads = 3, p->kv_lora_rank = 10, p->qk_nope_head_dim = 5, p->head_dim = 4, p->v_head_dim = 7;
+}
+static void mla_yarn(layer_params *p) /* DeepSeek's yarn: mscale and mscale_all_dim, a cache */
+{
+    p->num_heads = 4, p->kv_lora_rank = 12, p->qk_nope_head_dim = 6, p->head_dim = 6, p->v_head_dim = 5;
+    p->kv_len = 13, p->rope_type = ROPE_YARN, p->rope_factor = 40, p->original_max_pos = 8;
+    p->mscale = 0.707, p->mscale_all_dim = 1.0;
+}
+static void mla_blocks(layer_params *p)
+{
+    p->num_heads = 5, p->kv_lora_rank = 32, p->qk_nope_head_dim = 8, p->head_dim = 16, p->v_head_dim = 8;
+    p->kv_len = 37;
+}
+static void mla_v2(layer_params *p) /* DeepSeek-V2's head: L 512, 128 + 64, v 128 */
+{
+    p->num_heads = 2, p->kv_lora_rank = 512, p->qk_nope_head_dim = 128, p->head_dim = 64, p->v_head_dim = 128;
+    p->kv_len = 33;
+}
+static void moe_groups(layer_params *p) /* DeepSeek-V2: 3 of the experts of the best 2 of 4 groups, scaled */
+{
+    p->num_experts = 8, p->top_k = 3, p->ffn_dim = 13, p->routing = MOE_ROUTER, p->normalize = false;
+    p->n_group = 4, p->topk_group = 2, p->routed_scale = 2.5;
+}
 static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_dim = 37; }
 static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
@@ -396,11 +421,16 @@ static const layer_case cases[] = {
     {"decode GQA 4/1, head_dim 128, 33 cached", LAYER_ATTENTION, S3(2, 1, 512), attn_d128, MORE(S3(2, 1, 128), S3(2, 1, 128))},
     {"GQA 3/1, head_dim 96, 5 cached, 3 new", LAYER_ATTENTION, S3(1, 3, 288), attn_d96, MORE(S3(1, 3, 96), S3(1, 3, 96))},
     {"decode, 2 heads of 256, 20 cached", LAYER_ATTENTION, S3(1, 1, 512), attn_d256, MORE(S3(1, 1, 512), S3(1, 1, 512))},
+    {"mla 3 heads, L 10, 5 + 4, v 7, prefill", LAYER_MLA, S3(2, 4, 27), mla_tiny, MORE(S3(2, 4, 14))},
+    {"mla yarn mscale, 13 cached, decode", LAYER_MLA, S3(2, 1, 48), mla_yarn, MORE(S3(2, 1, 18))},
+    {"mla 16-key blocks, 37 cached, 2 new", LAYER_MLA, S3(1, 2, 120), mla_blocks, MORE(S3(1, 2, 48))},
+    {"mla DeepSeek-V2 head, 33 cached, decode", LAYER_MLA, S3(1, 1, 384), mla_v2, MORE(S3(1, 1, 576))},
     {"8 experts, top 2, uniform", LAYER_MOE, S3(2, 7, 24), moe_8x2, MORE(S3(2, 7, 8))},
     {"router, top 3 of 5, decode", LAYER_MOE, S3(3, 1, 20), moe_router, MORE(S3(3, 1, 5))},
     {"router, top 3 of 5, not renormalised", LAYER_MOE, S3(2, 3, 20), moe_raw, MORE(S3(2, 3, 5))},
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
     {"gpt-oss: biases, clamped SwiGLU at 0.2", LAYER_MOE, S3(2, 3, 20), moe_oss, MORE(S3(2, 3, 5))},
+    {"DeepSeek groups: top 3 in 2 of 4 groups, x2.5", LAYER_MOE, S3(2, 5, 20), moe_groups, MORE(S3(2, 5, 8))},
     {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
     {"[2, 3] of NCHW (MNASNet)", LAYER_MEAN, S4(2, 5, 7, 9), mean_hw},
     {"[2, 3], threads", LAYER_MEAN, S4(2, 64, 28, 28), mean_hw},
@@ -673,6 +703,17 @@ static void test_moe_routing(void)
     layer_moe_route(&l, logits, pick, count);
     EXPECT(pick[0] == 1 && pick[1] == 3 && pick[2] == 4 && pick[3] == 0, "router picks %lld %lld, %lld %lld",
            (long long)pick[0], (long long)pick[1], (long long)pick[2], (long long)pick[3]);
+    /* DeepSeek-V2's groups: the best group of 3 by its best logit (experts 2 and 3), then
+     * its top 2, though expert 1's logit beats expert 3's */
+    layer gl = l;
+    shape_t gins[2] = {S2(1, 4), S2(1, 6)};
+    gl.ins = gins, gl.in = gins[0];
+    gl.p.num_experts = 6, gl.p.n_group = 3, gl.p.topk_group = 1;
+    const float glogits[6] = {0.1f, 0.9f, 0.95f, -1, 0.5f, 0.5f};
+    int64_t gcount[6];
+    layer_moe_route(&gl, glogits, pick, gcount);
+    EXPECT(pick[0] == 2 && pick[1] == 3, "group-limited router picks %lld %lld, expected 2 3", (long long)pick[0],
+           (long long)pick[1]);
     double gate[2];
     layer_moe_gates(&l, logits + 5, pick + 2, gate);
     EXPECT(fabs(gate[0] - 1 / (1 + exp(-2.0))) < 1e-12 && fabs(gate[0] + gate[1] - 1) < 1e-12, "gates %g %g", gate[0],

@@ -56,7 +56,7 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
     cpu_silu_kernel, cpu_hardswish_kernel, cpu_hardsigmoid_kernel, cpu_tanh_kernel, cpu_conv_transpose2d_kernel,
     cpu_upsample_kernel, cpu_layernorm_kernel, cpu_gelu_kernel, cpu_multihead_attention_kernel, cpu_transpose_kernel,
     cpu_class_token_kernel, cpu_pos_embedding_kernel, cpu_select_kernel, cpu_embedding_kernel, cpu_rmsnorm_kernel,
-    cpu_rope_kernel, cpu_attention_kernel, cpu_moe_kernel, cpu_embedding_16_kernel;
+    cpu_rope_kernel, cpu_attention_kernel, cpu_moe_kernel, cpu_embedding_16_kernel, cpu_mla_kernel;
 
 /* bf16 and fp16 through fp32 copies of the tensors around the kind's fp32 kernel
  * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */

@@ -8,12 +8,14 @@
  * multiple of 16, the scores take 16 keys at a time (scores16). In bf16, attention reads q, k, v and the cache
  * as bf16 and computes in fp32 (the queries widened once, each key and value as it is
  * read), so the cache is read at its own size; the other kinds run on fp32 copies
- * (convert_cpu.c). */
+ * (convert_cpu.c). mla (DeepSeek's latent attention) runs absorbed, as vLLM's decode: a
+ * multi-query attention over the latent rows with attention's spans. */
 #include <math.h>
 #include <omp.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,23 +91,31 @@ typedef struct rope_state {
     float *cos, *sin; /* [T][head_dim / 2] */
 } rope_state;
 
-static bench_status rope_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
-                               int64_t *ws)
+/* the cosines and sines of each new token's angles, [T][head_dim / 2], scaled by the
+ * attention factor (rope's and mla's) */
+static void rope_tabulate(const layer *l, float **cos_, float **sin_)
 {
-    (void)env, (void)w;
     int64_t t_len = l->in.d[1], half = l->p.head_dim / 2;
-    rope_state *s = xcalloc(1, sizeof *s);
-    s->cos = xmalloc((size_t)(t_len * half) * sizeof *s->cos);
-    s->sin = xmalloc((size_t)(t_len * half) * sizeof *s->sin);
+    float *c = xmalloc((size_t)(t_len * half) * sizeof *c), *s = xmalloc((size_t)(t_len * half) * sizeof *s);
     float *inv = xmalloc((size_t)half * sizeof *inv);
     layer_rope_inv_freq(l, inv);
     double scale = layer_rope_attention_factor(l);
     for (int64_t t = 0; t < t_len; t++)
         for (int64_t i = 0; i < half; i++) {
             double a = layer_rope_angle(l, inv, t, i);
-            s->cos[t * half + i] = (float)(cos(a) * scale), s->sin[t * half + i] = (float)(sin(a) * scale);
+            c[t * half + i] = (float)(cos(a) * scale), s[t * half + i] = (float)(sin(a) * scale);
         }
     free(inv);
+    *cos_ = c, *sin_ = s;
+}
+
+static bench_status rope_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                               int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t t_len = l->in.d[1], half = l->p.head_dim / 2;
+    rope_state *s = xcalloc(1, sizeof *s);
+    rope_tabulate(l, &s->cos, &s->sin);
     *ws = 2 * t_len * half * (int64_t)sizeof(float);
     snprintf(impl, len, "rotate-half, cos/sin tabulated at setup");
     *state = s;
@@ -553,3 +563,143 @@ static void attention_free(void *env, void *state)
 }
 
 const backend_kernel cpu_attention_kernel = {.setup = attention_setup, .run = attention_run, .free = attention_free};
+
+/* ---- mla --------------------------------------------------------------------------------- */
+
+/* DeepSeek's latent attention absorbed, as vLLM and SGLang run decode: each head's query
+ * taken into the latent space (q_nope W_UK_h, beside its turned rope part), then one
+ * multi-query attention of the H heads over the latent rows [c, k_pe] (the cache's,
+ * then the new tokens'), the sums over c alone, and W_UV_h applied to each head's sum.
+ * The projections per head are cblas (sgemv for one token); the attention is attention's
+ * spans (scores, softmax_span, values) over (sample, token, a share of the heads). */
+typedef struct mla_state {
+    float *cos, *sin;  /* [T][dr / 2] */
+    float *rows;       /* the new tokens' latent rows [N T][L + dr] */
+    float *qf;         /* the absorbed queries [N T][H][L + dr] */
+    float *olat;       /* each head's sum of latents [N T][H][L] */
+    float *scratch;    /* per thread: scores [heads of a share][kv_len + T], then [16][L + dr] */
+    int64_t per_thread, share;
+    int threads;
+    bool blocks16;
+} mla_state;
+
+static void mla_free(void *env, void *state)
+{
+    (void)env;
+    mla_state *s = state;
+    if (s)
+        free(s->cos), free(s->sin), free(s->rows), free(s->qf), free(s->olat), free(s->scratch), free(s);
+}
+
+static bench_status mla_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                              int64_t *ws)
+{
+    (void)w;
+    const layer_params *p = &l->p;
+    int64_t m = l->in.d[0] * l->in.d[1], h = p->num_heads, lr = p->kv_lora_rank, kd = lr + p->head_dim,
+            keys = p->kv_len + l->in.d[1];
+    mla_state *s = xcalloc(1, sizeof *s);
+    s->threads = omp_get_max_threads();
+    /* the heads of a (sample, token) shared among the threads where the tokens are fewer */
+    s->share = m >= s->threads ? h : (h + s->threads - 1) / s->threads;
+    s->per_thread = s->share * keys + 16 * kd;
+    rope_tabulate(l, &s->cos, &s->sin);
+    s->rows = bench_alloc_floats(m * kd);
+    s->qf = bench_alloc_floats(m * h * kd);
+    s->olat = bench_alloc_floats(m * h * lr);
+    s->scratch = bench_alloc_floats(s->per_thread * s->threads);
+    if (!s->rows || !s->qf || !s->olat || !s->scratch) {
+        mla_free(env, s);
+        return BENCH_ERR_NOMEM;
+    }
+    s->blocks16 = kd % 16 == 0 && lr % 16 == 0 && strcmp(cpu_pgemm_get()->isa, "avx512") == 0;
+    *ws = (m * (kd + h * kd + h * lr) + s->per_thread * s->threads) * (int64_t)sizeof(float);
+    snprintf(impl, len, "absorbed (vLLM's decode): W_UK into the queries, one latent MQA of %lld heads%s, W_UV after; "
+             "cblas per head", (long long)h, s->blocks16 ? " (16-key avx512 scores)" : "");
+    *state = s;
+    return BENCH_OK;
+}
+
+/* x [dr] turned in place, interleaved pairs */
+CPU_ISA_CLONES
+static void rope_pairs(float *x, const float *c, const float *s, int64_t half)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < half; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c[i] - b * s[i];
+        x[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
+static void mla_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
+{
+    (void)env;
+    mla_state *s = state;
+    const layer_params *p = &l->p;
+    const float *q = ins_[0], *kv = ins_[1], *w = w_;
+    float *out = out_;
+    int64_t t_len = l->in.d[1], m = l->in.d[0] * t_len, h = p->num_heads, lr = p->kv_lora_rank, dr = p->head_dim,
+            dn = p->qk_nope_head_dim, dv = p->v_head_dim, kd = lr + dr, qd = dn + dr, sl = p->kv_len,
+            keys = sl + t_len, half = dr / 2;
+    const float *norm = w, *wb = w + lr, *cache = w + layer_mla_param_floats(l);
+    float eps = (float)p->eps, scale = (float)layer_mla_scale(l);
+    /* the new tokens' latent rows: the latent normalised, the key's rope part turned */
+    CPU_OMP_IF(m * kd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < m; r++) {
+            float *row = s->rows + r * kd;
+            rmsnorm_row(kv + r * kd, row, lr, norm, eps, 0.0f);
+            memcpy(row + lr, kv + r * kd + lr, (size_t)dr * sizeof *row);
+            rope_pairs(row + lr, s->cos + r % t_len * half, s->sin + r % t_len * half, half);
+        });
+    /* the queries absorbed: q_nope W_UK_h into the first L of each head's row */
+    for (int64_t hh = 0; hh < h; hh++) {
+        const float *wuk = wb + hh * (dn + dv) * lr;
+        if (m == 1)
+            cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)dn, (blasint)lr, 1.0f, wuk, (blasint)lr, q + hh * qd, 1,
+                        0.0f, s->qf + hh * kd, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)lr, (blasint)dn, 1.0f,
+                        q + hh * qd, (blasint)(h * qd), wuk, (blasint)lr, 0.0f, s->qf + hh * kd, (blasint)(h * kd));
+    }
+    CPU_OMP_IF(m * h * dr > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < m * h; r++) {
+            float *x = s->qf + r * kd + lr;
+            int64_t t = r / h % t_len;
+            memcpy(x, q + r * qd + dn, (size_t)dr * sizeof *x);
+            rope_pairs(x, s->cos + t * half, s->sin + t * half, half);
+        });
+    /* the attention: per (sample, token, share of the heads), the cache's rows then the
+     * new tokens' up to this one */
+    int64_t shares = (h + s->share - 1) / s->share, tasks = m * shares;
+    CPU_OMP_IF(tasks > 1 && l->flops > 4 * CPU_PARALLEL_MIN, "omp parallel for schedule(dynamic)",
+        for (int64_t task = 0; task < tasks; task++) {
+            int64_t r = task / shares, h0 = task % shares * s->share, g = h - h0 < s->share ? h - h0 : s->share;
+            int64_t b = r / t_len, t = r % t_len, seen = sl + t + 1;
+            int th = omp_get_thread_num();
+            float *sc = s->scratch + (th < s->threads ? th : 0) * s->per_thread, *kf = sc + s->share * keys;
+            const float *qg = s->qf + (r * h + h0) * kd, *rows = s->rows + b * t_len * kd;
+            float *acc = s->olat + (r * h + h0) * lr;
+            if (sl > 0)
+                scores(s->blocks16, qg, NULL, g, cache + b * sl * kd, false, sl, kd, kd, scale, sc, keys, kf);
+            scores(s->blocks16, qg, NULL, g, rows, false, t + 1, kd, kd, scale, sc + sl, keys, kf);
+            for (int64_t i = 0; i < g; i++)
+                softmax_span(sc + i * keys, seen, -INFINITY);
+            memset(acc, 0, (size_t)(g * lr) * sizeof *acc);
+            if (sl > 0)
+                values(s->blocks16, sc, g, keys, cache + b * sl * kd, false, sl, kd, lr, acc, kf);
+            values(s->blocks16, sc + sl, g, keys, rows, false, t + 1, kd, lr, acc, kf);
+        });
+    /* each head's sum out through W_UV_h */
+    for (int64_t hh = 0; hh < h; hh++) {
+        const float *wuv = wb + (hh * (dn + dv) + dn) * lr;
+        if (m == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)dv, (blasint)lr, 1.0f, wuv, (blasint)lr,
+                        s->olat + hh * lr, 1, 0.0f, out + hh * dv, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)dv, (blasint)lr, 1.0f,
+                        s->olat + hh * lr, (blasint)(h * lr), wuv, (blasint)lr, 0.0f, out + hh * dv, (blasint)(h * dv));
+    }
+}
+
+const backend_kernel cpu_mla_kernel = {.setup = mla_setup, .run = mla_run, .free = mla_free};

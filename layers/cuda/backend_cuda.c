@@ -73,6 +73,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_MODEL_INPUT, "model_input has no kernel on cuda yet"),
     CUDA_NONE(LAYER_SCALE_SHIFT, "scale_shift has no kernel on cuda yet"),
     CUDA_NONE(LAYER_MATMUL, "matmul has no kernel on cuda yet"),
+    CUDA_NONE(LAYER_MLA, CUDA_NO_LLM),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

@@ -206,6 +206,7 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MODEL_INPUT, od_cpu_kernel),
     OD_ROW(LAYER_SCALE_SHIFT, od_cpu_kernel), /* oneDNN's eltwise linear would do: not wired yet */
     OD_ROW(LAYER_MATMUL, od_cpu_kernel),      /* oneDNN's matmul primitive would do: not wired yet */
+    OD_ROW(LAYER_MLA, od_cpu_kernel),
 };
 
 const backend_ops backend_onednn_ops = {
