@@ -831,6 +831,169 @@ class GptOssForCausalLM(nn.Module):
         return self.lm_head(self.model(input_ids))
 
 
+class DeepseekV2MLP(nn.Module):
+    def __init__(self, h, i):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def deepseek_rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+
+def deepseek_rope(x, cos, sin):
+    """DeepSeek's published apply_rotary_pos_emb (modeling_deepseek.py): the interleaved pairs
+    of x [b, h, t, d] gathered into halves, then rotate-half with cos/sin [t, d]."""
+    b, h, t, d = x.shape
+    x = x.view(b, h, t, d // 2, 2).transpose(4, 3).reshape(b, h, t, d)
+    return x * cos + deepseek_rotate_half(x) * sin
+
+
+class DeepseekV2Attention(nn.Module):
+    """DeepseekV2Attention: multi-head latent attention, expanded (every key and value from the
+    latent through kv_b_proj), the scores scaled by (qk_nope + qk_rope)^-0.5 times yarn's
+    mscale(factor, mscale_all_dim)^2."""
+
+    def __init__(self, d):
+        super().__init__()
+        h, self.H = d["hidden_size"], d["num_attention_heads"]
+        self.dn, self.dr, self.dv, self.L = d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], \
+            d["kv_lora_rank"]
+        eps, bias = d.get("rms_norm_eps", 1e-6), d.get("attention_bias", False)
+        qd = self.H * (self.dn + self.dr)
+        if d.get("q_lora_rank") is None:
+            self.q_proj = nn.Linear(h, qd, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(h, d["q_lora_rank"], bias=bias)
+            self.q_a_layernorm = LlamaRMSNorm(d["q_lora_rank"], eps)
+            self.q_b_proj = nn.Linear(d["q_lora_rank"], qd, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.L + self.dr, bias=bias)
+        self.kv_a_layernorm = LlamaRMSNorm(self.L, eps)
+        self.kv_b_proj = nn.Linear(self.L, self.H * (self.dn + self.dv), bias=False)
+        self.o_proj = nn.Linear(self.H * self.dv, h, bias=bias)
+        self.scale = (self.dn + self.dr) ** -0.5
+        rs = d.get("rope_scaling")
+        if rs and rs.get("mscale_all_dim"):
+            f = rs["factor"]
+            m = 0.1 * rs["mscale_all_dim"] * math.log(f) + 1.0 if f > 1 else 1.0
+            self.scale = self.scale * m * m
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(b, t, self.H, self.dn + self.dr).transpose(1, 2)
+        q_nope, q_pe = torch.split(q, [self.dn, self.dr], dim=-1)
+        c, k_pe = torch.split(self.kv_a_proj_with_mqa(x), [self.L, self.dr], dim=-1)
+        k_pe = k_pe.view(b, t, 1, self.dr).transpose(1, 2)
+        kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(b, t, self.H, self.dn + self.dv).transpose(1, 2)
+        k_nope, v = torch.split(kv, [self.dn, self.dv], dim=-1)
+        q_pe, k_pe = deepseek_rope(q_pe, cos, sin), deepseek_rope(k_pe, cos, sin)
+        q = torch.cat((q_nope, q_pe), dim=-1)
+        k = torch.cat((k_nope, k_pe.expand(b, self.H, t, self.dr)), dim=-1)
+        s = q @ k.transpose(2, 3) * self.scale
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        p = nn.functional.softmax(s, dim=-1, dtype=torch.float32)
+        return self.o_proj((p @ v).transpose(1, 2).reshape(b, t, self.H * self.dv))
+
+
+class DeepseekV2MoE(nn.Module):
+    """DeepseekV2MoE as DeepSeek published it: MoEGate's softmax scores, greedy or
+    group_limited_greedy top-k, the gates renormalised (norm_topk_prob and top_k > 1) or scaled
+    by routed_scaling_factor; the routed experts and the shared ones, summed."""
+
+    def __init__(self, d):
+        super().__init__()
+        h, f = d["hidden_size"], d["moe_intermediate_size"]
+        self.top_k, self.e = d["num_experts_per_tok"], d["n_routed_experts"]
+        self.method, self.n_group, self.topk_group = d.get("topk_method", "greedy"), d.get("n_group", 1), \
+            d.get("topk_group", 1)
+        self.norm, self.scaling = d.get("norm_topk_prob", False), d.get("routed_scaling_factor", 1.0)
+        self.gate = nn.Linear(h, self.e, bias=False)
+        self.experts = nn.ModuleList([DeepseekV2MLP(h, f) for _ in range(self.e)])
+        shared = d.get("n_shared_experts") or 0
+        if shared:
+            self.shared_experts = DeepseekV2MLP(h, f * shared)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        flat = x.reshape(-1, h)
+        scores = self.gate(flat).softmax(dim=-1, dtype=torch.float32)
+        if self.method == "group_limited_greedy":
+            n = flat.shape[0]
+            group_scores = scores.view(n, self.n_group, -1).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(n, self.n_group, self.e // self.n_group).reshape(n, -1)
+            scores = scores.masked_fill(~score_mask.bool(), 0.0)
+        weight, idx = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        if self.top_k > 1 and self.norm:
+            weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)
+        else:
+            weight = weight * self.scaling
+        out = torch.zeros_like(flat)
+        for e in range(self.e):
+            rows, slot = (idx == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, self.experts[e](flat[rows]) * weight[rows, slot, None])
+        if hasattr(self, "shared_experts"):
+            out = out + self.shared_experts(flat)
+        return out.view(b, t, h)
+
+
+class DeepseekV2DecoderLayer(nn.Module):
+    def __init__(self, d, i):
+        super().__init__()
+        eps = d.get("rms_norm_eps", 1e-6)
+        self.input_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
+        self.self_attn = DeepseekV2Attention(d)
+        self.post_attention_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
+        sparse = d.get("n_routed_experts") is not None and i >= d.get("first_k_dense_replace", 0) and \
+            i % d.get("moe_layer_freq", 1) == 0
+        self.mlp = DeepseekV2MoE(d) if sparse else DeepseekV2MLP(d["hidden_size"], d["intermediate_size"])
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DeepseekV2Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+        self.embed_tokens = nn.Embedding(d["vocab_size"], d["hidden_size"])
+        self.layers = nn.ModuleList([DeepseekV2DecoderLayer(d, i) for i in range(d["num_hidden_layers"])])
+        self.norm = LlamaRMSNorm(d["hidden_size"], d.get("rms_norm_eps", 1e-6))
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        inv_freq, scale = rope_parameters(self.d, self.d["qk_rope_head_dim"], t)
+        freqs = torch.arange(t).float()[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * scale, emb.sin() * scale
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.model = DeepseekV2Model(d)
+        self.lm_head = nn.Linear(d["hidden_size"], d["vocab_size"], bias=False)
+        if d.get("tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids):
+        return self.lm_head(self.model(input_ids))
+
+
 def from_config(path):
     """The model of a config.json (a file, or the folder holding it), random weights:
     GPTNeoXForCausalLM for gpt_neox, GPT2LMHeadModel for gpt2, GemmaForCausalLM for gemma, gemma2 and gemma3_text,
@@ -845,6 +1008,8 @@ def from_config(path):
         return GPT2LMHeadModel(d)
     if d.get("model_type") == "gpt_oss":
         return GptOssForCausalLM(d)
+    if d.get("model_type") == "deepseek_v2":
+        return DeepseekV2ForCausalLM(d)
     if d.get("model_type") in ("gemma", "gemma2", "gemma3_text"):
         return GemmaForCausalLM(d)
     return LlamaForCausalLM(Config(d))
@@ -920,3 +1085,11 @@ def tiny_qwen3_yarn():
 
 def tiny_gpt_oss():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-gpt_oss"))
+
+
+def tiny_deepseek_v2():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-deepseek_v2"))
+
+
+def tiny_deepseek_v2_lora():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-deepseek_v2-lora"))

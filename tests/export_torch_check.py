@@ -50,6 +50,9 @@ def layer_tensors(kind, name, modules, params, n):
         if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3)
             return [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
         return list(m.parameters())
+    if kind == "mla":  # layers/mla.c: the attention module's kv_a_layernorm, then kv_b_proj
+        parent = modules.get(name.rsplit(".", 1)[0])
+        return [parent.kv_a_layernorm.weight, parent.kv_b_proj.weight] if parent is not None else None
     if name in params:  # layer_scale, class_token, pos_embedding: named after the parameter
         return [params[name]]
     parent = modules.get(name.rsplit(".", 1)[0]) if "." in name else None

@@ -104,6 +104,36 @@ def attention(q, k, v, cache, p):  # repeat_kv, eager_attention_forward, the cau
     return (probs @ vh).transpose(1, 2).reshape(n, t, h * d)
 
 
+def mla(q, kv, w, p):  # DeepseekV2Attention from its projections' outputs, expanded, with our cache layout
+    n, t, _ = q.shape
+    h, lr, dn, dr, dv, s = (int(p[k]) for k in ("num_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                  "v_head_dim", "kv_len"))
+    if p["rope_type"] != "default":
+        raise ValueError("llm_torch_check: mla with rope_scaling is checked end to end (hf_decoder.py), not here")
+    norm, wb = w[:lr], w[lr:lr + h * (dn + dv) * lr].view(h * (dn + dv), lr)
+    cache = w[lr + h * (dn + dv) * lr:].view(n, s, lr + dr)  # per cached token: its latent, its turned rope part
+    pos = torch.arange(s, s + t).float()
+    freqs = pos[:, None] @ inv_freq(p, dr)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def turn(x):  # DeepSeek's apply_rotary_pos_emb on [.., T, dr]: interleaved pairs gathered into halves
+        x = x.unflatten(-1, (dr // 2, 2)).transpose(-1, -2).flatten(-2)
+        y = x * cos + rotate_half(x) * sin
+        return y.unflatten(-1, (2, dr // 2)).transpose(-1, -2).flatten(-2)  # back to pairs, as the cache holds it
+    c = rmsnorm(kv[..., :lr], norm, float(p["eps"]))
+    lat = torch.cat((cache, torch.cat((c, turn(kv[..., lr:])), dim=-1)), dim=1)  # [N, S + T, L + dr]
+    kvh = (lat[..., :lr] @ wb.t()).view(n, s + t, h, dn + dv).transpose(1, 2)
+    k_nope, v = kvh[..., :dn], kvh[..., dn:]
+    k = torch.cat((k_nope, lat[:, None, :, lr:].expand(n, h, s + t, dr)), dim=-1)
+    qh = q.view(n, t, h, dn + dr).transpose(1, 2)
+    qh = torch.cat((qh[..., :dn], turn(qh[..., dn:])), dim=-1)
+    scores = qh @ k.transpose(2, 3) * (float(p.get("scale", 0)) or 1 / math.sqrt(dn + dr))
+    keep = torch.arange(s + t)[None, :] <= torch.arange(s, s + t)[:, None]
+    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1, dtype=torch.float32)
+    return (probs @ v).transpose(1, 2).reshape(n, t, h * dv)
+
+
 def uniform_experts(rows, e_n, k, skew):
     """layerbench's uniform routing (layers/moe.c), the rule rewritten: each expert's
     share of the rows * k slots by water-filling and largest remainders, the slots laid
@@ -142,8 +172,9 @@ def moe(x, logits, w, p):  # MixtralSparseMoeBlock.forward after its gate, Mixtr
     else:
         selected = uniform_experts(x.shape[0], e_n, k, float(p["load_skew"]))
         routing_weights = routing_weights.gather(1, selected)
-    routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-    routing_weights = routing_weights.to(x.dtype)
+    if p.get("normalize", True):  # Qwen's norm_topk_prob false keeps the softmax's
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+    routing_weights = (routing_weights * float(p.get("routed_scaling_factor", 1.0))).to(x.dtype)  # DeepSeek's
     final = torch.zeros_like(x)
     mask = torch.nn.functional.one_hot(selected, num_classes=e_n).permute(2, 1, 0)
     experts = w.view(e_n, 3, -1)
@@ -221,6 +252,8 @@ def main():
             y = attention(x[0], x[1], x[2], w, p)
         elif kind == "moe":
             y = moe(x[0], x[1], w, p)
+        elif kind == "mla":
+            y = mla(x[0], x[1], w, p)
         elif kind == "add":
             y = x[0] + x[1]
         elif kind == "mul":

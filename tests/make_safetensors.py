@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
 Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2,
-gpt-oss), with every tensor named and shaped as transformers names and shapes them
+gpt-oss, DeepSeek-V2), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -84,9 +84,54 @@ def gpt_oss_tensors(cfg):
     return out
 
 
+def deepseek_v2_tensors(cfg):
+    """DeepseekV2ForCausalLM's: the latent attention's q_proj (or q_a_proj, q_a_layernorm,
+    q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj (attention_bias on
+    q_a_proj, kv_a_proj_with_mqa and o_proj); a dense MLP before first_k_dense_replace and
+    where moe_layer_freq skips, else the router (mlp.gate), the experts and the fused shared
+    experts."""
+    h, i, v, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_attention_heads"]
+    dn, dr, dv, lr, qr = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"],
+                          cfg.get("q_lora_rank"))
+    bias = cfg.get("attention_bias", False)
+    out = [("model.embed_tokens.weight", [v, h])]
+    for n in range(cfg["num_hidden_layers"]):
+        p, a = f"model.layers.{n}", f"model.layers.{n}.self_attn"
+        out += [(f"{p}.input_layernorm.weight", [h]), (f"{p}.post_attention_layernorm.weight", [h])]
+        if qr is None:
+            out.append((f"{a}.q_proj.weight", [heads * (dn + dr), h]))
+        else:
+            out += [(f"{a}.q_a_proj.weight", [qr, h]), (f"{a}.q_a_layernorm.weight", [qr]),
+                    (f"{a}.q_b_proj.weight", [heads * (dn + dr), qr])] + ([(f"{a}.q_a_proj.bias", [qr])] if bias else [])
+        out += [(f"{a}.kv_a_proj_with_mqa.weight", [lr + dr, h]), (f"{a}.kv_a_layernorm.weight", [lr]),
+                (f"{a}.kv_b_proj.weight", [heads * (dn + dv), lr]), (f"{a}.o_proj.weight", [h, heads * dv])]
+        if bias:
+            out += [(f"{a}.kv_a_proj_with_mqa.bias", [lr + dr]), (f"{a}.o_proj.bias", [h])]
+        e = cfg.get("n_routed_experts")
+        if e is not None and n >= cfg.get("first_k_dense_replace", 0) and n % cfg.get("moe_layer_freq", 1) == 0:
+            f = cfg["moe_intermediate_size"]
+            out.append((f"{p}.mlp.gate.weight", [e, h]))
+            for k in range(e):
+                q = f"{p}.mlp.experts.{k}"
+                out += [(f"{q}.gate_proj.weight", [f, h]), (f"{q}.up_proj.weight", [f, h]), (f"{q}.down_proj.weight", [h, f])]
+            g = f * (cfg.get("n_shared_experts") or 0)
+            if g:
+                q = f"{p}.mlp.shared_experts"
+                out += [(f"{q}.gate_proj.weight", [g, h]), (f"{q}.up_proj.weight", [g, h]), (f"{q}.down_proj.weight", [h, g])]
+        else:
+            out += [(f"{p}.mlp.gate_proj.weight", [i, h]), (f"{p}.mlp.up_proj.weight", [i, h]),
+                    (f"{p}.mlp.down_proj.weight", [h, i])]
+    out.append(("model.norm.weight", [h]))
+    if not cfg.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", [v, h]))
+    return out
+
+
 def tensors(cfg):
     if cfg["model_type"] == "gpt_oss":
         return gpt_oss_tensors(cfg)
+    if cfg["model_type"] == "deepseek_v2":
+        return deepseek_v2_tensors(cfg)
     if cfg["model_type"] == "gpt_neox":
         return neox_tensors(cfg)
     if cfg["model_type"] == "gpt2":

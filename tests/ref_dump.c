@@ -6,8 +6,9 @@
  * layer, "index name kind weight_floats output_shape input_ids parameters input_shape" (value 0 is
  * the model's input, value i + 1 layer i's output; the parameters as bench list gives
  * them, those at their defaults left out).
- * usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING]]]] (TOKENS: a decoder's prefill
- * tokens; ROUTING router: every moe layer routes by its logits' top-k, as the model does) */
+ * usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING [KV_LEN]]]]] (TOKENS: a decoder's
+ * new tokens; ROUTING router: every moe layer routes by its logits' top-k, as the model does,
+ * uniform: the config's; KV_LEN: the tokens already cached, as --kv-len) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,15 @@ static int write_floats(const char *dir, const char *name, const float *x, int64
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING]]]]\n");
+        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [SEED [BATCH [TOKENS [ROUTING [KV_LEN]]]]]\n");
         return 2;
     }
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
     int64_t batch = argc > 4 ? atoll(argv[4]) : 0;
     cfg_shape shape = CFG_SHAPE_KEEP;
     shape.tokens = argc > 5 ? atoll(argv[5]) : 0;
+    if (argc > 7)
+        shape.kv_len = atoll(argv[7]);
     model *m;
     char err[1024];
     if (cfg_load_shaped(argv[1], batch, shape, &m, err, sizeof err) != BENCH_OK) {

@@ -257,6 +257,7 @@ expect 0 "Totals: 999885952 params" -- "$BENCH" list "$SRC/configs/hf/gemma-3-1b
 expect 0 "Totals: 124439808 params" -- "$BENCH" list "$SRC/configs/hf/gpt2"
 expect 0 "Totals: 14315784192 params" -- "$BENCH" list "$SRC/configs/hf/Qwen1.5-MoE-A2.7B"
 expect 0 "Totals: 6919161856 params" -- "$BENCH" list "$SRC/configs/hf/OLMoE-1B-7B-0924"
+expect 0 "Totals: 15706484224 params" -- "$BENCH" list "$SRC/configs/hf/DeepSeek-V2-Lite"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # tiny-NAME's config.json checked at decode (9 cached, batch 2) on every backend in fp32
 # and bf16: N rows pass in each dtype
@@ -338,6 +339,22 @@ decode_check qwen3-yarn 96
 expect 0 "model.layers.0.self_attn.attn +attention +1x5x48 +1x5x48 +6 .*sliding_window=4 sinks=true.*model.layers.0.mlp.experts +moe .*bias=true activation=clamped_swiglu swiglu_limit=0.3.*model.layers.1.self_attn.attn +attention .* sinks=true" -- \
   bash -c "'$BENCH' list '$SRC/tests/data/hf/tiny-gpt_oss' --tokens 5 | tr '\n' ' '"
 decode_check gpt_oss 60
+# DeepSeek-V2: multi-head latent attention (its cache the latent and the rope part: at 1024
+# cached, V2-Lite's layer reads its 2,097,664 parameters and 1024 x 576 cached values, bf16),
+# shared experts, a dense first layer; q through a low rank, biases, group_limited_greedy
+# routing and moe_layer_freq in the other tiny config; V3's routing refused by name
+expect 0 "model.layers.1.self_attn.attn +mla +1x1x3072 +1x1x2048 +2097664 +[0-9]+ +5386368 " -- \
+  "$BENCH" list "$SRC/configs/hf/DeepSeek-V2-Lite" --phase decode --kv-len 1024
+decode_check deepseek_v2 98
+decode_check deepseek_v2-lora 110 --routing router
+sed 's/"topk_method": "greedy"/"topk_method": "noaux_tc"/' "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/noaux.json"
+expect 2 "noaux.json:[0-9]+:3: topk_method: the routers built are greedy and group_limited_greedy .*noaux_tc is not" -- "$BENCH" list "$T/noaux.json"
+sed 's/"scoring_func": "softmax"/"scoring_func": "sigmoid"/' "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/sigmoid.json"
+expect 2 "sigmoid.json:[0-9]+:3: scoring_func: only the softmax router" -- "$BENCH" list "$T/sigmoid.json"
+sed 's/"n_group": 1/"n_group": 5/; s/"topk_method": "greedy"/"topk_method": "group_limited_greedy"/' \
+  "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/groups.json"
+expect 2 "groups.json:[0-9]+:3: topk_group: group_limited_greedy needs n_group \(5\) to divide n_routed_experts \(64\)" -- \
+  "$BENCH" list "$T/groups.json"
 sed 's/"quant_method": "mxfp4"/"quant_method": "awq"/' "$SRC/configs/hf/gpt-oss-20b/config.json" >"$T/awq.json"
 expect 2 "awq.json:[0-9]+:3: quantization_config: only the published MXFP4 experts" -- "$BENCH" list "$T/awq.json"
 sed 's/"full_attention"/"linear_attention"/' "$SRC/tests/data/hf/tiny-gpt_oss/config.json" >"$T/lt_oss.json"
@@ -471,6 +488,11 @@ if command -v python3 >/dev/null; then
   # gpt-oss: the sinks, the router's bias, the fused experts [E, H, 2I] (a bf16 copy); the
   # published MXFP4 blocks are not the layers' tensors, and say so by name
   ST tiny-gpt_oss oss && expect 0 "37 tensors match" -- "$BENCH" list "$T/st/oss" --tokens 8
+  # DeepSeek-V2: the mla layer's kv_a_layernorm and kv_b_proj beside the projections
+  ST tiny-deepseek_v2 ds && expect 0 "71 tensors match" -- "$BENCH" list "$T/st/ds" --tokens 8
+  ST tiny-deepseek_v2-lora dsl && expect 0 "86 tensors match" -- "$BENCH" list "$T/st/dsl" --tokens 8
+  ST tiny-deepseek_v2 dskv --reshape model.layers.1.self_attn.kv_b_proj.weight=34,12 &&
+    expect 2 "model.layers.1.self_attn.kv_b_proj.weight.*\[34, 12\]" -- "$BENCH" list "$T/st/dskv" --tokens 8
   ST tiny-gpt_oss mxfp4 --drop model.layers.0.mlp.experts.gate_up_proj --add model.layers.0.mlp.experts.gate_up_proj_blocks=5,48,1,16 &&
     expect 2 "holds the tensor 'model.layers.0.mlp.experts.gate_up_proj_blocks', which the layers built from config.json do not have" -- \
     "$BENCH" list "$T/st/mxfp4" --tokens 8
@@ -498,7 +520,7 @@ else
 fi
 expect 2 "cut.json:1:24: JSON: " -- "$BENCH" list "$T/hf/cut.json"
 expect 2 "--tokens 4: .*resnet18.yaml's input is not token ids" -- "$BENCH" list "$R18" --tokens 4
-expect 2 "--kv-len 4: .*has no rope or attention layer" -- "$BENCH" list "$R18" --kv-len 4
+expect 2 "--kv-len 4: .*has no rope, attention or mla layer" -- "$BENCH" list "$R18" --kv-len 4
 expect 2 "--phase decode runs one token per sequence" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase decode --tokens 4
 expect 2 "--phase expects prefill or decode" -- "$BENCH" list "$SRC/configs/hf/Llama-3.2-1B" --phase generate
 

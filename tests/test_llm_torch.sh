@@ -17,7 +17,9 @@
 # partial and full rope), Gemma 1 to 3 (soft-capping, windows, local rope) and GPT-2
 # (Conv1D, learned positions, scores scaled by layer) and gpt-oss (attention sinks, a window
 # shorter than the tokens, yarn, a router with a bias, experts with biases and the clamped
-# SwiGLU, its limit low enough to clamp).
+# SwiGLU, its limit low enough to clamp) and DeepSeek-V2 (multi-head latent attention with
+# yarn's mscale, shared experts, a dense first layer; a low-rank query, biases and
+# group-limited routing; and the latent cache, 3 tokens after 5 cached).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -44,7 +46,8 @@ done
 # the file (7 tokens, batch 2) against scripts/hf_decoder.py's model of the same file run
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
-for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2 gpt_oss; do
+for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2 gpt_oss \
+    deepseek_v2 deepseek_v2-lora; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&
@@ -59,5 +62,13 @@ mkdir -p "$d"
   "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$d" hf_decoder:tiny_phi3_longrope 1e-5 >>"$d.out" 2>&1 && ok ||
   bad "tiny-phi3-longrope at 3 tokens against torch: $(tail -5 "$d.out")"
 echo "tiny-phi3-longrope (3 tokens): $(tail -1 "$d.out")"
+# DeepSeek-V2's latent attention with a cache: 3 tokens after 5 cached, layer by layer (the
+# mla layer from its cache of latents and rope parts, expanded in torch)
+d=$T/hf_deepseek_v2-cache
+mkdir -p "$d"
+"$DUMP" "$SRC/tests/data/hf/tiny-deepseek_v2-lora" "$d" 1 2 3 uniform 5 >"$d.out" 2>&1 &&
+  "$PY" "$SRC/tests/llm_torch_check.py" "$d" 1e-5 >>"$d.out" 2>&1 && ok ||
+  bad "tiny-deepseek_v2-lora, 3 tokens after 5 cached, against torch: $(tail -5 "$d.out")"
+echo "tiny-deepseek_v2-lora (3 after 5 cached): $(tail -1 "$d.out")"
 echo "test_llm_torch: $pass passed, $fail failed"
 [ $fail = 0 ]
