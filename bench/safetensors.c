@@ -112,6 +112,8 @@ static void wants_from_model(const model *m, wants *w)
         }
         case LAYER_MOE: { /* MixtralBlockSparseTop2MLP: w1, w3 [ffn, H], w2 [H, ffn]; Qwen's
                            * experts the same as gate_proj, up_proj, down_proj */
+            if (l->p.score_bias && l->n_inputs > 1 && l->inputs[1] > 0) /* DeepSeek-V3's, held by its router */
+                want_add(w, false, 1, l->p.num_experts, 0, "%s.e_score_correction_bias", m->layers[l->inputs[1] - 1].name);
             if (l->p.expert_names == MOE_NAMES_FUSED) { /* GptOssExperts: gate and up interleaved, [in, out] */
                 int64_t e_n = l->p.num_experts, f = l->p.ffn_dim;
                 want_add3(w, false, 3, e_n, in, 2 * f, "%s.gate_up_proj", l->name);

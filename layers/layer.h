@@ -107,6 +107,8 @@ enum { GELU_NONE, GELU_TANH };
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_LONGROPE };
 /* moe's routing */
 enum { MOE_UNIFORM, MOE_ROUTER };
+/* moe's scoring: the router's scores, softmax over the experts or each one's sigmoid */
+enum { MOE_SOFTMAX, MOE_SIGMOID };
 /* moe's expert_names: Mixtral's experts.E.{w1,w2,w3}, Qwen's (and most since) experts.E.{gate,up,down}_proj,
  * or gpt-oss's fused experts.{gate_up_proj [E, H, 2F] (gate and up interleaved), down_proj [E, F, H]} */
 enum { MOE_NAMES_W123, MOE_NAMES_PROJ, MOE_NAMES_FUSED };
@@ -205,7 +207,10 @@ typedef struct layer_params {
     int64_t v_head_dim;          /* mla: the value's dims per head */
     double routed_scale;         /* moe: the gates' factor (DeepSeek's routed_scaling_factor) */
     int64_t n_group, topk_group; /* moe: the router picks among the experts of its topk_group best groups
-                                    of n_group (DeepSeek-V2's group_limited_greedy) */
+                                    of n_group (DeepSeek-V2's group_limited_greedy, V3's noaux_tc) */
+    int64_t moe_scoring;         /* moe: MOE_SOFTMAX or MOE_SIGMOID (DeepSeek-V3's), the router's scores */
+    bool score_bias;             /* moe: a bias per expert added to the scores for the choice only
+                                    (DeepSeek-V3's e_score_correction_bias), after the experts' weights */
 } layer_params;
 
 /* Most inputs a layer takes (a concat of DenseNet-201's 48-layer block takes 49). */
@@ -381,8 +386,10 @@ double layer_mla_scale(const layer *l);
  * from its logits, at its experts pick[top_k]). */
 int64_t layer_moe_rows(const layer *l);
 void layer_moe_counts(const layer *l, int64_t *count);
-void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int64_t *count);
+void layer_moe_route(const layer *l, const float *logits, const float *score_bias, int64_t *experts, int64_t *count);
 void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate);
+/* moe's score_bias in its weights w (after the experts'), or NULL without one */
+const float *layer_moe_score_bias(const layer *l, const float *w);
 /* moe's per expert weights: w1 [F, H], w2 [H, F], w3 [F, H], with bias then b1 [F], b2
  * [H], b3 [F]; and its activation of gate g and up u (MOE_ACT_*) */
 int64_t layer_moe_expert_floats(const layer *l);

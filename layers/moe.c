@@ -16,7 +16,11 @@
  * routed_scaling_factor multiplies every gate (after the renormalisation, if any), and
  * with n_group > 1 the router picks its top_k among the experts of the topk_group groups
  * (num_experts / n_group consecutive experts each) whose best logit is highest
- * (group_limited_greedy).
+ * (group_limited_greedy). DeepSeek-V3's (noaux_tc): scoring sigmoid (each expert's
+ * sigmoid, the gates those of the experts taken) and score_bias (a bias per expert after
+ * the experts' weights, added to the scores for the choice only); its groups are ranked
+ * by the sum of their best two scores, and the experts of the groups not chosen keep a
+ * score of 0 (DeepSeek's masked_fill), not out of the choice.
  *
  * routing, which experts each token goes to (layer_moe_route):
  *   uniform (the default): a fixed assignment that gives every expert the same number of
@@ -43,6 +47,7 @@
 static const char *const moe_routings[] = {"uniform", "router", NULL};
 static const char *const moe_expert_names[] = {"w1_w2_w3", "gate_up_down", "fused", NULL};
 static const char *const moe_acts[] = {"silu", "clamped_swiglu", NULL};
+static const char *const moe_scorings[] = {"softmax", "sigmoid", NULL};
 
 static const layer_param_spec moe_params[] = {
     {"num_experts", LP_INT, P_OFF(num_experts), true, 1, NULL},
@@ -59,6 +64,8 @@ static const layer_param_spec moe_params[] = {
     {"routed_scaling_factor", LP_FLOAT, P_OFF(routed_scale), false, 0, NULL},
     {"n_group", LP_INT, P_OFF(n_group), false, 1, NULL},
     {"topk_group", LP_INT, P_OFF(topk_group), false, 1, NULL},
+    {"scoring", LP_ENUM, P_OFF(moe_scoring), false, 0, moe_scorings},
+    {"score_bias", LP_BOOL, P_OFF(score_bias), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
 
@@ -165,7 +172,21 @@ void layer_moe_counts(const layer *l, int64_t *count)
     }
 }
 
-void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int64_t *count)
+/* A row's scores the router chooses by: softmax's probabilities (ranked as the logits
+ * are) or sigmoid's, plus the correction bias where there is one (DeepSeek-V3's) */
+static void choice_scores(const layer *l, const float *z, const float *bias, double *c)
+{
+    int64_t e_n = l->p.num_experts;
+    double top = -INFINITY, sum = 0;
+    for (int64_t e = 0; e < e_n; e++)
+        top = z[e] > top ? z[e] : top;
+    for (int64_t e = 0; e < e_n; e++)
+        sum += c[e] = l->p.moe_scoring == MOE_SIGMOID ? 1.0 / (1.0 + exp(-(double)z[e])) : exp((double)z[e] - top);
+    for (int64_t e = 0; e < e_n; e++)
+        c[e] = (l->p.moe_scoring == MOE_SIGMOID ? c[e] : c[e] / sum) + (bias ? bias[e] : 0.0);
+}
+
+void layer_moe_route(const layer *l, const float *logits, const float *bias, int64_t *experts, int64_t *count)
 {
     const layer_params *p = &l->p;
     int64_t e_n = p->num_experts, k = p->top_k, rows = layer_moe_rows(l);
@@ -174,32 +195,43 @@ void layer_moe_route(const layer *l, const float *logits, int64_t *experts, int6
             count[e] = 0;
         int64_t ng = p->n_group > 1 ? p->n_group : 1, per_group = e_n / ng; /* (a layer made without defaults: 0) */
         bool in_group[MOE_MAX_EXPERTS];
+        double c[MOE_MAX_EXPERTS];
         for (int64_t r = 0; r < rows; r++) {
-            const float *z = logits + r * e_n;
             int64_t *pick = experts + r * k;
-            /* the groups by their best logit (the softmax keeps the order), topk_group of
-             * them, ties to the lower index; every group where n_group is 1 */
+            choice_scores(l, logits + r * e_n, bias, c);
+            /* the groups by their best score (softmax) or the sum of their best two
+             * (sigmoid: DeepSeek-V3's noaux_tc), topk_group of them, ties to the lower
+             * index; every group where n_group is 1 */
             for (int64_t gi = 0; gi < ng; gi++)
                 in_group[gi] = ng == 1;
             for (int64_t j = 0; j < p->topk_group && ng > 1; j++) {
                 int64_t best = -1;
-                float best_z = 0;
+                double best_s = 0;
                 for (int64_t gi = 0; gi < ng; gi++) {
-                    float m = z[gi * per_group];
+                    const double *g = c + gi * per_group;
+                    double m1 = g[0], m2 = -INFINITY;
                     for (int64_t e = 1; e < per_group; e++)
-                        m = z[gi * per_group + e] > m ? z[gi * per_group + e] : m;
-                    if (!in_group[gi] && (best < 0 || m > best_z))
-                        best = gi, best_z = m;
+                        if (g[e] > m1)
+                            m2 = m1, m1 = g[e];
+                        else if (g[e] > m2)
+                            m2 = g[e];
+                    double sc = p->moe_scoring == MOE_SIGMOID && per_group > 1 ? m1 + m2 : m1;
+                    if (!in_group[gi] && (best < 0 || sc > best_s))
+                        best = gi, best_s = sc;
                 }
                 in_group[best] = true;
             }
+            /* the other groups' scores become 0, as DeepSeek's masked_fill leaves them (not
+             * out of the choice: an expert of theirs beats a chosen group's below 0) */
+            for (int64_t e = 0; e < e_n; e++)
+                c[e] = in_group[e / per_group] ? c[e] : 0.0;
             for (int64_t j = 0; j < k; j++) { /* the j-th largest not yet taken, ties to the lower index */
                 int64_t best = -1;
                 for (int64_t e = 0; e < e_n; e++) {
-                    bool taken = !in_group[e / per_group];
+                    bool taken = false;
                     for (int64_t i = 0; i < j; i++)
                         taken |= pick[i] == e;
-                    if (!taken && (best < 0 || z[e] > z[best]))
+                    if (!taken && (best < 0 || c[e] > c[best]))
                         best = e;
                 }
                 pick[j] = best;
@@ -225,7 +257,7 @@ static void moe_count(layer *l)
     const layer_params *p = &l->p;
     int64_t h = l->in.d[l->in.rank - 1], f = p->ffn_dim, e_n = p->num_experts, rows = layer_moe_rows(l);
     int64_t per_expert = layer_moe_expert_floats(l), count[MOE_MAX_EXPERTS], active = 0;
-    l->n_weights = l->n_weight_floats = layer_count_mul(e_n, per_expert);
+    l->n_weights = l->n_weight_floats = layer_count_add(layer_count_mul(e_n, per_expert), p->score_bias ? e_n : 0);
     if (l->n_weights < 0) {
         l->macs = l->flops = l->bytes = -1;
         return;
@@ -241,7 +273,8 @@ static void moe_count(layer *l)
                                                                             layer_count_mul(slots, p->normalize ? 2 : 0));
     l->flops = layer_count_add(layer_count_add(layer_count_mul(2, l->macs), act), layer_count_add(combine, route));
     int64_t io = layer_count_add(layer_count_mul(2, shape_numel(&l->in)), shape_numel(&l->ins[1]));
-    l->bytes = layer_count_mul(4, layer_count_add(io, layer_count_mul(active, per_expert)));
+    l->bytes = layer_count_mul(4, layer_count_add(layer_count_add(io, layer_count_mul(active, per_expert)),
+                                                  p->score_bias ? e_n : 0));
 }
 
 static void moe_init(const layer *l, float *w, layer_rng *rng)
@@ -259,21 +292,30 @@ static void moe_init(const layer *l, float *w, layer_rng *rng)
             layer_fill_uniform(we + 3 * h * f + f + h, f, -bh, bh, rng);
         }
     }
+    if (l->p.score_bias) /* large enough beside the sigmoid's spread to change the choice */
+        layer_fill_uniform(w + l->p.num_experts * layer_moe_expert_floats(l), l->p.num_experts, -0.5f, 0.5f, rng);
 }
 
 void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate)
 {
     int64_t e_n = l->p.num_experts, k = l->p.top_k;
     double top = -INFINITY, sum = 0, taken = 0;
-    for (int64_t e = 0; e < e_n; e++)
+    bool sigmoid = l->p.moe_scoring == MOE_SIGMOID; /* DeepSeek-V3: each taken expert's sigmoid, without the bias */
+    for (int64_t e = 0; e < e_n && !sigmoid; e++)
         top = logits[e] > top ? logits[e] : top;
-    for (int64_t e = 0; e < e_n; e++)
+    for (int64_t e = 0; e < e_n && !sigmoid; e++)
         sum += exp((double)logits[e] - top);
     for (int64_t j = 0; j < k; j++)
-        taken += gate[j] = exp((double)logits[pick[j]] - top) / sum;
+        taken += gate[j] = sigmoid ? 1.0 / (1.0 + exp(-(double)logits[pick[j]]))
+                                   : exp((double)logits[pick[j]] - top) / sum;
     double f = l->p.routed_scale > 0 ? l->p.routed_scale : 1.0; /* infer refuses 0; a layer made without defaults */
     for (int64_t j = 0; j < k; j++)
         gate[j] = (l->p.normalize ? gate[j] / taken : gate[j]) * f;
+}
+
+const float *layer_moe_score_bias(const layer *l, const float *w)
+{
+    return l->p.score_bias ? w + layer_count_mul(l->p.num_experts, layer_moe_expert_floats(l)) : NULL;
 }
 
 static void moe_reference(const layer *l, const float *const *ins, const float *w, float *out)
@@ -283,7 +325,7 @@ static void moe_reference(const layer *l, const float *const *ins, const float *
     int64_t *pick = xmalloc((size_t)(rows * k) * sizeof *pick), *count = xmalloc((size_t)e_n * sizeof *count);
     double *gate = xmalloc((size_t)k * sizeof *gate), *act = xmalloc((size_t)f * sizeof *act);
     double *acc = xmalloc((size_t)h * sizeof *acc);
-    layer_moe_route(l, ins[1], pick, count);
+    layer_moe_route(l, ins[1], layer_moe_score_bias(l, w), pick, count);
     for (int64_t r = 0; r < rows; r++) {
         const float *x = ins[0] + r * h;
         for (int64_t i = 0; i < h; i++)

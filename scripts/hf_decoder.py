@@ -905,7 +905,10 @@ class DeepseekV2Attention(nn.Module):
 class DeepseekV2MoE(nn.Module):
     """DeepseekV2MoE as DeepSeek published it: MoEGate's softmax scores, greedy or
     group_limited_greedy top-k, the gates renormalised (norm_topk_prob and top_k > 1) or scaled
-    by routed_scaling_factor; the routed experts and the shared ones, summed."""
+    by routed_scaling_factor; the routed experts and the shared ones, summed. DeepseekV3MoE
+    (model_type deepseek_v3) differs in the gate (noaux_tc): sigmoid scores plus
+    e_score_correction_bias choose, the groups ranked by their best two, the others' scores
+    masked to 0; the gates the sigmoids, renormalised, then scaled."""
 
     def __init__(self, d):
         super().__init__()
@@ -914,7 +917,10 @@ class DeepseekV2MoE(nn.Module):
         self.method, self.n_group, self.topk_group = d.get("topk_method", "greedy"), d.get("n_group", 1), \
             d.get("topk_group", 1)
         self.norm, self.scaling = d.get("norm_topk_prob", False), d.get("routed_scaling_factor", 1.0)
+        self.v3 = d["model_type"] == "deepseek_v3"
         self.gate = nn.Linear(h, self.e, bias=False)
+        if self.v3:
+            self.gate.e_score_correction_bias = nn.Parameter(torch.zeros(self.e))
         self.experts = nn.ModuleList([DeepseekV2MLP(h, f) for _ in range(self.e)])
         shared = d.get("n_shared_experts") or 0
         if shared:
@@ -923,6 +929,19 @@ class DeepseekV2MoE(nn.Module):
     def forward(self, x):
         b, t, h = x.shape
         flat = x.reshape(-1, h)
+        if self.v3:
+            scores = self.gate(flat).sigmoid()
+            choice = scores + self.gate.e_score_correction_bias[None]
+            n = flat.shape[0]
+            group_scores = choice.view(n, self.n_group, -1).topk(2, dim=-1)[0].sum(dim=-1)
+            group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(n, self.n_group, self.e // self.n_group).reshape(n, -1)
+            idx = torch.topk(choice.masked_fill(~score_mask.bool(), 0.0), k=self.top_k, dim=-1, sorted=False)[1]
+            weight = scores.gather(1, idx)
+            if self.top_k > 1 and self.norm:
+                weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)
+            return self.experts_sum(flat, idx, weight * self.scaling).view(b, t, h)
         scores = self.gate(flat).softmax(dim=-1, dtype=torch.float32)
         if self.method == "group_limited_greedy":
             n = flat.shape[0]
@@ -936,6 +955,9 @@ class DeepseekV2MoE(nn.Module):
             weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)
         else:
             weight = weight * self.scaling
+        return self.experts_sum(flat, idx, weight).view(b, t, h)
+
+    def experts_sum(self, flat, idx, weight):
         out = torch.zeros_like(flat)
         for e in range(self.e):
             rows, slot = (idx == e).nonzero(as_tuple=True)
@@ -943,7 +965,7 @@ class DeepseekV2MoE(nn.Module):
                 out.index_add_(0, rows, self.experts[e](flat[rows]) * weight[rows, slot, None])
         if hasattr(self, "shared_experts"):
             out = out + self.shared_experts(flat)
-        return out.view(b, t, h)
+        return out
 
 
 class DeepseekV2DecoderLayer(nn.Module):
@@ -1008,7 +1030,7 @@ def from_config(path):
         return GPT2LMHeadModel(d)
     if d.get("model_type") == "gpt_oss":
         return GptOssForCausalLM(d)
-    if d.get("model_type") == "deepseek_v2":
+    if d.get("model_type") in ("deepseek_v2", "deepseek_v3"):
         return DeepseekV2ForCausalLM(d)
     if d.get("model_type") in ("gemma", "gemma2", "gemma3_text"):
         return GemmaForCausalLM(d)
@@ -1093,3 +1115,7 @@ def tiny_deepseek_v2():
 
 def tiny_deepseek_v2_lora():
     return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-deepseek_v2-lora"))
+
+
+def tiny_deepseek_v3():
+    return from_config(os.path.join(HERE, "..", "tests", "data", "hf", "tiny-deepseek_v3"))

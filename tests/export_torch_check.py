@@ -47,8 +47,13 @@ def layer_tensors(kind, name, modules, params, n):
             return [m.weight, m.bias, m.running_mean, m.running_var]
         if kind == "moe" and hasattr(m, "gate_up_proj"):  # gpt-oss's fused experts: place_fused_experts
             return [m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias]
-        if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3)
-            return [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
+        if kind == "linear" and hasattr(m, "e_score_correction_bias"):  # DeepSeek-V3's router: the moe holds its bias
+            return [m.weight]
+        if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3); then DeepSeek-V3's score bias
+            experts = [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
+            gate = getattr(modules.get(name.rsplit(".", 1)[0]), "gate", None)
+            bias = getattr(gate, "e_score_correction_bias", None)
+            return experts + ([bias] if bias is not None and sum(t.numel() for t in experts) < n else [])
         return list(m.parameters())
     if kind == "mla":  # layers/mla.c: the attention module's kv_a_layernorm, then kv_b_proj
         parent = modules.get(name.rsplit(".", 1)[0])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the safetensors checkpoint a Hugging Face config.json describes (Llama, Mistral,
 Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, SmolLM3, OLMo 2, Phi-3, Mixtral, GPT-NeoX, Gemma 1 to 3, GPT-2,
-gpt-oss, DeepSeek-V2), with every tensor named and shaped as transformers names and shapes them
+gpt-oss, DeepSeek-V2 and V3), with every tensor named and shaped as transformers names and shapes them
 and the data left zero (sparse), for tests/test_cli.sh's checks of bench's header
 cross-check. Python's standard library only; the names come from transformers' modules,
 not from bench.
@@ -111,6 +111,8 @@ def deepseek_v2_tensors(cfg):
         if e is not None and n >= cfg.get("first_k_dense_replace", 0) and n % cfg.get("moe_layer_freq", 1) == 0:
             f = cfg["moe_intermediate_size"]
             out.append((f"{p}.mlp.gate.weight", [e, h]))
+            if cfg["model_type"] == "deepseek_v3":  # noaux_tc's correction bias
+                out.append((f"{p}.mlp.gate.e_score_correction_bias", [e]))
             for k in range(e):
                 q = f"{p}.mlp.experts.{k}"
                 out += [(f"{q}.gate_proj.weight", [f, h]), (f"{q}.up_proj.weight", [f, h]), (f"{q}.down_proj.weight", [h, f])]
@@ -130,7 +132,7 @@ def deepseek_v2_tensors(cfg):
 def tensors(cfg):
     if cfg["model_type"] == "gpt_oss":
         return gpt_oss_tensors(cfg)
-    if cfg["model_type"] == "deepseek_v2":
+    if cfg["model_type"] in ("deepseek_v2", "deepseek_v3"):
         return deepseek_v2_tensors(cfg)
     if cfg["model_type"] == "gpt_neox":
         return neox_tensors(cfg)

@@ -258,6 +258,7 @@ expect 0 "Totals: 124439808 params" -- "$BENCH" list "$SRC/configs/hf/gpt2"
 expect 0 "Totals: 14315784192 params" -- "$BENCH" list "$SRC/configs/hf/Qwen1.5-MoE-A2.7B"
 expect 0 "Totals: 6919161856 params" -- "$BENCH" list "$SRC/configs/hf/OLMoE-1B-7B-0924"
 expect 0 "Totals: 15706484224 params" -- "$BENCH" list "$SRC/configs/hf/DeepSeek-V2-Lite"
+expect 0 "Totals: 671026419200 params" -- "$BENCH" list "$SRC/configs/hf/DeepSeek-V3"
 # a decode step's experts move the two experts a token goes to (2 x 3 x 4096 x 14336 bf16
 # tiny-NAME's config.json checked at decode (9 cached, batch 2) on every backend in fp32
 # and bf16: N rows pass in each dtype
@@ -342,15 +343,21 @@ decode_check gpt_oss 60
 # DeepSeek-V2: multi-head latent attention (its cache the latent and the rope part: at 1024
 # cached, V2-Lite's layer reads its 2,097,664 parameters and 1024 x 576 cached values, bf16),
 # shared experts, a dense first layer; q through a low rank, biases, group_limited_greedy
-# routing and moe_layer_freq in the other tiny config; V3's routing refused by name
+# routing and moe_layer_freq in the other tiny config; DeepSeek-V3's router (sigmoid scores,
+# a correction bias, groups by their best two) and fp8 quantization_config read
 expect 0 "model.layers.1.self_attn.attn +mla +1x1x3072 +1x1x2048 +2097664 +[0-9]+ +5386368 " -- \
   "$BENCH" list "$SRC/configs/hf/DeepSeek-V2-Lite" --phase decode --kv-len 1024
 decode_check deepseek_v2 98
 decode_check deepseek_v2-lora 110 --routing router
+decode_check deepseek_v3 110 --routing router
 sed 's/"topk_method": "greedy"/"topk_method": "noaux_tc"/' "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/noaux.json"
-expect 2 "noaux.json:[0-9]+:3: topk_method: the routers built are greedy and group_limited_greedy .*noaux_tc is not" -- "$BENCH" list "$T/noaux.json"
+expect 2 "noaux.json:[0-9]+:3: topk_method: deepseek_v2's routers built are greedy and group_limited_greedy" -- "$BENCH" list "$T/noaux.json"
 sed 's/"scoring_func": "softmax"/"scoring_func": "sigmoid"/' "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/sigmoid.json"
-expect 2 "sigmoid.json:[0-9]+:3: scoring_func: only the softmax router" -- "$BENCH" list "$T/sigmoid.json"
+expect 2 "sigmoid.json:[0-9]+:3: scoring_func: deepseek_v2's router is built with its own scores only" -- "$BENCH" list "$T/sigmoid.json"
+sed 's/"quant_method": "fp8"/"quant_method": "awq"/' "$SRC/configs/hf/DeepSeek-V3/config.json" >"$T/v3awq.json"
+expect 2 "v3awq.json:[0-9]+:3: quantization_config: only DeepSeek-V3's published fp8 weights" -- "$BENCH" list "$T/v3awq.json"
+sed 's/"v_head_dim": 5,/"v_head_dim": 5, "rope_interleave": false,/' "$SRC/tests/data/hf/tiny-deepseek_v3/config.json" >"$T/v3rope.json"
+expect 2 "v3rope.json:[0-9]+:[0-9]+: rope_interleave: only DeepSeek's interleaved rope is built" -- "$BENCH" list "$T/v3rope.json"
 sed 's/"n_group": 1/"n_group": 5/; s/"topk_method": "greedy"/"topk_method": "group_limited_greedy"/' \
   "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/groups.json"
 expect 2 "groups.json:[0-9]+:3: topk_group: group_limited_greedy needs n_group \(5\) to divide n_routed_experts \(64\)" -- \
@@ -491,6 +498,9 @@ if command -v python3 >/dev/null; then
   # DeepSeek-V2: the mla layer's kv_a_layernorm and kv_b_proj beside the projections
   ST tiny-deepseek_v2 ds && expect 0 "71 tensors match" -- "$BENCH" list "$T/st/ds" --tokens 8
   ST tiny-deepseek_v2-lora dsl && expect 0 "86 tensors match" -- "$BENCH" list "$T/st/dsl" --tokens 8
+  ST tiny-deepseek_v3 v3 && expect 0 "115 tensors match" -- "$BENCH" list "$T/st/v3" --tokens 8
+  ST tiny-deepseek_v3 v3d --drop model.layers.2.mlp.gate.e_score_correction_bias &&
+    expect 2 "lacks 'model.layers.2.mlp.gate.e_score_correction_bias' \[12\]" -- "$BENCH" list "$T/st/v3d" --tokens 8
   ST tiny-deepseek_v2 dskv --reshape model.layers.1.self_attn.kv_b_proj.weight=34,12 &&
     expect 2 "model.layers.1.self_attn.kv_b_proj.weight.*\[34, 12\]" -- "$BENCH" list "$T/st/dskv" --tokens 8
   ST tiny-gpt_oss mxfp4 --drop model.layers.0.mlp.experts.gate_up_proj --add model.layers.0.mlp.experts.gate_up_proj_blocks=5,48,1,16 &&

@@ -138,6 +138,11 @@ static void moe_groups(layer_params *p) /* DeepSeek-V2: 3 of the experts of the 
     p->num_experts = 8, p->top_k = 3, p->ffn_dim = 13, p->routing = MOE_ROUTER, p->normalize = false;
     p->n_group = 4, p->topk_group = 2, p->routed_scale = 2.5;
 }
+static void moe_v3(layer_params *p) /* DeepSeek-V3: sigmoid scores, a correction bias, groups by their best two */
+{
+    moe_groups(p);
+    p->moe_scoring = MOE_SIGMOID, p->score_bias = true, p->normalize = true;
+}
 static void moe_8x2(layer_params *p) { p->num_experts = 8; p->top_k = 2; p->ffn_dim = 37; }
 static void moe_router(layer_params *p) { p->num_experts = 5; p->top_k = 3; p->ffn_dim = 21; p->routing = MOE_ROUTER; }
 static void moe_skew(layer_params *p) { p->num_experts = 6; p->top_k = 1; p->ffn_dim = 16; p->load_skew = 2.0; }
@@ -431,6 +436,7 @@ static const layer_case cases[] = {
     {"skew 2, top 1, [N, F]", LAYER_MOE, S2(9, 16), moe_skew, MORE(S2(9, 6))},
     {"gpt-oss: biases, clamped SwiGLU at 0.2", LAYER_MOE, S3(2, 3, 20), moe_oss, MORE(S3(2, 3, 5))},
     {"DeepSeek groups: top 3 in 2 of 4 groups, x2.5", LAYER_MOE, S3(2, 5, 20), moe_groups, MORE(S3(2, 5, 8))},
+    {"DeepSeek-V3: sigmoid, score bias, groups, x2.5", LAYER_MOE, S3(2, 5, 20), moe_v3, MORE(S3(2, 5, 8))},
     {"every expert (top 4 of 4)", LAYER_MOE, S3(1, 4, 12), moe_all, MORE(S3(1, 4, 4))},
     {"[2, 3] of NCHW (MNASNet)", LAYER_MEAN, S4(2, 5, 7, 9), mean_hw},
     {"[2, 3], threads", LAYER_MEAN, S4(2, 64, 28, 28), mean_hw},
@@ -672,7 +678,7 @@ static void test_moe_routing(void)
         l.p.num_experts = t[i].e, l.p.top_k = t[i].k, l.p.ffn_dim = 3, l.p.load_skew = t[i].skew;
         int64_t count[8], got[8] = {0}, pick[400], sum = 0, lo = t[i].rows, hi = 0;
         bool distinct = true, decreasing = true;
-        layer_moe_route(&l, NULL, pick, count);
+        layer_moe_route(&l, NULL, NULL, pick, count);
         for (int64_t r = 0; r < t[i].rows; r++)
             for (int64_t j = 0; j < t[i].k; j++) {
                 got[pick[r * t[i].k + j]]++;
@@ -700,7 +706,7 @@ static void test_moe_routing(void)
     l.p.num_experts = 5, l.p.top_k = 2, l.p.routing = MOE_ROUTER, l.p.ffn_dim = 3, l.p.normalize = true;
     const float logits[10] = {0.1f, 0.9f, -2, 0.9f, 0.3f, 5, -1, 4, 4, 7};
     int64_t pick[4], count[5];
-    layer_moe_route(&l, logits, pick, count);
+    layer_moe_route(&l, logits, NULL, pick, count);
     EXPECT(pick[0] == 1 && pick[1] == 3 && pick[2] == 4 && pick[3] == 0, "router picks %lld %lld, %lld %lld",
            (long long)pick[0], (long long)pick[1], (long long)pick[2], (long long)pick[3]);
     /* DeepSeek-V2's groups: the best group of 3 by its best logit (experts 2 and 3), then
@@ -711,7 +717,7 @@ static void test_moe_routing(void)
     gl.p.num_experts = 6, gl.p.n_group = 3, gl.p.topk_group = 1;
     const float glogits[6] = {0.1f, 0.9f, 0.95f, -1, 0.5f, 0.5f};
     int64_t gcount[6];
-    layer_moe_route(&gl, glogits, pick, gcount);
+    layer_moe_route(&gl, glogits, NULL, pick, gcount);
     EXPECT(pick[0] == 2 && pick[1] == 3, "group-limited router picks %lld %lld, expected 2 3", (long long)pick[0],
            (long long)pick[1]);
     double gate[2];
@@ -724,6 +730,18 @@ static void test_moe_routing(void)
     double z = exp(5.0) + exp(-1.0) + 2 * exp(4.0) + exp(7.0);
     EXPECT(fabs(gate[0] - exp(7.0) / z) < 1e-12 && fabs(gate[1] - exp(5.0) / z) < 1e-12, "raw gates %g %g", gate[0],
            gate[1]);
+    /* DeepSeek-V3's: sigmoid scores plus the bias choose (experts 4 and 1 by the bias,
+     * though 0's logit is the highest); the gates are the sigmoids alone, renormalised */
+    layer vl = l;
+    vl.p.moe_scoring = MOE_SIGMOID, vl.p.score_bias = true, vl.p.routed_scale = 2.0, vl.p.normalize = true;
+    const float vlogits[5] = {1.0f, 0.5f, 0.5f, -1.0f, 0.0f}, bias[5] = {-1.0f, 0.3f, 0.0f, 0.0f, 0.9f};
+    layer_moe_route(&vl, vlogits, bias, pick, count);
+    EXPECT(pick[0] == 4 && pick[1] == 1, "sigmoid router with its bias picks %lld %lld, expected 4 1",
+           (long long)pick[0], (long long)pick[1]);
+    double s4 = 1 / (1 + exp(0.0)), s1 = 1 / (1 + exp(-0.5));
+    layer_moe_gates(&vl, vlogits, pick, gate);
+    EXPECT(fabs(gate[0] - 2.0 * s4 / (s4 + s1)) < 1e-12 && fabs(gate[1] - 2.0 * s1 / (s4 + s1)) < 1e-12,
+           "sigmoid gates %g %g", gate[0], gate[1]);
 }
 
 /* The closed form of adaptive pooling's window sizes against the loop it replaces. */

@@ -19,7 +19,8 @@
 # shorter than the tokens, yarn, a router with a bias, experts with biases and the clamped
 # SwiGLU, its limit low enough to clamp) and DeepSeek-V2 (multi-head latent attention with
 # yarn's mscale, shared experts, a dense first layer; a low-rank query, biases and
-# group-limited routing; and the latent cache, 3 tokens after 5 cached).
+# group-limited routing; and the latent cache, 3 tokens after 5 cached) and DeepSeek-V3 (its
+# sigmoid router with a correction bias, groups ranked by their best two).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -47,7 +48,7 @@ done
 # by torch on the same token ids and weights (tests/export_torch_check.py): what the
 # family description builds is what the architecture computes, q/k norms included
 for m in llama qwen2 qwen3 qwen3-yarn qwen2_moe qwen3_moe olmoe smollm3 olmo2 phi3 phi3-longrope gpt_neox gpt_neox-serial gemma gemma2 gemma3 gpt2 gpt_oss \
-    deepseek_v2 deepseek_v2-lora; do
+    deepseek_v2 deepseek_v2-lora deepseek_v3; do
   d=$T/hf_$m
   mkdir -p "$d"
   "$DUMP" "$SRC/tests/data/hf/tiny-$m" "$d" 1 2 7 router >"$d.out" 2>&1 &&

@@ -109,7 +109,7 @@ static void moe_run(void *env, const layer *l, void *state, const void *const *i
     float *out = out_;
     int64_t h = l->in.d[l->in.rank - 1], f = l->p.ffn_dim, e_n = l->p.num_experts, k = l->p.top_k;
     int64_t rows = layer_moe_rows(l);
-    layer_moe_route(l, logits, s->pick, s->count);
+    layer_moe_route(l, logits, layer_moe_score_bias(l, w), s->pick, s->count);
     for (int64_t r = 0; r < rows; r++) {
         layer_moe_gates(l, logits + r * e_n, s->pick + r * k, s->dgate);
         for (int64_t j = 0; j < k; j++)
