@@ -324,8 +324,20 @@ bench_status check_model(const model *m, const backend *bs, int n_backends, cons
                 r = res[(size_t)twin * (size_t)n_backends + (size_t)k];
                 snprintf(r.why, sizeof r.why, "as #%d, the same layer (--dedupe: checked once)", twin);
             } else if (o->available >= 0 && need > o->available) {
-                snprintf(r.why, sizeof r.why, "checking it alone needs %s, and %s is available",
-                         bench_format_bytes(need, a, sizeof a), bench_format_bytes(o->available, b, sizeof b));
+                layer twin;
+                shape_t twin_ins[2];
+                int64_t run = l->kind == LAYER_MOE ? layer_moe_twin(l, &twin, twin_ins) : 0;
+                if (run > 0 && check_layer_bytes(&twin) <= o->available && !(timeout > 0 && reference_seconds(m, &twin) > timeout)) {
+                    /* a mixture of experts: the experts a step runs, as a moe of those alone */
+                    r = check_layer(&twin, &bs[k], o->seed + (uint64_t)i);
+                    if (!*r.why)
+                        snprintf(r.why, sizeof r.why, "as the %lld experts that run, of %lld (all need %s, %s is available)",
+                                 (long long)run, (long long)l->p.num_experts, bench_format_bytes(need, a, sizeof a),
+                                 bench_format_bytes(o->available, b, sizeof b));
+                } else {
+                    snprintf(r.why, sizeof r.why, "checking it alone needs %s, and %s is available",
+                             bench_format_bytes(need, a, sizeof a), bench_format_bytes(o->available, b, sizeof b));
+                }
             } else if (timeout > 0 && est > timeout) {
                 say_seconds(est, t, sizeof t);
                 snprintf(r.why, sizeof r.why, "its reference would take about %s, over --timeout", t);

@@ -388,6 +388,11 @@ int64_t layer_moe_rows(const layer *l);
 void layer_moe_counts(const layer *l, int64_t *count);
 void layer_moe_route(const layer *l, const float *logits, const float *score_bias, int64_t *experts, int64_t *count);
 void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate);
+/* moe's twin of the experts that run: a moe of only the experts the routing gives tokens
+ * (the first min(num_experts, rows * top_k): the uniform assignment's), without groups,
+ * for a check of a layer too large to hold whole (bench check); ins[2] holds its input
+ * shapes. Returns how many experts it has, or 0 where every expert runs. */
+int64_t layer_moe_twin(const layer *l, layer *twin, shape_t *ins);
 /* moe's score_bias in its weights w (after the experts'), or NULL without one */
 const float *layer_moe_score_bias(const layer *l, const float *w);
 /* moe's per expert weights: w1 [F, H], w2 [H, F], w3 [F, H], with bias then b1 [F], b2

@@ -313,6 +313,20 @@ void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, d
         gate[j] = (l->p.normalize ? gate[j] / taken : gate[j]) * f;
 }
 
+int64_t layer_moe_twin(const layer *l, layer *twin, shape_t *ins)
+{
+    int64_t run = layer_count_mul(layer_moe_rows(l), l->p.top_k);
+    if (run < 0 || run >= l->p.num_experts)
+        return 0;
+    *twin = *l;
+    ins[0] = l->ins[0], ins[1] = l->ins[1];
+    ins[1].d[ins[1].rank - 1] = run;
+    twin->ins = ins, twin->in = ins[0];
+    twin->p.num_experts = run;
+    twin->p.n_group = twin->p.topk_group = 1; /* groups choose among all the experts: routing's, not the arithmetic's */
+    return layer_count(twin) == 0 ? run : 0;
+}
+
 const float *layer_moe_score_bias(const layer *l, const float *w)
 {
     return l->p.score_bias ? w + layer_count_mul(l->p.num_experts, layer_moe_expert_floats(l)) : NULL;

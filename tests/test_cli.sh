@@ -60,6 +60,13 @@ rc=$?
   [ "$(grep -c 'not checked: checking it alone needs .* and 2.0 MiB is available' "$T/whole.out")" -gt 3 ] &&
   grep -q "forward .*not checked: the whole model needs" "$T/whole.out" && grep -q " ok$" "$T/whole.out" && ok ||
   bad "check of a model larger than memory: exit $rc: $(tail -3 "$T/whole.out")"
+# a mixture of experts too large to check whole is checked as the experts a step runs (2 of
+# 64 for one token at top 2), a moe of those alone; not where every expert runs (40 tokens)
+printf 'name: bigmoe\ninput: [1, 256]\nlayers:\n  - {kind: linear, name: gate, out_features: 64, bias: false}\n  - {kind: moe, name: experts, num_experts: 64, top_k: 2, ffn_dim: 512, inputs: [input, gate]}\n' >"$T/bigmoe.yaml"
+expect 0 "experts +moe +cpu +[0-9.e-]+ +[0-9.e-]+ +ok: as the 2 experts that run, of 64 \(all need 192.0 MiB, 100.0 MiB is available\)" -- \
+  env LAYERBENCH_MEM_LIMIT=100M "$BENCH" check "$T/bigmoe.yaml"
+expect 0 "experts +moe +cpu +- +[0-9.e-]+ +not checked: checking it alone needs 192.3 MiB" -- \
+  env LAYERBENCH_MEM_LIMIT=100M "$BENCH" check "$T/bigmoe.yaml" --batch 40
 # --dedupe checks one of each set of identical layers; the others take its verdict
 "$BENCH" check "$SRC/tests/data/llama_tiny_decode.yaml" --dedupe >"$T/dd.out" 2>&1 &&
   grep -q "ok: as #[0-9]*, the same layer (--dedupe: checked once)" "$T/dd.out" && ok ||
