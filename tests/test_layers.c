@@ -117,6 +117,7 @@ static void mla_tiny(layer_params *p)
 {
     p->num_heads = 3, p->kv_lora_rank = 10, p->qk_nope_head_dim = 5, p->head_dim = 4, p->v_head_dim = 7;
 }
+static void mla_one(layer_params *p) { mla_tiny(p); p->kv_len = 6; } /* one token: bf16's own products */
 static void mla_yarn(layer_params *p) /* DeepSeek's yarn: mscale and mscale_all_dim, a cache */
 {
     p->num_heads = 4, p->kv_lora_rank = 12, p->qk_nope_head_dim = 6, p->head_dim = 6, p->v_head_dim = 5;
@@ -427,6 +428,7 @@ static const layer_case cases[] = {
     {"GQA 3/1, head_dim 96, 5 cached, 3 new", LAYER_ATTENTION, S3(1, 3, 288), attn_d96, MORE(S3(1, 3, 96), S3(1, 3, 96))},
     {"decode, 2 heads of 256, 20 cached", LAYER_ATTENTION, S3(1, 1, 512), attn_d256, MORE(S3(1, 1, 512), S3(1, 1, 512))},
     {"mla 3 heads, L 10, 5 + 4, v 7, prefill", LAYER_MLA, S3(2, 4, 27), mla_tiny, MORE(S3(2, 4, 14))},
+    {"mla one token after 6, awkward dims", LAYER_MLA, S3(1, 1, 27), mla_one, MORE(S3(1, 1, 14))},
     {"mla yarn mscale, 13 cached, decode", LAYER_MLA, S3(2, 1, 48), mla_yarn, MORE(S3(2, 1, 18))},
     {"mla 16-key blocks, 37 cached, 2 new", LAYER_MLA, S3(1, 2, 120), mla_blocks, MORE(S3(1, 2, 48))},
     {"mla DeepSeek-V2 head, 33 cached, decode", LAYER_MLA, S3(1, 1, 384), mla_v2, MORE(S3(1, 1, 576))},

@@ -73,7 +73,7 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_MODEL_INPUT, cpu_model_input_kernel, cpu_model_input_kernel, cpu_model_input_kernel),
     CPU_ROW(LAYER_SCALE_SHIFT, cpu_scale_shift_kernel, cpu_scale_shift_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MATMUL, cpu_matmul_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_MLA, cpu_mla_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_MLA, cpu_mla_kernel, cpu_mla_kernel, cpu_via_f32_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)

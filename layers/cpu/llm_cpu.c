@@ -364,7 +364,7 @@ ATT_DP_TARGET static int64_t scores16_dp(const uint16_t *q, int64_t G, const uin
  * each value was widened into memory by a call and each query's sums were loaded and
  * stored per value: 30% of a decode step's attention on Zen 4. */
 ATT_TARGET static inline __attribute__((always_inline)) void
-values16_nv(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n, int64_t stride, int64_t d,
+values16_nv(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n, int64_t stride, int64_t lda,
             float *acc, const int nv)
 {
     const int gs = 16 / nv; /* constants where inlined: the sums stay in registers */
@@ -391,18 +391,19 @@ values16_nv(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64
         for (int g = 0; g < gs; g++)
             if (g < gn)
                 for (int i = 0; i < nv; i++) {
-                    float *o = acc + (g0 + g) * d + 16 * i;
+                    float *o = acc + (g0 + g) * lda + 16 * i;
                     _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[g * nv + i]));
                 }
     }
 }
 
+/* d columns of the values (d % 16 == 0, d <= 256) into acc, whose rows are lda apart */
 ATT_TARGET static void values16(const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n,
-                                int64_t stride, int64_t d, float *acc)
+                                int64_t stride, int64_t d, float *acc, int64_t lda)
 {
     switch (d / 16) {
 #define VALUES16_CASE(NV)                                                                                        \
-    case NV: values16_nv(p, G, ld, v, bf, n, stride, d, acc, NV); break;
+    case NV: values16_nv(p, G, ld, v, bf, n, stride, lda, acc, NV); break;
         VALUES16_CASE(1) VALUES16_CASE(2) VALUES16_CASE(3) VALUES16_CASE(4) VALUES16_CASE(5) VALUES16_CASE(6)
         VALUES16_CASE(7) VALUES16_CASE(8) VALUES16_CASE(9) VALUES16_CASE(10) VALUES16_CASE(11) VALUES16_CASE(12)
         VALUES16_CASE(13) VALUES16_CASE(14) VALUES16_CASE(15) VALUES16_CASE(16)
@@ -412,14 +413,25 @@ ATT_TARGET static void values16(const float *p, int64_t G, int64_t ld, const voi
 }
 #endif
 
-/* The weighted sums of n values into acc: in registers where blocks16 and d <= 256,
- * else one value at a time. */
+/* The weighted sums of n values into acc: in registers where blocks16, a chunk of
+ * columns at a time, each chunk's sums held over all n values; else one value at a time.
+ * The 16 registers of sums hold gs queries of 16 / gs vectors: each value vector loaded
+ * (and widened) once per gs queries, each weight broadcast once per 16 / gs vectors, so
+ * gs = 4 where four queries share the values (4 vectors, 64 columns a chunk) halves the
+ * loads of gs = 1. Up to 128 columns stay one chunk (a second pass over the rows cost
+ * more than it saved: 5% on a 128-wide GQA decode); wider ones are cut by the queries
+ * that share them (Zen 5, bf16 decode at 2048 cached: a Gemma-3 head of 256 with 4
+ * queries from 64 to 45 us; DeepSeek-V2's latent of 512 with 8 heads a thread, 166 to
+ * 135 us). */
 static void values(bool blocks16, const float *p, int64_t G, int64_t ld, const void *v, bool bf, int64_t n,
                    int64_t stride, int64_t d, float *acc, float *kf)
 {
 #if defined(__x86_64__)
-    if (blocks16 && d <= 256) {
-        values16(p, G, ld, v, bf, n, stride, d, acc);
+    if (blocks16) {
+        int64_t chunk = d <= 128 ? d : G >= 4 ? 64 : G >= 2 ? 128 : 256;
+        for (int64_t c = 0; c < d; c += chunk)
+            values16(p, G, ld, (const char *)v + c * (bf ? 2 : 4), bf, n, stride, d - c < chunk ? d - c : chunk,
+                     acc + c, d);
         return;
     }
 #else
@@ -570,17 +582,23 @@ const backend_kernel cpu_attention_kernel = {.setup = attention_setup, .run = at
  * taken into the latent space (q_nope W_UK_h, beside its turned rope part), then one
  * multi-query attention of the H heads over the latent rows [c, k_pe] (the cache's,
  * then the new tokens'), the sums over c alone, and W_UV_h applied to each head's sum.
- * The projections per head are cblas (sgemv for one token); the attention is attention's
- * spans (scores, softmax_span, values) over (sample, token, a share of the heads). */
+ * The attention is attention's spans (scores, softmax_span, values) over (sample, token,
+ * a share of the heads). The products with kv_b_proj per head are cblas in fp32; in bf16
+ * the cache, the new rows and kv_b_proj are read as stored (vdpbf16ps scores where the
+ * CPU has them), one token's products with W_UK_h and W_UV_h widening the weights as they
+ * are read, more tokens' through an fp32 copy of kv_b_proj made at setup (sgemm). */
 typedef struct mla_state {
     float *cos, *sin;  /* [T][dr / 2] */
-    float *rows;       /* the new tokens' latent rows [N T][L + dr] */
+    void *rows;        /* the new tokens' latent rows [N T][L + dr], in the layer's dtype */
     float *qf;         /* the absorbed queries [N T][H][L + dr] */
     float *olat;       /* each head's sum of latents [N T][H][L] */
-    float *scratch;    /* per thread: scores [heads of a share][kv_len + T], then [16][L + dr] */
+    float *scratch;    /* per thread: scores [heads of a share][kv_len + T], then [16][L + dr],
+                          then (bf16) the share's queries as bf16 */
+    float *q32, *kv32, *norm32, *out32; /* bf16: the inputs, the norm's weight and the output in fp32 */
+    float *wb32;       /* bf16, more than one token: kv_b_proj in fp32 */
     int64_t per_thread, share;
     int threads;
-    bool blocks16;
+    bool blocks16, dp;
 } mla_state;
 
 static void mla_free(void *env, void *state)
@@ -588,34 +606,52 @@ static void mla_free(void *env, void *state)
     (void)env;
     mla_state *s = state;
     if (s)
-        free(s->cos), free(s->sin), free(s->rows), free(s->qf), free(s->olat), free(s->scratch), free(s);
+        free(s->cos), free(s->sin), free(s->rows), free(s->qf), free(s->olat), free(s->scratch), free(s->q32),
+            free(s->kv32), free(s->norm32), free(s->out32), free(s->wb32), free(s);
 }
 
 static bench_status mla_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
-    (void)w;
     const layer_params *p = &l->p;
     int64_t m = l->in.d[0] * l->in.d[1], h = p->num_heads, lr = p->kv_lora_rank, kd = lr + p->head_dim,
-            keys = p->kv_len + l->in.d[1];
+            keys = p->kv_len + l->in.d[1], qd = p->qk_nope_head_dim + p->head_dim,
+            nb = h * (p->qk_nope_head_dim + p->v_head_dim) * lr;
+    bool bf = l->dtype == DTYPE_BF16;
     mla_state *s = xcalloc(1, sizeof *s);
     s->threads = omp_get_max_threads();
     /* the heads of a (sample, token) shared among the threads where the tokens are fewer */
     s->share = m >= s->threads ? h : (h + s->threads - 1) / s->threads;
-    s->per_thread = s->share * keys + 16 * kd;
+    s->blocks16 = kd % 16 == 0 && lr % 16 == 0 && strcmp(cpu_pgemm_get()->isa, "avx512") == 0;
+    s->dp = bf && s->blocks16 && kd % 32 == 0 && cpu_has_bf16();
+    s->per_thread = s->share * keys + 16 * kd + (s->dp ? (s->share * kd + 1) / 2 : 0);
     rope_tabulate(l, &s->cos, &s->sin);
-    s->rows = bench_alloc_floats(m * kd);
+    s->rows = bf ? (void *)xmalloc((size_t)(m * kd) * 2) : (void *)bench_alloc_floats(m * kd);
     s->qf = bench_alloc_floats(m * h * kd);
     s->olat = bench_alloc_floats(m * h * lr);
     s->scratch = bench_alloc_floats(s->per_thread * s->threads);
-    if (!s->rows || !s->qf || !s->olat || !s->scratch) {
+    bool ok = s->rows && s->qf && s->olat && s->scratch;
+    int64_t extra = 0;
+    if (bf) {
+        ok = ok && (s->q32 = bench_alloc_floats(m * h * qd)) && (s->kv32 = bench_alloc_floats(m * kd)) &&
+             (s->norm32 = bench_alloc_floats(lr)) && (s->out32 = bench_alloc_floats(m * h * p->v_head_dim));
+        extra = m * h * qd + m * kd + lr + m * h * p->v_head_dim;
+        if (ok && m > 1) { /* the sgemm's weights: converted once, as a packed copy is */
+            ok = (s->wb32 = bench_alloc_floats(nb)) != NULL;
+            if (ok)
+                dtype_to_f32(DTYPE_BF16, s->wb32, (const uint16_t *)w + lr, nb);
+            extra += nb;
+        }
+    }
+    if (!ok) {
         mla_free(env, s);
         return BENCH_ERR_NOMEM;
     }
-    s->blocks16 = kd % 16 == 0 && lr % 16 == 0 && strcmp(cpu_pgemm_get()->isa, "avx512") == 0;
-    *ws = (m * (kd + h * kd + h * lr) + s->per_thread * s->threads) * (int64_t)sizeof(float);
-    snprintf(impl, len, "absorbed (vLLM's decode): W_UK into the queries, one latent MQA of %lld heads%s, W_UV after; "
-             "cblas per head", (long long)h, s->blocks16 ? " (16-key avx512 scores)" : "");
+    *ws = (m * (h * kd + h * lr) + s->per_thread * s->threads + extra) * (int64_t)sizeof(float) +
+          m * kd * (bf ? 2 : 4);
+    snprintf(impl, len, "absorbed (vLLM's decode): W_UK into the queries, one latent MQA of %lld heads%s, W_UV after; %s",
+             (long long)h, s->dp ? " (16-key vdpbf16ps scores)" : s->blocks16 ? " (16-key avx512 scores)" : "",
+             !bf ? "cblas per head" : m == 1 ? "bf16 cache and kv_b_proj as stored, fp32 sums" : "bf16 cache, kv_b_proj by sgemm on an fp32 copy");
     *state = s;
     return BENCH_OK;
 }
@@ -632,36 +668,102 @@ static void rope_pairs(float *x, const float *c, const float *s, int64_t half)
     }
 }
 
+static inline float bf16_value(uint16_t x)
+{
+    union { uint32_t u; float f; } v = {.u = (uint32_t)x << 16};
+    return v.f;
+}
+
+/* y [n] += a * x [n], x bf16 */
+CPU_ISA_CLONES
+static void axpy_bf16(float a, const uint16_t *x, float *y, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * bf16_value(x[i]);
+}
+
+/* x [n] bf16 . y [n] */
+CPU_ISA_CLONES
+static float dot_bf16(const uint16_t *x, const float *y, int64_t n)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++)
+        s += bf16_value(x[i]) * y[i];
+    return s;
+}
+
+/* One token's products with kv_b_proj in bf16, per head: the query absorbed (q_nope
+ * W_UK_h into qf's first L) or the sum taken out (W_UV_h olat into out) */
+static void mla_absorb_bf16(const layer *l, const uint16_t *wb, const float *q, float *qf)
+{
+    const layer_params *p = &l->p;
+    int64_t h = p->num_heads, lr = p->kv_lora_rank, dn = p->qk_nope_head_dim, dv = p->v_head_dim,
+            kd = lr + p->head_dim, qd = dn + p->head_dim;
+    CPU_OMP_IF(h > 1, "omp parallel for schedule(static)",
+        for (int64_t hh = 0; hh < h; hh++) {
+            float *y = qf + hh * kd;
+            memset(y, 0, (size_t)lr * sizeof *y);
+            for (int64_t i = 0; i < dn; i++)
+                axpy_bf16(q[hh * qd + i], wb + (hh * (dn + dv) + i) * lr, y, lr);
+        });
+}
+
+static void mla_out_bf16(const layer *l, const uint16_t *wb, const float *olat, float *out)
+{
+    const layer_params *p = &l->p;
+    int64_t h = p->num_heads, lr = p->kv_lora_rank, dn = p->qk_nope_head_dim, dv = p->v_head_dim;
+    CPU_OMP_IF(h > 1, "omp parallel for schedule(static)",
+        for (int64_t hh = 0; hh < h; hh++)
+            for (int64_t j = 0; j < dv; j++)
+                out[hh * dv + j] = dot_bf16(wb + (hh * (dn + dv) + dn + j) * lr, olat + hh * lr, lr););
+}
+
 static void mla_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
 {
     (void)env;
     mla_state *s = state;
     const layer_params *p = &l->p;
-    const float *q = ins_[0], *kv = ins_[1], *w = w_;
-    float *out = out_;
+    bool bf = l->dtype == DTYPE_BF16;
     int64_t t_len = l->in.d[1], m = l->in.d[0] * t_len, h = p->num_heads, lr = p->kv_lora_rank, dr = p->head_dim,
             dn = p->qk_nope_head_dim, dv = p->v_head_dim, kd = lr + dr, qd = dn + dr, sl = p->kv_len,
-            keys = sl + t_len, half = dr / 2;
-    const float *norm = w, *wb = w + lr, *cache = w + layer_mla_param_floats(l);
+            keys = sl + t_len, half = dr / 2, el = bf ? 2 : 4, np = layer_mla_param_floats(l);
+    const float *q = ins_[0], *kv = ins_[1], *norm = w_, *wb = (const float *)w_ + lr;
+    const char *cache = (const char *)w_ + np * el;
+    float *out = out_;
+    if (bf) { /* the small tensors in fp32: the inputs, the norm's weight; the output after */
+        dtype_to_f32(DTYPE_BF16, s->q32, ins_[0], m * h * qd), q = s->q32;
+        dtype_to_f32(DTYPE_BF16, s->kv32, ins_[1], m * kd), kv = s->kv32;
+        dtype_to_f32(DTYPE_BF16, s->norm32, w_, lr), norm = s->norm32;
+        wb = s->wb32, out = s->out32;
+    }
     float eps = (float)p->eps, scale = (float)layer_mla_scale(l);
     /* the new tokens' latent rows: the latent normalised, the key's rope part turned */
     CPU_OMP_IF(m * kd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < m; r++) {
-            float *row = s->rows + r * kd;
+            float row[kd];
             rmsnorm_row(kv + r * kd, row, lr, norm, eps, 0.0f);
             memcpy(row + lr, kv + r * kd + lr, (size_t)dr * sizeof *row);
             rope_pairs(row + lr, s->cos + r % t_len * half, s->sin + r % t_len * half, half);
+            if (bf)
+                dtype_from_f32(DTYPE_BF16, (uint16_t *)s->rows + r * kd, row, kd);
+            else
+                memcpy((float *)s->rows + r * kd, row, (size_t)kd * sizeof *row);
         });
     /* the queries absorbed: q_nope W_UK_h into the first L of each head's row */
-    for (int64_t hh = 0; hh < h; hh++) {
-        const float *wuk = wb + hh * (dn + dv) * lr;
-        if (m == 1)
-            cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)dn, (blasint)lr, 1.0f, wuk, (blasint)lr, q + hh * qd, 1,
-                        0.0f, s->qf + hh * kd, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)lr, (blasint)dn, 1.0f,
-                        q + hh * qd, (blasint)(h * qd), wuk, (blasint)lr, 0.0f, s->qf + hh * kd, (blasint)(h * kd));
-    }
+    if (bf && m == 1)
+        mla_absorb_bf16(l, (const uint16_t *)w_ + lr, q, s->qf);
+    else
+        for (int64_t hh = 0; hh < h; hh++) {
+            const float *wuk = wb + hh * (dn + dv) * lr;
+            if (m == 1)
+                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)dn, (blasint)lr, 1.0f, wuk, (blasint)lr, q + hh * qd,
+                            1, 0.0f, s->qf + hh * kd, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)lr, (blasint)dn, 1.0f,
+                            q + hh * qd, (blasint)(h * qd), wuk, (blasint)lr, 0.0f, s->qf + hh * kd, (blasint)(h * kd));
+        }
     CPU_OMP_IF(m * h * dr > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < m * h; r++) {
             float *x = s->qf + r * kd + lr;
@@ -678,28 +780,38 @@ static void mla_run(void *env, const layer *l, void *state, const void *const *i
             int64_t b = r / t_len, t = r % t_len, seen = sl + t + 1;
             int th = omp_get_thread_num();
             float *sc = s->scratch + (th < s->threads ? th : 0) * s->per_thread, *kf = sc + s->share * keys;
-            const float *qg = s->qf + (r * h + h0) * kd, *rows = s->rows + b * t_len * kd;
+            const float *qg = s->qf + (r * h + h0) * kd;
+            const char *rows = (const char *)s->rows + b * t_len * kd * el, *cb = cache + b * sl * kd * el;
+            uint16_t *q16 = NULL;
+            if (s->dp) /* the share's queries as bf16, for vdpbf16ps */
+                dtype_from_f32(DTYPE_BF16, q16 = (uint16_t *)(kf + 16 * kd), qg, g * kd);
             float *acc = s->olat + (r * h + h0) * lr;
             if (sl > 0)
-                scores(s->blocks16, qg, NULL, g, cache + b * sl * kd, false, sl, kd, kd, scale, sc, keys, kf);
-            scores(s->blocks16, qg, NULL, g, rows, false, t + 1, kd, kd, scale, sc + sl, keys, kf);
+                scores(s->blocks16, qg, q16, g, cb, bf, sl, kd, kd, scale, sc, keys, kf);
+            scores(s->blocks16, qg, q16, g, rows, bf, t + 1, kd, kd, scale, sc + sl, keys, kf);
             for (int64_t i = 0; i < g; i++)
                 softmax_span(sc + i * keys, seen, -INFINITY);
             memset(acc, 0, (size_t)(g * lr) * sizeof *acc);
             if (sl > 0)
-                values(s->blocks16, sc, g, keys, cache + b * sl * kd, false, sl, kd, lr, acc, kf);
-            values(s->blocks16, sc + sl, g, keys, rows, false, t + 1, kd, lr, acc, kf);
+                values(s->blocks16, sc, g, keys, cb, bf, sl, kd, lr, acc, kf);
+            values(s->blocks16, sc + sl, g, keys, rows, bf, t + 1, kd, lr, acc, kf);
         });
     /* each head's sum out through W_UV_h */
-    for (int64_t hh = 0; hh < h; hh++) {
-        const float *wuv = wb + (hh * (dn + dv) + dn) * lr;
-        if (m == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)dv, (blasint)lr, 1.0f, wuv, (blasint)lr,
-                        s->olat + hh * lr, 1, 0.0f, out + hh * dv, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)dv, (blasint)lr, 1.0f,
-                        s->olat + hh * lr, (blasint)(h * lr), wuv, (blasint)lr, 0.0f, out + hh * dv, (blasint)(h * dv));
-    }
+    if (bf && m == 1)
+        mla_out_bf16(l, (const uint16_t *)w_ + lr, s->olat, out);
+    else
+        for (int64_t hh = 0; hh < h; hh++) {
+            const float *wuv = wb + (hh * (dn + dv) + dn) * lr;
+            if (m == 1)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)dv, (blasint)lr, 1.0f, wuv, (blasint)lr,
+                            s->olat + hh * lr, 1, 0.0f, out + hh * dv, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)dv, (blasint)lr, 1.0f,
+                            s->olat + hh * lr, (blasint)(h * lr), wuv, (blasint)lr, 0.0f, out + hh * dv,
+                            (blasint)(h * dv));
+        }
+    if (bf)
+        dtype_from_f32(DTYPE_BF16, out_, s->out32, m * h * dv);
 }
 
 const backend_kernel cpu_mla_kernel = {.setup = mla_setup, .run = mla_run, .free = mla_free};
