@@ -39,13 +39,22 @@ to_q, to_k, to_v and to_out (a diffusion UNet's, scripts/unet_blocks.py) give th
 linears and a non-causal attention layer between them (cross-attention when k and v
 read another input); the module must end at to_out, or it is refused. timm's packed
 Attention (qkv, proj, num_heads: ViT's, DiT's) gives qkv, its thirds as q, k and v
-slices, an attention layer and proj. Arithmetic with a number (x + 1, 1 - x, x * 0.5,
-x / 8) is a scale_shift layer.
+slices, an attention layer and proj. Attention is also found by what it computes,
+whatever the names: a module whose own forward runs a softmax (found by running the model
+once before the trace) between linear children laid out as attention's, one packed
+projection to 3C and an out projection C -> C, or q, k, v and o, gives those linears and
+an attention layer whose heads, causal mask and scale are fitted to the module's output
+(nanoGPT's CausalSelfAttention, GPT-2's attention with its scale per layer). A childless
+module holding weight [in, out] and bias [out] that computes x @ weight + bias (Hugging
+Face's Conv1D) is a linear layer with hf_conv1d; an nn.Embedding of torch.arange(T)
+added to the token embeddings (GPT-2's and nanoGPT's wpe) is a pos_embedding layer.
+Arithmetic with a number (x + 1, 1 - x, x * 0.5, x / 8) is a scale_shift layer.
 
 An attention module written as rope + attention is checked against what it computes:
 its output must be what those layers give on the same q, k and v, on the traced input
 and again on that input scaled until its scores reach about 200; one that differs (Gemma
-2's logit soft-cap, another query scale, norms of q or k, a mask) is refused by name.
+2's logit soft-cap, another query scale, norms of q or k, a mask, Meta's interleaved
+rope) is refused by name.
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
@@ -57,6 +66,7 @@ Needs torch and torchvision (Debian: python3-torch python3-torchvision).
 import argparse
 import importlib
 import json
+import math
 import os
 import re
 import sys
@@ -175,6 +185,8 @@ def module_layer(m):
         return "channel_shuffle", {"groups": m.groups}
     if isinstance(m, nn.Linear):
         return "linear", {"out_features": m.out_features, **({} if m.bias is not None else {"bias": False})}
+    if is_conv1d(m):  # Hugging Face's Conv1D (GPT-2): x @ weight + bias, checked against its output (Trace.post)
+        return "linear", {"out_features": m.weight.shape[1], "hf_conv1d": True}
     if isinstance(m, (nn.Dropout, nn.Dropout2d)):
         return "dropout", {"p": m.p} if m.p != 0.5 else {}
     if isinstance(m, nn.Softmax):
@@ -330,9 +342,36 @@ def rope_theta(inv_freq, head_dim):
 QKV_NAMES = {"q_proj": ("q_proj", "k_proj", "v_proj"), "to_q": ("to_q", "to_k", "to_v")}
 
 
-def attention_parts(m):
+def linear_children(m):
+    """m's direct children that compute a linear map (nn.Linear, Conv1D), in order."""
+    return [(n, c) for n, c in m.named_children() if isinstance(c, nn.Linear) or is_conv1d(c)]
+
+
+def fitted_parts(m):
+    """An attention module found by what it computes rather than by its names: one that
+    runs a softmax in its own forward (Trace.softmax_modules) between linear children laid
+    out as attention's: one packed projection to 3C and an out projection C -> C (nanoGPT's
+    CausalSelfAttention, GPT-2's c_attn and c_proj), or q, k, v and o (k and v as wide,
+    o reading q's width). Its heads, mask and scale are fitted to its output (fit_attention)."""
+    lin = linear_children(m)
+    width = lambda c: linear_weight(c).shape  # noqa: E731 ([out, in])
+    if len(lin) == 2:
+        (qn, qkv), (_, out) = lin
+        (o3, c), (oo, oi) = width(qkv), width(out)
+        if o3 == 3 * c and oi == c and oo == c:
+            return (qn,), out
+    if len(lin) == 4:
+        (qn, q), (kn, k), (vn, v), (_, o) = lin
+        (qo, qi), (ko, ki), (vo, vi), (oo, oi) = width(q), width(k), width(v), width(o)
+        if qi == ki == vi and ko == vo and qo % ko == 0 and oi == qo:
+            return (qn, kn, vn), o
+    return None
+
+
+def attention_parts(m, fitted=()):
     """(q, k, v projection names, the out projection) of an attention module, or None; a
-    packed one (timm's Attention: qkv, proj, num_heads) gives ("qkv",)."""
+    packed one (timm's Attention: qkv, proj, num_heads) gives ("qkv",). fitted: the ids of
+    the modules that run a softmax of their own, whose parts fitted_parts finds."""
     if isinstance(getattr(m, "qkv", None), nn.Linear) and isinstance(getattr(m, "proj", None), nn.Linear) and \
             isinstance(getattr(m, "num_heads", None), int):
         return ("qkv",), m.proj
@@ -342,8 +381,9 @@ def attention_parts(m):
             if out is None and isinstance(getattr(m, "to_out", None), (nn.Sequential, nn.ModuleList)) and \
                     len(m.to_out) and isinstance(m.to_out[0], nn.Linear):
                 out = m.to_out[0]
-            return (names, out) if isinstance(out, nn.Linear) else None
-    return None
+            if isinstance(out, nn.Linear):
+                return names, out
+    return fitted_parts(m) if id(m) in fitted else None
 
 
 def packed_attention_spec(m):
@@ -387,17 +427,32 @@ def unet_attention_spec(m):
     return {"num_heads": heads, "head_dim": head_dim, "causal": False}, None
 
 
-def attention_spec(m, model):
+FIT = ("fit", None)  # an attention module whose heads, mask and scale are fitted to its output
+
+
+def attention_spec(m, model, fitted=()):
     """(params, rope params) of a transformers-style attention module (LlamaAttention,
     MistralAttention, Qwen2Attention: q_proj, k_proj, v_proj and o_proj, the heads as
     attributes or in its config), or of a UNet's (unet_attention_spec: no rope); None for
     any other module; raises Unsupported for one that is such a module but not one
     layerbench can express."""
-    parts = attention_parts(m)
+    parts = attention_parts(m, fitted)
     if parts and parts[0][0] == "to_q":
         return unet_attention_spec(m)
     if parts and parts[0] == ("qkv",):
         return packed_attention_spec(m)
+    if id(m) in fitted and fitted_parts(m):
+        try:
+            spec = named_attention_spec(m, model)
+        except Unsupported:  # heads or rope not to be read from its names: fitted to what it computes
+            spec = None
+        return spec or FIT
+    return named_attention_spec(m, model)
+
+
+def named_attention_spec(m, model):
+    """attention_spec of a module with q_proj, k_proj, v_proj and o_proj and its heads as
+    attributes; None for one without them."""
     if not all(isinstance(getattr(m, p, None), nn.Linear) for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
         return None
     cfg = getattr(m, "config", None)
@@ -470,6 +525,22 @@ def upsample_params(size, scale_factor, mode, align_corners):
     if align_corners:
         p["align_corners"] = True
     return p
+
+
+def is_conv1d(m):
+    """A module without children holding exactly weight [in, out] and bias [out] that is
+    not nn.Linear: Hugging Face's Conv1D, x @ weight + bias (what it computes is checked
+    when it runs: Trace.post)."""
+    if isinstance(m, nn.Linear) or list(m.children()):
+        return False
+    p = dict(m.named_parameters(recurse=False))
+    w, b = p.get("weight"), p.get("bias")
+    return set(p) == {"weight", "bias"} and w.dim() == 2 and b.dim() == 1 and b.shape[0] == w.shape[1]
+
+
+def linear_weight(m):
+    """The [out, in] weight of a linear-like module (nn.Linear's own, Conv1D's transposed)."""
+    return m.weight.t() if is_conv1d(m) else m.weight
 
 
 def own_forward(m, base):
@@ -689,17 +760,62 @@ def attention_differs(m, spec, model, qkv, o_proj, out):
             q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
         k = k.repeat_interleave(heads // kv_heads, dim=1)
         v = v.repeat_interleave(heads // kv_heads, dim=1)
-        scores = q @ k.transpose(-1, -2) / d ** 0.5
+        scores = q @ k.transpose(-1, -2) * p.get("scale", d ** -0.5)
         i, j = torch.arange(t_q)[:, None], torch.arange(t_k)[None, :]
         if p.get("causal", True):
             scores = scores.masked_fill(j > i, float("-inf"))
         if p.get("sliding_window"):
             scores = scores.masked_fill(i - j >= p["sliding_window"], float("-inf"))
         att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(n, t_q, heads * d)
-        want = F.linear(att, o_proj.weight.double(), None if o_proj.bias is None else o_proj.bias.double())
+        want = F.linear(att, linear_weight(o_proj).double(), None if o_proj.bias is None else o_proj.bias.double())
         got = out.detach().double().reshape(want.shape)
         diff = float((got - want).norm() / max(float(want.norm()), 1e-30))
     return diff if diff > 1e-4 else 0.0
+
+
+def fit_attention(qkv, o_proj, out):
+    """The heads, mask and scale of an attention found by what it computes (fitted_parts):
+    the first (heads, causal, scale) whose attention layer, then the out projection,
+    gives the module's own output (heads by head_dim nearest 64 first; causal first; the
+    scale 1/sqrt(head_dim), over k for k up to 64 as GPT-2 scales by layer, 1/head_dim or
+    1); None where none does (rope, another mask, a norm of q or k: refused by name)."""
+    if out is None or any(t is None for t in qkv):
+        return None
+    with torch.no_grad():
+        q, k, v = (t.detach().double() for t in qkv)
+        wq, wk = q.shape[-1], k.shape[-1]
+        n, tq, tk = q.shape[0], q.shape[-2], k.shape[-2]
+        w = linear_weight(o_proj).double()
+        b = None if o_proj.bias is None else o_proj.bias.double()
+        got = out.detach().double()
+        divisors = sorted((h for h in range(1, wq + 1) if wq % h == 0), key=lambda h: abs(math.log2(wq // h / 64)))
+        for heads in divisors:
+            d = wq // heads
+            if wk % d or heads % (wk // d):
+                continue
+            kvh = wk // d
+            qh = q.reshape(n, tq, heads, d).transpose(1, 2)
+            kh = k.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
+            vh = v.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
+            raw = qh @ kh.transpose(-1, -2)
+            i, j = torch.arange(tq)[:, None], torch.arange(tk)[None, :]
+            for causal in ([True, False] if tq == tk else [False]):
+                for scale in [d ** -0.5 / c for c in range(1, 65)] + [1.0 / d, 1.0]:
+                    s = raw * scale
+                    if causal:
+                        s = s.masked_fill(j > i, float("-inf"))
+                    att = (s.softmax(-1) @ vh).transpose(1, 2).reshape(n, tq, heads * d)
+                    want = F.linear(att, w, b)
+                    if got.shape != want.shape:
+                        return None
+                    if float((got - want).norm() / max(float(want.norm()), 1e-30)) <= 1e-4:
+                        p = {"num_heads": heads, "head_dim": d, "scale": scale}
+                        if kvh != heads:
+                            p["num_key_value_heads"] = kvh
+                        if not causal:
+                            p["causal"] = False
+                        return p
+    return None
 
 
 def attention_scores_max(spec, qkv):
@@ -715,6 +831,15 @@ def attention_scores_max(spec, qkv):
 
 
 # ---- the trace ------------------------------------------------------------------------------
+
+
+def thirds(x):
+    """q, k and v of a packed projection's output: the thirds of its last dim."""
+    c = x.shape[-1] // 3
+    return [x[..., i * c:(i + 1) * c] for i in range(3)]
+
+
+NOT_COMPUTED = "an input that is not computed from the model's input"
 
 
 class Node:
@@ -750,11 +875,36 @@ class Trace(TorchFunctionMode):
         self.handles = []      # the hooks, removed once the model has run
         self.wrapped = []      # modules whose forward records its call
         self.probes = []       # attention modules written as rope + attention: checked again (stress_attention)
+        self.fitted = set()    # ids of the modules that run a softmax in their own forward (softmax_modules)
+        self.positions = {}    # id(tensor) -> tensor: torch.arange(T) made in the forward (token positions)
+        self.pos_tables = {}   # id(tensor) -> (name, rows, n_params): an nn.Embedding read at positions
+
+    def softmax_modules(self, model, inputs):
+        """The modules whose own forward (not a child's) runs a softmax, found by running
+        the model once before the trace: where attention written in any form may be."""
+        stack, found = [], set()
+
+        class Spy(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if getattr(func, "__name__", "") in ("softmax", "_softmax") and stack:
+                    found.add(stack[-1])
+                return func(*args, **(kwargs or {}))
+        hs = []
+        for m in model.modules():
+            hs += [m.register_forward_pre_hook(lambda mod, a: stack.append(id(mod))),
+                   m.register_forward_hook(lambda mod, a, o: stack.pop() and None)]
+        try:
+            with torch.no_grad(), Spy():
+                model(*inputs)
+        finally:
+            for h in hs:
+                h.remove()
+        self.fitted = found
 
     def hooks(self, model):
         for m in model.modules():
             self.handles += [m.register_forward_pre_hook(self.pre), m.register_forward_hook(self.post)]
-            if attention_parts(m) is not None:  # its call, to run it again on a larger input (stress_attention)
+            if attention_parts(m, self.fitted) is not None:  # its call, to run it again on a larger input (stress_attention)
                 def forward(*a, _orig=m.forward, _m=m, **k):
                     self.calls[id(_m)] = (a, k)
                     return _orig(*a, **k)
@@ -825,7 +975,7 @@ class Trace(TorchFunctionMode):
             self.broken(out)
             return None
         if None in ins:
-            self.problems.append(f"{name}: an input that is not computed from the model's input")
+            self.problems.append(f"{name}: {NOT_COMPUTED}")
             self.broken(out)
             return None
         i = self.add_node(name, kind, params, ins, inputs[0].shape, out.shape, n_params)
@@ -839,12 +989,12 @@ class Trace(TorchFunctionMode):
             self.leaf_depth += 1
         elif not self.leaf_depth:
             try:
-                spec = attention_spec(m, self.model)
+                spec = attention_spec(m, self.model, self.fitted)
             except Unsupported as e:
                 self.problems.append(f"{self.stack[-1]}: {e}")
                 spec = False
             if spec is not None:
-                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec, "parts": attention_parts(m),
+                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec, "parts": attention_parts(m, self.fitted),
                                   "out_node": None})
 
     def attention_output(self, m, name, layer, out, n_params):
@@ -863,6 +1013,17 @@ class Trace(TorchFunctionMode):
                                  [idx[0]], s, s[:-1] + (c,)) for i, part in enumerate("qkv")]
         q, k, v = idx
         qkv = [self.values.get(j) for j in (q, k, v)] if len(ctx["parts"][0]) == 3 else self.packed_values(idx)
+        if ctx["spec"] is FIT:  # found by its softmax: heads, mask and scale fitted to its output
+            fit = fit_attention(qkv, m, out)
+            if fit is None:
+                self.problems.append(
+                    f"{ctx['name']}: attention module {type(ctx['m']).__name__} (a softmax between linear projections) "
+                    f"computes something no heads, causal mask and scale of layerbench's attention reproduce (rope, "
+                    f"another mask, a norm of q or k are not followed inside it)")
+                self.broken(out)
+                return
+            ctx["spec"] = (fit, None)
+        p, rope = ctx["spec"]
         differs = attention_differs(ctx["m"], ctx["spec"], self.model, qkv, m, out)
         if not differs:
             self.probes.append(ctx)
@@ -887,10 +1048,7 @@ class Trace(TorchFunctionMode):
     def packed_values(self, idx):
         """q, k and v of a packed attention: the thirds of its qkv output's last dim."""
         qkv = self.values.get(self.nodes[idx[0]].inputs[0])
-        if qkv is None:
-            return [None] * 3
-        c = qkv.shape[-1] // 3
-        return [qkv[..., i * c:(i + 1) * c] for i in range(3)]
+        return [None] * 3 if qkv is None else thirds(qkv)
 
     def stress_attention(self):
         """Every attention module written as rope + attention, run again (hooks off) on its
@@ -910,9 +1068,7 @@ class Trace(TorchFunctionMode):
             try:
                 with torch.no_grad():
                     m(*a, **k)  # once as traced: the scores' size
-                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else \
-                        [seen["qkv"][..., i * (seen["qkv"].shape[-1] // 3):(i + 1) * (seen["qkv"].shape[-1] // 3)]
-                         for i in range(3)]
+                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else thirds(seen[parts[0][0]])
                     top = attention_scores_max(ctx["spec"], qkv)
                     alpha = min(max((200.0 / max(top, 1e-9)) ** 0.5, 1.0), 1e4)
                     x = [i for i, v in enumerate(a) if isinstance(v, torch.Tensor)]
@@ -923,9 +1079,7 @@ class Trace(TorchFunctionMode):
                         k = {**k, name: k[name] * alpha}
                     seen.clear()
                     m(*a, **k)
-                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else \
-                        [seen["qkv"][..., i * (seen["qkv"].shape[-1] // 3):(i + 1) * (seen["qkv"].shape[-1] // 3)]
-                         for i in range(3)]
+                    qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else thirds(seen[parts[0][0]])
                     differs = attention_differs(m, ctx["spec"], self.model, qkv, parts[1], seen.get("out"))
             except Exception as e:  # noqa: BLE001 (a module that does not run twice: said, not written)
                 differs = f"it did not run again on a larger input ({one_line(e)})"
@@ -965,7 +1119,21 @@ class Trace(TorchFunctionMode):
         if layer is None:  # the identity: its output is its input
             self.producer[id(out)] = self.source(tensors[0])
             return
+        if self.attn and layer[0] == "dropout" and tensors and self.source(tensors[0]) is None:
+            return  # a dropout of the attention's own scores (nanoGPT's attn_dropout): the identity at inference
         if layer[0] == "rotary_source":  # cos and sin, read by the attention's rope layers
+            return
+        if layer[1].get("hf_conv1d") and tensors and not self.computes_conv1d(m, tensors[0], out):
+            self.problems.append(f"{name}: module {type(m).__name__} holds weight {tuple(m.weight.shape)} and bias but "
+                                 f"does not compute x @ weight + bias (Hugging Face's Conv1D)")
+            self.broken(out)
+            return
+        if layer[0] == "embedding" and tensors and id(tensors[0]) in self.positions:
+            # an embedding of the positions 0..T-1 (GPT-2's wpe): added to the tokens' below
+            new = [p for p in m.parameters() if id(p) not in self.seen_params]
+            self.seen_params.update(id(p) for p in m.parameters())
+            self.pos_tables[id(out)] = (name, m.num_embeddings, sum(p.numel() for p in new))
+            self.keep.append(out)
             return
         if layer[0] == "window_partition":  # MaxViT's WindowPartition(x, p)
             layer = (layer[0], {"window_size": int(args[1])})
@@ -1003,8 +1171,33 @@ class Trace(TorchFunctionMode):
         if self.leaf_depth or self.attn:
             return out
         op = getattr(func, "__name__", str(func))
+        if op == "arange" and isinstance(out, torch.Tensor) and out.dim() == 1 and len(out) and \
+                torch.equal(out, torch.arange(len(out), dtype=out.dtype)):
+            self.positions[id(out)] = out  # token positions 0..T-1: what an embedding of positions reads
+            return out
+        if op in ("unsqueeze", "view", "reshape", "expand") and args and id(args[0]) in self.positions:
+            self.positions[id(out)] = out  # pos[None] and the like: still the positions
+            return out
+        if op in ("__getitem__", "unsqueeze", "view", "reshape") and args and id(args[0]) in self.pos_tables and \
+                tuple(out.shape) == (1,) + tuple(args[0].shape):
+            self.pos_tables[id(out)] = self.pos_tables[id(args[0])]  # wpe(pos)[None]: the same table
+            self.keep.append(out)
+            return out
+        if op in ADD and len(args) == 2 and any(self.pos_table(a) for a in args):
+            return self.position_add(args, out)
         if op in ("chunk", "split", "tensor_split", "unbind") and isinstance(out, (tuple, list)):
             return self.pieces(op, args, kwargs, out)
+        if isinstance(out, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in out):
+            # topk, sort, max with dim, where with one argument: no kind gives several tensors
+            sources = [self.source(a) for a in args if isinstance(a, torch.Tensor)]
+            if any(s is not None and s != self.BROKEN for s in sources):
+                parent = self.stack[-1] if self.stack else ""
+                self.problems.append(f"{parent or '(the model)'}: operation {op} (no layer kind computes it: a mixture "
+                                     f"of experts written as a loop over its experts is not followed; bench reads "
+                                     f"MoE decoders from their config.json, or a moe layer)")
+            if any(s is not None for s in sources):
+                self.broken(out)
+            return out
         if not isinstance(out, torch.Tensor):
             return out
         x0 = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -1052,6 +1245,40 @@ class Trace(TorchFunctionMode):
         self.record(name, kind, params, inputs, out)
         return out
 
+
+    def computes_conv1d(self, m, x, out):
+        """m's output is x @ weight + bias (the check's own operations not recorded)."""
+        self.leaf_depth += 1
+        try:
+            with torch.no_grad():
+                want = (x.reshape(-1, x.shape[-1]) @ m.weight + m.bias).view(out.shape)
+                return torch.allclose(want, out, rtol=1e-4, atol=1e-6)
+        finally:
+            self.leaf_depth -= 1
+
+    def pos_table(self, t):
+        """(name, rows, n_params) where t is an embedding of the positions, or a view of one
+        as large (wpe(pos)[None]: indexing with None is not seen by the trace); else None."""
+        if not isinstance(t, torch.Tensor):
+            return None
+        if id(t) in self.pos_tables:
+            return self.pos_tables[id(t)]
+        base = t._base
+        return self.pos_tables.get(id(base)) if base is not None and base.numel() == t.numel() else None
+
+    def position_add(self, args, out):
+        """x + wpe(positions): one pos_embedding layer named after the table's module."""
+        table = next(a for a in args if self.pos_table(a))
+        x = next((a for a in args if a is not table), None)
+        name, rows, n_params = self.pos_table(table)
+        if not isinstance(x, torch.Tensor) or self.source(x) is None or x.dim() != 3 or \
+                tuple(out.shape) != tuple(x.shape):
+            self.problems.append(f"{name}: an embedding of the positions added to something other than the tokens' "
+                                 f"[N, T, D] (only GPT-2's wte(ids) + wpe(positions))")
+            self.broken(out)
+            return out
+        self.record(name, "pos_embedding", {"num_positions": rows}, [x], out, n_params)
+        return out
 
     def made_by(self, t, node):
         """t is node's output, or a dropout's (or the identity's) of it."""
@@ -1199,7 +1426,6 @@ def trace(model, shape, vocab=None, extra=()):
     model_input layers."""
     model.eval()
     t = Trace(model)
-    t.hooks(model)
     x = torch.randint(0, vocab, shape) if vocab else torch.rand(shape) * 2 - 1
     t.producer[id(x)] = -1
     t.keep.append(x)
@@ -1209,6 +1435,8 @@ def trace(model, shape, vocab=None, extra=()):
         t.producer[id(e)] = t.add_node(name, "model_input", {"shape": sample}, [-1], x.shape, e.shape)
         t.keep.append(e)
         more.append(e)
+    t.softmax_modules(model, [x] + more)
+    t.hooks(model)
     # with gradients on: PyTorch's fast paths for inference (TransformerEncoderLayer's
     # fused kernel) skip the submodules, and with them the names
     swapped = t.functions()
@@ -1414,9 +1642,17 @@ def main():
         sys.exit(f"torch_export: {args.model} did not run on an input of {[args.batch] + in_shape}: "
                  f"{one_line(e)}{hint}")
     if t.problems:
-        print(f"torch_export: layerbench cannot express {len(t.problems)} part(s) of {args.model}:", file=sys.stderr)
-        for p in dict.fromkeys(t.problems):
+        problems = list(dict.fromkeys(t.problems))
+        # an input the trace did not see computed, after another problem, is most often what
+        # that problem left untraced (an index made by a refused topk): said once, as a count
+        follow = [p for p in problems if p.endswith(NOT_COMPUTED)]
+        if len(follow) < len(problems):
+            problems = [p for p in problems if not p.endswith(NOT_COMPUTED)]
+        print(f"torch_export: layerbench cannot express {len(problems)} part(s) of {args.model}:", file=sys.stderr)
+        for p in problems:
             print(f"  {p}", file=sys.stderr)
+        if follow and len(follow) < len(t.problems):
+            print(f"  (and {len(follow)} layer(s) after them whose inputs they leave untraced)", file=sys.stderr)
         sys.exit(1)
     if not t.nodes:
         sys.exit("torch_export: nothing was recorded")

@@ -209,6 +209,30 @@ same_as_config() { # config folder, callable, tokens, batch
 }
 same_as_config tiny-llama tiny_llama 5 1
 same_as_config tiny-qwen2 tiny_qwen2 7 2
+# GPT-2 (Hugging Face's Conv1D, learned positions wpe(arange(T)), attention found by its
+# softmax, its heads, causal mask and per-layer scale fitted to its output) exports row for
+# row as bench imports its config.json
+same_as_config tiny-gpt2 tiny_gpt2 5 2
+# nanoGPT's model.py (fused c_attn split by n_embd, n_head, the masked softmax, attn and
+# resid dropouts, tied embeddings): exported by what it computes, torch's total, bench
+# check, and torch's forward end to end; without the mask, causal: false; with its scores
+# soft-capped (a cap of 30 that small scores never reach), refused, nothing written
+PYTHONPATH="$SRC/tests/data" exported nanogpt "$(module_params nanogpt)" export_ops:nanogpt --input-ids 6 -- \
+  "{kind: pos_embedding, name: wpe, num_positions: 16}" \
+  "{kind: attention, name: attn, inputs: [/transformer.h.1.attn.q, /transformer.h.1.attn.k, /transformer.h.1.attn.v], num_heads: 4, head_dim: 8, scale: 0.3535533905932738}"
+PYTHONPATH="$SRC/tests/data" exported nanogpt_encoder "$(module_params nanogpt_encoder)" export_ops:nanogpt_encoder --input-ids 6 -- \
+  "num_heads: 2, head_dim: 16, scale: 0.25, causal: false}"
+(cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:nanogpt_softcap --input-ids 6 -o "$T/softcap_nano.yaml") \
+  2>"$T/softcap_nano.err"
+rc=$?
+[ $rc = 1 ] && [ ! -e "$T/softcap_nano.yaml" ] && grep -q "transformer.h.0.attn: attention module NanoAttention computes something other" "$T/softcap_nano.err" &&
+  ok || bad "nanogpt_softcap: exit $rc, $(tail -2 "$T/softcap_nano.err")"
+# a router's topk (what a mixture of experts written as a loop starts with): refused by name
+(cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:router_topk --input 5,16 -o "$T/topk.yaml") \
+  2>"$T/topk.err"
+rc=$?
+[ $rc = 1 ] && [ ! -e "$T/topk.yaml" ] && grep -q "^  (the model): operation topk (no layer kind computes it" "$T/topk.err" &&
+  [ "$(wc -l <"$T/topk.err")" = 2 ] && ok || bad "router_topk: exit $rc, $(cat "$T/topk.err")"
 grep -q "tied_weights: true" "$T/tiny_qwen2.yaml" && ! grep -q "tied_weights" "$T/tiny_llama.yaml" && ok ||
   bad "lm_head's tied_weights as the models tie them"
 "$BENCH" check "$T/tiny_llama.yaml" 2>&1 | grep -q "36 passed, 0 failed" && ok || bad "bench check of the exported llama"

@@ -2,9 +2,15 @@
 layers (x[:, a:b], torch.split with sizes, x.chunk along the last dim), torch.roll, a small
 Swin (V1 and V2) and MaxViT from torchvision's own classes, a module it has no kind for,
 a forward of two inputs (the second a model_input layer), a DiT block (adaptive layer
-norm, timm's packed attention) and arithmetic with numbers."""
+norm, timm's packed attention) and arithmetic with numbers; nanoGPT's GPT as its model.py
+writes it (fused c_attn, n_head, the masked softmax torch 1.13 takes, learned positions,
+tied embeddings), found by what it computes, and variants the exporter must refuse (a
+soft-cap of the scores) or fit (no mask: an encoder); a router's topk (refused by name)."""
+import math
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class Slices(nn.Module):
@@ -148,3 +154,97 @@ class Scalars(nn.Module):
 
 def scalars():
     return Scalars()
+
+
+class NanoAttention(nn.Module):
+    """nanoGPT's CausalSelfAttention (the path without flash attention); cap soft-caps the
+    scores (Gemma 2's form, which no attention layer of layerbench's computes), mask False
+    drops the causal mask."""
+
+    def __init__(self, n_embd, n_head, block_size, cap=None, mask=True):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
+        self.n_head, self.n_embd, self.cap, self.mask = n_head, n_embd, cap, mask
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.cap:
+            att = torch.tanh(att / self.cap) * self.cap
+        if self.mask:
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = self.attn_dropout(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class NanoBlock(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, **kw):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = NanoAttention(n_embd, n_head, block_size, **kw)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(n_embd, 4 * n_embd), gelu=nn.GELU(),
+                                      c_proj=nn.Linear(4 * n_embd, n_embd)))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        m = self.mlp
+        return x + m.c_proj(m.gelu(m.c_fc(self.ln_2(x))))
+
+
+class NanoGPT(nn.Module):
+    def __init__(self, vocab=97, block_size=16, n_layer=2, n_head=4, n_embd=32, **kw):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab, n_embd), wpe=nn.Embedding(block_size, n_embd),
+            h=nn.ModuleList([NanoBlock(n_embd, n_head, block_size, **kw) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT does
+
+    def forward(self, idx):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def nanogpt():
+    torch.manual_seed(0)
+    return NanoGPT()
+
+
+def nanogpt_softcap():
+    torch.manual_seed(0)
+    return NanoGPT(cap=30.0)
+
+
+def nanogpt_encoder():
+    torch.manual_seed(0)
+    return NanoGPT(n_head=2, mask=False)
+
+
+class RouterTopk(nn.Module):
+    """A router's top-k written out (a mixture of experts' first step): refused, naming topk."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.proj = nn.Linear(16, 4, bias=False), nn.Linear(16, 16)
+
+    def forward(self, x):
+        w, sel = torch.topk(self.gate(x).softmax(-1), 2)
+        return self.proj(x) * w.sum(-1, keepdim=True)
+
+
+def router_topk():
+    return RouterTopk()
