@@ -9,7 +9,10 @@ attention and Qwen3MoeSparseMoeBlock in the layers decoder_sparse_step and mlp_o
 own classes below: fused per-head qkv, partial rope, LayerNorm, GELU, parallel residual;
 GemmaForCausalLM for Gemma, Gemma 2 and Gemma 3 text, its own classes too: RMSNorm by 1 + weight,
 scaled embeddings, GeGLU, post-norms, query_pre_attn_scalar, soft-capping, sliding layers;
-GPT2LMHeadModel with Conv1D and learned positions), built from a config.json: for scripts/torch_export.py
+GPT2LMHeadModel with Conv1D and learned positions; GptOssForCausalLM: sinks, windows, its
+experts; DeepseekV2ForCausalLM for DeepSeek-V2 and V3 as DeepSeek's modeling code writes them:
+multi-head latent attention expanded, its interleaved rope, the shared and routed experts,
+V2's and V3's gates), built from a config.json: for scripts/torch_export.py
 and its tests, where transformers is not installed. Run from the repository's root:
 
   python3 scripts/torch_export.py hf_decoder:tiny_llama --input-ids 5
@@ -118,6 +121,24 @@ def rope_parameters(d, dim, seq_len):
     ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
     keep = 1 - ramp
     return (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep, attention_factor
+
+
+def rope_tables(d, dim, t):
+    """cos and sin [t, dim] of positions 0..t-1 (rotate-half layout: the frequencies twice),
+    scaled by the rope's attention factor (rope_parameters)."""
+    inv_freq, scale = rope_parameters(d, dim, t)
+    freqs = torch.arange(t).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos() * scale, emb.sin() * scale
+
+
+class PreNormLayer(nn.Module):
+    """A decoder layer as Llama's: x + attn(norm(x)), then + mlp(norm(x)), the attention
+    given the rope's cos and sin (gpt-oss's, DeepSeek's)."""
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class LlamaRMSNorm(nn.Module):
@@ -784,7 +805,7 @@ class GptOssMLP(nn.Module):
         return self.experts(flat, idx, scores).view(b, t, h)
 
 
-class GptOssDecoderLayer(nn.Module):
+class GptOssDecoderLayer(PreNormLayer):
     def __init__(self, d, i):
         super().__init__()
         types = d.get("layer_types") or ["sliding_attention" if j % 2 == 0 else "full_attention"
@@ -794,10 +815,6 @@ class GptOssDecoderLayer(nn.Module):
         self.self_attn = GptOssAttention(d, types[i] == "sliding_attention")
         self.post_attention_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
         self.mlp = GptOssMLP(d)
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class GptOssModel(nn.Module):
@@ -811,10 +828,7 @@ class GptOssModel(nn.Module):
     def forward(self, input_ids):
         t = input_ids.shape[1]
         d = dict(self.d, rope_theta=self.d.get("rope_theta", 150000))
-        inv_freq, scale = rope_parameters(d, d.get("head_dim", 64), t)
-        freqs = torch.arange(t).float()[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = (emb.cos() * scale)[None], (emb.sin() * scale)[None]
+        cos, sin = (z[None] for z in rope_tables(d, d.get("head_dim", 64), t))
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin)
@@ -968,7 +982,7 @@ class DeepseekV2MoE(nn.Module):
         return out
 
 
-class DeepseekV2DecoderLayer(nn.Module):
+class DeepseekV2DecoderLayer(PreNormLayer):
     def __init__(self, d, i):
         super().__init__()
         eps = d.get("rms_norm_eps", 1e-6)
@@ -978,10 +992,6 @@ class DeepseekV2DecoderLayer(nn.Module):
         sparse = d.get("n_routed_experts") is not None and i >= d.get("first_k_dense_replace", 0) and \
             i % d.get("moe_layer_freq", 1) == 0
         self.mlp = DeepseekV2MoE(d) if sparse else DeepseekV2MLP(d["hidden_size"], d["intermediate_size"])
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class DeepseekV2Model(nn.Module):
@@ -994,10 +1004,7 @@ class DeepseekV2Model(nn.Module):
 
     def forward(self, input_ids):
         t = input_ids.shape[1]
-        inv_freq, scale = rope_parameters(self.d, self.d["qk_rope_head_dim"], t)
-        freqs = torch.arange(t).float()[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos() * scale, emb.sin() * scale
+        cos, sin = rope_tables(self.d, self.d["qk_rope_head_dim"], t)
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin)

@@ -43,8 +43,12 @@ slices, an attention layer and proj. Attention is also found by what it computes
 whatever the names: a module whose own forward runs a softmax (found by running the model
 once before the trace) between linear children laid out as attention's, one packed
 projection to 3C and an out projection C -> C, or q, k, v and o, gives those linears and
-an attention layer whose heads, causal mask and scale are fitted to the module's output
-(nanoGPT's CausalSelfAttention, GPT-2's attention with its scale per layer). A childless
+an attention layer whose heads, causal mask and scale are fitted to the module's output,
+with rope where the model's rotary embedding (a module holding inv_freq) makes it match
+(nanoGPT's CausalSelfAttention, GPT-2's attention with its scale per layer, a Llama
+attention that keeps its heads under names of its own). A module without a kind holding
+one vector over the last dim that computes an RMSNorm with it (x / rms(x) * w, or Gemma's
+* (1 + w)) is an rmsnorm layer, whatever it and the vector are called. A childless
 module holding weight [in, out] and bias [out] that computes x @ weight + bias (Hugging
 Face's Conv1D) is a linear layer with hf_conv1d; an nn.Embedding of torch.arange(T)
 added to the token embeddings (GPT-2's and nanoGPT's wpe) is a pos_embedding layer.
@@ -773,12 +777,14 @@ def attention_differs(m, spec, model, qkv, o_proj, out):
     return diff if diff > 1e-4 else 0.0
 
 
-def fit_attention(qkv, o_proj, out):
+def fit_attention(qkv, o_proj, out, model=None):
     """The heads, mask and scale of an attention found by what it computes (fitted_parts):
     the first (heads, causal, scale) whose attention layer, then the out projection,
     gives the module's own output (heads by head_dim nearest 64 first; causal first; the
     scale 1/sqrt(head_dim), over k for k up to 64 as GPT-2 scales by layer, 1/head_dim or
-    1); None where none does (rope, another mask, a norm of q or k: refused by name)."""
+    1), with rope (rotate-half, at the frequencies of the model's rotary embedding, where
+    its inv_freq has head_dim / 2 of them) and without; (params, rope params) or None where
+    none does (Meta's interleaved rope, another mask, a norm of q or k: refused by name)."""
     if out is None or any(t is None for t in qkv):
         return None
     with torch.no_grad():
@@ -794,27 +800,52 @@ def fit_attention(qkv, o_proj, out):
             if wk % d or heads % (wk // d):
                 continue
             kvh = wk // d
-            qh = q.reshape(n, tq, heads, d).transpose(1, 2)
-            kh = k.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
+            qh0 = q.reshape(n, tq, heads, d).transpose(1, 2)
+            kh0 = k.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
             vh = v.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
-            raw = qh @ kh.transpose(-1, -2)
-            i, j = torch.arange(tq)[:, None], torch.arange(tk)[None, :]
-            for causal in ([True, False] if tq == tk else [False]):
-                for scale in [d ** -0.5 / c for c in range(1, 65)] + [1.0 / d, 1.0]:
-                    s = raw * scale
-                    if causal:
-                        s = s.masked_fill(j > i, float("-inf"))
-                    att = (s.softmax(-1) @ vh).transpose(1, 2).reshape(n, tq, heads * d)
-                    want = F.linear(att, w, b)
-                    if got.shape != want.shape:
-                        return None
-                    if float((got - want).norm() / max(float(want.norm()), 1e-30)) <= 1e-4:
-                        p = {"num_heads": heads, "head_dim": d, "scale": scale}
-                        if kvh != heads:
-                            p["num_key_value_heads"] = kvh
-                        if not causal:
-                            p["causal"] = False
-                        return p
+            ropes = [None]
+            for r in (m for m in (model.modules() if model is not None else []) if is_rotary(m)):
+                theta = rope_theta(r.inv_freq, d) if tq == tk else None
+                if theta is not None:
+                    ropes.append((theta, r.inv_freq.double().flatten()))
+                    break
+            for rope in ropes:
+                qh, kh = qh0, kh0
+                if rope is not None:
+                    angle = torch.arange(tq, dtype=torch.float64)[:, None] * rope[1][None, :]
+                    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+                    half = lambda x: torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)  # noqa: E731
+                    qh, kh = qh * cos + half(qh) * sin, kh * cos + half(kh) * sin
+                found = fit_scores(qh @ kh.transpose(-1, -2), vh, w, b, got, heads, kvh, d)
+                if found == "shape":
+                    return None
+                if found is not None:
+                    return found, None if rope is None else {"head_dim": d, **({} if rope[0] == 10000 else
+                                                                                 {"rope_theta": rope[0]})}
+    return None
+
+
+def fit_scores(raw, vh, w, b, got, heads, kvh, d):
+    """The attention's params whose mask and scale on the raw scores q.k (rope applied or
+    not) give the module's output got; None where none does, "shape" where they cannot."""
+    n, tq, tk = raw.shape[0], raw.shape[-2], raw.shape[-1]
+    i, j = torch.arange(tq)[:, None], torch.arange(tk)[None, :]
+    for causal in ([True, False] if tq == tk else [False]):
+        for scale in [d ** -0.5 / c for c in range(1, 65)] + [1.0 / d, 1.0]:
+            s = raw * scale
+            if causal:
+                s = s.masked_fill(j > i, float("-inf"))
+            att = (s.softmax(-1) @ vh).transpose(1, 2).reshape(n, tq, heads * d)
+            want = F.linear(att, w, b)
+            if got.shape != want.shape:
+                return "shape"
+            if float((got - want).norm() / max(float(want.norm()), 1e-30)) <= 1e-4:
+                p = {"num_heads": heads, "head_dim": d, "scale": scale}
+                if kvh != heads:
+                    p["num_key_value_heads"] = kvh
+                if not causal:
+                    p["causal"] = False
+                return p
     return None
 
 
@@ -1014,7 +1045,7 @@ class Trace(TorchFunctionMode):
         q, k, v = idx
         qkv = [self.values.get(j) for j in (q, k, v)] if len(ctx["parts"][0]) == 3 else self.packed_values(idx)
         if ctx["spec"] is FIT:  # found by its softmax: heads, mask and scale fitted to its output
-            fit = fit_attention(qkv, m, out)
+            fit = fit_attention(qkv, m, out, self.model)
             if fit is None:
                 self.problems.append(
                     f"{ctx['name']}: attention module {type(ctx['m']).__name__} (a softmax between linear projections) "
@@ -1022,7 +1053,7 @@ class Trace(TorchFunctionMode):
                     f"another mask, a norm of q or k are not followed inside it)")
                 self.broken(out)
                 return
-            ctx["spec"] = (fit, None)
+            ctx["spec"] = fit
         p, rope = ctx["spec"]
         differs = attention_differs(ctx["m"], ctx["spec"], self.model, qkv, m, out)
         if not differs:
@@ -1112,10 +1143,12 @@ class Trace(TorchFunctionMode):
         try:
             layer = module_layer(m)
         except Unsupported as e:
-            if self.BROKEN not in [self.source(t) for t in tensors]:
-                self.problems.append(f"{name or '(the model)'}: {e}")
-            self.broken(out)
-            return
+            layer = self.norm_by_output(m, tensors, out)
+            if layer is None:
+                if self.BROKEN not in [self.source(t) for t in tensors]:
+                    self.problems.append(f"{name or '(the model)'}: {e}")
+                self.broken(out)
+                return
         if layer is None:  # the identity: its output is its input
             self.producer[id(out)] = self.source(tensors[0])
             return
@@ -1245,6 +1278,30 @@ class Trace(TorchFunctionMode):
         self.record(name, kind, params, inputs, out)
         return out
 
+
+    def norm_by_output(self, m, tensors, out):
+        """A module without a kind that holds one vector over the last dim and computes an
+        RMSNorm with it (Llama's x / rms(x) * w, or Gemma's * (1 + w)), whatever its class
+        and the vector are called: ("rmsnorm", params), found from its output; else None."""
+        p = list(m.parameters(recurse=False))
+        if list(m.children()) or len(p) != 1 or p[0].dim() != 1 or len(tensors) != 1 or \
+                tensors[0].shape[-1] != p[0].shape[0] or not isinstance(out, torch.Tensor) or out.shape != tensors[0].shape:
+            return None
+        own = [v for v in vars(m).values() if isinstance(v, float) and 0 < v < 1e-2]
+        self.leaf_depth += 1
+        try:
+            with torch.no_grad():
+                x, w = tensors[0].double(), p[0].double()
+                ms = x.pow(2).mean(-1, keepdim=True)
+                for eps in own + [1e-6, 1e-5, 1e-8, 1e-12]:
+                    for offset in (0.0, 1.0):
+                        want = x * torch.rsqrt(ms + eps) * (w + offset)
+                        if torch.allclose(want, out.double(), rtol=1e-4, atol=1e-6):
+                            return "rmsnorm", {**({} if eps == 1e-6 else {"eps": eps}),
+                                               **({"weight_offset": offset} if offset else {})}
+        finally:
+            self.leaf_depth -= 1
+        return None
 
     def computes_conv1d(self, m, x, out):
         """m's output is x @ weight + bias (the check's own operations not recorded)."""

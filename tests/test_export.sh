@@ -227,6 +227,11 @@ PYTHONPATH="$SRC/tests/data" exported nanogpt_encoder "$(module_params nanogpt_e
 rc=$?
 [ $rc = 1 ] && [ ! -e "$T/softcap_nano.yaml" ] && grep -q "transformer.h.0.attn: attention module NanoAttention computes something other" "$T/softcap_nano.err" &&
   ok || bad "nanogpt_softcap: exit $rc, $(tail -2 "$T/softcap_nano.err")"
+# a Llama written with its own names (its RMSNorm's weight w, its heads h and hd): the norm
+# found by its output, the attention's heads, GQA, rope and scale fitted to its output
+PYTHONPATH="$SRC/tests/data" exported own_llama "$(module_params own_llama)" export_ops:own_llama --input-ids 6 -- \
+  "{kind: rmsnorm, name: norm1, eps: 1e-05}" "{kind: rope, name: rotary_k, input: /attn.k_proj, num_heads: 2, head_dim: 8, rope_theta: 500.0}" \
+  "num_heads: 4, head_dim: 8, scale: 0.3535533905932738, num_key_value_heads: 2}"
 # a router's topk (what a mixture of experts written as a loop starts with): refused by name
 (cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:router_topk --input 5,16 -o "$T/topk.yaml") \
   2>"$T/topk.err"

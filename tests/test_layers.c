@@ -735,6 +735,8 @@ static void test_moe_routing(void)
     /* DeepSeek-V3's: sigmoid scores plus the bias choose (experts 4 and 1 by the bias,
      * though 0's logit is the highest); the gates are the sigmoids alone, renormalised */
     layer vl = l;
+    shape_t vins[2] = {S2(1, 4), S2(1, 5)}; /* one row */
+    vl.ins = vins, vl.in = vins[0];
     vl.p.moe_scoring = MOE_SIGMOID, vl.p.score_bias = true, vl.p.routed_scale = 2.0, vl.p.normalize = true;
     const float vlogits[5] = {1.0f, 0.5f, 0.5f, -1.0f, 0.0f}, bias[5] = {-1.0f, 0.3f, 0.0f, 0.0f, 0.9f};
     layer_moe_route(&vl, vlogits, bias, pick, count);

@@ -5,7 +5,8 @@ a forward of two inputs (the second a model_input layer), a DiT block (adaptive 
 norm, timm's packed attention) and arithmetic with numbers; nanoGPT's GPT as its model.py
 writes it (fused c_attn, n_head, the masked softmax torch 1.13 takes, learned positions,
 tied embeddings), found by what it computes, and variants the exporter must refuse (a
-soft-cap of the scores) or fit (no mask: an encoder); a router's topk (refused by name)."""
+soft-cap of the scores) or fit (no mask: an encoder); a router's topk (refused by name); a
+Llama written with names of its own (its RMSNorm's weight w, its heads h and hd)."""
 import math
 
 import torch
@@ -248,3 +249,75 @@ class RouterTopk(nn.Module):
 
 def router_topk():
     return RouterTopk()
+
+
+class Norm(nn.Module):
+    """RMSNorm with its weight kept as w (what it computes is what the exporter follows)."""
+
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.w, self.eps = nn.Parameter(torch.rand(d) + 0.5), eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, hd, theta=10000.0):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd))
+
+    def forward(self, t):
+        f = torch.arange(t).float()[:, None] * self.inv_freq[None]
+        e = torch.cat((f, f), -1)
+        return e.cos(), e.sin()
+
+
+def rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), -1)
+
+
+class OwnAttention(nn.Module):
+    """Llama's attention with its heads kept as h, kvh and hd (no num_heads to read)."""
+
+    def __init__(self, d, h, kvh):
+        super().__init__()
+        self.h, self.kvh, self.hd = h, kvh, d // h
+        self.q_proj, self.k_proj = nn.Linear(d, d, bias=False), nn.Linear(d, kvh * self.hd, bias=False)
+        self.v_proj, self.o_proj = nn.Linear(d, kvh * self.hd, bias=False), nn.Linear(d, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (z.repeat_interleave(self.h // self.kvh, dim=1) for z in (k, v))
+        s = (q @ k.transpose(2, 3)) / math.sqrt(self.hd)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return self.o_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+class OwnLlama(nn.Module):
+    """A Llama block written with its own names: the RMSNorm's weight w, the heads as h
+    and hd, a rotary embedding of its own; its MLP SwiGLU."""
+
+    def __init__(self, vocab=61, d=32, h=4, kvh=2, f=48):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.rotary = nn.Embedding(vocab, d), RotaryEmbedding(d // h, 500.0)
+        self.norm1, self.attn, self.norm2 = Norm(d), OwnAttention(d, h, kvh), Norm(d)
+        self.gate, self.up, self.down = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        cos, sin = self.rotary(ids.shape[1])
+        x = x + self.attn(self.norm1(x), cos, sin)
+        y = self.norm2(x)
+        x = x + self.down(F.silu(self.gate(y)) * self.up(y))
+        return self.head(x)
+
+
+def own_llama():
+    return OwnLlama()
