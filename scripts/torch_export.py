@@ -48,7 +48,10 @@ with rope where the model's rotary embedding (a module holding inv_freq) makes i
 (nanoGPT's CausalSelfAttention, GPT-2's attention with its scale per layer, a Llama
 attention that keeps its heads under names of its own). A module without a kind holding
 one vector over the last dim that computes an RMSNorm with it (x / rms(x) * w, or Gemma's
-* (1 + w)) is an rmsnorm layer, whatever it and the vector are called. A childless
+* (1 + w)) is an rmsnorm layer, whatever it and the vector are called; such a module inside
+an attention module, applied to q or k (found by its input: the projection's output, per
+head or whole), is placed between the projection and rope (Qwen3's q_norm per head between
+two reshapes, OLMo 2's over the whole projection). A childless
 module holding weight [in, out] and bias [out] that computes x @ weight + bias (Hugging
 Face's Conv1D) is a linear layer with hf_conv1d; an nn.Embedding of torch.arange(T)
 added to the token embeddings (GPT-2's and nanoGPT's wpe) is a pos_embedding layer.
@@ -57,7 +60,7 @@ Arithmetic with a number (x + 1, 1 - x, x * 0.5, x / 8) is a scale_shift layer.
 An attention module written as rope + attention is checked against what it computes:
 its output must be what those layers give on the same q, k and v, on the traced input
 and again on that input scaled until its scores reach about 200; one that differs (Gemma
-2's logit soft-cap, another query scale, norms of q or k, a mask, Meta's interleaved
+2's logit soft-cap, another query scale, a norm of q or k other than an RMSNorm, a mask, Meta's interleaved
 rope) is refused by name.
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
@@ -864,6 +867,14 @@ def attention_scores_max(spec, qkv):
 # ---- the trace ------------------------------------------------------------------------------
 
 
+def norm_out(seen, ctx, i, x):
+    """q (i 0) or k (1) as the attention module's norm of it left it, in x's shape, where it
+    has one (Trace.qk_norms); else x."""
+    if i not in ctx.get("norm_map", {}) or ("norm", i) not in seen or x is None:
+        return x
+    return ctx["norm_map"][i][1](seen[("norm", i)]).reshape(x.shape)
+
+
 def thirds(x):
     """q, k and v of a packed projection's output: the thirds of its last dim."""
     c = x.shape[-1] // 3
@@ -871,6 +882,14 @@ def thirds(x):
 
 
 NOT_COMPUTED = "an input that is not computed from the model's input"
+
+
+class Norm:
+    """A norm of q or k found inside an attention module: its module path and the size of
+    the dim it normalises."""
+
+    def __init__(self, name, size):
+        self.name, self.shape = name, (size,)
 
 
 class Node:
@@ -1025,8 +1044,13 @@ class Trace(TorchFunctionMode):
                 self.problems.append(f"{self.stack[-1]}: {e}")
                 spec = False
             if spec is not None:
-                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec, "parts": attention_parts(m, self.fitted),
-                                  "out_node": None})
+                parts = attention_parts(m, self.fitted)
+                proj = {id(getattr(m, n, None)) for n in (parts[0] if parts else ())} | {id(parts[1]) if parts else 0}
+                norms = {id(c): (f"{self.stack[-1]}.{n}", c) for n, c in m.named_children()
+                         if id(c) not in proj and not list(c.children()) and
+                         [t.dim() for t in c.parameters(recurse=False)] == [1]}
+                self.attn.append({"m": m, "name": self.stack[-1], "spec": spec, "parts": parts, "out_node": None,
+                                  "norms": norms, "norm_io": {}})
 
     def attention_output(self, m, name, layer, out, n_params):
         """o_proj of an attention module: rope of q and k, the attention, then o_proj."""
@@ -1044,6 +1068,11 @@ class Trace(TorchFunctionMode):
                                  [idx[0]], s, s[:-1] + (c,)) for i, part in enumerate("qkv")]
         q, k, v = idx
         qkv = [self.values.get(j) for j in (q, k, v)] if len(ctx["parts"][0]) == 3 else self.packed_values(idx)
+        placed = self.qk_norms(ctx, qkv)
+        if placed is None:
+            self.broken(out)
+            return
+        qkv = [placed[i][1] if i in placed else qkv[i] for i in range(3)]
         if ctx["spec"] is FIT:  # found by its softmax: heads, mask and scale fitted to its output
             fit = fit_attention(qkv, m, out, self.model)
             if fit is None:
@@ -1065,6 +1094,19 @@ class Trace(TorchFunctionMode):
                                  f"norm of q or k, a mask) is not mapped")
             self.broken(out)
             return
+        for i, (norm, _, params, n_norm) in placed.items():  # q_norm, k_norm: per head (reshaped) or over all
+            src, s = (q, k)[i], self.nodes[(q, k)[i]].out_shape
+            part = "qk"[i]
+            if norm.shape[-1] != s[-1]:
+                heads = s[-1] // norm.shape[-1]
+                hs = s[:-1] + (heads, norm.shape[-1])
+                src = self.add_node(f"{ctx['name']}.{part}_heads", "reshape", {"shape": [-1, heads, norm.shape[-1]]},
+                                    [src], s, hs)
+                src = self.add_node(norm.name, "rmsnorm", params, [src], hs, hs, n_norm)
+                src = self.add_node(f"{ctx['name']}.{part}_merged", "reshape", {"shape": [-1, s[-1]]}, [src], hs, s)
+            else:
+                src = self.add_node(norm.name, "rmsnorm", params, [src], s, s, n_norm)
+            q, k = (src, k) if i == 0 else (q, src)
         qs, ks = self.nodes[q].out_shape, self.nodes[k].out_shape
         if rope is not None:
             q = self.add_node(f"{ctx['name']}.rotary_q", "rope", {"num_heads": p["num_heads"], **rope}, [q], qs, qs)
@@ -1075,6 +1117,36 @@ class Trace(TorchFunctionMode):
         ctx["out_node"] = self.add_node(name, layer[0], layer[1], [a], att, out.shape, n_params)
         self.producer[id(out)] = ctx["out_node"]
         self.keep.append(out)
+
+    def qk_norms(self, ctx, qkv):
+        """The norms of q and k an attention module ran between its projections and its
+        rope: {0 (q) or 1 (k): (norm, q or k normalised [N, T, W], rmsnorm params, params
+        counted)}, each found by its input (the projection's output, per head or whole) and
+        checked to be an RMSNorm by its output; None after a problem (said)."""
+        placed = {}
+        for nm, x, y in ctx["norm_io"].values():
+            name = next(n for i, (n, c) in ctx["norms"].items() if c is nm)
+            found = None
+            for i in (0, 1):
+                want = qkv[i]
+                if want is None or x.numel() != want.numel() or i in placed:
+                    continue
+                for layout in ((lambda t: t), (lambda t: t.transpose(1, 2))) if x.dim() == 4 else ((lambda t: t),):
+                    if torch.equal(layout(x).reshape(want.shape), want):
+                        found = (i, layout(y).reshape(want.shape))
+                        ctx.setdefault("norm_map", {})[i] = (nm, layout)  # for stress_attention's run
+                        break
+                if found:
+                    break
+            layer = self.norm_by_output(nm, [x], y)
+            if not found or layer is None:
+                self.problems.append(f"{name}: a module inside attention module {type(ctx['m']).__name__} that is not "
+                                     f"an RMSNorm of q or k between their projections and rope")
+                return None
+            new = [t for t in nm.parameters() if id(t) not in self.seen_params]
+            self.seen_params.update(id(t) for t in nm.parameters())
+            placed[found[0]] = (Norm(name, x.shape[-1]), found[1], layer[1], sum(t.numel() for t in new))
+        return placed
 
     def packed_values(self, idx):
         """q, k and v of a packed attention: the thirds of its qkv output's last dim."""
@@ -1096,10 +1168,13 @@ class Trace(TorchFunctionMode):
             hooks = [getattr(m, n).register_forward_hook(lambda mod, i, o, n=n: seen.__setitem__(n, o.detach()))
                      for n in parts[0]]
             hooks.append(parts[1].register_forward_hook(lambda mod, i, o: seen.__setitem__("out", o.detach())))
+            for j, (nm, _) in ctx.get("norm_map", {}).items():  # q and k as its norms leave them
+                hooks.append(nm.register_forward_hook(lambda mod, i, o, j=j: seen.__setitem__(("norm", j), o.detach())))
             try:
                 with torch.no_grad():
                     m(*a, **k)  # once as traced: the scores' size
                     qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else thirds(seen[parts[0][0]])
+                    qkv = [norm_out(seen, ctx, i, qkv[i]) for i in range(3)]
                     top = attention_scores_max(ctx["spec"], qkv)
                     alpha = min(max((200.0 / max(top, 1e-9)) ** 0.5, 1.0), 1e4)
                     x = [i for i, v in enumerate(a) if isinstance(v, torch.Tensor)]
@@ -1111,6 +1186,7 @@ class Trace(TorchFunctionMode):
                     seen.clear()
                     m(*a, **k)
                     qkv = [seen.get(n) for n in parts[0]] if len(parts[0]) == 3 else thirds(seen[parts[0][0]])
+                    qkv = [norm_out(seen, ctx, i, qkv[i]) for i in range(3)]
                     differs = attention_differs(m, ctx["spec"], self.model, qkv, parts[1], seen.get("out"))
             except Exception as e:  # noqa: BLE001 (a module that does not run twice: said, not written)
                 differs = f"it did not run again on a larger input ({one_line(e)})"
@@ -1140,6 +1216,11 @@ class Trace(TorchFunctionMode):
         if self.leaf_depth:
             return
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if self.attn and id(m) in self.attn[-1]["norms"] and len(tensors) == 1 and isinstance(out, torch.Tensor):
+            # a norm of q or k inside an attention module: placed between its projection and
+            # rope when the module's output is written (attention_output)
+            self.attn[-1]["norm_io"][id(m)] = (m, tensors[0].detach(), out.detach())
+            return
         try:
             layer = module_layer(m)
         except Unsupported as e:

@@ -213,6 +213,14 @@ same_as_config tiny-qwen2 tiny_qwen2 7 2
 # softmax, its heads, causal mask and per-layer scale fitted to its output) exports row for
 # row as bench imports its config.json
 same_as_config tiny-gpt2 tiny_gpt2 5 2
+# q and k norms inside the attention module: Qwen3's per head (between two reshapes) exports
+# row for row as its config.json imports; OLMo 2's over the whole projections computes what
+# torch computes end to end
+same_as_config tiny-qwen3 tiny_qwen3 5 2
+(cd "$SRC" && "$PY" scripts/torch_export.py hf_decoder:tiny_olmo2 --input-ids 5 -o "$T/olmo2.yaml") 2>"$T/olmo2.err" &&
+  mkdir -p "$T/olmo2.dump" && "$REF_DUMP" "$T/olmo2.yaml" "$T/olmo2.dump" 1 2 >/dev/null 2>&1 &&
+  "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$T/olmo2.dump" hf_decoder:tiny_olmo2 >"$T/olmo2.e2e" 2>&1 && ok ||
+  bad "tiny_olmo2's q/k norms: $(tail -2 "$T/olmo2.err" "$T/olmo2.e2e" 2>/dev/null)"
 # nanoGPT's model.py (fused c_attn split by n_embd, n_head, the masked softmax, attn and
 # resid dropouts, tied embeddings): exported by what it computes, torch's total, bench
 # check, and torch's forward end to end; without the mask, causal: false; with its scores
