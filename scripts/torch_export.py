@@ -55,6 +55,8 @@ two reshapes, OLMo 2's over the whole projection). A childless
 module holding weight [in, out] and bias [out] that computes x @ weight + bias (Hugging
 Face's Conv1D) is a linear layer with hf_conv1d; an nn.Embedding of torch.arange(T)
 added to the token embeddings (GPT-2's and nanoGPT's wpe) is a pos_embedding layer.
+nn.MultiheadAttention (batch first) with the causal mask is its in_proj as a linear, q, k
+and v its thirds, a causal attention layer and out_proj, checked to compute its output.
 Arithmetic with a number (x + 1, 1 - x, x * 0.5, x / 8) is a scale_shift layer.
 
 An attention module written as rope + attention is checked against what it computes:
@@ -875,6 +877,19 @@ def norm_out(seen, ctx, i, x):
     return ctx["norm_map"][i][1](seen[("norm", i)]).reshape(x.shape)
 
 
+def causal_mask(mask, x):
+    """mask is nn.MultiheadAttention's causal attn_mask for x [N, T, E]: [T, T], True or
+    -inf above the diagonal (nn.Transformer.generate_square_subsequent_mask), 0 or False on
+    and below it."""
+    t = x.shape[1]
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (t, t):
+        return False
+    above = torch.ones(t, t, dtype=torch.bool).triu(1)
+    if mask.dtype == torch.bool:
+        return torch.equal(mask, above)
+    return bool(torch.all(torch.isneginf(mask) == above)) and bool(torch.all(mask[~above] == 0))
+
+
 def thirds(x):
     """q, k and v of a packed projection's output: the thirds of its last dim."""
     c = x.shape[-1] // 3
@@ -1266,8 +1281,15 @@ class Trace(TorchFunctionMode):
             a, k = self.calls.get(id(m), ((), {}))
             names = ("query", "key", "value")
             tensors = [a[i] if i < len(a) else k.get(names[i]) for i in range(3)]
-            if k.get("attn_mask") is not None or k.get("key_padding_mask") is not None or len(a) > 3:
-                self.problems.append(f"{name}: attention with a mask (only unmasked self-attention)")
+            mask = k.get("attn_mask", a[5] if len(a) > 5 else None)
+            padding = k.get("key_padding_mask", a[3] if len(a) > 3 else None)
+            if mask is not None and padding is None and tensors[0] is tensors[1] is tensors[2] and \
+                    causal_mask(mask, tensors[0]):
+                self.causal_mha(m, name, tensors[0], out[0], n_params)
+                return
+            if mask is not None or padding is not None:
+                self.problems.append(f"{name}: attention with a mask other than the causal one (a padding mask, or "
+                                     f"another attn_mask)")
                 return
             if not (tensors[0] is tensors[1] is tensors[2]):
                 self.problems.append(f"{name}: cross-attention (only self-attention: query, key and value one tensor)")
@@ -1359,6 +1381,50 @@ class Trace(TorchFunctionMode):
         self.record(name, kind, params, inputs, out)
         return out
 
+
+    def causal_mha(self, m, name, x, out, n_params):
+        """nn.MultiheadAttention (batch first) with the causal mask: its packed in_proj as
+        a linear (in_proj_weight, in_proj_bias), q, k and v its thirds, a causal attention
+        layer and out_proj; checked to compute the module's output, else refused."""
+        e, h = m.embed_dim, m.num_heads
+        src = self.source(x)
+        if src is None or src == self.BROKEN:
+            self.broken(out)
+            return
+        self.leaf_depth += 1
+        try:
+            with torch.no_grad():
+                qkv = F.linear(x.double(), m.in_proj_weight.double(),
+                               None if m.in_proj_bias is None else m.in_proj_bias.double())
+                n, t = x.shape[0], x.shape[1]
+                q, k, v = (z.reshape(n, t, h, e // h).transpose(1, 2) for z in thirds(qkv))
+                s = (q @ k.transpose(-1, -2)) / math.sqrt(e // h)
+                s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+                y = F.linear((s.softmax(-1) @ v).transpose(1, 2).reshape(n, t, e), m.out_proj.weight.double(),
+                             None if m.out_proj.bias is None else m.out_proj.bias.double())
+                ok = m.batch_first and m._qkv_same_embed_dim and m.bias_k is None and \
+                    torch.allclose(y, out.double(), rtol=1e-4, atol=1e-5)
+        finally:
+            self.leaf_depth -= 1
+        if not ok:
+            self.problems.append(f"{name}: MultiheadAttention with a causal mask that does not compute a causal "
+                                 f"attention of its in_proj's thirds (batch_first false, separate k/v widths, bias_k)")
+            self.broken(out)
+            return
+        n_in = m.in_proj_weight.numel() + (0 if m.in_proj_bias is None else m.in_proj_bias.numel())
+        s = tuple(x.shape)
+        i = self.add_node(f"{name}.in_proj", "linear", {"out_features": 3 * e, **({} if m.in_proj_bias is not None
+                                                                                  else {"bias": False})},
+                          [src], s, s[:-1] + (3 * e,), n_in)
+        qkv = [self.add_node(f"{name}.{part}", "slice", {"dim": len(s) - 1, **({"start": j * e} if j else {}),
+                                                          **({"end": (j + 1) * e} if j < 2 else {})},
+                             [i], s[:-1] + (3 * e,), s) for j, part in enumerate("qkv")]
+        a = self.add_node(f"{name}.attn", "attention", {"num_heads": h, "head_dim": e // h}, qkv, s, s)
+        o = self.add_node(f"{name}.out_proj", "linear", {"out_features": e, **({} if m.out_proj.bias is not None
+                                                                               else {"bias": False})},
+                          [a], s, s, n_params - n_in)
+        self.producer[id(out)] = o
+        self.keep.append(out)
 
     def norm_by_output(self, m, tensors, out):
         """A module without a kind that holds one vector over the last dim and computes an

@@ -240,6 +240,10 @@ rc=$?
 PYTHONPATH="$SRC/tests/data" exported own_llama "$(module_params own_llama)" export_ops:own_llama --input-ids 6 -- \
   "{kind: rmsnorm, name: norm1, eps: 1e-05}" "{kind: rope, name: rotary_k, input: /attn.k_proj, num_heads: 2, head_dim: 8, rope_theta: 500.0}" \
   "num_heads: 4, head_dim: 8, scale: 0.3535533905932738, num_key_value_heads: 2}"
+# nn.MultiheadAttention with nn.Transformer's causal mask: its in_proj, thirds, a causal
+# attention and out_proj, computing what torch computes
+PYTHONPATH="$SRC/tests/data" exported causal_mha "$(module_params causal_mha)" export_ops:causal_mha --input 7,24 -- \
+  "{kind: linear, name: in_proj, out_features: 72}" "{kind: attention, name: attn, inputs: [/attn.q, /attn.k, /attn.v], num_heads: 3, head_dim: 8}"
 # a router's topk (what a mixture of experts written as a loop starts with): refused by name
 (cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:router_topk --input 5,16 -o "$T/topk.yaml") \
   2>"$T/topk.err"

@@ -6,7 +6,8 @@ norm, timm's packed attention) and arithmetic with numbers; nanoGPT's GPT as its
 writes it (fused c_attn, n_head, the masked softmax torch 1.13 takes, learned positions,
 tied embeddings), found by what it computes, and variants the exporter must refuse (a
 soft-cap of the scores) or fit (no mask: an encoder); a router's topk (refused by name); a
-Llama written with names of its own (its RMSNorm's weight w, its heads h and hd)."""
+Llama written with names of its own (its RMSNorm's weight w, its heads h and hd);
+nn.MultiheadAttention with the causal mask."""
 import math
 
 import torch
@@ -321,3 +322,25 @@ class OwnLlama(nn.Module):
 
 def own_llama():
     return OwnLlama()
+
+
+class CausalMHA(nn.Module):
+    """A decoder block on nn.MultiheadAttention with the causal mask nn.Transformer makes."""
+
+    def __init__(self, e=24, h=3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(e)
+        self.attn = nn.MultiheadAttention(e, h, batch_first=True)
+        self.proj = nn.Linear(e, e)
+
+    def forward(self, x):
+        t = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        y = self.norm(x)
+        y, _ = self.attn(y, y, y, attn_mask=mask, need_weights=False)
+        return self.proj(x + y)
+
+
+def causal_mha():
+    return CausalMHA()
