@@ -141,6 +141,17 @@ class PreNormLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class PreNormModel(nn.Module):
+    """The embedding, the layers given the rope's cos and sin (tables(T)), the final norm."""
+
+    def forward(self, input_ids):
+        cos, sin = self.tables(input_ids.shape[1])
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
 class LlamaRMSNorm(nn.Module):
     def __init__(self, hidden_size, eps=1e-6):
         super().__init__()
@@ -817,7 +828,7 @@ class GptOssDecoderLayer(PreNormLayer):
         self.mlp = GptOssMLP(d)
 
 
-class GptOssModel(nn.Module):
+class GptOssModel(PreNormModel):
     def __init__(self, d):
         super().__init__()
         self.d = d
@@ -825,14 +836,9 @@ class GptOssModel(nn.Module):
         self.layers = nn.ModuleList([GptOssDecoderLayer(d, i) for i in range(d["num_hidden_layers"])])
         self.norm = LlamaRMSNorm(d["hidden_size"], d.get("rms_norm_eps", 1e-5))
 
-    def forward(self, input_ids):
-        t = input_ids.shape[1]
+    def tables(self, t):
         d = dict(self.d, rope_theta=self.d.get("rope_theta", 150000))
-        cos, sin = (z[None] for z in rope_tables(d, d.get("head_dim", 64), t))
-        x = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.norm(x)
+        return (z[None] for z in rope_tables(d, d.get("head_dim", 64), t))
 
 
 class GptOssForCausalLM(nn.Module):
@@ -994,7 +1000,7 @@ class DeepseekV2DecoderLayer(PreNormLayer):
         self.mlp = DeepseekV2MoE(d) if sparse else DeepseekV2MLP(d["hidden_size"], d["intermediate_size"])
 
 
-class DeepseekV2Model(nn.Module):
+class DeepseekV2Model(PreNormModel):
     def __init__(self, d):
         super().__init__()
         self.d = d
@@ -1002,13 +1008,8 @@ class DeepseekV2Model(nn.Module):
         self.layers = nn.ModuleList([DeepseekV2DecoderLayer(d, i) for i in range(d["num_hidden_layers"])])
         self.norm = LlamaRMSNorm(d["hidden_size"], d.get("rms_norm_eps", 1e-6))
 
-    def forward(self, input_ids):
-        t = input_ids.shape[1]
-        cos, sin = rope_tables(self.d, self.d["qk_rope_head_dim"], t)
-        x = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.norm(x)
+    def tables(self, t):
+        return rope_tables(self.d, self.d["qk_rope_head_dim"], t)
 
 
 class DeepseekV2ForCausalLM(nn.Module):

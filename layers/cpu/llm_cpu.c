@@ -742,14 +742,15 @@ static void mla_run(void *env, const layer *l, void *state, const void *const *i
     /* the new tokens' latent rows: the latent normalised, the key's rope part turned */
     CPU_OMP_IF(m * kd > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < m; r++) {
-            float row[kd];
+            int th = omp_get_thread_num(); /* the row in the thread's scratch (its 16 key rows' place) */
+            float *row = s->scratch + (th < s->threads ? th : 0) * s->per_thread + s->share * keys;
             rmsnorm_row(kv + r * kd, row, lr, norm, eps, 0.0f);
             memcpy(row + lr, kv + r * kd + lr, (size_t)dr * sizeof *row);
             rope_pairs(row + lr, s->cos + r % t_len * half, s->sin + r % t_len * half, half);
             if (bf)
                 dtype_from_f32(DTYPE_BF16, (uint16_t *)s->rows + r * kd, row, kd);
             else
-                memcpy((float *)s->rows + r * kd, row, (size_t)kd * sizeof *row);
+                memcpy((float *)s->rows + r * kd, row, (size_t)kd * sizeof(float));
         });
     /* the queries absorbed: q_nope W_UK_h into the first L of each head's row */
     if (bf && m == 1)
