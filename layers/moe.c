@@ -298,16 +298,11 @@ static void moe_init(const layer *l, float *w, layer_rng *rng)
 
 void layer_moe_gates(const layer *l, const float *logits, const int64_t *pick, double *gate)
 {
-    int64_t e_n = l->p.num_experts, k = l->p.top_k;
-    double top = -INFINITY, sum = 0, taken = 0;
-    bool sigmoid = l->p.moe_scoring == MOE_SIGMOID; /* DeepSeek-V3: each taken expert's sigmoid, without the bias */
-    for (int64_t e = 0; e < e_n && !sigmoid; e++)
-        top = logits[e] > top ? logits[e] : top;
-    for (int64_t e = 0; e < e_n && !sigmoid; e++)
-        sum += exp((double)logits[e] - top);
+    int64_t k = l->p.top_k;
+    double c[MOE_MAX_EXPERTS], taken = 0;
+    choice_scores(l, logits, NULL, c); /* the router's scores without the bias: the gates' */
     for (int64_t j = 0; j < k; j++)
-        taken += gate[j] = sigmoid ? 1.0 / (1.0 + exp(-(double)logits[pick[j]]))
-                                   : exp((double)logits[pick[j]] - top) / sum;
+        taken += gate[j] = c[pick[j]];
     double f = l->p.routed_scale > 0 ? l->p.routed_scale : 1.0; /* infer refuses 0; a layer made without defaults */
     for (int64_t j = 0; j < k; j++)
         gate[j] = (l->p.normalize ? gate[j] / taken : gate[j]) * f;

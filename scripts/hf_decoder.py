@@ -851,28 +851,12 @@ class GptOssForCausalLM(nn.Module):
         return self.lm_head(self.model(input_ids))
 
 
-class DeepseekV2MLP(nn.Module):
-    def __init__(self, h, i):
-        super().__init__()
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
-def deepseek_rotate_half(x):
-    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
-
-
 def deepseek_rope(x, cos, sin):
     """DeepSeek's published apply_rotary_pos_emb (modeling_deepseek.py): the interleaved pairs
     of x [b, h, t, d] gathered into halves, then rotate-half with cos/sin [t, d]."""
     b, h, t, d = x.shape
     x = x.view(b, h, t, d // 2, 2).transpose(4, 3).reshape(b, h, t, d)
-    return x * cos + deepseek_rotate_half(x) * sin
+    return x * cos + rotate_half(x) * sin
 
 
 class DeepseekV2Attention(nn.Module):
@@ -941,10 +925,10 @@ class DeepseekV2MoE(nn.Module):
         self.gate = nn.Linear(h, self.e, bias=False)
         if self.v3:
             self.gate.e_score_correction_bias = nn.Parameter(torch.zeros(self.e))
-        self.experts = nn.ModuleList([DeepseekV2MLP(h, f) for _ in range(self.e)])
+        self.experts = nn.ModuleList([Qwen3MoeMLP(h, f) for _ in range(self.e)])
         shared = d.get("n_shared_experts") or 0
         if shared:
-            self.shared_experts = DeepseekV2MLP(h, f * shared)
+            self.shared_experts = Qwen3MoeMLP(h, f * shared)
 
     def forward(self, x):
         b, t, h = x.shape
@@ -997,7 +981,7 @@ class DeepseekV2DecoderLayer(PreNormLayer):
         self.post_attention_layernorm = LlamaRMSNorm(d["hidden_size"], eps)
         sparse = d.get("n_routed_experts") is not None and i >= d.get("first_k_dense_replace", 0) and \
             i % d.get("moe_layer_freq", 1) == 0
-        self.mlp = DeepseekV2MoE(d) if sparse else DeepseekV2MLP(d["hidden_size"], d["intermediate_size"])
+        self.mlp = DeepseekV2MoE(d) if sparse else Qwen3MoeMLP(d["hidden_size"], d["intermediate_size"])
 
 
 class DeepseekV2Model(PreNormModel):

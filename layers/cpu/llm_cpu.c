@@ -636,6 +636,8 @@ static bench_status mla_setup(void *env, const layer *l, const void *w, void **s
         ok = ok && (s->q32 = bench_alloc_floats(m * h * qd)) && (s->kv32 = bench_alloc_floats(m * kd)) &&
              (s->norm32 = bench_alloc_floats(lr)) && (s->out32 = bench_alloc_floats(m * h * p->v_head_dim));
         extra = m * h * qd + m * kd + lr + m * h * p->v_head_dim;
+        if (ok) /* the norm's weight, once: the weights a kernel is set up with are the ones it runs on */
+            dtype_to_f32(DTYPE_BF16, s->norm32, w, lr);
         if (ok && m > 1) { /* the sgemm's weights: converted once, as a packed copy is */
             ok = (s->wb32 = bench_alloc_floats(nb)) != NULL;
             if (ok)
@@ -732,11 +734,10 @@ static void mla_run(void *env, const layer *l, void *state, const void *const *i
     const float *q = ins_[0], *kv = ins_[1], *norm = w_, *wb = (const float *)w_ + lr;
     const char *cache = (const char *)w_ + np * el;
     float *out = out_;
-    if (bf) { /* the small tensors in fp32: the inputs, the norm's weight; the output after */
+    if (bf) { /* the inputs in fp32 (the norm's weight converted at setup); the output after */
         dtype_to_f32(DTYPE_BF16, s->q32, ins_[0], m * h * qd), q = s->q32;
         dtype_to_f32(DTYPE_BF16, s->kv32, ins_[1], m * kd), kv = s->kv32;
-        dtype_to_f32(DTYPE_BF16, s->norm32, w_, lr), norm = s->norm32;
-        wb = s->wb32, out = s->out32;
+        norm = s->norm32, wb = s->wb32, out = s->out32;
     }
     float eps = (float)p->eps, scale = (float)layer_mla_scale(l);
     /* the new tokens' latent rows: the latent normalised, the key's rope part turned */
