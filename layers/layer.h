@@ -166,6 +166,8 @@ typedef struct layer_params {
     double mscale, mscale_all_dim; /* rope: yarn's attention factor, as DeepSeek gives it (0: not given) */
     double attention_factor;     /* rope: yarn's and longrope's cos/sin scale (0: inferred from factor) */
     bool truncate;               /* rope: yarn's correction range rounded to whole dims */
+    bool interleaved;            /* rope: turns the pairs (x[2i], x[2i + 1]), as Meta's reference Llama
+                                    (view_as_complex) and GPT-J do, not rotate-half's (x[i], x[i + d/2]) */
     layer_floats short_factor, long_factor; /* rope: longrope's per-frequency factors, within and past
                                                 original_max_position_embeddings */
     bool tied_weights;           /* linear: its weight is another layer's (not counted as parameters) */

@@ -9,8 +9,9 @@
  *   vocabulary, the same on every backend and in the reference (layer_token_id).
  * rmsnorm: x / sqrt(mean(x^2) + eps) * weight over the last dimension, as LlamaRMSNorm.
  * rope: rotary position embedding of q or k, [N, T, num_heads * head_dim], in the
- *   rotate-half convention Llama applies (not the interleaved one of the original
- *   paper): each head's dimension i < head_dim / 2 pairs with i + head_dim / 2. Token t
+ *   rotate-half convention Llama applies: each head's dimension i < head_dim / 2 pairs
+ *   with i + head_dim / 2; with interleaved, the original paper's (Meta's reference Llama,
+ *   GPT-J): dimension 2i pairs with 2i + 1, at the same frequency i. Token t
  *   sits at position kv_len + t. Angles are computed in fp32 as Hugging Face computes
  *   them (inv_freq, then position * inv_freq), their cosines and sines in double; the
  *   rope_type linear divides the positions by factor, llama3 rescales inv_freq by
@@ -162,6 +163,7 @@ static const layer_param_spec rope_params[] = {
     {"num_heads", LP_INT, P_OFF(num_heads), true, 1, NULL},
     {"head_dim", LP_INT, P_OFF(head_dim), true, 2, NULL},
     KIND_ROPE_PARAMS,
+    {"interleaved", LP_BOOL, P_OFF(interleaved), false, 0, NULL},
     {"kv_len", LP_INT, P_OFF(kv_len), false, 0, NULL},
     {NULL, 0, 0, false, 0, NULL},
 };
@@ -330,8 +332,10 @@ static void rope_reference(const layer *l, const float *const *ins, const float 
                 float *y = out + ((b * t_len + t) * heads + h) * d;
                 for (int64_t i = 0; i < half; i++) {
                     double a = layer_rope_angle(l, inv, t, i), c = cos(a) * scale, s = sin(a) * scale;
-                    y[i] = (float)(x[i] * c - x[i + half] * s);
-                    y[i + half] = (float)(x[i + half] * c + x[i] * s);
+                    /* the pair frequency i turns: (i, i + half), or (2i, 2i + 1) interleaved */
+                    int64_t u = l->p.interleaved ? 2 * i : i, v = l->p.interleaved ? 2 * i + 1 : i + half;
+                    y[u] = (float)(x[u] * c - x[v] * s);
+                    y[v] = (float)(x[v] * c + x[u] * s);
                 }
             }
     free(inv);

@@ -742,10 +742,50 @@ def function_layer(name, args, kwargs, out):
     raise Unsupported(f"operation {name}")
 
 
+def turn(x, freq, interleaved):
+    """x [N, heads, T, d] turned by rope at positions 0..T-1 and frequencies freq [d / 2]:
+    rotate-half's pairs (i, i + d/2), or interleaved (2i, 2i + 1) as Meta's view_as_complex
+    turns them."""
+    d = x.shape[-1]
+    angle = torch.arange(x.shape[-2], dtype=torch.float64)[:, None] * freq[None, :]
+    if interleaved:
+        pairs = x.reshape(*x.shape[:-1], d // 2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        c, s = angle.cos(), angle.sin()
+        return torch.stack((a * c - b * s, b * c + a * s), -1).reshape(x.shape)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
+
+
+def rope_candidates(model, call, d, tq, tk):
+    """The ropes an attention module found by its softmax may apply, to be fitted to its
+    output: [(theta, inv_freq, interleaved)]: the model's rotary embedding (a module with
+    inv_freq: rotate-half), and complex tensors of [T, d / 2] unit numbers among the
+    module's arguments (Meta's freqs_cis from torch.polar: interleaved pairs), each where its
+    frequencies are theta^(-2i/d) for one theta."""
+    if tq != tk:
+        return []
+    found = []
+    for r in (m for m in (model.modules() if model is not None else []) if is_rotary(m)):
+        theta = rope_theta(r.inv_freq, d)
+        if theta is not None:
+            found.append((theta, r.inv_freq.double().flatten(), False))
+            break
+    a, k = call
+    for z in list(a) + list(k.values()):
+        if isinstance(z, torch.Tensor) and z.is_complex() and z.dim() == 2 and z.shape[1] == d // 2 and \
+                z.shape[0] >= 2 and torch.allclose(z.abs(), torch.ones(()), atol=1e-5):
+            step = torch.angle(z[1].to(torch.complex128) * z[0].to(torch.complex128).conj())  # one position's turn
+            theta = rope_theta(step, d)
+            if theta is not None:
+                found.append((theta, step, True))
+    return found
+
+
 def attention_differs(m, spec, model, qkv, o_proj, out):
     """How far the attention module's real output (out, its out projection's) lies from
     what the layers written for it compute on the same q, k and v (rope as layerbench
-    defines it, from the module's own inv_freq; then the attention with its heads,
+    defines it, from the rope layers' params; then the attention with its heads,
     causality, window and scale 1/sqrt(head_dim); then the out projection): the
     relative L2 difference, or 0 within fp32's rounding. What the module does that
     its layers would not (Gemma's soft-cap, another query scale, q/k norms) shows here,
@@ -760,13 +800,10 @@ def attention_differs(m, spec, model, qkv, o_proj, out):
         q = q.reshape(n, t_q, heads, d).transpose(1, 2)
         k = k.reshape(n, t_k, kv_heads, d).transpose(1, 2)
         v = v.reshape(n, t_k, kv_heads, d).transpose(1, 2)
-        if rope is not None:
-            rotary = [r for r in list(m.modules()) + list(model.modules()) if is_rotary(r)]
-            freq = rotary[0].inv_freq.double().flatten()
-            angle = torch.arange(t_q, dtype=torch.float64)[:, None] * freq[None, :]
-            cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
-            half = lambda x: torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)  # noqa: E731
-            q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
+        if rope is not None:  # as the rope layers compute it, from their params
+            theta = rope.get("rope_theta", 10000.0)
+            freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+            q, k = (turn(x, freq, rope.get("interleaved", False)) for x in (q, k))
         k = k.repeat_interleave(heads // kv_heads, dim=1)
         v = v.repeat_interleave(heads // kv_heads, dim=1)
         scores = q @ k.transpose(-1, -2) * p.get("scale", d ** -0.5)
@@ -782,14 +819,14 @@ def attention_differs(m, spec, model, qkv, o_proj, out):
     return diff if diff > 1e-4 else 0.0
 
 
-def fit_attention(qkv, o_proj, out, model=None):
+def fit_attention(qkv, o_proj, out, model=None, call=((), {})):
     """The heads, mask and scale of an attention found by what it computes (fitted_parts):
     the first (heads, causal, scale) whose attention layer, then the out projection,
     gives the module's own output (heads by head_dim nearest 64 first; causal first; the
     scale 1/sqrt(head_dim), over k for k up to 64 as GPT-2 scales by layer, 1/head_dim or
-    1), with rope (rotate-half, at the frequencies of the model's rotary embedding, where
-    its inv_freq has head_dim / 2 of them) and without; (params, rope params) or None where
-    none does (Meta's interleaved rope, another mask, a norm of q or k: refused by name)."""
+    1), with each rope of rope_candidates (the model's rotary embedding, rotate-half; Meta's
+    freqs_cis among the module's arguments, interleaved) and without; (params, rope params)
+    or None where none does (another mask, a norm of q or k: refused by name)."""
     if out is None or any(t is None for t in qkv):
         return None
     with torch.no_grad():
@@ -808,25 +845,17 @@ def fit_attention(qkv, o_proj, out, model=None):
             qh0 = q.reshape(n, tq, heads, d).transpose(1, 2)
             kh0 = k.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
             vh = v.reshape(n, tk, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
-            ropes = [None]
-            for r in (m for m in (model.modules() if model is not None else []) if is_rotary(m)):
-                theta = rope_theta(r.inv_freq, d) if tq == tk else None
-                if theta is not None:
-                    ropes.append((theta, r.inv_freq.double().flatten()))
-                    break
-            for rope in ropes:
+            for rope in [None] + rope_candidates(model, call, d, tq, tk):
                 qh, kh = qh0, kh0
                 if rope is not None:
-                    angle = torch.arange(tq, dtype=torch.float64)[:, None] * rope[1][None, :]
-                    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
-                    half = lambda x: torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)  # noqa: E731
-                    qh, kh = qh * cos + half(qh) * sin, kh * cos + half(kh) * sin
+                    qh, kh = turn(qh, rope[1], rope[2]), turn(kh, rope[1], rope[2])
                 found = fit_scores(qh @ kh.transpose(-1, -2), vh, w, b, got, heads, kvh, d)
                 if found == "shape":
                     return None
                 if found is not None:
                     return found, None if rope is None else {"head_dim": d, **({} if rope[0] == 10000 else
-                                                                                 {"rope_theta": rope[0]})}
+                                                                                 {"rope_theta": rope[0]}),
+                                                             **({"interleaved": True} if rope[2] else {})}
     return None
 
 
@@ -1089,7 +1118,7 @@ class Trace(TorchFunctionMode):
             return
         qkv = [placed[i][1] if i in placed else qkv[i] for i in range(3)]
         if ctx["spec"] is FIT:  # found by its softmax: heads, mask and scale fitted to its output
-            fit = fit_attention(qkv, m, out, self.model)
+            fit = fit_attention(qkv, m, out, self.model, self.calls.get(id(ctx["m"]), ((), {})))
             if fit is None:
                 self.problems.append(
                     f"{ctx['name']}: attention module {type(ctx['m']).__name__} (a softmax between linear projections) "
@@ -1285,14 +1314,18 @@ class Trace(TorchFunctionMode):
             padding = k.get("key_padding_mask", a[3] if len(a) > 3 else None)
             if mask is not None and padding is None and tensors[0] is tensors[1] is tensors[2] and \
                     causal_mask(mask, tensors[0]):
-                self.causal_mha(m, name, tensors[0], out[0], n_params)
+                self.mha(m, name, tensors[0], tensors[0], out[0], n_params, True)
                 return
             if mask is not None or padding is not None:
                 self.problems.append(f"{name}: attention with a mask other than the causal one (a padding mask, or "
                                      f"another attn_mask)")
                 return
+            if tensors[1] is tensors[2] and tensors[0] is not tensors[1]:
+                self.mha(m, name, tensors[0], tensors[1], out[0], n_params, False)
+                return
             if not (tensors[0] is tensors[1] is tensors[2]):
-                self.problems.append(f"{name}: cross-attention (only self-attention: query, key and value one tensor)")
+                self.problems.append(f"{name}: key and value two different tensors (self-attention, or cross-attention "
+                                     f"to one memory, are followed)")
                 return
             tensors, out = tensors[:1], out[0]
         i = self.record(name, layer[0], layer[1], tensors, out, n_params)
@@ -1340,7 +1373,7 @@ class Trace(TorchFunctionMode):
         if x0 is not None and (id(x0) in self.shuffle or (op in ("view", "reshape") and self.source(x0) is not None
                                                           and group_split(x0, out))):
             return self.shuffle_step(op, x0, args, out)
-        if op in ("__get__", "detach", "contiguous", "clone", "to", "float"):
+        if op in ("__get__", "detach", "contiguous", "clone", "to", "float", "type_as"):
             if args and isinstance(args[0], torch.Tensor):
                 self.producer[id(out)] = self.source(args[0])
                 self.keep.append(out)
@@ -1382,24 +1415,32 @@ class Trace(TorchFunctionMode):
         return out
 
 
-    def causal_mha(self, m, name, x, out, n_params):
-        """nn.MultiheadAttention (batch first) with the causal mask: its packed in_proj as
-        a linear (in_proj_weight, in_proj_bias), q, k and v its thirds, a causal attention
-        layer and out_proj; checked to compute the module's output, else refused."""
+    def mha(self, m, name, x, mem, out, n_params, causal):
+        """nn.MultiheadAttention (batch first) run as layers, checked to compute the module's
+        output, else refused: self-attention with the causal mask (x is mem) as its packed
+        in_proj (a linear of in_proj_weight, in_proj_bias), q, k and v its thirds, a causal
+        attention and out_proj; cross-attention (k and v read mem, an encoder's output:
+        nn.TransformerDecoderLayer's multihead_attn) as in_proj_q (in_proj's first E rows)
+        on x, in_proj_kv (the other 2E) on mem, k and v its halves, an attention and out_proj."""
         e, h = m.embed_dim, m.num_heads
-        src = self.source(x)
-        if src is None or src == self.BROKEN:
+        src, msrc = self.source(x), self.source(mem)
+        if src is None or src == self.BROKEN or msrc is None or msrc == self.BROKEN:
+            if src is None or msrc is None:
+                self.problems.append(f"{name}: {NOT_COMPUTED}")
             self.broken(out)
             return
         self.leaf_depth += 1
         try:
             with torch.no_grad():
-                qkv = F.linear(x.double(), m.in_proj_weight.double(),
-                               None if m.in_proj_bias is None else m.in_proj_bias.double())
-                n, t = x.shape[0], x.shape[1]
-                q, k, v = (z.reshape(n, t, h, e // h).transpose(1, 2) for z in thirds(qkv))
+                wb = m.in_proj_weight.double(), None if m.in_proj_bias is None else m.in_proj_bias.double()
+                rows = lambda a, b: (wb[0][a:b], None if wb[1] is None else wb[1][a:b])  # noqa: E731
+                n, t, tk = x.shape[0], x.shape[1], mem.shape[1]
+                q = F.linear(x.double(), *rows(0, e))
+                k, v = F.linear(mem.double(), *rows(e, 3 * e)).chunk(2, -1)
+                q, k, v = (z.reshape(n, -1, h, e // h).transpose(1, 2) for z in (q, k, v))
                 s = (q @ k.transpose(-1, -2)) / math.sqrt(e // h)
-                s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+                if causal:
+                    s = s.masked_fill(torch.ones(t, tk, dtype=torch.bool).triu(1), float("-inf"))
                 y = F.linear((s.softmax(-1) @ v).transpose(1, 2).reshape(n, t, e), m.out_proj.weight.double(),
                              None if m.out_proj.bias is None else m.out_proj.bias.double())
                 ok = m.batch_first and m._qkv_same_embed_dim and m.bias_k is None and \
@@ -1407,22 +1448,31 @@ class Trace(TorchFunctionMode):
         finally:
             self.leaf_depth -= 1
         if not ok:
-            self.problems.append(f"{name}: MultiheadAttention with a causal mask that does not compute a causal "
-                                 f"attention of its in_proj's thirds (batch_first false, separate k/v widths, bias_k)")
+            self.problems.append(f"{name}: MultiheadAttention that does not compute the {'causal ' if causal else ''}"
+                                 f"attention of its in_proj's parts (batch_first false, separate k/v widths, bias_k)")
             self.broken(out)
             return
-        n_in = m.in_proj_weight.numel() + (0 if m.in_proj_bias is None else m.in_proj_bias.numel())
-        s = tuple(x.shape)
-        i = self.add_node(f"{name}.in_proj", "linear", {"out_features": 3 * e, **({} if m.in_proj_bias is not None
-                                                                                  else {"bias": False})},
-                          [src], s, s[:-1] + (3 * e,), n_in)
-        qkv = [self.add_node(f"{name}.{part}", "slice", {"dim": len(s) - 1, **({"start": j * e} if j else {}),
-                                                          **({"end": (j + 1) * e} if j < 2 else {})},
-                             [i], s[:-1] + (3 * e,), s) for j, part in enumerate("qkv")]
-        a = self.add_node(f"{name}.attn", "attention", {"num_heads": h, "head_dim": e // h}, qkv, s, s)
+        bias = {} if m.in_proj_bias is not None else {"bias": False}
+        per_row = m.in_proj_weight.shape[1] + (0 if m.in_proj_bias is None else 1)
+        s, ms = tuple(x.shape), tuple(mem.shape)
+        cut = lambda src, shape, parts, names: [  # noqa: E731 (slices of the last dim, e each)
+            self.add_node(f"{name}.{part}", "slice", {"dim": len(shape) - 1, **({"start": j * e} if j else {}),
+                                                       **({"end": (j + 1) * e} if j < parts - 1 else {})},
+                          [src], shape[:-1] + (parts * e,), shape) for j, part in enumerate(names)]
+        if x is mem:
+            i = self.add_node(f"{name}.in_proj", "linear", {"out_features": 3 * e, **bias}, [src], s,
+                              s[:-1] + (3 * e,), 3 * e * per_row)
+            qkv = cut(i, s, 3, "qkv")
+        else:
+            qn = self.add_node(f"{name}.in_proj_q", "linear", {"out_features": e, **bias}, [src], s, s, e * per_row)
+            kv = self.add_node(f"{name}.in_proj_kv", "linear", {"out_features": 2 * e, **bias}, [msrc], ms,
+                               ms[:-1] + (2 * e,), 2 * e * per_row)
+            qkv = [qn] + cut(kv, ms, 2, "kv")
+        a = self.add_node(f"{name}.attn", "attention", {"num_heads": h, "head_dim": e // h,
+                                                       **({} if causal else {"causal": False})}, qkv, s, s)
         o = self.add_node(f"{name}.out_proj", "linear", {"out_features": e, **({} if m.out_proj.bias is not None
                                                                                else {"bias": False})},
-                          [a], s, s, n_params - n_in)
+                          [a], s, s, n_params - 3 * e * per_row)
         self.producer[id(out)] = o
         self.keep.append(out)
 

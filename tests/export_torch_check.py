@@ -58,6 +58,12 @@ def layer_tensors(kind, name, modules, params, n):
     if kind == "mla":  # layers/mla.c: the attention module's kv_a_layernorm, then kv_b_proj
         parent = modules.get(name.rsplit(".", 1)[0])
         return [parent.kv_a_layernorm.weight, parent.kv_b_proj.weight] if parent is not None else None
+    parent = modules.get(name.rsplit(".", 1)[0]) if "." in name else None
+    if isinstance(parent, torch.nn.MultiheadAttention) and name.rsplit(".", 1)[1] in ("in_proj_q", "in_proj_kv"):
+        # cross-attention: in_proj's first embed_dim rows read the query, the others the memory
+        e = parent.embed_dim
+        rows = slice(0, e) if name.endswith("_q") else slice(e, 3 * e)
+        return [t[rows] for t in (parent.in_proj_weight, parent.in_proj_bias) if t is not None]
     if name in params:  # layer_scale, class_token, pos_embedding: named after the parameter
         return [params[name]]
     parent = modules.get(name.rsplit(".", 1)[0]) if "." in name else None

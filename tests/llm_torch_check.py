@@ -66,9 +66,13 @@ def rope(x, p):  # LlamaRotaryEmbedding.forward, apply_rotary_pos_emb on [N, H, 
     if p["rope_type"] == "linear":
         pos = pos / float(p["factor"])
     freqs = pos[:, None] @ inv_freq(p, d)[None, :]
+    xh = x.view(n, t, heads, d).transpose(1, 2)
+    if p.get("interleaved"):  # Meta's apply_rotary_emb: pairs as complex numbers
+        z = torch.view_as_complex(xh.reshape(n, heads, t, d // 2, 2).contiguous())
+        y = torch.view_as_real(z * torch.polar(torch.ones_like(freqs), freqs)).flatten(3)
+        return y.transpose(1, 2).reshape(n, t, hd)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()
-    xh = x.view(n, t, heads, d).transpose(1, 2)
     y = xh * cos + rotate_half(xh) * sin
     return y.transpose(1, 2).reshape(n, t, hd)
 

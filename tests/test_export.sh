@@ -240,10 +240,25 @@ rc=$?
 PYTHONPATH="$SRC/tests/data" exported own_llama "$(module_params own_llama)" export_ops:own_llama --input-ids 6 -- \
   "{kind: rmsnorm, name: norm1, eps: 1e-05}" "{kind: rope, name: rotary_k, input: /attn.k_proj, num_heads: 2, head_dim: 8, rope_theta: 500.0}" \
   "num_heads: 4, head_dim: 8, scale: 0.3535533905932738, num_key_value_heads: 2}"
+# Meta's reference model.py for Llama (wq..wo, n_heads and n_kv_heads, repeat_kv, freqs_cis
+# from torch.polar turning pairs by view_as_complex, the mask added to the scores): rope
+# with interleaved pairs fitted to its output, its theta read from freqs_cis; every layer of
+# the export against torch too (the rope kind's interleaved pairs as view_as_complex)
+PYTHONPATH="$SRC/tests/data" exported meta_llama "$(module_params meta_llama)" export_ops:meta_llama --input-ids 6 -- \
+  "{kind: rope, name: rotary_q, input: /layers.0.attention.wq, num_heads: 6, head_dim: 8, rope_theta: 500000.0, interleaved: true}" \
+  "num_heads: 6, head_dim: 8, scale: 0.3535533905932738, num_key_value_heads: 2}"
+"$PY" -W ignore "$SRC/tests/llm_torch_check.py" "$T/meta_llama.dump" >"$T/meta_llama.layers" 2>&1 && ok ||
+  bad "meta_llama's layers against torch: $(tail -2 "$T/meta_llama.layers")"
 # nn.MultiheadAttention with nn.Transformer's causal mask: its in_proj, thirds, a causal
 # attention and out_proj, computing what torch computes
 PYTHONPATH="$SRC/tests/data" exported causal_mha "$(module_params causal_mha)" export_ops:causal_mha --input 7,24 -- \
   "{kind: linear, name: in_proj, out_features: 72}" "{kind: attention, name: attn, inputs: [/attn.q, /attn.k, /attn.v], num_heads: 3, head_dim: 8}"
+# nn.TransformerDecoderLayer (batch first): its causal self-attention as above, and its
+# cross-attention to the encoder's memory (a second input) as in_proj's query rows on the
+# tokens, its key and value rows on the memory, an attention without a mask and out_proj
+PYTHONPATH="$SRC/tests/data" exported cross_decoder "$(module_params cross_decoder)" export_ops:cross_decoder \
+  --input 7,24 --input 5,24 -- "{kind: linear, name: in_proj_kv, input: /memory, out_features: 48}" \
+  "{kind: attention, name: attn, inputs: [/layer.multihead_attn.in_proj_q, /layer.multihead_attn.k, /layer.multihead_attn.v], num_heads: 4, head_dim: 6, causal: false}"
 # a router's topk (what a mixture of experts written as a loop starts with): refused by name
 (cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:router_topk --input 5,16 -o "$T/topk.yaml") \
   2>"$T/topk.err"

@@ -95,6 +95,9 @@ static void rope_longrope(layer_params *p)
     p->long_factor = (layer_floats){.n = 4, .v = {1.0f, 3.0f, 9.0f, 27.0f}};
 }
 static void rope_longrope_long(layer_params *p) { rope_longrope(p); p->kv_len = 10; }
+/* Meta's reference Llama: interleaved pairs, at a decode position and with an odd head count */
+static void rope_interleaved(layer_params *p) { p->num_heads = 3, p->head_dim = 10, p->rope_theta = 500000.0, p->interleaved = true; }
+static void rope_interleaved_decode(layer_params *p) { rope_interleaved(p); p->kv_len = 777; }
 static void attn_gqa(layer_params *p) { p->num_heads = 6; p->num_kv_heads = 2; p->head_dim = 5; }
 static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads = 3; p->head_dim = 8; p->causal = false; }
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
@@ -412,6 +415,8 @@ static const layer_case cases[] = {
     {"yarn x40, mscale 1 over 0.5", LAYER_ROPE, S3(2, 3, 32), rope_yarn_mscale},
     {"longrope, short factors", LAYER_ROPE, S3(2, 3, 32), rope_longrope},
     {"longrope, long factors past 8", LAYER_ROPE, S3(2, 3, 32), rope_longrope_long},
+    {"interleaved, 3 heads of 10", LAYER_ROPE, S3(2, 5, 30), rope_interleaved},
+    {"interleaved, decode at 777", LAYER_ROPE, S3(3, 1, 30), rope_interleaved_decode},
     {"GQA 6/2, causal prefill", LAYER_ATTENTION, S3(2, 7, 30), attn_gqa, MORE(S3(2, 7, 10), S3(2, 7, 10))},
     {"not causal, 3 heads", LAYER_ATTENTION, S3(1, 9, 24), attn_mha_full, MORE(S3(1, 9, 24), S3(1, 9, 24))},
     {"cross-attention: 9 queries, 77 keys (a UNet's text)", LAYER_ATTENTION, S3(2, 9, 24), attn_mha_full,

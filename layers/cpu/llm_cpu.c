@@ -117,7 +117,7 @@ static bench_status rope_setup(void *env, const layer *l, const void *w, void **
     rope_state *s = xcalloc(1, sizeof *s);
     rope_tabulate(l, &s->cos, &s->sin);
     *ws = 2 * t_len * half * (int64_t)sizeof(float);
-    snprintf(impl, len, "rotate-half, cos/sin tabulated at setup");
+    snprintf(impl, len, "%s, cos/sin tabulated at setup", l->p.interleaved ? "interleaved pairs" : "rotate-half");
     *state = s;
     return BENCH_OK;
 }
@@ -133,6 +133,18 @@ static void rope_head(const float *x, float *y, const float *c, const float *s, 
     }
 }
 
+/* one head, interleaved pairs (x[2i], x[2i + 1]) */
+CPU_ISA_CLONES
+static void rope_head_pairs(const float *x, float *y, const float *c, const float *s, int64_t half)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < half; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        y[2 * i] = a * c[i] - b * s[i];
+        y[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
 static void rope_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w, void *out_)
 {
     (void)env, (void)w;
@@ -140,12 +152,14 @@ static void rope_run(void *env, const layer *l, void *state, const void *const *
     const float *in = ins_[0];
     float *out = out_;
     int64_t rows = l->in.d[0] * l->in.d[1], t_len = l->in.d[1], heads = l->p.num_heads, d = l->p.head_dim;
+    void (*head)(const float *, float *, const float *, const float *, int64_t) =
+        l->p.interleaved ? rope_head_pairs : rope_head;
     CPU_OMP_IF(rows * heads * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < rows; r++) {
             int64_t t = r % t_len;
             for (int64_t h = 0; h < heads; h++)
-                rope_head(in + (r * heads + h) * d, out + (r * heads + h) * d, s->cos + t * (d / 2),
-                          s->sin + t * (d / 2), d / 2);
+                head(in + (r * heads + h) * d, out + (r * heads + h) * d, s->cos + t * (d / 2), s->sin + t * (d / 2),
+                     d / 2);
         });
 }
 
@@ -658,18 +672,6 @@ static bench_status mla_setup(void *env, const layer *l, const void *w, void **s
     return BENCH_OK;
 }
 
-/* x [dr] turned in place, interleaved pairs */
-CPU_ISA_CLONES
-static void rope_pairs(float *x, const float *c, const float *s, int64_t half)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < half; i++) {
-        float a = x[2 * i], b = x[2 * i + 1];
-        x[2 * i] = a * c[i] - b * s[i];
-        x[2 * i + 1] = b * c[i] + a * s[i];
-    }
-}
-
 static inline float bf16_value(uint16_t x)
 {
     union { uint32_t u; float f; } v = {.u = (uint32_t)x << 16};
@@ -747,7 +749,7 @@ static void mla_run(void *env, const layer *l, void *state, const void *const *i
             float *row = s->scratch + (th < s->threads ? th : 0) * s->per_thread + s->share * keys;
             rmsnorm_row(kv + r * kd, row, lr, norm, eps, 0.0f);
             memcpy(row + lr, kv + r * kd + lr, (size_t)dr * sizeof *row);
-            rope_pairs(row + lr, s->cos + r % t_len * half, s->sin + r % t_len * half, half);
+            rope_head_pairs(row + lr, row + lr, s->cos + r % t_len * half, s->sin + r % t_len * half, half);
             if (bf)
                 dtype_from_f32(DTYPE_BF16, (uint16_t *)s->rows + r * kd, row, kd);
             else
@@ -771,7 +773,7 @@ static void mla_run(void *env, const layer *l, void *state, const void *const *i
             float *x = s->qf + r * kd + lr;
             int64_t t = r / h % t_len;
             memcpy(x, q + r * qd + dn, (size_t)dr * sizeof *x);
-            rope_pairs(x, s->cos + t * half, s->sin + t * half, half);
+            rope_head_pairs(x, x, s->cos + t * half, s->sin + t * half, half);
         });
     /* the attention: per (sample, token, share of the heads), the cache's rows then the
      * new tokens' up to this one */

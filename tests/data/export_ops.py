@@ -344,3 +344,196 @@ class CausalMHA(nn.Module):
 
 def causal_mha():
     return CausalMHA()
+
+
+def precompute_freqs_cis(dim, end, theta=10000.0):
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    freqs = torch.outer(torch.arange(end).float(), freqs)
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def repeat_kv(x, n_rep):
+    bs, slen, n_kv_heads, head_dim = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, :, None, :].expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(bs, slen, n_kv_heads * n_rep, head_dim)
+
+
+class MetaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        return self._norm(x.float()).type_as(x) * self.weight
+
+
+class MetaAttention(nn.Module):
+    def __init__(self, dim, n_heads, n_kv_heads):
+        super().__init__()
+        self.n_kv_heads, self.n_local_heads, self.n_local_kv_heads = n_kv_heads, n_heads, n_kv_heads
+        self.n_rep, self.head_dim = n_heads // n_kv_heads, dim // n_heads
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+
+    def forward(self, x, start_pos, freqs_cis, mask):
+        bsz, seqlen, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = xq.view(bsz, seqlen, self.n_local_heads, self.head_dim)
+        xk = xk.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+        xv = xv.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+        keys, values = repeat_kv(xk, self.n_rep), repeat_kv(xv, self.n_rep)
+        xq, keys, values = xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, values)
+        output = output.transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.wo(output)
+
+
+class MetaFeedForward(nn.Module):
+    def __init__(self, dim, hidden_dim):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MetaBlock(nn.Module):
+    def __init__(self, dim, n_heads, n_kv_heads, hidden_dim):
+        super().__init__()
+        self.attention = MetaAttention(dim, n_heads, n_kv_heads)
+        self.feed_forward = MetaFeedForward(dim, hidden_dim)
+        self.attention_norm, self.ffn_norm = MetaRMSNorm(dim), MetaRMSNorm(dim)
+
+    def forward(self, x, start_pos, freqs_cis, mask):
+        h = x + self.attention(self.attention_norm(x), start_pos, freqs_cis, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class MetaLlama(nn.Module):
+    """Meta's reference model.py for Llama (llama3's), as torchtitan trains it (no inference
+    KV cache): wq/wk/wv/wo, n_heads and n_kv_heads, repeat_kv, rope on complex pairs
+    (view_as_complex with freqs_cis from torch.polar, passed down), the mask added to the
+    scores."""
+
+    def __init__(self, vocab=53, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, hidden_dim=80, theta=500000.0):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(MetaBlock(dim, n_heads, n_kv_heads, hidden_dim) for _ in range(n_layers))
+        self.norm = MetaRMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        self.freqs_cis = precompute_freqs_cis(dim // n_heads, 64, theta)
+
+    def forward(self, tokens, start_pos=0):
+        _, seqlen = tokens.shape
+        h = self.tok_embeddings(tokens)
+        freqs_cis = self.freqs_cis[start_pos: start_pos + seqlen]
+        mask = None
+        if seqlen > 1:
+            mask = torch.full((seqlen, seqlen), float("-inf"))
+            mask = torch.triu(mask, diagonal=1)
+            mask = torch.hstack([torch.zeros((seqlen, start_pos)), mask]).type_as(h)
+        for layer in self.layers:
+            h = layer(h, start_pos, freqs_cis, mask)
+        return self.output(self.norm(h)).float()
+
+
+def meta_llama():
+    return MetaLlama()
+
+
+class MixtralExpert(nn.Module):
+    def __init__(self, d, f):
+        super().__init__()
+        self.w1, self.w2, self.w3 = nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False), nn.Linear(d, f, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MixtralMoE(nn.Module):
+    """Mixtral's sparse MoE block as a loop over experts: softmax, topk, renormalised gates,
+    one_hot masks, torch.where, index_add_ into zeros."""
+
+    def __init__(self, d, f, experts, top_k):
+        super().__init__()
+        self.top_k, self.num_experts = top_k, experts
+        self.gate = nn.Linear(d, experts, bias=False)
+        self.experts = nn.ModuleList(MixtralExpert(d, f) for _ in range(experts))
+
+    def forward(self, hidden_states):
+        b, t, d = hidden_states.shape
+        hidden_states = hidden_states.view(-1, d)
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        final = torch.zeros((b * t, d), dtype=hidden_states.dtype)
+        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        for i in range(self.num_experts):
+            idx, top_x = torch.where(expert_mask[i])
+            current = hidden_states[None, top_x].reshape(-1, d)
+            out = self.experts[i](current) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, out.to(hidden_states.dtype))
+        return final.reshape(b, t, d)
+
+
+class MixtralBlockMoE(nn.Module):
+    def __init__(self, vocab=41, d=32, f=24, experts=5, top_k=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocab, d)
+        self.norm = MetaRMSNorm(d)
+        self.block_sparse_moe = MixtralMoE(d, f, experts, top_k)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.block_sparse_moe(self.norm(x))
+        return self.head(x)
+
+
+def mixtral_moe():
+    return MixtralBlockMoE()
+
+
+class CrossDecoder(nn.Module):
+    """nn.TransformerDecoderLayer (batch first): causal self-attention, then cross-attention
+    to an encoder's memory, both through nn.MultiheadAttention."""
+
+    def __init__(self, e=24, h=4, f=40):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.TransformerDecoderLayer(e, h, f, dropout=0.0, batch_first=True)
+
+    def forward(self, x, memory):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, memory, tgt_mask=mask)
+
+
+def cross_decoder():
+    return CrossDecoder().eval()
