@@ -56,14 +56,27 @@ module holding weight [in, out] and bias [out] that computes x @ weight + bias (
 Face's Conv1D) is a linear layer with hf_conv1d; an nn.Embedding of torch.arange(T)
 added to the token embeddings (GPT-2's and nanoGPT's wpe) is a pos_embedding layer.
 nn.MultiheadAttention (batch first) with the causal mask is its in_proj as a linear, q, k
-and v its thirds, a causal attention layer and out_proj, checked to compute its output.
+and v its thirds, a causal attention layer and out_proj; its cross-attention to another
+tensor (nn.TransformerDecoderLayer's multihead_attn over the memory) is in_proj_q (in_proj's
+first E rows) on the tokens, in_proj_kv (the other 2E) on the memory, k and v its halves,
+an attention without a mask and out_proj; each checked to compute the module's output.
+Meta's reference Llama (model.py: wq, wk, wv, wo, n_heads, n_kv_heads, repeat_kv, the mask
+added to the scores) turns q and k as complex pairs with freqs_cis, passed to the
+attention module: a complex [T, head_dim / 2] table of unit numbers among its arguments
+is tried as rope with interleaved pairs, its theta read from one position's turn, and
+kept where the module's output matches. A mixture of experts written as a loop (Mixtral's
+and Qwen-MoE's sparse blocks: a module whose own forward runs topk, holding a linear router
+to E logits and a list of E experts, each a SwiGLU MLP of three linears, found by what it
+computes whatever they are called) is its router as a linear and a moe layer, with the
+top_k and the renormalisation (or not) that give the module's output; one that holds more
+(a shared expert) or computes something else is refused by name.
 Arithmetic with a number (x + 1, 1 - x, x * 0.5, x / 8) is a scale_shift layer.
 
 An attention module written as rope + attention is checked against what it computes:
 its output must be what those layers give on the same q, k and v, on the traced input
 and again on that input scaled until its scores reach about 200; one that differs (Gemma
-2's logit soft-cap, another query scale, a norm of q or k other than an RMSNorm, a mask, Meta's interleaved
-rope) is refused by name.
+2's logit soft-cap, another query scale, a norm of q or k other than an RMSNorm, a mask)
+is refused by name.
 
 What layerbench cannot express is listed, and nothing is written (exit status 1): a
 module or operation without a kind, a parameter the kind does not have (padding_mode
@@ -895,6 +908,83 @@ def attention_scores_max(spec, qkv):
     return float((q @ k.transpose(-1, -2)).abs().max()) / d ** 0.5
 
 
+def expert_roles(e):
+    """(gate, down, up) of a mixture's expert that computes a SwiGLU MLP, down(silu(gate x) *
+    up x), whatever its linears are called (Mixtral's w1, w2, w3; gate_proj, down_proj,
+    up_proj), found by running it on a random input; None for any other expert."""
+    lin = [c for _, c in linear_children(e)]
+    if len(lin) != 3 or sum(t.numel() for t in e.parameters()) != sum(t.numel() for c in lin for t in c.parameters()) \
+            or len({c.bias is None for c in lin}) != 1:  # three linears, and nothing else holding parameters
+        return None
+    h = linear_weight(lin[0]).shape[1]
+    ups = [c for c in lin if linear_weight(c).shape[1] == h]
+    down = [c for c in lin if c not in ups]
+    if len(ups) != 2 or len(down) != 1 or linear_weight(ups[0]).shape != linear_weight(ups[1]).shape or \
+            linear_weight(down[0]).shape != linear_weight(ups[0]).shape[::-1]:
+        return None
+    x = torch.randn(5, h, generator=torch.Generator().manual_seed(0))
+    lin64 = lambda c, v: F.linear(v, linear_weight(c).double(), None if c.bias is None else c.bias.double())  # noqa: E731
+    with torch.no_grad():
+        got = e(x).double()
+        for g, u in (ups, ups[::-1]):
+            want = lin64(down[0], F.silu(lin64(g, x.double())) * lin64(u, x.double()))
+            if got.shape == want.shape and float((got - want).norm() / max(float(want.norm()), 1e-30)) <= 1e-5:
+                return g, down[0], u
+    return None
+
+
+def moe_parts(m):
+    """A mixture of experts written as a loop (Mixtral's MixtralSparseMoeBlock as a
+    model.py copies it), found by what it holds and computes: a module whose own forward
+    runs topk, holding a linear router to E logits and a list of E experts, each a SwiGLU
+    MLP (expert_roles): ((router name, router), (experts name, experts, their roles)), None
+    for a module without that layout; Unsupported for one that holds more (a shared
+    expert: Qwen2-MoE's, DeepSeek's) or whose experts compute something else."""
+    kids = [(n, c) for n, c in m.named_children() if not isinstance(c, (nn.Dropout, nn.Identity))]
+    lists = [(n, c) for n, c in kids if isinstance(c, nn.ModuleList)]
+    routers = [(n, c) for n, c in kids if isinstance(c, nn.Linear) and lists and c.out_features == len(lists[0][1])]
+    if len(lists) != 1 or len(routers) != 1:
+        return None
+    other = [n for n, _ in kids if n not in (lists[0][0], routers[0][0])]
+    if other:
+        raise Unsupported(f"module {type(m).__name__} (a router and {len(lists[0][1])} experts): holds "
+                          f"{', '.join(other)} besides, which a moe layer leaves out (a shared expert: import the "
+                          f"model's config.json)")
+    roles = [expert_roles(e) for e in lists[0][1]]
+    bad = [i for i, r in enumerate(roles) if r is None]
+    if bad:
+        raise Unsupported(f"module {type(m).__name__}: expert {lists[0][0]}.{bad[0]} is not a SwiGLU MLP "
+                          f"(down(silu(gate x) * up x) of three linears), the moe kind's expert")
+    shapes = {tuple((tuple(linear_weight(c).shape), c.bias is None) for c in r) for r in roles}
+    if len(shapes) != 1:
+        raise Unsupported(f"module {type(m).__name__}: experts of different sizes")
+    return routers[0], (lists[0][0], lists[0][1], roles)
+
+
+def fit_moe(parts, x, out):
+    """(top_k, normalize) of the moe layer that computes out from x with the router and
+    experts of parts (moe_parts): the softmax of the router's logits, the top k, their
+    probabilities renormalised or not, the experts' outputs weighted by them; None where
+    none does."""
+    (_, router), (_, _, roles) = parts
+    lin = lambda c, v: F.linear(v, linear_weight(c).double(), None if c.bias is None else c.bias.double())  # noqa: E731
+    with torch.no_grad():
+        xs = x.detach().double().reshape(-1, x.shape[-1])
+        probs = lin(router, xs).softmax(-1)
+        ys = torch.stack([lin(d, F.silu(lin(g, xs)) * lin(u, xs)) for g, d, u in roles], 1)  # [R, E, H]
+        got = out.detach().double().reshape(xs.shape[0], -1)
+        if got.shape[1] != xs.shape[1]:
+            return None
+        for k in range(1, len(roles) + 1):
+            p, pick = probs.topk(k, -1)
+            for normalize in (True, False):
+                gate = p / p.sum(-1, keepdim=True) if normalize else p
+                want = (ys.gather(1, pick[..., None].expand(-1, -1, ys.shape[-1])) * gate[..., None]).sum(1)
+                if float((got - want).norm() / max(float(want.norm()), 1e-30)) <= 1e-5:
+                    return k, normalize
+    return None
+
+
 # ---- the trace ------------------------------------------------------------------------------
 
 
@@ -970,18 +1060,23 @@ class Trace(TorchFunctionMode):
         self.wrapped = []      # modules whose forward records its call
         self.probes = []       # attention modules written as rope + attention: checked again (stress_attention)
         self.fitted = set()    # ids of the modules that run a softmax in their own forward (softmax_modules)
+        self.topk = set()      # ids of those that run topk (softmax_modules): a mixture of experts may be one
+        self.moe = []          # mixtures of experts being run (moe_parts): nothing inside them is recorded
         self.positions = {}    # id(tensor) -> tensor: torch.arange(T) made in the forward (token positions)
         self.pos_tables = {}   # id(tensor) -> (name, rows, n_params): an nn.Embedding read at positions
 
     def softmax_modules(self, model, inputs):
-        """The modules whose own forward (not a child's) runs a softmax, found by running
-        the model once before the trace: where attention written in any form may be."""
-        stack, found = [], set()
+        """The modules whose own forward (not a child's) runs a softmax, and those that run
+        topk, found by running the model once before the trace: where attention, and a
+        mixture of experts, written in any form may be."""
+        stack, found, topk = [], set(), set()
 
         class Spy(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 if getattr(func, "__name__", "") in ("softmax", "_softmax") and stack:
                     found.add(stack[-1])
+                if getattr(func, "__name__", "") == "topk" and stack:
+                    topk.add(stack[-1])
                 return func(*args, **(kwargs or {}))
         hs = []
         for m in model.modules():
@@ -993,7 +1088,7 @@ class Trace(TorchFunctionMode):
         finally:
             for h in hs:
                 h.remove()
-        self.fitted = found
+        self.fitted, self.topk = found, topk
 
     def hooks(self, model):
         for m in model.modules():
@@ -1081,6 +1176,19 @@ class Trace(TorchFunctionMode):
         self.stack.append(self.names.get(m, "?"))
         if is_leaf(m):
             self.leaf_depth += 1
+        elif not self.leaf_depth and not self.attn and id(m) in self.topk:
+            self.leaf_depth += 1  # moe_parts runs the experts: not the model's operations
+            try:
+                parts = moe_parts(m)
+            except Unsupported as e:
+                self.problems.append(f"{self.stack[-1]}: {e}")
+                parts = False
+            finally:
+                self.leaf_depth -= 1
+            if parts is not None:  # its own operations are not recorded: its output is fitted (moe_output),
+                #                    or broken where it was refused
+                self.moe.append({"m": m, "parts": parts})
+                self.leaf_depth += 1
         elif not self.leaf_depth:
             try:
                 spec = attention_spec(m, self.model, self.fitted)
@@ -1246,6 +1354,10 @@ class Trace(TorchFunctionMode):
 
     def post(self, m, args, out):
         name = self.stack.pop()
+        if self.moe and self.moe[-1]["m"] is m:
+            self.leaf_depth -= 1
+            self.moe_output(m, name, self.moe.pop()["parts"], args, out)
+            return
         if self.attn and self.attn[-1]["m"] is m:
             ctx = self.attn.pop()
             first = out[0] if isinstance(out, (tuple, list)) else out
@@ -1362,8 +1474,9 @@ class Trace(TorchFunctionMode):
             if any(s is not None and s != self.BROKEN for s in sources):
                 parent = self.stack[-1] if self.stack else ""
                 self.problems.append(f"{parent or '(the model)'}: operation {op} (no layer kind computes it: a mixture "
-                                     f"of experts written as a loop over its experts is not followed; bench reads "
-                                     f"MoE decoders from their config.json, or a moe layer)")
+                                     f"of experts is followed where one module holds its router, a linear, and a "
+                                     f"list of SwiGLU experts, as Mixtral's loop does; bench reads MoE decoders from "
+                                     f"their config.json)")
             if any(s is not None for s in sources):
                 self.broken(out)
             return out
@@ -1475,6 +1588,55 @@ class Trace(TorchFunctionMode):
                           [a], s, s, n_params - 3 * e * per_row)
         self.producer[id(out)] = o
         self.keep.append(out)
+
+    def moe_output(self, m, name, parts, args, out):
+        """A mixture of experts written as a loop (moe_parts): its router as a linear layer
+        and its experts as a moe layer reading the input and the router's logits, with the
+        top_k and normalisation that give the module's own output (fit_moe); refused by
+        name where none does."""
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        src = self.source(tensors[0]) if len(tensors) == 1 else None
+        if not parts or src is None or src == self.BROKEN or not isinstance(first, torch.Tensor):
+            if parts and src is None:
+                self.problems.append(f"{name}: {NOT_COMPUTED}" if len(tensors) == 1 else
+                                     f"{name}: a mixture of experts called with {len(tensors)} tensors (one: the tokens)")
+            self.broken(out)
+            return
+        x = tensors[0]
+        self.leaf_depth += 1
+        try:
+            fit = fit_moe(parts, x, first) if first.shape == x.shape else None
+        finally:
+            self.leaf_depth -= 1
+        (rn, router), (en, experts, roles) = parts
+        if fit is None:
+            self.problems.append(f"{name}: module {type(m).__name__} (a router to {len(experts)} experts and topk) "
+                                 f"computes something no moe layer reproduces (the softmax of the router's logits, "
+                                 f"the top k experts, their probabilities renormalised or not)")
+            self.broken(out)
+            return
+        k, normalize = fit
+        e, s = len(experts), tuple(x.shape)
+        g, _, _ = roles[0]
+        names = {"w1_w2_w3": ("w1", "w2", "w3"), "gate_up_down": ("gate_proj", "down_proj", "up_proj")}
+        own = {id(c): n for ex in experts for n, c in ex.named_children()}
+        style = next((st for st, ns in names.items() if tuple(own[id(c)] for c in roles[0]) == ns), None)
+        for t in m.parameters():
+            self.seen_params.add(id(t))
+        r = self.add_node(f"{name}.{rn}", "linear", {"out_features": e, **({} if router.bias is not None
+                                                                            else {"bias": False})},
+                          [src], s, s[:-1] + (e,), sum(t.numel() for t in router.parameters()))
+        params = {"num_experts": e, "top_k": k, "ffn_dim": linear_weight(g).shape[0],
+                  **({} if normalize else {"normalize": False}), **({"bias": True} if g.bias is not None else {}),
+                  **({"expert_names": style} if style and style != "w1_w2_w3" else {})}
+        i = self.add_node(f"{name}.{en}", "moe", params, [src, r], s, s, sum(t.numel() for t in experts.parameters()))
+        self.producer[id(first)] = i
+        self.keep.append(first)
+        if isinstance(out, (tuple, list)) and len(out) > 1 and isinstance(out[1], torch.Tensor) and \
+                tuple(out[1].shape) in (s[:-1] + (e,), (math.prod(s[:-1]), e)):
+            self.producer[id(out[1])] = r  # transformers' blocks return the router's logits too
+            self.keep.append(out[1])
 
     def norm_by_output(self, m, tensors, out):
         """A module without a kind that holds one vector over the last dim and computes an

@@ -50,7 +50,10 @@ def layer_tensors(kind, name, modules, params, n):
         if kind == "linear" and hasattr(m, "e_score_correction_bias"):  # DeepSeek-V3's router: the moe holds its bias
             return [m.weight]
         if kind == "moe":  # layers/moe.c: per expert gate (w1), down (w2), up (w3); then DeepSeek-V3's score bias
-            experts = [t for e in m for t in (e.gate_proj.weight, e.down_proj.weight, e.up_proj.weight)]
+            # each expert's gate, down and up by what it computes (torch_export.expert_roles), their
+            # biases after them where they have them
+            roles = [torch_export.expert_roles(e) for e in m]
+            experts = [t for r in roles for t in [c.weight for c in r] + [c.bias for c in r if c.bias is not None]]
             gate = getattr(modules.get(name.rsplit(".", 1)[0]), "gate", None)
             bias = getattr(gate, "e_score_correction_bias", None)
             return experts + ([bias] if bias is not None and sum(t.numel() for t in experts) < n else [])

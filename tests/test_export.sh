@@ -79,10 +79,11 @@ exported() {
   "$BENCH" list "$T/$file.yaml" | grep -q "^Totals: $want params" ||
     { bad "$file: not $want params: $("$BENCH" list "$T/$file.yaml" 2>&1 | tail -2)"; return; }
   "$BENCH" check "$T/$file.yaml" "${HEAVY[@]}" 2>&1 | grep -q " 0 failed" && ok || bad "$file: bench check failed"
-  # end to end: the plain-C reference forward of the export, at batch 2, against torch's
-  # own forward of the model on the same input and weights
+  # end to end: the plain-C reference forward of the export, at batch 2 (a moe layer routed
+  # by its router's logits, as the model routes), against torch's own forward of the model
+  # on the same input and weights
   mkdir -p "$T/$file.dump"
-  "$REF_DUMP" "$T/$file.yaml" "$T/$file.dump" 1 2 >"$T/$file.e2e" 2>&1 &&
+  "$REF_DUMP" "$T/$file.yaml" "$T/$file.dump" 1 2 0 router >"$T/$file.e2e" 2>&1 &&
     "$PY" -W ignore "$SRC/tests/export_torch_check.py" "$T/$file.dump" "${args[0]}" >>"$T/$file.e2e" 2>&1 && ok ||
     bad "$file: the export does not compute what torch does: $(tail -2 "$T/$file.e2e")"
 }
@@ -209,6 +210,13 @@ same_as_config() { # config folder, callable, tokens, batch
 }
 same_as_config tiny-llama tiny_llama 5 1
 same_as_config tiny-qwen2 tiny_qwen2 7 2
+# Qwen3-MoE as transformers writes it (its sparse block a loop over the experts, torch.where
+# and index_add_; a dense layer in mlp_only_layers): the router and a moe layer fitted to
+# the block's output, row for row as its config.json imports, and end to end against torch
+same_as_config tiny-qwen3_moe tiny_qwen3_moe 5 1
+mkdir -p "$T/q3moe.dump" && "$REF_DUMP" "$T/tiny_qwen3_moe.yaml" "$T/q3moe.dump" 1 2 0 router >/dev/null 2>&1 &&
+  (cd "$SRC" && "$PY" -W ignore tests/export_torch_check.py "$T/q3moe.dump" hf_decoder:tiny_qwen3_moe) >"$T/q3moe.e2e" 2>&1 &&
+  ok || bad "tiny_qwen3_moe end to end: $(tail -2 "$T/q3moe.e2e")"
 # GPT-2 (Hugging Face's Conv1D, learned positions wpe(arange(T)), attention found by its
 # softmax, its heads, causal mask and per-layer scale fitted to its output) exports row for
 # row as bench imports its config.json
@@ -259,7 +267,21 @@ PYTHONPATH="$SRC/tests/data" exported causal_mha "$(module_params causal_mha)" e
 PYTHONPATH="$SRC/tests/data" exported cross_decoder "$(module_params cross_decoder)" export_ops:cross_decoder \
   --input 7,24 --input 5,24 -- "{kind: linear, name: in_proj_kv, input: /memory, out_features: 48}" \
   "{kind: attention, name: attn, inputs: [/layer.multihead_attn.in_proj_q, /layer.multihead_attn.k, /layer.multihead_attn.v], num_heads: 4, head_dim: 6, causal: false}"
-# a router's topk (what a mixture of experts written as a loop starts with): refused by name
+# Mixtral's sparse MoE block as a loop over its experts (softmax, topk, one_hot, where,
+# index_add_ into zeros): its router a linear, its experts a moe layer whose top_k and
+# normalisation are fitted to the module's output (the top 3 of 7 at the softmax's
+# probabilities: normalize false); with a shared expert beside them, refused by name
+PYTHONPATH="$SRC/tests/data" exported mixtral_moe "$(module_params mixtral_moe)" export_ops:mixtral_moe --input-ids 6 -- \
+  "{kind: linear, name: gate, out_features: 5, bias: false}" \
+  "{kind: moe, name: experts, inputs: [/norm, /block_sparse_moe.gate], num_experts: 5, top_k: 2, ffn_dim: 24}"
+PYTHONPATH="$SRC/tests/data" exported moe_top3_softmax "$(module_params moe_top3_softmax)" export_ops:moe_top3_softmax \
+  --input-ids 6 -- "num_experts: 7, top_k: 3, ffn_dim: 24, normalize: false}"
+(cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:moe_shared --input-ids 6 -o "$T/moe_shared.yaml") \
+  2>"$T/moe_shared.err"
+rc=$?
+[ $rc = 1 ] && [ ! -e "$T/moe_shared.yaml" ] && grep -q "^  block_sparse_moe: module MixtralMoE (a router and 5 experts): holds shared_expert" "$T/moe_shared.err" &&
+  ok || bad "moe_shared: exit $rc, $(cat "$T/moe_shared.err")"
+# a router's topk without experts to follow: refused by name
 (cd "$SRC" && PYTHONPATH=tests/data "$PY" scripts/torch_export.py export_ops:router_topk --input 5,16 -o "$T/topk.yaml") \
   2>"$T/topk.err"
 rc=$?

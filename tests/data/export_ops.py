@@ -478,11 +478,12 @@ class MixtralMoE(nn.Module):
     """Mixtral's sparse MoE block as a loop over experts: softmax, topk, renormalised gates,
     one_hot masks, torch.where, index_add_ into zeros."""
 
-    def __init__(self, d, f, experts, top_k):
+    def __init__(self, d, f, experts, top_k, normalize=True, shared=False):
         super().__init__()
-        self.top_k, self.num_experts = top_k, experts
+        self.top_k, self.num_experts, self.normalize = top_k, experts, normalize
         self.gate = nn.Linear(d, experts, bias=False)
         self.experts = nn.ModuleList(MixtralExpert(d, f) for _ in range(experts))
+        self.shared_expert = MixtralExpert(d, f) if shared else None
 
     def forward(self, hidden_states):
         b, t, d = hidden_states.shape
@@ -490,7 +491,8 @@ class MixtralMoE(nn.Module):
         router_logits = self.gate(hidden_states)
         routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
         routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if self.normalize:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hidden_states.dtype)
         final = torch.zeros((b * t, d), dtype=hidden_states.dtype)
         expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
@@ -499,16 +501,18 @@ class MixtralMoE(nn.Module):
             current = hidden_states[None, top_x].reshape(-1, d)
             out = self.experts[i](current) * routing_weights[top_x, idx, None]
             final.index_add_(0, top_x, out.to(hidden_states.dtype))
+        if self.shared_expert is not None:  # Qwen2-MoE's and DeepSeek's: every token
+            final = final + self.shared_expert(hidden_states)
         return final.reshape(b, t, d)
 
 
 class MixtralBlockMoE(nn.Module):
-    def __init__(self, vocab=41, d=32, f=24, experts=5, top_k=2):
+    def __init__(self, vocab=41, d=32, f=24, experts=5, top_k=2, **kw):
         super().__init__()
         torch.manual_seed(0)
         self.embed = nn.Embedding(vocab, d)
         self.norm = MetaRMSNorm(d)
-        self.block_sparse_moe = MixtralMoE(d, f, experts, top_k)
+        self.block_sparse_moe = MixtralMoE(d, f, experts, top_k, **kw)
         self.head = nn.Linear(d, vocab, bias=False)
 
     def forward(self, ids):
@@ -519,6 +523,16 @@ class MixtralBlockMoE(nn.Module):
 
 def mixtral_moe():
     return MixtralBlockMoE()
+
+
+def moe_top3_softmax():
+    """Qwen-MoE's norm_topk_prob false: the top 3 of 7 experts at their softmax probabilities."""
+    return MixtralBlockMoE(experts=7, top_k=3, normalize=False)
+
+
+def moe_shared():
+    """The loop with a shared expert beside it (Qwen2-MoE's, DeepSeek's): refused by name."""
+    return MixtralBlockMoE(shared=True)
 
 
 class CrossDecoder(nn.Module):
