@@ -362,7 +362,14 @@ expect 2 "noaux.json:[0-9]+:3: topk_method: deepseek_v2's routers built are gree
 sed 's/"scoring_func": "softmax"/"scoring_func": "sigmoid"/' "$SRC/configs/hf/DeepSeek-V2-Lite/config.json" >"$T/sigmoid.json"
 expect 2 "sigmoid.json:[0-9]+:3: scoring_func: deepseek_v2's router is built with its own scores only" -- "$BENCH" list "$T/sigmoid.json"
 sed 's/"quant_method": "fp8"/"quant_method": "awq"/' "$SRC/configs/hf/DeepSeek-V3/config.json" >"$T/v3awq.json"
-expect 2 "v3awq.json:[0-9]+:3: quantization_config: only DeepSeek-V3's published fp8 weights" -- "$BENCH" list "$T/v3awq.json"
+expect 2 "v3awq.json:[0-9]+:3: quantization_config: only DeepSeek-V3's and Kimi K2's published fp8 weights" -- "$BENCH" list "$T/v3awq.json"
+# Kimi K2 publishes DeepSeek-V3's architecture as model_type kimi_k2: the same rows
+mkdir -p "$T/kimi" && sed 's/"model_type": "deepseek_v3"/"model_type": "kimi_k2"/' \
+  "$SRC/tests/data/hf/tiny-deepseek_v3/config.json" >"$T/kimi/config.json"
+"$BENCH" list "$T/kimi" --tokens 8 --csv "$T/kimi.csv" >/dev/null 2>&1 &&
+  "$BENCH" list "$SRC/tests/data/hf/tiny-deepseek_v3" --tokens 8 --csv "$T/v3.csv" >/dev/null 2>&1 &&
+  [ "$(wc -l <"$T/v3.csv")" -gt 40 ] && diff <(cut -d, -f2- "$T/kimi.csv") <(cut -d, -f2- "$T/v3.csv") >/dev/null &&
+  ok || bad "kimi_k2 does not build as deepseek_v3"
 sed 's/"v_head_dim": 5,/"v_head_dim": 5, "rope_interleave": false,/' "$SRC/tests/data/hf/tiny-deepseek_v3/config.json" >"$T/v3rope.json"
 expect 2 "v3rope.json:[0-9]+:[0-9]+: rope_interleave: only DeepSeek's interleaved rope is built" -- "$BENCH" list "$T/v3rope.json"
 sed 's/"n_group": 1/"n_group": 5/; s/"topk_method": "greedy"/"topk_method": "group_limited_greedy"/' \
