@@ -863,6 +863,17 @@ bench_status cfg_family_build(const hf_source *src, const char *model_type, cons
         return BENCH_ERR_USAGE;
     }
     const family *f = family_of(model_type);
+    json_t *text = json_object_get(src->root, "text_config");
+    json_t *text_type = json_object_get(text, "model_type");
+    if (!f && json_is_object(text) && json_is_string(text_type) && family_of(json_string_value(text_type))) {
+        /* Gemma 3 (4B and up), and other multimodal models: the language model is built,
+         * the vision tower is not, and a total without it would not be the model's */
+        hf_fail(src, "model_type", "'%s' is a multimodal model: its vision tower (vision_config) is not built, and "
+                "a total without it would not be the model's; its language model (text_config, model_type %s) is, "
+                "from a config.json of its own: text_config's fields, with those it leaves to its config class's "
+                "defaults written out", model_type, json_string_value(text_type));
+        return BENCH_ERR_USAGE;
+    }
     if (!f) {
         strbuf types = {0};
         cfg_family_types(&types, " and ");

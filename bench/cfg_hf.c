@@ -95,9 +95,32 @@ static void model_name(const char *path, const char *type, char *name, size_t le
         snprintf(name, len, "%s", type);
 }
 
+/* How the checkpoint stores the weights, as the config.json says (safetensors_storage): the
+ * quantization_config a family accepted (fp8 with its weight_block_size, mxfp4) and
+ * num_nextn_predict_layers after num_hidden_layers. */
+static void read_storage(const hf_source *s, safetensors_storage *st)
+{
+    json_t *q = json_object_get(s->root, "quantization_config"), *bs = json_object_get(q, "weight_block_size");
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (method && strcmp(method, "fp8") == 0 && json_is_array(bs) && json_array_size(bs) == 2)
+        for (int k = 0; k < 2; k++) {
+            json_t *v = json_array_get(bs, (size_t)k);
+            st->fp8_block[k] = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= (1 << 20)
+                             ? json_integer_value(v) : 0;
+        }
+    if (!st->fp8_block[0] || !st->fp8_block[1])
+        st->fp8_block[0] = st->fp8_block[1] = 0;
+    st->mxfp4 = method && strcmp(method, "mxfp4") == 0;
+    json_t *mtp = json_object_get(s->root, "num_nextn_predict_layers"), *n = json_object_get(s->root, "num_hidden_layers");
+    if (json_is_integer(mtp) && json_integer_value(mtp) > 0 && json_integer_value(mtp) <= 4096 && json_is_integer(n)) {
+        st->extra_first = json_integer_value(n);
+        st->extra_layers = json_integer_value(mtp);
+    }
+}
+
 /* The safetensors headers beside the config.json, against the layers built from it
  * (safetensors.h); what was checked becomes m->note. */
-static bench_status check_weights(const char *file, model *m, char *err, size_t errlen)
+static bench_status check_weights(const char *file, model *m, const safetensors_storage *st, char *err, size_t errlen)
 {
     char dir[4096], note[1024];
     const char *slash = strrchr(file, '/');
@@ -107,16 +130,16 @@ static bench_status check_weights(const char *file, model *m, char *err, size_t 
         snprintf(dir, sizeof dir, ".");
     if (slash == file)
         snprintf(dir, sizeof dir, "/");
-    bench_status st = safetensors_check(dir, m, note, sizeof note, err, errlen);
-    if (st == BENCH_OK && note[0])
+    bench_status rc = safetensors_check(dir, m, st, note, sizeof note, err, errlen);
+    if (rc == BENCH_OK && note[0])
         m->note = xstrdup(note);
-    return st;
+    return rc;
 }
 
 /* The decoder file's text describes (cfg_load_hf_text), its expanded config appended to
  * emit where given. */
 static bench_status hf_load(const char *file, const char *text, size_t len, int64_t batch, cfg_shape shape, model **out,
-                            strbuf *emit, char *err, size_t errlen)
+                            strbuf *emit, safetensors_storage *storage, char *err, size_t errlen)
 {
     *out = NULL;
     if (memchr(text, 0, len)) {
@@ -145,6 +168,8 @@ static bench_status hf_load(const char *file, const char *text, size_t len, int6
         hf_build b = {.name = name, .tokens = shape.tokens > 0 ? shape.tokens : HF_DEFAULT_TOKENS,
                       .kv_len = shape.kv_len, .dtype = dtype, .batch = batch, .shape = shape};
         st = cfg_family_build(&s, type, &b, out, emit);
+        if (storage)
+            read_storage(&s, storage);
     }
     json_decref(s.root);
     free(copy);
@@ -154,7 +179,7 @@ static bench_status hf_load(const char *file, const char *text, size_t len, int6
 bench_status cfg_load_hf_text(const char *file, const char *text, size_t len, int64_t batch, cfg_shape shape,
                               model **out, char *err, size_t errlen)
 {
-    return hf_load(file, text, len, batch, shape, out, NULL, err, errlen);
+    return hf_load(file, text, len, batch, shape, out, NULL, NULL, err, errlen);
 }
 
 bench_status cfg_load_hf(const char *path, int64_t batch, cfg_shape shape, model **out, char *err, size_t errlen)
@@ -178,11 +203,12 @@ bench_status cfg_load_hf_emit(const char *path, int64_t batch, cfg_shape shape, 
     } else
         snprintf(file, sizeof file, "%s", path);
     strbuf text = {0};
+    safetensors_storage storage = {{0, 0}, false, 0, 0};
     bench_status st = fileio_read(file, HF_MAX_FILE_BYTES, 0, NULL, &text, NULL, err, errlen);
     if (st == BENCH_OK)
-        st = hf_load(file, text.data, text.len, batch, shape, out, emit, err, errlen);
+        st = hf_load(file, text.data, text.len, batch, shape, out, emit, &storage, err, errlen);
     strbuf_free(&text);
-    if (st == BENCH_OK && (st = check_weights(file, *out, err, errlen)) != BENCH_OK) {
+    if (st == BENCH_OK && (st = check_weights(file, *out, &storage, err, errlen)) != BENCH_OK) {
         model_free(*out);
         *out = NULL;
     }

@@ -159,6 +159,8 @@ static const struct {
 
 typedef struct check {
     wants w;
+    safetensors_storage st;   /* how config.json says the weights are stored */
+    int64_t fp8_scales, mxfp4_blocks, mxfp4_scales, not_built; /* tensors beside the layers' (extra_of) */
     const char *dir;
     const char *file;         /* the file being read (its tensors are marked with it) */
     int64_t tensors;          /* matched */
@@ -186,16 +188,64 @@ static bool ends_with(const char *s, const char *tail)
     return n >= k && strcmp(s + n - k, tail) == 0;
 }
 
+/* What a tensor that no layer holds under its name is (extra_of). */
+typedef enum extra_kind {
+    EXTRA_NONE,          /* nothing the checkpoint may hold: refused */
+    EXTRA_BUFFER,        /* a buffer older checkpoints saved beside the weights */
+    EXTRA_FP8_SCALE,     /* W_scale_inv beside an fp8 weight W */
+    EXTRA_MXFP4_BLOCKS,  /* X_blocks: the MXFP4 values of the experts' X */
+    EXTRA_MXFP4_SCALES,  /* X_scales: their scales */
+    EXTRA_NOT_BUILT,     /* a tensor of a layer after the forward's (multi-token prediction) */
+} extra_kind;
+
+/* name without its last k characters, as a want of rank 'rank', or NULL */
+static want *want_stem(const check *c, const char *name, size_t k, int rank)
+{
+    size_t n = strlen(name);
+    if (n <= k || n - k >= 512)
+        return NULL;
+    char stem[512];
+    snprintf(stem, sizeof stem, "%.*s", (int)(n - k), name);
+    want *w = want_find(&c->w, stem);
+    return w && w->rank == rank ? w : NULL;
+}
+
+/* A name no layer holds: a buffer older checkpoints saved beside the weights (a rotary
+ * embedding's inv_freq; GPT-2's and GPT-NeoX's causal masks attn.bias, attention.bias and
+ * masked_bias: the layers built have no such name, their projections hold the biases), or
+ * what the checkpoint's storage adds (c->st): an fp8 weight's block scales, MXFP4
+ * experts' blocks and scales (*base: the layer's tensor they hold), a layer after the
+ * forward's. */
+static extra_kind extra_of(const check *c, const char *name, want **base)
+{
+    *base = NULL;
+    if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, ".masked_bias") ||
+        ends_with(name, ".attention.bias") || ends_with(name, ".attn.bias"))
+        return EXTRA_BUFFER;
+    if (c->st.fp8_block[0] > 0 && ends_with(name, ".weight_scale_inv") &&
+        (*base = want_stem(c, name, strlen("_scale_inv"), 2)))
+        return EXTRA_FP8_SCALE;
+    if (c->st.mxfp4 && (ends_with(name, "_blocks") || ends_with(name, "_scales")) &&
+        (*base = want_stem(c, name, strlen("_blocks"), 3)) &&
+        (ends_with((*base)->name, ".gate_up_proj") || ends_with((*base)->name, ".down_proj")))
+        return ends_with(name, "_blocks") ? EXTRA_MXFP4_BLOCKS : EXTRA_MXFP4_SCALES;
+    long long layer;
+    int at = 0;
+    if (c->st.extra_layers > 0 && sscanf(name, "model.layers.%lld.%n", &layer, &at) == 1 && at > 0 &&
+        layer >= c->st.extra_first && layer - c->st.extra_first < c->st.extra_layers)
+        return EXTRA_NOT_BUILT;
+    return EXTRA_NONE;
+}
+
 /* A tensor name met in a header or an index: one the layers hold (seen once), the same
  * saved by the base model without its prefix (GPT-2's h.0.ln_1.weight for
- * transformer.h.0.ln_1.weight, as transformers loads it), or a buffer older checkpoints
- * saved beside the weights (a rotary embedding's inv_freq; GPT-2's and GPT-NeoX's causal
- * masks attn.bias, attention.bias and masked_bias, which no layer holds: the layers built
- * have no such name, their projections hold the biases). Returns the want, NULL for a
- * tolerated buffer, or fails. */
-static int match_name(check *c, const char *file, const char *name, want **out)
+ * transformer.h.0.ln_1.weight, as transformers loads it), or one extra_of accepts
+ * (*extra; MXFP4 blocks mark the experts' tensor they hold seen). Returns the want, NULL
+ * for an extra, or fails. */
+static int match_name(check *c, const char *file, const char *name, want **out, extra_kind *extra)
 {
     static const char *const prefixes[] = {"model.", "transformer.", "gpt_neox.", NULL};
+    *extra = EXTRA_NONE;
     *out = want_find(&c->w, name);
     for (int k = 0; !*out && prefixes[k]; k++) {
         char *full = xasprintf("%s%s", prefixes[k], name);
@@ -203,17 +253,42 @@ static int match_name(check *c, const char *file, const char *name, want **out)
         free(full);
     }
     if (!*out) {
-        if (ends_with(name, "rotary_emb.inv_freq") || ends_with(name, ".masked_bias") ||
-            ends_with(name, ".attention.bias") || ends_with(name, ".attn.bias"))
+        want *base;
+        *extra = extra_of(c, name, &base);
+        if (*extra == EXTRA_NONE)
+            return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
+                                 "config.json of another model, or a field of it not read)", name);
+        if (*extra != EXTRA_MXFP4_BLOCKS)
             return 0;
-        return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
-                             "config.json of another model, or a field of it not read)", name);
+        *out = base; /* the experts' tensor, held as its blocks */
     }
     if ((*out)->seen)
-        return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", name);
+        return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", (*out)->name);
     (*out)->seen = true;
     (*out)->file = c->file;
+    if (*extra)
+        *out = NULL;
     return 0;
+}
+
+/* The shape an extra tensor must have, from the layer's tensor it belongs to; its dtype
+ * in *dt. False for an extra whose shape is not checked (buffers, layers not built). */
+static bool extra_shape(const check *c, extra_kind k, const char *name, int *rank, int64_t *d, const char **dt)
+{
+    want *w;
+    extra_of(c, name, &w);
+    if (k == EXTRA_FP8_SCALE) { /* one float32 per block of the [out, in] weight */
+        *rank = 2, *dt = "F32";
+        d[0] = (w->d[0] + c->st.fp8_block[0] - 1) / c->st.fp8_block[0];
+        d[1] = (w->d[1] + c->st.fp8_block[1] - 1) / c->st.fp8_block[1];
+        return true;
+    }
+    if (k == EXTRA_MXFP4_BLOCKS || k == EXTRA_MXFP4_SCALES) { /* [E, in, out] as [E, out, in / 32 (, 16)] */
+        *rank = k == EXTRA_MXFP4_BLOCKS ? 4 : 3, *dt = "U8";
+        d[0] = w->d[0], d[1] = w->d[2], d[2] = w->d[1] / 32, d[3] = 16;
+        return true;
+    }
+    return false;
 }
 
 /* A header's n bytes as a JSON object of tensors, or NULL (failed). */
@@ -315,8 +390,41 @@ static int check_tensor(check *c, const char *file, const char *name, json_t *t,
                     st_dtypes[di].name, (long long)data_len);
     }
     want *w;
-    if (match_name(c, file, name, &w) != 0)
+    extra_kind extra;
+    if (match_name(c, file, name, &w, &extra) != 0)
         return -1;
+    int xr;
+    int64_t xd[4];
+    const char *xdt;
+    if (extra && extra_shape(c, extra, name, &xr, xd, &xdt)) {
+        want *base;
+        extra_of(c, name, &base);
+        bool same = rank == xr && strcmp(st_dtypes[di].name, xdt) == 0;
+        for (int k = 0; same && k < rank; k++)
+            same = d[k] == xd[k];
+        if (!same || (extra != EXTRA_FP8_SCALE && base->d[1] % 32)) {
+            char got[160], exp[160], of[160];
+            shape_text(got, sizeof got, rank, d);
+            shape_text(exp, sizeof exp, xr, xd);
+            shape_text(of, sizeof of, base->rank, base->d);
+            if (extra == EXTRA_FP8_SCALE)
+                return fail(c, file, "'%s' is %s %s in the checkpoint, but quantization_config's fp8 blocks of %lld x "
+                            "%lld over '%s' %s give %s %s", name, got, st_dtypes[di].name,
+                            (long long)c->st.fp8_block[0], (long long)c->st.fp8_block[1], base->name, of, exp, xdt);
+            return fail(c, file, "'%s' is %s %s in the checkpoint, but MXFP4 (quantization_config) holds '%s' %s "
+                        "[experts, in, out] as %s %s%s", name, got, st_dtypes[di].name, base->name, of, exp, xdt,
+                        base->d[1] % 32 ? ", and needs its in to be a multiple of 32" : "");
+        }
+    }
+    if (extra) {
+        c->fp8_scales += extra == EXTRA_FP8_SCALE;
+        c->mxfp4_blocks += extra == EXTRA_MXFP4_BLOCKS;
+        c->mxfp4_scales += extra == EXTRA_MXFP4_SCALES;
+        c->not_built += extra == EXTRA_NOT_BUILT;
+        if (extra != EXTRA_BUFFER && extra != EXTRA_NOT_BUILT) /* the storage of the layers' weights */
+            c->per_dtype[di]++;
+        return 0;
+    }
     if (!w)
         return 0;
     bool same = rank == w->rank;
@@ -456,9 +564,11 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
      * its shard (a present shard marked it seen) */
     if (rc == 0)
         json_object_foreach(map, name, v) {
-            want *w = want_find(&c->w, name);
+            want *w = want_find(&c->w, name), *base;
+            extra_kind extra;
             if (json_is_true(json_object_get(done, json_string_value(v)))) {
-                if (w ? !w->seen || strcmp(w->file, json_string_value(v)) != 0 : !ends_with(name, "rotary_emb.inv_freq")) {
+                /* a name beside the layers' (extra_of) is the shard's own business */
+                if (w ? !w->seen || strcmp(w->file, json_string_value(v)) != 0 : extra_of(c, name, &base) == EXTRA_NONE) {
                     rc = fail(c, index, "names '%s' in %s, whose header does not hold it%s%s", name,
                               json_string_value(v), w && w->seen ? " (it is in " : "", w && w->seen ? w->file : "");
                     if (w && w->seen)
@@ -466,9 +576,9 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
                     break;
                 }
             } else {
-                if ((rc = match_name(c, index, name, &w)) != 0)
+                if ((rc = match_name(c, index, name, &w, &extra)) != 0)
                     break;
-                c->names_only += w != NULL;
+                c->names_only += w != NULL || extra == EXTRA_MXFP4_BLOCKS;
             }
         }
     /* ... and every tensor a present shard holds is named by the index, in that shard */
@@ -488,8 +598,8 @@ static const char *model_dtype_st(dtype_t t)
     return t == DTYPE_BF16 ? "BF16" : t == DTYPE_FP16 ? "F16" : "F32";
 }
 
-bench_status safetensors_check(const char *dir, const model *m, char *note, size_t notelen, char *err,
-                               size_t errlen)
+bench_status safetensors_check(const char *dir, const model *m, const safetensors_storage *st, char *note,
+                               size_t notelen, char *err, size_t errlen)
 {
     note[0] = '\0';
     const char *index = "model.safetensors.index.json", *single = "model.safetensors";
@@ -503,7 +613,7 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
     bool sharded = has_index > 0;
     if (!sharded && !has_single)
         return BENCH_OK;
-    check c = {.dir = dir, .err = err, .errlen = errlen};
+    check c = {.dir = dir, .err = err, .errlen = errlen, .st = st ? *st : (safetensors_storage){{0, 0}, false, 0, 0}};
     wants_from_model(m, &c.w);
     int n_files = 1, n_absent = 0, rc;
     if (sharded) {
@@ -516,6 +626,9 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
     for (int i = 0; rc == 0 && i < c.w.n; i++)
         if (!c.w.v[i].seen && !c.w.v[i].optional)
             missing++, first = first ? first : &c.w.v[i];
+    if (rc == 0 && c.mxfp4_scales != c.mxfp4_blocks && !n_absent)
+        rc = fail(&c, sharded ? index : single, "holds %lld MXFP4 blocks tensors but %lld scales: each _blocks needs "
+                  "its _scales", (long long)c.mxfp4_blocks, (long long)c.mxfp4_scales);
     if (rc == 0 && missing) {
         char s[160];
         shape_text(s, sizeof s, first->rank, first->d);
@@ -534,6 +647,14 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
             strbuf_printf(&b, "%s/%s", dir, single);
         strbuf_printf(&b, ": %lld tensors match the layers' shapes (headers read, not the weights)",
                       (long long)c.tensors);
+        if (c.fp8_scales)
+            strbuf_printf(&b, "; %lld fp8 weights' block scales (weight_scale_inv, %lld x %lld blocks)",
+                          (long long)c.fp8_scales, (long long)c.st.fp8_block[0], (long long)c.st.fp8_block[1]);
+        if (c.mxfp4_blocks)
+            strbuf_printf(&b, "; %lld expert tensors as MXFP4 blocks and scales", (long long)c.mxfp4_blocks);
+        if (c.not_built)
+            strbuf_printf(&b, "; %lld tensors of the layers after the forward's (model.layers.%lld on: "
+                          "multi-token prediction, not built)", (long long)c.not_built, (long long)c.st.extra_first);
         if (n_absent)
             strbuf_printf(&b, "; %d shard%s absent, whose %lld tensors were checked by name only", n_absent,
                           n_absent == 1 ? "" : "s", (long long)c.names_only);
@@ -559,9 +680,9 @@ bench_status safetensors_check(const char *dir, const model *m, char *note, size
 }
 
 bench_status safetensors_check_header(const char *name, const char *text, size_t n, int64_t data_len, const model *m,
-                                      char *err, size_t errlen)
+                                      const safetensors_storage *st, char *err, size_t errlen)
 {
-    check c = {.dir = ".", .err = err, .errlen = errlen};
+    check c = {.dir = ".", .err = err, .errlen = errlen, .st = st ? *st : (safetensors_storage){{0, 0}, false, 0, 0}};
     int rc = -1;
     wants_from_model(m, &c.w);
     json_t *h = header_json(&c, name, text, n);

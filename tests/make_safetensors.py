@@ -9,11 +9,20 @@ not from bench.
 usage: make_safetensors.py CONFIG_JSON OUT_DIR [--dtype F32|BF16|F16] [--shards N]
          [--absent K] [--drop NAME] [--add NAME=D0,D1] [--reshape NAME=D0,D1]
          [--lm-head] [--header-length N] [--overlap] [--misplace NAME]
+         [--fp8 B] [--mxfp4] [--mtp]
 --shards N writes model-0000k-of-0000N.safetensors and model.safetensors.index.json
 (--absent K then leaves shard K out, as a partial download does); --lm-head writes
 lm_head.weight even for tied embeddings; --header-length N writes N as the header's
 length (a file that is not safetensors); --overlap gives the second tensor bytes of the
 first; --misplace NAME names the first shard as NAME's in the index, whatever shard holds it.
+The published storage of quantized checkpoints, with the quantization_config that says so
+written into OUT_DIR's config.json: --fp8 B as DeepSeek-V3's (every projection of the
+decoder layers, *_proj.weight, as F8_E4M3 with its F32 weight_scale_inv, one scale per B x B
+block, beside it; the embedding, norms, router and lm_head as they are), --mxfp4 as
+gpt-oss's (each layer's experts.gate_up_proj [E, H, 2I] and down_proj [E, I, H] as
+X_blocks [E, out, in / 32, 16] and X_scales [E, out, in / 32], U8). --mtp adds DeepSeek-V3's
+multi-token-prediction layers after the last (num_nextn_predict_layers of them: a decoder
+layer's tensors and its embed_tokens, enorm, hnorm, eh_proj and shared_head).
 """
 import argparse
 import json
@@ -204,15 +213,19 @@ def shape(text):
     return [int(x) for x in text.split(",")]
 
 
+SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "U8": 1}
+
+
 def write(path, entries, dtype, size, header_length=None, overlap=False):
+    """entries: (name, dims) in dtype, or (name, dims, its own dtype)"""
     header, at = {"__metadata__": {"format": "pt"}}, 0
-    for k, (name, dims) in enumerate(entries):
-        n = size
+    for k, (name, dims, *own) in enumerate(entries):
+        n = SIZES[own[0]] if own else size
         for x in dims:
             n *= x
         if overlap and k == 1:
             at -= size
-        header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [at, at + n]}
+        header[name] = {"dtype": own[0] if own else dtype, "shape": dims, "data_offsets": [at, at + n]}
         at += n
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
@@ -235,17 +248,52 @@ ap.add_argument("--lm-head", action="store_true")
 ap.add_argument("--header-length", type=int)
 ap.add_argument("--overlap", action="store_true")
 ap.add_argument("--misplace")
+ap.add_argument("--fp8", type=int, default=0)
+ap.add_argument("--mxfp4", action="store_true")
+ap.add_argument("--mtp", action="store_true")
 args = ap.parse_args()
 cfg = json.load(open(args.config))
-entries = [e for e in tensors(cfg) if e[0] not in args.drop]
-if args.lm_head and not any(n == "lm_head.weight" for n, _ in entries):
+entries = tensors(cfg)
+if args.mtp:  # DeepSeek-V3's MTP layers: the last layer's tensors again, and their own
+    last, n = cfg["num_hidden_layers"] - 1, cfg["num_hidden_layers"]
+    h, v = cfg["hidden_size"], cfg["vocab_size"]
+    for k in range(cfg.get("num_nextn_predict_layers", 0)):
+        p = f"model.layers.{n + k}"
+        entries += [(name.replace(f"model.layers.{last}.", p + ".", 1), dims) for name, dims in entries
+                    if name.startswith(f"model.layers.{last}.")]
+        entries += [(f"{p}.embed_tokens.weight", [v, h]), (f"{p}.enorm.weight", [h]), (f"{p}.hnorm.weight", [h]),
+                    (f"{p}.eh_proj.weight", [h, 2 * h]), (f"{p}.shared_head.norm.weight", [h]),
+                    (f"{p}.shared_head.head.weight", [v, h])]
+if args.fp8:
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                  "weight_block_size": [args.fp8, args.fp8]}
+    fp8 = []
+    for name, dims in entries:
+        if name.startswith("model.layers.") and name.endswith("_proj.weight") and len(dims) == 2:
+            fp8 += [(name, dims, "F8_E4M3"), (name + "_scale_inv", [-(-d // args.fp8) for d in dims], "F32")]
+        else:
+            fp8.append((name, dims))
+    entries = fp8
+if args.mxfp4:
+    cfg["quantization_config"] = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                             "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}
+    packed = []
+    for name, dims, *own in entries:
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            e, d_in, d_out = dims
+            packed += [(name + "_blocks", [e, d_out, d_in // 32, 16], "U8"), (name + "_scales", [e, d_out, d_in // 32], "U8")]
+        else:
+            packed.append((name, dims, *own))
+    entries = packed
+entries = [e for e in entries if e[0] not in args.drop]
+if args.lm_head and not any(e[0] == "lm_head.weight" for e in entries):
     entries.append(("lm_head.weight", [cfg["vocab_size"], cfg["hidden_size"]]))
 for a in args.add:
     name, dims = a.split("=")
     entries.append((name, shape(dims)))
 for a in args.reshape:
     name, dims = a.split("=")
-    entries = [(n, shape(dims) if n == name else s) for n, s in entries]
+    entries = [(n, shape(dims) if n == name else s, *own) for n, s, *own in entries]
 size = {"F32": 4, "BF16": 2, "F16": 2}[args.dtype]
 os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "config.json"), "w") as f:
@@ -256,7 +304,7 @@ if args.shards:
     for k in range(args.shards):
         file = f"model-{k + 1:05d}-of-{args.shards:05d}.safetensors"
         part = entries[k * per:(k + 1) * per]
-        weight_map.update({n: file for n, _ in part})
+        weight_map.update({e[0]: file for e in part})
     if args.misplace:
         weight_map[args.misplace] = "model-00001-of-%05d.safetensors" % args.shards
     for k in range(args.shards):

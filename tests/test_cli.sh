@@ -363,6 +363,14 @@ sed 's/"scoring_func": "softmax"/"scoring_func": "sigmoid"/' "$SRC/configs/hf/De
 expect 2 "sigmoid.json:[0-9]+:3: scoring_func: deepseek_v2's router is built with its own scores only" -- "$BENCH" list "$T/sigmoid.json"
 sed 's/"quant_method": "fp8"/"quant_method": "awq"/' "$SRC/configs/hf/DeepSeek-V3/config.json" >"$T/v3awq.json"
 expect 2 "v3awq.json:[0-9]+:3: quantization_config: only DeepSeek-V3's and Kimi K2's published fp8 weights" -- "$BENCH" list "$T/v3awq.json"
+# a multimodal config (Gemma 3 from 4B: the language model in text_config beside a vision
+# tower) is refused, saying what is built and how to give it
+mkdir -p "$T/gemma3mm" &&
+  { printf '{\n  "architectures": ["Gemma3ForConditionalGeneration"],\n  "model_type": "gemma3",\n'
+    printf '  "vision_config": {"model_type": "siglip_vision_model"},\n  "text_config": '
+    cat "$SRC/tests/data/hf/tiny-gemma3/config.json"; printf '}\n'; } >"$T/gemma3mm/config.json"
+expect 2 "config.json:[0-9]+:3: model_type: 'gemma3' is a multimodal model: its vision tower \(vision_config\) is not built" -- \
+  "$BENCH" list "$T/gemma3mm"
 # Kimi K2 publishes DeepSeek-V3's architecture as model_type kimi_k2: the same rows
 mkdir -p "$T/kimi" && sed 's/"model_type": "deepseek_v3"/"model_type": "kimi_k2"/' \
   "$SRC/tests/data/hf/tiny-deepseek_v3/config.json" >"$T/kimi/config.json"
@@ -506,8 +514,8 @@ if command -v python3 >/dev/null; then
   ST tiny-qwen3_moe q3moe && expect 0 "68 tensors match" -- "$BENCH" list "$T/st/q3moe" --tokens 8
   ST tiny-qwen2_moe q2moe && expect 0 "44 tensors match" -- "$BENCH" list "$T/st/q2moe" --tokens 8
   ST tiny-olmoe olmoe && expect 0 "57 tensors match" -- "$BENCH" list "$T/st/olmoe" --tokens 8
-  # gpt-oss: the sinks, the router's bias, the fused experts [E, H, 2I] (a bf16 copy); the
-  # published MXFP4 blocks are not the layers' tensors, and say so by name
+  # gpt-oss: the sinks, the router's bias, the fused experts [E, H, 2I] (a bf16 copy); MXFP4
+  # blocks where config.json has no quantization_config saying so are refused by name
   ST tiny-gpt_oss oss && expect 0 "37 tensors match" -- "$BENCH" list "$T/st/oss" --tokens 8
   # DeepSeek-V2: the mla layer's kv_a_layernorm and kv_b_proj beside the projections
   ST tiny-deepseek_v2 ds && expect 0 "71 tensors match" -- "$BENCH" list "$T/st/ds" --tokens 8
@@ -520,6 +528,27 @@ if command -v python3 >/dev/null; then
   ST tiny-gpt_oss mxfp4 --drop model.layers.0.mlp.experts.gate_up_proj --add model.layers.0.mlp.experts.gate_up_proj_blocks=5,48,1,16 &&
     expect 2 "holds the tensor 'model.layers.0.mlp.experts.gate_up_proj_blocks', which the layers built from config.json do not have" -- \
     "$BENCH" list "$T/st/mxfp4" --tokens 8
+  # the published storage of quantized checkpoints, as their quantization_config says:
+  # DeepSeek-V3's fp8 weights with a weight_scale_inv per block beside each (their shape
+  # checked against the block size) and its multi-token-prediction layer after the last,
+  # not built; gpt-oss's experts as MXFP4 blocks and scales (each blocks with its scales)
+  ST tiny-deepseek_v3 v3q --fp8 8 --mtp --dtype BF16 &&
+    expect 0 "115 tensors match .*; 93 fp8 weights' block scales \(weight_scale_inv, 8 x 8 blocks\); 100 tensors of the layers after the forward's \(model.layers.3 on: multi-token prediction, not built\); stored as F32 \(93\), BF16 \(22\), F8_E4M3 \(93\)" -- \
+    "$BENCH" list "$T/st/v3q" --tokens 8
+  ST tiny-deepseek_v3 v3qs --fp8 8 --reshape model.layers.1.self_attn.o_proj.weight_scale_inv=4,3 &&
+    expect 2 "'model.layers.1.self_attn.o_proj.weight_scale_inv' is \[4, 3\] F32 in the checkpoint, but quantization_config's fp8 blocks of 8 x 8 over 'model.layers.1.self_attn.o_proj.weight' \[28, 15\] give \[4, 2\] F32" -- \
+    "$BENCH" list "$T/st/v3qs" --tokens 8
+  sed 's/"num_nextn_predict_layers": 1/"num_nextn_predict_layers": 0/' "$SRC/tests/data/hf/tiny-deepseek_v3/config.json" >"$T/v3nomtp.json" &&
+    python3 "$SRC/tests/make_safetensors.py" "$T/v3nomtp.json" "$T/st/v3nomtp" --add model.layers.3.enorm.weight=28 &&
+    expect 2 "holds the tensor 'model.layers.3.enorm.weight', which the layers built from config.json do not have" -- \
+    "$BENCH" list "$T/st/v3nomtp" --tokens 8
+  sed 's/"hidden_size": 40/"hidden_size": 64/; s/"intermediate_size": 24/"intermediate_size": 32/' \
+    "$SRC/tests/data/hf/tiny-gpt_oss/config.json" >"$T/oss64.json" &&
+    python3 "$SRC/tests/make_safetensors.py" "$T/oss64.json" "$T/st/oss64" --mxfp4 --dtype BF16 &&
+    expect 0 "33 tensors match .*; 4 expert tensors as MXFP4 blocks and scales; stored as BF16 \(33\), U8 \(8\)" -- \
+    "$BENCH" list "$T/st/oss64" --tokens 8
+  python3 "$SRC/tests/make_safetensors.py" "$T/oss64.json" "$T/st/oss64s" --mxfp4 --drop model.layers.1.mlp.experts.down_proj_scales &&
+    expect 2 "holds 4 MXFP4 blocks tensors but 3 scales: each _blocks needs its _scales" -- "$BENCH" list "$T/st/oss64s" --tokens 8
   # GPT-NeoX's LayerNorm weights and biases; the causal-mask buffers older checkpoints hold are not weights
   ST tiny-gpt_neox neox --add gpt_neox.layers.0.attention.bias=64,64 --add gpt_neox.layers.0.attention.masked_bias=1,1 &&
     expect 0 "28 tensors match" -- "$BENCH" list "$T/st/neox" --tokens 8
