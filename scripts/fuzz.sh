@@ -15,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+# libFuzzer reads -max_total_time=0 as no limit: every target gets at least a second
+if ! [[ $seconds =~ ^[0-9]+$ ]] || [ "$seconds" -lt 6 ]; then
+  echo "fuzz: SECONDS must be a whole number of at least 6 (a sixth of it for each of three targets), got '$seconds'" >&2
+  exit 2
+fi
 scripts/setup.sh >/dev/null   # the project's own dependencies
 missing=()
 for p in clang libclang-rt-14-dev; do
