@@ -75,6 +75,11 @@ static const char usage_text[] =
     "                    per-thread chunks, Winograd and our register-tiled kernels; the\n"
     "                    default) or heuristic (a rule, no timing). onednn: oneDNN chooses\n"
     "                    its own\n"
+    "  --algo-for O      cpu: what --algo search times each candidate in: forward (the\n"
+    "                    conditions the forward leaves a layer in, its weights, packed or\n"
+    "                    transformed, and its output out of the caches, its input just read:\n"
+    "                    the default) or alone (warm, the candidate run again and again).\n"
+    "                    The choice's impl says which; --algo-cache keeps the two apart\n"
     "  --conv-api A      cuda: where a convolution's candidates come from: both (the\n"
     "                    default), legacy (cuDNN's cudnnFind/cudnnGet algorithms) or graph\n"
     "                    (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4;\n"
@@ -270,7 +275,7 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
+       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_ALGO_FOR, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
        OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
        OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING, OPT_EMIT_YAML };
@@ -306,6 +311,7 @@ static const struct option long_opts[] = {
     {"kv-len", required_argument, NULL, OPT_KV_LEN},
     {"phase", required_argument, NULL, OPT_PHASE},
     {"algo", required_argument, NULL, OPT_ALGO},
+    {"algo-for", required_argument, NULL, OPT_ALGO_FOR},
     {"conv-api", required_argument, NULL, OPT_CONV_API},
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
@@ -621,6 +627,11 @@ int cli_parse(int argc, char **argv, cli *c)
             if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
                 return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);
             c->algo_heuristic = strcmp(optarg, "heuristic") == 0;
+            break;
+        case OPT_ALGO_FOR:
+            if (strcmp(optarg, "forward") && strcmp(optarg, "alone"))
+                return cli_usage_error("--algo-for expects forward or alone, got '%s'", optarg);
+            c->algo_alone = strcmp(optarg, "alone") == 0;
             break;
         case OPT_CONV_API:
             c->conv_api = -1;

@@ -51,6 +51,7 @@ typedef struct cli {
     int n_tokens, n_kv;
     int n_dtypes;
     bool algo_heuristic;
+    bool algo_alone;         /* --algo-for alone (backend_options) */
     int conv_api;            /* --conv-api: 0 both, 1 legacy, 2 graph (backend_options) */
     bool resume;
     bool no_peaks;           /* --no-peaks */

@@ -148,6 +148,7 @@ static char **worker_argv(const cli *c, const char *algo_cache)
     if (c->threads)
         a[n++] = xstrdup("--threads"), a[n++] = xasprintf("%d", c->threads);
     a[n++] = xstrdup("--algo"), a[n++] = xstrdup(c->algo_heuristic ? "heuristic" : "search");
+    a[n++] = xstrdup("--algo-for"), a[n++] = xstrdup(c->algo_alone ? "alone" : "forward");
     a[n++] = xstrdup("--conv-api"), a[n++] = xstrdup(cli_conv_api_names[c->conv_api]);
     a[n++] = xstrdup("--seed"), a[n++] = xasprintf("%llu", (unsigned long long)c->mo.seed);
     a[n++] = xstrdup("--warmup-time"), a[n++] = xasprintf("%.17g", c->mo.warmup_time);

@@ -19,7 +19,8 @@
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
 int cli_open_backends(const cli *c, backend *bs, char **skipped)
 {
-    backend_options bo = {.threads = c->threads, .algo_heuristic = c->algo_heuristic, .conv_api = c->conv_api};
+    backend_options bo = {.threads = c->threads, .algo_heuristic = c->algo_heuristic, .algo_alone = c->algo_alone,
+                          .conv_api = c->conv_api};
     const char *const *names = backend_names();
     int n = 0;
     *skipped = NULL;

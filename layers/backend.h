@@ -19,6 +19,8 @@
 typedef struct backend_options {
     int threads;            /* CPU threads; 0 = every core */
     bool algo_heuristic;    /* CUDA: take cuDNN's heuristic choice instead of timing the candidates */
+    bool algo_alone;        /* cpu (--algo-for alone): the searches time each candidate warm, alone; by
+                               default in the conditions a forward leaves it (weights out of the caches) */
     int conv_api;           /* CUDA: convolution candidates from cuDNN's APIs: 0 both, 1 legacy, 2 graph */
 } backend_options;
 

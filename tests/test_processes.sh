@@ -78,6 +78,13 @@ impls() { awk -F, "$COLS"' $c["kind"]=="conv2d" && $c["mode"]!="inmodel" {print 
 sed $'2,$s/^cpu | /cpu | another machine, /' "$C" >"$T/foreign.tsv"
 expect 0 "made under another context .* not used" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --algo-cache "$T/foreign.tsv"
 grep -q "another machine" "$T/foreign.tsv" && ok || bad "the other context's lines were not kept"
+# --algo-for: what the choices were timed for is part of their context: those made for
+# the forward (the default) are not taken by --algo-for alone, and each impl says which
+expect 0 "made under another context .* not used" -- \
+  "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-for alone --algo-cache "$C" --csv "$T/alone.csv"
+impls "$T/alone.csv" | grep -q "(fastest of [0-9]* timed warm alone)" && ! impls "$T/alone.csv" | grep -q "forward's" &&
+  impls "$T/a1.csv" | grep -q "(fastest of [0-9]* in the forward's conditions)" && grep -q '"algo_for": "alone"' "$T/alone.json" &&
+  ok || bad "--algo-for: $(impls "$T/alone.csv" | head -2)"
 # a stale choice (its candidate count no longer matches): searched again, said
 awk -F'\t' -v OFS='\t' 'NR > 1 {split($3, v, " "); $3 = v[1] " " v[2] " " v[3] + 7} {print}' "$C" >"$T/stale.tsv"
 expect 0 "no longer applied" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-cache "$T/stale.tsv"

@@ -185,6 +185,7 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     cpu_ctx *c = xcalloc(1, sizeof *c);
     c->threads = threads;
     c->search = !opt->algo_heuristic;
+    c->choices.forward = !opt->algo_alone;
     /* twice the last-level cache, between 8 MiB and 256 MiB (a VM may report a whole
      * socket's L3 for two cores; the JSON says what was used) */
     size_t llc = last_level_cache_bytes();
@@ -210,11 +211,12 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
     c->description = xasprintf("{\"threads\": %d, \"openblas_config\": \"%s\", \"openblas_core\": \"%s\", "
                                "\"openblas_threads\": %d, \"openblas_parallel\": %d, \"openmp_max_threads\": %d, "
                                "\"GOMP_SPINCOUNT\": \"%s\", \"OMP_WAIT_POLICY\": \"%s\", \"OPENBLAS_CORETYPE\": \"%s\", "
-                               "\"last_level_cache_bytes\": %zu, \"flush_bytes\": %zu, \"loops_isa\": \"%s\"}",
+                               "\"last_level_cache_bytes\": %zu, \"flush_bytes\": %zu, \"loops_isa\": \"%s\", "
+                               "\"algo_for\": \"%s\"}",
                                threads, openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
                                openblas_get_parallel(), omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"),
                                env_or_unset("OMP_WAIT_POLICY"), env_or_unset("OPENBLAS_CORETYPE"), llc, c->flush_bytes,
-                               cpu_isa_level());
+                               cpu_isa_level(), opt->algo_alone ? "alone" : "forward");
     *ctx = c;
     return BENCH_OK;
 }
@@ -514,6 +516,26 @@ static void cpu_marks_read(void *ctx, double *seconds, int n)
     cpu_ctx *c = ctx;
     for (int i = 0; i < n && i < c->n_marks; i++)
         seconds[i] = c->marks[i] - c->t0;
+}
+
+void cpu_forward_conditions(const cpu_span *cold, int n, const void *in, int64_t in_bytes)
+{
+    for (int i = 0; i < n; i++) /* clflush: out of every level, dirty lines written back */
+        for (int64_t b = 0; cold[i].p && b < cold[i].bytes; b += 64)
+            _mm_clflush((const char *)cold[i].p + b);
+    _mm_mfence();
+    const volatile unsigned char *x = in;
+    unsigned sink = 0;
+    for (int64_t b = 0; x && b < in_bytes; b += 64)
+        sink += x[b];
+    __asm__ __volatile__("" ::"r"(sink) : "memory");
+}
+
+void cpu_forward_conditions_all(void *env, const void *in, int64_t in_bytes)
+{
+    if (env)
+        cpu_flush_cache(env);
+    cpu_forward_conditions(NULL, 0, in, in_bytes);
 }
 
 cpu_choices *cpu_env_choices(void *env)

@@ -30,7 +30,26 @@ typedef struct cpu_choices {
     cpu_given *given;
     int n_given;
     int stale;          /* given choices the kernels found no longer apply */
+    bool forward;       /* --algo-for forward (the default): candidates timed in the forward's
+                           conditions (cpu_forward_conditions); false: warm, each alone */
 } cpu_choices;
+
+/* A range of memory a candidate keeps between calls (its weights, in the form it reads
+ * them). */
+typedef struct cpu_span {
+    const void *p;
+    int64_t bytes;
+} cpu_span;
+
+/* Sets the caches as a forward leaves them for a layer whose weights are read once per
+ * forward (--algo-for forward): the n spans (the weights as the candidate holds them,
+ * and the output, whose lines the layer does not own yet) out of every cache level, then
+ * the input read once, as the layer before it left it. Before each timed run of a
+ * search. */
+void cpu_forward_conditions(const cpu_span *cold, int n, const void *in, int64_t in_bytes);
+/* The same where a candidate's weights are not known apart: every cache emptied (the
+ * backend's cold flush), then the input read. */
+void cpu_forward_conditions_all(void *env, const void *in, int64_t in_bytes);
 
 /* The choice for a layer like l: one made before, or a given one; NULL when none. */
 const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l);
@@ -116,6 +135,8 @@ int64_t cpu_winograd_bytes(const layer *l, int m, int64_t chunk_bytes);
 cpu_winograd *cpu_winograd_create(const layer *l, const float *w, int m, int64_t chunk_bytes);
 void cpu_winograd_run(const layer *l, cpu_winograd *wg, const float *in, const float *bias, float *out);
 void cpu_winograd_free(cpu_winograd *wg);
+/* Its transformed weights, which it reads on every call. */
+cpu_span cpu_winograd_weights(const cpu_winograd *wg);
 /* The register-tiled kernel of the tiled convolutions (pgemm_cpu.c): for r < mr (at
  * most the variant's mr) and j < nr (at most its nr),
  *   c[r*ldc + j] = (accumulate ? c[r*ldc + j] : rbias[r] + cbias[j])

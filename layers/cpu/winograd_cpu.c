@@ -38,6 +38,7 @@ struct cpu_winograd {
     int64_t chunk;           /* tiles per chunk: chunk_rows * tw */
     bool whole;              /* one chunk of every tile, its GEMMs split between the threads */
     float *u;                /* [a^2][K][C] transformed weights */
+    int64_t u_floats;
     float *work;             /* per thread: V [a^2][C][chunk], M [a^2][K][chunk], then its rows
                                 (whole: one V and M, then the threads' rows) */
     int64_t work_floats;     /* per thread (whole: of V and M; the rows come after) */
@@ -100,6 +101,11 @@ int64_t cpu_winograd_bytes(const layer *l, int m, int64_t chunk_bytes)
                 work_total(chunk_bytes == 0, threads, m, tw, rows, work));
 }
 
+cpu_span cpu_winograd_weights(const cpu_winograd *wg)
+{
+    return (cpu_span){wg->u, wg->u_floats * (int64_t)sizeof *wg->u};
+}
+
 void cpu_winograd_free(cpu_winograd *wg)
 {
     if (wg)
@@ -147,7 +153,8 @@ cpu_winograd *cpu_winograd_create(const layer *l, const float *w, int m, int64_t
     plan(l, m, chunk_bytes, wg->threads, &wg->th, &wg->tw, &wg->chunk_rows, &wg->work_floats);
     wg->chunk = wg->chunk_rows * wg->tw;
     wg->whole = chunk_bytes == 0;
-    wg->u = bench_alloc_floats(a2 * k * c);
+    wg->u_floats = a2 * k * c;
+    wg->u = bench_alloc_floats(wg->u_floats);
     wg->work = bench_alloc_floats(work_total(wg->whole, wg->threads, m, wg->tw, wg->chunk_rows, wg->work_floats));
     if (!wg->u || !wg->work) {
         cpu_winograd_free(wg);
