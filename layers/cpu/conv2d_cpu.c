@@ -397,6 +397,13 @@ static int conv_candidates(const layer *l, conv_algo *c)
 
 static void conv_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out);
 
+/* The bytes of weights a candidate reads on every call: its packed or transformed copy,
+ * else the layer's own. */
+static int64_t conv_weight_bytes(const layer *l, const conv_state *s)
+{
+    return s->wg ? cpu_winograd_weights(s->wg).bytes : s->wp ? s->wp_floats * 4 : l->n_weight_floats * 4;
+}
+
 /* The conditions a forward leaves a convolution in (cpu_forward_conditions): its weights
  * as the candidate reads them (the layer's, and its packed or transformed copy) and its
  * output out of the caches, its input just read. At batch 1 a forward reads each
@@ -493,7 +500,8 @@ static bool conv_forced(const layer *l, conv_algo *a)
 /* How many of the fastest candidates the search times again, interleaved. */
 #define CONV_FINALISTS 4
 /* Finalists within this of the fastest are a tie, which the earlier candidate (the
- * rule's first, then the simpler paths) wins: noise cannot flip a tie between two runs. */
+ * rule's first, then the simpler paths) wins, or for the forward the one reading the
+ * fewest weight bytes: noise cannot flip a tie between two runs. */
 #define CONV_TIE 0.02
 /* A gap this large is settled; between CONV_TIE and it, the finalists are timed again. */
 #define CONV_CLEAR 0.06
@@ -582,9 +590,18 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             if (r >= 4 && (gap <= CONV_TIE || gap >= CONV_CLEAR))
                 break;
         }
+        /* a tie: the earlier candidate; for the forward, the one that reads the fewest
+         * weight bytes (from memory, in a forward; the cold calls show only part of what
+         * other layers' traffic adds to it) */
+        int64_t wb[CONV_FINALISTS];
         for (int f = 0; all && f < nf; f++)
-            if (again[f] <= again[bf] * (1 + CONV_TIE) && fin[f] < fin[bf])
-                bf = f;
+            wb[f] = conv_weight_bytes(l, st[f]);
+        int tied = bf;
+        for (int f = 0; all && f < nf; f++)
+            if (again[f] <= again[bf] * (1 + CONV_TIE) &&
+                (forward ? wb[f] < wb[tied] || (wb[f] == wb[tied] && fin[f] < fin[tied]) : fin[f] < fin[tied]))
+                tied = f;
+        bf = tied;
         if (all) /* else too little memory for all at once: the first round decides */
             best = fin[bf];
         for (int f = 0; log && f < nf; f++)
