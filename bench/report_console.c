@@ -45,6 +45,8 @@ typedef struct kept_set {
     dtype_t dtype;
     const model *m;           /* borrowed: the run's model, whose names and kinds do not change */
     double *median, *error;   /* per layer; < 0: none */
+    double alone, inmodel;    /* sums of the layers timed both alone and inside the forward (0: no in-model view) */
+    double chained;           /* the chained forward's median; 0: not run */
 } kept_set;
 
 typedef struct console {
@@ -740,11 +742,66 @@ static void keep_set(console *c, const run_result *res)
     k->mode = res->mode, k->batch = res->m->batch, k->dtype = res->m->dtype, k->m = res->m;
     k->median = xmalloc((size_t)(n ? n : 1) * sizeof *k->median);
     k->error = xmalloc((size_t)(n ? n : 1) * sizeof *k->error);
+    k->alone = k->inmodel = 0;
     for (int i = 0; i < n; i++) {
         const layer_result *r = &res->layers[i];
         k->median[i] = row_timed(r) ? r->st.median : -1;
         k->error[i] = r->has_error ? r->rel_error : -1;
+        if (res->inmodel && row_timed(r) && row_timed(&res->inmodel[i]))
+            k->alone += r->st.median, k->inmodel += res->inmodel[i].st.median;
     }
+    k->chained = res->has_model && row_timed(&res->chained) ? res->chained.st.median : 0;
+}
+
+/* --backend all: per (batch, dtype, mode) that ran on several backends, each one's sum
+ * alone, sum inside the forward and chained forward; and, where the backend faster alone
+ * is the slower in the forward, a line saying so: the figure a user reads first would
+ * rank them the wrong way round. */
+static void print_backends(console *c)
+{
+    bool *done = xcalloc((size_t)(c->n_sets ? c->n_sets : 1), sizeof *done);
+    for (int s = 0; s < c->n_sets; s++) {
+        int members[8], nm = 0;
+        for (int u = s; u < c->n_sets && nm < 8; u++)
+            if (!done[u] && c->sets[u].batch == c->sets[s].batch && c->sets[u].dtype == c->sets[s].dtype &&
+                !strcmp(c->sets[u].mode, c->sets[s].mode) && c->sets[u].chained > 0 && c->sets[u].inmodel > 0)
+                members[nm++] = u, done[u] = true;
+        if (nm < 2)
+            continue;
+        const kept_set *first = &c->sets[members[0]];
+        char title[200];
+        snprintf(title, sizeof title, "By backend: batch %lld, %s, %s timing (the layers timed both ways)%s",
+                 (long long)first->batch, dtype_name(first->dtype), first->mode, c->ro.format == TABLE_MD ? "" : ":");
+        table_heading(c->out, c->ro.format, 3, title);
+        table *t = table_create(4, "lrrr");
+        table_header(t, 0, "Backend", 0), table_header(t, 1, "Sum alone", 0);
+        table_header(t, 2, "Sum inside the forward", 0), table_header(t, 3, "Chained forward", 0);
+        char a[24], b[24], d[24];
+        for (int m = 0; m < nm; m++) {
+            const kept_set *k = &c->sets[members[m]];
+            table_cell(t, "%s", k->backend);
+            table_cell(t, "%s", report_format_time(k->alone, a, sizeof a));
+            table_cell(t, "%s", report_format_time(k->inmodel, b, sizeof b));
+            table_cell(t, "%s", report_format_time(k->chained, d, sizeof d));
+            table_end_row(t);
+        }
+        table_print(t, c->out, c->ro.format, "");
+        table_free(t);
+        for (int x = 0; x < nm; x++)
+            for (int y = 0; y < nm; y++) {
+                const kept_set *p = &c->sets[members[x]], *q = &c->sets[members[y]];
+                if (x == y || !(p->alone < q->alone) || !(p->chained > q->chained))
+                    continue;
+                char pa[24], qa[24], pc[24], qc[24];
+                fprintf(c->out, "%s%s is faster than %s alone (%s against %s) but slower in the forward (chained %s "
+                        "against %s; inside it %+.1f%%): the forward's figures are what the model costs\n",
+                        c->ro.format == TABLE_MD ? "\n" : "  ", p->backend, q->backend,
+                        report_format_time(p->alone, pa, sizeof pa), report_format_time(q->alone, qa, sizeof qa),
+                        report_format_time(p->chained, pc, sizeof pc), report_format_time(q->chained, qc, sizeof qc),
+                        100 * (p->inmodel - q->inmodel) / q->inmodel);
+            }
+    }
+    free(done);
 }
 
 /* Every layer's time and error in each dtype side by side, per (backend, batch, mode)
@@ -811,6 +868,7 @@ static bench_status console_finish(reporter *r, bool ok)
 {
     (void)ok;
     console *c = (console *)r;
+    print_backends(c);
     print_dtypes(c);
     for (int s = 0; s < c->n_sets; s++)
         free(c->sets[s].median), free(c->sets[s].error);

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Our per-layer figures beside torch.profiler's, the anchor users already trust.
+
+usage:
+  build/bench list CONFIG --batch N --csv layers.csv
+  build/bench run CONFIG --batch N --backend all --threads T --csv run.csv
+  /usr/bin/python3 scripts/torch_profile_compare.py --layers layers.csv --bench run.csv \\
+      --threads T [--backend cpu,onednn] [--iters 30] [--out compare.md] [--csv compare.csv]
+
+The model is rebuilt in PyTorch from `bench list --csv`, as scripts/torch_compare.py
+rebuilds it (the same modules, shapes and graph; float32, eval mode, on the CPU with
+PyTorch on T threads, OpenBLAS inside it on one). After 10 forwards it runs --iters
+more under torch.profiler (record_shapes) and reads
+key_averages(group_by_input_shape=True): each convolution is an aten::conv2d and each
+linear layer an aten::linear call, told apart by their input and weight shapes; a
+multihead_attention layer (several aten calls inside nn.MultiheadAttention) is the
+record_function scope the forward puts around it. Our layers are grouped the same way
+(kind, input shape, weight shape), and each group's mean per call is set beside
+torch's: our in-model figure (the layer inside the chained forward) and our alone
+figure (the layer timed by itself), for each backend of run.csv, and their ratios to
+torch's. A layer of ours torch has no call for, or a torch call that matches no layer
+of ours, is listed, never dropped. The forward: torch's eager forward (timed without
+the profiler, median of 30) and its mean under the profiler, beside our chained
+median.
+
+What torch's figure holds: the whole aten call, as the profiler's CPU total counts it
+(its dispatch, any layout reorder inside the call, the output's allocation), on the
+model's own data flow, so it is an in-model figure. Where ours and torch's differ by
+more than 20% the markdown says so and leaves the why to the reader's notes (a
+reorder inside torch's call, framework overhead, another kernel).
+
+Needs torch (Debian: python3-torch); runs with /usr/bin/python3."""
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_compare as tc  # noqa: E402 (re-runs the script with its settings, then imports torch)
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+KINDS = {"conv2d": "aten::conv2d", "linear": "aten::linear"}
+
+
+def weight_shape(kind, p, in_shape):
+    if kind == "conv2d":
+        k = p["kernel_size"] if isinstance(p["kernel_size"], tuple) else (p["kernel_size"],) * 2
+        return (p["out_channels"], in_shape[1] // p.get("groups", 1)) + tuple(k)
+    if kind == "linear":
+        return (p["out_features"], in_shape[-1])
+    return ()
+
+
+def group_key(kind, in_shape, w_shape):
+    return kind, tuple(in_shape), tuple(w_shape)
+
+
+def key_text(key):
+    kind, x, w = key
+    return f"{kind} {'x'.join(map(str, x))}" + (f" w {'x'.join(map(str, w))}" if w else "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", required=True, help="bench list --csv output")
+    ap.add_argument("--bench", required=True, help="bench run --csv output (with its in-model rows)")
+    ap.add_argument("--backend", help="backends of run.csv to set beside torch (default: every one in it)")
+    ap.add_argument("--threads", type=int, required=True, help="PyTorch's threads: give bench run the same --threads")
+    ap.add_argument("--iters", type=int, default=30, help="forwards under the profiler (default 30)")
+    ap.add_argument("--out", help="the markdown table (default stdout)")
+    ap.add_argument("--csv", help="the same as CSV")
+    args = ap.parse_args()
+    if args.iters < 1:
+        sys.exit("torch_profile_compare: --iters must be at least 1")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+
+    with open(args.layers, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        sys.exit(f"torch_profile_compare: {args.layers} has no layers")
+    batch = rows[0]["batch"]
+    layers = []  # (row, module, key)
+    for r in rows:
+        p, x = tc.parse_parameters(r["parameters"]), tc.shape(r["input_shape"])
+        m = tc.make_module(r["kind"], p, x).eval()
+        layers.append((r, m, group_key(r["kind"], x, weight_shape(r["kind"], p, x))))
+
+    # ours: per backend, per layer index, the in-model and the alone median
+    ours, backends = {}, []
+    with open(args.bench, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok":
+                continue
+            if r["backend"] not in backends:
+                backends.append(r["backend"])
+            side = "inmodel" if r["mode"] == "inmodel" else "chained" if r["kind"] == "model" else "alone"
+            if r["kind"] == "model" and r["mode"] != "chained":
+                continue
+            # the first alone row of a layer (a run of several --mode gives one per mode)
+            ours.setdefault(r["backend"], {}).setdefault((side, r["layer_index"]), float(r["median_us"]))
+    if args.backend:
+        wanted = args.backend.split(",")
+        missing = [b for b in wanted if b not in backends]
+        if missing:
+            sys.exit(f"torch_profile_compare: {args.bench} has no fp32 rows of backend {', '.join(missing)} at batch "
+                     f"{batch}")
+        backends = wanted
+    if not backends:
+        sys.exit(f"torch_profile_compare: {args.bench} has no fp32 rows at the layers' batch {batch}")
+
+    x0 = torch.rand(tc.shape(rows[0]["input_shape"])) * 2 - 1
+    inputs = [[int(i) for i in r["inputs"].lstrip("'").split()] for r in rows]
+
+    def forward():
+        values = {-1: x0}
+        for i, (r, m, key) in enumerate(layers):
+            args_ = [values[j] for j in inputs[i]]
+            if r["kind"] == "multihead_attention":  # several aten calls: one scope, named by its shape
+                with record_function(key_text(key)):
+                    values[i] = m(*args_)
+            else:
+                values[i] = m(*args_)
+        return values[len(layers) - 1]
+
+    with torch.no_grad():
+        for _ in range(10):
+            forward()
+        eager = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            forward()
+            eager.append(time.perf_counter() - t0)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(args.iters):
+                with record_function("forward"):
+                    forward()
+    events = prof.key_averages(group_by_input_shape=True)
+
+    # torch's calls per group: mean us per call, calls per forward
+    torch_groups, unmatched_torch, profiled = {}, [], None
+    scopes = {key_text(k): k for _, _, k in layers if k[0] == "multihead_attention"}
+    for e in events:
+        if e.key == "forward":
+            profiled = e.cpu_time_total / e.count
+            continue
+        kind = next((k for k, op in KINDS.items() if op == e.key), None)
+        if kind:
+            shapes = [tuple(s) for s in e.input_shapes]
+            key = group_key(kind, shapes[0], shapes[1] if len(shapes) > 1 else ())
+        elif e.key in scopes:
+            key = scopes[e.key]
+        else:
+            continue
+        g = torch_groups.setdefault(key, [0.0, 0])
+        g[0] += e.cpu_time_total
+        g[1] += e.count
+
+    ours_groups = {}
+    for r, m, key in layers:
+        if r["kind"] in KINDS or r["kind"] == "multihead_attention":
+            ours_groups.setdefault(key, []).append(r["layer_index"])
+    for key in torch_groups:
+        if key not in ours_groups:
+            unmatched_torch.append(key)
+
+    def mean(b, side, idx):
+        v = [ours.get(b, {}).get((side, i)) for i in idx]
+        return statistics.fmean(v) if all(x is not None for x in v) else None
+
+    head = ["group", "our layers", "torch calls per forward", "torch us per call"]
+    for b in backends:
+        head += [f"{b} in-model us", f"{b} alone us", f"{b} in-model / torch", f"{b} alone / torch"]
+    table, sums = [], {}
+    for key, idx in ours_groups.items():
+        t = torch_groups.get(key)
+        per_call = t[0] / t[1] if t and t[1] else None
+        calls = t[1] / args.iters if t else 0
+        cells = [key_text(key), str(len(idx)), f"{calls:g}", f"{per_call:.1f}" if per_call else "no torch call"]
+        far = False
+        for b in backends:
+            inm, alone = mean(b, "inmodel", idx), mean(b, "alone", idx)
+            cells += [f"{inm:.1f}" if inm else "-", f"{alone:.1f}" if alone else "-"]
+            for v in (inm, alone):
+                cells.append(f"{v / per_call:.2f}" if v and per_call else "-")
+            far |= bool(inm and per_call and abs(inm / per_call - 1) > 0.2)
+            s = sums.setdefault((key[0], b), [0.0, 0.0, 0.0])
+            s[0] += (inm or 0) * len(idx)
+            s[1] += (alone or 0) * len(idx)
+            s[2] += (per_call or 0) * len(idx)
+        table.append((cells, far))
+
+    out = open(args.out, "w") if args.out else sys.stdout
+    print(f"Per call, batch {batch}, {args.threads} thread(s); torch {torch.__version__}, {args.iters} forwards under "
+          f"torch.profiler (CPU total per aten call, grouped by input shape).\n", file=out)
+    print("| " + " | ".join(head) + " |", file=out)
+    print("|" + "---|" * len(head), file=out)
+    for cells, far in table:
+        print("| " + " | ".join(cells) + (" (over 20% apart)" if far else "") + " |", file=out)
+    print("", file=out)
+    print("| sums per forward | " + " | ".join(f"{b} in-model | {b} alone" for b in backends) + " | torch |", file=out)
+    print("|---|" + "---|---|" * len(backends) + "---|", file=out)
+    for kind in ("conv2d", "linear", "multihead_attention"):
+        if any((kind, b) in sums for b in backends):
+            cells = [f"{sums[(kind, b)][0] / 1e3:.3f} ms | {sums[(kind, b)][1] / 1e3:.3f} ms" for b in backends]
+            print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
+    chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
+    print(f"| the forward (ours: chained median; torch: eager median, and mean under the profiler) | " +
+          " | ".join(f"{c / 1e3:.3f} ms | -" if c else "- | -" for c in chained) +
+          f" | {statistics.median(eager) * 1e3:.3f} ms ({profiled / 1e3:.3f} ms profiled) |", file=out)
+    if unmatched_torch:
+        print("\ntorch calls no layer of ours matches (inside a layer of another kind): " +
+              "; ".join(key_text(k) for k in unmatched_torch), file=out)
+    missing = [key_text(k) for k, (cells, _) in zip(ours_groups, table) if cells[3] == "no torch call"]
+    if missing:
+        print("\nlayers of ours torch made no call for: " + "; ".join(missing), file=out)
+    if args.out:
+        out.close()
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(head)
+            for cells, _ in table:
+                w.writerow(cells)
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
