@@ -9,7 +9,8 @@ usage:
 
 The model is rebuilt in PyTorch from `bench list --csv`, as scripts/torch_compare.py
 rebuilds it (the same modules, shapes and graph; float32, eval mode, on the CPU with
-PyTorch on T threads, OpenBLAS inside it on one). After 10 forwards it runs --iters
+PyTorch on T threads, OpenBLAS inside it on --blas-threads, one by default). After 10
+forwards it runs --iters
 more under torch.profiler (record_shapes) and reads
 key_averages(group_by_input_shape=True): each convolution is an aten::conv2d and each
 linear layer an aten::linear call, told apart by their input and weight shapes; a
@@ -37,6 +38,19 @@ import statistics
 import sys
 import time
 
+# --blas-threads N, read before torch is loaded: OpenBLAS's threads inside PyTorch (1 by
+# default, as scripts/torch_compare.py runs it), and with more than one OpenMP's threads
+# sleeping when idle (OMP_WAIT_POLICY=PASSIVE), so that the two pools take turns
+for i, a in enumerate(sys.argv):
+    n = a.split("=", 1)[1] if a.startswith("--blas-threads=") else \
+        sys.argv[i + 1] if a == "--blas-threads" and i + 1 < len(sys.argv) else None
+    if n is not None and os.environ.get("OPENBLAS_NUM_THREADS") != n:
+        if not n.isdigit() or int(n) < 1:
+            sys.exit(f"torch_profile_compare: --blas-threads expects a whole number of at least 1, got '{n}'")
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": n}
+        if int(n) > 1:
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_compare as tc  # noqa: E402 (re-runs the script with its settings, then imports torch)
 import torch  # noqa: E402
@@ -70,6 +84,10 @@ def main():
     ap.add_argument("--backend", help="backends of run.csv to set beside torch (default: every one in it)")
     ap.add_argument("--threads", type=int, required=True, help="PyTorch's threads: give bench run the same --threads")
     ap.add_argument("--iters", type=int, default=30, help="forwards under the profiler (default 30)")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OpenBLAS's threads inside PyTorch (default 1; Debian's torch runs nn.Linear through OpenBLAS, "
+                         "so give a GEMM-bound model such as BERT --threads here; its convolutions run on oneDNN's "
+                         "OpenMP threads, whose idle ones then sleep)")
     ap.add_argument("--out", help="the markdown table (default stdout)")
     ap.add_argument("--csv", help="the same as CSV")
     args = ap.parse_args()
@@ -174,6 +192,7 @@ def main():
     head = ["group", "our layers", "torch calls per forward", "torch us per call"]
     for b in backends:
         head += [f"{b} in-model us", f"{b} alone us", f"{b} in-model / torch", f"{b} alone / torch"]
+    head.append("note")
     table, sums = [], {}
     for key, idx in ours_groups.items():
         t = torch_groups.get(key)
@@ -191,15 +210,18 @@ def main():
             s[0] += (inm or 0) * len(idx)
             s[1] += (alone or 0) * len(idx)
             s[2] += (per_call or 0) * len(idx)
+        cells.append("in-model over 20% from torch" if far else "")
         table.append((cells, far))
 
     out = open(args.out, "w") if args.out else sys.stdout
-    print(f"Per call, batch {batch}, {args.threads} thread(s); torch {torch.__version__}, {args.iters} forwards under "
-          f"torch.profiler (CPU total per aten call, grouped by input shape).\n", file=out)
+    print(f"Per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
+          f"{os.environ.get('OPENBLAS_NUM_THREADS')} (OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}); torch "
+          f"{torch.__version__}, {args.iters} forwards under torch.profiler (CPU total per aten call, grouped by input "
+          f"shape).\n", file=out)
     print("| " + " | ".join(head) + " |", file=out)
     print("|" + "---|" * len(head), file=out)
     for cells, far in table:
-        print("| " + " | ".join(cells) + (" (over 20% apart)" if far else "") + " |", file=out)
+        print("| " + " | ".join(cells) + " |", file=out)
     print("", file=out)
     print("| sums per forward | " + " | ".join(f"{b} in-model | {b} alone" for b in backends) + " | torch |", file=out)
     print("|---|" + "---|---|" * len(backends) + "---|", file=out)

@@ -336,6 +336,22 @@ for r in rows:
         # what ran, from the run's kernels column: the layers', not the forward's
         assert bool(r[p + "_kernels"]) == (r["kind"] != "model"), (p, r)
 PY
+# scripts/torch_profile_compare.py: smoke's convolutions and linear layers matched to
+# torch.profiler's aten::conv2d and aten::linear calls by shape, every one of them (exit 0),
+# each group with torch's figure and our in-model and alone ones for each backend
+"$PY" "$SRC/scripts/torch_profile_compare.py" --layers "$T/sl.csv" --bench "$T/sr.csv" --threads 1 --iters 3 \
+  --backend "$backends" --out "$T/sp.md" --csv "$T/sp.csv" 2>"$T/sp.err" &&
+  "$PY" - "$T/sp.csv" "$T/sl.csv" "$backends" <<'PY' && ok || bad "torch_profile_compare: $(tail -3 "$T/sp.err" "$T/sp.md")"
+import csv, sys
+rows, layers = list(csv.DictReader(open(sys.argv[1]))), list(csv.DictReader(open(sys.argv[2])))
+want = sum(1 for r in layers if r["kind"] in ("conv2d", "linear", "multihead_attention"))
+assert want >= 3 and sum(int(r["our layers"]) for r in rows) == want, (want, rows)
+for r in rows:
+    assert float(r["torch us per call"]) > 0 and float(r["torch calls per forward"]) == int(r["our layers"]), r
+    for b in sys.argv[3].split(","):
+        inm, alone = float(r[f"{b} in-model us"]), float(r[f"{b} alone us"])
+        assert inm > 0 and alone > 0 and abs(float(r[f"{b} in-model / torch"]) - inm / float(r["torch us per call"])) < 0.01, r
+PY
 
 # --dtype bf16: PyTorch in bf16 beside layerbench's bf16 rows (not its fp32 ones)
 "$BENCH" run "$SRC/configs/smoke.yaml" --dtype fp32,bf16 "${QUICK[@]}" --csv "$T/sb.csv" >/dev/null 2>&1 &&
