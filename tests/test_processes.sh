@@ -85,6 +85,16 @@ expect 0 "made under another context .* not used" -- \
 impls "$T/alone.csv" | grep -q "(fastest of [0-9]* timed warm alone)" && ! impls "$T/alone.csv" | grep -q "forward's" &&
   impls "$T/a1.csv" | grep -q "(fastest of [0-9]* in the forward's conditions)" && grep -q '"algo_for": "alone"' "$T/alone.json" &&
   ok || bad "--algo-for: $(impls "$T/alone.csv" | head -2)"
+# bf16's choices (our kernel or fp32 copies) under keys of their own: an fp32 run keeps
+# them, and the next bf16 run takes them, none stale
+B16=$T/bf16.tsv
+expect 0 "" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --dtype bf16 --algo-cache "$B16"
+n16=$(grep -c "dtype=bf16" "$B16")
+expect 0 "" -- "$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --algo-cache "$B16"
+"$BENCH" run "$SMOKE" "${QUICK[@]}" --processes 0 --dtype bf16 --algo-cache "$B16" >"$T/b16.out" 2>&1
+[ "$n16" -ge 1 ] && [ "$(grep -c "dtype=bf16" "$B16")" = "$n16" ] && ! grep -q "no longer applied" "$T/b16.out" &&
+  [ "$(cut -f2 "$B16" | sort | uniq -d | wc -l)" = 0 ] && ok ||
+  bad "bf16 choices: $n16 saved, $(grep -c "dtype=bf16" "$B16") after fp32 and bf16 runs; $(grep "choices" "$T/b16.out")"
 # a stale choice (its candidate count no longer matches): searched again, said
 awk -F'\t' -v OFS='\t' 'NR > 1 {split($3, v, " "); $3 = v[1] " " v[2] " " v[3] + 7} {print}' "$C" >"$T/stale.tsv"
 expect 0 "no longer applied" -- "$BENCH" run "$R18" "${QUICK[@]}" --processes 0 --algo-cache "$T/stale.tsv"

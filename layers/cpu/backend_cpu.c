@@ -605,7 +605,7 @@ static int cpu_choices_get(void *ctx, void (*emit)(void *user, const char *key, 
 {
     cpu_choices *c = &((cpu_ctx *)ctx)->choices;
     for (int i = 0; i < c->n; i++) {
-        layer l = {.kind = c->v[i].kind, .p = c->v[i].p, .in = c->v[i].in};
+        layer l = {.kind = c->v[i].kind, .dtype = c->v[i].dtype, .p = c->v[i].p, .in = c->v[i].in};
         char key[512], value[96];
         snprintf(value, sizeof value, "%lld %lld %lld", (long long)c->v[i].algo[0], (long long)c->v[i].algo[1],
                  (long long)c->v[i].algo[2]);
