@@ -1908,14 +1908,17 @@ def comment_text(s):
     return "".join(c if c >= " " and c != "\x7f" else repr(c)[1:-1] for c in s)
 
 
-def write_file(path, text, what):
+def write_file(path, text, what, prog="torch_export"):
     """text into path, whole or not at all: a new temporary file beside it (O_EXCL, never
-    through a link planted at its name), then renamed over it."""
+    through a link planted at its name), then renamed over it; prog names the script in
+    its errors."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        sys.exit(f"torch_export: {what} {path}: it is a directory; give a file")
+        sys.exit(f"{prog}: {what} {path}: it is a directory; give a file")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, a FIFO: renamed over, it would be gone
+        sys.exit(f"{prog}: {what} {path}: not a regular file (a device, a FIFO or a socket); give a file")
     if not os.path.isdir(folder):
-        sys.exit(f"torch_export: {what} {path}: its folder {folder} does not exist")
+        sys.exit(f"{prog}: {what} {path}: its folder {folder} does not exist")
     try:
         mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~umask()
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=folder)
@@ -1930,7 +1933,7 @@ def write_file(path, text, what):
             os.unlink(tmp)
             raise
     except OSError as e:
-        sys.exit(f"torch_export: cannot write {what} {path}: {e.strerror or e}")
+        sys.exit(f"{prog}: cannot write {what} {path}: {e.strerror or e}")
 
 
 def umask():

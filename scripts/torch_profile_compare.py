@@ -33,6 +33,7 @@ reorder inside torch's call, framework overhead, another kernel).
 Needs torch (Debian: python3-torch); runs with /usr/bin/python3."""
 import argparse
 import csv
+import io
 import os
 import statistics
 import sys
@@ -53,6 +54,7 @@ for i, a in enumerate(sys.argv):
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_compare as tc  # noqa: E402 (re-runs the script with its settings, then imports torch)
+import torch_export  # noqa: E402 (write_file)
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
@@ -93,6 +95,9 @@ def main():
     args = ap.parse_args()
     if args.iters < 1:
         sys.exit("torch_profile_compare: --iters must be at least 1")
+    for what, path in (("--layers", args.layers), ("--bench", args.bench)):
+        if not os.path.isfile(path):  # a FIFO would be waited on forever
+            sys.exit(f"torch_profile_compare: {what} {path}: not a regular file")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
@@ -206,14 +211,15 @@ def main():
             for v in (inm, alone):
                 cells.append(f"{v / per_call:.2f}" if v and per_call else "-")
             far |= bool(inm and per_call and abs(inm / per_call - 1) > 0.2)
-            s = sums.setdefault((key[0], b), [0.0, 0.0, 0.0])
+            s = sums.setdefault((key[0], b), [0.0, 0.0, 0.0, 0])
             s[0] += (inm or 0) * len(idx)
             s[1] += (alone or 0) * len(idx)
             s[2] += (per_call or 0) * len(idx)
+            s[3] += 0 if inm and alone and per_call else len(idx)  # layers without a figure: no sum
         cells.append("in-model over 20% from torch" if far else "")
         table.append((cells, far))
 
-    out = open(args.out, "w") if args.out else sys.stdout
+    out = io.StringIO() if args.out else sys.stdout
     print(f"Per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
           f"{os.environ.get('OPENBLAS_NUM_THREADS')} (OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}); torch "
           f"{torch.__version__}, {args.iters} forwards under torch.profiler (CPU total per aten call, grouped by input "
@@ -227,7 +233,8 @@ def main():
     print("|---|" + "---|---|" * len(backends) + "---|", file=out)
     for kind in ("conv2d", "linear", "multihead_attention"):
         if any((kind, b) in sums for b in backends):
-            cells = [f"{sums[(kind, b)][0] / 1e3:.3f} ms | {sums[(kind, b)][1] / 1e3:.3f} ms" for b in backends]
+            cells = [f"{sums[(kind, b)][0] / 1e3:.3f} ms | {sums[(kind, b)][1] / 1e3:.3f} ms" if not sums[(kind, b)][3]
+                     else f"- | - ({sums[(kind, b)][3]} layers without a figure)" for b in backends]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
     chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
     print(f"| the forward (ours: chained median; torch: eager median, and mean under the profiler) | " +
@@ -239,14 +246,16 @@ def main():
     missing = [key_text(k) for k, (cells, _) in zip(ours_groups, table) if cells[3] == "no torch call"]
     if missing:
         print("\nlayers of ours torch made no call for: " + "; ".join(missing), file=out)
+    # whole or not at all, never through a link planted at the temporary name
     if args.out:
-        out.close()
+        torch_export.write_file(args.out, out.getvalue(), "--out", prog="torch_profile_compare")
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(head)
-            for cells, _ in table:
-                w.writerow(cells)
+        text = io.StringIO()
+        w = csv.writer(text)
+        w.writerow(head)
+        for cells, _ in table:
+            w.writerow(cells)
+        torch_export.write_file(args.csv, text.getvalue(), "--csv", prog="torch_profile_compare")
     return 1 if missing else 0
 
 
