@@ -25,6 +25,7 @@ typedef struct want {
     int64_t d[3];
     bool optional; /* lm_head.weight of tied embeddings: checkpoints may leave it out */
     bool seen;
+    bool blocks, scales; /* MXFP4: its _blocks and its _scales met */
     const char *file; /* the file whose header holds it (borrowed from check.files) */
 } want;
 
@@ -160,7 +161,7 @@ static const struct {
 typedef struct check {
     wants w;
     safetensors_storage st;   /* how config.json says the weights are stored */
-    int64_t fp8_scales, mxfp4_blocks, mxfp4_scales, not_built; /* tensors beside the layers' (extra_of) */
+    int64_t fp8_scales, mxfp4_blocks, not_built; /* tensors beside the layers' (extra_of) */
     const char *dir;
     const char *file;         /* the file being read (its tensors are marked with it) */
     int64_t tensors;          /* matched */
@@ -240,12 +241,13 @@ static extra_kind extra_of(const check *c, const char *name, want **base)
 /* A tensor name met in a header or an index: one the layers hold (seen once), the same
  * saved by the base model without its prefix (GPT-2's h.0.ln_1.weight for
  * transformer.h.0.ln_1.weight, as transformers loads it), or one extra_of accepts
- * (*extra; MXFP4 blocks mark the experts' tensor they hold seen). Returns the want, NULL
- * for an extra, or fails. */
-static int match_name(check *c, const char *file, const char *name, want **out, extra_kind *extra)
+ * (*extra, and *base the layer's tensor it belongs to; MXFP4 blocks mark it seen).
+ * Returns the want, NULL for an extra, or fails. */
+static int match_name(check *c, const char *file, const char *name, want **out, extra_kind *extra, want **base)
 {
     static const char *const prefixes[] = {"model.", "transformer.", "gpt_neox.", NULL};
     *extra = EXTRA_NONE;
+    *base = NULL;
     *out = want_find(&c->w, name);
     for (int k = 0; !*out && prefixes[k]; k++) {
         char *full = xasprintf("%s%s", prefixes[k], name);
@@ -253,14 +255,19 @@ static int match_name(check *c, const char *file, const char *name, want **out, 
         free(full);
     }
     if (!*out) {
-        want *base;
-        *extra = extra_of(c, name, &base);
+        *extra = extra_of(c, name, base);
         if (*extra == EXTRA_NONE)
             return fail(c, file, "holds the tensor '%s', which the layers built from config.json do not have (a "
                                  "config.json of another model, or a field of it not read)", name);
+        if (*extra == EXTRA_MXFP4_SCALES) {
+            if ((*base)->scales)
+                return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", name);
+            (*base)->scales = true;
+        }
         if (*extra != EXTRA_MXFP4_BLOCKS)
             return 0;
-        *out = base; /* the experts' tensor, held as its blocks */
+        *out = *base; /* the experts' tensor, held as its blocks */
+        (*out)->blocks = true;
     }
     if ((*out)->seen)
         return fail(c, file, "the tensor '%s' is named twice across the checkpoint's files", (*out)->name);
@@ -271,12 +278,10 @@ static int match_name(check *c, const char *file, const char *name, want **out, 
     return 0;
 }
 
-/* The shape an extra tensor must have, from the layer's tensor it belongs to; its dtype
+/* The shape an extra tensor must have, from the layer's tensor w it belongs to; its dtype
  * in *dt. False for an extra whose shape is not checked (buffers, layers not built). */
-static bool extra_shape(const check *c, extra_kind k, const char *name, int *rank, int64_t *d, const char **dt)
+static bool extra_shape(const check *c, extra_kind k, const want *w, int *rank, int64_t *d, const char **dt)
 {
-    want *w;
-    extra_of(c, name, &w);
     if (k == EXTRA_FP8_SCALE) { /* one float32 per block of the [out, in] weight */
         *rank = 2, *dt = "F32";
         d[0] = (w->d[0] + c->st.fp8_block[0] - 1) / c->st.fp8_block[0];
@@ -389,16 +394,14 @@ static int check_tensor(check *c, const char *file, const char *name, json_t *t,
         return fail(c, file, "'%s': data_offsets do not hold %s %s in the file's %lld bytes of data", name, s,
                     st_dtypes[di].name, (long long)data_len);
     }
-    want *w;
+    want *w, *base;
     extra_kind extra;
-    if (match_name(c, file, name, &w, &extra) != 0)
+    if (match_name(c, file, name, &w, &extra, &base) != 0)
         return -1;
     int xr;
     int64_t xd[4];
     const char *xdt;
-    if (extra && extra_shape(c, extra, name, &xr, xd, &xdt)) {
-        want *base;
-        extra_of(c, name, &base);
+    if (extra && extra_shape(c, extra, base, &xr, xd, &xdt)) {
         bool same = rank == xr && strcmp(st_dtypes[di].name, xdt) == 0;
         for (int k = 0; same && k < rank; k++)
             same = d[k] == xd[k];
@@ -419,7 +422,6 @@ static int check_tensor(check *c, const char *file, const char *name, json_t *t,
     if (extra) {
         c->fp8_scales += extra == EXTRA_FP8_SCALE;
         c->mxfp4_blocks += extra == EXTRA_MXFP4_BLOCKS;
-        c->mxfp4_scales += extra == EXTRA_MXFP4_SCALES;
         c->not_built += extra == EXTRA_NOT_BUILT;
         if (extra != EXTRA_BUFFER && extra != EXTRA_NOT_BUILT) /* the storage of the layers' weights */
             c->per_dtype[di]++;
@@ -576,7 +578,7 @@ static int check_index(check *c, const char *index, int *n_files, int *n_absent)
                     break;
                 }
             } else {
-                if ((rc = match_name(c, index, name, &w, &extra)) != 0)
+                if ((rc = match_name(c, index, name, &w, &extra, &base)) != 0)
                     break;
                 c->names_only += w != NULL || extra == EXTRA_MXFP4_BLOCKS;
             }
@@ -626,9 +628,10 @@ bench_status safetensors_check(const char *dir, const model *m, const safetensor
     for (int i = 0; rc == 0 && i < c.w.n; i++)
         if (!c.w.v[i].seen && !c.w.v[i].optional)
             missing++, first = first ? first : &c.w.v[i];
-    if (rc == 0 && c.mxfp4_scales != c.mxfp4_blocks && !n_absent)
-        rc = fail(&c, sharded ? index : single, "holds %lld MXFP4 blocks tensors but %lld scales: each _blocks needs "
-                  "its _scales", (long long)c.mxfp4_blocks, (long long)c.mxfp4_scales);
+    for (int i = 0; rc == 0 && i < c.w.n; i++)
+        if (c.w.v[i].blocks != c.w.v[i].scales)
+            rc = fail(&c, sharded ? index : single, "holds '%s_%s' without its '%s_%s': MXFP4 needs both", c.w.v[i].name,
+                      c.w.v[i].blocks ? "blocks" : "scales", c.w.v[i].name, c.w.v[i].blocks ? "scales" : "blocks");
     if (rc == 0 && missing) {
         char s[160];
         shape_text(s, sizeof s, first->rank, first->d);

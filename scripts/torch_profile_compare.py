@@ -203,13 +203,13 @@ def main():
         t = torch_groups.get(key)
         per_call = t[0] / t[1] if t and t[1] else None
         calls = t[1] / args.iters if t else 0
-        cells = [key_text(key), str(len(idx)), f"{calls:g}", f"{per_call:.1f}" if per_call else "no torch call"]
+        cells = [key_text(key), str(len(idx)), f"{calls:g}", f"{per_call:.3f}" if per_call else "no torch call"]
         far = False
         for b in backends:
             inm, alone = mean(b, "inmodel", idx), mean(b, "alone", idx)
-            cells += [f"{inm:.1f}" if inm else "-", f"{alone:.1f}" if alone else "-"]
+            cells += [f"{inm:.3f}" if inm else "-", f"{alone:.3f}" if alone else "-"]
             for v in (inm, alone):
-                cells.append(f"{v / per_call:.2f}" if v and per_call else "-")
+                cells.append(f"{v / per_call:.3f}" if v and per_call else "-")
             far |= bool(inm and per_call and abs(inm / per_call - 1) > 0.2)
             s = sums.setdefault((key[0], b), [0.0, 0.0, 0.0, 0])
             s[0] += (inm or 0) * len(idx)
@@ -237,7 +237,7 @@ def main():
                      else f"- | - ({sums[(kind, b)][3]} layers without a figure)" for b in backends]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
     chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
-    print(f"| the forward (ours: chained median; torch: eager median, and mean under the profiler) | " +
+    print("| the forward (ours: chained median; torch: eager median, and mean under the profiler) | " +
           " | ".join(f"{c / 1e3:.3f} ms | -" if c else "- | -" for c in chained) +
           f" | {statistics.median(eager) * 1e3:.3f} ms ({profiled / 1e3:.3f} ms profiled) |", file=out)
     if unmatched_torch:
