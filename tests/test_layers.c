@@ -330,8 +330,10 @@ static const layer_case cases[] = {
     {"p 0.5", LAYER_DROPOUT, S2(3, 29), none},
     {"batch 1 (gemv)", LAYER_LINEAR, S2(1, 37), lin},
     {"batch 3, no bias", LAYER_LINEAR, S2(3, 53), lin_nobias},
-    {"batch 20, 300 features (cpu: packed tiles)", LAYER_LINEAR, S2(20, 300), lin_wide},
-    {"batch 70 (cpu: past the packed path)", LAYER_LINEAR, S2(70, 21), lin},
+    {"batch 20, 300 features (cpu: one k block)", LAYER_LINEAR, S2(20, 300), lin_wide},
+    {"batch 70, 21 features (cpu: 5 tiles of 14 rows)", LAYER_LINEAR, S2(70, 21), lin},
+    {"202 rows, 800 features, 45 out (cpu: 3 k blocks, 2 blocks of row tiles, tails)", LAYER_LINEAR, S3(2, 101, 800),
+     lin_wide},
     {"tokens [N, S, F]", LAYER_LINEAR, S3(2, 5, 13), lin},
     {"tokens, batch 1, no bias", LAYER_LINEAR, S3(1, 9, 6), lin_nobias},
     {"2 tokens, 77 features, 13 out (bf16: gemv tails)", LAYER_LINEAR, S3(1, 2, 77), lin_13},
@@ -885,8 +887,27 @@ int main(int argc, char **argv)
                 }
                 backend_close(&b);
             }
-        unsetenv("LAYERBENCH_CPU_GEMM_ISA");
         unsetenv("LAYERBENCH_CPU_CONV_ALGO");
+        /* linear's blocked GEMM with each ISA's kernel under --algo heuristic (the
+         * search keeps sgemm where it was faster; the generic ISA runs sgemm) */
+        for (size_t i = 0; i < 2; i++) {
+            bo.algo_heuristic = true;
+            if (i == 0)
+                unsetenv("LAYERBENCH_CPU_GEMM_ISA");
+            else
+                setenv("LAYERBENCH_CPU_GEMM_ISA", "avx2", 1);
+            if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
+                EXPECT(false, "the cpu backend reopens");
+                break;
+            }
+            printf("linear, --algo heuristic, LAYERBENCH_CPU_GEMM_ISA=%s\n", i ? "avx2" : "(unset)");
+            for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+                if (cases[c].kind == LAYER_LINEAR)
+                    run_case(&b, &cases[c], seed + c, DTYPE_FP32);
+            backend_close(&b);
+        }
+        bo.algo_heuristic = false;
+        unsetenv("LAYERBENCH_CPU_GEMM_ISA");
         /* bf16 convolutions under --algo heuristic: the vdpbf16ps kernel wherever it takes
          * the layer (the search above keeps fp32 copies where they were faster, and
          * then the bf16 kernel's own result was not checked) */

@@ -1,14 +1,19 @@
-/* linear on the CPU (and matmul of two activations, at the end): cblas_sgemv for one row; for a few rows (a small batch) our
- * register-tiled kernel (pgemm_cpu.c) on weights packed once at setup; cblas_sgemm for
- * more rows (a large batch, or the tokens of [N, S, F]).
+/* linear on the CPU (and matmul of two activations, at the end): our GEMV for one row;
+ * for two rows and more, a GEMM blocked for the caches on our register-tiled kernel
+ * (pgemm_cpu.c) with the weights packed once at setup, or cblas_sgemm, whichever the
+ * search finds faster in the forward's conditions (--algo heuristic: ours).
  *
- * A small batch is what OpenBLAS does worst: with 8 rows, 1000 outputs and 512
- * features (ResNet's fc at batch 8) it packs the 2 MB of weights again on every call
- * and took 124-149 us on the 2-core Zen 5 VM, where oneDNN takes 27-29 us. Packed at
- * setup into panels of the kernel's nr outputs, feature-major, the weights stream
- * through once per mr rows, each panel's tile summed in registers. */
+ * OpenBLAS packs the weights again on every call. With a small batch that is most of
+ * the work: 8 rows, 1000 outputs and 512 features (ResNet's fc at batch 8) took
+ * 124-149 us on the 2-core Zen 5 VM, where oneDNN takes 27-29 us. With many rows it is
+ * its blocking: BERT-base's 128x768 -> 3072 took 1.51 ms in sgemm, 1.17 ms in oneDNN's
+ * brgemm. Ours keeps the weights in the order its loops read them, [k block][panel of
+ * nr outputs][kc][nr]: for each k block of LINEAR_KC features, an nr-wide panel of it
+ * (48 KB at 384 x 32) stays in L1 while every row tile of a block of them (the rows
+ * packed per call, [k block][tile][kc][mr], a block sized for L2) runs past it. */
 #include <cblas.h>
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,12 +22,10 @@
 
 #include "cpu_kernels.h"
 
-/* Rows up to which the packed kernel runs: each further group of mr rows reads the
- * weights again, which OpenBLAS's blocking avoids. */
-#define LINEAR_TILED_MAX_TILES 4
-/* The packed path's k block: an nr-wide panel of 256 features (32 KB at nr 32) stays
- * in L1 for the row tiles after the first. */
-#define LINEAR_KC 256
+/* The blocked GEMM's k block (features), and the bytes of packed rows per k block
+ * that one pass over the weight panels reads from L2. */
+#define LINEAR_KC 384
+#define LINEAR_ROW_BLOCK_BYTES (256 << 10)
 
 /* The fp32 GEMV (one row): q row streams a thread, as the bf16 decode GEMV
  * (bf16_cpu.c): each of q far-apart parts of the thread's weight rows one sequential
@@ -128,11 +131,18 @@ __attribute__((target("avx2,fma"))) static void gemv_f32_avx2(const float *x, in
 typedef void (*gemv_f32_fn)(const float *x, int64_t f, const float *w, const float *bias, float *y, int64_t j0,
                             int64_t j1);
 
+/* The ways a linear layer of two rows and more runs, in the search's order: the first
+ * is the rule's (--algo heuristic). */
+typedef enum { LINEAR_BLOCKED, LINEAR_SGEMM, LINEAR_WAYS } linear_way;
+
 typedef struct linear_state {
     gemv_f32_fn gemv;   /* one row: our GEMV (AVX-512 or AVX2), NULL: OpenBLAS's sgemv */
-    const cpu_pgemm *g; /* NULL: OpenBLAS */
-    float *wp;          /* [panel][F][nr]: output features ip nr .. ip nr + nr - 1, zero past the last */
-    float *a;           /* the rows, packed per run: [row tile][F][mr] */
+    const cpu_pgemm *g; /* the blocked GEMM's kernel; NULL: OpenBLAS */
+    int mr;             /* rows a tile: at most the kernel's, the tiles as even as they go */
+    int64_t tiles, np;  /* row tiles, nr-wide output panels */
+    int64_t tb;         /* row tiles a block (LINEAR_ROW_BLOCK_BYTES a k block) */
+    float *wp;          /* [k block][panel][kc][nr]: outputs ip nr .. ip nr + nr - 1, zero past the last */
+    float *a;           /* the rows, packed per run: [k block][tile][kc][mr], zero past the last */
 } linear_state;
 
 static void linear_free(void *env, void *state)
@@ -144,61 +154,88 @@ static void linear_free(void *env, void *state)
     free(s);
 }
 
-static bench_status linear_setup(void *env, const layer *l, const void *w_, void **state, char *impl,
-                                 size_t impl_len, int64_t *workspace_bytes)
+/* The blocked GEMM's state for f features, n rows and o outputs, its weights packed. */
+static bool blocked_setup(linear_state *s, const cpu_pgemm *g, const float *w, int64_t n, int64_t f, int64_t o,
+                          int64_t *workspace_bytes)
 {
-    const float *w = w_;
-    cpu_choices *search = cpu_env_choices(env);
-    (void)search;
-    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
-    linear_state *s = calloc(1, sizeof *s);
-    if (!s)
-        return BENCH_ERR_NOMEM;
-    const cpu_pgemm *g = cpu_pgemm_get();
-    if (n > 1 && n <= LINEAR_TILED_MAX_TILES * g->mr && strcmp(g->isa, "generic") != 0) {
-        int64_t np = (o + g->nr - 1) / g->nr, tiles = (n + g->mr - 1) / g->mr;
-        s->g = g;
-        s->wp = bench_alloc_floats(np * f * g->nr);
-        s->a = bench_alloc_floats(tiles * f * g->mr);
-        if (!s->wp || !s->a) {
-            linear_free(NULL, s);
-            return BENCH_ERR_NOMEM;
-        }
-        for (int64_t ip = 0; ip < np; ip++)
-            for (int64_t k = 0; k < f; k++)
-                for (int64_t i = 0; i < g->nr; i++) {
-                    int64_t j = ip * g->nr + i;
-                    s->wp[(ip * f + k) * g->nr + i] = j < o ? w[j * f + k] : 0.0f;
+    int64_t nr = g->nr, tiles = (n + g->mr - 1) / g->mr;
+    s->g = g;
+    s->mr = (int)((n + tiles - 1) / tiles);
+    s->tiles = (n + s->mr - 1) / s->mr;
+    s->np = (o + nr - 1) / nr;
+    s->tb = LINEAR_ROW_BLOCK_BYTES / (LINEAR_KC * s->mr * (int64_t)sizeof(float));
+    s->tb = s->tb < 1 ? 1 : s->tb;
+    s->wp = bench_alloc_floats(s->np * nr * f);
+    s->a = bench_alloc_floats(s->tiles * s->mr * f);
+    if (!s->wp || !s->a)
+        return false;
+    for (int64_t k0 = 0; k0 < f; k0 += LINEAR_KC) {
+        int64_t kc = f - k0 < LINEAR_KC ? f - k0 : LINEAR_KC;
+        float *blk = s->wp + k0 * s->np * nr;
+        for (int64_t ip = 0; ip < s->np; ip++)
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t i = 0; i < nr; i++) {
+                    int64_t j = ip * nr + i;
+                    blk[(ip * kc + k) * nr + i] = j < o ? w[j * f + k0 + k] : 0.0f;
                 }
-        *workspace_bytes = 4 * (np * f * g->nr + tiles * f * g->mr);
-        snprintf(impl, impl_len, "packed tiles %s %dx%d", g->isa, g->mr, g->nr);
-    } else if (n == 1 && strcmp(g->isa, "generic") != 0) {
-        bool avx512 = strcmp(g->isa, "avx512") == 0;
-        s->gemv = avx512 ? gemv_f32_512 : gemv_f32_avx2;
-        snprintf(impl, impl_len, "gemv fp32 %s (%s per thread)", avx512 ? "avx512" : "avx2",
-                 f % (avx512 ? 16 : 8) ? "one row stream" : "8 row streams");
-    } else {
-        snprintf(impl, impl_len, "%s", n == 1 ? "sgemv" : "sgemm");
     }
-    *state = s;
-    return BENCH_OK;
+    *workspace_bytes = 4 * (s->np * nr * f + s->tiles * s->mr * f);
+    return true;
 }
 
-/* Output panels [p_lo, p_hi) of every row tile. */
-static void linear_panels(const linear_state *s, int64_t n, int64_t f, int64_t o, const float *bias, float *out,
-                          int64_t p_lo, int64_t p_hi)
+/* Row tiles [t0, t1) of the input into s->a, every k block: a row at a time, its
+ * features read in order. */
+static void blocked_pack(const linear_state *s, const float *in, int64_t n, int64_t f, int64_t t0, int64_t t1)
+{
+    int64_t mr = s->mr;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t k0 = 0; k0 < f; k0 += LINEAR_KC) {
+            int64_t kc = f - k0 < LINEAR_KC ? f - k0 : LINEAR_KC;
+            float *d = s->a + k0 * s->tiles * mr + t * kc * mr;
+            for (int64_t i = 0; i < mr; i++) {
+                int64_t r = t * mr + i;
+                const float *src = in + r * f + k0;
+                if (r < n)
+                    for (int64_t k = 0; k < kc; k++)
+                        d[k * mr + i] = src[k];
+                else
+                    for (int64_t k = 0; k < kc; k++)
+                        d[k * mr + i] = 0.0f;
+            }
+        }
+}
+
+/* The blocked GEMM on the calling thread's share of it, thread tid of nt: its row tiles
+ * packed, then (after every thread's) for each k block and block of row tiles its even
+ * share of the (panel, tile) pairs, panel by panel, so that a panel stays in L1 over its
+ * tiles. A pair falls to the same thread in every k block, which adds to what it left. */
+static void blocked_part(const linear_state *s, const float *in, int64_t n, int64_t f, int64_t o, const float *bias,
+                         float *out, int64_t tid, int64_t nt)
 {
     const cpu_pgemm *g = s->g;
-    for (int64_t ip = p_lo; ip < p_hi; ip++)
-        for (int64_t q = 0; q < n; q += g->mr)
-            for (int64_t kb = 0; kb < f; kb += LINEAR_KC) {
-                int64_t o0 = ip * g->nr;
-                g->kernel((int)(n - q < g->mr ? n - q : g->mr), (int)(o - o0 < g->nr ? o - o0 : g->nr),
-                          &(cpu_pgemm_args){.ntap = 1, .kc = f - kb < LINEAR_KC ? f - kb : LINEAR_KC,
-                                            .a = s->a + (q / g->mr * f + kb) * g->mr, .lda = g->mr, .sa = 1,
-                                            .b = s->wp + (ip * f + kb) * g->nr, .ldb = g->nr, .c = out + q * o + o0,
-                                            .ldc = o, .cbias = bias ? bias + o0 : NULL, .accumulate = kb > 0});
+    int64_t mr = s->mr, nr = g->nr;
+    blocked_pack(s, in, n, f, s->tiles * tid / nt, s->tiles * (tid + 1) / nt);
+    _Pragma("omp barrier");
+    for (int64_t k0 = 0; k0 < f; k0 += LINEAR_KC) {
+        int64_t kc = f - k0 < LINEAR_KC ? f - k0 : LINEAR_KC;
+        for (int64_t b0 = 0; b0 < s->tiles; b0 += s->tb) {
+            int64_t bt = s->tiles - b0 < s->tb ? s->tiles - b0 : s->tb, pairs = s->np * bt;
+            int64_t pbytes = kc * nr * (int64_t)sizeof(float), per = (pbytes + bt - 1) / bt;
+            for (int64_t u = pairs * tid / nt; u < pairs * (tid + 1) / nt; u++) {
+                int64_t ip = u / bt, t = b0 + u % bt, r0 = t * mr, o0 = ip * nr;
+                /* the next panel into L2, a share with each tile: 4% faster with the
+                 * weights cold (BERT-base's 128x768 -> 3072, Zen 5) */
+                const char *next = (const char *)(s->wp + k0 * s->np * nr + (ip + 1) * kc * nr);
+                for (int64_t x = u % bt * per; ip + 1 < s->np && x < (u % bt + 1) * per && x < pbytes; x += 64)
+                    _mm_prefetch(next + x, _MM_HINT_T1);
+                g->kernel((int)(n - r0 < mr ? n - r0 : mr), (int)(o - o0 < nr ? o - o0 : nr),
+                          &(cpu_pgemm_args){.ntap = 1, .kc = kc, .a = s->a + k0 * s->tiles * mr + t * kc * mr,
+                                            .lda = mr, .sa = 1, .b = s->wp + k0 * s->np * nr + ip * kc * nr,
+                                            .ldb = nr, .c = out + r0 * o + o0, .ldc = o,
+                                            .cbias = bias ? bias + o0 : NULL, .accumulate = k0 > 0});
             }
+        }
+    }
 }
 
 static void linear_run(void *env, const layer *l, void *state, const void *const *ins_, const void *w_, void *out_)
@@ -212,16 +249,8 @@ static void linear_run(void *env, const layer *l, void *state, const void *const
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
     const float *bias = l->p.bias ? w + o * f : NULL;
     if (s->g) {
-        int64_t mr = s->g->mr, np = (o + s->g->nr - 1) / s->g->nr;
-        for (int64_t q = 0; q < n; q += mr) /* the rows, feature-major per tile of mr */
-            for (int64_t k = 0; k < f; k++)
-                for (int64_t i = 0; i < mr; i++)
-                    s->a[(q / mr * f + k) * mr + i] = q + i < n ? in[(q + i) * f + k] : 0.0f;
-        CPU_OMP_IF(n * o * f > 64 * CPU_PARALLEL_MIN, "omp parallel", {
-            int64_t lo, hi;
-            cpu_thread_span(np, &lo, &hi);
-            linear_panels(s, n, f, o, bias, out, lo, hi);
-        });
+        CPU_OMP_IF(n * o * f > 64 * CPU_PARALLEL_MIN, "omp parallel",
+                   { blocked_part(s, in, n, f, o, bias, out, omp_get_thread_num(), omp_get_num_threads()); });
         return;
     }
     if (s->gemv) {
@@ -242,6 +271,131 @@ static void linear_run(void *env, const layer *l, void *state, const void *const
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)o, (blasint)f, 1.0f, in,
                     (blasint)f, w, (blasint)f, beta, out, (blasint)o);
+}
+
+/* One way's state for layer l (n rows of f features to o outputs). */
+static linear_state *linear_way_new(const layer *l, linear_way way, const float *w, int64_t *workspace_bytes)
+{
+    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
+    linear_state *s = calloc(1, sizeof *s);
+    *workspace_bytes = 0;
+    if (s && way == LINEAR_BLOCKED && !blocked_setup(s, cpu_pgemm_get(), w, n, f, o, workspace_bytes)) {
+        linear_free(NULL, s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Before a timed run in the forward's conditions: the weights as the way reads them and
+ * the output out of the caches, the input read. */
+static void linear_forward_conditions(const layer *l, const linear_state *s, const float *w, const float *in,
+                                      float *out)
+{
+    cpu_span cold[3] = {{w, l->n_weight_floats * (int64_t)sizeof *w},
+                        {s->wp, s->wp ? s->np * s->g->nr * l->in.d[l->in.rank - 1] * (int64_t)sizeof *s->wp : 0},
+                        {out, shape_numel(&l->out) * (int64_t)sizeof *out}};
+    cpu_forward_conditions(cold, 3, in, shape_numel(&l->in) * (int64_t)sizeof *in);
+}
+
+/* Finalists within this of each other are a tie, which the earlier way wins; a gap this
+ * large is settled (as conv2d's search). */
+#define LINEAR_TIE 0.02
+#define LINEAR_CLEAR 0.06
+
+/* The faster way for l on scratch rows with its real weights: the ways run in turn,
+ * each keeping its best, in rounds until one is clearly ahead or the two are tied (at
+ * least 5 rounds, at most 30 or 0.3 s), so that a slow phase of the machine slows both
+ * alike. -1 when out of memory. */
+static int linear_search(const layer *l, const float *w, bool forward)
+{
+    int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out), ws;
+    float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
+    linear_state *st[LINEAR_WAYS] = {NULL};
+    double best[LINEAR_WAYS], spent = 0.0;
+    int pick = -1;
+    bool all = in && out;
+    for (int k = 0; all && k < LINEAR_WAYS; k++)
+        all = (st[k] = linear_way_new(l, (linear_way)k, w, &ws)) != NULL;
+    if (all) {
+        const float *ins[1] = {in};
+        for (int64_t i = 0; i < in_n; i++)
+            in[i] = (float)(i % 17) * 0.0625f - 0.5f;
+        for (int k = 0; k < LINEAR_WAYS; k++) {
+            linear_run(NULL, l, st[k], (const void *const *)ins, w, out); /* warm, untimed */
+            best[k] = 1e30;
+        }
+        for (int r = 0; r < 30 && (r < 5 || spent < 0.3); r++) {
+            for (int k = 0; k < LINEAR_WAYS; k++) {
+                if (forward)
+                    linear_forward_conditions(l, st[k], w, in, out);
+                double t0 = bench_now();
+                linear_run(NULL, l, st[k], (const void *const *)ins, w, out);
+                double dt = bench_now() - t0;
+                spent += dt, best[k] = dt < best[k] ? dt : best[k];
+            }
+            double lo = best[0] < best[1] ? best[0] : best[1], gap = fabs(best[0] - best[1]) / lo;
+            if (r >= 4 && (gap <= LINEAR_TIE || gap >= LINEAR_CLEAR))
+                break;
+        }
+        pick = best[1] < best[0] * (1 - LINEAR_TIE) ? 1 : 0;
+        const char *e = getenv("LAYERBENCH_CPU_SEARCH_LOG");
+        if (e && *e && strcmp(e, "0") != 0)
+            bench_diag("cpu search %s: blocked %.1f us, sgemm %.1f us: %s kept\n", l->name, 1e6 * best[0],
+                       1e6 * best[1], pick ? "sgemm" : "blocked");
+    }
+    for (int k = 0; k < LINEAR_WAYS; k++)
+        linear_free(NULL, st[k]);
+    free(in), free(out);
+    return pick;
+}
+
+static bench_status linear_setup(void *env, const layer *l, const void *w_, void **state, char *impl,
+                                 size_t impl_len, int64_t *workspace_bytes)
+{
+    const float *w = w_;
+    cpu_choices *search = cpu_env_choices(env);
+    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f;
+    const cpu_pgemm *g = cpu_pgemm_get();
+    bool ours = strcmp(g->isa, "generic") != 0, searched = false;
+    linear_state *s = NULL;
+    *workspace_bytes = 0;
+    if (n == 1) {
+        if (!(s = calloc(1, sizeof *s)))
+            return BENCH_ERR_NOMEM;
+        bool avx512 = strcmp(g->isa, "avx512") == 0;
+        s->gemv = !ours ? NULL : avx512 ? gemv_f32_512 : gemv_f32_avx2;
+        if (ours)
+            snprintf(impl, impl_len, "gemv fp32 %s (%s per thread)", avx512 ? "avx512" : "avx2",
+                     f % (avx512 ? 16 : 8) ? "one row stream" : "8 row streams");
+        else
+            snprintf(impl, impl_len, "sgemv");
+        *state = s;
+        return BENCH_OK;
+    }
+    linear_way way = ours ? LINEAR_BLOCKED : LINEAR_SGEMM;
+    const cpu_choice *known = ours && search ? cpu_choice_find(search, l) : NULL;
+    if (known && known->given && !(known->algo[0] >= 0 && known->algo[0] < LINEAR_WAYS && known->algo[2] == LINEAR_WAYS))
+        search->stale++, known = NULL; /* from --algo-cache, and not one of these ways */
+    if (known) {
+        way = (linear_way)known->algo[0];
+        searched = true;
+    } else if (ours && search) {
+        int best = linear_search(l, w, search->forward);
+        if (best < 0)
+            return BENCH_ERR_NOMEM;
+        way = (linear_way)best;
+        searched = true;
+        cpu_choice_add(search, l, (const int64_t[3]){way, 0, LINEAR_WAYS});
+    }
+    if (!(s = linear_way_new(l, way, w, workspace_bytes)))
+        return BENCH_ERR_NOMEM;
+    int at = way == LINEAR_BLOCKED ? snprintf(impl, impl_len, "blocked %s %dx%d", g->isa, s->mr, g->nr)
+                                   : snprintf(impl, impl_len, "sgemm");
+    if (searched && at >= 0 && (size_t)at < impl_len)
+        snprintf(impl + at, impl_len - (size_t)at, " (fastest of %d %s)", LINEAR_WAYS,
+                 search->forward ? "in the forward's conditions" : "timed warm alone");
+    *state = s;
+    return BENCH_OK;
 }
 
 const backend_kernel cpu_linear_kernel = {.setup = linear_setup, .run = linear_run, .free = linear_free};
