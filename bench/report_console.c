@@ -7,6 +7,7 @@
 
 #include "blocks.h"
 #include "report.h"
+#include "sysinfo.h"
 
 char *report_format_time(double s, char *buf, size_t len)
 {
@@ -804,6 +805,33 @@ static void print_backends(console *c)
     free(done);
 }
 
+/* On a CPU with AMX, what a cpu bf16 run leaves out: the cpu backend's bf16 GEMMs are
+ * AVX512_BF16's (vdpbf16ps), oneDNN's run on AMX's tiles; with onednn's figure where it
+ * ran beside it (the same batch, dtype and timing). */
+static void print_amx(console *c)
+{
+    if (!sysinfo_has_amx_bf16())
+        return;
+    for (int s = 0; s < c->n_sets; s++) {
+        const kept_set *k = &c->sets[s], *od = NULL;
+        if (strcmp(k->backend, "cpu") != 0 || k->dtype != DTYPE_BF16)
+            continue;
+        for (int u = 0; u < c->n_sets && !od; u++)
+            if (!strcmp(c->sets[u].backend, "onednn") && c->sets[u].dtype == k->dtype &&
+                c->sets[u].batch == k->batch && !strcmp(c->sets[u].mode, k->mode) && c->sets[u].chained > 0)
+                od = &c->sets[u];
+        char a[24], b[24];
+        fprintf(c->out, "\nbf16 at batch %lld: this CPU has AMX; the cpu backend's bf16 runs on AVX512_BF16 "
+                        "(vdpbf16ps), not on AMX",
+                (long long)k->batch);
+        if (od && k->chained > 0)
+            fprintf(c->out, ": onednn runs bf16 on AMX, its chained forward %s against cpu's %s\n",
+                    report_format_time(od->chained, a, sizeof a), report_format_time(k->chained, b, sizeof b));
+        else
+            fprintf(c->out, "; onednn runs bf16 on AMX (--backend onednn times it)\n");
+    }
+}
+
 /* Every layer's time and error in each dtype side by side, per (backend, batch, mode)
  * that ran in more than one, with each dtype's speed against the first's. */
 static void print_dtypes(console *c)
@@ -869,6 +897,7 @@ static bench_status console_finish(reporter *r, bool ok)
     (void)ok;
     console *c = (console *)r;
     print_backends(c);
+    print_amx(c);
     print_dtypes(c);
     for (int s = 0; s < c->n_sets; s++)
         free(c->sets[s].median), free(c->sets[s].error);

@@ -433,15 +433,20 @@ static double bf_time(void *env, const layer *l, void *state, const void *in, vo
     return best;
 }
 
-/* conv2d under --algo search: our bf16 kernel against the fp32 algorithms' best on fp32
- * copies (Winograd does fewer multiplies than any direct bf16 product), both timed once
- * per shape on random bf16 data and the faster kept (the choice is the backend's, so
- * --algo-cache keeps it too); everything else, and --algo heuristic, the bf16 kernel. */
+/* conv2d, and linear past a GEMV's rows, under --algo search: our bf16 kernel against
+ * the fp32 algorithms' best on fp32 copies (Winograd does fewer multiplies than any
+ * direct bf16 product), both timed once per shape on random bf16 data and the faster
+ * kept (the choice is the backend's, so --algo-cache keeps it too); everything else, and
+ * --algo heuristic, the bf16 kernel. A GEMV (a decode step) is not searched: it reads
+ * the weights once, and bf16's are half of fp32's (nor are fp32 copies of an LLM's
+ * largest weights made only to time them). */
 static bench_status bf_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
                              int64_t *workspace_bytes)
 {
     cpu_choices *search = cpu_env_choices(env);
-    if (!search || l->kind != LAYER_CONV2D || bf_refuses(l))
+    bool searched = l->kind == LAYER_CONV2D ||
+                    (l->kind == LAYER_LINEAR && shape_numel(&l->in) / l->in.d[l->in.rank - 1] > BF_GEMV_ROWS);
+    if (!search || !searched || bf_refuses(l))
         return bf_setup_one(env, l, w, state, impl, len, workspace_bytes, false);
     const cpu_choice *known = cpu_choice_find(search, l);
     if (known && (known->algo[0] == 0 || known->algo[0] == 1))
