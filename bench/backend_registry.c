@@ -27,9 +27,9 @@ static const char *const modules[] = {
 
 static const backend_ops *load_module(int i)
 {
-    static const backend_ops *loaded[4];
-    static bool tried[4];
-    static char error[4][512];
+    static const backend_ops *loaded[BACKEND_MAX];
+    static bool tried[BACKEND_MAX];
+    static char error[BACKEND_MAX][512];
     const char *name = modules[i];
     if (!tried[i]) {
         tried[i] = true;
@@ -52,6 +52,21 @@ static const backend_ops *load_module(int i)
     return loaded[i];
 }
 
+/* Every backend this version knows, built here or not, in the order --backend all
+ * opens them: what it runs on, and what building it needs (for the error when it was
+ * not built). */
+static const struct {
+    const char *name;
+    bool gpu;
+    const char *needs;
+} known[] = {
+    {"cpu", false, NULL},
+    {"onednn", false, "oneDNN at configure time: apt-get install libdnnl-dev"},
+    {"cuda", true, "the CUDA toolkit and cuDNN at configure time"},
+};
+#define KNOWN (sizeof known / sizeof *known)
+_Static_assert(KNOWN + 1 <= BACKEND_MAX, "BACKEND_MAX holds every backend and a NULL");
+
 const backend_ops *backend_find(const char *name)
 {
     for (int i = 0; builtin[i]; i++)
@@ -60,16 +75,29 @@ const backend_ops *backend_find(const char *name)
     for (int i = 0; modules[i]; i++)
         if (strcmp(modules[i], name) == 0)
             return load_module(i);
-    snprintf(load_error, sizeof load_error, "the %s backend is not built into this binary%s", name,
-             strcmp(name, "cuda") == 0     ? " (it needs the CUDA toolkit and cuDNN at configure time)"
-             : strcmp(name, "onednn") == 0 ? " (it needs oneDNN at configure time: apt-get install libdnnl-dev)"
-                                           : "");
+    const char *needs = NULL;
+    for (size_t i = 0; i < KNOWN; i++)
+        if (strcmp(known[i].name, name) == 0)
+            needs = known[i].needs;
+    snprintf(load_error, sizeof load_error, "the %s backend is not built into this binary%s%s%s", name,
+             needs ? " (it needs " : "", needs ? needs : "", needs ? ")" : "");
     return NULL;
 }
 
 const char *backend_find_error(void) { return load_error; }
 
-/* Every backend name, built here or not, in the order --backend all opens them. */
-static const char *const known[] = {"cpu", "onednn", "cuda", NULL};
+const char *const *backend_names(void)
+{
+    static const char *names[KNOWN + 1];
+    for (size_t i = 0; i < KNOWN; i++)
+        names[i] = known[i].name;
+    return names;
+}
 
-const char *const *backend_names(void) { return known; }
+bool backend_is_gpu(const char *name)
+{
+    for (size_t i = 0; i < KNOWN; i++)
+        if (strcmp(known[i].name, name) == 0)
+            return known[i].gpu;
+    return false;
+}

@@ -12,6 +12,10 @@ const char *backend_find_error(void);
 /* Every backend this version knows, built into this binary or not, NULL-terminated, in
  * the order `--backend all` opens them. */
 const char *const *backend_names(void);
+/* Whether the backend named runs on a GPU (its own memory, launches, CUDA events): its
+ * figures are read as a GPU's, and a Slurm shard of it asks for a GPU. From the table
+ * of known backends, so a backend not built here still answers. */
+bool backend_is_gpu(const char *name);
 #define BACKEND_MAX 4
 
 #endif

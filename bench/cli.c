@@ -334,29 +334,25 @@ static const struct option long_opts[] = {
 };
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
- * check); the count, or 0 when the list is not valid. The strings point into *copy,
- * which the caller frees (NULL when modes is NULL). */
-int cli_split_modes(const char *arg, const char **modes, char **copy_out)
+ * check); the count, or 0 when the list is not valid. */
+int cli_split_modes(const char *arg, timing_mode *modes)
 {
     char *copy = xstrdup(arg), *save = NULL;
-    const char *seen[4];
+    timing_mode seen[4];
     int n = 0;
     bool ok = *arg && arg[strlen(arg) - 1] != ',' && !strstr(arg, ",,");
     for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        timing_mode m = measure_mode_from_name(tok);
         for (int i = 0; i < n; i++)
-            ok &= strcmp(seen[i], tok) != 0;
-        ok &= measure_mode_valid(tok) && n < 4;
+            ok &= seen[i] != m;
+        ok &= m != MODE_NONE && n < 4;
         if (ok)
-            seen[n++] = tok;
+            seen[n++] = m;
     }
-    if (!ok || !modes) {
-        free(copy);
-        return ok ? n : 0;
-    }
-    for (int i = 0; i < n; i++)
+    free(copy);
+    for (int i = 0; ok && modes && i < n; i++)
         modes[i] = seen[i];
-    *copy_out = copy;
-    return n;
+    return ok ? n : 0;
 }
 
 /* "cpu,onednn" or "all" -> the backends' names (static strings), each once and known;
@@ -542,9 +538,12 @@ int cli_parse(int argc, char **argv, cli *c)
         case OPT_DTYPE:
             if (c->n_dtypes)
                 return cli_usage_error("%s", "--dtype given twice: give one list, e.g. --dtype fp32,bf16");
-            if (!cli_parse_dtypes(optarg, c->dtypes, &c->n_dtypes))
-                return cli_usage_error("--dtype expects fp32, tf32, bf16, fp16 or int8 (or a comma-separated list of "
-                                       "them, each once), got '%s'", optarg);
+            if (!cli_parse_dtypes(optarg, c->dtypes, &c->n_dtypes)) {
+                char what[512];
+                snprintf(what, sizeof what, "--dtype expects one of %s (or a comma-separated list of them, each once), "
+                                            "got '%%s'", dtype_list());
+                return cli_usage_error(what, optarg);
+            }
             break;
         case OPT_RESUME: c->resume = true; break;
         case OPT_PROCESSES:
@@ -727,7 +726,7 @@ int cli_parse(int argc, char **argv, cli *c)
     }
     if (c->n_dtypes > 1 && strcmp(c->command, "list") == 0)
         return cli_usage_error("list takes one --dtype, got '%s'", "a list");
-    if (!cli_split_modes(c->mode, NULL, NULL))
+    if (!cli_split_modes(c->mode, NULL))
         return cli_usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
     const char *listed[BACKEND_MAX];
     bool known = c->slurm_dir ? cli_backend_list(c->backend, listed) > 0 : strcmp(c->backend, "all") == 0;

@@ -95,9 +95,8 @@ bool cli_parse_batches(const char *s, int64_t **out, int *n);
 bool cli_parse_dtypes(const char *s, dtype_t *out, int *n);
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
- * check); the count, or 0 when the list is not valid. The strings point into *copy,
- * which the caller frees (NULL when modes is NULL). */
-int cli_split_modes(const char *arg, const char **modes, char **copy_out);
+ * check); the count, or 0 when the list is not valid. */
+int cli_split_modes(const char *arg, timing_mode *modes);
 
 /* "cpu,onednn" or "all" -> the backends' names (static strings), each once and known;
  * the count, 0 when the list is not valid. out holds BACKEND_MAX. */

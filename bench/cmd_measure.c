@@ -174,6 +174,13 @@ static char **worker_argv(const cli *c, const char *algo_cache)
     return a;
 }
 
+/* Appends r to the run's list of reporters (*v, *n of them). */
+static void add_reporter(reporter ***v, int *n, reporter *r)
+{
+    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+    (*v)[(*n)++] = r;
+}
+
 static void free_argv(char **a)
 {
     for (int i = 0; a && a[i]; i++)
@@ -262,7 +269,7 @@ int cmd_worker(const cli *c, int64_t batch)
     char label[48];
     snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
     mo.label = label;
-    rc = procs_worker(c->worker, m, &bs[0], &mo, c->mode);
+    rc = procs_worker(c->worker, m, &bs[0], &mo, measure_mode_from_name(c->mode));
     if (c->algo_cache)
         save_algo_cache(c->algo_cache, bs, nb);
     sched_probe_close(&probe);
@@ -418,18 +425,18 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         return 2;
     }
     report_options ro = {c->sort, c->top, c->format, c->groups};
-    reporter *reps[5];
+    reporter **reps = NULL;
     int nr = 0;
     /* with --csv - (or a trace or stacks to stdout), that output owns stdout and the
      * tables go to stderr */
     FILE *tables = writes_stdout(&out) ? stderr : stdout;
-    reps[nr++] = sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro);
+    add_reporter(&reps, &nr, sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro));
     if (out.has_csv)
-        reps[nr++] = report_csv_create(&out.csv, previous);
+        add_reporter(&reps, &nr, report_csv_create(&out.csv, previous));
     if (out.has_trace)
-        reps[nr++] = report_trace_create(&out.trace);
+        add_reporter(&reps, &nr, report_trace_create(&out.trace));
     if (out.n_stacks)
-        reps[nr++] = report_stacks_create(out.stacks, out.n_stacks);
+        add_reporter(&reps, &nr, report_stacks_create(out.stacks, out.n_stacks));
     measure_options mo = c->mo;
     mo.stop = &signals_interrupted;
     sched_probe probe = {.n = 0};
@@ -444,9 +451,8 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     char **wargv = c->processes > 0 ? worker_argv(c, cache) : NULL;
     if (!wargv) /* else the workers watch their own threads */
         watch_contention(&mo, &probe);
-    const char *modes[4];
-    char *modes_text = NULL;
-    int n_modes = cli_split_modes(c->mode, modes, &modes_text);
+    timing_mode modes[4];
+    int n_modes = cli_split_modes(c->mode, modes);
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes,
         .batches = batches, .n_batches = n_batches, .dtypes = dtypes, .n_dtypes = n_dtypes, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
@@ -466,7 +472,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     plan.ctx.algo_malformed = cache_ctx.algo_malformed;
     plan.ctx.resumed = done, plan.ctx.resumed_sets = n_done; /* listed as completed from the start */
     if (out.has_json) /* last: it says how the others' writes went */
-        plan.reps[plan.n_reps++] = report_json_create(&out.json, &plan.ctx);
+        add_reporter(&plan.reps, &plan.n_reps, report_json_create(&out.json, &plan.ctx));
     plan.ctx.processes = c->processes;
     plan.ctx.phase_band = c->phase_band;
     plan.stop = &signals_interrupted; /* caught since main() */
@@ -483,7 +489,8 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     close_outputs(&out);
     sched_probe_close(&probe);
     free_argv(wargv);
-    free(previous), free(done), free(batches), free(modes_text);
+    free(plan.reps);
+    free(previous), free(done), free(batches);
     free_shapes(shapes, n_shapes);
     model_free(m);
     return rc;

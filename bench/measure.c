@@ -21,9 +21,17 @@ const char *measure_stop_reason_name(stop_reason s)
     return s >= STOP_NONE && s <= STOP_SAMPLES ? names[s] : "?";
 }
 
-bool measure_mode_valid(const char *mode)
+static const char *const mode_names[MODE_COUNT] = {NULL,      "auto",    "warm",  "cold",     "batch",
+                                                    "inmodel", "chained", "graph", "transfer", "floor"};
+
+const char *measure_mode_name(timing_mode m) { return m > MODE_NONE && m < MODE_COUNT ? mode_names[m] : NULL; }
+
+timing_mode measure_mode_from_name(const char *name)
 {
-    return !strcmp(mode, "auto") || !strcmp(mode, "warm") || !strcmp(mode, "cold") || !strcmp(mode, "batch");
+    for (int m = MODE_AUTO; m <= MODE_BATCH; m++)
+        if (name && strcmp(name, mode_names[m]) == 0)
+            return (timing_mode)m;
+    return MODE_NONE;
 }
 
 /* Counts the failed rows and keeps the first failure's reason in err. */
@@ -35,7 +43,7 @@ static void tally(run_result *res, const layer_result *r, const char *name, char
         snprintf(err, errlen, "%s on %s: %s", name, res->backend, r->note);
 }
 
-bench_status measure_model(const model *m, const backend *b, const measure_options *opt, const char *mode,
+bench_status measure_model(const model *m, const backend *b, const measure_options *opt, timing_mode mode,
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen)
 {
     double t0 = bench_now();

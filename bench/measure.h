@@ -73,9 +73,27 @@ typedef struct measure_options {
 #define MEASURE_DEFAULT_MIN_SAMPLES 10
 #define MEASURE_DEFAULT_TIMEOUT 2.0
 
-/* Timing modes. */
+/* Timing modes: the four a layer may be asked to run in (--mode; auto picks warm or batch
+ * per layer), then what the whole model's rows and the in-model view are. Named only at
+ * the edges: --mode, the CSV's mode column, the tables. */
+typedef enum timing_mode {
+    MODE_NONE = 0,   /* a row not timed (a view, a skipped or failed layer) */
+    MODE_AUTO,
+    MODE_WARM,
+    MODE_COLD,
+    MODE_BATCH,
+    MODE_INMODEL,
+    MODE_CHAINED,
+    MODE_GRAPH,
+    MODE_TRANSFER,
+    MODE_FLOOR,      /* the timer's floor, empty samples (the progress line's) */
+    MODE_COUNT
+} timing_mode;
 #define MEASURE_MODES "auto, warm, cold or batch"
-bool measure_mode_valid(const char *mode);
+/* "auto", "warm", ..., "transfer", "floor"; NULL for MODE_NONE. */
+const char *measure_mode_name(timing_mode m);
+/* One of the four modes --mode takes, by name; MODE_NONE for anything else. */
+timing_mode measure_mode_from_name(const char *name);
 
 /* What a result row is. ROW_NONE: not applicable (a backend without graphs has no
  * graph row), so no row is written. */
@@ -103,7 +121,7 @@ const char *measure_stop_reason_name(stop_reason s); /* "noise", "timeout", "sam
 
 typedef struct layer_result {
     row_status status;
-    const char *mode;       /* warm, cold, batch; inmodel, chained, graph, transfer for the others */
+    timing_mode mode;       /* warm, cold, batch; inmodel, chained, graph, transfer for the others */
     int dedupe_of;          /* -1, or the layer index whose timing this row reuses */
     char impl[96];          /* what the backend chose at setup */
     char kernels[384];      /* the kernels one call runs (backend_layer_kernels) */
@@ -153,7 +171,7 @@ typedef struct part_result {
 typedef struct run_result {
     const model *m;         /* borrowed: valid while the caller keeps the model at this batch */
     const char *backend;
-    const char *mode;       /* the mode asked for: auto, warm, cold or batch (rows say which they used) */
+    timing_mode mode;       /* the mode asked for: auto, warm, cold or batch (rows say which they used) */
     int threads;
     timer_floor floor;
     layer_result *layers;   /* m->n_layers; owned */
@@ -214,7 +232,7 @@ void measure_model_not_run(run_result *res, const backend *b, const char *why);
  * Returns BENCH_OK, or BENCH_ERR_BACKEND when some row failed (err: the first failure),
  * or BENCH_ERR_INTERRUPTED when o->stop was set (err: where; the rows are incomplete).
  * Progress and nothing else goes to stderr. */
-bench_status measure_model(const model *m, const backend *b, const measure_options *o, const char *mode,
+bench_status measure_model(const model *m, const backend *b, const measure_options *o, timing_mode mode,
                            const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen);
 void run_result_free(run_result *r);
 

@@ -129,7 +129,7 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
         int64_t free_after = ops->device.mem_available(b->ctx);
         res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
     }
-    res->chained.mode = "chained";
+    res->chained.mode = MODE_CHAINED;
     snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
     c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, n) == BENCH_OK;
     if (c->marks) {
@@ -140,7 +140,7 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
     units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .layer = -1, .name = m->name, .fn = time_chain, .user = c,
                                  .launches = 1, .floor = floor->warm, .kept = chain_kept};
     if (ops->timing.graph_begin) {
-        res->graph.mode = "graph";
+        res->graph.mode = MODE_GRAPH;
         snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
         bench_status st = ops->timing.graph_begin(b->ctx);
         if (st == BENCH_OK) {
@@ -163,7 +163,7 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
         dtype_t in_type = model_value_dtype(m, 0), out_type = model_value_dtype(m, last);
         size_t in_bytes = (size_t)shape_numel(&m->input) * dtype_size(in_type);
         size_t out_bytes = (size_t)shape_numel(&m->layers[n - 1].out) * dtype_size(out_type);
-        res->upload.mode = res->download.mode = "transfer";
+        res->upload.mode = res->download.mode = MODE_TRANSFER;
         snprintf(res->upload.impl, sizeof res->upload.impl, "pageable host memory");
         snprintf(res->download.impl, sizeof res->download.impl, "pageable host memory");
         int64_t in_n = shape_numel(&m->input), floats = in_n > (int64_t)(out_bytes / 4) ? in_n : (int64_t)(out_bytes / 4);
@@ -248,7 +248,7 @@ static void finish_parts(model_units *mu, run_result *res)
         part_result *p = &res->parts[j];
         const layer_result *whole = &res->inmodel[c->parts[j].layer];
         *p = c->parts[j];
-        p->r = (layer_result){.status = whole->status, .mode = "inmodel", .dedupe_of = -1, .launches = 1,
+        p->r = (layer_result){.status = whole->status, .mode = MODE_INMODEL, .dedupe_of = -1, .launches = 1,
                               .stop = whole->stop};
         snprintf(p->r.impl, sizeof p->r.impl, "%s", whole->impl);
         snprintf(p->r.note, sizeof p->r.note, "%s", whole->note);
@@ -286,7 +286,7 @@ void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
     for (int i = 0; res->inmodel && i < m->n_layers; i++) {
         layer_result *r = &res->inmodel[i];
         dvec *d = &mu->c.inmodel[i];
-        r->mode = "inmodel";
+        r->mode = MODE_INMODEL;
         r->dedupe_of = -1;
         r->launches = 1;
         snprintf(r->impl, sizeof r->impl, "%s", mu->c.net.impl && *mu->c.net.impl[i] ? mu->c.net.impl[i] : res->layers[i].impl);

@@ -145,14 +145,14 @@ void unit_finish(unit *u, const measure_options *o);
 
 void unit_free(unit *u);
 
-void measure_progress(const measure_options *o, const backend *b, const char *mode, int round, int left, int n,
+void measure_progress(const measure_options *o, const backend *b, timing_mode mode, int round, int left, int n,
                      const char *what);
 
 /* Samples every unit in rounds until each has stopped; with canary, times the canary
  * at the start of every round (its per-round medians appended to *canary), and with
  * stream, the backend's read stream where it has one, at the start of rounds at least
  * 0.9 of the time apart (bytes/s appended). */
-bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
+bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, timing_mode mode,
                                  dvec *canary, dvec *stream, char *err, size_t errlen);
 
 bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s);
@@ -160,7 +160,7 @@ void isolated_scratch_free(const backend *b, scratch *s);
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
  * for batch mode the launch count (and graph). Fills r on failure. */
-void isolated_setup(const layer *l, int index, const backend *b, const char *mode, const timer_floor *floor,
+void isolated_setup(const layer *l, int index, const backend *b, timing_mode mode, const timer_floor *floor,
                         const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u);
 
 void isolated_free(const backend *b, layer_unit *lu);

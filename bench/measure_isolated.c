@@ -118,7 +118,7 @@ void isolated_scratch_free(const backend *b, scratch *s)
 
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
  * for batch mode the launch count (and graph). Fills r on failure. */
-void isolated_setup(const layer *l, int index, const backend *b, const char *mode, const timer_floor *floor,
+void isolated_setup(const layer *l, int index, const backend *b, timing_mode mode, const timer_floor *floor,
                         const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
 {
     const backend_ops *ops = b->ops;
@@ -191,17 +191,17 @@ void isolated_setup(const layer *l, int index, const backend *b, const char *mod
         measure_row_fail(r, "%s", backend_last_error(b));
         return;
     }
-    const char *use = mode;
-    if (strcmp(mode, "auto") == 0)
-        use = single < AUTO_BATCH_FLOORS * floor->warm ? "batch" : "warm";
-    if (strcmp(use, "cold") == 0 && !ops->timing.flush_cache)
-        use = "warm"; /* no cache to flush: the note says so */
+    timing_mode use = mode;
+    if (mode == MODE_AUTO)
+        use = single < AUTO_BATCH_FLOORS * floor->warm ? MODE_BATCH : MODE_WARM;
+    if (use == MODE_COLD && !ops->timing.flush_cache)
+        use = MODE_WARM; /* no cache to flush: the note says so */
     r->mode = use;
-    if (use != mode && strcmp(mode, "cold") == 0)
+    if (use != mode && mode == MODE_COLD)
         measure_note_append(r, "%s has no cache flush: timed warm", ops->name);
-    if (strcmp(use, "batch") == 0)
+    if (use == MODE_BATCH)
         prepare_batch(&lu->t, single, r);
-    lu->t.cold = strcmp(use, "cold") == 0;
+    lu->t.cold = use == MODE_COLD;
     *u = (unit){.b = b, .r = r, .layer = index, .name = l->name, .fn = time_layer_sample, .user = &lu->t,
                 .launches = lu->t.launches, .floor = lu->t.cold ? floor->cold : floor->warm};
 }

@@ -300,14 +300,14 @@ void measure_canary_summary(const run_result *r, double *median, double *drift)
     *drift = s.median > 0 ? (s.max - s.min) / s.median : 0.0;
 }
 
-void measure_progress(const measure_options *o, const backend *b, const char *mode, int round, int left, int n,
+void measure_progress(const measure_options *o, const backend *b, timing_mode mode, int round, int left, int n,
                      const char *what)
 {
     if (!o->progress)
         return;
     if (what)
         log_progress("%s%s%s %s: round %d, %d of %d sampling: %s", o->label ? o->label : "",
-                o->label ? ", " : "", b->ops->name, mode, round + 1, left, n, what);
+                o->label ? ", " : "", b->ops->name, measure_mode_name(mode), round + 1, left, n, what);
     else
         log_progress("%s", "");
     fflush(stderr);
@@ -321,7 +321,7 @@ void measure_progress(const measure_options *o, const backend *b, const char *mo
 /* Samples every unit in rounds until each has stopped; with canary, times the canary
  * at the start of every round (its per-round medians appended to *canary); with stream,
  * the backend's read stream (STREAM_SHARE_INV). */
-bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, const char *mode,
+bench_status measure_sample_units(unit *units, int n, const measure_options *o, const backend *b, timing_mode mode,
                                  dvec *canary, dvec *stream, char *err, size_t errlen)
 {
     bool streams = stream && b->ops->timing.stream;
@@ -381,7 +381,7 @@ bench_status measure_timer_floor(const backend *b, const measure_options *o, tim
                       .launches = 1}};
     int n = b->ops->timing.flush_cache ? 2 : 1;
     backend_clear_error(b);
-    bench_status st = measure_sample_units(units, n, &fo, b, "floor", NULL, NULL, err, errlen);
+    bench_status st = measure_sample_units(units, n, &fo, b, MODE_FLOOR, NULL, NULL, err, errlen);
     for (int i = 0; i < n; i++)
         unit_finish(&units[i], &fo);
     f->warm = rw.st.median;

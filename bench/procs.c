@@ -22,8 +22,8 @@ extern char **environ;
 /* ---- the wire: one binary stream per worker, read by the same binary --------------------- */
 
 /* Records: 'A' and an int (the layer set up or sampled next, -1 the model rows), then
- * one 'R' with the whole result. Strings that point into a process's memory (modes,
- * part names) travel as text and are interned on the way in. */
+ * one 'R' with the whole result. Strings that point into a process's memory (part
+ * names) travel as text and are interned on the way in. */
 enum { REC_AT = 'A', REC_RESULT = 'R' };
 
 typedef struct wire {
@@ -57,7 +57,6 @@ static void put_str(wire *w, const char *s)
 static void put_row(wire *w, const layer_result *r)
 {
     put(w, r, sizeof *r); /* the pointers in it are fixed on the way in */
-    put_str(w, r->mode);
     put(w, r->kept, (size_t)r->n_kept * sizeof *r->kept);
 }
 
@@ -78,7 +77,7 @@ static void get(reader *r, void *dst, size_t n)
     r->p += n;
 }
 
-/* Strings that rows point to for the life of the process (a handful: modes, parts). */
+/* Strings that rows point to for the life of the process (a handful: part names). */
 static const char *intern(const char *s, size_t n)
 {
     static char **names;
@@ -111,7 +110,7 @@ static const char *get_str(reader *r)
 static void get_row(reader *r, layer_result *row)
 {
     get(r, row, sizeof *row);
-    row->mode = get_str(r);
+    row->mode = row->mode >= MODE_NONE && row->mode < MODE_COUNT ? row->mode : MODE_NONE;
     row->kept = NULL;
     if (!r->ok || row->n_kept < 0 || row->n_kept > (int64_t)((size_t)(r->end - r->p) / sizeof(double))) {
         r->ok = false;
@@ -214,7 +213,7 @@ static void worker_at(void *user, int layer)
     put(w, &layer, sizeof layer);
 }
 
-int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode)
+int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, timing_mode mode)
 {
     int fd, index, count, with_model;
     double floor_warm, floor_cold;
@@ -445,7 +444,7 @@ static void pool_row(layer_result *const *rows, int k, layer_result *dst)
         const layer_result *r = rows[w];
         if (r->status != ROW_OK || r->n_kept == 0)
             continue;
-        if (r->mode != first->mode && (!r->mode || !first->mode || strcmp(r->mode, first->mode))) {
+        if (r->mode != first->mode) {
             other_mode++; /* auto mode chose otherwise in that process: not the same figure */
             continue;
         }
@@ -632,7 +631,7 @@ static int fast_phase(run_result *const *rs, int k, double band, bool *fast)
 }
 
 bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
-                           const char *mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
+                           timing_mode mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
                            size_t errlen)
 {
     double t0 = bench_now();
@@ -663,7 +662,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
         char tokens[32], kv[32];
         snprintf(tokens, sizeof tokens, "%lld", (long long)model_tokens(m));
         snprintf(kv, sizeof kv, "%lld", (long long)model_kv_len(m));
-        const char *extra[16] = {"--backend", b->ops->name, "--batch", batch, "--dtype", dtype_name(m->dtype), "--mode", mode,
+        const char *extra[16] = {"--backend", b->ops->name, "--batch", batch, "--dtype", dtype_name(m->dtype), "--mode", measure_mode_name(mode),
                                  "--worker", spec, NULL};
         int ne = 10;
         if (pp->shapes && model_tokens(m) > 0)

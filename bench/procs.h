@@ -54,14 +54,14 @@ typedef struct procs_plan {
  * their samples into *out (run_result_free frees it). Returns what measure_model
  * returns; BENCH_ERR_INTERRUPTED when o->stop was set (the worker is stopped too). */
 bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
-                           const char *mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
+                           timing_mode mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
                            size_t errlen);
 
 /* The worker's side, from the hidden option "--worker FD,INDEX,COUNT,WITHMODEL,FLOORW,FLOORC,SKIP" (SKIP: the
  * layers to leave out, '.'-separated, 'm' for the model rows, '-' for none): measures
  * m (at its batch) on b in mode with the worker's share of o, writing where it is and
  * then the result to FD. Returns the exit status. */
-int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, const char *mode);
+int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, timing_mode mode);
 
 /* The default of --phase-band: a worker whose layers took this much longer in all than
  * the fastest worker's of its set ran in a slow phase of the machine (above). */

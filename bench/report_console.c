@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_registry.h"
 #include "blocks.h"
 #include "report.h"
 #include "sysinfo.h"
@@ -41,7 +42,7 @@ static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (doub
 /* A set's per-layer figures, kept for the table across dtypes (print_dtypes). */
 typedef struct kept_set {
     char backend[16];
-    const char *mode;
+    timing_mode mode;
     int64_t batch;
     dtype_t dtype;
     const model *m;           /* borrowed: the run's model, whose names and kinds do not change */
@@ -157,7 +158,7 @@ static void print_layers(console *c, const run_result *res)
     snprintf(title, sizeof title, "Per-layer times (%s timing, sorted by %s%s; Noise: 1.4826 MAD / median; In-model: the "
                                   "layer inside the chained forward; Roofline: percent of the roof at the layer's "
                                   "intensity, memory- or FLOP-bound%s)%s",
-             res->mode, c->ro.sort, shown < n ? ", top rows" : "",
+             measure_mode_name(res->mode), c->ro.sort, shown < n ? ", top rows" : "",
              contended_rows(res) ? "; Mode*: contended, other processes shared its cores" : "",
              c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
@@ -184,7 +185,7 @@ static void print_layers(console *c, const run_result *res)
         table_cell(t, "%s", shape_format_compact(&l->out, out, sizeof out));
         table_cell(t, "%s", report_format_count((double)l->n_weights, pa, sizeof pa));
         table_cell(t, "%s", report_format_count((double)l->flops, fl, sizeof fl));
-        table_cell(t, "%s%s", r->mode ? r->mode : "-", row_timed(r) && r->contended ? "*" : "");
+        table_cell(t, "%s%s", r->mode ? measure_mode_name(r->mode) : "-", row_timed(r) && r->contended ? "*" : "");
         if (row_timed(r)) {
             table_cell(t, "%s", report_format_time(r->st.median, tm, sizeof tm));
             table_cell(t, "%s", format_noise(&r->st, noise, sizeof noise));
@@ -196,7 +197,7 @@ static void print_layers(console *c, const run_result *res)
                 table_cell(t, "-");
             double roof;
             const char *bound;
-            if (report_roofline(l->flops, l->bytes, r->st.median, r->mode && !strcmp(r->mode, "cold"), &res->peaks,
+            if (report_roofline(l->flops, l->bytes, r->st.median, r->mode == MODE_COLD, &res->peaks,
                                 layer_compute_dtype(l), &roof, &bound))
                 table_cell(t, "%.0f%% %s", roof, bound[0] == 'm' ? "mem" : bound[0] == 'c' && bound[1] == 'a' ? "cache" : "fp");
             else
@@ -494,7 +495,7 @@ static void print_inmodel(console *c, const run_result *res)
             continue;
         double diff = alone > 0 ? (inside - alone) / alone : 0;
         /* what most likely makes a kind differ inside the forward (docs/csv.md) */
-        bool gpu = strcmp(res->backend, "cpu") != 0;
+        bool gpu = backend_is_gpu(res->backend);
         const char *why = diff > 0.05 && gpu   ? "slower inside: launch and dependency gaps, a colder L2 (likely)"
                           : diff > 0.05        ? "slower inside: its data had left the caches (likely; compare --mode cold)"
                           : diff < -0.05 && gpu ? "faster inside: inputs still in L2 (likely)"
@@ -589,7 +590,7 @@ static void print_summary(console *c, const run_result *res)
     int skipped = 0;
     for (int i = 0; i < res->m->n_layers; i++)
         skipped += res->layers[i].status == ROW_SKIPPED || res->layers[i].status == ROW_FAILED;
-    snprintf(title, sizeof title, "Summary (%s, %s, batch %lld, %s FLOPs)%s", res->backend, res->mode,
+    snprintf(title, sizeof title, "Summary (%s, %s, batch %lld, %s FLOPs)%s", res->backend, measure_mode_name(res->mode),
              (long long)res->m->batch, report_format_count((double)t.flops, f, sizeof f),
              c->ro.format == TABLE_MD ? "" : ":");
     table_heading(c->out, c->ro.format, 3, title);
@@ -713,11 +714,11 @@ static bench_status console_run(reporter *r, const run_result *res)
     snprintf(dt, sizeof dt, "%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "");
     if (c->ro.format == TABLE_MD)
         fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, %s: %d layers, %s params, %s FLOPs.\n",
-                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, dt, res->m->n_layers,
+                res->m->name, res->backend, measure_mode_name(res->mode), (long long)res->m->batch, th, dt, res->m->n_layers,
                 report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     else
         fprintf(c->out, "\n=== %s on %s (%s timing): batch %lld%s, %s — %d layers, %s params, %s FLOPs ===\n",
-                res->m->name, res->backend, res->mode, (long long)res->m->batch, th, dt, res->m->n_layers,
+                res->m->name, res->backend, measure_mode_name(res->mode), (long long)res->m->batch, th, dt, res->m->n_layers,
                 report_format_count((double)t.n_weights, p, sizeof p), report_format_count((double)t.flops, f, sizeof f));
     print_layers(c, res);
     keep_set(c, res);
@@ -765,14 +766,14 @@ static void print_backends(console *c)
         int members[8], nm = 0;
         for (int u = s; u < c->n_sets && nm < 8; u++)
             if (!done[u] && c->sets[u].batch == c->sets[s].batch && c->sets[u].dtype == c->sets[s].dtype &&
-                !strcmp(c->sets[u].mode, c->sets[s].mode) && c->sets[u].chained > 0 && c->sets[u].inmodel > 0)
+                c->sets[u].mode == c->sets[s].mode && c->sets[u].chained > 0 && c->sets[u].inmodel > 0)
                 members[nm++] = u, done[u] = true;
         if (nm < 2)
             continue;
         const kept_set *first = &c->sets[members[0]];
         char title[200];
         snprintf(title, sizeof title, "By backend: batch %lld, %s, %s timing (the layers timed both ways)%s",
-                 (long long)first->batch, dtype_name(first->dtype), first->mode, c->ro.format == TABLE_MD ? "" : ":");
+                 (long long)first->batch, dtype_name(first->dtype), measure_mode_name(first->mode), c->ro.format == TABLE_MD ? "" : ":");
         table_heading(c->out, c->ro.format, 3, title);
         table *t = table_create(4, "lrrr");
         table_header(t, 0, "Backend", 0), table_header(t, 1, "Sum alone", 0);
@@ -807,7 +808,8 @@ static void print_backends(console *c)
 
 /* On a CPU with AMX, what a cpu bf16 run leaves out: the cpu backend's bf16 GEMMs are
  * AVX512_BF16's (vdpbf16ps), oneDNN's run on AMX's tiles; with onednn's figure where it
- * ran beside it (the same batch, dtype and timing). */
+ * ran beside it (the same batch, dtype and timing). A fact about these two backends'
+ * kernels, so it names them. */
 static void print_amx(console *c)
 {
     if (!sysinfo_has_amx_bf16())
@@ -818,7 +820,7 @@ static void print_amx(console *c)
             continue;
         for (int u = 0; u < c->n_sets && !od; u++)
             if (!strcmp(c->sets[u].backend, "onednn") && c->sets[u].dtype == k->dtype &&
-                c->sets[u].batch == k->batch && !strcmp(c->sets[u].mode, k->mode) && c->sets[u].chained > 0)
+                c->sets[u].batch == k->batch && c->sets[u].mode == k->mode && c->sets[u].chained > 0)
                 od = &c->sets[u];
         char a[24], b[24];
         fprintf(c->out, "\nbf16 at batch %lld: this CPU has AMX; the cpu backend's bf16 runs on AVX512_BF16 "
@@ -841,7 +843,7 @@ static void print_dtypes(console *c)
         int members[DTYPE_COUNT], nm = 0;
         for (int u = s; u < c->n_sets && nm < DTYPE_COUNT; u++)
             if (!done[u] && c->sets[u].batch == c->sets[s].batch && !strcmp(c->sets[u].backend, c->sets[s].backend) &&
-                !strcmp(c->sets[u].mode, c->sets[s].mode))
+                c->sets[u].mode == c->sets[s].mode)
                 members[nm++] = u, done[u] = true;
         if (nm < 2)
             continue;
@@ -849,7 +851,7 @@ static void print_dtypes(console *c)
         char title[300], *heads[3 + 3 * DTYPE_COUNT], align[4 + 3 * DTYPE_COUNT] = "rll";
         snprintf(title, sizeof title, "By dtype: %s, batch %lld, %s timing (xN: speed against %s; Error: relative L2 "
                                       "error against the fp32 reference, --error)%s",
-                 first->backend, (long long)first->batch, first->mode, dtype_name(first->dtype),
+                 first->backend, (long long)first->batch, measure_mode_name(first->mode), dtype_name(first->dtype),
                  c->ro.format == TABLE_MD ? "" : ":");
         table_heading(c->out, c->ro.format, 3, title);
         int nh = 0;

@@ -211,8 +211,8 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
                        dtype_t dtype)
 {
     if (r->mode)
-        SET(mode, "%s", r->mode);
-    SET(floor_us, "%.4f", 1e6 * (r->mode && strcmp(r->mode, "cold") == 0 ? res->floor.cold : res->floor.warm));
+        SET(mode, "%s", measure_mode_name(r->mode));
+    SET(floor_us, "%.4f", 1e6 * (r->mode == MODE_COLD ? res->floor.cold : res->floor.warm));
     SET(impl, "%s", r->impl);
     SET(kernels, "%s", r->kernels);
     SET(note, "%s", r->note);
@@ -253,8 +253,8 @@ static void fill_stats(row_t row, const run_result *res, const layer_result *r, 
     }
     double pct;
     const char *bound;
-    if (r->mode && strcmp(r->mode, "transfer") != 0 &&
-        report_roofline(flops, bytes, s->median, strcmp(r->mode, "cold") == 0, &res->peaks, dtype, &pct, &bound)) {
+    if (r->mode && r->mode != MODE_TRANSFER &&
+        report_roofline(flops, bytes, s->median, r->mode == MODE_COLD, &res->peaks, dtype, &pct, &bound)) {
         SET(bound, "%s", bound);
         SET(roof_pct, "%.2f", pct);
     }
@@ -403,7 +403,7 @@ static int64_t csv_rows(csv_reporter *c, const run_result *res)
         memset(r, 0, sizeof *r);
         if (i < n) {
             fill_layer(row, m, i);
-            SET(mode, "%s", res->mode);
+            SET(mode, "%s", measure_mode_name(res->mode));
             fill_stats(row, res, &res->layers[i], m->layers[i].flops, m->layers[i].bytes, m->layers[i].dtype);
             SET(peak_bytes, "%lld",
                 (long long)(atoll(row[COL_weight_bytes]) + atoll(row[COL_input_bytes]) + atoll(row[COL_output_bytes]) +

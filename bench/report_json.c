@@ -112,7 +112,7 @@ static void json_measurement(strbuf *j, const run_result *r)
                      "\"max\": %.3f}, \"canary_us\": %.4f, \"canary_drift_pct\": %.3f, \"canary_rounds\": %d, "
                      "\"timed_rows\": %d, \"contended_rows\": %d, \"processes_set_aside\": %d, "
                      "\"set_aside_slower_pct\": %.1f, \"contention\": ",
-                  j->len ? ", " : "", r->mode, r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
+                  j->len ? ", " : "", measure_mode_name(r->mode), r->processes, 100 * sp.median, 100 * sp.max, 1e6 * canary, 100 * drift,
                   r->n_canary, rows, contended, r->processes_aside, 100 * r->phase_slowdown);
     strbuf_json(j, r->contention);
     double med, lo, hi;

@@ -211,7 +211,7 @@ static void emit_timeline(trace *t, const run_result *res, const model_blocks *m
                              "\"flops\": %lld, \"bytes\": %lld, \"alone_mode\": \"%s\", \"impl\": ",
                           x->layer, layer_kind_name(l->kind), shape_format_compact(&l->in, in, sizeof in),
                           shape_format_compact(&l->out, out, sizeof out), (long long)l->n_weights, (long long)l->flops,
-                          (long long)l->bytes, r->mode ? r->mode : "");
+                          (long long)l->bytes, r->mode ? measure_mode_name(r->mode) : "");
             strbuf_json(b, r->impl);
             if (row_timed(r))
                 strbuf_printf(b, ", \"alone_median_us\": %.4f", r->st.median * 1e6);
@@ -252,7 +252,7 @@ static bench_status trace_run(reporter *r, const run_result *res)
                       true);
     }
     snprintf(label, sizeof label, "batch %lld: layers alone, %s timing (medians end to end)", (long long)m->batch,
-             res->mode);
+             measure_mode_name(res->mode));
     thread_of(t, res->backend, label, &pid, &tid);
     for (int i = 0; i < m->n_layers; i++)
         dur[i] = row_timed(&res->layers[i]) ? to_ns(res->layers[i].st.median) : -1;

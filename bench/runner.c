@@ -234,7 +234,7 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
                 if (st == BENCH_ERR_INTERRUPTED) {
                     interrupted = true;
                     snprintf(where, sizeof where, "batch %lld%s on %s (%s timing), %s", (long long)batch, dt,
-                             bk->ops->name, p->modes[md], err);
+                             bk->ops->name, measure_mode_name(p->modes[md]), err);
                 } else {
                     if (st != BENCH_OK) {
                         log_msg("%d row%s failed; the first: %s", res.failed,

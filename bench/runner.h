@@ -16,7 +16,7 @@
 #include "report.h"
 
 typedef struct runner_plan {
-    const char *const *modes;    /* timing modes of the isolated layers (auto, warm, cold, batch) */
+    const timing_mode *modes;    /* timing modes of the isolated layers (auto, warm, cold, batch) */
     int n_modes;
     const int64_t *batches;      /* batch sizes, in order */
     int n_batches;

@@ -94,14 +94,14 @@ static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shar
         results_free(&f);
         return -1;
     }
-    json_t *cuda = ctx ? json_object_get(json_object_get(ctx, "backends"), "cuda") : NULL;
-    bool gpu = strcmp(sh->backend, "cuda") == 0;
+    bool gpu = backend_is_gpu(sh->backend); /* its device, UUID and driver from its context */
+    json_t *dev = ctx && gpu ? json_object_get(json_object_get(ctx, "backends"), sh->backend) : NULL;
     char shard_s[16], array_job[32];
     snprintf(shard_s, sizeof shard_s, "%d", shard);
     snprintf(array_job, sizeof array_job, "%lld", a->array_job);
     const char *cells[] = {shard_s, a->host, a->node, a->job_id, array_job, a->task,
-                           gpu ? json_str(cuda, "device") : "", gpu ? json_str(cuda, "uuid") : "",
-                           gpu ? json_str(cuda, "driver_version") : ""};
+                           gpu ? json_str(dev, "device") : "", gpu ? json_str(dev, "uuid") : "",
+                           gpu ? json_str(dev, "driver_version") : ""};
     for (int64_t r = 0; r < f.t.n_rows; r++) {
         for (int i = 0; i < f.t.n_cols; i++) {
             if (i)

@@ -226,7 +226,7 @@ static array_plan *split_arrays(const slurm_shard *shards, const int *todo, int 
         array_plan *cur = NULL;
         for (int i = 0; i < n_todo; i++) {
             int s = todo[i];
-            bool gpu = strcmp(shards[s].backend, "cuda") == 0;
+            bool gpu = backend_is_gpu(shards[s].backend);
             if (gpu != (pass == 1))
                 continue;
             if (!cur || s - cur->base >= limit) {

@@ -55,6 +55,7 @@ The script re-runs itself once with two settings unless the environment has them
 """
 import argparse
 import csv
+import io
 import os
 import re
 import statistics
@@ -74,6 +75,9 @@ if any(k not in os.environ for k in _SETTINGS):
     os.execve(sys.executable, [sys.executable] + sys.argv, {**_SETTINGS, **os.environ})
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_export  # noqa: E402 (write_file)
 
 
 def pair(v):
@@ -355,7 +359,7 @@ def main():
             out_rows.append(("-1", rows[0]["model"], "model", replay, "CUDA graph forward", "",
                              {b: o.get(("model", "graph")) for b, o in ours.items()}, ""))
 
-    out = open(args.out, "w", newline="") if args.out else sys.stdout
+    out = io.StringIO() if args.out else sys.stdout  # a file is written whole at the end, never half
     w = csv.writer(out)
     # one backend: layerbench_* columns; several: <backend>_* columns each
     prefixes = ["layerbench"] if len(backends) == 1 else backends
@@ -375,7 +379,7 @@ def main():
             tail += [f"{us / (t * 1e6):.3f}" if us else "", m["impl"] if m else "", m.get("kernels", "") if m else ""]
         w.writerow(cells + [f"{t * 1e6:.3f}"] + tail + [engine, kernels, note])
     if args.out:
-        out.close()
+        torch_export.write_file(args.out, out.getvalue(), "--out", prog="torch_compare")
 
     # a summary on stderr, per backend: the convolutions within 10%, their sums, the forwards
     for b in backends:

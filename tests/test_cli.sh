@@ -687,7 +687,7 @@ done
 
 # dtypes: the --dtype axis, config and command-line errors, a mixed model, the CSV's
 # dtype columns and compare keyed by them (correctness per kind: test_layers)
-expect 2 "--dtype expects fp32, tf32, bf16, fp16 or int8" -- "$BENCH" run "$SMOKE" --dtype fp8
+expect 2 "--dtype expects one of fp32, tf32, bf16, fp16, int8" -- "$BENCH" run "$SMOKE" --dtype fp8
 expect 2 "--dtype expects" -- "$BENCH" run "$SMOKE" --dtype bf16,bf16
 expect 2 "--tf32 and --dtype both given" -- "$BENCH" run "$SMOKE" --tf32 --dtype bf16
 expect 2 "list takes one --dtype" -- "$BENCH" list "$SMOKE" --dtype fp32,bf16

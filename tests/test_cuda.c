@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         printf("timer floor: warm %.2f us, cold %.2f us\n", fl.warm * 1e6, fl.cold * 1e6);
         EXPECT(fl.warm > 0 && fl.warm < 50e-6, "the event timer's floor %g s", fl.warm);
         run_result r;
-        EXPECT(measure_model(m, &b, &mo, "cold", &fl, true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
+        EXPECT(measure_model(m, &b, &mo, MODE_COLD, &fl, true, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
         expect_all_rows_ran(&r, "cold");
         EXPECT(r.chained.status == ROW_OK && r.graph.status == ROW_OK, "chained %s (%s), graph %s (%s)",
                measure_row_status_name(r.chained.status), r.chained.note, measure_row_status_name(r.graph.status), r.graph.note);
@@ -106,10 +106,10 @@ int main(int argc, char **argv)
         EXPECT(fabs(inside - r.chained.st.median) < 0.1 * r.chained.st.median, "in-model sum %g vs chained %g", inside,
                r.chained.st.median);
         run_result_free(&r);
-        EXPECT(measure_model(m, &b, &mo, "warm", &fl, false, &r, err, sizeof err) == BENCH_OK, "warm: %s", err);
+        EXPECT(measure_model(m, &b, &mo, MODE_WARM, &fl, false, &r, err, sizeof err) == BENCH_OK, "warm: %s", err);
         expect_all_rows_ran(&r, "warm");
         run_result_free(&r);
-        EXPECT(measure_model(m, &b, &mo, "batch", &fl, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
+        EXPECT(measure_model(m, &b, &mo, MODE_BATCH, &fl, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
         expect_all_rows_ran(&r, "batch");
         int many = 0, graphs = 0;
         for (int i = 0; i < m->n_layers; i++) {

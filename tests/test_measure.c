@@ -255,9 +255,9 @@ static void test_batch(backend *b, model *m, bool graphs)
     measure_options o = opts();
     run_result r;
     char err[256];
-    EXPECT(measure_model(m, b, &o, "batch", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
+    EXPECT(measure_model(m, b, &o, MODE_BATCH, &no_floor, false, &r, err, sizeof err) == BENCH_OK, "batch: %s", err);
     const layer_result *a = &r.layers[0];
-    EXPECT(a->status == ROW_OK && strcmp(a->mode, "batch") == 0, "batch row: %s", a->note);
+    EXPECT(a->status == ROW_OK && a->mode == MODE_BATCH, "batch row: %s", a->note);
     EXPECT(a->launches == 500, "launches per sample %d, expected 500", a->launches);
     EXPECT(fabs(a->st.median - 2e-6) < 1e-12 && fabs(a->st.max - 2e-6) < 1e-12, "per-launch median %g max %g",
            a->st.median, a->st.max);
@@ -280,7 +280,7 @@ static void test_cold(backend *b, model *m)
     measure_options o = opts();
     run_result r;
     char err[256];
-    EXPECT(measure_model(m, b, &o, "cold", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
+    EXPECT(measure_model(m, b, &o, MODE_COLD, &no_floor, false, &r, err, sizeof err) == BENCH_OK, "cold: %s", err);
     long single = 3 * 5; /* auto-mode probes: five single warm samples per layer */
     EXPECT(F.flushes == F.stops - single && F.flushes > 0, "%ld flushes for %ld samples", F.flushes, F.stops - single);
     EXPECT(F.holds == F.stops, "%ld holds for %ld samples", F.holds, F.stops);
@@ -303,7 +303,7 @@ static void test_stopping(backend *b, model *m)
     measure_options o = opts();
     reset(100e-6); /* 100 samples per 10 ms chunk */
     o.min_samples = 450;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].stop == STOP_NOISE && r.layers[0].st.n >= 450 && r.layers[0].st.n < 600,
            "--min-samples 450: %lld samples, stopped on %s", (long long)r.layers[0].st.n,
            measure_stop_reason_name(r.layers[0].stop));
@@ -315,7 +315,7 @@ static void test_stopping(backend *b, model *m)
     o.max_noise = 1e-4;
     o.timeout = 0.05;
     double t0 = bench_now();
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     double wall = bench_now() - t0;
     EXPECT(r.layers[0].stop == STOP_TIMEOUT && strstr(r.layers[0].note, "stopped on --timeout"), "timeout: %s, %s",
            measure_stop_reason_name(r.layers[0].stop), r.layers[0].note);
@@ -328,7 +328,7 @@ static void test_stopping(backend *b, model *m)
     reset(100e-6);
     F.jitter = 0.2;
     o = opts();
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     const stats *s = &r.layers[0].st;
     EXPECT(r.layers[0].stop == STOP_NOISE && (s->ci_high - s->ci_low) / 2 <= 0.01 * s->median + 1e-15,
            "noise stop: %s, interval %g..%g around %g", measure_stop_reason_name(r.layers[0].stop), s->ci_low, s->ci_high,
@@ -347,7 +347,7 @@ static void test_long_samples(backend *b, model *m)
     reset(0.2);
     o.timeout = 0.3;
     o.warmup_time = 0;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     const layer_result *a = &r.layers[0];
     EXPECT(a->status == ROW_OK && a->st.n >= 3 && a->stop == STOP_TIMEOUT, "0.2 s samples, 0.3 s timeout: %lld samples, "
            "stopped on %s", (long long)a->st.n, measure_stop_reason_name(a->stop));
@@ -358,7 +358,7 @@ static void test_long_samples(backend *b, model *m)
     /* --min-samples below 3 is honoured */
     reset(0.2);
     o.min_samples = 1;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].st.n >= 1 && r.layers[0].st.n < 3, "--min-samples 1: %lld samples", (long long)r.layers[0].st.n);
     run_result_free(&r);
 }
@@ -371,7 +371,7 @@ static void test_interleaving(backend *b, model *m)
     measure_options o = opts();
     o.min_samples = 300;
     reset(100e-6);
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     const char *first_b = strchr(F.order, 'b'), *last_a = strrchr(F.order, 'a');
     EXPECT(first_b && last_a && last_a > first_b, "layer a was not sampled again after layer b: %.60s...", F.order);
     run_result_free(&r);
@@ -390,13 +390,14 @@ static void test_auto(backend *b, model *m)
     timer_floor fl;
     EXPECT(measure_timer_floor(b, &o, &fl, err, sizeof err) == BENCH_OK, "floor: %s", err);
     EXPECT(fabs(fl.warm - 50e-9) < 1e-12 && fabs(fl.cold - 50e-9) < 1e-12, "floor %g / %g", fl.warm, fl.cold);
-    measure_model(m, b, &o, "auto", &fl, false, &r, err, sizeof err);
-    EXPECT(strcmp(r.layers[0].mode, "batch") == 0 && r.layers[0].launches > 1, "a 0.3 us layer: %s x%d",
-           r.layers[0].mode, r.layers[0].launches);
-    EXPECT(strcmp(r.layers[1].mode, "warm") == 0 && r.layers[1].launches == 1, "a 10 us layer: %s", r.layers[1].mode);
+    measure_model(m, b, &o, MODE_AUTO, &fl, false, &r, err, sizeof err);
+    EXPECT(r.layers[0].mode == MODE_BATCH && r.layers[0].launches > 1, "a 0.3 us layer: %s x%d",
+           measure_mode_name(r.layers[0].mode), r.layers[0].launches);
+    EXPECT(r.layers[1].mode == MODE_WARM && r.layers[1].launches == 1, "a 10 us layer: %s",
+           measure_mode_name(r.layers[1].mode));
     EXPECT(!r.layers[0].near_floor && !r.layers[1].near_floor, "nothing near the floor in auto mode");
     run_result_free(&r);
-    measure_model(m, b, &o, "warm", &fl, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &fl, false, &r, err, sizeof err);
     EXPECT(r.layers[0].near_floor && strstr(r.layers[0].note, "floor"), "a 0.3 us call against a 50 ns floor: %s",
            r.layers[0].note);
     run_result_free(&r);
@@ -411,7 +412,7 @@ static void test_row_failures(backend *b, model *m)
     measure_options o = opts();
     reset(10e-6);
     F.fail_setup = "b";
-    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "a failed row");
+    EXPECT(measure_model(m, b, &o, MODE_WARM, &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "a failed row");
     EXPECT(r.layers[0].status == ROW_OK, "layer a: %s", r.layers[0].note);
     EXPECT(r.layers[1].status == ROW_FAILED && strstr(r.layers[1].note, "injected setup failure"), "layer b: %s %s",
            measure_row_status_name(r.layers[1].status), r.layers[1].note);
@@ -422,7 +423,7 @@ static void test_row_failures(backend *b, model *m)
 
     reset(10e-6);
     F.fail_stop_at = 20; /* after the probes of a: in its first chunk */
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].status == ROW_FAILED && strstr(r.layers[0].note, "injected timer failure"), "layer a: %s",
            r.layers[0].note);
     EXPECT(r.layers[1].status == ROW_OK && r.layers[3].status == ROW_OK, "layers after a failed sample: %s / %s",
@@ -431,7 +432,7 @@ static void test_row_failures(backend *b, model *m)
 
     reset(10e-6);
     F.fail_graph = true;
-    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "graph failure");
+    EXPECT(measure_model(m, b, &o, MODE_WARM, &no_floor, true, &r, err, sizeof err) == BENCH_ERR_BACKEND, "graph failure");
     EXPECT(r.chained.status == ROW_OK, "chained: %s", r.chained.note);
     EXPECT(r.graph.status == ROW_FAILED && strstr(r.graph.note, "injected capture failure"), "graph row: %s %s",
            measure_row_status_name(r.graph.status), r.graph.note);
@@ -439,7 +440,7 @@ static void test_row_failures(backend *b, model *m)
     EXPECT(r.failed == 1, "%d failed rows", r.failed);
     run_result_free(&r);
     /* batch mode on the same backend falls back to stream launches, and says so */
-    measure_model(m, b, &o, "batch", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_BATCH, &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].status == ROW_OK && strstr(r.layers[0].note, "graph capture failed"), "batch fallback: %s",
            r.layers[0].note);
     run_result_free(&r);
@@ -454,7 +455,7 @@ static void test_chain(backend *b, model *m)
     measure_options o = opts();
     reset(0);
     F.cost[0] = 10e-6, F.cost[1] = 20e-6, F.cost[3] = 40e-6;
-    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(measure_model(m, b, &o, MODE_WARM, &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
     EXPECT(r.chained.status == ROW_OK && fabs(r.chained.st.median - 70e-6) < 1e-12, "chained median %g",
            r.chained.st.median);
     EXPECT(r.graph.status == ROW_OK && fabs(r.graph.st.median - 70e-6) < 1e-12, "graph: %s %g", r.graph.note,
@@ -495,7 +496,7 @@ static void test_parts(backend *b)
     measure_options o = opts();
     reset(0);
     F.cost[0] = 10e-6, F.cost[1] = 30e-6;
-    EXPECT(measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(measure_model(m, b, &o, MODE_WARM, &no_floor, true, &r, err, sizeof err) == BENCH_OK, "%s", err);
     EXPECT(F.parts_while_capturing == 0 && F.parts_on[1] && !F.parts_on[0], "parts enabled: %ld in captures",
            F.parts_while_capturing);
     EXPECT(r.n_parts == 5, "%d parts", r.n_parts);
@@ -507,7 +508,7 @@ static void test_parts(backend *b)
         EXPECT(p->layer == 1 && p->index == k && strcmp(p->info.name, names[k]) == 0, "part %d: layer %d %s", k,
                p->layer, p->info.name);
         EXPECT(p->r.status == ROW_OK && fabs(p->r.st.median - 30e-6 * (k + 1) / 15) < 1e-12 &&
-                   p->r.st.n == r.inmodel[1].st.n && strcmp(p->r.mode, "inmodel") == 0,
+                   p->r.st.n == r.inmodel[1].st.n && p->r.mode == MODE_INMODEL,
                "part %s: %s median %g, %lld samples vs %lld", p->info.name, measure_row_status_name(p->r.status),
                p->r.st.median, (long long)p->r.st.n, (long long)r.inmodel[1].st.n);
         EXPECT(r.forward_sample && fabs(p->sample - 30e-6 * (k + 1) / 15) < 1e-12, "part %s in the kept sample",
@@ -521,7 +522,7 @@ static void test_parts(backend *b)
     fake_ops.timing.marks_prepare = NULL;
     reset(0);
     F.cost[0] = 10e-6, F.cost[1] = 30e-6;
-    measure_model(m, b, &o, "warm", &no_floor, true, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, true, &r, err, sizeof err);
     EXPECT(r.n_parts == 0 && r.parts == NULL && !F.parts_on[1], "parts without marks");
     run_result_free(&r);
     fake_ops = saved_ops;
@@ -538,7 +539,7 @@ static void test_zero_time(backend *b, model *m)
     reset(0.0);
     timer_floor fl = {1e-9, 1e-9};
     double t0 = bench_now();
-    measure_model(m, b, &o, "warm", &fl, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &fl, false, &r, err, sizeof err);
     EXPECT(bench_now() - t0 < 10.0, "zero-time layers took %.1f s", bench_now() - t0);
     EXPECT(r.layers[0].status == ROW_OK && r.layers[0].st.median == 0 && r.layers[0].near_floor, "zero time: %s %s",
            measure_row_status_name(r.layers[0].status), r.layers[0].note);
@@ -601,7 +602,7 @@ static void test_contention(backend *b, model *m)
     fake_ops.device_memory = false; /* a GPU's timings do not look at the host's waits */
     reset(100e-6); /* every 4th sample waits 50 us and takes 200 us longer */
     F.disturb_every = 4, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
-    EXPECT(measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err) == BENCH_OK, "%s", err);
+    EXPECT(measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err) == BENCH_OK, "%s", err);
     const layer_result *a = &r.layers[0];
     EXPECT(a->disturbed > 0 && a->disturbed * 3 < a->st.n + a->disturbed && !a->contended,
            "every 4th sample disturbed: %lld of %lld, contended %d", (long long)a->disturbed,
@@ -612,7 +613,7 @@ static void test_contention(backend *b, model *m)
 
     reset(100e-6); /* every 2nd sample waits: enough clean ones, but over a quarter disturbed */
     F.disturb_every = 2, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     a = &r.layers[0];
     EXPECT(a->contended && a->st.n >= o.min_samples && fabs(a->st.max - 100e-6) < 1e-12,
            "half disturbed: contended %d, %lld clean, max %g", a->contended, (long long)a->st.n, a->st.max);
@@ -621,7 +622,7 @@ static void test_contention(backend *b, model *m)
     reset(100e-6); /* every sample waits: too few clean ones */
     F.disturb_every = 1, F.disturb_wait = 50e-6, F.disturb_cost = 200e-6;
     o.timeout = 0.1;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     a = &r.layers[0];
     EXPECT(a->status == ROW_OK && a->contended && a->disturbed == a->st.n && strstr(a->note, "contended"),
            "all disturbed: contended %d, %lld of %lld, note %s", a->contended, (long long)a->disturbed,
@@ -634,7 +635,7 @@ static void test_contention(backend *b, model *m)
     F.disturb_every = 1, F.disturb_wait = 0.5e-6, F.disturb_cost = 0;
     o = opts();
     o.waited = fake_waited;
-    measure_model(m, b, &o, "warm", &no_floor, false, &r, err, sizeof err);
+    measure_model(m, b, &o, MODE_WARM, &no_floor, false, &r, err, sizeof err);
     EXPECT(r.layers[0].disturbed == 0 && !r.layers[0].contended && r.layers[0].st.n >= o.min_samples,
            "waits under 1%% dropped %lld samples", (long long)r.layers[0].disturbed);
     run_result_free(&r);

@@ -42,7 +42,7 @@ static void test_formula_cells(void)
     model *m = load("name: t\ninput: [4]\nlayers: [{kind: relu, name: a}, {kind: relu, name: b}, {kind: relu, name: c}]\n");
     if (!m)
         return;
-    run_result r = {.m = m, .backend = "cpu", .mode = "isolated", .threads = 1};
+    run_result r = {.m = m, .backend = "cpu", .mode = MODE_WARM, .threads = 1};
     r.layers = xcalloc((size_t)m->n_layers, sizeof *r.layers);
     const char *impls[] = {"=HYPERLINK(\"http://x\")", "+1+2", "@SUM(A1)"};
     for (int i = 0; i < 3; i++) {
@@ -231,7 +231,7 @@ static void test_blocks(void)
         EXPECT(mb.layer_block[0] == 0 && mb.layer_block[1] == 2 && mb.layer_block[3] == 1 && mb.layer_block[5] == 0,
                "layers' blocks");
         EXPECT(!strcmp(block_leaf_name(m->layers[4].name), "a"), "leaf of %s", m->layers[4].name);
-        run_result r = {.m = m, .backend = "cpu", .mode = "warm", .threads = 1};
+        run_result r = {.m = m, .backend = "cpu", .mode = MODE_WARM, .threads = 1};
         r.layers = xcalloc((size_t)m->n_layers, sizeof *r.layers);
         r.inmodel = xcalloc((size_t)m->n_layers, sizeof *r.inmodel);
         for (int i = 0; i < m->n_layers; i++) { /* layer i takes (i + 1) us alone, 2 (i + 1) inside */
