@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_env.h"
 #include "cpu_kernels.h"
 
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
@@ -80,22 +81,6 @@ const backend_kernel *cpu_fp32_kernel(layer_kind kind)
 {
     return (unsigned)kind < LAYER_KIND_COUNT ? cpu_kernels[kind][DTYPE_FP32].kernel : NULL;
 }
-
-typedef struct cpu_ctx {
-    int threads;
-    bool search;            /* --algo search: kernels time their candidate algorithms at setup */
-    cpu_choices choices;    /* ... and keep what they chose here */
-    double t0;
-    double *marks;          /* in-model view: times of the marks of the current sample */
-    int n_marks;
-    unsigned char *flush;   /* written before each cold sample: twice the last-level cache */
-    size_t flush_bytes;
-    size_t llc;             /* the last-level cache's bytes (0: unknown) */
-    int flush_value;
-    char *description;
-    struct probe *stream;   /* cpu_stream's arrays, from its first call on; NULL before */
-    bool stream_tried;      /* ... and whether it tried to have them */
-} cpu_ctx;
 
 /* The largest cache of CPU 0 (its last level): from sysfs, which gives the slice the
  * CPU shares (an AMD CCD's L3), else from the C library (which may give a whole
@@ -490,16 +475,6 @@ static bench_status cpu_sync(void *ctx)
 static void cpu_timer_start(void *ctx) { ((cpu_ctx *)ctx)->t0 = bench_now(); }
 static double cpu_timer_stop(void *ctx) { return bench_now() - ((cpu_ctx *)ctx)->t0; }
 
-/* Cold samples: writing twice the last-level cache leaves none of the layer's data in
- * any level (the value changes each time, so the writes cannot be skipped). */
-static void cpu_flush_cache(void *ctx)
-{
-    cpu_ctx *c = ctx;
-    c->flush_value = (c->flush_value + 1) & 0xff;
-    memset(c->flush, c->flush_value, c->flush_bytes);
-    __asm__ __volatile__("" ::"r"(c->flush) : "memory");
-}
-
 static bench_status cpu_marks_prepare(void *ctx, int n)
 {
     cpu_ctx *c = ctx;
@@ -516,88 +491,6 @@ static void cpu_marks_read(void *ctx, double *seconds, int n)
     cpu_ctx *c = ctx;
     for (int i = 0; i < n && i < c->n_marks; i++)
         seconds[i] = c->marks[i] - c->t0;
-}
-
-void cpu_forward_conditions(const cpu_span *cold, int n, const void *in, int64_t in_bytes)
-{
-    for (int i = 0; i < n; i++) /* clflush: out of every level, dirty lines written back */
-        for (int64_t b = 0; cold[i].p && b < cold[i].bytes; b += 64)
-            _mm_clflush((const char *)cold[i].p + b);
-    _mm_mfence();
-    const volatile unsigned char *x = in;
-    unsigned sink = 0;
-    for (int64_t b = 0; x && b < in_bytes; b += 64)
-        sink += x[b];
-    __asm__ __volatile__("" ::"r"(sink) : "memory");
-}
-
-void cpu_forward_conditions_all(void *env, const void *in, int64_t in_bytes)
-{
-    if (env)
-        cpu_flush_cache(env);
-    cpu_forward_conditions(NULL, 0, in, in_bytes);
-}
-
-cpu_choices *cpu_env_choices(void *env)
-{
-    cpu_ctx *c = env;
-    return c && c->search ? &c->choices : NULL;
-}
-
-static bool same_layer(const cpu_choice *c, const layer *l)
-{
-    return c->kind == l->kind && c->dtype == l->dtype && memcmp(&c->p, &l->p, sizeof c->p) == 0 &&
-           shape_equal(&c->in, &l->in);
-}
-
-char *cpu_choice_key(const layer *l, char *buf, size_t len)
-{
-    char shape[96], params[320];
-    shape_format_compact(&l->in, shape, sizeof shape);
-    layer_params_format(l, params, sizeof params);
-    /* fp32's keys as they always were; another dtype's name it (its choices differ) */
-    snprintf(buf, len, "%s %s %s%s%s", layer_kind_name(l->kind), shape, params, l->dtype ? " dtype=" : "",
-             l->dtype ? dtype_name(l->dtype) : "");
-    return buf;
-}
-
-static cpu_choice *choice_of(cpu_choices *c, const layer *l)
-{
-    for (int i = 0; i < c->n; i++)
-        if (same_layer(&c->v[i], l))
-            return &c->v[i];
-    return NULL;
-}
-
-const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l)
-{
-    const cpu_choice *known = choice_of(c, l);
-    if (known || !c->n_given)
-        return known;
-    char key[512];
-    cpu_choice_key(l, key, sizeof key);
-    for (int i = 0; i < c->n_given; i++)
-        if (strcmp(c->given[i].key, key) == 0) {
-            cpu_choice_add(c, l, c->given[i].algo);
-            c->v[c->n - 1].given = true;
-            return &c->v[c->n - 1];
-        }
-    return NULL;
-}
-
-void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3])
-{
-    cpu_choice *e = choice_of(c, l);
-    if (!e) {
-        c->v = xrealloc(c->v, (size_t)(c->n + 1) * sizeof *c->v);
-        e = &c->v[c->n++];
-    }
-    memset(e, 0, sizeof *e);
-    e->kind = l->kind;
-    e->dtype = l->dtype;
-    e->p = l->p;
-    e->in = l->in;
-    memcpy(e->algo, algo, sizeof e->algo);
 }
 
 /* --algo-cache: a choice as "path samples candidates" */
@@ -623,30 +516,6 @@ static void cpu_choices_put(void *ctx, const char *key, const char *value)
         return;
     c->given = xrealloc(c->given, (size_t)(c->n_given + 1) * sizeof *c->given);
     c->given[c->n_given++] = (cpu_given){xstrdup(key), {a, b, n}};
-}
-
-const char *cpu_isa_level(void)
-{
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
-        return "x86-64-v4 (AVX-512)";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-        return "x86-64-v3 (AVX2, FMA)";
-    return "x86-64 (SSE2)";
-#else
-    return "baseline";
-#endif
-}
-
-void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi)
-{
-    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t per = (n + nt - 1) / nt;
-    per = (per + 63) / 64 * 64;
-    *lo = t * per < n ? t * per : n;
-    *hi = *lo + per < n ? *lo + per : n;
 }
 
 /* OpenBLAS's kernels against what the CPU can run: OPENBLAS_CORETYPE (or an old
@@ -718,7 +587,7 @@ const backend_ops backend_cpu_ops = {
     .device = {.init = cpu_init, .free = cpu_free, .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_copy,
                .download = cpu_copy, .convert = cpu_convert, .sync = cpu_sync, .thread_count = cpu_thread_count, .describe = cpu_describe,
                .warnings = cpu_warnings, .peaks = cpu_peaks},
-    .timing = {.timer_start = cpu_timer_start, .timer_stop = cpu_timer_stop, .flush_cache = cpu_flush_cache,
+    .timing = {.timer_start = cpu_timer_start, .timer_stop = cpu_timer_stop, .flush_cache = cpu_env_flush_cache,
                .marks_prepare = cpu_marks_prepare, .timer_mark = cpu_timer_mark, .marks_read = cpu_marks_read,
                .canary = cpu_canary, .stream = cpu_stream},
     .layers = {.kernels = &cpu_kernels, .choices_get = cpu_choices_get, .choices_put = cpu_choices_put},
