@@ -63,8 +63,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
     unit *units = xcalloc((size_t)n + 4, sizeof *units);
     layer_unit *lus = xcalloc((size_t)n, sizeof *lus);
-    model_units mu;
-    memset(&mu, 0, sizeof mu);
+    model_units *mu = NULL;
     int n_units = 0;
     char first_failure[512] = "";
     scratch s = {{NULL}, NULL};
@@ -103,7 +102,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     } else if (with_model) {
         if (o->at)
             o->at(o->at_user, -1);
-        chained_setup(m, b, o, floor, out, &mu, units, &n_units);
+        mu = chained_setup(m, b, o, floor, out, units, &n_units);
     }
     sched_others others;
     if (o->waited)
@@ -128,7 +127,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         sched_others_free(&others);
     }
     if (with_model)
-        chained_finish_inmodel(m, &mu, out);
+        chained_finish_inmodel(m, mu, out);
     for (int i = 0; i < n; i++) {
         layer_result *r = &out->layers[i];
         if (r->dedupe_of >= 0) {
@@ -147,7 +146,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
             tally(out, r, m->layers[i].name, first_failure, sizeof first_failure);
     }
     if (with_model) {
-        chained_free(m, b, &mu);
+        chained_free(m, b, mu);
         tally(out, &out->chained, "the chained forward", first_failure, sizeof first_failure);
         tally(out, &out->graph, "the graph replay", first_failure, sizeof first_failure);
         tally(out, &out->upload, "the input copy", first_failure, sizeof first_failure);

@@ -6,6 +6,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct chain {
+    const model *m;
+    const backend *b;
+    forward_net net;
+    bool marks;       /* the backend records a mark after each layer */
+    double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
+    int64_t mark_calls, mark_cap;
+    dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
+    bool *dist;       /* per kept sample: it was measure_disturbed (contention); n_dist of them */
+    int64_t n_dist, cap_dist;
+    int n_parts;      /* parts of layers timed inside the forward, all layers together */
+    part_result *parts; /* n_parts: which layer and part each is */
+    double *part_buf; /* per call of this chunk: n_parts seconds */
+    dvec *part_times; /* per part: seconds, one per kept sample */
+} chain;
+
+/* The whole-model units, set up together. */
+/* The captured forward replayed as one graph launch. */
+typedef struct graph_run {
+    const backend *b;
+    void *graph;
+} graph_run;
+
+/* A host<->device copy of the model's input or output. Not held: a copy from pageable
+ * host memory waits for the stream to drain before it starts. */
+typedef struct copy_run {
+    const backend *b;
+    bool upload;
+    void *device;
+    float *host;
+    size_t bytes;
+} copy_run;
+
+struct model_units {
+    chain c;
+    graph_run g;
+    copy_run up, down;
+    float *host;
+};
+
 static double time_chain(void *user)
 {
     chain *c = user;
@@ -108,10 +148,10 @@ void measure_model_not_run(run_result *res, const backend *b, const char *why)
     chained_rows_not_run(res, b, ROW_SKIPPED, why);
 }
 
-/* Sets up the chained forward (and its graph and copies); appends their units. */
-void chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
-                        run_result *res, model_units *mu, unit *units, int *n_units)
+model_units *chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
+                           run_result *res, unit *units, int *n_units)
 {
+    model_units *mu = xcalloc(1, sizeof *mu);
     const backend_ops *ops = b->ops;
     int n = m->n_layers;
     chain *c = &mu->c;
@@ -123,7 +163,7 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
     if (built != BENCH_OK) {
         snprintf(note, sizeof note, "not run: %s", why);
         chained_rows_not_run(res, b, built == BENCH_ERR_UNSUPPORTED ? ROW_SKIPPED : ROW_FAILED, note);
-        return;
+        return mu;
     }
     if (free_before >= 0) {
         int64_t free_after = ops->device.mem_available(b->ctx);
@@ -171,7 +211,7 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
         if (!mu->host) {
             measure_row_fail(&res->upload, "out of host memory for the copy buffer");
             measure_row_fail(&res->download, "out of host memory for the copy buffer");
-            return;
+            return mu;
         }
         layer_rng rng;
         layer_rng_seed(&rng, o->seed + 1);
@@ -185,10 +225,13 @@ void chained_setup(const model *m, const backend *b, const measure_options *o, c
         units[(*n_units)++] = (unit){.b = b, .r = &res->download, .layer = -1, .name = "download", .fn = time_copy,
                                      .user = &mu->down, .launches = 1, .floor = floor->warm};
     }
+    return mu;
 }
 
 void chained_free(const model *m, const backend *b, model_units *mu)
 {
+    if (!mu)
+        return;
     chain *c = &mu->c;
     if (mu->g.graph)
         b->ops->timing.graph_free(b->ctx, mu->g.graph);
@@ -199,6 +242,7 @@ void chained_free(const model *m, const backend *b, model_units *mu)
         free(c->part_times[j].v);
     free(c->parts), free(c->part_times), free(c->part_buf), free(c->dist);
     free(c->inmodel), free(c->mark_buf), free(mu->host);
+    free(mu);
 }
 
 static int cmp_total(const void *a, const void *b)
@@ -281,6 +325,8 @@ static void drop_disturbed(chain *c)
 /* The in-model rows: each layer's time inside the forward, from the chain's marks. */
 void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
 {
+    if (!mu) /* left out of this process (--worker's skip) */
+        return;
     if (res->inmodel)
         drop_disturbed(&mu->c);
     for (int i = 0; res->inmodel && i < m->n_layers; i++) {

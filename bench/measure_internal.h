@@ -75,45 +75,9 @@ typedef struct layer_unit {
 
 /* ---- the chained forward, with the in-model view ----------------------------------------- */
 
-typedef struct chain {
-    const model *m;
-    const backend *b;
-    forward_net net;
-    bool marks;       /* the backend records a mark after each layer */
-    double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
-    int64_t mark_calls, mark_cap;
-    dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
-    bool *dist;       /* per kept sample: it was measure_disturbed (contention); n_dist of them */
-    int64_t n_dist, cap_dist;
-    int n_parts;      /* parts of layers timed inside the forward, all layers together */
-    part_result *parts; /* n_parts: which layer and part each is */
-    double *part_buf; /* per call of this chunk: n_parts seconds */
-    dvec *part_times; /* per part: seconds, one per kept sample */
-} chain;
-
-/* The whole-model units, set up together. */
-/* The captured forward replayed as one graph launch. */
-typedef struct graph_run {
-    const backend *b;
-    void *graph;
-} graph_run;
-
-/* A host<->device copy of the model's input or output. Not held: a copy from pageable
- * host memory waits for the stream to drain before it starts. */
-typedef struct copy_run {
-    const backend *b;
-    bool upload;
-    void *device;
-    float *host;
-    size_t bytes;
-} copy_run;
-
-typedef struct model_units {
-    chain c;
-    graph_run g;
-    copy_run up, down;
-    float *host;
-} model_units;
+/* The whole-model units (the chained forward, its graph replay, the copies), set up
+ * together; their types are measure_chained.c's own. */
+typedef struct model_units model_units;
 
 void measure_row_fail(layer_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -171,10 +135,12 @@ int isolated_find_twin(const model *m, int i);
 /* Marks the whole-model rows that apply as not run, with why. */
 void chained_rows_not_run(run_result *res, const backend *b, row_status st, const char *why);
 
-/* Sets up the chained forward (and its graph and copies); appends their units. */
-void chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
-                        run_result *res, model_units *mu, unit *units, int *n_units);
+/* Sets up the chained forward (and its graph and copies); appends their units. The
+ * units' owner, for chained_finish_inmodel and chained_free. */
+model_units *chained_setup(const model *m, const backend *b, const measure_options *o, const timer_floor *floor,
+                           run_result *res, unit *units, int *n_units);
 
+/* Frees mu (NULL: nothing). */
 void chained_free(const model *m, const backend *b, model_units *mu);
 
 /* The in-model rows: each layer's time inside the forward, from the chain's marks. */

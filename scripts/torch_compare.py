@@ -277,6 +277,8 @@ def main():
                     help="4-d tensors in torch.channels_last (auto: on for bf16 and fp16 on cuda)")
     ap.add_argument("--out", help="CSV to write (default stdout)")
     args = ap.parse_args()
+    if args.out:  # refused before the work, not after it
+        torch_export.check_output(args.out, "--out", prog="torch_compare")
 
     device = torch.device(args.device)
     if args.tf32:

@@ -1908,10 +1908,9 @@ def comment_text(s):
     return "".join(c if c >= " " and c != "\x7f" else repr(c)[1:-1] for c in s)
 
 
-def write_file(path, text, what, prog="torch_export"):
-    """text into path, whole or not at all: a new temporary file beside it (O_EXCL, never
-    through a link planted at its name), then renamed over it; prog names the script in
-    its errors."""
+def check_output(path, what, prog="torch_export"):
+    """Exits with the reason when write_file could not write path: a script calls it
+    before its work, so that a wrong output name costs nothing."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         sys.exit(f"{prog}: {what} {path}: it is a directory; give a file")
@@ -1919,6 +1918,14 @@ def write_file(path, text, what, prog="torch_export"):
         sys.exit(f"{prog}: {what} {path}: not a regular file (a device, a FIFO or a socket); give a file")
     if not os.path.isdir(folder):
         sys.exit(f"{prog}: {what} {path}: its folder {folder} does not exist")
+
+
+def write_file(path, text, what, prog="torch_export"):
+    """text into path, whole or not at all: a new temporary file beside it (O_EXCL, never
+    through a link planted at its name), then renamed over it; prog names the script in
+    its errors."""
+    folder = os.path.dirname(os.path.abspath(path))
+    check_output(path, what, prog)
     try:
         mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~umask()
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=folder)

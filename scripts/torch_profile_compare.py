@@ -98,6 +98,9 @@ def main():
     for what, path in (("--layers", args.layers), ("--bench", args.bench)):
         if not os.path.isfile(path):  # a FIFO would be waited on forever
             sys.exit(f"torch_profile_compare: {what} {path}: not a regular file")
+    for what, path in (("--out", args.out), ("--csv", args.csv)):
+        if path:  # refused before the work, not after it
+            torch_export.check_output(path, what, prog="torch_profile_compare")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
