@@ -280,7 +280,11 @@ static void bf16_peak(void *ctx, int64_t n, backend_peaks *pk)
     if (w && p.x && p.y) {
         for (int64_t i = 0; i < n * n; i++) /* 1 + i/64k-ish: finite, never zero */
             w[i] = ((uint16_t *)p.x)[i] = (uint16_t)(0x3f80 + (i & 0x7f));
-        if (cpu_linear_bf16_kernel.setup(ctx, &p.l, w, &p.state, impl, sizeof impl, &ws) == BENCH_OK) {
+        bool search = c->search; /* the bf16 kernel itself, not the search's pick (nor a choice kept) */
+        c->search = false;
+        bench_status st = cpu_linear_bf16_kernel.setup(ctx, &p.l, w, &p.state, impl, sizeof impl, &ws);
+        c->search = search;
+        if (st == BENCH_OK) {
             pk->dtype_flops_per_s[DTYPE_BF16] = 2.0 * (double)(n * n * n) / bench_best_seconds(run_bf16, &p, 0.1);
             snprintf(pk->dtype_probe[DTYPE_BF16], sizeof pk->dtype_probe[DTYPE_BF16],
                      "vdpbf16ps gemm %lldx%lldx%lld, %d threads, best of runs", (long long)n, (long long)n,

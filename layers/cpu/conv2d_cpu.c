@@ -499,12 +499,30 @@ static bool conv_forced(const layer *l, conv_algo *a)
 
 /* How many of the fastest candidates the search times again, interleaved. */
 #define CONV_FINALISTS 4
-/* Finalists within this of the fastest are a tie, which the earlier candidate (the
- * rule's first, then the simpler paths) wins, or for the forward the one reading the
- * fewest weight bytes: noise cannot flip a tie between two runs. */
-#define CONV_TIE 0.02
-/* A gap this large is settled; between CONV_TIE and it, the finalists are timed again. */
-#define CONV_CLEAR 0.06
+/* Finalists within CPU_SEARCH_TIE of the fastest are a tie, which the earlier candidate
+ * (the rule's first, then the simpler paths) wins, or for the forward the one reading
+ * the fewest weight bytes: noise cannot flip a tie between two runs. */
+
+/* The finalists as cpu_search_rounds runs them. */
+typedef struct conv_finalists {
+    const layer *l;
+    conv_state **st;
+    const float *w, *in;
+    float *out;
+} conv_finalists;
+
+static void finalist_conditions(void *user, int k)
+{
+    conv_finalists *f = user;
+    conv_forward_conditions(f->l, f->st[k], f->w, f->in, f->out);
+}
+
+static void finalist_run(void *user, int k)
+{
+    conv_finalists *f = user;
+    const float *ins[1] = {f->in};
+    conv_run(NULL, f->l, f->st[k], (const void *const *)ins, f->w, f->out);
+}
 
 /* The fastest candidate on scratch data with the real weights: its index, or -1 when
  * out of memory. Two rounds: each candidate alone (the best of a few runs), then the
@@ -512,10 +530,9 @@ static bool conv_forced(const layer *l, conv_algo *a)
  * first round alone let this VM's slow phases, seconds long, decide: a search once took
  * a path 25% slower than the one it passed over for ResNet-18's 512-channel layers,
  * because the better one was timed during such a phase. Interleaved, a phase slows
- * every finalist alike. The finalists are timed in rounds until the fastest is either
- * clearly ahead (CONV_CLEAR) or tied (CONV_TIE) with the next, at least 5 rounds and
- * at most 30 or 0.5 s, so that a choice between near-equal candidates does not flip on
- * noise between runs. */
+ * every finalist alike. The finalists are timed in rounds (cpu_search_rounds, at most
+ * 0.5 s) until the fastest is either clearly ahead of or tied with the next, so that a
+ * choice between near-equal candidates does not flip on noise between runs. */
 static int conv_search(const layer *l, const float *w, const conv_algo *cand, int n, bool forward)
 {
     int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out);
@@ -556,40 +573,18 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
     }
     if (nf > 1) {
         conv_state *st[CONV_FINALISTS] = {NULL};
-        double again[CONV_FINALISTS], spent = 0.0;
+        double again[CONV_FINALISTS] = {1e30, 1e30, 1e30, 1e30};
         const float *ins[1] = {in};
         bool all = true;
         for (int f = 0; f < nf && all; f++) {
             int64_t ws;
             st[f] = conv_state_new(l, cand[fin[f]], w, &ws);
             all = st[f] != NULL;
-            again[f] = 1e30;
             if (all)
                 conv_run(NULL, l, st[f], (const void *const *)ins, w, out); /* warm, untimed */
         }
-        int bf = 0;
-        for (int r = 0; all && r < 30 && (r < 5 || spent < 0.5); r++) {
-            for (int f = 0; f < nf; f++) {
-                if (forward)
-                    conv_forward_conditions(l, st[f], w, in, out);
-                double t0 = bench_now();
-                conv_run(NULL, l, st[f], (const void *const *)ins, w, out);
-                double dt = bench_now() - t0;
-                spent += dt;
-                again[f] = dt < again[f] ? dt : again[f];
-            }
-            /* the fastest, then the earliest candidate tied with it */
-            bf = 0;
-            for (int f = 1; f < nf; f++)
-                if (again[f] < again[bf])
-                    bf = f;
-            double gap = 1e30;
-            for (int f = 0; f < nf; f++)
-                if (f != bf && again[f] / again[bf] - 1 < gap)
-                    gap = again[f] / again[bf] - 1;
-            if (r >= 4 && (gap <= CONV_TIE || gap >= CONV_CLEAR))
-                break;
-        }
+        conv_finalists fs = {l, st, w, in, out};
+        int bf = all ? cpu_search_rounds(nf, 0.5, forward ? finalist_conditions : NULL, finalist_run, &fs, again) : 0;
         /* a tie: the earlier candidate; for the forward, the one that reads the fewest
          * weight bytes (from memory, in a forward; the cold calls show only part of what
          * other layers' traffic adds to it) */
@@ -598,7 +593,7 @@ static int conv_search(const layer *l, const float *w, const conv_algo *cand, in
             wb[f] = conv_weight_bytes(l, st[f]);
         int tied = bf;
         for (int f = 0; all && f < nf; f++)
-            if (again[f] <= again[bf] * (1 + CONV_TIE) &&
+            if (again[f] <= again[bf] * (1 + CPU_SEARCH_TIE) &&
                 (forward ? wb[f] < wb[tied] || (wb[f] == wb[tied] && fin[f] < fin[tied]) : fin[f] < fin[tied]))
                 tied = f;
         bf = tied;

@@ -99,6 +99,37 @@ void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3])
     memcpy(e->algo, algo, sizeof e->algo);
 }
 
+int cpu_search_rounds(int n, double budget_s, void (*prepare)(void *user, int k), void (*run)(void *user, int k),
+                      void *user, double *best)
+{
+    double spent = 0.0;
+    int bf = 0;
+    for (int k = 0; k < n; k++)
+        best[k] = 1e30;
+    for (int r = 0; r < 30 && (r < 5 || spent < budget_s); r++) {
+        for (int k = 0; k < n; k++) {
+            if (prepare)
+                prepare(user, k);
+            double t0 = bench_now();
+            run(user, k);
+            double dt = bench_now() - t0;
+            spent += dt;
+            best[k] = dt < best[k] ? dt : best[k];
+        }
+        bf = 0; /* the fastest, and its gap to the next */
+        for (int k = 1; k < n; k++)
+            if (best[k] < best[bf])
+                bf = k;
+        double gap = 1e30;
+        for (int k = 0; k < n; k++)
+            if (k != bf && best[k] / best[bf] - 1 < gap)
+                gap = best[k] / best[bf] - 1;
+        if (r >= 4 && (gap <= CPU_SEARCH_TIE || gap >= CPU_SEARCH_CLEAR))
+            break;
+    }
+    return bf;
+}
+
 const char *cpu_isa_level(void)
 {
 #if defined(__x86_64__)

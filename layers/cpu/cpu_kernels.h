@@ -51,6 +51,18 @@ void cpu_forward_conditions(const cpu_span *cold, int n, const void *in, int64_t
  * backend's cold flush), then the input read. */
 void cpu_forward_conditions_all(void *env, const void *in, int64_t in_bytes);
 
+/* A search's timing in rounds (conv2d's finalists, linear's two ways): each of n
+ * candidates run once in turn (prepare, where not NULL, sets the forward's conditions
+ * first, untimed), best[k] keeping candidate k's best, in rounds until the fastest is
+ * clearly ahead of the next (CPU_SEARCH_CLEAR) or tied with it (CPU_SEARCH_TIE): at least
+ * 5 rounds, at most 30 or budget_s seconds of runs. Interleaved, a slow phase of the
+ * machine, seconds long on a VM, weighs on every candidate alike. Returns the fastest;
+ * a caller breaks a tie its own way. */
+#define CPU_SEARCH_TIE 0.02
+#define CPU_SEARCH_CLEAR 0.06
+int cpu_search_rounds(int n, double budget_s, void (*prepare)(void *user, int k), void (*run)(void *user, int k),
+                      void *user, double *best);
+
 /* The choice for a layer like l: one made before, or a given one; NULL when none. */
 const cpu_choice *cpu_choice_find(cpu_choices *c, const layer *l);
 /* Keeps (or replaces) the choice for layers like l. */

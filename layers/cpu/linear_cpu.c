@@ -13,7 +13,6 @@
  * packed per call, [k block][tile][kc][mr], a block sized for L2) runs past it. */
 #include <cblas.h>
 #include <immintrin.h>
-#include <math.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -291,21 +290,36 @@ static void linear_forward_conditions(const layer *l, const linear_state *s, con
     cpu_forward_conditions(cold, 3, in, shape_numel(&l->in) * (int64_t)sizeof *in);
 }
 
-/* Finalists within this of each other are a tie, which the earlier way wins; a gap this
- * large is settled (as conv2d's search). */
-#define LINEAR_TIE 0.02
-#define LINEAR_CLEAR 0.06
+/* The two ways as cpu_search_rounds runs them. */
+typedef struct linear_ways {
+    const layer *l;
+    linear_state **st;
+    const float *w, *in;
+    float *out;
+} linear_ways;
 
-/* The faster way for l on scratch rows with its real weights: the ways run in turn,
- * each keeping its best, in rounds until one is clearly ahead or the two are tied (at
- * least 5 rounds, at most 30 or 0.3 s), so that a slow phase of the machine slows both
- * alike. -1 when out of memory. */
+static void way_conditions(void *user, int k)
+{
+    linear_ways *x = user;
+    linear_forward_conditions(x->l, x->st[k], x->w, x->in, x->out);
+}
+
+static void way_run(void *user, int k)
+{
+    linear_ways *x = user;
+    const float *ins[1] = {x->in};
+    linear_run(NULL, x->l, x->st[k], (const void *const *)ins, x->w, x->out);
+}
+
+/* The faster way for l on scratch rows with its real weights, timed in rounds
+ * (cpu_search_rounds, at most 0.3 s); a tie (CPU_SEARCH_TIE) goes to ours, which packs
+ * nothing per call. -1 when out of memory. */
 static int linear_search(const layer *l, const float *w, bool forward)
 {
     int64_t in_n = shape_numel(&l->in), out_n = shape_numel(&l->out), ws;
     float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
     linear_state *st[LINEAR_WAYS] = {NULL};
-    double best[LINEAR_WAYS], spent = 0.0;
+    double best[LINEAR_WAYS];
     int pick = -1;
     bool all = in && out;
     for (int k = 0; all && k < LINEAR_WAYS; k++)
@@ -314,28 +328,15 @@ static int linear_search(const layer *l, const float *w, bool forward)
         const float *ins[1] = {in};
         for (int64_t i = 0; i < in_n; i++)
             in[i] = (float)(i % 17) * 0.0625f - 0.5f;
-        for (int k = 0; k < LINEAR_WAYS; k++) {
-            linear_run(NULL, l, st[k], (const void *const *)ins, w, out); /* warm, untimed */
-            best[k] = 1e30;
-        }
-        for (int r = 0; r < 30 && (r < 5 || spent < 0.3); r++) {
-            for (int k = 0; k < LINEAR_WAYS; k++) {
-                if (forward)
-                    linear_forward_conditions(l, st[k], w, in, out);
-                double t0 = bench_now();
-                linear_run(NULL, l, st[k], (const void *const *)ins, w, out);
-                double dt = bench_now() - t0;
-                spent += dt, best[k] = dt < best[k] ? dt : best[k];
-            }
-            double lo = best[0] < best[1] ? best[0] : best[1], gap = fabs(best[0] - best[1]) / lo;
-            if (r >= 4 && (gap <= LINEAR_TIE || gap >= LINEAR_CLEAR))
-                break;
-        }
-        pick = best[1] < best[0] * (1 - LINEAR_TIE) ? 1 : 0;
+        for (int k = 0; k < LINEAR_WAYS; k++) /* warm, untimed */
+            linear_run(NULL, l, st[k], (const void *const *)ins, w, out);
+        linear_ways x = {l, st, w, in, out};
+        cpu_search_rounds(LINEAR_WAYS, 0.3, forward ? way_conditions : NULL, way_run, &x, best);
+        pick = best[LINEAR_SGEMM] < best[LINEAR_BLOCKED] * (1 - CPU_SEARCH_TIE) ? LINEAR_SGEMM : LINEAR_BLOCKED;
         const char *e = getenv("LAYERBENCH_CPU_SEARCH_LOG");
         if (e && *e && strcmp(e, "0") != 0)
-            bench_diag("cpu search %s: blocked %.1f us, sgemm %.1f us: %s kept\n", l->name, 1e6 * best[0],
-                       1e6 * best[1], pick ? "sgemm" : "blocked");
+            bench_diag("cpu search %s: blocked %.1f us, sgemm %.1f us: %s kept\n", l->name, 1e6 * best[LINEAR_BLOCKED],
+                       1e6 * best[LINEAR_SGEMM], pick == LINEAR_SGEMM ? "sgemm" : "blocked");
     }
     for (int k = 0; k < LINEAR_WAYS; k++)
         linear_free(NULL, st[k]);
