@@ -277,7 +277,7 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
        OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
        OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_ALGO_FOR, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_WORKER, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
+       OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
        OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
        OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING, OPT_EMIT_YAML };
 
@@ -317,7 +317,6 @@ static const struct option long_opts[] = {
     {"resume", no_argument, NULL, OPT_RESUME},
     {"processes", required_argument, NULL, OPT_PROCESSES},
     {"phase-band", required_argument, NULL, OPT_PHASE_BAND},
-    {"worker", required_argument, NULL, OPT_WORKER},
     {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
     {"slurm", required_argument, NULL, OPT_SLURM},
     {"dry-run", no_argument, NULL, OPT_DRY_RUN},
@@ -437,7 +436,7 @@ static int unknown_option(const char *arg)
     char list[512] = "";
     int n = 0;
     for (const struct option *p = long_opts; p->name; p++)
-        if (strncmp(p->name, arg + 2, len) == 0 && strcmp(p->name, "worker") != 0)
+        if (strncmp(p->name, arg + 2, len) == 0)
             n++, snprintf(list + strlen(list), sizeof list - strlen(list), "%s--%s", n > 1 ? ", " : "", p->name);
     if (n < 2)
         return cli_usage_error("unknown option '%s'", arg);
@@ -561,7 +560,6 @@ int cli_parse(int argc, char **argv, cli *c)
                 return cli_usage_error("--phase-band expects a percentage from 0 to 1000, or off, got '%s'", optarg);
             break;
         }
-        case OPT_WORKER: c->worker = optarg; break;
         case OPT_ALGO_CACHE:
             if (!*optarg)
                 return cli_usage_error("%s", "--algo-cache expects a file");

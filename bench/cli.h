@@ -67,7 +67,7 @@ typedef struct cli {
     bool inmodel;            /* compare --inmodel */
     int processes;           /* --processes */
     double phase_band;       /* --phase-band as a fraction; below 0: off */
-    const char *worker;      /* the hidden --worker SPEC: this process is a worker (procs.h) */
+    bool worker;             /* this process is a worker (cmd_worker, procs.h): the parent says the notes */
     const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
     bool algo_cache_given;   /* ... given on the command line */
     char default_cache[1024];
@@ -127,7 +127,7 @@ int cmd_list(const cli *c, int64_t batch);
 int cmd_check(const cli *c, int64_t batch);
 
 /* A worker process (procs.h): one set, its result to the parent's pipe. */
-int cmd_worker(const cli *c, int64_t batch);
+int cmd_worker(void);
 
 /* run and sweep: every batch on every backend, reported as it completes (runner.h). */
 int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep);

@@ -135,43 +135,16 @@ static void close_outputs(outputs *o)
     o->stacks = NULL, o->n_stacks = 0;
 }
 
-/* The worker processes' command line (procs.h): this binary, run, the config and every
- * option that changes what is measured; procs adds the set's own. Caller frees the
- * array and its strings. */
-static char **worker_argv(const cli *c, const char *algo_cache)
+/* What every worker of the run is given (procs.h): the config, the model's options, the
+ * backend's and the measurement's; procs_measure adds each set's own. */
+static measure_set worker_base(const cli *c, const char *algo_cache)
 {
-    char **a = xcalloc(40, sizeof *a);
-    int n = 0;
-    a[n++] = xstrdup("bench");
-    a[n++] = xstrdup("run");
-    a[n++] = xstrdup(c->config);
-    if (c->threads)
-        a[n++] = xstrdup("--threads"), a[n++] = xasprintf("%d", c->threads);
-    a[n++] = xstrdup("--algo"), a[n++] = xstrdup(c->algo_heuristic ? "heuristic" : "search");
-    a[n++] = xstrdup("--algo-for"), a[n++] = xstrdup(c->algo_alone ? "alone" : "forward");
-    a[n++] = xstrdup("--conv-api"), a[n++] = xstrdup(cli_conv_api_names[c->conv_api]);
-    a[n++] = xstrdup("--seed"), a[n++] = xasprintf("%llu", (unsigned long long)c->mo.seed);
-    a[n++] = xstrdup("--warmup-time"), a[n++] = xasprintf("%.17g", c->mo.warmup_time);
-    a[n++] = xstrdup("--min-time"), a[n++] = xasprintf("%.17g", c->mo.min_time);
-    a[n++] = xstrdup("--max-noise"), a[n++] = xasprintf("%.17g", 100 * c->mo.max_noise);
-    a[n++] = xstrdup("--min-samples"), a[n++] = xasprintf("%d", c->mo.min_samples);
-    a[n++] = xstrdup("--timeout"), a[n++] = xasprintf("%.17g", c->mo.timeout);
-    if (c->mo.dedupe)
-        a[n++] = xstrdup("--dedupe");
-    if (c->no_peaks) /* a decode step's workers time the read stream every round, unless */
-        a[n++] = xstrdup("--no-peaks");
-    if (c->shape.tokens > 0)
-        a[n++] = xstrdup("--tokens"), a[n++] = xasprintf("%lld", (long long)c->shape.tokens);
-    if (c->shape.kv_len >= 0)
-        a[n++] = xstrdup("--kv-len"), a[n++] = xasprintf("%lld", (long long)c->shape.kv_len);
-    if (c->no_progress)
-        a[n++] = xstrdup("--no-progress");
-    if (c->routing >= 0) /* the workers route as this process does */
-        a[n++] = xstrdup("--routing"),
-        a[n++] = c->routing == MOE_ROUTER ? xstrdup("router") : xasprintf("skew:%.17g", c->load_skew);
-    if (algo_cache)
-        a[n++] = xstrdup("--algo-cache"), a[n++] = xstrdup(algo_cache);
-    return a;
+    measure_set s = {.shape = c->shape, .routing = c->routing, .load_skew = c->load_skew, .threads = c->threads,
+                     .algo_heuristic = c->algo_heuristic, .algo_alone = c->algo_alone, .conv_api = c->conv_api,
+                     .mo = c->mo};
+    s.str[SET_CONFIG] = c->config;
+    s.str[SET_ALGO_CACHE] = algo_cache;
+    return s;
 }
 
 /* Appends r to the run's list of reporters (*v, *n of them). */
@@ -179,13 +152,6 @@ static void add_reporter(reporter ***v, int *n, reporter *r)
 {
     *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
     (*v)[(*n)++] = r;
-}
-
-static void free_argv(char **a)
-{
-    for (int i = 0; a && a[i]; i++)
-        free(a[i]);
-    free(a);
 }
 
 static void probe_reset(void *p)
@@ -242,39 +208,52 @@ static void save_algo_cache(const char *path, const backend *bs, int nb)
                     stale == 1 ? "" : "s");
 }
 
-/* A worker process (procs.h): one set, its result to the parent's pipe. */
-int cmd_worker(const cli *c, int64_t batch)
+/* A worker process (procs.h): `bench --worker 3,I,N`, its set from descriptor 4, its
+ * result to the parent's pipe on 3. Nothing of its command line is read but that. */
+int cmd_worker(void)
 {
+    measure_set s;
+    char err[1024];
+    if (!procs_worker_set(&s, err, sizeof err)) {
+        log_msg("%s", err);
+        return 2;
+    }
+    cli c = {.config = s.str[SET_CONFIG], .shape = s.shape, .routing = s.routing, .load_skew = s.load_skew,
+             .backend = s.backend, .threads = s.threads, .algo_heuristic = s.algo_heuristic,
+             .algo_alone = s.algo_alone, .conv_api = s.conv_api, .n_dtypes = 1, .dtypes = {s.dtype},
+             .algo_cache = s.str[SET_ALGO_CACHE], .worker = true, .mo = s.mo};
     model *m;
     backend bs[BACKEND_MAX];
     char *skipped;
-    int rc = cli_load_model(c, batch, &m);
-    if (rc)
+    int rc = cli_load_model(&c, s.batch, &m);
+    if (rc) {
+        free(s.skip);
         return rc;
-    int nb = cli_open_backends(c, bs, &skipped);
+    }
+    int nb = cli_open_backends(&c, bs, &skipped);
     if (nb != 1) {
         model_free(m);
+        free(s.skip);
         return nb < 0 ? -nb : 2;
     }
-    measure_options mo = c->mo;
+    measure_options mo = s.mo;
     mo.stop = &signals_interrupted;
     sched_probe probe;
     watch_contention(&mo, &probe);
     choices_report cr;
-    char err[1024];
-    if (c->algo_cache && choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
+    if (c.algo_cache && choices_load(c.algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
         log_warning("%s", err);
-    int index = 0, count = 0;
-    sscanf(c->worker, "%*d,%d,%d", &index, &count);
     char label[48];
-    snprintf(label, sizeof label, index <= count ? "process %d/%d" : "process %d (one more for %d)", index, count);
+    snprintf(label, sizeof label, s.index <= s.count ? "process %d/%d" : "process %d (one more for %d)", s.index,
+             s.count);
     mo.label = label;
-    rc = procs_worker(c->worker, m, &bs[0], &mo, measure_mode_from_name(c->mode));
-    if (c->algo_cache)
-        save_algo_cache(c->algo_cache, bs, nb);
+    rc = procs_worker(&s, m, &bs[0], &mo);
+    if (c.algo_cache)
+        save_algo_cache(c.algo_cache, bs, nb);
     sched_probe_close(&probe);
     cli_close_backends(bs, nb, skipped);
     model_free(m);
+    free(s.skip);
     return rc;
 }
 
@@ -448,8 +427,8 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         if (fd >= 0)
             close(fd), cache = cache_tmp;
     }
-    char **wargv = c->processes > 0 ? worker_argv(c, cache) : NULL;
-    if (!wargv) /* else the workers watch their own threads */
+    measure_set base = worker_base(c, cache);
+    if (c->processes == 0) /* else the workers watch their own threads */
         watch_contention(&mo, &probe);
     timing_mode modes[4];
     int n_modes = cli_split_modes(c->mode, modes);
@@ -462,7 +441,7 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
         .error = c->error,
-        .procs = {c->processes, wargv, n_shapes > 1, c->phase_band},
+        .procs = {c->processes, &base, n_shapes > 1, c->phase_band},
         .shapes = shapes, .n_shapes = shapes ? n_shapes : 0,
         .note = *cache_note ? cache_note : NULL,
     };
@@ -488,7 +467,6 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     cli_close_backends(bs, nb, skipped);
     close_outputs(&out);
     sched_probe_close(&probe);
-    free_argv(wargv);
     free(plan.reps);
     free(previous), free(done), free(batches);
     free_shapes(shapes, n_shapes);

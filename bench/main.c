@@ -75,6 +75,10 @@ static int run_command(int argc, char **argv)
     /* a file past `ulimit -f` is a write that fails with EFBIG, said and handled like a
      * full disk, not a SIGXFSZ that kills the process after its work is done */
     signal(SIGXFSZ, SIG_IGN);
+    if (argc == 3 && strcmp(argv[1], "--worker") == 0) { /* a worker process: its set comes through a pipe */
+        signals_catch();
+        return cmd_worker();
+    }
     cli c;
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)
@@ -108,9 +112,7 @@ static int run_command(int argc, char **argv)
             return cli_usage_error("--batch expects a positive integer, got '%s'", c.batch_arg);
         one = v;
     }
-    if (c.worker && strcmp(c.command, "run") == 0)
-        rc = cmd_worker(&c, one);
-    else if (!strcmp(c.command, "list"))
+    if (!strcmp(c.command, "list"))
         rc = cmd_list(&c, one);
     else if (!strcmp(c.command, "check"))
         rc = cmd_check(&c, one);

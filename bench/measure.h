@@ -25,6 +25,9 @@
 #include "model.h"
 #include "stats.h"
 
+/* How a set is measured. Its values reach worker processes as bytes (procs.h,
+ * measure_set); its pointers are each process's own: a pointer added here is cleared
+ * in procs_set_decode, as the others are. */
 typedef struct measure_options {
     double warmup_time;     /* seconds of warm-up before a unit's first chunk */
     double min_time;        /* seconds per chunk (one Google Benchmark run) */

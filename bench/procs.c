@@ -121,6 +121,41 @@ static void get_row(reader *r, layer_result *row)
     get(r, row->kept, (size_t)row->n_kept * sizeof *row->kept);
 }
 
+/* ---- the set: what a worker measures ------------------------------------------------------ */
+
+void procs_set_encode(const measure_set *s, strbuf *buf)
+{
+    strbuf_append(buf, (const char *)s, sizeof *s); /* its pointers mean nothing on arrival */
+    for (int i = 0; i < SET_STRINGS; i++) {
+        int n = s->str[i] ? (int)strlen(s->str[i]) : -1;
+        strbuf_append(buf, (const char *)&n, sizeof n);
+        if (n > 0)
+            strbuf_append(buf, s->str[i], (size_t)n);
+    }
+    strbuf_append(buf, (const char *)s->skip, (size_t)s->n_skip * sizeof *s->skip);
+}
+
+bool procs_set_decode(const char *p, size_t n, measure_set *s)
+{
+    reader r = {p, p + n, true};
+    get(&r, s, sizeof *s);
+    measure_options *o = &s->mo; /* every pointer of the options: this process sets its own */
+    o->stop = NULL, o->waited = NULL, o->waited_user = NULL, o->waited_reset = NULL, o->label = NULL;
+    o->at = NULL, o->at_user = NULL, o->skip = NULL;
+    for (int i = 0; i < SET_STRINGS; i++)
+        s->str[i] = get_str(&r);
+    int64_t left = r.ok ? (int64_t)(r.end - r.p) : -1;
+    if (s->n_skip < 0 || (int64_t)s->n_skip * (int64_t)sizeof(int) != left) {
+        s->skip = NULL, s->n_skip = 0;
+        return false;
+    }
+    s->skip = xmalloc((size_t)(s->n_skip ? s->n_skip : 1) * sizeof *s->skip);
+    get(&r, s->skip, (size_t)s->n_skip * sizeof *s->skip);
+    return r.ok && s->str[SET_CONFIG] && s->count >= 1 && s->index >= 1 && s->index <= 2 * s->count &&
+           s->batch >= 1 && (unsigned)s->dtype < DTYPE_COUNT && s->mode > MODE_NONE && s->mode <= MODE_BATCH &&
+           memchr(s->backend, 0, sizeof s->backend);
+}
+
 static void put_result(wire *w, const run_result *res)
 {
     int n = res->m->n_layers, flags = (res->has_model ? 1 : 0) | (res->inmodel ? 2 : 0) | (res->forward_sample ? 4 : 0);
@@ -213,42 +248,64 @@ static void worker_at(void *user, int layer)
     put(w, &layer, sizeof layer);
 }
 
-int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, timing_mode mode)
+/* The set's pipe, and the results' (the worker's command line says 3 and 4 are theirs). */
+#define SET_FD 4
+#define RESULT_FD 3
+/* A set is a few kilobytes: its config path, its choices file and the layers to skip. */
+#define SET_MAX_BYTES (16u << 20)
+
+/* A descriptor that is a pipe: anything else means the command line was not a parent's. */
+static bool is_pipe(int fd)
 {
-    int fd, index, count, with_model;
-    double floor_warm, floor_cold;
-    char skip_list[4096] = "";
-    if (sscanf(spec, "%d,%d,%d,%d,%lf,%lf,%4095s", &fd, &index, &count, &with_model, &floor_warm, &floor_cold,
-               skip_list) != 7 ||
-        count < 1 || index < 1 || index > 2 * count) { /* past count: one more, for a slow phase */
-        log_msg("--worker: malformed '%s' (this option is for bench itself)", spec);
-        return 2;
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+bool procs_worker_set(measure_set *s, char *err, size_t errlen)
+{
+    if (!is_pipe(SET_FD) || !is_pipe(RESULT_FD)) {
+        snprintf(err, errlen, "--worker: descriptors %d and %d are not pipes from a bench process (this option is for "
+                 "bench itself)", RESULT_FD, SET_FD);
+        return false;
     }
-    struct stat pipe_st; /* the parent's pipe: anything else is not a worker's command line */
-    if (fd < 3 || fstat(fd, &pipe_st) != 0 || !S_ISFIFO(pipe_st.st_mode)) {
-        log_msg("--worker: descriptor %d is not a pipe from a bench process (this option is for bench itself)", fd);
-        return 2;
+    strbuf data = {0};
+    char buf[65536];
+    for (;;) {
+        ssize_t k = read(SET_FD, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || data.len + (size_t)k > SET_MAX_BYTES)
+            break;
+        strbuf_append(&data, buf, (size_t)k);
     }
+    bool ok = data.len && procs_set_decode(data.data, data.len, s);
+    if (!ok)
+        snprintf(err, errlen, "--worker: what descriptor %d held is not a set from a bench process (this option is "
+                 "for bench itself)", SET_FD);
+    strbuf_free(&data);
+    close(SET_FD);
+    return ok;
+}
+
+int procs_worker(const measure_set *s, const model *m, const backend *b, const measure_options *o)
+{
     int n = m->n_layers;
     bool *skip = xcalloc((size_t)n, sizeof *skip), skip_model = false;
-    for (char *save = NULL, *tok = strtok_r(skip_list, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
-        int i = atoi(tok);
-        if (!strcmp(tok, "m"))
+    for (int i = 0; i < s->n_skip; i++)
+        if (s->skip[i] == -1)
             skip_model = true;
-        else if (i >= 0 && i < n && strcmp(tok, "-"))
-            skip[i] = true;
-    }
-    wire w = {fd, true};
+        else if (s->skip[i] >= 0 && s->skip[i] < n)
+            skip[s->skip[i]] = true;
+    wire w = {RESULT_FD, true};
     measure_options wo = *o;
     /* this worker's share: the pooled row gets --min-samples and --timeout in all */
-    wo.min_samples = (o->min_samples + count - 1) / count;
-    wo.timeout = o->timeout / count;
+    wo.min_samples = (o->min_samples + s->count - 1) / s->count;
+    wo.timeout = o->timeout / s->count;
     wo.at = worker_at, wo.at_user = &w;
     wo.skip = skip, wo.skip_model = skip_model;
-    timer_floor floor = {floor_warm, floor_cold};
     run_result res;
     char err[1024];
-    bench_status st = measure_model(m, b, &wo, mode, &floor, with_model != 0, &res, err, sizeof err);
+    bench_status st = measure_model(m, b, &wo, s->mode, &s->floor, s->with_model, &res, err, sizeof err);
     if (st != BENCH_ERR_INTERRUPTED)
         put_result(&w, &res);
     run_result_free(&res);
@@ -260,27 +317,63 @@ int procs_worker(const char *spec, const model *m, const backend *b, const measu
 
 /* ---- the parent ---------------------------------------------------------------------------- */
 
-/* Starts a worker with its pipe's write end as fd 3; its pid, or -1. */
-static pid_t spawn_worker(const procs_plan *pp, const char *const *extra, int write_fd)
+/* Starts worker index of count, its results' pipe (write end) as descriptor 3 and its
+ * set's (read end, the set already in it) as 4; its pid, or -1. */
+static pid_t spawn_worker(int index, int count, int result_fd, int set_fd)
 {
-    int n = 0, k = 0;
-    while (pp->argv[n])
-        n++;
-    while (extra[k])
-        k++;
-    char **argv = xcalloc((size_t)(n + k + 1), sizeof *argv);
-    for (int i = 0; i < n; i++)
-        argv[i] = pp->argv[i];
-    for (int i = 0; i < k; i++)
-        argv[n + i] = (char *)extra[i];
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, write_fd, 3);
-    pid_t pid;
-    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    free(argv);
+    char spec[48];
+    snprintf(spec, sizeof spec, "%d,%d,%d", RESULT_FD, index, count); /* for ps and pgrep: which worker */
+    char *argv[] = {"bench", "--worker", spec, NULL};
+    /* both above 4 first: a dup2 onto 3 must not close the other before it is moved */
+    int r = fcntl(result_fd, F_DUPFD_CLOEXEC, 10), w = fcntl(set_fd, F_DUPFD_CLOEXEC, 10), rc = -1;
+    pid_t pid = -1;
+    if (r >= 0 && w >= 0) {
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, r, RESULT_FD);
+        posix_spawn_file_actions_adddup2(&fa, w, SET_FD);
+        rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    if (r >= 0)
+        close(r);
+    if (w >= 0)
+        close(w);
     return rc == 0 ? pid : -1;
+}
+
+/* A pipe holding the whole set, its write end closed: the worker reads to its end. */
+static int set_pipe(const measure_set *s, char *err, size_t errlen)
+{
+    strbuf buf = {0};
+    procs_set_encode(s, &buf);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
+        strbuf_free(&buf);
+        return -1;
+    }
+    /* room for the whole set, written before the worker starts: never waited on */
+    if (buf.len > 65536)
+        fcntl(fds[1], F_SETPIPE_SZ, (int)buf.len);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    size_t off = 0, len = buf.len;
+    while (off < len) {
+        ssize_t k = write(fds[1], buf.data + off, len - off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        off += (size_t)k;
+    }
+    close(fds[1]);
+    strbuf_free(&buf);
+    if (off < len) {
+        snprintf(err, errlen, "cannot start a worker process: its set (%zu bytes) does not fit a pipe", len);
+        close(fds[0]);
+        return -1;
+    }
+    return fds[0];
 }
 
 /* The worker's CPU time so far (user + system, in clock ticks), or -1. */
@@ -642,42 +735,41 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     bool *fast = xcalloc((size_t)most, sizeof *fast);
     char **death = xcalloc((size_t)n + 1, sizeof *death); /* per layer (n: the model rows): why it failed */
     bench_status st = BENCH_OK;
-    char batch[32], spec[4200], skip[4096];
+    char batch[32];
     snprintf(batch, sizeof batch, "%lld", (long long)m->batch);
+    /* the set every worker of it is given: the run's, with this set's model and mode */
+    measure_set set = *pp->base;
+    set.batch = m->batch, set.dtype = m->dtype, set.mode = mode, set.with_model = with_model, set.floor = *floor;
+    snprintf(set.backend, sizeof set.backend, "%s", b->ops->name);
+    if (pp->shapes) /* a sweep over token shapes: this set's */
+        set.shape = (cfg_shape){model_tokens(m) > 0 ? model_tokens(m) : 0, model_kv_len(m)};
+    set.mo = *o;
+    set.skip = xcalloc((size_t)n + 1, sizeof *set.skip);
     for (int attempt = 0; k < most && (k < pp->count || fast_phase(rs, k, pp->phase_band, fast) < pp->count) && deaths < PROCS_MAX_DEATHS;
          attempt++) {
         if (o->stop && *o->stop) {
             st = BENCH_ERR_INTERRUPTED;
             break;
         }
-        size_t off = 0;
-        skip[0] = 0;
-        for (int i = 0; i <= n && off < sizeof skip - 16; i++)
-            if (death[i] && i < n)
-                off += (size_t)snprintf(skip + off, sizeof skip - off, "%s%d", off ? "." : "", i);
-            else if (death[i])
-                off += (size_t)snprintf(skip + off, sizeof skip - off, "%sm", off ? "." : "");
-        snprintf(spec, sizeof spec, "3,%d,%d,%d,%.9e,%.9e,%s", k + 1, pp->count, with_model ? 1 : 0, floor->warm,
-                 floor->cold, *skip ? skip : "-");
-        char tokens[32], kv[32];
-        snprintf(tokens, sizeof tokens, "%lld", (long long)model_tokens(m));
-        snprintf(kv, sizeof kv, "%lld", (long long)model_kv_len(m));
-        const char *extra[16] = {"--backend", b->ops->name, "--batch", batch, "--dtype", dtype_name(m->dtype), "--mode", measure_mode_name(mode),
-                                 "--worker", spec, NULL};
-        int ne = 10;
-        if (pp->shapes && model_tokens(m) > 0)
-            extra[ne++] = "--tokens", extra[ne++] = tokens;
-        if (pp->shapes && model_kv_len(m) >= 0)
-            extra[ne++] = "--kv-len", extra[ne++] = kv;
-        extra[ne] = NULL;
-        int fds[2];
-        if (pipe2(fds, O_CLOEXEC) != 0) {
-            snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
+        set.n_skip = 0; /* what killed the earlier workers */
+        for (int i = 0; i <= n; i++)
+            if (death[i])
+                set.skip[set.n_skip++] = i < n ? i : -1;
+        set.index = k + 1, set.count = pp->count;
+        int set_fd = set_pipe(&set, err, errlen);
+        if (set_fd < 0) {
             st = BENCH_ERR_BACKEND;
             break;
         }
-        pid_t pid = spawn_worker(pp, extra, fds[1]);
-        close(fds[1]);
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) != 0) {
+            snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
+            close(set_fd);
+            st = BENCH_ERR_BACKEND;
+            break;
+        }
+        pid_t pid = spawn_worker(k + 1, pp->count, fds[1], set_fd);
+        close(fds[1]), close(set_fd);
         if (pid < 0) {
             close(fds[0]);
             snprintf(err, errlen, "cannot start a worker process: %s", strerror(errno));
@@ -795,7 +887,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     free(fast);
     for (int i = 0; i <= n; i++)
         free(death[i]);
-    free(rs), free(death);
+    free(rs), free(death), free(set.skip);
     out->seconds = bench_now() - t0;
     if (st == BENCH_ERR_INTERRUPTED) {
         snprintf(err, errlen, "in worker process %d of %d", k + 1, pp->count);

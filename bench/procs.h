@@ -4,9 +4,11 @@
  * life of a process, so the confidence interval of samples from one process is blind to
  * how much its median differs from the next process's. For each (batch, backend, mode)
  * set, `bench run` starts --processes worker processes, one after the other (never two
- * at once: they would compete for the cores). Each is the bench binary itself, run with
- * a hidden --worker option: it sets the model up, measures it with 1/N of --timeout and
- * of --min-samples, and sends back every row with its kept samples through a pipe. The
+ * at once: they would compete for the cores). Each is the bench binary itself, run as
+ * `bench --worker 3,I,N` (worker I of N): it reads what to measure, a measure_set, from
+ * a pipe on descriptor 4 (no command line is rebuilt and parsed again), sets the model
+ * up, measures it with 1/N of --timeout and of --min-samples, and sends back every row
+ * with its kept samples through the pipe on descriptor 3. The
  * parent pools the samples of each row: the median of all of them is the headline, the
  * interval covers the spread of the processes' own medians as well as the samples'
  * (procs_pool_interval), and every row says how many processes it pools and how far
@@ -29,7 +31,9 @@
 #ifndef LAYERBENCH_PROCS_H
 #define LAYERBENCH_PROCS_H
 
+#include "cfg.h"
 #include "measure.h"
+#include "strbuf.h"
 
 /* The default of --processes: 3 worker processes per set. */
 #define PROCS_DEFAULT 3
@@ -39,11 +43,49 @@
 #define PROCS_STOPPED_S 10.0
 #define PROCS_SILENT_S 120.0
 
+/* The strings of a measure_set, in the order they travel. */
+enum { SET_CONFIG, SET_ALGO_CACHE, SET_STRINGS };
+
+/* What one worker process measures, whole: everything of the command line and of the
+ * set that changes a measurement, and the worker's share. It travels through a pipe as
+ * its bytes, then its strings and the layers it leaves out, so that a field added here
+ * reaches every worker with nobody forwarding it (tests/test_measure.c holds every
+ * field to the round trip). */
+typedef struct measure_set {
+    /* the model */
+    int64_t batch;
+    dtype_t dtype;
+    cfg_shape shape;          /* a decoder's token shape (CFG_SHAPE_KEEP: the config's) */
+    int routing;              /* --routing: MOE_* for every moe layer; -1: the config's */
+    double load_skew;
+    /* the backend */
+    char backend[16];
+    int threads;
+    bool algo_heuristic, algo_alone;
+    int conv_api;
+    /* the measurement: the mode and the options (their pointers are each process's own:
+     * a worker's are set where it starts) */
+    timing_mode mode;
+    measure_options mo;
+    /* the worker's share */
+    int index, count;         /* worker index of count (past count: one more, for a slow phase) */
+    bool with_model;
+    timer_floor floor;
+    const char *str[SET_STRINGS]; /* the config's path; the choices file (--algo-cache), NULL: none */
+    int n_skip;               /* layers to leave out (what killed an earlier worker); -1: the model rows */
+    int *skip;
+} measure_set;
+
+/* The set as bytes into buf (appended) and back: procs_set_decode fills s from
+ * [p, p + n) (its strings and skip list interned for the life of the process, the
+ * options' pointers NULL); false when the bytes are not a set. */
+void procs_set_encode(const measure_set *s, strbuf *buf);
+bool procs_set_decode(const char *p, size_t n, measure_set *s);
+
 typedef struct procs_plan {
     int count;            /* worker processes per set; 0: measure in this process */
-    char *const *argv;    /* the worker's command line up to its per-set options: the binary,
-                             "run", the config and every option that changes what is measured
-                             (main.c builds it); NULL-terminated */
+    const measure_set *base; /* what every set of the run shares (the config, the backend's
+                             options, the measurement's); procs_measure fills in the rest */
     bool shapes;          /* the sets differ in their token shape (a sweep over --tokens or
                              --kv-len): each worker is given its set's */
     double phase_band;    /* --phase-band: a worker this much slower in all than the fastest
@@ -57,11 +99,12 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
                            timing_mode mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
                            size_t errlen);
 
-/* The worker's side, from the hidden option "--worker FD,INDEX,COUNT,WITHMODEL,FLOORW,FLOORC,SKIP" (SKIP: the
- * layers to leave out, '.'-separated, 'm' for the model rows, '-' for none): measures
- * m (at its batch) on b in mode with the worker's share of o, writing where it is and
- * then the result to FD. Returns the exit status. */
-int procs_worker(const char *spec, const model *m, const backend *b, const measure_options *o, timing_mode mode);
+/* The worker's side: reads its set from descriptor 4, which must be a pipe (a worker's
+ * command line run by hand is refused). */
+bool procs_worker_set(measure_set *s, char *err, size_t errlen);
+/* Measures m (s's model, at its batch) on b in s's mode with the worker's share of o,
+ * writing where it is and then the result to descriptor 3. Returns the exit status. */
+int procs_worker(const measure_set *s, const model *m, const backend *b, const measure_options *o);
 
 /* The default of --phase-band: a worker whose layers took this much longer in all than
  * the fastest worker's of its set ran in a slow phase of the machine (above). */

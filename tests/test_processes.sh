@@ -39,6 +39,9 @@ expect 2 "--phase-band expects" -- "$BENCH" run "$SMOKE" --phase-band fast
 expect 0 "" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --processes 0 --csv "$T/p0.csv"
 awk -F, "$COLS"' $c["status"]=="ok" && $c["processes"]!=0 {bad++} END {exit bad>0}' "$T/p0.csv" && ok || bad "--processes 0 pooled"
 expect 2 "--processes expects" -- "$BENCH" run "$SMOKE" --processes 65
+# a worker's command line by hand: its set comes only through a parent's pipe
+expect 2 "descriptors 3 and 4 are not pipes from a bench process" -- "$BENCH" --worker 3,1,3
+expect 2 "what descriptor 4 held is not a set" -- bash -c '"$0" --worker 3,1,3 3> >(cat >/dev/null) 4< <(printf "not a set")' "$BENCH"
 
 # a worker killed mid-run: the row it was on fails with the reason, the rest is measured
 "$BENCH" run "$R18" --min-time 0.05 --timeout 1 --no-progress --no-peaks --csv "$T/k.csv" >/dev/null 2>"$T/k.err" &

@@ -3,7 +3,9 @@
  * iteration-estimation calls. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gbench_shim.h"
 #include "procs.h"
@@ -179,8 +181,52 @@ static void test_processes(void)
     EXPECT(n == 3 && fast[1] && fast[2], "band off: %d fast, expected all three", n);
 }
 
+/* The worker's set (procs.h) through its bytes and back: every byte of the struct
+ * arrives (a field added to it reaches the workers with nobody forwarding it), its
+ * strings and skipped layers with it, its options' pointers cleared; cut or padded
+ * bytes are refused. */
+static void test_measure_set(void)
+{
+    measure_set a;
+    unsigned char *raw = (unsigned char *)&a;
+    for (size_t i = 0; i < sizeof a; i++) /* every byte its own value, padding too */
+        raw[i] = (unsigned char)(i * 37 + 11);
+    a.batch = 3, a.dtype = DTYPE_BF16, a.mode = MODE_COLD, a.index = 2, a.count = 3;
+    snprintf(a.backend, sizeof a.backend, "onednn");
+    int skip[] = {4, -1, 7};
+    a.skip = skip, a.n_skip = 3;
+    a.str[SET_CONFIG] = "configs/resnet18.yaml", a.str[SET_ALGO_CACHE] = NULL;
+    strbuf buf = {0};
+    procs_set_encode(&a, &buf);
+    measure_set b;
+    EXPECT(procs_set_decode(buf.data, buf.len, &b), "a set decodes");
+    EXPECT(b.str[SET_CONFIG] && !strcmp(b.str[SET_CONFIG], "configs/resnet18.yaml") && !b.str[SET_ALGO_CACHE],
+           "its strings");
+    EXPECT(b.n_skip == 3 && b.skip && b.skip[0] == 4 && b.skip[1] == -1 && b.skip[2] == 7, "its skipped layers");
+    EXPECT(!b.mo.stop && !b.mo.waited && !b.mo.waited_user && !b.mo.waited_reset && !b.mo.label && !b.mo.at &&
+               !b.mo.at_user && !b.mo.skip,
+           "the options' pointers are the worker's own");
+    /* every other byte as sent: the pointers set alike on both sides first */
+    measure_set x, y;
+    memcpy(&x, &a, sizeof x), memcpy(&y, &b, sizeof y);
+    x.mo.stop = y.mo.stop = NULL, x.mo.waited = y.mo.waited = NULL, x.mo.waited_user = y.mo.waited_user = NULL;
+    x.mo.waited_reset = y.mo.waited_reset = NULL, x.mo.label = y.mo.label = NULL, x.mo.at = y.mo.at = NULL;
+    x.mo.at_user = y.mo.at_user = NULL, x.mo.skip = y.mo.skip = NULL;
+    for (int i = 0; i < SET_STRINGS; i++)
+        x.str[i] = y.str[i] = NULL;
+    x.skip = y.skip = NULL;
+    EXPECT(memcmp(&x, &y, sizeof x) == 0, "every byte of the set arrives");
+    free(b.skip);
+    EXPECT(!procs_set_decode(buf.data, buf.len - 1, &b), "a set cut short is refused");
+    strbuf_append(&buf, "x", 1);
+    EXPECT(!procs_set_decode(buf.data, buf.len, &b), "a set with bytes after it is refused");
+    EXPECT(!procs_set_decode(buf.data, 10, &b), "ten bytes are not a set");
+    strbuf_free(&buf);
+}
+
 int main(void)
 {
+    test_measure_set();
     test_processes();
     test_stats();
     test_median_ci();
