@@ -80,7 +80,7 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     device_data dd;
     memset(&dd, 0, sizeof dd);
     backend_layer *state = NULL;
-    char impl[96];
+    char impl[BACKEND_IMPL_LEN];
     int64_t ws;
     backend_clear_error(b);
     if (!backend_kernel_of(b, l).kernel) {

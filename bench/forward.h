@@ -28,7 +28,7 @@ typedef struct forward_net {
     void **values;          /* per value id: values[0] the input, values[i + 1] layer i's output,
                                each in its dtype (model_value_dtype) */
     const void ***args;     /* per layer: its inputs, pointers into values (or casts) */
-    char (*impl)[96];       /* per layer: what runs in this forward (setup's choice, as linked) */
+    char (*impl)[BACKEND_IMPL_LEN];       /* per layer: what runs in this forward (setup's choice, as linked) */
     void **bufs;            /* the activation buffers (values point into them), n_bufs; owned */
     int n_bufs;
     forward_cast *casts;    /* in the order they run */

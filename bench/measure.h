@@ -126,7 +126,7 @@ typedef struct layer_result {
     row_status status;
     timing_mode mode;       /* warm, cold, batch; inmodel, chained, graph, transfer for the others */
     int dedupe_of;          /* -1, or the layer index whose timing this row reuses */
-    char impl[96];          /* what the backend chose at setup */
+    char impl[BACKEND_IMPL_LEN];          /* what the backend chose at setup */
     char kernels[384];      /* the kernels one call runs (backend_layer_kernels) */
     int64_t workspace_bytes;/* workspace setup allocated */
     int launches;           /* launches per timed sample: 1, or N in batch mode */

@@ -132,6 +132,11 @@ typedef struct backend_timing_i {
     double (*stream)(void *ctx);
 } backend_timing_i;
 
+/* The room for a layer's impl (what a kernel chose, and why): a search's choice with
+ * what it was timed for runs past 96 characters ("winograd F4x4/3x3 whole batch with
+ * GEMMs over threads (fastest of 15 in the forward's conditions)"). */
+#define BACKEND_IMPL_LEN 160
+
 /* How a backend runs one (kind, dtype): an entry of its kernel table. env is what the
  * backend's kernel_env gives (its context by default). Every kernel of every backend
  * has these signatures, so one dispatcher (backend_layer_setup and the rest below)

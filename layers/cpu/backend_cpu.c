@@ -275,7 +275,7 @@ static void bf16_peak(void *ctx, int64_t n, backend_peaks *pk)
     p.l.ins = &p.l.in;
     uint16_t *w = calloc((size_t)(n * n), 2);
     p.x = calloc((size_t)(n * n), 2), p.y = calloc((size_t)(n * n), 2);
-    char impl[96];
+    char impl[BACKEND_IMPL_LEN];
     int64_t ws;
     if (w && p.x && p.y) {
         for (int64_t i = 0; i < n * n; i++) /* 1 + i/64k-ish: finite, never zero */

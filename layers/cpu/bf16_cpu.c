@@ -454,7 +454,7 @@ static bench_status bf_setup(void *env, const layer *l, const void *w, void **st
     if (known)
         search->stale++;
     void *st[2] = {NULL, NULL};
-    char im[2][96];
+    char im[2][BACKEND_IMPL_LEN];
     int64_t ws[2];
     double t[2] = {1e30, 1e30};
     int64_t n_in = shape_numel(&l->in), n_out = shape_numel(&l->out);
@@ -493,7 +493,7 @@ static bench_status bf_setup_one(void *env, const layer *l, const void *w_, void
         return BENCH_ERR_NOMEM;
     const char *why = bf_refuses(l);
     if (why || via) {
-        char inner[96];
+        char inner[BACKEND_IMPL_LEN];
         s->path = BF_VIA;
         bench_status st = cpu_via_f32_kernel.setup(env, l, w, &s->via, inner, sizeof inner, workspace_bytes);
         snprintf(impl, len, why ? "%s (%s)" : "%s", inner, why);

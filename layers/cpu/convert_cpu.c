@@ -134,7 +134,7 @@ static bench_status via_setup(void *env, const layer *l, const void *w, void **s
         via_free(env, v);
         return BENCH_ERR_NOMEM;
     }
-    char inner_impl[96] = "";
+    char inner_impl[BACKEND_IMPL_LEN] = "";
     bench_status st = BENCH_OK;
     if (inner->setup)
         st = inner->setup(env, &v->l, v->w, &v->inner_state, inner_impl, sizeof inner_impl, workspace_bytes);

@@ -27,7 +27,7 @@ bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const void 
     /* not a oneDNN primitive: the cpu backend's kernel */
     od_layer *L = xcalloc(1, sizeof *L);
     *L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs};
-    char cpu_impl[96] = "";
+    char cpu_impl[BACKEND_IMPL_LEN] = "";
     backend cpu = {&backend_cpu_ops, c->cpu};
     bench_status st = backend_layer_setup(&cpu, l, w, &L->cpu, cpu_impl, sizeof cpu_impl, workspace_bytes);
     if (st != BENCH_OK) {
@@ -142,7 +142,7 @@ static bool od_isolate_linked(od_ctx *c, od_layer *L, const void *const *in)
         od_plain_shape(&plain, &l->ins[k], od_dtype(l->dtype));
         ok = (c->link_in[k] = od_constant(c, L, in[k], &plain, &want[k])) != NULL;
     }
-    char impl[96];
+    char impl[BACKEND_IMPL_LEN];
     c->link_out_own = true;
     ok = ok && L->build(c, L, l, L->w, impl, sizeof impl);
     c->link_in[0] = c->link_in[1] = NULL, c->link_out_own = false;
