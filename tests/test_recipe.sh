@@ -40,6 +40,37 @@ print(f'recipe: {len(files)} files, steps touched: {sorted(i + 1 for i in touche
 sys.exit(0 if ok else 1)
 EOF
 
+# 1b. the recipe against the tree: every file that names a kind (a LAYER_<KIND> of
+# layers/layer.h's enum) is one the recipe names, so that a file that starts naming
+# kinds is listed where the next kind's author will look
+python3 - "$SRC" <<'EOF' && ok || bad "files name kinds that the add-a-kind recipe does not list"
+import os, re, sys
+src = sys.argv[1]
+doc = open(os.path.join(src, 'docs/architecture.md')).read()
+recipe = doc[doc.index('## Recipe: add a kind'):doc.index('## Recipe: add a backend')]
+head = open(os.path.join(src, 'layers/layer.h')).read()
+enum = head[head.index('typedef enum layer_kind {'):head.index('} layer_kind;')]
+kinds = set(re.findall(r'\b(LAYER_[A-Z0-9_]+)\b', enum)) - {'LAYER_KIND_COUNT'}
+def pattern(p):
+    return re.compile('^' + re.sub(r'<[^>]+>', '[a-z0-9_]+', re.escape(p).replace(r'\<', '<').replace(r'\>', '>')) + '$')
+listed = [pattern(p) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|cc|cu))`', recipe)]
+missing = []
+for top in ('bench', 'layers', 'tests', 'fuzz'):
+    for root, _, names in os.walk(os.path.join(src, top)):
+        for n in sorted(names):
+            if not n.endswith(('.c', '.h', '.cc', '.cu')):
+                continue
+            rel = os.path.relpath(os.path.join(root, n), src)
+            named = kinds & set(re.findall(r'\bLAYER_[A-Z0-9_]+\b', open(os.path.join(src, rel), errors='replace').read()))
+            if named and not any(p.match(rel) for p in listed):
+                missing.append(f'{rel} ({", ".join(sorted(named)[:3])}{", ..." if len(named) > 3 else ""})')
+for m in missing:
+    print(f'{m} names kinds, and the add-a-kind recipe (docs/architecture.md) does not list it', file=sys.stderr)
+if not missing:
+    print(f'recipe: {len(kinds)} kinds; every file that names one is in the recipe')
+sys.exit(1 if missing else 0)
+EOF
+
 # 2. a copy of the tree with the patch applied, built
 mkdir -p "$T/src"
 for p in CMakeLists.txt cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
