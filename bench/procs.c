@@ -269,7 +269,7 @@ bool procs_worker_set(measure_set *s, char *err, size_t errlen)
         return false;
     }
     strbuf data = {0};
-    char buf[65536];
+    char buf[4096]; /* small: a worker under ulimit -s 64 must not crash here */
     for (;;) {
         ssize_t k = read(SET_FD, buf, sizeof buf);
         if (k < 0 && errno == EINTR)
