@@ -8,7 +8,7 @@
 #include "backend_registry.h"
 #include "blocks.h"
 #include "report.h"
-#include "sysinfo.h"
+#include "host.h"
 
 char *report_format_time(double s, char *buf, size_t len)
 {
@@ -812,7 +812,7 @@ static void print_backends(console *c)
  * kernels, so it names them. */
 static void print_amx(console *c)
 {
-    if (!sysinfo_has_amx_bf16())
+    if (!host_has(HOST_AMX_BF16))
         return;
     for (int s = 0; s < c->n_sets; s++) {
         const kept_set *k = &c->sets[s], *od = NULL;

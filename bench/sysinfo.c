@@ -6,9 +6,8 @@
 #include <strings.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
+
+#include "host.h"
 
 #ifndef LAYERBENCH_BUILD_TYPE
 #define LAYERBENCH_BUILD_TYPE "unknown"
@@ -100,42 +99,7 @@ void sysinfo_check_host(strbuf *w)
     }
 }
 
-bool sysinfo_has_amx_bf16(void)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d, lo, hi;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1))
-        return false;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) /* OSXSAVE: xgetbv runs */
-        return false;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (lo >> 17 & 3) == 3;
-#else
-    return false;
-#endif
-}
-
-char *sysinfo_cpu_isa(char *buf, size_t len)
-{
-    __builtin_cpu_init();
-    /* __builtin_cpu_supports takes a literal, so the table is built here */
-    const struct {
-        const char *name;
-        int has;
-    } isa[] = {
-        {"sse4.2", __builtin_cpu_supports("sse4.2")},     {"avx", __builtin_cpu_supports("avx")},
-        {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
-        {"avx512f", __builtin_cpu_supports("avx512f")},   {"avx512bw", __builtin_cpu_supports("avx512bw")},
-        {"avx512vl", __builtin_cpu_supports("avx512vl")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
-        {"avx512bf16", __builtin_cpu_supports("avx512bf16")}, {"amx-bf16", sysinfo_has_amx_bf16()},
-    };
-    size_t off = 0;
-    buf[0] = 0;
-    for (size_t i = 0; i < sizeof isa / sizeof *isa && off < len; i++)
-        if (isa[i].has)
-            off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? " " : "", isa[i].name);
-    return buf;
-}
+char *sysinfo_cpu_isa(char *buf, size_t len) { return host_isa_list(buf, len); }
 
 char *sysinfo_cpu_model(char *buf, size_t len)
 {

@@ -9,19 +9,14 @@
 #ifndef LAYERBENCH_SYSINFO_H
 #define LAYERBENCH_SYSINFO_H
 
-#include <stdbool.h>
-
 #include "output.h"
 
 /* Appends one line per warning about the host to w. Takes about 0.2 s: it watches how
  * busy the CPUs are. */
 void sysinfo_check_host(strbuf *w);
 
-/* The CPU's vector extensions, e.g. "avx2 avx512f avx512bw", into buf. */
+/* The CPU's vector extensions, e.g. "avx2 avx512f avx512bw", into buf (host.h's list). */
 char *sysinfo_cpu_isa(char *buf, size_t len);
-/* Whether the CPU has AMX for bf16 (CPUID: AMX-BF16 and AMX-TILE) and the OS saves its
- * tile state (XCR0 bits 17 and 18): oneDNN runs bf16 on it, the cpu backend does not. */
-bool sysinfo_has_amx_bf16(void);
 /* The CPU's model name from /proc/cpuinfo ("AMD EPYC"), or "unknown", into buf. */
 char *sysinfo_cpu_model(char *buf, size_t len);
 /* The host's name, or "unknown", into buf. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "host.h"
 #include "cpu_env.h"
 #include "cpu_kernels.h"
 
@@ -201,7 +202,7 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
                                threads, openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
                                openblas_get_parallel(), omp_get_max_threads(), env_or_unset("GOMP_SPINCOUNT"),
                                env_or_unset("OMP_WAIT_POLICY"), env_or_unset("OPENBLAS_CORETYPE"), llc, c->flush_bytes,
-                               cpu_isa_level(), opt->algo_alone ? "alone" : "forward");
+                               host_isa_level(), opt->algo_alone ? "alone" : "forward");
     *ctx = c;
     return BENCH_OK;
 }
@@ -406,7 +407,7 @@ static void read_part(const float *p, int64_t blocks)
 static void run_read(void *arg)
 {
     const probe *p = arg;
-    bool avx2 = __builtin_cpu_supports("avx2");
+    bool avx2 = host_has(HOST_AVX2);
 #pragma omp parallel
     {
         int64_t lo, hi;
@@ -537,10 +538,9 @@ static void cpu_warnings(void *ctx, char *buf, size_t len)
         core512 |= strcasecmp(core, avx512_cores[i]) == 0;
     for (int i = 0; core && avx2_cores[i]; i++)
         core2 |= strcasecmp(core, avx2_cores[i]) == 0;
-    __builtin_cpu_init();
-    const char *has = __builtin_cpu_supports("avx512f") && !core512 ? "AVX-512"
-                      : __builtin_cpu_supports("avx2") && !core2    ? "AVX2"
-                                                                    : NULL;
+    const char *has = host_has(HOST_AVX512F) && !core512 ? "AVX-512"
+                      : host_has(HOST_AVX2) && !core2    ? "AVX2"
+                                                         : NULL;
     buf[0] = 0;
     const char *isa = getenv("LAYERBENCH_CPU_GEMM_ISA");
     if (isa && strcmp(isa, cpu_pgemm_get()->isa) != 0) { /* a variant this CPU cannot run */

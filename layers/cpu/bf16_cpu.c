@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "host.h"
 
 #define BF_MR 8
 #define BF_NR 32
@@ -63,13 +64,7 @@ typedef struct bf_phase {
 
 bool cpu_has_bf16(void)
 {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-           getenv("LAYERBENCH_CPU_NO_BF16") == NULL;
-#else
-    return false;
-#endif
+    return host_has(HOST_AVX512BF16) && host_has(HOST_AVX512BW) && getenv("LAYERBENCH_CPU_NO_BF16") == NULL;
 }
 
 #if defined(__x86_64__)

@@ -130,21 +130,6 @@ int cpu_search_rounds(int n, double budget_s, void (*prepare)(void *user, int k)
     return bf;
 }
 
-const char *cpu_isa_level(void)
-{
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
-        return "x86-64-v4 (AVX-512)";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-        return "x86-64-v3 (AVX2, FMA)";
-    return "x86-64 (SSE2)";
-#else
-    return "baseline";
-#endif
-}
-
 void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi)
 {
     int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();

@@ -119,8 +119,6 @@ void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from
 #define CPU_ISA_CLONES
 #endif
 
-/* The clone the loader picks on this CPU, e.g. "x86-64-v4 (AVX-512)". */
-const char *cpu_isa_level(void);
 
 /* This thread's share [*lo, *hi) of n elements split evenly over the threads of the
  * enclosing parallel region, each share a multiple of 64 floats (a cache line

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "host.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -170,13 +171,10 @@ static const cpu_pgemm pg_variants[] = {
 
 static bool pg_runs(const cpu_pgemm *g)
 {
-#ifdef PG_X86
-    __builtin_cpu_init();
     if (strcmp(g->isa, "avx512") == 0)
-        return __builtin_cpu_supports("avx512f");
+        return host_has(HOST_AVX512F);
     if (strcmp(g->isa, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
+        return host_has(HOST_AVX2) && host_has(HOST_FMA);
     return true;
 }
 
