@@ -44,8 +44,14 @@ static const backend_ops *load_module(int i)
         char sym[64];
         snprintf(sym, sizeof sym, "backend_%s_ops", name);
         loaded[i] = h ? (const backend_ops *)dlsym(h, sym) : NULL;
-        if (!loaded[i])
+        if (!loaded[i]) {
             snprintf(error[i], sizeof error[i], "the %s backend cannot be loaded: %s", name, dlerror());
+        } else if (loaded[i]->api != BACKEND_API) { /* another build's module beside this binary */
+            snprintf(error[i], sizeof error[i],
+                     "the %s backend cannot be loaded: %s was built for backend API %d, this binary speaks %d "
+                     "(rebuild both from one tree)", name, path, loaded[i]->api, BACKEND_API);
+            loaded[i] = NULL;
+        }
     }
     if (!loaded[i])
         snprintf(load_error, sizeof load_error, "%s", error[i]);

@@ -223,7 +223,14 @@ typedef struct backend_layers_i {
     bool (*kernel_names)(void *ctx, void (*call)(void *user), void *user, char *buf, size_t len);
 } backend_layers_i;
 
+/* The version of this contract (backend_ops, its interfaces, the kernel table). A
+ * module's table carries the version it was built against, and the registry refuses
+ * one of another: a liblayerbench_<name>.so left by another build would otherwise be
+ * called through a layout it does not have. Raised with every change to them. */
+#define BACKEND_API 1
+
 typedef struct backend_ops {
+    int api;                /* BACKEND_API as the backend was built: first, where every version has it */
     const char *name;
     /* The backend has its own memory: the model's input upload and output download
      * are timed and reported apart from the layers. */

@@ -586,6 +586,7 @@ static double cpu_canary(void *ctx)
 static const char *cpu_describe(void *ctx) { return ((cpu_ctx *)ctx)->description; }
 
 const backend_ops backend_cpu_ops = {
+    .api = BACKEND_API,
     .name = "cpu",
     .device_memory = false,
     .device = {.init = cpu_init, .free = cpu_free, .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_copy,

@@ -625,6 +625,7 @@ static bool cuda_layer_kernel_names(void *ctx, void (*call)(void *user), void *u
 }
 
 const backend_ops backend_cuda_ops = {
+    .api = BACKEND_API,
     .name = "cuda",
     .device_memory = true,
     .device = {.init = cuda_init, .free = cuda_free, .alloc = cuda_alloc, .release = cuda_release,

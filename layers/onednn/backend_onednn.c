@@ -210,6 +210,7 @@ static const backend_kernel_table od_kernels = {
 };
 
 const backend_ops backend_onednn_ops = {
+    .api = BACKEND_API,
     .name = "onednn",
     .device_memory = false,
     .device = {.init = od_init, .free = od_free, .alloc = od_alloc, .release = od_release, .upload = od_copy,
