@@ -277,6 +277,9 @@ def main():
                     help="4-d tensors in torch.channels_last (auto: on for bf16 and fp16 on cuda)")
     ap.add_argument("--out", help="CSV to write (default stdout)")
     args = ap.parse_args()
+    for what, path in (("--layers", args.layers), ("--bench", args.bench)):
+        if path and not os.path.isfile(path):  # a FIFO would be waited on forever
+            sys.exit(f"torch_compare: {what} {path}: not a regular file")
     if args.out:  # refused before the work, not after it
         torch_export.check_output(args.out, "--out", prog="torch_compare")
 
