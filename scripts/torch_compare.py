@@ -301,21 +301,19 @@ def main():
     torch.manual_seed(1)
     timer = Timer(device)
 
-    with open(args.layers, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = torch_export.read_csv(args.layers, "--layers", prog="torch_compare")
     backends = args.backend.split(",")
     ours = {b: {} for b in backends}
     if args.bench:
-        with open(args.bench, newline="") as f:
-            for r in csv.DictReader(f):
-                # a sweep's CSV holds several batches: the layers file's only
-                if (r["backend"] not in ours or r["batch"] != rows[0]["batch"] or r.get("part") or
-                        r.get("dtype", "fp32") != args.dtype):
-                    continue
-                if r["kind"] == "model":
-                    ours[r["backend"]][("model", r["mode"])] = r
-                elif r["mode"] == args.mode or (args.mode == "any" and r["mode"] != "inmodel"):
-                    ours[r["backend"]][("layer", r["layer_index"])] = r
+        for r in torch_export.read_csv(args.bench, "--bench", prog="torch_compare"):
+            # a sweep's CSV holds several batches: the layers file's only
+            if (r["backend"] not in ours or r["batch"] != rows[0]["batch"] or r.get("part") or
+                    r.get("dtype", "fp32") != args.dtype):
+                continue
+            if r["kind"] == "model":
+                ours[r["backend"]][("model", r["mode"])] = r
+            elif r["mode"] == args.mode or (args.mode == "any" and r["mode"] != "inmodel"):
+                ours[r["backend"]][("layer", r["layer_index"])] = r
 
     modules = []
     for r in rows:

@@ -86,7 +86,9 @@ checks each shipped config against, without torch.
 Needs torch and torchvision (Debian: python3-torch python3-torchvision).
 """
 import argparse
+import csv
 import importlib
+import io
 import json
 import math
 import os
@@ -1914,10 +1916,33 @@ def check_output(path, what, prog="torch_export"):
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         sys.exit(f"{prog}: {what} {path}: it is a directory; give a file")
+    if os.path.islink(path) and not os.path.exists(path):  # as bench's outputs: never written through
+        sys.exit(f"{prog}: {what} {path}: a symbolic link that points nowhere; give a file")
     if os.path.exists(path) and not os.path.isfile(path):  # a device, a FIFO: renamed over, it would be gone
         sys.exit(f"{prog}: {what} {path}: not a regular file (a device, a FIFO or a socket); give a file")
     if not os.path.isdir(folder):
         sys.exit(f"{prog}: {what} {path}: its folder {folder} does not exist")
+
+
+def read_csv(path, what, prog="torch_export"):
+    """The rows of a CSV that bench wrote, as dicts; exits with the reason when it is not
+    whole: a last line without its newline, or a row with fewer or more fields than the
+    header (a file cut short, or not bench's)."""
+    with open(path, newline="") as f:
+        text = f.read()
+    if text and not text.endswith("\n"):
+        sys.exit(f"{prog}: {what} {path}: its last line is cut short (no newline): a file written halfway?")
+    reader = csv.reader(io.StringIO(text))
+    head = next(reader, None)
+    if not head:
+        sys.exit(f"{prog}: {what} {path}: empty, no header")
+    rows = []
+    for row in reader:
+        if len(row) != len(head):
+            sys.exit(f"{prog}: {what} {path}: line {reader.line_num} has {len(row)} fields where the header has "
+                     f"{len(head)}: a file cut short, or not one bench wrote")
+        rows.append(dict(zip(head, row)))
+    return rows
 
 
 def write_file(path, text, what, prog="torch_export"):

@@ -104,8 +104,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
-    with open(args.layers, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = torch_export.read_csv(args.layers, "--layers", prog="torch_profile_compare")
     if not rows:
         sys.exit(f"torch_profile_compare: {args.layers} has no layers")
     batch = rows[0]["batch"]
@@ -117,17 +116,16 @@ def main():
 
     # ours: per backend, per layer index, the in-model and the alone median
     ours, backends = {}, []
-    with open(args.bench, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok":
-                continue
-            if r["backend"] not in backends:
-                backends.append(r["backend"])
-            side = "inmodel" if r["mode"] == "inmodel" else "chained" if r["kind"] == "model" else "alone"
-            if r["kind"] == "model" and r["mode"] != "chained":
-                continue
-            # the first alone row of a layer (a run of several --mode gives one per mode)
-            ours.setdefault(r["backend"], {}).setdefault((side, r["layer_index"]), float(r["median_us"]))
+    for r in torch_export.read_csv(args.bench, "--bench", prog="torch_profile_compare"):
+        if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok":
+            continue
+        if r["backend"] not in backends:
+            backends.append(r["backend"])
+        side = "inmodel" if r["mode"] == "inmodel" else "chained" if r["kind"] == "model" else "alone"
+        if r["kind"] == "model" and r["mode"] != "chained":
+            continue
+        # the first alone row of a layer (a run of several --mode gives one per mode)
+        ours.setdefault(r["backend"], {}).setdefault((side, r["layer_index"]), float(r["median_us"]))
     if args.backend:
         wanted = args.backend.split(",")
         missing = [b for b in wanted if b not in backends]
