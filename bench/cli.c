@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,169 +17,47 @@
 #include "report.h"
 #include "version.h"
 
-static const char usage_text[] =
-    "usage: bench <command> CONFIG [options]\n"
-    "       bench compare BASE.csv NEW.csv [--threshold PCT] [--format md] [--inmodel]\n"
-    "\n"
-    "Layer-by-layer microbenchmarks of a model described in YAML (docs/config.md).\n"
-    "\n"
-    "commands:\n"
-    "  run CONFIG      time every layer alone, then the chained forward; print the per-layer\n"
-    "                  table, tables grouped by input shape and by kind, and a summary\n"
-    "  sweep CONFIG    run at several batch sizes (--batch 1,2,4,...) and write one CSV; with\n"
-    "                  --slurm, one Slurm array task per shard (docs/slurm.md)\n"
-    "  merge DIR       the parts a --slurm sweep wrote into DIR as one CSV and JSON (-o FILE,\n"
-    "                  default DIR/sweep.csv, never a file of the sweep); each part must hold\n"
-    "                  its own shard's set, whole; lists the shards missing or failed, exit 1\n"
-    "                  if any\n"
-    "  list CONFIG     layers, shapes, parameters, FLOPs and bytes, without timing\n"
-    "  check CONFIG    compare every layer on every backend with the plain-C reference, then\n"
-    "                  the chained forward's output with the reference forward's; a model\n"
-    "                  larger than memory layer by layer (each alone, then freed), its\n"
-    "                  forward not checked\n"
-    "  compare BASE.csv NEW.csv\n"
-    "                  per row: both medians, the change and a verdict, SLOWER, FASTER or SAME,\n"
-    "                  that takes both rows' confidence intervals into account; exit 1 when\n"
-    "                  any row is SLOWER\n"
-    "  schema          print the CSV columns and what they hold\n"
-    "  help            this text\n"
-    "\n"
-    "options:\n"
-    "  --backend B       cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda\n"
-    "                    (cuDNN, cuBLAS), or all of those built here (default cpu)\n"
-    "  --dtype T[,T...]  run, sweep, check, list: the model's dtype, fp32, tf32, bf16, fp16 or\n"
-    "                    int8 (default: the config's dtype:, else fp32); run, sweep and check\n"
-    "                    take a list and do each. Layers the config gives a dtype of their\n"
-    "                    own keep it. A dtype a backend cannot run is a skipped row that\n"
-    "                    says why. int8 is dynamic quantization of conv2d and linear (onednn),\n"
-    "                    the rest in fp32 (docs/precision.md)\n"
-    "  --error           run, sweep: each layer's error too (column rel_error): its output's\n"
-    "                    relative L2 error against the fp32 reference on the same inputs\n"
-    "                    and weights, rounded to its dtype, as bench check measures it\n"
-    "                    (untimed, after each set); with several dtypes, a table of time\n"
-    "                    and error per layer side by side\n"
-    "  --tokens T[,T...] a decoder's tokens per sequence: replaces a token-id input [T]\n"
-    "                    (a config.json's default: 128)\n"
-    "  --kv-len S[,S...] tokens already in the KV cache: kv_len of every rope, attention and\n"
-    "                    mla layer (default: the config's, 0 for a config.json). sweep takes\n"
-    "                    lists of both and runs every (tokens, kv_len) pair, each at every\n"
-    "                    batch and dtype\n"
-    "  --routing R       every moe layer's token-to-expert routing: uniform (each expert the\n"
-    "                    same number of tokens), skew:S (expert e a share proportional to\n"
-    "                    1/(e+1)^S) or router (each token's top_k logits) (default: the\n"
-    "                    config's; uniform for a config.json)\n"
-    "  --phase P         prefill (the tokens, no cache unless --kv-len) or decode (one token\n"
-    "                    after --kv-len cached ones, default 1024)\n"
-    "  --tf32            the same as --dtype tf32 (cuda: TF32 tensor-core math in\n"
-    "                    convolutions and GEMMs), kept for older scripts\n"
-    "  --algo A          search (time the candidate algorithms of each convolution at setup\n"
-    "                    and keep the fastest: cuDNN's on cuda; on the cpu the GEMM layouts,\n"
-    "                    per-thread chunks, Winograd and our register-tiled kernels, and for\n"
-    "                    linear layers of two rows and more sgemm or our blocked GEMM; the\n"
-    "                    default) or heuristic (a rule, no timing). onednn: oneDNN chooses\n"
-    "                    its own\n"
-    "  --algo-for O      cpu: what --algo search times each candidate in: forward (the\n"
-    "                    conditions the forward leaves a layer in, its weights, packed or\n"
-    "                    transformed, and its output out of the caches, its input just read:\n"
-    "                    the default) or alone (warm, the candidate run again and again).\n"
-    "                    The choice's impl says which; --algo-cache keeps the two apart\n"
-    "  --conv-api A      cuda: where a convolution's candidates come from: both (the\n"
-    "                    default), legacy (cuDNN's cudnnFind/cudnnGet algorithms) or graph\n"
-    "                    (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4;\n"
-    "                    LAYERBENCH_CUDNN_ENGINE=TAG runs one engine for every convolution)\n"
-    "  --batch N         batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32\n"
-    "  --threads N       CPU threads for OpenBLAS, oneDNN and the OpenMP loops (default: all\n"
-    "                    cores)\n"
-    "  --mode M[,M...]   timing modes of the isolated layers: warm (one call per sample), cold\n"
-    "                    (caches flushed before each sample), batch (many calls per sample),\n"
-    "                    auto (batch for a call under 20x the timer's floor, else warm;\n"
-    "                    the default). Each row says which mode it used\n"
-    "  --max-noise PCT   sample a layer until the 95% confidence interval of its median is\n"
-    "                    within PCT percent of it (default 1)\n"
-    "  --min-samples N   ... with at least N samples (default 10)\n"
-    "  --timeout S       ... or until it has been sampled for S seconds (default 2), but\n"
-    "                    not before it has 3 samples (or --min-samples, if fewer); check:\n"
-    "                    a layer (or the forward) whose plain-C reference would take over\n"
-    "                    S seconds by its FLOPs is not checked, and says so (default: none)\n"
-    "  --warmup-time S   seconds of warm-up before a layer's first samples (default 0.02)\n"
-    "  --min-time S      seconds per chunk: layers are sampled in rounds, one chunk (one Google\n"
-    "                    Benchmark run) each per round (default 0.01)\n"
-    "  --processes N     run, sweep: measure each (batch, backend, mode) in N worker processes,\n"
-    "                    one after the other, and pool their samples, so that the interval\n"
-    "                    covers how much one process's figures differ from the next's; each\n"
-    "                    takes 1/N of --timeout and --min-samples; a worker whose layers ran\n"
-    "                    over --phase-band slower in all than the fastest ran in a slow phase\n"
-    "                    of the machine and is set aside for another (up to 2N) (default 3;\n"
-    "                    0: all in this process)\n"
-    "  --phase-band PCT  run, sweep: how much slower in all than the fastest worker (beyond\n"
-    "                    both sums' precision) a worker may run before it is set aside\n"
-    "                    (default 5; off: none is set aside, every worker is pooled)\n"
-    "  --algo-cache FILE run, sweep: where the algorithm choices of --algo search are kept and\n"
-    "                    reused by later runs, so that they run the same kernels (made once\n"
-    "                    per machine, libraries, threads and layer; a choice made elsewhere\n"
-    "                    is not used, and said); default $XDG_CACHE_HOME or ~/.cache, then\n"
-    "                    layerbench/choices.tsv; none: search in every run\n"
-    "  --dedupe          time layers of identical kind, shape and parameters once (check:\n"
-    "                    check them once; the others take that verdict)\n"
-    "  --seed N          seed of the random inputs and weights (default 1)\n"
-    "  --csv FILE        write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run\n"
-    "                    context with the same stem goes beside it. The file is replaced\n"
-    "                    atomically after every finished (batch, backend): an interrupted run\n"
-    "                    keeps what it finished. Two outputs may not be one file\n"
-    "  --trace FILE      run, sweep: a Chrome / Perfetto trace (JSON) of one real forward per\n"
-    "                    backend and batch and of the layers alone, nested in their blocks\n"
-    "                    (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)\n"
-    "  --stacks FILE     run, sweep: the same forward as folded stacks for flame graphs\n"
-    "                    (flamegraph.pl, speedscope), in nanoseconds; with several backends\n"
-    "                    or batches, one file each: FILE's stem + .BACKEND[.batchN]\n"
-    "  --threshold PCT   compare: how much slower (or faster) beyond both confidence intervals\n"
-    "                    counts (default 5)\n"
-    "  --format F        run, sweep, list, compare: the tables as text (default) or md\n"
-    "                    (markdown, for pull requests and READMEs)\n"
-    "  --group-by G[,G]  run: the grouped tables, any of shape, kind and block (the module\n"
-    "                    hierarchy, total and self time per block), or none (default all)\n"
-    "  --inmodel         compare: the in-model rows too (left out by default: they vary more\n"
-    "                    between runs than their own noise says)\n"
-    "  --resume          run, sweep: continue the run whose --csv FILE is given, measuring only\n"
-    "                    the (batch, backend) sets it does not hold whole yet (its JSON context\n"
-    "                    lists each finished set with its row count: a set cut short is\n"
-    "                    measured again)\n"
-    "  --sort COLUMN     per-layer table order: index (default), name, kind, params, flops,\n"
-    "                    time, noise, inmodel, gflops\n"
-    "  --top N           rows in the per-layer and by-shape tables (default all)\n"
-    "  --no-peaks        run, sweep: skip measuring the machine's ceilings (a large matrix\n"
-    "                    product and a memory stream, about 0.3 s per backend; a decode\n"
-    "                    step's read stream every few rounds), and with them the roofline\n"
-    "                    columns and a decode step's memory limit\n"
-    "  --emit-yaml       list: print the config the model was built from, as YAML: for a\n"
-    "                    config.json the one its family's description expands to (its shape\n"
-    "                    options applied), to read, edit and run as any config\n"
-    "  --no-forward      check: skip the chained forward's check (it costs one more reference\n"
-    "                    forward, as long as checking every layer once)\n"
-    "  --no-progress     do not show the running layer on stderr\n"
-    "  --slurm DIR       sweep: shard the sweep (config x batch x backend x dtype x tokens x\n"
-    "                    kv_len; --backend may be a list here) onto a Slurm job array and\n"
-    "                    submit it with sbatch, then a merge job that runs after it; every\n"
-    "                    task writes DIR/part-ARRAY_TASK.csv and its JSON (docs/slurm.md).\n"
-    "                    DIR must be new or empty, unless --resume: then only the shards\n"
-    "                    without a finished part are submitted again\n"
-    "  --dry-run         sweep --slurm: print the scripts, the sbatch commands and the shard\n"
-    "                    list; submit nothing, write nothing\n"
-    "  --sbatch-args A   sweep --slurm: sbatch options the site needs, split at spaces\n"
-    "                    ('--partition=gpu --account=perf --qos=high --constraint=zen4')\n"
-    "  --time-limit T    sweep --slurm: each shard's --time, Slurm's format (default 1:00:00)\n"
-    "  --max-running K   sweep --slurm: at most K tasks of an array at once (--array=...%K)\n"
-    "  --shared          sweep --slurm: do not ask for whole nodes (--exclusive is the default:\n"
-    "                    timings beside other jobs are not worth keeping); needs --threads\n"
-    "  -o FILE           merge: the merged CSV, its JSON beside it (default DIR/sweep.csv)\n"
-    "  -h, --help        this text\n"
-    "  --version         version and git revision\n"
-    "\n"
+/* The commands and what they do, in --help's order. */
+typedef struct command_info {
+    const char *name, *args, *about;
+} command_info;
+
+static const command_info commands[] = {
+    {"run", "CONFIG",
+     "time every layer alone, then the chained forward; print the per-layer table, tables grouped by input shape and "
+     "by kind, and a summary"},
+    {"sweep", "CONFIG",
+     "run at several batch sizes (--batch 1,2,4,...) and write one CSV; with --slurm, one Slurm array task per "
+     "shard (docs/slurm.md)"},
+    {"merge", "DIR",
+     "the parts a --slurm sweep wrote into DIR as one CSV and JSON (-o FILE, default DIR/sweep.csv, never a file of "
+     "the sweep); each part must hold its own shard's set, whole; lists the shards missing or failed, exit 1 if any"},
+    {"list", "CONFIG", "layers, shapes, parameters, FLOPs and bytes, without timing"},
+    {"check", "CONFIG",
+     "compare every layer on every backend with the plain-C reference, then the chained forward's output with the "
+     "reference forward's; a model larger than memory layer by layer (each alone, then freed), its forward not "
+     "checked"},
+    {"compare", "BASE.csv NEW.csv",
+     "per row: both medians, the change and a verdict, SLOWER, FASTER or SAME, that takes both rows' confidence "
+     "intervals into account; exit 1 when any row is SLOWER"},
+    {"schema", "", "print the CSV columns and what they hold"},
+    {"help", "[COMMAND]", "this text, or one command's options (as bench COMMAND --help)"},
+};
+enum { N_COMMANDS = (int)(sizeof commands / sizeof commands[0]) };
+
+/* Each command a bit, in the order of commands[]: the commands an option goes with. */
+enum {
+    C_RUN = 1 << 0, C_SWEEP = 1 << 1, C_MERGE = 1 << 2, C_LIST = 1 << 3, C_CHECK = 1 << 4, C_COMPARE = 1 << 5,
+    C_SCHEMA = 1 << 6, C_HELP = 1 << 7,
+    C_MEASURE = C_RUN | C_SWEEP, C_BACKENDS = C_MEASURE | C_CHECK, C_MODEL = C_BACKENDS | C_LIST,
+    C_ANY = (1 << N_COMMANDS) - 1,
+};
+
+static const char exit_text[] =
     "exit status: 0 ok; 1 failure (a check failed, a row failed, a file could not be written);\n"
     "2 usage or config error, or a backend asked for that this machine or binary does not have;\n"
     "128+N interrupted by signal N (what had finished is kept)\n";
 
-const char *const cli_conv_api_names[3] = {"both", "legacy", "graph"};
 
 int cli_usage_error(const char *fmt, const char *arg)
 {
@@ -274,64 +154,6 @@ bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
     return ok && *n > 0;
 }
 
-enum { OPT_BACKEND = 256, OPT_BATCH, OPT_THREADS, OPT_WARMUP, OPT_MINTIME, OPT_MODE, OPT_NOISE, OPT_MINSAMPLES,
-       OPT_TIMEOUT, OPT_THRESHOLD, OPT_FORMAT, OPT_GROUP_BY, OPT_INMODEL, OPT_DEDUPE, OPT_SEED,
-       OPT_CSV, OPT_TRACE, OPT_STACKS, OPT_SORT, OPT_TOP, OPT_NOPROGRESS, OPT_VERSION, OPT_TF32, OPT_ALGO, OPT_ALGO_FOR, OPT_CONV_API, OPT_RESUME, OPT_NO_PEAKS,
-       OPT_NO_FORWARD, OPT_PROCESSES, OPT_PHASE_BAND, OPT_ALGO_CACHE, OPT_DTYPE, OPT_ERROR,
-       OPT_TOKENS, OPT_KV_LEN, OPT_PHASE, OPT_SLURM, OPT_DRY_RUN, OPT_SBATCH_ARGS, OPT_TIME_LIMIT,
-       OPT_MAX_RUNNING, OPT_SHARED, OPT_ROUTING, OPT_EMIT_YAML };
-
-static const struct option long_opts[] = {
-    {"backend", required_argument, NULL, OPT_BACKEND},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"warmup-time", required_argument, NULL, OPT_WARMUP},
-    {"min-time", required_argument, NULL, OPT_MINTIME},
-    {"mode", required_argument, NULL, OPT_MODE},
-    {"max-noise", required_argument, NULL, OPT_NOISE},
-    {"min-samples", required_argument, NULL, OPT_MINSAMPLES},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"threshold", required_argument, NULL, OPT_THRESHOLD},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"group-by", required_argument, NULL, OPT_GROUP_BY},
-    {"inmodel", no_argument, NULL, OPT_INMODEL},
-    {"dedupe", no_argument, NULL, OPT_DEDUPE},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"csv", required_argument, NULL, OPT_CSV},
-    {"trace", required_argument, NULL, OPT_TRACE},
-    {"stacks", required_argument, NULL, OPT_STACKS},
-    {"no-peaks", no_argument, NULL, OPT_NO_PEAKS},
-    {"sort", required_argument, NULL, OPT_SORT},
-    {"top", required_argument, NULL, OPT_TOP},
-    {"no-progress", no_argument, NULL, OPT_NOPROGRESS},
-    {"no-forward", no_argument, NULL, OPT_NO_FORWARD},
-    {"tf32", no_argument, NULL, OPT_TF32},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"error", no_argument, NULL, OPT_ERROR},
-    {"tokens", required_argument, NULL, OPT_TOKENS},
-    {"kv-len", required_argument, NULL, OPT_KV_LEN},
-    {"phase", required_argument, NULL, OPT_PHASE},
-    {"algo", required_argument, NULL, OPT_ALGO},
-    {"algo-for", required_argument, NULL, OPT_ALGO_FOR},
-    {"conv-api", required_argument, NULL, OPT_CONV_API},
-    {"resume", no_argument, NULL, OPT_RESUME},
-    {"processes", required_argument, NULL, OPT_PROCESSES},
-    {"phase-band", required_argument, NULL, OPT_PHASE_BAND},
-    {"algo-cache", required_argument, NULL, OPT_ALGO_CACHE},
-    {"slurm", required_argument, NULL, OPT_SLURM},
-    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-    {"sbatch-args", required_argument, NULL, OPT_SBATCH_ARGS},
-    {"time-limit", required_argument, NULL, OPT_TIME_LIMIT},
-    {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
-    {"shared", no_argument, NULL, OPT_SHARED},
-    {"routing", required_argument, NULL, OPT_ROUTING},
-    {"emit-yaml", no_argument, NULL, OPT_EMIT_YAML},
-    {"output", required_argument, NULL, 'o'},
-    {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, OPT_VERSION},
-    {NULL, 0, NULL, 0},
-};
-
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
  * check); the count, or 0 when the list is not valid. */
 int cli_split_modes(const char *arg, timing_mode *modes)
@@ -382,48 +204,354 @@ int cli_backend_list(const char *arg, const char **out)
     return ok ? n : 0;
 }
 
-/* The options of this command line that every shard of a --slurm sweep repeats: all but
- * the configs, the axes the shards split (--batch, --backend, --dtype, --tf32, --tokens,
- * --kv-len) and what only the sweep itself reads (--slurm and its options, --csv,
- * --resume, --no-progress). NULL-terminated; caller frees the array and its strings. */
-char **cli_shard_options(int argc, char **argv)
+/* How an option's value is read into the field it fills. */
+typedef enum {
+    O_FLAG,    /* no value: the bool becomes true */
+    O_STRING,  /* const char *, as given (O_NONEMPTY: not "") */
+    O_INT,     /* int from lo to hi */
+    O_SEED,    /* uint64_t from 0 */
+    O_SECONDS, /* double from lo (above it, with O_ABOVE) to hi */
+    O_PERCENT, /* a percentage from lo (above it, with O_ABOVE) to hi, kept as a fraction */
+    O_CHOICE,  /* int: the index of the value in choices */
+    O_CUSTOM,  /* set() reads it; expects says what it takes */
+} option_type;
+
+enum {
+    O_NONEMPTY = 1 << 0, /* O_STRING: "" refused */
+    O_ABOVE = 1 << 1,    /* O_SECONDS, O_PERCENT: lo itself refused */
+    O_SWEEP_OWN = 1 << 2, /* read by a --slurm sweep itself, or an axis its shards split: not repeated in shards */
+    O_ONCE = 1 << 3,     /* given twice is an error (a list is given once) */
+};
+
+typedef struct cli_option {
+    const char *name;   /* --name */
+    const char *value;  /* the value's name in --help; NULL: a flag */
+    option_type type;
+    size_t field;       /* offsetof(cli, the field it fills) */
+    double lo, hi;      /* O_INT, O_SECONDS, O_PERCENT: the range */
+    const char *const *choices; /* O_CHOICE: NULL-terminated */
+    bool (*set)(cli *c, const char *arg); /* O_CUSTOM */
+    const char *expects; /* O_CUSTOM, O_STRING: what the error says it takes */
+    const char *(*expects_now)(void); /* ... where it is made at run time */
+    unsigned commands;  /* C_*: the commands it goes with */
+    unsigned flags;     /* O_NONEMPTY, O_ABOVE, O_SWEEP_OWN, O_ONCE */
+    char letter;        /* -letter too; 0: none */
+    const char *help;
+} cli_option;
+
+static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c->dtypes, &c->n_dtypes); }
+
+static const char *dtype_expects(void)
 {
-    static const char *const drop[] = {"batch", "backend", "dtype", "tf32", "tokens", "kv-len", "slurm", "dry-run",
-                                       "sbatch-args", "time-limit", "max-running", "shared", "csv", "resume",
-                                       "no-progress", "output", NULL};
-    char **out = xcalloc((size_t)argc + 1, sizeof *out);
-    int n = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--") == 0)
-            break; /* what follows is configs */
-        if (strncmp(a, "--", 2) != 0)
-            continue; /* the command and the configs (-o is merge's) */
-        size_t len = strcspn(a + 2, "=");
-        const struct option *o = NULL;
-        for (const struct option *p = long_opts; p->name; p++) { /* as getopt_long: exact, else a prefix */
-            if (strncmp(p->name, a + 2, len) != 0)
-                continue;
-            if (strlen(p->name) == len) {
-                o = p;
-                break;
-            }
-            o = o ? o : p;
-        }
-        if (!o)
-            continue;
-        bool takes = o->has_arg == required_argument && !a[2 + len];
-        bool dropped = false;
-        for (int k = 0; drop[k]; k++)
-            dropped = dropped || strcmp(drop[k], o->name) == 0;
-        if (!dropped) {
-            out[n++] = xstrdup(a);
-            if (takes && i + 1 < argc)
-                out[n++] = xstrdup(argv[i + 1]);
-        }
-        i += takes;
+    static char what[256];
+    snprintf(what, sizeof what, "one of %s (or a comma-separated list of them, each once)", dtype_list());
+    return what;
+}
+static bool set_format(cli *c, const char *arg) { return table_format_parse(arg, &c->format); }
+static bool set_groups(cli *c, const char *arg) { return report_groups_parse(arg, &c->groups); }
+static bool set_sort(cli *c, const char *arg) { return report_sort_valid(arg) && (c->sort = arg); }
+static bool set_mode(cli *c, const char *arg) { return cli_split_modes(arg, NULL) > 0 && (c->mode = arg); }
+
+static bool set_tokens(cli *c, const char *arg)
+{
+    return parse_list(arg, 1, c->tokens_list, &c->n_tokens) && ((c->shape.tokens = c->tokens_list[0]), true);
+}
+
+static bool set_kv_len(cli *c, const char *arg)
+{
+    return parse_list(arg, 0, c->kv_list, &c->n_kv) && ((c->shape.kv_len = c->kv_list[0]), true);
+}
+
+static bool set_phase_band(cli *c, const char *arg)
+{
+    double pct;
+    if (strcmp(arg, "off") == 0)
+        return c->phase_band = -1, true;
+    if (!parse_seconds(arg, &pct) || pct > 1000)
+        return false;
+    c->phase_band = pct / 100;
+    return true;
+}
+
+static bool set_algo_cache(cli *c, const char *arg)
+{
+    c->algo_cache = strcmp(arg, "none") == 0 ? NULL : arg;
+    c->algo_cache_given = true;
+    return *arg != 0;
+}
+
+static bool set_time_limit(cli *c, const char *arg)
+{
+    c->time_limit = arg;
+    return *arg && strspn(arg, "0123456789:-") == strlen(arg);
+}
+
+static bool set_routing(cli *c, const char *arg)
+{
+    char *end;
+    c->load_skew = 0;
+    if (strcmp(arg, "uniform") == 0 || strcmp(arg, "router") == 0) {
+        c->routing = strcmp(arg, "router") == 0 ? MOE_ROUTER : MOE_UNIFORM;
+        return true;
     }
-    return out;
+    c->routing = MOE_UNIFORM;
+    return strncmp(arg, "skew:", 5) == 0 && arg[5] && (c->load_skew = strtod(arg + 5, &end), *end == 0) &&
+           c->load_skew >= 0 && c->load_skew <= 100;
+}
+
+static const char *const algo_names[] = {"search", "heuristic", NULL};
+static const char *const algo_for_names[] = {"forward", "alone", NULL};
+static const char *const phase_names[] = {"prefill", "decode", NULL};
+const char *const cli_conv_api_names[] = {"both", "legacy", "graph", NULL};
+
+#define F(field) offsetof(cli, field)
+#define MO(field) (offsetof(cli, mo) + offsetof(measure_options, field))
+
+/* Every option, in --help's order. */
+static const cli_option options[] = {
+    {"backend", "B", O_STRING, F(backend), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
+     .help = "cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda (cuDNN, cuBLAS), or all of those "
+             "built here (default cpu); sweep --slurm: a list"},
+    {"dtype", "T[,T...]", O_CUSTOM, F(dtypes), .set = set_dtype, .expects_now = dtype_expects, .commands = C_MODEL,
+     .flags = O_SWEEP_OWN | O_ONCE,
+     .help = "the model's dtype, fp32, tf32, bf16, fp16 or int8 (default: the config's dtype:, else fp32); run, "
+             "sweep and check take a list and do each. Layers the config gives a dtype of their own keep it. A dtype "
+             "a backend cannot run is a skipped row that says why. int8 is dynamic quantization of conv2d and linear "
+             "(onednn), the rest in fp32 (docs/precision.md)"},
+    {"error", NULL, O_FLAG, F(error), .commands = C_MEASURE,
+     .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
+             "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "
+             "set); with several dtypes, a table of time and error per layer side by side"},
+    {"tokens", "T[,T...]", O_CUSTOM, F(tokens_list), .set = set_tokens, .commands = C_MODEL, .flags = O_SWEEP_OWN,
+     .expects = "a positive integer (a comma-separated list of them in sweep, at most 64)",
+     .help = "a decoder's tokens per sequence: replaces a token-id input [T] (a config.json's default: 128)"},
+    {"kv-len", "S[,S...]", O_CUSTOM, F(kv_list), .set = set_kv_len, .commands = C_MODEL, .flags = O_SWEEP_OWN,
+     .expects = "an integer from 0 (a comma-separated list of them in sweep, at most 64)",
+     .help = "tokens already in the KV cache: kv_len of every rope, attention and mla layer (default: the config's, "
+             "0 for a config.json). sweep takes lists of both and runs every (tokens, kv_len) pair, each at every "
+             "batch and dtype"},
+    {"routing", "R", O_CUSTOM, F(routing), .set = set_routing, .commands = C_MODEL,
+     .expects = "uniform, router or skew:S (S from 0 to 100)",
+     .help = "every moe layer's token-to-expert routing: uniform (each expert the same number of tokens), skew:S "
+             "(expert e a share proportional to 1/(e+1)^S) or router (each token's top_k logits) (default: the "
+             "config's; uniform for a config.json)"},
+    {"phase", "P", O_CHOICE, F(phase), .choices = phase_names, .commands = C_MODEL,
+     .help = "prefill (the tokens, no cache unless --kv-len) or decode (one token after --kv-len cached ones, "
+             "default 1024)"},
+    {"tf32", NULL, O_FLAG, F(tf32), .commands = C_MODEL, .flags = O_SWEEP_OWN,
+     .help = "the same as --dtype tf32 (cuda: TF32 tensor-core math in convolutions and GEMMs), kept for older "
+             "scripts"},
+    {"algo", "A", O_CHOICE, F(algo_heuristic), .choices = algo_names, .commands = C_BACKENDS,
+     .help = "search (time the candidate algorithms of each convolution at setup and keep the fastest: cuDNN's on "
+             "cuda; on the cpu the GEMM layouts, per-thread chunks, Winograd and our register-tiled kernels, and for "
+             "linear layers of two rows and more sgemm or our blocked GEMM; the default) or heuristic (a rule, no "
+             "timing). onednn: oneDNN chooses its own"},
+    {"algo-for", "O", O_CHOICE, F(algo_alone), .choices = algo_for_names, .commands = C_BACKENDS,
+     .help = "cpu: what --algo search times each candidate in: forward (the conditions the forward leaves a layer "
+             "in, its weights, packed or transformed, and its output out of the caches, its input just read: the "
+             "default) or alone (warm, the candidate run again and again). The choice's impl says which; "
+             "--algo-cache keeps the two apart"},
+    {"conv-api", "A", O_CHOICE, F(conv_api), .choices = cli_conv_api_names, .commands = C_BACKENDS,
+     .help = "cuda: where a convolution's candidates come from: both (the default), legacy (cuDNN's "
+             "cudnnFind/cudnnGet algorithms) or graph (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4; "
+             "LAYERBENCH_CUDNN_ENGINE=TAG runs one engine for every convolution)"},
+    {"batch", "N", O_STRING, F(batch_arg), .commands = C_MODEL, .flags = O_SWEEP_OWN,
+     .help = "batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32"},
+    {"threads", "N", O_INT, F(threads), 1, 1024, .commands = C_BACKENDS,
+     .help = "CPU threads for OpenBLAS, oneDNN and the OpenMP loops (default: all cores)"},
+    {"mode", "M[,M...]", O_CUSTOM, F(mode), .set = set_mode, .commands = C_MEASURE,
+     .expects = MEASURE_MODES " (or a comma-separated list of them)",
+     .help = "timing modes of the isolated layers: warm (one call per sample), cold (caches flushed before each "
+             "sample), batch (many calls per sample), auto (batch for a call under 20x the timer's floor, else warm; "
+             "the default). Each row says which mode it used"},
+    {"max-noise", "PCT", O_PERCENT, MO(max_noise), 0, 100, .commands = C_MEASURE, .flags = O_ABOVE,
+     .help = "sample a layer until the 95% confidence interval of its median is within PCT percent of it "
+             "(default 1)"},
+    {"min-samples", "N", O_INT, MO(min_samples), 1, 1000000, .commands = C_MEASURE,
+     .help = "... with at least N samples (default 10)"},
+    {"timeout", "S", O_SECONDS, MO(timeout), 0, 3600, .commands = C_BACKENDS, .flags = O_ABOVE,
+     .help = "... or until it has been sampled for S seconds (default 2), but not before it has 3 samples (or "
+             "--min-samples, if fewer); check: a layer (or the forward) whose plain-C reference would take over S "
+             "seconds by its FLOPs is not checked, and says so (default: none)"},
+    {"warmup-time", "S", O_SECONDS, MO(warmup_time), 0, 3600, .commands = C_MEASURE,
+     .help = "seconds of warm-up before a layer's first samples (default 0.02)"},
+    {"min-time", "S", O_SECONDS, MO(min_time), 0, 3600, .commands = C_MEASURE, .flags = O_ABOVE,
+     .help = "seconds per chunk: layers are sampled in rounds, one chunk (one Google Benchmark run) each per round "
+             "(default 0.01)"},
+    {"processes", "N", O_INT, F(processes), 0, 64, .commands = C_MEASURE,
+     .help = "measure each (batch, backend, mode) in N worker processes, one after the other, and pool their "
+             "samples, so that the interval covers how much one process's figures differ from the next's; each takes "
+             "1/N of --timeout and --min-samples; a worker whose layers ran over --phase-band slower in all than the "
+             "fastest ran in a slow phase of the machine and is set aside for another (up to 2N) (default 3; 0: all "
+             "in this process)"},
+    {"phase-band", "PCT", O_CUSTOM, F(phase_band), .set = set_phase_band, .commands = C_MEASURE,
+     .expects = "a percentage from 0 to 1000, or off",
+     .help = "how much slower in all than the fastest worker (beyond both sums' precision) a worker may run before "
+             "it is set aside (default 5; off: none is set aside, every worker is pooled)"},
+    {"algo-cache", "FILE", O_CUSTOM, F(algo_cache), .set = set_algo_cache, .commands = C_MEASURE,
+     .expects = "a file, or none",
+     .help = "where the algorithm choices of --algo search are kept and reused by later runs, so that they run the "
+             "same kernels (made once per machine, libraries, threads and layer; a choice made elsewhere is not "
+             "used, and said); default $XDG_CACHE_HOME or ~/.cache, then layerbench/choices.tsv; none: search in "
+             "every run"},
+    {"dedupe", NULL, O_FLAG, MO(dedupe), .commands = C_BACKENDS,
+     .help = "time layers of identical kind, shape and parameters once (check: check them once; the others take "
+             "that verdict)"},
+    {"seed", "N", O_SEED, MO(seed), .commands = C_BACKENDS,
+     .help = "seed of the random inputs and weights (default 1)"},
+    {"csv", "FILE", O_STRING, F(csv), .commands = C_MEASURE | C_LIST, .flags = O_SWEEP_OWN,
+     .help = "write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run context with the same stem goes "
+             "beside it. The file is replaced atomically after every finished (batch, backend): an interrupted run "
+             "keeps what it finished. Two outputs may not be one file"},
+    {"trace", "FILE", O_STRING, F(trace), .commands = C_MEASURE,
+     .help = "a Chrome / Perfetto trace (JSON) of one real forward per backend and batch and of the layers alone, "
+             "nested in their blocks (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)"},
+    {"stacks", "FILE", O_STRING, F(stacks), .commands = C_MEASURE,
+     .help = "the same forward as folded stacks for flame graphs (flamegraph.pl, speedscope), in nanoseconds; with "
+             "several backends or batches, one file each: FILE's stem + .BACKEND[.batchN]"},
+    {"threshold", "PCT", O_PERCENT, F(threshold), 0, 1000, .commands = C_COMPARE,
+     .help = "how much slower (or faster) beyond both confidence intervals counts (default 5)"},
+    {"format", "F", O_CUSTOM, F(format), .set = set_format, .commands = C_MEASURE | C_LIST | C_COMPARE,
+     .expects = "text or md", .help = "the tables as text (default) or md (markdown, for pull requests and READMEs)"},
+    {"group-by", "G[,G]", O_CUSTOM, F(groups), .set = set_groups, .commands = C_MEASURE,
+     .expects = "a comma-separated list of shape, kind and block (or none)",
+     .help = "the grouped tables, any of shape, kind and block (the module hierarchy, total and self time per "
+             "block), or none (default all)"},
+    {"inmodel", NULL, O_FLAG, F(inmodel), .commands = C_COMPARE,
+     .help = "the in-model rows too (left out by default: they vary more between runs than their own noise says)"},
+    {"resume", NULL, O_FLAG, F(resume), .commands = C_MEASURE, .flags = O_SWEEP_OWN,
+     .help = "continue the run whose --csv FILE is given, measuring only the (batch, backend) sets it does not hold "
+             "whole yet (its JSON context lists each finished set with its row count: a set cut short is measured "
+             "again); sweep --slurm: submit again only the shards without a finished part"},
+    {"sort", "COLUMN", O_CUSTOM, F(sort), .set = set_sort, .commands = C_MEASURE,
+     .expects = "index, name, kind, params, flops, time, noise, inmodel or gflops",
+     .help = "per-layer table order: index (default), name, kind, params, flops, time, noise, inmodel, gflops"},
+    {"top", "N", O_INT, F(top), 1, INT32_MAX, .commands = C_MEASURE,
+     .help = "rows in the per-layer and by-shape tables (default all)"},
+    {"no-peaks", NULL, O_FLAG, F(no_peaks), .commands = C_MEASURE,
+     .help = "skip measuring the machine's ceilings (a large matrix product and a memory stream, about 0.3 s per "
+             "backend; a decode step's read stream every few rounds), and with them the roofline columns and a "
+             "decode step's memory limit"},
+    {"emit-yaml", NULL, O_FLAG, F(emit_yaml), .commands = C_LIST,
+     .help = "print the config the model was built from, as YAML: for a config.json the one its family's "
+             "description expands to (its shape options applied), to read, edit and run as any config"},
+    {"no-forward", NULL, O_FLAG, F(no_forward), .commands = C_CHECK,
+     .help = "skip the chained forward's check (it costs one more reference forward, as long as checking every "
+             "layer once)"},
+    {"no-progress", NULL, O_FLAG, F(no_progress), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
+     .help = "do not show the running layer on stderr"},
+    {"slurm", "DIR", O_STRING, F(slurm_dir), .commands = C_SWEEP, .flags = O_NONEMPTY | O_SWEEP_OWN,
+     .expects = "a folder for the sweep's parts",
+     .help = "shard the sweep (config x batch x backend x dtype x tokens x kv_len; --backend may be a list here) "
+             "onto a Slurm job array and submit it with sbatch, then a merge job that runs after it; every task "
+             "writes DIR/part-ARRAY_TASK.csv and its JSON (docs/slurm.md). DIR must be new or empty, unless "
+             "--resume: then only the shards without a finished part are submitted again"},
+    {"dry-run", NULL, O_FLAG, F(dry_run), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+     .help = "--slurm: print the scripts, the sbatch commands and the shard list; submit nothing, write nothing"},
+    {"sbatch-args", "A", O_STRING, F(sbatch_args), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+     .help = "--slurm: sbatch options the site needs, split at spaces ('--partition=gpu --account=perf --qos=high "
+             "--constraint=zen4')"},
+    {"time-limit", "T", O_CUSTOM, F(time_limit), .set = set_time_limit, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+     .expects = "Slurm's time format (MINUTES, H:MM:SS or D-HH:MM:SS)",
+     .help = "--slurm: each shard's --time, Slurm's format (default 1:00:00)"},
+    {"max-running", "K", O_INT, F(max_running), 1, 1000000, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+     .help = "--slurm: at most K tasks of an array at once (--array=...%K)"},
+    {"shared", NULL, O_FLAG, F(shared), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+     .help = "--slurm: do not ask for whole nodes (--exclusive is the default: timings beside other jobs are not "
+             "worth keeping); needs --threads"},
+    {"output", "FILE", O_STRING, F(merge_out), .letter = 'o', .commands = C_MERGE, .flags = O_SWEEP_OWN,
+     .help = "the merged CSV, its JSON beside it (default DIR/sweep.csv)"},
+    {"help", NULL, O_FLAG, F(help), .letter = 'h', .commands = C_ANY, .help = "this text (bench COMMAND --help: one command's)"},
+    {"version", NULL, O_FLAG, F(version), .commands = C_ANY, .help = "version and git revision"},
+};
+enum { N_OPTIONS = (int)(sizeof options / sizeof options[0]) };
+
+/* getopt_long's view of the table: option i returns 256 + i. */
+static const struct option *long_options(void)
+{
+    static struct option opts[N_OPTIONS + 1];
+    for (int k = 0; k < N_OPTIONS && !opts[N_OPTIONS - 1].name; k++)
+        opts[k] = (struct option){options[k].name, options[k].value ? required_argument : no_argument, NULL, 256 + k};
+    return opts;
+}
+
+/* The command named by an argument, -1 if none. */
+static int command_index(const char *name)
+{
+    for (int i = 0; name && i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* "run, sweep and check": the commands of the bits. */
+static void command_names(unsigned bits, char *out, size_t len)
+{
+    int n = 0, total = __builtin_popcount(bits);
+    out[0] = 0;
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (bits & (1u << i)) {
+            n++;
+            snprintf(out + strlen(out), len - strlen(out), "%s%s", n == 1 ? "" : n == total ? " and " : ", ",
+                     commands[i].name);
+        }
+}
+
+/* What an option's value must be, for its error. */
+static void expects_text(const cli_option *o, char *out, size_t len)
+{
+    bool above = o->flags & O_ABOVE;
+    switch (o->type) {
+    case O_INT:
+        if (o->hi >= INT32_MAX)
+            snprintf(out, len, "a %s integer", o->lo > 0 ? "positive" : "non-negative");
+        else
+            snprintf(out, len, "an integer from %.0f to %.0f", o->lo, o->hi);
+        break;
+    case O_SEED: snprintf(out, len, "a non-negative integer"); break;
+    case O_SECONDS:
+    case O_PERCENT:
+        snprintf(out, len, "%s %s %g %s %g", o->type == O_SECONDS ? "seconds" : "a percentage", above ? "above" : "from",
+                 o->lo, above ? "and at most" : "to", o->hi);
+        break;
+    case O_CHOICE:
+        out[0] = 0;
+        for (int i = 0; o->choices[i]; i++)
+            snprintf(out + strlen(out), len - strlen(out), "%s%s", i == 0 ? "" : o->choices[i + 1] ? ", " : " or ",
+                     o->choices[i]);
+        break;
+    default: snprintf(out, len, "%s", o->expects_now ? o->expects_now() : o->expects ? o->expects : "a value");
+    }
+}
+
+/* Reads arg into the field the option fills; false when it is not what the option takes. */
+static bool set_option(cli *c, const cli_option *o, const char *arg)
+{
+    void *f = (char *)c + o->field;
+    long v;
+    char *end;
+    switch (o->type) {
+    case O_FLAG: *(bool *)f = true; return true;
+    case O_STRING: *(const char **)f = arg; return *arg || !(o->flags & O_NONEMPTY);
+    case O_INT: return cli_parse_long(arg, (long)o->lo, (long)o->hi, &v) && ((*(int *)f = (int)v), true);
+    case O_SEED: return cli_parse_long(arg, 0, LONG_MAX, &v) && ((*(uint64_t *)f = (uint64_t)v), true);
+    case O_SECONDS:
+    case O_PERCENT: {
+        errno = 0;
+        double d = strtod(arg, &end);
+        if (!*arg || *end || errno || !(d >= o->lo && d <= o->hi) || ((o->flags & O_ABOVE) && d == o->lo))
+            return false;
+        *(double *)f = o->type == O_PERCENT ? d / 100 : d;
+        return true;
+    }
+    case O_CHOICE:
+        for (int i = 0; o->choices[i]; i++)
+            if (strcmp(arg, o->choices[i]) == 0)
+                return *(int *)f = i, true;
+        return false;
+    case O_CUSTOM: return o->set(c, arg);
+    }
+    return false;
 }
 
 /* An option getopt did not take: one that no long option begins with, or the beginning
@@ -435,9 +563,9 @@ static int unknown_option(const char *arg)
     size_t len = strcspn(arg + 2, "=");
     char list[512] = "";
     int n = 0;
-    for (const struct option *p = long_opts; p->name; p++)
-        if (strncmp(p->name, arg + 2, len) == 0)
-            n++, snprintf(list + strlen(list), sizeof list - strlen(list), "%s--%s", n > 1 ? ", " : "", p->name);
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (strncmp(options[i].name, arg + 2, len) == 0)
+            n++, snprintf(list + strlen(list), sizeof list - strlen(list), "%s--%s", n > 1 ? ", " : "", options[i].name);
     if (n < 2)
         return cli_usage_error("unknown option '%s'", arg);
     char msg[700];
@@ -445,259 +573,217 @@ static int unknown_option(const char *arg)
     return cli_usage_error(msg, arg);
 }
 
-/* Returns -1 to go on, or an exit code. */
-int cli_parse(int argc, char **argv, cli *c)
+/* The option a command-line argument names, as getopt_long finds it (exact, else a unique
+ * prefix; -x by its letter); NULL if none. *inline_value: the argument holds its value. */
+static const cli_option *option_named(const char *a, bool *inline_value)
 {
-    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .phase_band = PROCS_PHASE_BAND, .routing = -1,
-               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP,
-               .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
-                      .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
-                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1, .stream_rounds = true}};
-    opterr = 0;
-    int opt;
-    long v;
-    bool tf32 = false;
-    const char *phase = NULL;
-    while ((opt = getopt_long(argc, argv, ":ho:", long_opts, NULL)) != -1) {
-        switch (opt) {
-        case 'h': fputs(usage_text, stdout); return 0;
-        case OPT_VERSION: printf("bench (layerbench) %s, git %s\n", LAYERBENCH_VERSION, layerbench_git_revision()); return 0;
-        case OPT_BACKEND: c->backend = optarg; break;
-        case OPT_BATCH: c->batch_arg = optarg; break;
-        case OPT_THREADS:
-            if (!cli_parse_long(optarg, 1, 1024, &v))
-                return cli_usage_error("--threads expects an integer from 1 to 1024, got '%s'", optarg);
-            c->threads = (int)v;
-            break;
-        case OPT_WARMUP:
-            if (!parse_seconds(optarg, &c->mo.warmup_time))
-                return cli_usage_error("--warmup-time expects seconds from 0 to 3600, got '%s'", optarg);
-            break;
-        case OPT_MINTIME:
-            if (!parse_seconds(optarg, &c->mo.min_time) || c->mo.min_time <= 0)
-                return cli_usage_error("--min-time expects seconds above 0 and at most 3600, got '%s'", optarg);
-            break;
-        case OPT_MODE: c->mode = optarg; break;
-        case OPT_NOISE: {
-            double pct;
-            if (!parse_seconds(optarg, &pct) || pct <= 0 || pct > 100)
-                return cli_usage_error("--max-noise expects a percentage above 0 and at most 100, got '%s'", optarg);
-            c->mo.max_noise = pct / 100;
-            break;
-        }
-        case OPT_MINSAMPLES:
-            if (!cli_parse_long(optarg, 1, 1000000, &v))
-                return cli_usage_error("--min-samples expects an integer from 1 to 1000000, got '%s'", optarg);
-            c->mo.min_samples = (int)v;
-            break;
-        case OPT_THRESHOLD: {
-            double pct;
-            if (!parse_seconds(optarg, &pct) || pct > 1000)
-                return cli_usage_error("--threshold expects a percentage from 0 to 1000, got '%s'", optarg);
-            c->threshold = pct / 100;
-            break;
-        }
-        case OPT_INMODEL: c->inmodel = true; break;
-        case OPT_FORMAT:
-            if (!table_format_parse(optarg, &c->format))
-                return cli_usage_error("--format expects text or md, got '%s'", optarg);
-            break;
-        case OPT_GROUP_BY:
-            if (!report_groups_parse(optarg, &c->groups))
-                return cli_usage_error("--group-by expects a comma-separated list of shape, kind and block (or none), "
-                                   "got '%s'", optarg);
-            break;
-        case OPT_TIMEOUT:
-            if (!parse_seconds(optarg, &c->mo.timeout) || c->mo.timeout <= 0)
-                return cli_usage_error("--timeout expects seconds above 0 and at most 3600, got '%s'", optarg);
-            c->timeout_given = true;
-            break;
-        case OPT_DEDUPE: c->mo.dedupe = true; break;
-        case OPT_SEED:
-            if (!cli_parse_long(optarg, 0, LONG_MAX, &v))
-                return cli_usage_error("--seed expects a non-negative integer, got '%s'", optarg);
-            c->mo.seed = (uint64_t)v;
-            break;
-        case OPT_CSV: c->csv = optarg; break;
-        case OPT_TRACE: c->trace = optarg; break;
-        case OPT_STACKS: c->stacks = optarg; break;
-        case OPT_SORT:
-            if (!report_sort_valid(optarg))
-                return cli_usage_error("--sort expects index, name, kind, params, flops, time, noise, inmodel or gflops, "
-                                   "got '%s'", optarg);
-            c->sort = optarg;
-            break;
-        case OPT_TOP:
-            if (!cli_parse_long(optarg, 1, INT32_MAX, &v))
-                return cli_usage_error("--top expects a positive integer, got '%s'", optarg);
-            c->top = (int)v;
-            break;
-        case OPT_NOPROGRESS: c->no_progress = true; break;
-        case OPT_TF32: tf32 = true; break;
-        case OPT_DTYPE:
-            if (c->n_dtypes)
-                return cli_usage_error("%s", "--dtype given twice: give one list, e.g. --dtype fp32,bf16");
-            if (!cli_parse_dtypes(optarg, c->dtypes, &c->n_dtypes)) {
-                char what[512];
-                snprintf(what, sizeof what, "--dtype expects one of %s (or a comma-separated list of them, each once), "
-                                            "got '%%s'", dtype_list());
-                return cli_usage_error(what, optarg);
-            }
-            break;
-        case OPT_RESUME: c->resume = true; break;
-        case OPT_PROCESSES:
-            if (!cli_parse_long(optarg, 0, 64, &v))
-                return cli_usage_error("--processes expects an integer from 0 to 64, got '%s'", optarg);
-            c->processes = (int)v;
-            break;
-        case OPT_PHASE_BAND: {
-            double pct;
-            if (strcmp(optarg, "off") == 0)
-                c->phase_band = -1;
-            else if (parse_seconds(optarg, &pct) && pct <= 1000)
-                c->phase_band = pct / 100;
-            else
-                return cli_usage_error("--phase-band expects a percentage from 0 to 1000, or off, got '%s'", optarg);
-            break;
-        }
-        case OPT_ALGO_CACHE:
-            if (!*optarg)
-                return cli_usage_error("%s", "--algo-cache expects a file");
-            c->algo_cache = strcmp(optarg, "none") == 0 ? NULL : optarg;
-            c->algo_cache_given = true;
-            break;
-        case OPT_NO_PEAKS: c->no_peaks = true, c->mo.stream_rounds = false; break;
-        case OPT_SLURM:
-            if (!*optarg)
-                return cli_usage_error("%s", "--slurm expects a folder for the sweep's parts");
-            c->slurm_dir = optarg;
-            break;
-        case OPT_DRY_RUN: c->dry_run = true; break;
-        case OPT_SBATCH_ARGS: c->sbatch_args = optarg; break;
-        case OPT_TIME_LIMIT:
-            if (!*optarg || strspn(optarg, "0123456789:-") != strlen(optarg))
-                return cli_usage_error("--time-limit expects Slurm's time format (MINUTES, H:MM:SS or D-HH:MM:SS), "
-                                       "got '%s'", optarg);
-            c->time_limit = optarg;
-            break;
-        case OPT_MAX_RUNNING:
-            if (!cli_parse_long(optarg, 1, 1000000, &v))
-                return cli_usage_error("--max-running expects a positive integer, got '%s'", optarg);
-            c->max_running = (int)v;
-            break;
-        case OPT_SHARED: c->shared = true; break;
-        case OPT_ROUTING: {
-            char *end;
-            if (strcmp(optarg, "uniform") == 0 || strcmp(optarg, "router") == 0) {
-                c->routing = strcmp(optarg, "router") == 0 ? MOE_ROUTER : MOE_UNIFORM;
-                c->load_skew = 0;
-            } else if (strncmp(optarg, "skew:", 5) == 0 && (c->load_skew = strtod(optarg + 5, &end), *end == 0) &&
-                       optarg[5] && c->load_skew >= 0 && c->load_skew <= 100) {
-                c->routing = MOE_UNIFORM;
-            } else {
-                return cli_usage_error("--routing expects uniform, router or skew:S (S from 0 to 100), got '%s'",
-                                       optarg);
-            }
-            break;
-        }
-        case 'o': c->merge_out = optarg; break;
-        case OPT_NO_FORWARD: c->no_forward = true; break;
-        case OPT_EMIT_YAML: c->emit_yaml = true; break;
-        case OPT_ERROR: c->error = true; break;
-        case OPT_TOKENS:
-            if (!parse_list(optarg, 1, c->tokens_list, &c->n_tokens))
-                return cli_usage_error("--tokens expects a positive integer (a comma-separated list of them in "
-                                       "sweep, at most 64), got '%s'", optarg);
-            c->shape.tokens = c->tokens_list[0];
-            break;
-        case OPT_KV_LEN:
-            if (!parse_list(optarg, 0, c->kv_list, &c->n_kv))
-                return cli_usage_error("--kv-len expects an integer from 0 (a comma-separated list of them in sweep, "
-                                       "at most 64), got '%s'", optarg);
-            c->shape.kv_len = c->kv_list[0];
-            break;
-        case OPT_PHASE:
-            if (strcmp(optarg, "prefill") && strcmp(optarg, "decode"))
-                return cli_usage_error("--phase expects prefill or decode, got '%s'", optarg);
-            phase = optarg;
-            break;
-        case OPT_ALGO:
-            if (strcmp(optarg, "search") && strcmp(optarg, "heuristic"))
-                return cli_usage_error("--algo expects search or heuristic, got '%s'", optarg);
-            c->algo_heuristic = strcmp(optarg, "heuristic") == 0;
-            break;
-        case OPT_ALGO_FOR:
-            if (strcmp(optarg, "forward") && strcmp(optarg, "alone"))
-                return cli_usage_error("--algo-for expects forward or alone, got '%s'", optarg);
-            c->algo_alone = strcmp(optarg, "alone") == 0;
-            break;
-        case OPT_CONV_API:
-            c->conv_api = -1;
-            for (int i = 0; i < 3; i++)
-                if (strcmp(optarg, cli_conv_api_names[i]) == 0)
-                    c->conv_api = i;
-            if (c->conv_api < 0)
-                return cli_usage_error("--conv-api expects both, legacy or graph, got '%s'", optarg);
-            break;
-        case ':': return cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return unknown_option(argv[optind - 1]);
-        }
+    const cli_option *o = NULL;
+    *inline_value = false;
+    if (a[0] == '-' && a[1] && a[1] != '-') {
+        for (int i = 0; i < N_OPTIONS; i++)
+            o = options[i].letter == a[1] ? &options[i] : o;
+        *inline_value = o && a[2];
+        return o;
     }
-    if (optind >= argc)
+    size_t len = strcspn(a + 2, "=");
+    for (int i = 0; i < N_OPTIONS; i++) {
+        if (strncmp(options[i].name, a + 2, len) != 0)
+            continue;
+        if (strlen(options[i].name) == len) {
+            o = &options[i];
+            break;
+        }
+        o = o ? o : &options[i];
+    }
+    *inline_value = o && a[2 + len] == '=';
+    return o;
+}
+
+/* The command of a command line (its first argument that is not an option or an
+ * option's value), for --help; NULL if none. */
+static const char *command_of(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        bool inline_value;
+        if (strcmp(argv[i], "--") == 0)
+            return i + 1 < argc ? argv[i + 1] : NULL;
+        if (argv[i][0] != '-' || !argv[i][1])
+            return argv[i];
+        const cli_option *o = option_named(argv[i], &inline_value);
+        i += o && o->value && !inline_value;
+    }
+    return NULL;
+}
+
+char **cli_shard_options(int argc, char **argv)
+{
+    char **out = xcalloc((size_t)argc + 1, sizeof *out);
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool inline_value;
+        if (strcmp(a, "--") == 0)
+            break; /* what follows is configs */
+        if (strncmp(a, "--", 2) != 0)
+            continue; /* the command and the configs (-o is merge's) */
+        const cli_option *o = option_named(a, &inline_value);
+        if (!o)
+            continue;
+        bool takes = o->value && !inline_value;
+        if (!(o->flags & O_SWEEP_OWN)) {
+            out[n++] = xstrdup(a);
+            if (takes && i + 1 < argc)
+                out[n++] = xstrdup(argv[i + 1]);
+        }
+        i += takes;
+    }
+    return out;
+}
+
+/* --help's width, and the column an option's text starts at. */
+#define HELP_WIDTH 94
+#define HELP_INDENT 20
+
+/* text from column col on, wrapped at spaces into HELP_WIDTH, the lines after the first
+ * indented by indent. */
+static void print_wrapped(FILE *f, const char *text, int col, int indent)
+{
+    while (*text) {
+        int room = HELP_WIDTH - col, n = (int)strlen(text);
+        if (n > room) { /* the last space that fits, else the first one after */
+            n = room;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = (int)strcspn(text, " ");
+        }
+        fprintf(f, "%.*s\n", n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+        if (*text)
+            fprintf(f, "%*s", indent, "");
+        col = indent;
+    }
+}
+
+/* One option's lines: "  --name VALUE", then its help, led by its commands when several
+ * commands are listed (all_commands). */
+static void print_option(FILE *f, const cli_option *o, bool all_commands)
+{
+    char head[64], text[1600] = "";
+    int n = o->letter ? snprintf(head, sizeof head, "  -%c, --%s%s%s", o->letter, o->name, o->value ? " " : "",
+                                 o->value ? o->value : "")
+                      : snprintf(head, sizeof head, "  --%s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
+    if (all_commands && o->commands != C_ANY) {
+        command_names(o->commands, text, sizeof text);
+        snprintf(text + strlen(text), sizeof text - strlen(text), ": ");
+    }
+    snprintf(text + strlen(text), sizeof text - strlen(text), "%s", o->help);
+    if (n > HELP_INDENT - 1)
+        fprintf(f, "%s\n%*s", head, HELP_INDENT, "");
+    else
+        fprintf(f, "%-*s", HELP_INDENT, head);
+    print_wrapped(f, text, HELP_INDENT, HELP_INDENT);
+}
+
+/* bench --help: every command and option; bench COMMAND --help: that command's. */
+static void print_help(FILE *f, int command)
+{
+    if (command < 0) {
+        fputs("usage: bench <command> CONFIG [options]\n"
+              "       bench compare BASE.csv NEW.csv [--threshold PCT] [--format md] [--inmodel]\n"
+              "       bench COMMAND --help: one command's options\n\n"
+              "Layer-by-layer microbenchmarks of a model described in YAML (docs/config.md).\n\ncommands:\n", f);
+        for (int i = 0; i < N_COMMANDS; i++) {
+            char head[64];
+            int n = snprintf(head, sizeof head, "  %s %s", commands[i].name, commands[i].args);
+            if (n > HELP_INDENT - 1)
+                fprintf(f, "%s\n%*s", head, HELP_INDENT, "");
+            else
+                fprintf(f, "%-*s", HELP_INDENT, head);
+            print_wrapped(f, commands[i].about, HELP_INDENT, HELP_INDENT);
+        }
+    } else {
+        fprintf(f, "usage: bench %s %s%s[options]\n\n", commands[command].name, commands[command].args,
+                *commands[command].args ? " " : "");
+        print_wrapped(f, commands[command].about, 0, 0);
+    }
+    fputs("\noptions:\n", f);
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (command < 0 || (options[i].commands & (1u << command)))
+            print_option(f, &options[i], command < 0);
+    fprintf(f, "\n%s", exit_text);
+}
+
+/* The command and its arguments after the options: CONFIG (several for sweep --slurm),
+ * BASE.csv NEW.csv, DIR. Returns -1 to go on, or an exit code. */
+static int take_arguments(int argc, char **argv, int at, cli *c)
+{
+    if (at >= argc)
         return cli_usage_error("%s", "missing command (run, sweep, merge, list, check, compare, schema)");
-    c->command = argv[optind++];
-    if (strcmp(c->command, "help") == 0) {
-        fputs(usage_text, stdout);
+    c->command = argv[at++];
+    int cmd = command_index(c->command);
+    if (cmd < 0)
+        return cli_usage_error("unknown command '%s' (expected run, sweep, merge, list, check, compare or schema)",
+                               c->command);
+    if ((1u << cmd) == C_HELP) { /* bench help [COMMAND] */
+        print_help(stdout, at < argc ? command_index(argv[at]) : -1);
         return 0;
     }
-    if (strcmp(c->command, "compare") == 0) {
-        if (argc - optind < 2)
+    if ((1u << cmd) == C_COMPARE) {
+        if (argc - at < 2)
             return cli_usage_error("%s", "compare needs two results CSVs: BASE.csv NEW.csv");
-        c->config = argv[optind++];
-        c->compare_new = argv[optind++];
-    } else if (strcmp(c->command, "merge") == 0) {
-        if (optind >= argc)
+        c->config = argv[at++];
+        c->compare_new = argv[at++];
+    } else if ((1u << cmd) == C_MERGE) {
+        if (at >= argc)
             return cli_usage_error("%s", "merge needs the folder of a bench sweep --slurm");
-        c->config = argv[optind++];
-    } else if (strcmp(c->command, "schema") != 0) {
-        if (optind >= argc)
+        c->config = argv[at++];
+    } else if ((1u << cmd) != C_SCHEMA) {
+        if (at >= argc)
             return cli_usage_error("%s needs a CONFIG file", c->command);
-        c->config = argv[optind++];
+        c->config = argv[at++];
     }
     c->configs[c->n_configs++] = c->config;
+    bool sweep = (1u << cmd) == C_SWEEP;
     /* sweep --slurm: several configs, each a shard axis */
-    while (c->slurm_dir && strcmp(c->command, "sweep") == 0 && optind < argc && c->n_configs < CLI_MAX_CONFIGS)
-        c->configs[c->n_configs++] = argv[optind++];
-    if (optind < argc && c->n_configs == CLI_MAX_CONFIGS)
-        return cli_usage_error("sweep --slurm takes at most 256 configs, got more: '%s' is one too many", argv[optind]);
-    if (optind < argc && strcmp(c->command, "sweep") == 0 && !c->slurm_dir)
-        return cli_usage_error("sweep takes one CONFIG (several with --slurm, one shard each), got '%s' too", argv[optind]);
-    if (optind < argc)
-        return cli_usage_error("unexpected argument '%s'", argv[optind]);
-    bool slurm_only = c->dry_run || c->sbatch_args || c->time_limit || c->max_running || c->shared;
-    if ((c->slurm_dir || slurm_only) && strcmp(c->command, "sweep") != 0)
-        return cli_usage_error("%s: --slurm, --dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
-                               "bench sweep", c->command);
-    if (slurm_only && !c->slurm_dir)
+    while (c->slurm_dir && sweep && at < argc && c->n_configs < CLI_MAX_CONFIGS)
+        c->configs[c->n_configs++] = argv[at++];
+    if (at < argc && c->n_configs == CLI_MAX_CONFIGS)
+        return cli_usage_error("sweep --slurm takes at most 256 configs, got more: '%s' is one too many", argv[at]);
+    if (at < argc && sweep && !c->slurm_dir)
+        return cli_usage_error("sweep takes one CONFIG (several with --slurm, one shard each), got '%s' too", argv[at]);
+    if (at < argc)
+        return cli_usage_error("unexpected argument '%s'", argv[at]);
+    return -1;
+}
+
+/* Every option given goes with the command (the table's commands), and the options that
+ * go together are given together. Returns -1 to go on, or an exit code. */
+static int check_together(const cli *c, const bool *given)
+{
+    unsigned bit = 1u << command_index(c->command);
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (given[i] && !(options[i].commands & bit)) {
+            char names[128], flag[48] = "", msg[300];
+            command_names(options[i].commands, names, sizeof names);
+            if (options[i].letter)
+                snprintf(flag, sizeof flag, "-%c/", options[i].letter);
+            snprintf(msg, sizeof msg, "%s--%s goes with bench %s, not %%s", flag, options[i].name, names);
+            return cli_usage_error(msg, c->command);
+        }
+    if ((c->dry_run || c->sbatch_args || c->time_limit || c->max_running || c->shared) && !c->slurm_dir)
         return cli_usage_error("%s", "--dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
                                      "--slurm DIR");
-    if (c->emit_yaml && strcmp(c->command, "list") != 0)
-        return cli_usage_error("--emit-yaml goes with bench list, not %s", c->command);
-    if (c->merge_out && strcmp(c->command, "merge") != 0)
-        return cli_usage_error("-o FILE goes with bench merge (run and sweep write --csv FILE), not %s", c->command);
     if (c->slurm_dir && (c->csv || c->trace || c->stacks))
         return cli_usage_error("%s", "--slurm writes its parts into DIR (bench merge DIR -o FILE joins them): drop "
                                      "--csv, --trace and --stacks");
     if (c->shared && !c->threads)
         return cli_usage_error("%s", "--shared needs --threads N: the cores each shard asks for and uses");
-    if (tf32 && c->n_dtypes)
+    if (c->tf32 && c->n_dtypes)
         return cli_usage_error("%s", "--tf32 and --dtype both given: --tf32 is --dtype tf32, list it there");
-    if (tf32) {
-        c->dtypes[c->n_dtypes++] = DTYPE_TF32;
-        if (!c->worker)
-            log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
-    }
-    bool sweep = strcmp(c->command, "sweep") == 0;
+    bool sweep = bit == C_SWEEP;
     if (!sweep && (c->n_tokens > 1 || c->n_kv > 1))
         return cli_usage_error("%s takes one --tokens and one --kv-len (bench sweep takes lists)", c->command);
     for (int i = 0; i < c->n_tokens; i++)
@@ -708,9 +794,22 @@ int cli_parse(int argc, char **argv, cli *c)
         for (int j = 0; j < i; j++)
             if (c->kv_list[i] == c->kv_list[j])
                 return cli_usage_error("--kv-len lists %s twice", "a value");
+    if (c->n_dtypes > 1 && bit == C_LIST)
+        return cli_usage_error("list takes one --dtype, got '%s'", "a list");
+    return -1;
+}
+
+/* What the options imply: --tf32's dtype, --phase's shape, the backends known, the
+ * default algorithm cache. Returns -1 to go on, or an exit code. */
+static int finish(cli *c)
+{
+    if (c->tf32) {
+        c->dtypes[c->n_dtypes++] = DTYPE_TF32;
+        log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
+    }
     /* decode: one new token after the cache (1024 tokens unless --kv-len says); prefill:
      * the tokens (the config's, or --tokens), no cache unless --kv-len gives one */
-    if (phase && strcmp(phase, "decode") == 0) {
+    if (c->phase == 1) {
         for (int i = 0; i < c->n_tokens; i++)
             c->shape.tokens = c->tokens_list[i] > c->shape.tokens ? c->tokens_list[i] : c->shape.tokens;
         if (c->shape.tokens > 1)
@@ -719,13 +818,9 @@ int cli_parse(int argc, char **argv, cli *c)
         c->shape.tokens = 1;
         if (c->shape.kv_len < 0)
             c->shape.kv_len = CLI_DEFAULT_KV_LEN;
-    } else if (phase && c->shape.kv_len < 0) {
+    } else if (c->phase == 0 && c->shape.kv_len < 0) {
         c->shape.kv_len = 0;
     }
-    if (c->n_dtypes > 1 && strcmp(c->command, "list") == 0)
-        return cli_usage_error("list takes one --dtype, got '%s'", "a list");
-    if (!cli_split_modes(c->mode, NULL))
-        return cli_usage_error("--mode expects " MEASURE_MODES " (or a comma-separated list of them), got '%s'", c->mode);
     const char *listed[BACKEND_MAX];
     bool known = c->slurm_dir ? cli_backend_list(c->backend, listed) > 0 : strcmp(c->backend, "all") == 0;
     for (const char *const *n = backend_names(); *n; n++)
@@ -737,6 +832,7 @@ int cli_parse(int argc, char **argv, cli *c)
         snprintf(list + strlen(list), sizeof list - strlen(list), "or all, got '%s'", c->backend);
         return cli_usage_error("--backend expects %s", list);
     }
+    c->mo.stream_rounds = !c->no_peaks;
     c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
     /* the choices are kept by default, as autotuners keep theirs: $XDG_CACHE_HOME or
      * ~/.cache, layerbench/choices.tsv */
@@ -747,4 +843,49 @@ int cli_parse(int argc, char **argv, cli *c)
         c->algo_cache = c->default_cache;
     }
     return -1;
+}
+
+int cli_parse(int argc, char **argv, cli *c)
+{
+    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .phase_band = PROCS_PHASE_BAND, .routing = -1,
+               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP, .phase = -1,
+               .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
+                      .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
+                      .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};
+    bool given[N_OPTIONS] = {false};
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":ho:", long_options(), NULL)) != -1) {
+        int i = opt - 256;
+        for (int k = 0; opt < 256 && k < N_OPTIONS; k++)
+            i = options[k].letter == opt ? k : i;
+        if (opt == ':')
+            return cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+        if (i < 0 || i >= N_OPTIONS)
+            return unknown_option(argv[optind - 1]);
+        const cli_option *o = &options[i];
+        if (given[i] && (o->flags & O_ONCE))
+            return cli_usage_error("--%s given twice: give one comma-separated list", o->name);
+        given[i] = true;
+        if (!set_option(c, o, optarg)) {
+            char what[300], msg[400];
+            expects_text(o, what, sizeof what);
+            snprintf(msg, sizeof msg, "--%s expects %s%s", o->name, what, *optarg ? ", got '%s'" : "");
+            return cli_usage_error(msg, optarg);
+        }
+        if (c->help) {
+            print_help(stdout, command_index(command_of(argc, argv)));
+            return 0;
+        }
+        if (c->version) {
+            printf("bench (layerbench) %s, git %s\n", LAYERBENCH_VERSION, layerbench_git_revision());
+            return 0;
+        }
+    }
+    for (int i = 0; i < N_OPTIONS; i++) /* check: --timeout bounds the reference only when given */
+        c->timeout_given |= given[i] && options[i].field == MO(timeout);
+    int rc = take_arguments(argc, argv, optind, c);
+    if (rc < 0)
+        rc = check_together(c, given);
+    return rc < 0 ? finish(c) : rc;
 }

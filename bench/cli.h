@@ -50,8 +50,8 @@ typedef struct cli {
     int64_t kv_list[CLI_MAX_SHAPES];     /* sweep: --kv-len S1,S2,...; n_kv 0: not given */
     int n_tokens, n_kv;
     int n_dtypes;
-    bool algo_heuristic;
-    bool algo_alone;         /* --algo-for alone (backend_options) */
+    int algo_heuristic;      /* --algo heuristic (its index in the names: 0 search, 1 heuristic) */
+    int algo_alone;          /* --algo-for alone (0 forward, 1 alone; backend_options) */
     int conv_api;            /* --conv-api: 0 both, 1 legacy, 2 graph (backend_options) */
     bool resume;
     bool no_peaks;           /* --no-peaks */
@@ -68,6 +68,9 @@ typedef struct cli {
     int processes;           /* --processes */
     double phase_band;       /* --phase-band as a fraction; below 0: off */
     bool worker;             /* this process is a worker (cmd_worker, procs.h): the parent says the notes */
+    bool help, version;      /* --help, --version: said, and nothing else done */
+    bool tf32;               /* --tf32: --dtype tf32 */
+    int phase;               /* --phase: 0 prefill, 1 decode; -1 not given */
     const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
     bool algo_cache_given;   /* ... given on the command line */
     char default_cache[1024];
@@ -84,7 +87,7 @@ typedef struct outputs {
 
 int cli_usage_error(const char *fmt, const char *arg);
 /* --conv-api's names, by cli.conv_api */
-extern const char *const cli_conv_api_names[3];
+extern const char *const cli_conv_api_names[]; /* NULL-terminated */
 
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 

@@ -96,8 +96,6 @@ static int run_command(int argc, char **argv)
     if (strcmp(c.command, "merge") == 0)
         return cmd_merge(&c);
     bool sweep = strcmp(c.command, "sweep") == 0;
-    if (!sweep && strcmp(c.command, "run") && strcmp(c.command, "list") && strcmp(c.command, "check"))
-        return cli_usage_error("unknown command '%s' (expected run, sweep, merge, list, check, compare or schema)", c.command);
     int64_t *batches = NULL, one = 0;
     int n_batches = 1;
     if (sweep) {

@@ -13,6 +13,15 @@ expect 0 "usage: bench" -- "$BENCH" help
 # the help is printed as it is, never through printf: no doubled percent signs
 "$BENCH" --help | grep -q "%%" && bad "--help shows %%" || ok
 expect 0 "layerbench" -- "$BENCH" --version
+# each command its options (one table: the help, the errors): run's help lists run's and
+# no other command's; an option given to a command it does not go with is refused
+expect 0 "usage: bench run CONFIG" -- "$BENCH" run --help
+"$BENCH" run --help | grep -q -- "--max-noise" && ! "$BENCH" run --help | grep -qE -- "^  --(inmodel|emit-yaml|slurm) " \
+  && ok || bad "bench run --help: run's options only"
+expect 0 "--inmodel" -- "$BENCH" help compare
+expect 2 "--threads goes with bench run, sweep and check, not compare" -- "$BENCH" compare a.csv b.csv --threads 2
+expect 2 "--trace goes with bench run and sweep, not list" -- "$BENCH" list "$SMOKE" --trace t.json
+expect 2 "-o/--output goes with bench merge, not run" -- "$BENCH" run "$SMOKE" -o x.csv
 expect 2 "unknown command 'frobnicate'" -- "$BENCH" frobnicate x
 expect 2 "run needs a CONFIG" -- "$BENCH" run
 expect 2 "unknown option '--fast'" -- "$BENCH" run "$SMOKE" --fast

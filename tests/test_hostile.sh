@@ -272,7 +272,7 @@ grep -q $'\x1b' "$T/cmp.out" && bad "compare: an escape sequence reached the ter
 grep -q 'b\\x1b\[2J\\x0ax' "$T/cmp.out" && ok || bad "compare: a name's control characters not shown: $(cat "$T/cmp.out")"
 grep -q "INVALID" "$T/cmp.out" && ! grep -qi "nan" "$T/cmp.out" && ok || bad "compare: 1e300: $(cat "$T/cmp.out")"
 expect 2 "each once" -- B sweep "$SMOKE" "${RUN[@]}" --batch 1,1
-expect 2 "option '--t' is ambiguous: it could be --threads, " -- B run "$SMOKE" --t 1
+expect 2 "option '--t' is ambiguous: it could be .*--threads, " -- B run "$SMOKE" --t 1
 printf 'name: m\ninput: [4]\nlayers:\n  - {kind: relu, name: a}\n  - {kind: relu, name: b, input: "a\\0garbage"}\n' >"$T/nul.yaml"
 expect 2 "nul.yaml:5:[0-9]+: a NUL character" -- B list "$T/nul.yaml"
 
