@@ -316,106 +316,145 @@ static void free_shapes(model **ms, int n)
     free(ms);
 }
 
-int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
-{
-    model *m, **shapes;
+/* What a run or sweep holds from its start to its end, freed by job_free. */
+typedef struct measure_job {
+    model *m, **shapes;  /* the config's model; shapes: one per (tokens, kv_len) of a sweep, or NULL */
+    int n_shapes;
+    int64_t *batches, largest;
+    int n_batches;
+    dtype_t dtypes[DTYPE_COUNT]; /* the dtypes asked for, or the config's */
+    int n_dtypes;
+    outputs out;
+    bool out_open;
+    char *previous;      /* --resume: the rows of the run continued */
+    report_set *done;
+    int n_done;
     backend bs[BACKEND_MAX];
-    char *skipped, err[1024];
-    int n_shapes, rc = cli_load_model(c, batch_args[0], &m);
-    if (rc)
-        return rc;
-    if ((rc = load_shapes(c, batch_args[0], m, &shapes, &n_shapes)) != 0) {
-        model_free(m);
-        return rc;
-    }
-    if (n_shapes > 1 && c->stacks) {
+    int nb;
+    char *skipped;
+} measure_job;
+
+static void job_free(measure_job *j)
+{
+    if (j->nb > 0)
+        cli_close_backends(j->bs, j->nb, j->skipped);
+    if (j->out_open)
+        close_outputs(&j->out);
+    free(j->previous), free(j->done), free(j->batches);
+    free_shapes(j->shapes, j->n_shapes);
+    model_free(j->m);
+}
+
+/* A sweep's models, one per (tokens, kv_len) (load_shapes). 0, or an exit code. */
+static int job_shapes(measure_job *j, const cli *c, int64_t batch)
+{
+    int rc = load_shapes(c, batch, j->m, &j->shapes, &j->n_shapes);
+    if (rc == 0 && j->n_shapes > 1 && c->stacks) {
         log_msg("--stacks writes one file per batch and dtype: run it for one --tokens and --kv-len at a time");
-        free_shapes(shapes, n_shapes);
-        model_free(m);
-        return 2;
+        rc = 2;
     }
-    int64_t *batches = xmalloc((size_t)n_batches * sizeof *batches), largest = 0;
-    /* the dtypes asked for, or the config's */
-    dtype_t dtypes[DTYPE_COUNT];
-    int n_dtypes = c->n_dtypes ? c->n_dtypes : 1;
-    for (int d = 0; d < n_dtypes; d++)
-        dtypes[d] = c->n_dtypes ? c->dtypes[d] : m->dtype;
-    for (int b = 0; b < n_batches; b++) {
-        batches[b] = batch_args[b] > 0 ? batch_args[b] : m->batch; /* 0: the config's batch */
-        for (int s = 0; s < n_shapes; s++) {
-            model *ms = shapes ? shapes[s] : m;
-            if (model_set_batch(ms, batches[b], err, sizeof err) != BENCH_OK ||
-                isolated_fit(ms, dtypes, n_dtypes, c->mo.dedupe, err, sizeof err) != BENCH_OK) {
-                if (n_shapes > 1)
+    return rc;
+}
+
+/* The batches (0: the config's) and dtypes, each model's layers checked to fit memory
+ * at every batch. 0, or an exit code. */
+static int job_batches(measure_job *j, const cli *c, const int64_t *batch_args)
+{
+    char err[1024];
+    j->batches = xmalloc((size_t)j->n_batches * sizeof *j->batches);
+    j->n_dtypes = c->n_dtypes ? c->n_dtypes : 1;
+    for (int d = 0; d < j->n_dtypes; d++)
+        j->dtypes[d] = c->n_dtypes ? c->dtypes[d] : j->m->dtype;
+    for (int b = 0; b < j->n_batches; b++) {
+        j->batches[b] = batch_args[b] > 0 ? batch_args[b] : j->m->batch;
+        for (int s = 0; s < j->n_shapes; s++) {
+            model *ms = j->shapes ? j->shapes[s] : j->m;
+            if (model_set_batch(ms, j->batches[b], err, sizeof err) != BENCH_OK ||
+                isolated_fit(ms, j->dtypes, j->n_dtypes, c->mo.dedupe, err, sizeof err) != BENCH_OK) {
+                if (j->n_shapes > 1)
                     log_msg("at %lld tokens after %lld cached: %s", (long long)model_tokens(ms),
                             (long long)model_kv_len(ms), err);
                 else
                     log_msg("%s", err);
-                free(batches);
-                free_shapes(shapes, n_shapes);
-                model_free(m);
                 return 2;
             }
         }
-        largest = batches[b] > largest ? batches[b] : largest;
+        j->largest = j->batches[b] > j->largest ? j->batches[b] : j->largest;
     }
-    outputs out;
-    char *previous = NULL;
-    report_set *done = NULL;
-    int n_done = 0;
-    if ((rc = open_outputs(c, &out)) != 0) {
-        free(batches);
-        free_shapes(shapes, n_shapes);
-        model_free(m);
+    return 0;
+}
+
+/* The outputs opened, the run to resume read, the backends opened and checked to hold
+ * the largest batch, the stacks files opened. 0, or an exit code. */
+static int job_open(measure_job *j, const cli *c)
+{
+    char err[1024];
+    int rc = open_outputs(c, &j->out);
+    if (rc)
         return rc;
-    }
-    if (c->resume && (!out.has_csv || !out.csv.target)) {
+    j->out_open = true;
+    if (c->resume && (!j->out.has_csv || !j->out.csv.target)) {
         log_msg("--resume needs --csv FILE: the results of the run to continue");
-        rc = 2;
-    } else if (c->resume &&
-               runner_read_previous(c->csv, m->name, &previous, &done, &n_done, err, sizeof err) != BENCH_OK) {
+        return 2;
+    }
+    if (c->resume && runner_read_previous(c->csv, j->m->name, &j->previous, &j->done, &j->n_done, err, sizeof err) !=
+                         BENCH_OK) {
         log_msg("%s", err);
-        rc = 2;
+        return 2;
     }
-    int nb = rc ? 0 : cli_open_backends(c, bs, &skipped);
-    if (rc || nb < 0) {
-        close_outputs(&out);
-        free(previous), free(done), free(batches);
-        free_shapes(shapes, n_shapes);
-        model_free(m);
-        return rc ? rc : -nb;
-    }
+    int nb = cli_open_backends(c, j->bs, &j->skipped);
+    if (nb < 0)
+        return -nb;
+    j->nb = nb;
     bool fits = true;
-    for (int s = 0; s < n_shapes; s++) {
-        model *ms = shapes ? shapes[s] : m;
-        model_set_batch(ms, largest, err, sizeof err);
-        fits = fits && cli_fits_backends(ms, bs, nb);
+    for (int s = 0; s < j->n_shapes; s++) {
+        model *ms = j->shapes ? j->shapes[s] : j->m;
+        model_set_batch(ms, j->largest, err, sizeof err);
+        fits = fits && cli_fits_backends(ms, j->bs, j->nb);
+    }
+    if (!fits || open_stacks(c, &j->out, j->bs, j->nb, j->batches, j->n_batches, j->dtypes, j->n_dtypes) != 0)
+        return 2;
+    return 0;
+}
+
+/* The reporters of a run: the tables (a sweep's summary, or run's console tables), the
+ * CSV, the trace and the stacks; the JSON context is added last, by the caller. */
+static void job_reporters(measure_job *j, const cli *c, bool sweep, reporter ***reps, int *nr)
+{
+    report_options ro = {c->sort, c->top, c->format, c->groups};
+    /* with --csv - (or a trace or stacks to stdout), that output owns stdout and the
+     * tables go to stderr */
+    FILE *tables = writes_stdout(&j->out) ? stderr : stdout;
+    add_reporter(reps, nr, sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro));
+    if (j->out.has_csv)
+        add_reporter(reps, nr, report_csv_create(&j->out.csv, j->previous));
+    if (j->out.has_trace)
+        add_reporter(reps, nr, report_trace_create(&j->out.trace));
+    if (j->out.n_stacks)
+        add_reporter(reps, nr, report_stacks_create(j->out.stacks, j->out.n_stacks));
+}
+
+int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
+{
+    measure_job j = {.n_batches = n_batches};
+    int rc = cli_load_model(c, batch_args[0], &j.m);
+    if (rc)
+        return rc;
+    if ((rc = job_shapes(&j, c, batch_args[0])) != 0 || (rc = job_batches(&j, c, batch_args)) != 0 ||
+        (rc = job_open(&j, c)) != 0) {
+        job_free(&j);
+        return rc;
     }
     char cache_note[400] = "";
     report_context cache_ctx = {0};
-    int cache_rc = 0;
-    if (!fits || open_stacks(c, &out, bs, nb, batches, n_batches, dtypes, n_dtypes) != 0 ||
-        (cache_rc = load_algo_cache(c, bs, nb, cache_note, sizeof cache_note, &cache_ctx)) > 0) {
-        cli_close_backends(bs, nb, skipped);
-        close_outputs(&out);
-        free(previous), free(done), free(batches);
-        free_shapes(shapes, n_shapes);
-        model_free(m);
+    int cache_rc = load_algo_cache(c, j.bs, j.nb, cache_note, sizeof cache_note, &cache_ctx);
+    if (cache_rc > 0) {
+        job_free(&j);
         return 2;
     }
-    report_options ro = {c->sort, c->top, c->format, c->groups};
     reporter **reps = NULL;
     int nr = 0;
-    /* with --csv - (or a trace or stacks to stdout), that output owns stdout and the
-     * tables go to stderr */
-    FILE *tables = writes_stdout(&out) ? stderr : stdout;
-    add_reporter(&reps, &nr, sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro));
-    if (out.has_csv)
-        add_reporter(&reps, &nr, report_csv_create(&out.csv, previous));
-    if (out.has_trace)
-        add_reporter(&reps, &nr, report_trace_create(&out.trace));
-    if (out.n_stacks)
-        add_reporter(&reps, &nr, report_stacks_create(out.stacks, out.n_stacks));
+    job_reporters(&j, c, sweep, &reps, &nr);
     measure_options mo = c->mo;
     mo.stop = &signals_interrupted;
     sched_probe probe = {.n = 0};
@@ -433,43 +472,36 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     timing_mode modes[4];
     int n_modes = cli_split_modes(c->mode, modes);
     runner_plan plan = {
-        .modes = modes, .n_modes = n_modes,
-        .batches = batches, .n_batches = n_batches, .dtypes = dtypes, .n_dtypes = n_dtypes, .backends = bs, .n_backends = nb, .done = done, .n_done = n_done,
+        .modes = modes, .n_modes = n_modes, .batches = j.batches, .n_batches = n_batches, .dtypes = j.dtypes,
+        .n_dtypes = j.n_dtypes, .backends = j.bs, .n_backends = j.nb, .done = j.done, .n_done = j.n_done,
         .reps = reps, .n_reps = nr,
-        .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = bs,
-                .n_backends = nb, .skipped = skipped},
+        .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = j.bs,
+                .n_backends = j.nb, .skipped = j.skipped, .algo_cache = cache_ctx.algo_cache,
+                .algo_taken = cache_ctx.algo_taken, .algo_other_context = cache_ctx.algo_other_context,
+                .algo_malformed = cache_ctx.algo_malformed,
+                .resumed = j.done, .resumed_sets = j.n_done, /* listed as completed from the start */
+                .processes = c->processes, .phase_band = c->phase_band},
         .sweep_progress = sweep && c->mo.progress,
         .probe_peaks = !c->no_peaks,
         .error = c->error,
-        .procs = {c->processes, &base, n_shapes > 1, c->phase_band},
-        .shapes = shapes, .n_shapes = shapes ? n_shapes : 0,
+        .procs = {c->processes, &base, j.n_shapes > 1, c->phase_band},
+        .shapes = j.shapes, .n_shapes = j.shapes ? j.n_shapes : 0,
         .note = *cache_note ? cache_note : NULL,
+        .stop = &signals_interrupted, /* caught since main() */
     };
-    plan.ctx.algo_cache = cache_ctx.algo_cache;
-    plan.ctx.algo_taken = cache_ctx.algo_taken;
-    plan.ctx.algo_other_context = cache_ctx.algo_other_context;
-    plan.ctx.algo_malformed = cache_ctx.algo_malformed;
-    plan.ctx.resumed = done, plan.ctx.resumed_sets = n_done; /* listed as completed from the start */
-    if (out.has_json) /* last: it says how the others' writes went */
-        add_reporter(&plan.reps, &plan.n_reps, report_json_create(&out.json, &plan.ctx));
-    plan.ctx.processes = c->processes;
-    plan.ctx.phase_band = c->phase_band;
-    plan.stop = &signals_interrupted; /* caught since main() */
-    rc = runner_execute(m, &plan, &mo);
-    if (!commit_outputs(&out) && (rc == 0 || rc == 1))
+    if (j.out.has_json) /* last: it says how the others' writes went */
+        add_reporter(&plan.reps, &plan.n_reps, report_json_create(&j.out.json, &plan.ctx));
+    rc = runner_execute(j.m, &plan, &mo);
+    if (!commit_outputs(&j.out) && (rc == 0 || rc == 1))
         rc = 1;
     if (cache && c->processes == 0) /* else the workers saved it */
-        save_algo_cache(cache, bs, nb);
-    if (rc == 0 && out.has_json)
-        log_msg("wrote %s and its JSON context %s", c->csv, out.json.path);
+        save_algo_cache(cache, j.bs, j.nb);
+    if (rc == 0 && j.out.has_json)
+        log_msg("wrote %s and its JSON context %s", c->csv, j.out.json.path);
     if (cache == cache_tmp)
         unlink(cache_tmp);
-    cli_close_backends(bs, nb, skipped);
-    close_outputs(&out);
     sched_probe_close(&probe);
     free(plan.reps);
-    free(previous), free(done), free(batches);
-    free_shapes(shapes, n_shapes);
-    model_free(m);
+    job_free(&j);
     return rc;
 }

@@ -261,26 +261,20 @@ static void add_row(table *t, bool md, const crow *b, const crow *n, const char 
     table_end_row(t);
 }
 
-int compare_tables(const char *base_name, const csv_table *base, const char *new_name, const csv_table *new_,
-                   const compare_options *o, FILE *out)
+/* What the rows came to: the verdicts, and the rows without one, by why. */
+typedef struct tally {
+    int counts[3], untimed, only_base, only_new, invalid, impl_changed, contended, left_out;
+    double log_sum;
+    int log_n;
+} tally;
+
+/* The machine's drift between the runs (new canary / base canary - 1), from the
+ * canaries of the matched rows, where the canaries time the same thing: the same thread
+ * count (the canary joins a thread pool), backend (the rows are matched on it) and
+ * build; said on out before the table. 0 where it cannot be known. */
+static double machine_drift(const crow *b, int nb, const crow *n, const char *new_name, const compare_options *o,
+                            FILE *out)
 {
-    int nb, nn, left_out = 0, ignored = 0;
-    crow *b = load_rows(base_name, base, o->inmodel, &nb, &left_out);
-    crow *n = b ? load_rows(new_name, new_, o->inmodel, &nn, &ignored) : NULL;
-    if (!b || !n) {
-        free(b);
-        return 2;
-    }
-    /* match: the same key, then (auto mode's choice) warm against batch */
-    match_rows(b, nb, n, nn, false);
-    match_rows(b, nb, n, nn, true);
-    int counts[3] = {0, 0, 0}, untimed = 0, only_base = 0, only_new = 0, invalid = 0, impl_changed = 0,
-        contended = 0;
-    double log_sum = 0;
-    int log_n = 0;
-    /* drift: the machine's speed in each run, from the canaries of the matched rows, where
-     * the canaries time the same thing: the same thread count (the canary joins a thread
-     * pool), backend (the rows are matched on it) and build */
     double *ratios = xmalloc((size_t)(nb ? nb : 1) * sizeof *ratios);
     int nr = 0, other_threads = 0;
     for (int i = 0; i < nb; i++)
@@ -290,18 +284,13 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
             else
                 ratios[nr++] = n[b[i].match].canary / b[i].canary;
         }
-    double drift = 0; /* new canary / base canary - 1 */
+    double drift = 0;
     bool same_build = o->base_build && o->new_build && strcmp(o->base_build, o->new_build) == 0;
     if (nr && same_build) {
         stats st = stats_compute(ratios, nr);
         drift = st.median - 1;
     }
     free(ratios);
-    if (o->markdown)
-        fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n", base_name, new_name,
-                100 * o->threshold);
-    else
-        fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
     if (fabs(drift) >= COMPARE_DRIFT_SAID)
         fprintf(out, "The machine ran %.1f%% %s in %s (its canary, a fixed workload, took %+.1f%%): the threshold for "
                      "%s rows is widened by that much (and only theirs).%s",
@@ -316,86 +305,116 @@ int compare_tables(const char *base_name, const csv_table *base, const char *new
                                                    "and canaries of different builds time different code"
                                                  : "the runs were made by different builds, whose canaries time "
                                                    "different code");
+    return drift;
+}
+
+/* Row x of base against its match y in new: a verdict, or why there is none; its table
+ * row added to t. */
+static void judge_row(const crow *x, const crow *y, const compare_options *o, double drift, table *t, tally *c)
+{
+    char note[224] = "";
+    if (x->invalid || y->invalid) {
+        snprintf(note, sizeof note, "invalid median in %s%s%s", x->invalid ? "base" : "",
+                 x->invalid && y->invalid ? " and " : "", y->invalid ? "new" : "");
+        c->invalid++;
+        add_row(t, o->markdown, x, y, "INVALID", note);
+        return;
+    }
+    if (!x->timed || !y->timed) {
+        snprintf(note, sizeof note, "not timed: %s in base, %s in new", x->status, y->status);
+        c->untimed++;
+        add_row(t, o->markdown, x, y, "-", note);
+        return;
+    }
+    /* other kernels in the same configuration: not the same figure. Where the thread
+     * counts differ, the choice is part of what is compared, and the note says it */
+    bool same_config = strcmp(x->threads, y->threads) == 0;
+    if (strcmp(x->impl, y->impl) != 0 && same_config) {
+        snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
+        c->impl_changed++;
+        add_row(t, o->markdown, x, y, "IMPL CHANGED", note);
+        return;
+    }
+    if (x->contended || y->contended) {
+        snprintf(note, sizeof note, "other processes had its CPUs in %s",
+                 x->contended && y->contended ? "both runs" : x->contended ? "base" : "new");
+        c->contended++;
+        add_row(t, o->markdown, x, y, "CONTENDED", note);
+        return;
+    }
+    /* the processes' spread counts as noise */
+    double xn = x->noise > x->spread / 2 ? x->noise : x->spread / 2;
+    double yn = y->noise > y->spread / 2 ? y->noise : y->spread / 2;
+    /* the machine's drift widens the band on its own side only: a machine that ran
+     * slower may explain a slowdown, never hide one (nor a faster one a speed-up) */
+    double d = fabs(drift) >= COMPARE_DRIFT_SAID && same_config ? drift : 0;
+    double slower = d > 0 ? (1 + o->threshold) * (1 + d) - 1 : o->threshold;
+    double faster = d < 0 ? (1 + o->threshold) / (1 + d) - 1 : o->threshold;
+    compare_verdict v = compare_verdict_band(x->med, x->lo, x->hi, xn, y->med, y->lo, y->hi, yn, slower, faster);
+    c->counts[v]++;
+    if (x->med > 0 && y->med > 0)
+        c->log_sum += log(y->med / x->med), c->log_n++;
+    if (strcmp(x->mode, y->mode))
+        snprintf(note, sizeof note, "auto mode timed it differently");
+    else if (strcmp(x->impl, y->impl))
+        snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
+    add_row(t, o->markdown, x, y, verdict_name(v), note);
+}
+
+static void print_tally(const tally *c, const compare_options *o, FILE *out)
+{
+    int compared = c->counts[0] + c->counts[1] + c->counts[2];
+    fprintf(out, "\n%s%d rows compared: %d SLOWER, %d FASTER, %d SAME (geometric mean of new/base %.3f)%s",
+            o->markdown ? "**" : "", compared, c->counts[VERDICT_SLOWER], c->counts[VERDICT_FASTER],
+            c->counts[VERDICT_SAME], c->log_n ? exp(c->log_sum / c->log_n) : 1.0, o->markdown ? "**" : "");
+    if (c->impl_changed || c->contended || c->invalid)
+        fprintf(out, "; %d IMPL CHANGED (other kernels: no verdict), %d CONTENDED (no verdict), %d INVALID",
+                c->impl_changed, c->contended, c->invalid);
+    if (c->only_base || c->only_new || c->untimed)
+        fprintf(out, "; %d only in base, %d only in new, %d not timed in one of them", c->only_base, c->only_new,
+                c->untimed);
+    if (c->left_out)
+        fprintf(out, "; %d in-model rows left out (--inmodel compares them)", c->left_out);
+    fprintf(out, ".\n");
+}
+
+int compare_tables(const char *base_name, const csv_table *base, const char *new_name, const csv_table *new_,
+                   const compare_options *o, FILE *out)
+{
+    int nb, nn, ignored = 0;
+    tally c = {.log_n = 0};
+    crow *b = load_rows(base_name, base, o->inmodel, &nb, &c.left_out);
+    crow *n = b ? load_rows(new_name, new_, o->inmodel, &nn, &ignored) : NULL;
+    if (!b || !n) {
+        free(b);
+        return 2;
+    }
+    /* match: the same key, then (auto mode's choice) warm against batch */
+    match_rows(b, nb, n, nn, false);
+    match_rows(b, nb, n, nn, true);
+    if (o->markdown)
+        fprintf(out, "Comparing `%s` (base) with `%s` (new), threshold %.1f%%:\n", base_name, new_name,
+                100 * o->threshold);
+    else
+        fprintf(out, "Comparing %s (base) with %s (new), threshold %.1f%%:\n\n", base_name, new_name, 100 * o->threshold);
+    double drift = machine_drift(b, nb, n, new_name, o, out);
     table *t = new_table();
     for (int i = 0; i < nb; i++) {
-        const crow *x = &b[i], *y = x->match >= 0 ? &n[x->match] : NULL;
-        if (!y) {
-            only_base++;
-            add_row(t, o->markdown, x, NULL, "-", "only in base");
-            continue;
+        if (b[i].match >= 0) {
+            judge_row(&b[i], &n[b[i].match], o, drift, t, &c);
+        } else {
+            c.only_base++;
+            add_row(t, o->markdown, &b[i], NULL, "-", "only in base");
         }
-        if (x->invalid || y->invalid) {
-            char note[96];
-            snprintf(note, sizeof note, "invalid median in %s%s%s", x->invalid ? "base" : "",
-                     x->invalid && y->invalid ? " and " : "", y->invalid ? "new" : "");
-            invalid++;
-            add_row(t, o->markdown, x, y, "INVALID", note);
-            continue;
-        }
-        if (!x->timed || !y->timed) {
-            char note[96];
-            snprintf(note, sizeof note, "not timed: %s in base, %s in new", x->status, y->status);
-            untimed++;
-            add_row(t, o->markdown, x, y, "-", note);
-            continue;
-        }
-        /* other kernels in the same configuration: not the same figure. Where the thread
-         * counts differ, the choice is part of what is compared, and the note says it */
-        bool same_config = strcmp(x->threads, y->threads) == 0;
-        if (strcmp(x->impl, y->impl) != 0 && same_config) {
-            char note[224];
-            snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
-            impl_changed++;
-            add_row(t, o->markdown, x, y, "IMPL CHANGED", note);
-            continue;
-        }
-        if (x->contended || y->contended) {
-            char note[96];
-            snprintf(note, sizeof note, "other processes had its CPUs in %s", x->contended && y->contended ? "both runs"
-                                                                             : x->contended        ? "base"
-                                                                                                   : "new");
-            contended++;
-            add_row(t, o->markdown, x, y, "CONTENDED", note);
-            continue;
-        }
-        /* the processes' spread counts as noise; the machine's drift widens the band */
-        double xn = x->noise > x->spread / 2 ? x->noise : x->spread / 2;
-        double yn = y->noise > y->spread / 2 ? y->noise : y->spread / 2;
-        /* the machine's drift widens the band on its own side only: a machine that ran
-         * slower may explain a slowdown, never hide one (nor a faster one a speed-up) */
-        double d = fabs(drift) >= COMPARE_DRIFT_SAID && !strcmp(x->threads, y->threads) ? drift : 0;
-        double slower = d > 0 ? (1 + o->threshold) * (1 + d) - 1 : o->threshold;
-        double faster = d < 0 ? (1 + o->threshold) / (1 + d) - 1 : o->threshold;
-        compare_verdict v = compare_verdict_band(x->med, x->lo, x->hi, xn, y->med, y->lo, y->hi, yn, slower, faster);
-        counts[v]++;
-        if (x->med > 0 && y->med > 0)
-            log_sum += log(y->med / x->med), log_n++;
-        char note[224] = "";
-        if (strcmp(x->mode, y->mode))
-            snprintf(note, sizeof note, "auto mode timed it differently");
-        else if (strcmp(x->impl, y->impl))
-            snprintf(note, sizeof note, "%.100s -> %.100s", x->impl, y->impl);
-        add_row(t, o->markdown, x, y, verdict_name(v), note);
     }
     for (int j = 0; j < nn; j++)
         if (n[j].match < 0) {
-            only_new++;
+            c.only_new++;
             add_row(t, o->markdown, NULL, &n[j], "-", "only in new");
         }
     table_print(t, out, o->markdown ? TABLE_MD : TABLE_TEXT, "");
     table_free(t);
-    int compared = counts[0] + counts[1] + counts[2];
-    fprintf(out, "\n%s%d rows compared: %d SLOWER, %d FASTER, %d SAME (geometric mean of new/base %.3f)%s",
-            o->markdown ? "**" : "", compared, counts[VERDICT_SLOWER], counts[VERDICT_FASTER], counts[VERDICT_SAME],
-            log_n ? exp(log_sum / log_n) : 1.0, o->markdown ? "**" : "");
-    if (impl_changed || contended || invalid)
-        fprintf(out, "; %d IMPL CHANGED (other kernels: no verdict), %d CONTENDED (no verdict), %d INVALID", impl_changed,
-                contended, invalid);
-    if (only_base || only_new || untimed)
-        fprintf(out, "; %d only in base, %d only in new, %d not timed in one of them", only_base, only_new, untimed);
-    if (left_out)
-        fprintf(out, "; %d in-model rows left out (--inmodel compares them)", left_out);
-    fprintf(out, ".\n");
+    print_tally(&c, o, out);
     free(b), free(n);
-    return counts[VERDICT_SLOWER] ? 1 : 0;
+    return c.counts[VERDICT_SLOWER] ? 1 : 0;
 }

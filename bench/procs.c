@@ -723,131 +723,115 @@ static int fast_phase(run_result *const *rs, int k, double band, bool *fast)
     return n;
 }
 
-bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
-                           timing_mode mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
-                           size_t errlen)
-{
-    double t0 = bench_now();
-    int n = m->n_layers, k = 0, deaths = 0;
-    /* up to twice the workers asked for, to find enough that ran in the fast phase */
-    int most = 2 * pp->count;
-    run_result **rs = xcalloc((size_t)most, sizeof *rs);
-    bool *fast = xcalloc((size_t)most, sizeof *fast);
-    char **death = xcalloc((size_t)n + 1, sizeof *death); /* per layer (n: the model rows): why it failed */
-    bench_status st = BENCH_OK;
+/* The workers of one set, as they come and go: the results of those that finished, and
+ * per layer (n: the model rows) why a worker died on it. */
+typedef struct workers {
+    const procs_plan *pp;
+    const model *m;
+    const backend *b;
+    const measure_options *o;
+    run_result **rs;
+    int k, most, deaths;
+    bool *fast;
+    char **death;
     char batch[32];
-    snprintf(batch, sizeof batch, "%lld", (long long)m->batch);
-    /* the set every worker of it is given: the run's, with this set's model and mode */
-    measure_set set = *pp->base;
-    set.batch = m->batch, set.dtype = m->dtype, set.mode = mode, set.with_model = with_model, set.floor = *floor;
-    snprintf(set.backend, sizeof set.backend, "%s", b->ops->name);
-    if (pp->shapes) /* a sweep over token shapes: this set's */
-        set.shape = (cfg_shape){model_tokens(m) > 0 ? model_tokens(m) : 0, model_kv_len(m)};
-    set.mo = *o;
-    set.skip = xcalloc((size_t)n + 1, sizeof *set.skip);
-    for (int attempt = 0; k < most && (k < pp->count || fast_phase(rs, k, pp->phase_band, fast) < pp->count) && deaths < PROCS_MAX_DEATHS;
-         attempt++) {
-        if (o->stop && *o->stop) {
-            st = BENCH_ERR_INTERRUPTED;
-            break;
-        }
-        set.n_skip = 0; /* what killed the earlier workers */
-        for (int i = 0; i <= n; i++)
-            if (death[i])
-                set.skip[set.n_skip++] = i < n ? i : -1;
-        set.index = k + 1, set.count = pp->count;
-        int set_fd = set_pipe(&set, err, errlen);
-        if (set_fd < 0) {
-            st = BENCH_ERR_BACKEND;
-            break;
-        }
-        int fds[2];
-        if (pipe2(fds, O_CLOEXEC) != 0) {
-            snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
-            close(set_fd);
-            st = BENCH_ERR_BACKEND;
-            break;
-        }
-        pid_t pid = spawn_worker(k + 1, pp->count, fds[1], set_fd);
-        close(fds[1]), close(set_fd);
-        if (pid < 0) {
-            close(fds[0]);
-            snprintf(err, errlen, "cannot start a worker process: %s", strerror(errno));
-            st = BENCH_ERR_BACKEND;
-            break;
-        }
-        strbuf data = {0};
-        int at = -2; /* not yet anywhere */
-        char killed[160];
-        drain(fds[0], pid, o->stop, &data, &at, killed, sizeof killed);
-        close(fds[0]);
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
-        size_t head = 0;
-        while (head < data.len && data.data[head] == REC_AT)
-            head += 1 + sizeof(int);
-        bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        bool got = !*killed && head < data.len && data.data[head] == REC_RESULT;
-        if (got) {
-            run_result *r = xcalloc(1, sizeof *r);
-            r->m = m;
-            r->layers = xcalloc((size_t)n, sizeof *r->layers);
-            reader rd = {data.data + head + 1, data.data + data.len, true};
-            if (get_result(&rd, m, r)) {
-                rs[k++] = r;
-                if (!clean) { /* its whole result came before it died (a cache write, its teardown) */
-                    char how[96];
-                    describe_exit(status, how, sizeof how);
-                    log_msg("worker process %d of %d on %s batch %s ended (%s) after it had sent its results: they "
-                            "are kept", k, pp->count, b->ops->name, batch, how);
-                }
-            } else {
-                run_result_free(r);
-                free(r);
-                got = false;
-            }
-        }
-        strbuf_free(&data);
-        if (got)
-            continue;
-        if (o->stop && *o->stop) {
-            st = BENCH_ERR_INTERRUPTED;
-            break;
-        }
-        /* it died: the layer it was on fails, the next worker leaves it out */
-        char how[200], note[300];
-        describe_exit(status, how, sizeof how);
-        if (*killed)
-            snprintf(how, sizeof how, "%s", killed);
-        deaths++;
-        int where = at == -1 ? n : at;
-        if (at >= -1 && !death[where]) {
-            snprintf(note, sizeof note, "the worker process %d of %d ended (%s) while measuring it; the others went on",
-                     k + 1, pp->count, how);
-            death[where] = xstrdup(note);
-        }
-        log_raw("\nbench: worker process %d of %d on %s batch %s ended (%s)%s%s\n", k + 1, pp->count,
-                b->ops->name, batch, how, at >= 0 ? " at layer " : at == -1 ? " in the chained forward" : "",
-                at >= 0 ? m->layers[at].name : "");
+} workers;
+
+/* One worker started with the set, drained and waited for: its result kept in w->rs, or
+ * its death noted against the layer it was on. BENCH_OK either way; an error when no
+ * worker could be started or the run was stopped. */
+static bench_status run_worker(workers *w, measure_set *set, char *err, size_t errlen)
+{
+    int n = w->m->n_layers;
+    set->n_skip = 0; /* what killed the earlier workers */
+    for (int i = 0; i <= n; i++)
+        if (w->death[i])
+            set->skip[set->n_skip++] = i < n ? i : -1;
+    set->index = w->k + 1, set->count = w->pp->count;
+    int set_fd = set_pipe(set, err, errlen), fds[2] = {-1, -1};
+    if (set_fd >= 0 && pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
+        close(set_fd);
+        return BENCH_ERR_BACKEND;
     }
-    memset(out, 0, sizeof *out);
-    out->m = m, out->backend = b->ops->name, out->mode = mode, out->threads = backend_threads(b);
-    out->floor = *floor, out->has_model = with_model, out->forward_device_bytes = -1;
-    out->layers = xcalloc((size_t)n, sizeof *out->layers);
-    out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
-    /* the workers that ran in the fast phase; the others are set aside, and said */
-    int kept = 0, aside = 0;
-    double slow = 0, best = 0, *sum = xcalloc((size_t)most, sizeof *sum), *unc = xcalloc((size_t)most, sizeof *unc);
-    run_result **pooled = xcalloc((size_t)most, sizeof *pooled);
-    layer_sums(rs, k, sum, unc);
-    procs_fast_phase(sum, unc, k, pp->phase_band, fast);
-    for (int w = 0; w < k; w++) {
-        if (fast[w]) {
-            best = best == 0 || (sum[w] > 0 && sum[w] < best) ? sum[w] : best;
-            pooled[kept++] = rs[w];
+    if (set_fd < 0)
+        return BENCH_ERR_BACKEND;
+    pid_t pid = spawn_worker(w->k + 1, w->pp->count, fds[1], set_fd);
+    close(fds[1]), close(set_fd);
+    if (pid < 0) {
+        close(fds[0]);
+        snprintf(err, errlen, "cannot start a worker process: %s", strerror(errno));
+        return BENCH_ERR_BACKEND;
+    }
+    strbuf data = {0};
+    int at = -2; /* not yet anywhere */
+    char killed[160];
+    drain(fds[0], pid, w->o->stop, &data, &at, killed, sizeof killed);
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    size_t head = 0;
+    while (head < data.len && data.data[head] == REC_AT)
+        head += 1 + sizeof(int);
+    bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    bool got = !*killed && head < data.len && data.data[head] == REC_RESULT;
+    if (got) {
+        run_result *r = xcalloc(1, sizeof *r);
+        r->m = w->m;
+        r->layers = xcalloc((size_t)n, sizeof *r->layers);
+        reader rd = {data.data + head + 1, data.data + data.len, true};
+        if ((got = get_result(&rd, w->m, r))) {
+            w->rs[w->k++] = r;
+            if (!clean) { /* its whole result came before it died (a cache write, its teardown) */
+                char how[96];
+                describe_exit(status, how, sizeof how);
+                log_msg("worker process %d of %d on %s batch %s ended (%s) after it had sent its results: they "
+                        "are kept", w->k, w->pp->count, w->b->ops->name, w->batch, how);
+            }
         } else {
-            slow = sum[w] > slow ? sum[w] : slow;
+            run_result_free(r);
+            free(r);
+        }
+    }
+    strbuf_free(&data);
+    if (got)
+        return BENCH_OK;
+    if (w->o->stop && *w->o->stop)
+        return BENCH_ERR_INTERRUPTED;
+    /* it died: the layer it was on fails, the next worker leaves it out */
+    char how[200], note[300];
+    describe_exit(status, how, sizeof how);
+    if (*killed)
+        snprintf(how, sizeof how, "%s", killed);
+    w->deaths++;
+    int where = at == -1 ? n : at;
+    if (at >= -1 && !w->death[where]) {
+        snprintf(note, sizeof note, "the worker process %d of %d ended (%s) while measuring it; the others went on",
+                 w->k + 1, w->pp->count, how);
+        w->death[where] = xstrdup(note);
+    }
+    log_raw("\nbench: worker process %d of %d on %s batch %s ended (%s)%s%s\n", w->k + 1, w->pp->count,
+            w->b->ops->name, w->batch, how, at >= 0 ? " at layer " : at == -1 ? " in the chained forward" : "",
+            at >= 0 ? w->m->layers[at].name : "");
+    return BENCH_OK;
+}
+
+/* The workers that ran in the fast phase pooled into out; the others set aside, and
+ * said; the rows the dead workers were on failed. */
+static void pool_workers(workers *w, bool with_model, bench_status st, run_result *out)
+{
+    int n = w->m->n_layers, kept = 0, aside = 0;
+    double slow = 0, best = 0, *sum = xcalloc((size_t)w->most, sizeof *sum), *unc = xcalloc((size_t)w->most, sizeof *unc);
+    run_result **pooled = xcalloc((size_t)w->most, sizeof *pooled);
+    layer_sums(w->rs, w->k, sum, unc);
+    procs_fast_phase(sum, unc, w->k, w->pp->phase_band, w->fast);
+    for (int i = 0; i < w->k; i++) {
+        if (w->fast[i]) {
+            best = best == 0 || (sum[i] > 0 && sum[i] < best) ? sum[i] : best;
+            pooled[kept++] = w->rs[i];
+        } else {
+            slow = sum[i] > slow ? sum[i] : slow;
             aside++;
         }
     }
@@ -856,41 +840,78 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     out->processes_aside = aside;
     out->phase_slowdown = aside && best > 0 ? slow / best - 1 : 0;
     if (kept > 0)
-        pool(m, pooled, kept, out);
+        pool(w->m, pooled, kept, out);
     free(pooled);
     for (int i = 0; i <= n; i++)
-        if (death[i])
-            fail_row(out, i == n ? -1 : i, death[i]);
-    if (k == 0 && st == BENCH_OK) { /* every worker died before it said anything */
+        if (w->death[i])
+            fail_row(out, i == n ? -1 : i, w->death[i]);
+    if (w->k == 0 && st == BENCH_OK) { /* every worker died before it said anything */
         for (int i = 0; i < n; i++)
-            if (!death[i])
+            if (!w->death[i])
                 fail_row(out, i, "no worker process finished (see the messages above)");
         if (with_model)
             fail_row(out, -1, "no worker process finished (see the messages above)");
     }
-    char first[512] = "";
-    for (int i = 0; i < n; i++) {
+}
+
+/* out's sum of medians and count of failed rows; the first failure's note in first. */
+static void count_rows(const model *m, bool with_model, run_result *out, char *first, size_t len)
+{
+    for (int i = 0; i < m->n_layers; i++) {
         layer_result *r = &out->layers[i];
         if (row_timed(r))
             out->sum_medians += r->st.median;
         else if (r->status == ROW_FAILED && out->failed++ == 0)
-            snprintf(first, sizeof first, "%s on %s: %s", m->layers[i].name, out->backend, r->note);
+            snprintf(first, len, "%s on %s: %s", m->layers[i].name, out->backend, r->note);
     }
     layer_result *whole[4] = {&out->chained, &out->graph, &out->upload, &out->download};
     for (int i = 0; with_model && i < 4; i++)
         if (whole[i]->status == ROW_FAILED && out->failed++ == 0)
-            snprintf(first, sizeof first, "the whole-model rows on %s: %s", out->backend, whole[i]->note);
-    for (int w = 0; w < k; w++) {
-        run_result_free(rs[w]);
-        free(rs[w]);
+            snprintf(first, len, "the whole-model rows on %s: %s", out->backend, whole[i]->note);
+}
+
+bench_status procs_measure(const procs_plan *pp, const model *m, const backend *b, const measure_options *o,
+                           timing_mode mode, const timer_floor *floor, bool with_model, run_result *out, char *err,
+                           size_t errlen)
+{
+    double t0 = bench_now();
+    int n = m->n_layers;
+    /* up to twice the workers asked for, to find enough that ran in the fast phase */
+    workers w = {.pp = pp, .m = m, .b = b, .o = o, .most = 2 * pp->count};
+    w.rs = xcalloc((size_t)w.most, sizeof *w.rs);
+    w.fast = xcalloc((size_t)w.most, sizeof *w.fast);
+    w.death = xcalloc((size_t)n + 1, sizeof *w.death);
+    snprintf(w.batch, sizeof w.batch, "%lld", (long long)m->batch);
+    bench_status st = BENCH_OK;
+    /* the set every worker of it is given: the run's, with this set's model and mode */
+    measure_set set = *pp->base;
+    set.batch = m->batch, set.dtype = m->dtype, set.mode = mode, set.with_model = with_model, set.floor = *floor;
+    snprintf(set.backend, sizeof set.backend, "%s", b->ops->name);
+    if (pp->shapes) /* a sweep over token shapes: this set's */
+        set.shape = (cfg_shape){model_tokens(m) > 0 ? model_tokens(m) : 0, model_kv_len(m)};
+    set.mo = *o;
+    set.skip = xcalloc((size_t)n + 1, sizeof *set.skip);
+    while (st == BENCH_OK && w.k < w.most && w.deaths < PROCS_MAX_DEATHS &&
+           (w.k < pp->count || fast_phase(w.rs, w.k, pp->phase_band, w.fast) < pp->count))
+        st = o->stop && *o->stop ? BENCH_ERR_INTERRUPTED : run_worker(&w, &set, err, errlen);
+    memset(out, 0, sizeof *out);
+    out->m = m, out->backend = b->ops->name, out->mode = mode, out->threads = backend_threads(b);
+    out->floor = *floor, out->has_model = with_model, out->forward_device_bytes = -1;
+    out->layers = xcalloc((size_t)n, sizeof *out->layers);
+    out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
+    pool_workers(&w, with_model, st, out);
+    char first[512] = "";
+    count_rows(m, with_model, out, first, sizeof first);
+    for (int i = 0; i < w.k; i++) {
+        run_result_free(w.rs[i]);
+        free(w.rs[i]);
     }
-    free(fast);
     for (int i = 0; i <= n; i++)
-        free(death[i]);
-    free(rs), free(death), free(set.skip);
+        free(w.death[i]);
+    free(w.fast), free(w.rs), free(w.death), free(set.skip);
     out->seconds = bench_now() - t0;
     if (st == BENCH_ERR_INTERRUPTED) {
-        snprintf(err, errlen, "in worker process %d of %d", k + 1, pp->count);
+        snprintf(err, errlen, "in worker process %d of %d", w.k + 1, pp->count);
         return st;
     }
     if (st != BENCH_OK)

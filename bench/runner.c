@@ -143,28 +143,121 @@ static bool chained_fits(const model *m, const measure_options *mo, char *why, s
     return false;
 }
 
+/* A run as it goes: its warnings, each backend's floor and peaks once measured, and how
+ * it has gone so far. */
+typedef struct run_state {
+    strbuf warnings;
+    backend_peaks *peaks;
+    timer_floor *floor;
+    bool *floor_known, *peaks_known;
+    bool failed, io_ok, interrupted, finished_any;
+    char where[1200]; /* where it was interrupted */
+} run_state;
+
+/* Backend k's timer floor and (unless --no-peaks) peaks, measured once, before its first
+ * set. */
+static void first_use(runner_plan *p, int k, const measure_options *mo, run_state *rs)
+{
+    const backend *bk = &p->backends[k];
+    char err[1024];
+    if (rs->floor_known[k])
+        return;
+    if (measure_timer_floor(bk, mo, &rs->floor[k], err, sizeof err) != BENCH_OK) {
+        char line[1200];
+        snprintf(line, sizeof line, "%s: the timer's floor could not be measured: %s", bk->ops->name, err);
+        warn(&rs->warnings, line);
+    }
+    rs->floor_known[k] = true;
+    if (!p->probe_peaks || !bk->ops->device.peaks)
+        return;
+    if (mo->progress)
+        log_progress("%s: measuring the machine's peaks (--no-peaks skips it)", bk->ops->name);
+    if (bk->ops->device.peaks(bk->ctx, &rs->peaks[k]) == BENCH_OK) {
+        rs->peaks_known[k] = true;
+    } else {
+        char line[700];
+        snprintf(line, sizeof line, "%s: the peaks could not be measured (no roofline): %s", bk->ops->name,
+                 backend_last_error(bk));
+        warn(&rs->warnings, line);
+        memset(&rs->peaks[k], 0, sizeof rs->peaks[k]);
+    }
+    backend_clear_error(bk);
+}
+
+/* One (batch, dtype, shape) on backend k: every timing mode asked for, the whole-model
+ * rows once, with the first, where they fit in memory; each result to every reporter.
+ * dt: how the set is named after its batch. */
+static void run_set(runner_plan *p, model *m, int k, const measure_options *mo, const char *dt, run_state *rs)
+{
+    const backend *bk = &p->backends[k];
+    char err[1024], too_big[400];
+    bool fits = chained_fits(m, mo, too_big, sizeof too_big);
+    if (!fits)
+        warn(&rs->warnings, too_big + strlen("not run: "));
+    for (int md = 0; !rs->interrupted && md < p->n_modes; md++) {
+        run_result res;
+        bool whole = md == 0 && fits;
+        bench_status st =
+            p->procs.count > 0
+                ? procs_measure(&p->procs, m, bk, mo, p->modes[md], &rs->floor[k], whole, &res, err, sizeof err)
+                : measure_model(m, bk, mo, p->modes[md], &rs->floor[k], whole, &res, err, sizeof err);
+        if (md == 0 && !fits && st != BENCH_ERR_INTERRUPTED)
+            measure_model_not_run(&res, bk, too_big);
+        if (st == BENCH_ERR_INTERRUPTED) {
+            rs->interrupted = true;
+            snprintf(rs->where, sizeof rs->where, "batch %lld%s on %s (%s timing), %s", (long long)m->batch, dt,
+                     bk->ops->name, measure_mode_name(p->modes[md]), err);
+        } else {
+            if (st != BENCH_OK) {
+                log_msg("%d row%s failed; the first: %s", res.failed, res.failed == 1 ? "" : "s", err);
+                rs->failed = true;
+            }
+            result_warnings(&rs->warnings, &res, mo);
+            if (p->error)
+                measure_errors(&res, bk, mo->seed);
+            res.peaks = rs->peaks[k];
+            for (int r = 0; r < p->n_reps; r++)
+                rs->io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;
+        }
+        run_result_free(&res);
+    }
+    if (rs->interrupted)
+        return;
+    if (bk->ops->device.warnings) {
+        char bw[2048];
+        bk->ops->device.warnings(bk->ctx, bw, sizeof bw);
+        warn_lines(&rs->warnings, bw);
+    }
+    p->ctx.warnings = rs->warnings.data;
+    /* in order, and none after one that failed: the JSON context comes last and lists
+     * the set only where every file before it holds it */
+    for (int r = 0; rs->io_ok && r < p->n_reps; r++)
+        if (p->reps[r]->checkpoint)
+            rs->io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
+    rs->finished_any = rs->io_ok;
+}
+
 int runner_execute(model *m, runner_plan *p, const measure_options *mo)
 {
-    strbuf warnings = {0};
-    backend_peaks *peaks = xcalloc((size_t)p->n_backends, sizeof *peaks);
-    char err[1024], where[1200] = "", bw[2048];
-    bool failed = false, io_ok = true, interrupted = false, finished_any = p->n_done > 0;
-    timer_floor *floor = xcalloc((size_t)p->n_backends, sizeof *floor);
-    bool *floor_known = xcalloc((size_t)p->n_backends, sizeof *floor_known);
-    bool *peaks_known = xcalloc((size_t)p->n_backends, sizeof *peaks_known);
+    run_state rs = {.io_ok = true, .finished_any = p->n_done > 0};
+    rs.peaks = xcalloc((size_t)p->n_backends, sizeof *rs.peaks);
+    rs.floor = xcalloc((size_t)p->n_backends, sizeof *rs.floor);
+    rs.floor_known = xcalloc((size_t)p->n_backends, sizeof *rs.floor_known);
+    rs.peaks_known = xcalloc((size_t)p->n_backends, sizeof *rs.peaks_known);
+    char err[1024];
     p->ctx.resumed = p->done, p->ctx.resumed_sets = p->n_done;
-    p->ctx.floors = floor, p->ctx.floor_known = floor_known;
-    p->ctx.peaks = peaks, p->ctx.peaks_known = peaks_known;
+    p->ctx.floors = rs.floor, p->ctx.floor_known = rs.floor_known;
+    p->ctx.peaks = rs.peaks, p->ctx.peaks_known = rs.peaks_known;
     p->ctx.interrupted = NULL;
-    sysinfo_check_host(&warnings);
+    sysinfo_check_host(&rs.warnings);
     if (p->note)
-        strbuf_printf(&warnings, "%s\n", p->note);
-    for (const char *w = warnings.data; w && *w; w += strcspn(w, "\n") + 1)
+        strbuf_printf(&rs.warnings, "%s\n", p->note);
+    for (const char *w = rs.warnings.data; w && *w; w += strcspn(w, "\n") + 1)
         log_warning("%.*s", (int)strcspn(w, "\n"), w);
     int n_dtypes = p->n_dtypes > 0 ? p->n_dtypes : 1, n_shapes = p->n_shapes > 0 ? p->n_shapes : 1;
     int per_shape = p->n_batches * n_dtypes;
     int total = n_shapes * per_shape * p->n_backends, n = 0;
-    for (int s = 0; io_ok && !interrupted && s < n_shapes * per_shape; s++) {
+    for (int s = 0; rs.io_ok && !rs.interrupted && s < n_shapes * per_shape; s++) {
         if (p->n_shapes > 0)
             m = p->shapes[s / per_shape];
         int64_t batch = p->batches[s % per_shape / n_dtypes];
@@ -177,112 +270,40 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
         if (p->n_shapes > 1)
             snprintf(dt + strlen(dt), sizeof dt - strlen(dt), ", %lld tokens after %lld cached", (long long)model_tokens(m),
                      (long long)(model_kv_len(m) > 0 ? model_kv_len(m) : 0));
-        for (int k = 0; io_ok && !interrupted && k < p->n_backends; k++) {
-            const backend *bk = &p->backends[k];
+        for (int k = 0; rs.io_ok && !rs.interrupted && k < p->n_backends; k++) {
+            const char *name = p->backends[k].ops->name;
             n++;
             if (p->stop && *p->stop) { /* a signal before the set started (the set-up, the last set's end) */
-                interrupted = true;
-                snprintf(where, sizeof where, "batch %lld%s on %s, before it started", (long long)batch, dt,
-                         bk->ops->name);
-                break;
+                rs.interrupted = true;
+                snprintf(rs.where, sizeof rs.where, "batch %lld%s on %s, before it started", (long long)batch, dt, name);
+            } else if (is_done(p, name, m)) {
+                log_msg("batch %lld%s on %s: kept from the previous run (--resume)", (long long)batch, dt, name);
+            } else {
+                if (p->sweep_progress)
+                    log_progress("batch %lld%s (%d/%d) on %s\n", (long long)batch, dt, n, total, name);
+                first_use(p, k, mo, &rs);
+                run_set(p, m, k, mo, dt, &rs);
             }
-            if (is_done(p, bk->ops->name, m)) {
-                log_msg("batch %lld%s on %s: kept from the previous run (--resume)", (long long)batch, dt,
-                        bk->ops->name);
-                continue;
-            }
-            if (p->sweep_progress)
-                log_progress("batch %lld%s (%d/%d) on %s\n", (long long)batch, dt, n, total, bk->ops->name);
-            if (!floor_known[k]) {
-                if (measure_timer_floor(bk, mo, &floor[k], err, sizeof err) != BENCH_OK) {
-                    char line[1200];
-                    snprintf(line, sizeof line, "%s: the timer's floor could not be measured: %s", bk->ops->name, err);
-                    warn(&warnings, line);
-                }
-                floor_known[k] = true;
-                if (p->probe_peaks && bk->ops->device.peaks) {
-                    if (mo->progress)
-                        log_progress("%s: measuring the machine's peaks (--no-peaks skips it)",
-                                bk->ops->name);
-                    if (bk->ops->device.peaks(bk->ctx, &peaks[k]) == BENCH_OK) {
-                        peaks_known[k] = true;
-                    } else {
-                        char line[700];
-                        snprintf(line, sizeof line, "%s: the peaks could not be measured (no roofline): %s",
-                                 bk->ops->name, backend_last_error(bk));
-                        warn(&warnings, line);
-                        memset(&peaks[k], 0, sizeof peaks[k]);
-                    }
-                    backend_clear_error(bk);
-                }
-            }
-            /* every timing mode asked for; the whole-model rows once, with the first, where
-             * they fit in memory */
-            char too_big[400];
-            bool fits = chained_fits(m, mo, too_big, sizeof too_big);
-            if (!fits)
-                warn(&warnings, too_big + strlen("not run: "));
-            for (int md = 0; !interrupted && md < p->n_modes; md++) {
-                run_result res;
-                bool whole = md == 0 && fits;
-                bench_status st =
-                    p->procs.count > 0
-                        ? procs_measure(&p->procs, m, bk, mo, p->modes[md], &floor[k], whole, &res, err, sizeof err)
-                        : measure_model(m, bk, mo, p->modes[md], &floor[k], whole, &res, err, sizeof err);
-                if (md == 0 && !fits && st != BENCH_ERR_INTERRUPTED)
-                    measure_model_not_run(&res, bk, too_big);
-                if (st == BENCH_ERR_INTERRUPTED) {
-                    interrupted = true;
-                    snprintf(where, sizeof where, "batch %lld%s on %s (%s timing), %s", (long long)batch, dt,
-                             bk->ops->name, measure_mode_name(p->modes[md]), err);
-                } else {
-                    if (st != BENCH_OK) {
-                        log_msg("%d row%s failed; the first: %s", res.failed,
-                                res.failed == 1 ? "" : "s", err);
-                        failed = true;
-                    }
-                    result_warnings(&warnings, &res, mo);
-                    if (p->error && !interrupted)
-                        measure_errors(&res, bk, mo->seed);
-                    res.peaks = peaks[k];
-                    for (int r = 0; r < p->n_reps; r++)
-                        io_ok &= p->reps[r]->run(p->reps[r], &res) == BENCH_OK;
-                }
-                run_result_free(&res);
-            }
-            if (interrupted)
-                break;
-            if (bk->ops->device.warnings) {
-                bk->ops->device.warnings(bk->ctx, bw, sizeof bw);
-                warn_lines(&warnings, bw);
-            }
-            p->ctx.warnings = warnings.data;
-            /* in order, and none after one that failed: the JSON context comes last and
-             * lists the set only where every file before it holds it */
-            for (int r = 0; io_ok && r < p->n_reps; r++)
-                if (p->reps[r]->checkpoint)
-                    io_ok &= p->reps[r]->checkpoint(p->reps[r]) == BENCH_OK;
-            finished_any = io_ok;
         }
     }
-    if (!interrupted && p->stop && *p->stop) { /* after the last set: the run did not end as asked */
-        interrupted = true;
-        snprintf(where, sizeof where, "the run's end, after every set had finished");
+    if (!rs.interrupted && p->stop && *p->stop) { /* after the last set: the run did not end as asked */
+        rs.interrupted = true;
+        snprintf(rs.where, sizeof rs.where, "the run's end, after every set had finished");
     }
-    p->ctx.warnings = warnings.data;
-    p->ctx.interrupted = interrupted ? where : NULL;
+    p->ctx.warnings = rs.warnings.data;
+    p->ctx.interrupted = rs.interrupted ? rs.where : NULL;
     for (int r = 0; r < p->n_reps; r++)
-        io_ok &= p->reps[r]->finish(p->reps[r], io_ok && !interrupted) == BENCH_OK;
-    if (interrupted)
-        log_raw("\nbench: interrupted during %s; %s\n", where,
-                finished_any ? "the finished sets are kept (--resume continues)" : "nothing had finished");
+        rs.io_ok &= p->reps[r]->finish(p->reps[r], rs.io_ok && !rs.interrupted) == BENCH_OK;
+    if (rs.interrupted)
+        log_raw("\nbench: interrupted during %s; %s\n", rs.where,
+                rs.finished_any ? "the finished sets are kept (--resume continues)" : "nothing had finished");
     p->ctx.warnings = NULL, p->ctx.interrupted = NULL;
     p->ctx.floors = NULL, p->ctx.floor_known = NULL, p->ctx.peaks = NULL, p->ctx.peaks_known = NULL;
-    strbuf_free(&warnings);
-    free(floor), free(floor_known), free(peaks), free(peaks_known);
-    if (interrupted)
+    strbuf_free(&rs.warnings);
+    free(rs.floor), free(rs.floor_known), free(rs.peaks), free(rs.peaks_known);
+    if (rs.interrupted)
         return 128 + (p->stop && *p->stop ? *p->stop : SIGINT);
-    return failed || !io_ok ? 1 : 0;
+    return rs.failed || !rs.io_ok ? 1 : 0;
 }
 
 bench_status runner_read_previous(const char *path, const char *model_name, char **text, report_set **sets,

@@ -219,33 +219,184 @@ static int duplicate_shard(const slurm_shard *s, int n)
     return -1;
 }
 
-int cmd_merge(const cli *c)
-{
-    const char *dir = c->config;
-    char *shards_text, err[1600];
-    slurm_shard *shards;
+/* One merge: the sweep's folder and shards, what its parts hold (slurm.h), and what is
+ * gathered from them: the CSV, the JSON's two long lists, each element dumped as it
+ * comes (a tree of 100k shards' contexts took gigabytes), and the counts. */
+typedef struct merge_job {
+    const char *dir;
+    const slurm_shard *shards;
     int n;
+    slurm_state st;
+    strbuf csv, completed, list;
+    json_t *root, *missing, *failed;
+    int merged, problems;
+    int64_t rows;
+} merge_job;
+
+/* Shard i's part merged into the job, or its shard listed as missing or failed. */
+static void merge_shard(merge_job *m, int i)
+{
+    slurm_state *st = &m->st;
+    const slurm_attempt *a = st->chosen[i];
+    json_t *ctx = NULL;
+    char what[600], how[1800], why[1400] = "";
+    int64_t got = 0;
+    slurm_shard_describe(&m->shards[i], what, sizeof what);
+    if (a && st->outcome[i] != SLURM_MISSING) { /* a failed or killed part keeps the set it finished */
+        char jerr[1400];
+        ctx = load_context(a, jerr, sizeof jerr);
+        char part[1400];
+        struct stat ps;
+        snprintf(part, sizeof part, "%s.csv", a->stem);
+        /* a task that failed before it wrote a part: its outcome says why */
+        got = st->outcome[i] == SLURM_OK || lstat(part, &ps) == 0
+                  ? append_rows(&m->csv, a, &m->shards[i], i, ctx, jerr, why, sizeof why)
+                  : 0;
+        if (got == 0 && st->outcome[i] == SLURM_OK)
+            snprintf(why, sizeof why, "its task ended with exit status 0, but %s.csv holds no finished set", a->stem);
+        if (*why && st->outcome[i] != SLURM_OK) { /* the task's own outcome first, then its part's */
+            char part_why[1400];
+            snprintf(part_why, sizeof part_why, "%s", why);
+            snprintf(why, sizeof why, "%.600s; its part is left out: %.700s",
+                     slurm_outcome_describe(st, i, m->dir, how, sizeof how), part_why);
+        }
+        if (*why && st->outcome[i] == SLURM_OK)
+            st->outcome[i] = SLURM_FAILED;
+        m->rows += got > 0 ? got : 0;
+    }
+    if (st->outcome[i] == SLURM_OK) {
+        m->merged++;
+        if (!m->root && ctx)
+            m->root = json_deep_copy(ctx);
+    } else {
+        m->problems++;
+        log_msg("shard %d (%s): %s", i, what, *why ? why : slurm_outcome_describe(st, i, m->dir, how, sizeof how));
+        json_array_append_new(st->outcome[i] == SLURM_MISSING ? m->missing : m->failed, json_integer(i));
+    }
+    json_t *sets = got > 0 && ctx ? json_object_get(ctx, "completed") : NULL; /* what was merged */
+    size_t k;
+    json_t *set;
+    json_array_foreach(sets, k, set) { /* the part's own object, marked (ctx is dropped next) */
+        json_object_set_new(set, "shard", json_integer(i));
+        json_object_set_new(set, "host", json_string(a->host));
+        json_object_set_new(set, "slurm_node", json_string(a->node));
+        dump_element(&m->completed, set);
+    }
+    json_t *entry = shard_json(i, &m->shards[i], st, ctx, m->dir);
+    dump_element(&m->list, entry);
+    json_decref(entry);
+    json_decref(ctx);
+}
+
+/* The merged run's JSON context: the local sweep's (the first finished part's), with
+ * every part's sets and the shard list, as text. */
+static void merged_context(merge_job *m, strbuf *whole)
+{
+    if (!m->root)
+        m->root = json_pack("{s:s}", "tool", "layerbench");
+    json_t *cmd = json_array();
+    json_array_append_new(cmd, json_string("bench"));
+    json_array_append_new(cmd, json_string("merge"));
+    json_array_append_new(cmd, json_string(m->dir));
+    json_object_set_new(m->root, "command_line", cmd);
+    /* the configs: one, as a local sweep says it, or the list */
+    json_t *configs = json_array();
+    for (int i = 0; i < m->n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < json_array_size(configs); k++)
+            seen = seen || strcmp(json_string_value(json_array_get(configs, k)), m->shards[i].config) == 0;
+        if (!seen)
+            json_array_append_new(configs, json_string(m->shards[i].config));
+    }
+    json_object_set(m->root, "config", json_array_size(configs) == 1 ? json_array_get(configs, 0) : configs);
+    json_decref(configs);
+    json_object_set_new(m->root, "state", json_string(m->problems ? "incomplete" : "complete"));
+    json_object_del(m->root, "completed"); /* the first part's: every part's follow */
+    json_object_set_new(m->root, "merged", json_pack("{s:s, s:i, s:i, s:O, s:O}", "folder", m->dir, "shards", m->n,
+                                                     "merged", m->merged, "missing", m->missing, "failed", m->failed));
+    char *text = json_dumps(m->root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t len = text ? strlen(text) : 0;
+    while (len && text[len - 1] != '}') /* the root without its closing brace, then the two lists */
+        len--;
+    strbuf_append(whole, text, len ? len - 1 : 0);
+    free(text);
+    const struct { const char *key; const strbuf *items; } lists[] = {{"completed", &m->completed}, {"shards", &m->list}};
+    for (int l = 0; l < 2; l++) { /* appended, not printf'ed: the lists run to hundreds of MB */
+        strbuf_printf(whole, ",\n  \"%s\": [", lists[l].key);
+        if (lists[l].items->len)
+            strbuf_append(whole, lists[l].items->data, lists[l].items->len), strbuf_append(whole, "\n  ", 3);
+        strbuf_append(whole, "]", 1);
+    }
+    strbuf_append(whole, "\n}\n", 3);
+}
+
+/* The shard list of DIR, read and checked; an exit code on failure, -1 to go on. */
+static int read_shards(const char *dir, char **text, slurm_shard **shards, int *n)
+{
+    char err[1600];
     if (strlen(dir) > SLURM_MAX_DIR) {
         log_msg("'%.60s...': a path longer than the %d characters a sweep's folder may have", dir, SLURM_MAX_DIR);
         return 2;
     }
-    if (slurm_shards_read(dir, &shards_text, &shards, &n, err, sizeof err) != BENCH_OK) {
+    if (slurm_shards_read(dir, text, shards, n, err, sizeof err) != BENCH_OK) {
         log_msg("%s", err);
         return 2;
     }
-    int dup = n <= 4096 ? duplicate_shard(shards, n) : -1;
+    int dup = *n <= 4096 ? duplicate_shard(*shards, *n) : -1;
     if (dup >= 0) {
         log_msg("%s/%s: shard %d is the same set as an earlier one (edited?): not a shard list bench sweep --slurm writes",
                 dir, SLURM_SHARDS_FILE, dup);
-        free(shards_text);
-        slurm_shards_free(shards, n);
+        free(*text);
+        slurm_shards_free(*shards, *n);
         return 2;
     }
+    return -1;
+}
+
+/* The merged CSV and its JSON written; the exit code. */
+static int write_merged(merge_job *m, bench_output *out_csv, bench_output *out_json, bool json_open,
+                        const char *csv_path, const char *json_path)
+{
+    char err[1600];
+    bench_status w = bench_output_write(out_csv, m->csv.data, m->csv.len, err, sizeof err);
+    if (w == BENCH_OK && json_open) {
+        strbuf whole = {0};
+        merged_context(m, &whole);
+        w = bench_output_write(out_json, whole.data, whole.len, err, sizeof err);
+        strbuf_free(&whole);
+    }
+    int rc;
+    if (w != BENCH_OK) {
+        log_msg("%s", err);
+        rc = 1;
+    } else {
+        log_msg("merged %d of %d shards (%lld rows) into %s%s%s", m->merged, m->n, (long long)m->rows, csv_path,
+                json_open ? " and its JSON context " : "", json_open ? json_path : "");
+        rc = m->problems ? 1 : 0;
+    }
+    if (m->problems)
+        log_msg("%d shard%s missing or failed: bench sweep ... --slurm %s --resume (the same command as "
+                "the first time) submits them again", m->problems, m->problems == 1 ? "" : "s", m->dir);
+    return rc;
+}
+
+int cmd_merge(const cli *c)
+{
+    char *shards_text, err[1600];
+    slurm_shard *shards;
+    merge_job m = {.dir = c->config, .missing = json_array(), .failed = json_array()};
+    int rc = read_shards(m.dir, &shards_text, &shards, &m.n);
+    if (rc >= 0) {
+        json_decref(m.missing), json_decref(m.failed);
+        return rc;
+    }
+    m.shards = shards;
+    const char *dir = m.dir;
     char *csv_path = c->merge_out ? xstrdup(c->merge_out) : xasprintf("%s/sweep.csv", dir);
     char *json_path = report_json_path(csv_path);
     bench_output out_csv, out_json;
     bool csv_open = false, json_open = false;
-    int rc = 0;
+    rc = 0;
     if (bench_output_open(&out_csv, csv_path, NULL, err, sizeof err) != BENCH_OK ||
         !(csv_open = true) || (out_csv.target && bench_output_open(&out_json, json_path, NULL, err, sizeof err) != BENCH_OK)) {
         log_msg("-o: %s", err);
@@ -253,150 +404,35 @@ int cmd_merge(const cli *c)
     }
     json_open = !rc && out_csv.target;
     out_csv.append = true;
-    slurm_state st;
-    slurm_state_scan(dir, rc ? 0 : n, &st);
-    if (!rc && (replaces_input(&out_csv, dir, &st) || (json_open && replaces_input(&out_json, dir, &st)))) {
+    slurm_state_scan(dir, rc ? 0 : m.n, &m.st);
+    if (!rc && (replaces_input(&out_csv, dir, &m.st) || (json_open && replaces_input(&out_json, dir, &m.st)))) {
         log_msg("-o %s: it %s a file of the sweep in %s (its parts, statuses, shard or job list): give a file of its own",
-                csv_path, replaces_input(&out_csv, dir, &st) ? "is" : "puts its JSON context over", dir);
+                csv_path, replaces_input(&out_csv, dir, &m.st) ? "is" : "puts its JSON context over", dir);
         rc = 2;
     }
-    if (!rc && st.n_unreadable)
+    if (!rc && m.st.n_unreadable)
         log_msg("%d status file%s in %s %s not one a shard's task writes (malformed, or of another sweep), e.g. %s: "
-                "left out", st.n_unreadable, st.n_unreadable == 1 ? "" : "s", dir, st.n_unreadable == 1 ? "is" : "are",
-                st.unreadable);
-    strbuf csv = {0};
+                "left out", m.st.n_unreadable, m.st.n_unreadable == 1 ? "" : "s", dir,
+                m.st.n_unreadable == 1 ? "is" : "are", m.st.unreadable);
     char *header = report_csv_header();
-    strbuf_append(&csv, header, strlen(header) - 1); /* without its newline */
+    strbuf_append(&m.csv, header, strlen(header) - 1); /* without its newline */
     free(header);
     for (int i = 0; provenance[i]; i++)
-        strbuf_printf(&csv, ",%s", provenance[i]);
-    strbuf_append(&csv, "\n", 1);
-    /* the JSON's two long lists, each element dumped as it comes: a tree of 100k shards'
-     * contexts took gigabytes */
-    strbuf completed = {0}, list = {0};
-    json_t *root = NULL, *missing = json_array(), *failed = json_array();
-    int merged = 0, problems = 0;
-    int64_t rows = 0;
-    for (int i = 0; !rc && i < n; i++) {
-        const slurm_attempt *a = st.chosen[i];
-        json_t *ctx = NULL;
-        char what[600], how[1800], why[1400] = "";
-        int64_t got = 0;
-        slurm_shard_describe(&shards[i], what, sizeof what);
-        if (a && st.outcome[i] != SLURM_MISSING) { /* a failed or killed part keeps the set it finished */
-            char jerr[1400];
-            ctx = load_context(a, jerr, sizeof jerr);
-            char part[1400];
-            struct stat ps;
-            snprintf(part, sizeof part, "%s.csv", a->stem);
-            /* a task that failed before it wrote a part: its outcome says why */
-            got = st.outcome[i] == SLURM_OK || lstat(part, &ps) == 0
-                      ? append_rows(&csv, a, &shards[i], i, ctx, jerr, why, sizeof why)
-                      : 0;
-            if (got == 0 && st.outcome[i] == SLURM_OK)
-                snprintf(why, sizeof why, "its task ended with exit status 0, but %s.csv holds no finished set", a->stem);
-            if (*why && st.outcome[i] != SLURM_OK) { /* the task's own outcome first, then its part's */
-                char part_why[1400];
-                snprintf(part_why, sizeof part_why, "%s", why);
-                snprintf(why, sizeof why, "%.600s; its part is left out: %.700s",
-                         slurm_outcome_describe(&st, i, dir, how, sizeof how), part_why);
-            }
-            if (*why && st.outcome[i] == SLURM_OK)
-                st.outcome[i] = SLURM_FAILED;
-            rows += got > 0 ? got : 0;
-        }
-        if (st.outcome[i] == SLURM_OK) {
-            merged++;
-            if (!root && ctx)
-                root = json_deep_copy(ctx);
-        } else {
-            problems++;
-            log_msg("shard %d (%s): %s", i, what, *why ? why : slurm_outcome_describe(&st, i, dir, how, sizeof how));
-            json_array_append_new(st.outcome[i] == SLURM_MISSING ? missing : failed, json_integer(i));
-        }
-        json_t *sets = got > 0 && ctx ? json_object_get(ctx, "completed") : NULL; /* what was merged */
-        size_t k;
-        json_t *set;
-        json_array_foreach(sets, k, set) { /* the part's own object, marked (ctx is dropped next) */
-            json_object_set_new(set, "shard", json_integer(i));
-            json_object_set_new(set, "host", json_string(a->host));
-            json_object_set_new(set, "slurm_node", json_string(a->node));
-            dump_element(&completed, set);
-        }
-        json_t *entry = shard_json(i, &shards[i], &st, ctx, dir);
-        dump_element(&list, entry);
-        json_decref(entry);
-        json_decref(ctx);
-    }
-    if (!rc) {
-        /* the local sweep's context (the first finished part's), with every part's sets */
-        if (!root)
-            root = json_pack("{s:s}", "tool", "layerbench");
-        json_t *cmd = json_array();
-        json_array_append_new(cmd, json_string("bench"));
-        json_array_append_new(cmd, json_string("merge"));
-        json_array_append_new(cmd, json_string(dir));
-        json_object_set_new(root, "command_line", cmd);
-        /* the configs: one, as a local sweep says it, or the list */
-        json_t *configs = json_array();
-        for (int i = 0; i < n; i++) {
-            bool seen = false;
-            for (size_t k = 0; k < json_array_size(configs); k++)
-                seen = seen || strcmp(json_string_value(json_array_get(configs, k)), shards[i].config) == 0;
-            if (!seen)
-                json_array_append_new(configs, json_string(shards[i].config));
-        }
-        if (json_array_size(configs) == 1)
-            json_object_set(root, "config", json_array_get(configs, 0));
-        else
-            json_object_set(root, "config", configs);
-        json_decref(configs);
-        json_object_set_new(root, "state", json_string(problems ? "incomplete" : "complete"));
-        json_object_del(root, "completed"); /* the first part's: every part's follow */
-        json_object_set_new(root, "merged", json_pack("{s:s, s:i, s:i, s:O, s:O}", "folder", dir, "shards", n,
-                                                      "merged", merged, "missing", missing, "failed", failed));
-        bench_status w = bench_output_write(&out_csv, csv.data, csv.len, err, sizeof err);
-        char *text = w == BENCH_OK && json_open ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        if (w == BENCH_OK && text) { /* the root without its closing brace, then the two lists */
-            strbuf whole = {0};
-            size_t len = strlen(text);
-            while (len && text[len - 1] != '}')
-                len--;
-            strbuf_append(&whole, text, len ? len - 1 : 0);
-            const struct { const char *key; const strbuf *items; } lists[] = {{"completed", &completed}, {"shards", &list}};
-            for (int l = 0; l < 2; l++) { /* appended, not printf'ed: the lists run to hundreds of MB */
-                strbuf_printf(&whole, ",\n  \"%s\": [", lists[l].key);
-                if (lists[l].items->len)
-                    strbuf_append(&whole, lists[l].items->data, lists[l].items->len), strbuf_append(&whole, "\n  ", 3);
-                strbuf_append(&whole, "]", 1);
-            }
-            strbuf_append(&whole, "\n}\n", 3);
-            w = bench_output_write(&out_json, whole.data, whole.len, err, sizeof err);
-            strbuf_free(&whole);
-        }
-        free(text);
-        if (w != BENCH_OK) {
-            log_msg("%s", err);
-            rc = 1;
-        } else {
-            log_msg("merged %d of %d shards (%lld rows) into %s%s%s", merged, n, (long long)rows, csv_path,
-                    json_open ? " and its JSON context " : "", json_open ? json_path : "");
-            rc = problems ? 1 : 0;
-        }
-        if (problems)
-            log_msg("%d shard%s missing or failed: bench sweep ... --slurm %s --resume (the same command as "
-                    "the first time) submits them again", problems, problems == 1 ? "" : "s", dir);
-    }
-    json_decref(root);
-    strbuf_free(&completed), strbuf_free(&list);
-    json_decref(missing), json_decref(failed);
-    strbuf_free(&csv);
-    slurm_state_free(&st);
+        strbuf_printf(&m.csv, ",%s", provenance[i]);
+    strbuf_append(&m.csv, "\n", 1);
+    for (int i = 0; !rc && i < m.n; i++)
+        merge_shard(&m, i);
+    if (!rc)
+        rc = write_merged(&m, &out_csv, &out_json, json_open, csv_path, json_path);
+    json_decref(m.root);
+    strbuf_free(&m.completed), strbuf_free(&m.list), strbuf_free(&m.csv);
+    json_decref(m.missing), json_decref(m.failed);
+    slurm_state_free(&m.st);
     if (csv_open)
         bench_output_close(&out_csv);
     if (json_open)
         bench_output_close(&out_json);
     free(csv_path), free(json_path), free(shards_text);
-    slurm_shards_free(shards, n);
+    slurm_shards_free(shards, m.n);
     return rc;
 }

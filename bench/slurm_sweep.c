@@ -694,95 +694,129 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
     return rc;
 }
 
+/* sbatch on PATH (unless --dry-run), this program's path and the current folder (bench,
+ * cwd), and the sweep's folder checked (check_folder) and resolved into dir. 0, or an
+ * exit code (a folder this call made is removed again). */
+static int sweep_paths(const cli *c, const char *shards_text, char *dir, char *bench, char *cwd, bool *created)
+{
+    if (!c->dry_run && !on_path("sbatch")) {
+        log_msg("--slurm submits through Slurm's sbatch, and there is none on PATH (install slurm-client, or run "
+                "from a login node); --dry-run prints the scripts without it");
+        return 2;
+    }
+    ssize_t bl = readlink("/proc/self/exe", bench, PATH_MAX - 1);
+    if (bl <= 0 || !getcwd(cwd, PATH_MAX)) {
+        log_msg("cannot find this program's path or the current folder: %s", strerror(errno));
+        return 1;
+    }
+    bench[bl] = 0;
+    if (!path_ok("--slurm", c->slurm_dir) || !path_ok("this program's path", bench) ||
+        !path_ok("the current folder", cwd))
+        return 2;
+    int rc = check_folder(c, shards_text, dir, created);
+    if (rc)
+        return rc;
+    if (strlen(dir) > SLURM_MAX_DIR)
+        log_msg("--slurm '%s': its path is longer than the %d characters a sweep's folder may have", dir, SLURM_MAX_DIR);
+    if (strlen(dir) > SLURM_MAX_DIR || !path_ok("--slurm's folder", dir)) { /* as resolved: through links */
+        if (*created)
+            rmdir(dir);
+        return 2;
+    }
+    return 0;
+}
+
+/* --resume: the shards without a finished part and not queued, into todo. -1 to go on,
+ * 0 when there is nothing to submit, or an exit code. */
+static int resume_todo(const char *dir, const slurm_shard *shards, int n_shards, int *todo, int *n_todo)
+{
+    slurm_state st;
+    slurm_state_scan(dir, n_shards, &st);
+    bool *busy = xcalloc((size_t)n_shards, sizeof *busy);
+    if (!queued_shards(dir, busy, n_shards)) {
+        slurm_state_free(&st);
+        free(busy);
+        return 2;
+    }
+    int ok = 0, queued = 0;
+    for (int i = 0; i < n_shards; i++) {
+        ok += st.outcome[i] == SLURM_OK;
+        queued += st.outcome[i] != SLURM_OK && busy[i];
+        if (st.outcome[i] != SLURM_OK && !busy[i]) {
+            char what[512], how[1600];
+            log_msg("shard %d (%s): %s: again", i, slurm_shard_describe(&shards[i], what, sizeof what),
+                    slurm_outcome_describe(&st, i, dir, how, sizeof how));
+            todo[(*n_todo)++] = i;
+        }
+    }
+    slurm_state_free(&st);
+    free(busy);
+    log_msg("--resume: %d of %d shards finished, %d still queued or running, %d to submit again", ok, n_shards, queued,
+            *n_todo);
+    if (*n_todo)
+        return -1;
+    log_msg("nothing to submit%s: bench merge %s", queued ? " (wait for the queued ones)" : "", dir);
+    return 0;
+}
+
+/* --dry-run: the scripts, the sbatch commands and the shard list, printed. */
+static void print_dry_run(const cli *c, const char *dir, const array_plan *arrays, int na, int n_todo, int limit,
+                          bool asked, const char *merge_path, const char *merge_text, const char *shards_path,
+                          const char *shards_text)
+{
+    printf("# %d shard%s in %d array%s (MaxArraySize %d%s); nothing submitted (--dry-run)\n", n_todo,
+           n_todo == 1 ? "" : "s", na, na == 1 ? "" : "s", limit, asked ? "" : ", Slurm's default");
+    for (int i = 0; i < na; i++) {
+        printf("\n# ---- %s\n%s", arrays[i].path, arrays[i].script);
+        char **a = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
+        printf("# submitted as: ");
+        print_argv(stdout, a);
+        free_strv(a);
+    }
+    printf("\n# ---- %s\n%s", merge_path, merge_text);
+    char **a = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
+    printf("# submitted as: ");
+    print_argv(stdout, a);
+    free_strv(a);
+    printf("\n# ---- %s\n%s", shards_path, shards_text);
+}
+
+/* The options every shard repeats (cli_shard_options), shell-quoted, space-separated. */
+static void shard_options(int argc, char **argv, strbuf *options)
+{
+    char **opts = cli_shard_options(argc, argv);
+    for (int i = 0; opts[i]; i++) {
+        if (i)
+            strbuf_append(options, " ", 1);
+        slurm_shell_quote(options, opts[i]);
+    }
+    strbuf_append(options, "", 0);
+    free_strv(opts);
+}
+
 int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches, int n_batches)
 {
     slurm_shard *shards = NULL;
     int n_shards = 0, rc = plan_shards(c, batches, n_batches, &shards, &n_shards);
     if (rc)
         return rc;
-    char **opts = cli_shard_options(argc, argv);
     strbuf options = {0};
-    for (int i = 0; opts[i]; i++) {
-        if (i)
-            strbuf_append(&options, " ", 1);
-        slurm_shell_quote(&options, opts[i]);
-    }
-    strbuf_append(&options, "", 0);
-    free_strv(opts);
+    shard_options(argc, argv, &options);
     char *shards_text = slurm_shards_text(options.data, shards, n_shards);
     char dir[PATH_MAX], bench[PATH_MAX], cwd[PATH_MAX];
     bool created = false;
     array_plan *arrays = NULL;
     int na = 0, *todo = xcalloc((size_t)n_shards, sizeof *todo), n_todo = 0;
     char *shards_path = NULL;
-    if (!c->dry_run && !on_path("sbatch")) {
-        log_msg("--slurm submits through Slurm's sbatch, and there is none on PATH (install slurm-client, or run "
-                "from a login node); --dry-run prints the scripts without it");
-        rc = 2;
+    if ((rc = sweep_paths(c, shards_text, dir, bench, cwd, &created)) != 0)
         goto done;
-    }
-    ssize_t bl = readlink("/proc/self/exe", bench, sizeof bench - 1);
-    if (bl <= 0 || !getcwd(cwd, sizeof cwd)) {
-        log_msg("cannot find this program's path or the current folder: %s", strerror(errno));
-        rc = 1;
-        goto done;
-    }
-    bench[bl] = 0;
-    if (!path_ok("--slurm", c->slurm_dir) || !path_ok("this program's path", bench) ||
-        !path_ok("the current folder", cwd)) {
-        rc = 2;
-        goto done;
-    }
-    if ((rc = check_folder(c, shards_text, dir, &created)) != 0)
-        goto done;
-    if (strlen(dir) > SLURM_MAX_DIR) {
-        log_msg("--slurm '%s': its path is longer than the %d characters a sweep's folder may have", dir, SLURM_MAX_DIR);
-        if (created)
-            rmdir(dir);
-        rc = 2;
-        goto done;
-    }
-    if (!path_ok("--slurm's folder", dir)) { /* as resolved: through links */
-        if (created)
-            rmdir(dir);
-        rc = 2;
-        goto done;
-    }
     shards_path = xasprintf("%s/%s", dir, SLURM_SHARDS_FILE);
     /* what to run: everything, or (--resume) the shards without a finished part and not queued */
-    if (c->resume) {
-        slurm_state st;
-        slurm_state_scan(dir, n_shards, &st);
-        bool *busy = xcalloc((size_t)n_shards, sizeof *busy);
-        if (!queued_shards(dir, busy, n_shards)) {
-            slurm_state_free(&st);
-            free(busy);
-            rc = 2;
-            goto done;
-        }
-        int ok = 0, queued = 0;
-        for (int i = 0; i < n_shards; i++) {
-            ok += st.outcome[i] == SLURM_OK;
-            queued += st.outcome[i] != SLURM_OK && busy[i];
-            if (st.outcome[i] != SLURM_OK && !busy[i]) {
-                char what[512], how[1600];
-                log_msg("shard %d (%s): %s: again", i, slurm_shard_describe(&shards[i], what, sizeof what),
-                        slurm_outcome_describe(&st, i, dir, how, sizeof how));
-                todo[n_todo++] = i;
-            }
-        }
-        slurm_state_free(&st);
-        free(busy);
-        log_msg("--resume: %d of %d shards finished, %d still queued or running, %d to submit again", ok, n_shards,
-                queued, n_todo);
-        if (!n_todo) {
-            log_msg("nothing to submit%s: bench merge %s", queued ? " (wait for the queued ones)" : "", dir);
-            goto done;
-        }
-    } else {
-        for (int i = 0; i < n_shards; i++)
-            todo[n_todo++] = i;
-    }
+    if (c->resume && (rc = resume_todo(dir, shards, n_shards, todo, &n_todo)) >= 0)
+        goto done;
+    rc = 0;
+    for (int i = 0; !c->resume && i < n_shards; i++)
+        todo[n_todo++] = i;
     bool asked;
     int limit = max_array_size(&asked);
     arrays = split_arrays(shards, todo, n_todo, limit, &na);
@@ -794,21 +828,7 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
     char *merge_path = xasprintf("%s/merge-%d.sbatch", dir, round);
     char *merge_text = merge_script(dir, bench);
     if (c->dry_run) {
-        printf("# %d shard%s in %d array%s (MaxArraySize %d%s); nothing submitted (--dry-run)\n", n_todo,
-               n_todo == 1 ? "" : "s", na, na == 1 ? "" : "s", limit, asked ? "" : ", Slurm's default");
-        for (int i = 0; i < na; i++) {
-            printf("\n# ---- %s\n%s", arrays[i].path, arrays[i].script);
-            char **a = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
-            printf("# submitted as: ");
-            print_argv(stdout, a);
-            free_strv(a);
-        }
-        printf("\n# ---- %s\n%s", merge_path, merge_text);
-        char **a = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
-        printf("# submitted as: ");
-        print_argv(stdout, a);
-        free_strv(a);
-        printf("\n# ---- %s\n%s", shards_path, shards_text);
+        print_dry_run(c, dir, arrays, na, n_todo, limit, asked, merge_path, merge_text, shards_path, shards_text);
     } else {
         if (!c->resume && !write_file(shards_path, shards_text, 0644)) {
             if (created)
