@@ -13,33 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Streams the events once before loading the tree: nesting deeper than CFG_MAX_DEPTH
- * is found as soon as it is seen (libyaml's scanner slows down quadratically with
- * depth, so a hostile file must not reach the loader). Syntax errors are left to the
- * loader, which reports them. */
-bool cfg_yaml_too_deep(const char *text, size_t len, yaml_mark_t *at)
-{
-    yaml_parser_t p;
-    yaml_event_t ev;
-    int depth = 0;
-    bool deep = false;
-    if (!yaml_parser_initialize(&p))
-        return false;
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    while (!deep && yaml_parser_parse(&p, &ev)) {
-        yaml_event_type_t t = ev.type;
-        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT)
-            deep = ++depth > CFG_MAX_DEPTH, *at = ev.start_mark;
-        else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT)
-            depth--;
-        yaml_event_delete(&ev);
-        if (t == YAML_STREAM_END_EVENT)
-            break;
-    }
-    yaml_parser_delete(&p);
-    return deep;
-}
-
 static void mark_of_offset(const char *text, size_t offset, yaml_mark_t *mark)
 {
     mark->line = mark->column = 0;
@@ -164,34 +137,4 @@ bench_status cfg_load_built(const char *path, const char *text, size_t len, int6
 out_parser:
     yaml_parser_delete(&parser);
     return st;
-}
-
-bench_status cfg_build_document(const char *path, yaml_document_t *doc, int64_t batch, cfg_shape shape, model **out,
-                                char *err, size_t errlen)
-{
-    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape, .doc = *doc};
-    int rc = -1;
-    *out = NULL;
-    c.m = xcalloc(1, sizeof(model));
-    c.m->path = xstrdup(path);
-    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
-    if (!root) {
-        yaml_mark_t start = {0, 0, 0};
-        cfg_fail_at(&c, start, "the config is empty; expected a mapping with name, input and layers");
-    } else {
-        c.seen = xcalloc((size_t)(c.doc.nodes.top - c.doc.nodes.start) + 1, 1);
-        if (cfg_check_tree(&c, 1, 0) == 0 && cfg_parse_model(&c, root, batch) == 0)
-            rc = 0;
-        free(c.seen);
-        free(c.marks);
-        free(c.names);
-    }
-    yaml_document_delete(&c.doc);
-    memset(doc, 0, sizeof *doc);
-    if (rc) {
-        model_free(c.m);
-        return BENCH_ERR_USAGE;
-    }
-    *out = c.m;
-    return BENCH_OK;
 }

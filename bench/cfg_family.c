@@ -447,6 +447,58 @@ static json_t *rope_scaling(ctx *c, const char *key, json_t *rs)
                    type), NULL;
 }
 
+/* A field's value against its spec's type (int: min, max and layerbench's largest;
+ * number: above); list: its one_of, for the message. 0, or -1 after an error. */
+static int check_type(ctx *c, const char *key, const yaml_node_t *spec, const char *type, json_t *raw, const char *list)
+{
+    const hf_source *s = c->src;
+    if (!strcmp(type, "int")) {
+        if (!json_is_integer(raw))
+            return hf_fail(s, key, "expected an integer");
+        long long v = json_integer_value(raw), lo = 0;
+        const char *min = scalar(map_get(c->f, spec, "min")), *max = scalar(map_get(c->f, spec, "max"));
+        if (min && v < (lo = atoll(min)))
+            return hf_fail(s, key, "expected at least %lld, got %lld", lo, v);
+        if (v > FAMILY_MAX_INT)
+            return hf_fail(s, key, "%lld is larger than the %lld layerbench takes", v, (long long)FAMILY_MAX_INT);
+        if (max && v > atoll(max))
+            return hf_fail(s, key, "%lld: more than the %s layerbench builds", v, max);
+    } else if (!strcmp(type, "number")) {
+        const char *above = scalar(map_get(c->f, spec, "above"));
+        double lo = above ? atof(above) : -1e308;
+        if (!json_is_number(raw) || !(json_number_value(raw) > lo))
+            return above ? hf_fail(s, key, "expected a number above %g", lo) : hf_fail(s, key, "expected a number");
+    } else if (!strcmp(type, "bool") && !json_is_boolean(raw)) {
+        return hf_fail(s, key, "expected true or false");
+    } else if (!strcmp(type, "string") && !json_is_string(raw)) {
+        return hf_fail(s, key, "expected a string%s%s%s, got %s", list ? " (" : "", list ? list : "", list ? ")" : "",
+                       type_of(raw));
+    } else if (!strcmp(type, "list") && !json_is_array(raw)) {
+        return hf_fail(s, key, "expected a list, got %s", type_of(raw));
+    }
+    return 0;
+}
+
+/* A field's value among its spec's one_of, else its say (or the list). 0, or -1. */
+static int check_one_of(ctx *c, const char *key, const yaml_node_t *one_of, const yaml_node_t *say, json_t *raw,
+                        const char *list)
+{
+    bool found = false;
+    for (yaml_node_item_t *it = one_of->data.sequence.items.start; !found && it < one_of->data.sequence.items.top; it++) {
+        json_t *v = literal(node(c->f, *it));
+        found = v && (json_equal(v, raw) ||
+                      (json_is_number(v) && json_is_number(raw) && json_number_value(v) == json_number_value(raw)));
+        json_decref(v);
+    }
+    if (found)
+        return 0;
+    char *why = say ? message(c, say) : NULL, *shown = hf_expr_text(raw);
+    int rc = json_is_string(raw) ? hf_fail(c->src, key, "'%s': %s%s", shown, why ? why : "expected ", why ? "" : list)
+                                 : hf_fail(c->src, key, "%s%s", why ? why : "expected ", why ? "" : list);
+    free(why), free(shown);
+    return rc;
+}
+
 /* One field: the config.json's value checked against its spec (type, min, max, above,
  * one_of, say), or its default; -1 after an error. */
 static int read_field(ctx *c, const char *key, const yaml_node_t *spec)
@@ -489,56 +541,13 @@ static int read_field(ctx *c, const char *key, const yaml_node_t *spec)
     strbuf list = {0};
     if (one_of && one_of->type == YAML_SEQUENCE_NODE)
         choices(c, one_of, &list);
-    if (!strcmp(type, "int")) {
-        if (!json_is_integer(raw))
-            return hf_fail(s, key, "expected an integer");
-        long long v = json_integer_value(raw), lo = 0;
-        const char *min = scalar(map_get(c->f, spec, "min")), *max = scalar(map_get(c->f, spec, "max"));
-        if (min && v < (lo = atoll(min)))
-            return hf_fail(s, key, "expected at least %lld, got %lld", lo, v);
-        if (v > FAMILY_MAX_INT)
-            return hf_fail(s, key, "%lld is larger than the %lld layerbench takes", v, (long long)FAMILY_MAX_INT);
-        if (max && v > atoll(max))
-            return hf_fail(s, key, "%lld: more than the %s layerbench builds", v, max);
-    } else if (!strcmp(type, "number")) {
-        const char *above = scalar(map_get(c->f, spec, "above"));
-        double lo = above ? atof(above) : -1e308;
-        if (!json_is_number(raw) || !(json_number_value(raw) > lo)) {
-            strbuf_free(&list);
-            return above ? hf_fail(s, key, "expected a number above %g", lo) : hf_fail(s, key, "expected a number");
-        }
-    } else if (!strcmp(type, "bool") && !json_is_boolean(raw)) {
-        strbuf_free(&list);
-        return hf_fail(s, key, "expected true or false");
-    } else if (!strcmp(type, "string") && !json_is_string(raw)) {
-        int rc = hf_fail(s, key, "expected a string%s%s%s, got %s", list.len ? " (" : "", list.len ? list.data : "",
-                         list.len ? ")" : "", type_of(raw));
-        strbuf_free(&list);
-        return rc;
-    } else if (!strcmp(type, "list") && !json_is_array(raw)) {
-        strbuf_free(&list);
-        return hf_fail(s, key, "expected a list, got %s", type_of(raw));
-    }
-    if (one_of && one_of->type == YAML_SEQUENCE_NODE) {
-        bool found = false;
-        for (yaml_node_item_t *it = one_of->data.sequence.items.start; !found && it < one_of->data.sequence.items.top; it++) {
-            json_t *v = literal(node(c->f, *it));
-            found = v && (json_equal(v, raw) || (json_is_number(v) && json_is_number(raw) &&
-                                                 json_number_value(v) == json_number_value(raw)));
-            json_decref(v);
-        }
-        if (!found) {
-            char *why = say ? message(c, say) : NULL, *shown = hf_expr_text(raw);
-            int rc = json_is_string(raw) ? hf_fail(s, key, "'%s': %s%s", shown, why ? why : "expected ", why ? "" : list.data)
-                                         : hf_fail(s, key, "%s%s", why ? why : "expected ", why ? "" : list.data);
-            free(why), free(shown);
-            strbuf_free(&list);
-            return rc;
-        }
-    }
+    int rc = check_type(c, key, spec, type, raw, list.len ? list.data : NULL);
+    if (!rc && one_of && one_of->type == YAML_SEQUENCE_NODE)
+        rc = check_one_of(c, key, one_of, say, raw, list.data);
     strbuf_free(&list);
-    json_object_set(c->vars, key, raw);
-    return 0;
+    if (!rc)
+        json_object_set(c->vars, key, raw);
+    return rc;
 }
 
 /* A refuse or checks rule that holds: its say, at the config.json's key. Returns -1. */

@@ -69,10 +69,12 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch);
  * cfg_hf.c builds from a config.json (4096 decoder layers run past 1 MiB). */
 bench_status cfg_load_built(const char *path, const char *text, size_t len, int64_t batch, cfg_shape shape,
                             model **out, char *err, size_t errlen);
-/* The model of a YAML document already in memory (the one cfg_family.c expands): doc is
- * taken (deleted, and zeroed); errors are placed by its nodes' marks under path. */
-/* Whether text nests deeper than CFG_MAX_DEPTH (at: where), found before a loader sees it. */
+/* Whether text nests deeper than CFG_MAX_DEPTH (at: where), found before a loader sees
+ * it (cfg_yaml.c). */
 bool cfg_yaml_too_deep(const char *text, size_t len, yaml_mark_t *at);
+/* The model of a YAML document already in memory (the one cfg_family.c expands): doc is
+ * taken (deleted, and zeroed); errors are placed by its nodes' marks under path
+ * (cfg_model.c). */
 bench_status cfg_build_document(const char *path, yaml_document_t *doc, int64_t batch, cfg_shape shape, model **out,
                                 char *err, size_t errlen);
 

@@ -216,6 +216,81 @@ static int check_branches(cfg_ctx *c, yaml_node_t *at, const char *qname, int64_
     return 0;
 }
 
+/* A residual's arms: each one's output value and its name in messages (owned where
+ * made). */
+typedef struct residual_arms {
+    int outs[LAYER_MAX_INPUTS], n;
+    const char *names[LAYER_MAX_INPUTS];
+    char *owned[LAYER_MAX_INPUTS];
+} residual_arms;
+
+/* body (named under the residual, from *cur) and its shortcut: identity, or the layers
+ * under shortcut_name (default downsample). */
+static int emit_body(cfg_ctx *c, yaml_node_t *body, yaml_node_t *sc, yaml_node_t *scn, const char *qname, int cur,
+                     int *pos, residual_arms *a)
+{
+    const char *sc_name = "downsample";
+    if (body->type != YAML_SEQUENCE_NODE)
+        return fail(c, body, "body: expected a list of layers, got %s", cfg_node_type_name(body));
+    if (scn && cfg_parse_name(c, "shortcut_name", scn, &sc_name))
+        return -1;
+    if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
+                (sc->type == YAML_SCALAR_NODE && strcmp(cfg_scalar(sc), "identity") == 0)))
+        return fail(c, sc, "shortcut: expected 'identity' or a list of layers, got %s", cfg_node_type_name(sc));
+    a->outs[0] = a->outs[1] = cur;
+    a->n = 2;
+    a->names[0] = "the body";
+    a->names[1] = a->owned[1] = sc && sc->type == YAML_SEQUENCE_NODE ? xasprintf("the shortcut ('%s')", sc_name)
+                                                                     : xstrdup("the identity shortcut");
+    if (emit_seq(c, body, qname, pos, &a->outs[0]))
+        return -1;
+    if (sc && sc->type == YAML_SEQUENCE_NODE) {
+        char *sc_prefix = qualify(qname, sc_name);
+        int sc_pos = 0, r = emit_seq(c, sc, sc_prefix, &sc_pos, &a->outs[1]);
+        free(sc_prefix);
+        if (r)
+            return -1;
+    }
+    return 0;
+}
+
+/* Named branches, each a list of layers under its name (from cur) or identity: two for
+ * add and mul, two or more for concat. */
+static int emit_branches(cfg_ctx *c, yaml_node_t *branches, const char *qname, int64_t merge, int cur,
+                         residual_arms *a)
+{
+    if (branches->type != YAML_MAPPING_NODE)
+        return fail(c, branches, "branches: expected a mapping of branch names to lists of layers (or "
+                                 "'identity'), got %s",
+                    cfg_node_type_name(branches));
+    for (yaml_node_pair_t *pr = branches->data.mapping.pairs.start; pr < branches->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = NODE(c, pr->key), *v = NODE(c, pr->value);
+        const char *bname;
+        if (cfg_parse_name(c, "branch name", k, &bname))
+            return -1;
+        if (a->n == LAYER_MAX_INPUTS)
+            return fail(c, k, "more than %d branches", LAYER_MAX_INPUTS);
+        a->outs[a->n] = cur;
+        a->names[a->n] = a->owned[a->n] = xasprintf("branch '%s'", bname);
+        a->n++;
+        if (v->type == YAML_SCALAR_NODE && strcmp(cfg_scalar(v), "identity") == 0)
+            continue;
+        if (v->type != YAML_SEQUENCE_NODE)
+            return fail(c, v, "branch '%s': expected a list of layers or 'identity', got %s", bname,
+                        cfg_node_type_name(v));
+        int bpos = 0;
+        char *bprefix = qualify(qname, bname);
+        int r = emit_seq(c, v, bprefix, &bpos, &a->outs[a->n - 1]);
+        free(bprefix);
+        if (r)
+            return -1;
+    }
+    if (a->n < 2 || (merge != 2 && a->n != 2))
+        return fail(c, branches, "branches: merge %s takes %s branches, got %d", merges[merge],
+                    merge == 2 ? "2 or more" : "exactly 2", a->n);
+    return 0;
+}
+
 /* A residual: branches that all start from the input, merged by add, mul or concat
  * into one layer, then 'after'. Either body (named under the residual) and shortcut
  * (identity, or layers under shortcut_name), as torchvision's blocks are written, or
@@ -244,88 +319,20 @@ static int emit_residual(cfg_ctx *c, yaml_node_t *item, const char *qname, int *
     const char *merge_name = merge == 0 ? "add" : merge == 1 ? "mul" : "cat";
     if (mnn && cfg_parse_name(c, "merge_name", mnn, &merge_name))
         return -1;
-    int outs[LAYER_MAX_INPUTS], n_out = 0, pos = 0;
-    const char *names[LAYER_MAX_INPUTS];
-    char *owned[LAYER_MAX_INPUTS] = {NULL};
-    if (body) {
-        const char *sc_name = "downsample";
-        if (body->type != YAML_SEQUENCE_NODE)
-            return fail(c, body, "body: expected a list of layers, got %s", cfg_node_type_name(body));
-        if (scn && cfg_parse_name(c, "shortcut_name", scn, &sc_name))
-            return -1;
-        if (sc && !(sc->type == YAML_SEQUENCE_NODE ||
-                    (sc->type == YAML_SCALAR_NODE && strcmp(cfg_scalar(sc), "identity") == 0)))
-            return fail(c, sc, "shortcut: expected 'identity' or a list of layers, got %s", cfg_node_type_name(sc));
-        outs[0] = outs[1] = *cur;
-        n_out = 2;
-        names[0] = "the body";
-        names[1] = owned[1] = sc && sc->type == YAML_SEQUENCE_NODE ? xasprintf("the shortcut ('%s')", sc_name)
-                                                                   : xstrdup("the identity shortcut");
-        if (emit_seq(c, body, qname, &pos, &outs[0])) {
-            free(owned[1]);
-            return -1;
-        }
-        if (sc && sc->type == YAML_SEQUENCE_NODE) {
-            char *sc_prefix = qualify(qname, sc_name);
-            int sc_pos = 0, r = emit_seq(c, sc, sc_prefix, &sc_pos, &outs[1]);
-            free(sc_prefix);
-            if (r) {
-                free(owned[1]);
-                return -1;
-            }
-        }
-    } else {
-        if (branches->type != YAML_MAPPING_NODE)
-            return fail(c, branches, "branches: expected a mapping of branch names to lists of layers (or "
-                                     "'identity'), got %s",
-                        cfg_node_type_name(branches));
-        for (yaml_node_pair_t *pr = branches->data.mapping.pairs.start; pr < branches->data.mapping.pairs.top; pr++) {
-            yaml_node_t *k = NODE(c, pr->key), *v = NODE(c, pr->value);
-            const char *bname;
-            if (cfg_parse_name(c, "branch name", k, &bname))
-                goto fail;
-            if (n_out == LAYER_MAX_INPUTS) {
-                fail(c, k, "more than %d branches", LAYER_MAX_INPUTS);
-                goto fail;
-            }
-            outs[n_out] = *cur;
-            names[n_out] = owned[n_out] = xasprintf("branch '%s'", bname);
-            if (v->type == YAML_SCALAR_NODE && strcmp(cfg_scalar(v), "identity") == 0) {
-                n_out++;
-                continue;
-            }
-            n_out++;
-            int bpos = 0, r = -1;
-            char *bprefix = qualify(qname, bname);
-            if (v->type != YAML_SEQUENCE_NODE)
-                fail(c, v, "branch '%s': expected a list of layers or 'identity', got %s", bname, cfg_node_type_name(v));
-            else
-                r = emit_seq(c, v, bprefix, &bpos, &outs[n_out - 1]);
-            free(bprefix);
-            if (r)
-                goto fail;
-        }
-        if (n_out < 2 || (merge != 2 && n_out != 2)) {
-            fail(c, branches, "branches: merge %s takes %s branches, got %d", merges[merge],
-                 merge == 2 ? "2 or more" : "exactly 2", n_out);
-            goto fail;
-        }
-    }
+    residual_arms a = {.n = 0};
+    int pos = 0, v = -1;
     yaml_node_t *at = sc ? sc : branches ? branches : item;
-    if (check_branches(c, at, qname, merge, mp.dim, outs, names, n_out))
-        goto fail;
-    layer_kind mk = merge == 0 ? LAYER_ADD : merge == 1 ? LAYER_MUL : LAYER_CONCAT;
-    int v = add_layer(c, at, qualify(qname, merge_name), mk, &mp, outs, n_out);
-    for (int k = 0; k < n_out; k++)
-        free(owned[k]);
+    if (!(body ? emit_body(c, body, sc, scn, qname, *cur, &pos, &a) : emit_branches(c, branches, qname, merge, *cur, &a)) &&
+        !check_branches(c, at, qname, merge, mp.dim, a.outs, a.names, a.n)) {
+        layer_kind mk = merge == 0 ? LAYER_ADD : merge == 1 ? LAYER_MUL : LAYER_CONCAT;
+        v = add_layer(c, at, qualify(qname, merge_name), mk, &mp, a.outs, a.n);
+    }
+    for (int k = 0; k < LAYER_MAX_INPUTS; k++)
+        free(a.owned[k]);
     if (v < 0)
         return -1;
     *cur = v;
     return after ? emit_seq(c, after, qname, &pos, cur) : 0;
-fail:
-    for (int k = 0; k < n_out; k++)
-        free(owned[k]);
-    return -1;
 }
 
 /* One copy of an item, named qname (owned by this call). */
@@ -556,4 +563,36 @@ int cfg_parse_model(cfg_ctx *c, yaml_node_t *root, int64_t batch)
         return fail(c, bn ? bn : root, "%s", why);
     }
     return 0;
+}
+
+/* A parsed config document (taken: deleted here) built into a model: its tree checked
+ * (cfg_check_tree), then its layers (cfg_parse_model). */
+bench_status cfg_build_document(const char *path, yaml_document_t *doc, int64_t batch, cfg_shape shape, model **out,
+                                char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .err = err, .errlen = errlen, .shape = shape, .doc = *doc};
+    int rc = -1;
+    *out = NULL;
+    c.m = xcalloc(1, sizeof(model));
+    c.m->path = xstrdup(path);
+    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
+    if (!root) {
+        yaml_mark_t start = {0, 0, 0};
+        cfg_fail_at(&c, start, "the config is empty; expected a mapping with name, input and layers");
+    } else {
+        c.seen = xcalloc((size_t)(c.doc.nodes.top - c.doc.nodes.start) + 1, 1);
+        if (cfg_check_tree(&c, 1, 0) == 0 && cfg_parse_model(&c, root, batch) == 0)
+            rc = 0;
+        free(c.seen);
+        free(c.marks);
+        free(c.names);
+    }
+    yaml_document_delete(&c.doc);
+    memset(doc, 0, sizeof *doc);
+    if (rc) {
+        model_free(c.m);
+        return BENCH_ERR_USAGE;
+    }
+    *out = c.m;
+    return BENCH_OK;
 }

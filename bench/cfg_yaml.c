@@ -370,3 +370,30 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
     }
     return 0;
 }
+
+/* Streams the events once before loading the tree: nesting deeper than CFG_MAX_DEPTH
+ * is found as soon as it is seen (libyaml's scanner slows down quadratically with
+ * depth, so a hostile file must not reach the loader). Syntax errors are left to the
+ * loader, which reports them. */
+bool cfg_yaml_too_deep(const char *text, size_t len, yaml_mark_t *at)
+{
+    yaml_parser_t p;
+    yaml_event_t ev;
+    int depth = 0;
+    bool deep = false;
+    if (!yaml_parser_initialize(&p))
+        return false;
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    while (!deep && yaml_parser_parse(&p, &ev)) {
+        yaml_event_type_t t = ev.type;
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT)
+            deep = ++depth > CFG_MAX_DEPTH, *at = ev.start_mark;
+        else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT)
+            depth--;
+        yaml_event_delete(&ev);
+        if (t == YAML_STREAM_END_EVENT)
+            break;
+    }
+    yaml_parser_delete(&p);
+    return deep;
+}

@@ -58,10 +58,90 @@ static int pool_take(forward_net *net, buffer_pool *p, int64_t need)
     return j;
 }
 
+/* Every layer the backend cannot run, said before anything large is allocated:
+ * BENCH_ERR_UNSUPPORTED with the first in why, else BENCH_OK. */
+static bench_status forward_supported(const model *m, const backend *b, char *why, size_t whylen)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        backend_kernel_entry e = backend_kernel_of(b, l);
+        if (!e.kernel) {
+            snprintf(why, whylen, "layer '%s' (%s, %s) is not supported on %s: %s", l->name, layer_kind_name(l->kind),
+                     dtype_name(l->dtype), b->ops->name, e.unsupported ? e.unsupported : "no kernel");
+            return BENCH_ERR_UNSUPPORTED;
+        }
+        for (int k = 0; k < l->n_inputs; k++)
+            if (dtype_storage(model_value_dtype(m, l->inputs[k])) != dtype_storage(l->dtype) &&
+                !b->ops->device.convert) {
+                snprintf(why, whylen, "layer '%s' reads a %s value as %s, and %s cannot convert between dtypes",
+                         l->name, dtype_name(model_value_dtype(m, l->inputs[k])), dtype_name(l->dtype), b->ops->name);
+                return BENCH_ERR_UNSUPPORTED;
+            }
+    }
+    return BENCH_OK;
+}
+
+/* Layer i's arguments: its inputs' values, each converted (a cast of the forward) where
+ * the layer reads another dtype. False when out of memory, said in why. */
+static bool layer_args(forward_net *net, int i, char *why, size_t whylen)
+{
+    const model *m = net->m;
+    const layer *l = &m->layers[i];
+    net->args[i] = xmalloc((size_t)l->n_inputs * sizeof *net->args[i]);
+    for (int k = 0; k < l->n_inputs; k++) {
+        dtype_t from = model_value_dtype(m, l->inputs[k]);
+        net->args[i][k] = net->values[l->inputs[k]];
+        if (dtype_storage(from) == dtype_storage(l->dtype)) /* the same bytes: nothing to convert */
+            continue;
+        int64_t count = shape_numel(&l->ins[k]);
+        forward_cast cast = {i, net->values[l->inputs[k]], NULL, from, l->dtype, count};
+        if (!(cast.dst = backend_alloc_values(net->b, l->dtype, count, NULL))) {
+            snprintf(why, whylen, "out of memory for the conversion of an input of layer '%s'", l->name);
+            return false;
+        }
+        net->casts = xrealloc(net->casts, (size_t)(net->n_casts + 1) * sizeof *net->casts);
+        net->casts[net->n_casts++] = cast;
+        net->args[i][k] = cast.dst;
+    }
+    return true;
+}
+
+/* Layer i's weights made (random, from rng) and the layer set up on the backend. */
+static bench_status layer_setup(forward_net *net, int i, layer_rng *rng, char *why, size_t whylen)
+{
+    const layer *l = &net->m->layers[i];
+    const layer_desc *d = layer_desc_get(l->kind);
+    const backend *b = net->b;
+    if (l->n_weight_floats && !forward_host_room(b, l, why, whylen))
+        return BENCH_ERR_NOMEM;
+    if (l->n_weight_floats) {
+        float *w = bench_alloc_floats(l->n_weight_floats);
+        if (w) {
+            d->init_weights(l, w, rng);
+            net->weights[i] = backend_alloc_values(b, l->dtype, l->n_weight_floats, w);
+            free(w);
+        }
+        if (!net->weights[i]) {
+            snprintf(why, whylen, "out of memory for the weights (at layer '%s')", l->name);
+            return BENCH_ERR_NOMEM;
+        }
+    }
+    int64_t ws;
+    bench_status set = backend_layer_setup(b, l, net->weights[i], &net->states[i], net->impl[i], sizeof net->impl[i], &ws);
+    if (set != BENCH_OK) {
+        net->states[i] = NULL;
+        if (set == BENCH_ERR_UNSUPPORTED)
+            snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, b->ops->name);
+        else
+            snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
+                     set == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
+    }
+    return set;
+}
+
 bench_status forward_build(forward_net *net, const model *m, const backend *b, uint64_t seed, char *why,
                                size_t whylen)
 {
-    const backend_ops *ops = b->ops;
     int n = m->n_layers;
     *net = (forward_net){.m = m, .b = b, .states = xcalloc((size_t)n, sizeof(backend_layer *)),
                          .weights = xcalloc((size_t)n, sizeof(void *)),
@@ -73,58 +153,30 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
     net->bufs = xcalloc((size_t)n + 1, sizeof *net->bufs);
     buffer_pool pool = {xcalloc((size_t)n + 1, sizeof *pool.bytes), xcalloc((size_t)n + 1, sizeof *pool.busy)};
     int *last = xmalloc(((size_t)n + 1) * sizeof *last), *buf_of = xcalloc((size_t)n + 1, sizeof *buf_of);
-    bench_status st = BENCH_ERR_NOMEM;
+    bench_status st = forward_supported(m, b, why, whylen);
     model_last_readers(m, last);
     last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
-    /* every layer the backend cannot run, before anything large is allocated */
-    for (int i = 0; i < n; i++) {
-        const layer *l = &m->layers[i];
-        backend_kernel_entry e = backend_kernel_of(b, l);
-        if (!e.kernel) {
-            snprintf(why, whylen, "layer '%s' (%s, %s) is not supported on %s: %s", l->name, layer_kind_name(l->kind),
-                     dtype_name(l->dtype), ops->name, e.unsupported ? e.unsupported : "no kernel");
-            st = BENCH_ERR_UNSUPPORTED;
-            goto out;
-        }
-        for (int k = 0; k < l->n_inputs; k++)
-            if (dtype_storage(model_value_dtype(m, l->inputs[k])) != dtype_storage(l->dtype) && !ops->device.convert) {
-                snprintf(why, whylen, "layer '%s' reads a %s value as %s, and %s cannot convert between dtypes",
-                         l->name, dtype_name(model_value_dtype(m, l->inputs[k])), dtype_name(l->dtype), ops->name);
-                st = BENCH_ERR_UNSUPPORTED;
-                goto out;
-            }
-    }
     dtype_t in_type = model_value_dtype(m, 0);
-    float *host = bench_alloc_floats(shape_numel(&m->input));
+    float *host = st == BENCH_OK ? bench_alloc_floats(shape_numel(&m->input)) : NULL;
     if (host) {
         layer_fill_uniform(host, shape_numel(&m->input), -1.0f, 1.0f, &rng);
         net->values[0] = net->bufs[0] = backend_alloc_values(b, in_type, shape_numel(&m->input), host);
         free(host);
     }
-    if (!net->values[0]) {
+    if (st == BENCH_OK && !net->values[0]) {
         snprintf(why, whylen, "out of memory for the model's input");
-        goto out;
+        st = BENCH_ERR_NOMEM;
     }
-    net->casts = xcalloc(1, sizeof *net->casts);
-    net->n_bufs = 1, pool.busy[0] = true;
-    for (int i = 0; i < n; i++) {
+    if (st == BENCH_OK) {
+        net->casts = xcalloc(1, sizeof *net->casts);
+        net->n_bufs = 1, pool.busy[0] = true;
+    }
+    for (int i = 0; st == BENCH_OK && i < n; i++) {
         const layer *l = &m->layers[i];
         const layer_desc *d = layer_desc_get(l->kind);
-        net->args[i] = xmalloc((size_t)l->n_inputs * sizeof *net->args[i]);
-        for (int k = 0; k < l->n_inputs; k++) {
-            dtype_t from = model_value_dtype(m, l->inputs[k]);
-            net->args[i][k] = net->values[l->inputs[k]];
-            if (dtype_storage(from) == dtype_storage(l->dtype)) /* the same bytes: nothing to convert */
-                continue;
-            int64_t count = shape_numel(&l->ins[k]);
-            forward_cast cast = {i, net->values[l->inputs[k]], NULL, from, l->dtype, count};
-            if (!(cast.dst = backend_alloc_values(b, l->dtype, count, NULL))) {
-                snprintf(why, whylen, "out of memory for the conversion of an input of layer '%s'", l->name);
-                goto out;
-            }
-            net->casts = xrealloc(net->casts, (size_t)(net->n_casts + 1) * sizeof *net->casts);
-            net->casts[net->n_casts++] = cast;
-            net->args[i][k] = cast.dst;
+        if (!layer_args(net, i, why, whylen)) {
+            st = BENCH_ERR_NOMEM;
+            break;
         }
         int64_t out_bytes = shape_numel(&l->out) * (int64_t)dtype_size(l->dtype);
         if (d->aliases_input) {
@@ -133,7 +185,8 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
             net->values[i + 1] = net->bufs[buf_of[i + 1]];
         } else {
             snprintf(why, whylen, "out of memory for the activations (at layer '%s')", l->name);
-            goto out;
+            st = BENCH_ERR_NOMEM;
+            break;
         }
         /* a buffer is free once the last layer reading its value has run (not before its
          * output is placed: a layer never writes over its own input) */
@@ -142,39 +195,12 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
                 pool.busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
         if (!d->aliases_input && last[i + 1] == i)
             pool.busy[buf_of[i + 1]] = false;
-        if (l->n_weight_floats && !forward_host_room(b, l, why, whylen))
-            goto out;
-        if (l->n_weight_floats) {
-            float *w = bench_alloc_floats(l->n_weight_floats);
-            if (w) {
-                d->init_weights(l, w, &rng);
-                net->weights[i] = backend_alloc_values(b, l->dtype, l->n_weight_floats, w);
-                free(w);
-            }
-            if (!net->weights[i]) {
-                snprintf(why, whylen, "out of memory for the weights (at layer '%s')", l->name);
-                goto out;
-            }
-        }
-        int64_t ws;
-        bench_status set = backend_layer_setup(b, l, net->weights[i], &net->states[i], net->impl[i],
-                                                sizeof net->impl[i], &ws);
-        if (set != BENCH_OK) {
-            net->states[i] = NULL, st = set;
-            if (set == BENCH_ERR_UNSUPPORTED)
-                snprintf(why, whylen, "layer '%s' (%s) is not supported on %s", l->name, d->name, ops->name);
-            else
-                snprintf(why, whylen, "setting up layer '%s' failed: %s", l->name,
-                         set == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(b));
-            goto out;
-        }
+        st = layer_setup(net, i, &rng, why, whylen);
     }
-    st = BENCH_OK;
-    if (backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
+    if (st == BENCH_OK && backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
         snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
         st = BENCH_ERR_BACKEND;
     }
-out:
     free(pool.bytes), free(pool.busy), free(last), free(buf_of);
     return st;
 }

@@ -313,48 +313,126 @@ out:
     return NULL;
 }
 
+/* A number token: an integer (int64) or a float; '_' separates digits, as Python's. */
+static json_t *number_literal(parser *ps)
+{
+    char *end, clean[512];
+    size_t k = 0;
+    json_t *v;
+    for (const char *s = ps->tok; *s && k + 1 < sizeof clean; s++)
+        if (*s != '_')
+            clean[k++] = *s;
+    clean[k] = 0;
+    if (strpbrk(clean, ".eE")) {
+        double d = strtod(clean, &end);
+        v = *end ? NULL : json_real(d);
+    } else {
+        long long i = strtoll(clean, &end, 10);
+        v = *end || (i == LLONG_MAX && strcmp(clean, "9223372036854775807")) ? NULL : json_integer(i);
+    }
+    if (!v)
+        return fail(ps, "'%s' is not a number", ps->tok);
+    next(ps);
+    return v;
+}
+
+/* A name: a constant, a call, or what the description or the config.json defines. */
+static json_t *name_value(parser *ps)
+{
+    char name[512];
+    json_t *v;
+    snprintf(name, sizeof name, "%s", ps->tok);
+    next(ps);
+    if (!strcmp(name, "true") || !strcmp(name, "True"))
+        return json_true();
+    if (!strcmp(name, "false") || !strcmp(name, "False"))
+        return json_false();
+    if (!strcmp(name, "null") || !strcmp(name, "None"))
+        return json_null();
+    if (is_op(ps, "(")) {
+        next(ps);
+        return call(ps, name);
+    }
+    if (SKIPPED(ps))
+        return json_null();
+    if (!(v = ps->lookup(ps->user, name)))
+        return fail(ps, "'%s' is not a name the description or the config.json defines", name);
+    return v;
+}
+
+/* [a, b, ...], the '[' read. */
+static json_t *list_literal(parser *ps)
+{
+    json_t *v = json_array();
+    while (!is_op(ps, "]") && !ps->failed) {
+        json_t *item = ternary(ps);
+        if (!item)
+            break;
+        json_array_append_new(v, item);
+        if (!is_op(ps, ","))
+            break;
+        next(ps);
+    }
+    if (ps->failed || !expect(ps, "]")) {
+        json_decref(v);
+        v = NULL;
+    }
+    return v;
+}
+
+/* v.name or v[i] (a member, an item, a character), consuming v. */
+static json_t *member(parser *ps, json_t *v)
+{
+    json_t *key = NULL, *got = NULL;
+    if (is_op(ps, ".")) {
+        next(ps);
+        if (ps->kind != T_NAME) {
+            json_decref(v);
+            return fail(ps, "a name after '.'");
+        }
+        key = json_string(ps->tok);
+        next(ps);
+    } else {
+        next(ps);
+        key = ternary(ps);
+        if (!key || !expect(ps, "]")) {
+            json_decref(key), json_decref(v);
+            return NULL;
+        }
+    }
+    long long i;
+    if (SKIPPED(ps))
+        got = json_null();
+    else if (json_is_object(v) && json_is_string(key))
+        got = json_object_get(v, json_string_value(key)), got = got ? json_incref(got) : json_null();
+    else if (json_is_array(v) && integer(key, &i)) {
+        long long n = (long long)json_array_size(v);
+        got = i >= -n && i < n ? json_incref(json_array_get(v, (size_t)(i < 0 ? i + n : i))) : NULL;
+    } else if (json_is_string(v) && integer(key, &i)) {
+        long long n = (long long)json_string_length(v);
+        char c[2] = {i >= -n && i < n ? json_string_value(v)[i < 0 ? i + n : i] : 0, 0};
+        got = c[0] ? json_string(c) : NULL;
+    }
+    if (!got)
+        fail(ps, "%s of %s: no such member or item", json_is_string(key) ? json_string_value(key) : "an index",
+             type_name(v));
+    json_decref(key), json_decref(v);
+    return got;
+}
+
 static json_t *primary(parser *ps)
 {
     if (++ps->depth > EXPR_MAX_DEPTH)
         return fail(ps, "nested more than %d deep", EXPR_MAX_DEPTH);
     json_t *v = NULL;
     if (ps->kind == T_NUM) {
-        char *end, clean[512];
-        size_t k = 0;
-        for (const char *s = ps->tok; *s && k + 1 < sizeof clean; s++)
-            if (*s != '_')
-                clean[k++] = *s;
-        clean[k] = 0;
-        if (strpbrk(clean, ".eE")) {
-            double d = strtod(clean, &end);
-            v = *end ? NULL : json_real(d);
-        } else {
-            long long i = strtoll(clean, &end, 10);
-            v = *end || (i == LLONG_MAX && strcmp(clean, "9223372036854775807")) ? NULL : json_integer(i);
-        }
-        if (!v)
-            return fail(ps, "'%s' is not a number", ps->tok);
-        next(ps);
+        if (!(v = number_literal(ps)))
+            return NULL;
     } else if (ps->kind == T_STR) {
         v = json_string(ps->tok);
         next(ps);
     } else if (ps->kind == T_NAME) {
-        char name[512];
-        snprintf(name, sizeof name, "%s", ps->tok);
-        next(ps);
-        if (!strcmp(name, "true") || !strcmp(name, "True"))
-            v = json_true();
-        else if (!strcmp(name, "false") || !strcmp(name, "False"))
-            v = json_false();
-        else if (!strcmp(name, "null") || !strcmp(name, "None"))
-            v = json_null();
-        else if (is_op(ps, "(")) {
-            next(ps);
-            v = call(ps, name);
-        } else if (SKIPPED(ps))
-            v = json_null();
-        else if (!(v = ps->lookup(ps->user, name)))
-            return fail(ps, "'%s' is not a name the description or the config.json defines", name);
+        v = name_value(ps);
     } else if (is_op(ps, "(")) {
         next(ps);
         v = ternary(ps);
@@ -364,62 +442,12 @@ static json_t *primary(parser *ps)
         }
     } else if (is_op(ps, "[")) {
         next(ps);
-        v = json_array();
-        while (!is_op(ps, "]") && !ps->failed) {
-            json_t *item = ternary(ps);
-            if (!item)
-                break;
-            json_array_append_new(v, item);
-            if (!is_op(ps, ","))
-                break;
-            next(ps);
-        }
-        if (ps->failed || !expect(ps, "]")) {
-            json_decref(v);
-            v = NULL;
-        }
+        v = list_literal(ps);
     } else {
         return fail(ps, "%s where a value was expected", ps->kind == T_END ? "the end" : ps->tok);
     }
-    /* postfix: a.b, a[i] */
-    while (v && (is_op(ps, ".") || is_op(ps, "["))) {
-        json_t *key = NULL, *got = NULL;
-        if (is_op(ps, ".")) {
-            next(ps);
-            if (ps->kind != T_NAME) {
-                json_decref(v);
-                return fail(ps, "a name after '.'");
-            }
-            key = json_string(ps->tok);
-            next(ps);
-        } else {
-            next(ps);
-            key = ternary(ps);
-            if (!key || !expect(ps, "]")) {
-                json_decref(key), json_decref(v);
-                return NULL;
-            }
-        }
-        long long i;
-        if (SKIPPED(ps))
-            got = json_null();
-        else if (json_is_object(v) && json_is_string(key))
-            got = json_object_get(v, json_string_value(key)), got = got ? json_incref(got) : json_null();
-        else if (json_is_array(v) && integer(key, &i)) {
-            long long n = (long long)json_array_size(v);
-            got = i >= -n && i < n ? json_incref(json_array_get(v, (size_t)(i < 0 ? i + n : i))) : NULL;
-        } else if (json_is_string(v) && integer(key, &i)) {
-            long long n = (long long)json_string_length(v);
-            char c[2] = {i >= -n && i < n ? json_string_value(v)[i < 0 ? i + n : i] : 0, 0};
-            got = c[0] ? json_string(c) : NULL;
-        }
-        if (!got) {
-            fail(ps, "%s of %s: no such member or item", json_is_string(key) ? json_string_value(key) : "an index",
-                 type_name(v));
-        }
-        json_decref(key), json_decref(v);
-        v = got;
-    }
+    while (v && (is_op(ps, ".") || is_op(ps, "["))) /* postfix: a.b, a[i] */
+        v = member(ps, v);
     ps->depth--;
     return v;
 }

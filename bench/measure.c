@@ -9,31 +9,6 @@
 
 #include "schedstat.h"
 
-const char *measure_row_status_name(row_status s)
-{
-    static const char *const names[] = {"", "ok", "dedupe", "view", "skipped", "failed"};
-    return s >= ROW_NONE && s <= ROW_FAILED ? names[s] : "?";
-}
-
-const char *measure_stop_reason_name(stop_reason s)
-{
-    static const char *const names[] = {"", "noise", "timeout", "samples"};
-    return s >= STOP_NONE && s <= STOP_SAMPLES ? names[s] : "?";
-}
-
-static const char *const mode_names[MODE_COUNT] = {NULL,      "auto",    "warm",  "cold",     "batch",
-                                                    "inmodel", "chained", "graph", "transfer", "floor"};
-
-const char *measure_mode_name(timing_mode m) { return m > MODE_NONE && m < MODE_COUNT ? mode_names[m] : NULL; }
-
-timing_mode measure_mode_from_name(const char *name)
-{
-    for (int m = MODE_AUTO; m <= MODE_BATCH; m++)
-        if (name && strcmp(name, mode_names[m]) == 0)
-            return (timing_mode)m;
-    return MODE_NONE;
-}
-
 /* Counts the failed rows and keeps the first failure's reason in err. */
 static void tally(run_result *res, const layer_result *r, const char *name, char *err, size_t errlen)
 {
@@ -43,32 +18,13 @@ static void tally(run_result *res, const layer_result *r, const char *name, char
         snprintf(err, errlen, "%s on %s: %s", name, res->backend, r->note);
 }
 
-bench_status measure_model(const model *m, const backend *b, const measure_options *opt, timing_mode mode,
-                           const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen)
+/* Every layer set up alone as a unit to sample (a view, a twin of a layer before it
+ * under --dedupe, or one left out of this process, is a row without a unit). */
+static void setup_layers(const model *m, const backend *b, const measure_options *o, timing_mode mode,
+                         const timer_floor *floor, bench_status scratch_st, scratch *s, layer_unit *lus, run_result *out,
+                         unit *units, int *n_units)
 {
-    double t0 = bench_now();
-    measure_options host = *opt, *o = &host;
-    if (b->ops->device_memory) /* a held device's events do not see the host's waits, and its runtime's */
-        host.waited = NULL;    /* sleeping threads would count as disturbing it */
-    int n = m->n_layers;
-    memset(out, 0, sizeof *out);
-    out->m = m;
-    out->forward_device_bytes = -1;
-    out->backend = b->ops->name;
-    out->mode = mode;
-    out->threads = backend_threads(b);
-    out->floor = *floor;
-    out->layers = xcalloc((size_t)n, sizeof(layer_result));
-    out->has_model = with_model;
-    out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
-    unit *units = xcalloc((size_t)n + 4, sizeof *units);
-    layer_unit *lus = xcalloc((size_t)n, sizeof *lus);
-    model_units *mu = NULL;
-    int n_units = 0;
-    char first_failure[512] = "";
-    scratch s = {{NULL}, NULL};
-    bench_status st = isolated_scratch_alloc(m, b, o->seed, &s);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
         layer_result *r = &out->layers[i];
         r->dedupe_of = -1;
@@ -83,7 +39,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
             r->dedupe_of = twin; /* filled in once the twin is measured */
             continue;
         }
-        if (st != BENCH_OK) {
+        if (scratch_st != BENCH_OK) {
             measure_row_fail(r, "out of memory for the isolated layers' shared input and output");
             continue;
         }
@@ -93,10 +49,54 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
         }
         if (o->at)
             o->at(o->at_user, i);
-        isolated_setup(l, i, b, mode, floor, &s, o->seed + (uint64_t)i, &lus[i], r, &units[n_units]);
-        if (units[n_units].r)
-            n_units++;
+        isolated_setup(l, i, b, mode, floor, s, o->seed + (uint64_t)i, &lus[i], r, &units[*n_units]);
+        if (units[*n_units].r)
+            (*n_units)++;
     }
+}
+
+/* The rows once sampled: a twin's copied from its layer, the isolated layers freed, the
+ * sum of medians and the failures counted (the first in first). */
+static void finish_layers(const model *m, const backend *b, layer_unit *lus, run_result *out, char *first, size_t len)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        layer_result *r = &out->layers[i];
+        if (r->dedupe_of >= 0) {
+            int twin = r->dedupe_of;
+            *r = out->layers[twin];
+            r->kept = NULL, r->n_kept = 0; /* the twin owns them */
+            r->dedupe_of = twin;
+            if (r->status == ROW_OK)
+                r->status = ROW_DEDUPE;
+            snprintf(r->note, sizeof r->note, "timed once with layer %d (--dedupe)", twin);
+        }
+        isolated_free(b, &lus[i]);
+        if (row_timed(r))
+            out->sum_medians += r->st.median;
+        else if (r->status == ROW_FAILED)
+            tally(out, r, m->layers[i].name, first, len);
+    }
+}
+
+bench_status measure_model(const model *m, const backend *b, const measure_options *opt, timing_mode mode,
+                           const timer_floor *floor, bool with_model, run_result *out, char *err, size_t errlen)
+{
+    double t0 = bench_now();
+    measure_options host = *opt, *o = &host;
+    if (b->ops->device_memory) /* a held device's events do not see the host's waits, and its runtime's */
+        host.waited = NULL;    /* sleeping threads would count as disturbing it */
+    int n = m->n_layers;
+    *out = (run_result){.m = m, .forward_device_bytes = -1, .backend = b->ops->name, .mode = mode,
+                        .threads = backend_threads(b), .floor = *floor, .has_model = with_model,
+                        .layers = xcalloc((size_t)n, sizeof(layer_result))};
+    out->chained.dedupe_of = out->graph.dedupe_of = out->upload.dedupe_of = out->download.dedupe_of = -1;
+    unit *units = xcalloc((size_t)n + 4, sizeof *units);
+    layer_unit *lus = xcalloc((size_t)n, sizeof *lus);
+    model_units *mu = NULL;
+    int n_units = 0;
+    char first_failure[512] = "";
+    scratch s = {{NULL}, NULL};
+    setup_layers(m, b, o, mode, floor, isolated_scratch_alloc(m, b, o->seed, &s), &s, lus, out, units, &n_units);
     if (with_model && o->skip_model) {
         chained_rows_not_run(out, b, ROW_FAILED, "left out of this process");
     } else if (with_model) {
@@ -110,8 +110,8 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     dvec canary = {0}, stream = {0};
     if (o->waited_reset)
         o->waited_reset(o->waited_user);
-    st = measure_sample_units(units, n_units, o, b, mode, &canary,
-                              o->stream_rounds && model_decode_step(m) ? &stream : NULL, err, errlen);
+    bench_status st = measure_sample_units(units, n_units, o, b, mode, &canary,
+                                           o->stream_rounds && model_decode_step(m) ? &stream : NULL, err, errlen);
     measure_progress(o, b, mode, 0, 0, 0, NULL);
     out->canary = canary.v, out->n_canary = (int)canary.n;
     out->stream = stream.v, out->n_stream = (int)stream.n;
@@ -128,23 +128,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     }
     if (with_model)
         chained_finish_inmodel(m, mu, out);
-    for (int i = 0; i < n; i++) {
-        layer_result *r = &out->layers[i];
-        if (r->dedupe_of >= 0) {
-            int twin = r->dedupe_of;
-            *r = out->layers[twin];
-            r->kept = NULL, r->n_kept = 0; /* the twin owns them */
-            r->dedupe_of = twin;
-            if (r->status == ROW_OK)
-                r->status = ROW_DEDUPE;
-            snprintf(r->note, sizeof r->note, "timed once with layer %d (--dedupe)", twin);
-        }
-        isolated_free(b, &lus[i]);
-        if (row_timed(r))
-            out->sum_medians += r->st.median;
-        else if (r->status == ROW_FAILED)
-            tally(out, r, m->layers[i].name, first_failure, sizeof first_failure);
-    }
+    finish_layers(m, b, lus, out, first_failure, sizeof first_failure);
     if (with_model) {
         chained_free(m, b, mu);
         tally(out, &out->chained, "the chained forward", first_failure, sizeof first_failure);

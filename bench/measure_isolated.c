@@ -116,13 +116,42 @@ void isolated_scratch_free(const backend *b, scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+/* An isolated layer's weights, random from seed, on the backend (lu->w); false with r
+ * failed when they do not fit. */
+static bool isolated_weights(const layer *l, const backend *b, uint64_t seed, layer_unit *lu, layer_result *r)
+{
+    float *w = NULL;
+    char room[400];
+    if (!forward_host_room(b, l, room, sizeof room)) {
+        measure_row_fail(r, "%s", room);
+        return false;
+    }
+    if (l->n_weight_floats) {
+        layer_rng rng;
+        layer_rng_seed(&rng, seed);
+        if (!(w = bench_alloc_floats(l->n_weight_floats))) {
+            measure_row_fail(r, "out of host memory for the layer's weights");
+            return false;
+        }
+        layer_desc_get(l->kind)->init_weights(l, w, &rng);
+    }
+    lu->w = w ? backend_alloc_values(b, l->dtype, l->n_weight_floats, w) : NULL;
+    free(w);
+    if (w && !lu->w) {
+        const char *why = backend_last_error(b);
+        measure_row_fail(r, "out of %s memory for the layer's weights%s%s", b->ops->device_memory ? "device" : "host",
+                         *why ? ": " : "", why);
+        return false;
+    }
+    return true;
+}
+
 /* Untimed setup of one isolated layer in its mode: weights, the backend's setup, and
  * for batch mode the launch count (and graph). Fills r on failure. */
 void isolated_setup(const layer *l, int index, const backend *b, timing_mode mode, const timer_floor *floor,
                         const scratch *s, uint64_t seed, layer_unit *lu, layer_result *r, unit *u)
 {
     const backend_ops *ops = b->ops;
-    float *w = NULL;
     backend_clear_error(b);
     lu->in = xmalloc((size_t)l->n_inputs * sizeof *lu->in);
     lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
@@ -138,28 +167,8 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
         lu->in[k] = (const char *)s->in[l->dtype] + at * (int64_t)dtype_size(l->dtype);
         at += (int)shape_numel(&l->ins[k]);
     }
-    char room[400];
-    if (!forward_host_room(b, l, room, sizeof room)) {
-        measure_row_fail(r, "%s", room);
+    if (!isolated_weights(l, b, seed, lu, r))
         return;
-    }
-    if (l->n_weight_floats) {
-        layer_rng rng;
-        layer_rng_seed(&rng, seed);
-        if (!(w = bench_alloc_floats(l->n_weight_floats))) {
-            measure_row_fail(r, "out of host memory for the layer's weights");
-            return;
-        }
-        layer_desc_get(l->kind)->init_weights(l, w, &rng);
-    }
-    lu->w = w ? backend_alloc_values(b, l->dtype, l->n_weight_floats, w) : NULL;
-    free(w);
-    if (w && !lu->w) {
-        const char *why = backend_last_error(b);
-        measure_row_fail(r, "out of %s memory for the layer's weights%s%s", ops->device_memory ? "device" : "host",
-                 *why ? ": " : "", why);
-        return;
-    }
     char why[96] = "";
     bench_status st = backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {

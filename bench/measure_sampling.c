@@ -7,6 +7,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The names of rows' statuses, stopping reasons and timing modes, as the CSV and the
+ * command line spell them. */
+const char *measure_row_status_name(row_status s)
+{
+    static const char *const names[] = {"", "ok", "dedupe", "view", "skipped", "failed"};
+    return s >= ROW_NONE && s <= ROW_FAILED ? names[s] : "?";
+}
+
+const char *measure_stop_reason_name(stop_reason s)
+{
+    static const char *const names[] = {"", "noise", "timeout", "samples"};
+    return s >= STOP_NONE && s <= STOP_SAMPLES ? names[s] : "?";
+}
+
+static const char *const mode_names[MODE_COUNT] = {NULL,      "auto",    "warm",  "cold",     "batch",
+                                                    "inmodel", "chained", "graph", "transfer", "floor"};
+
+const char *measure_mode_name(timing_mode m) { return m > MODE_NONE && m < MODE_COUNT ? mode_names[m] : NULL; }
+
+timing_mode measure_mode_from_name(const char *name)
+{
+    for (int m = MODE_AUTO; m <= MODE_BATCH; m++)
+        if (name && strcmp(name, mode_names[m]) == 0)
+            return (timing_mode)m;
+    return MODE_NONE;
+}
+
 void measure_row_fail(layer_result *r, const char *fmt, ...)
 {
     va_list ap;

@@ -140,14 +140,21 @@ char *report_json_path(const char *csv_path)
     return xasprintf("%s.json", csv_path);
 }
 
-/* The whole context, in the state given, with the finished sets' JSON objects. */
-static bench_status json_write(bench_output *out, const report_context *ctx, const char *state, const char *completed)
+/* A string, or null. */
+static void json_str_or_null(strbuf *f, const char *s)
 {
-    strbuf buf = {0}, *f = &buf;
-    char host[256], cpu[256], date[64], os[600];
+    if (s)
+        strbuf_json(f, s);
+    else
+        strbuf_printf(f, "null");
+}
+
+/* What made the file: the tool, its build, the command and when and where it ran. */
+static void json_provenance(strbuf *f, const report_context *ctx)
+{
+    char host[256], date[64];
     time_t now = time(NULL);
     sysinfo_host_name(host, sizeof host);
-    sysinfo_cpu_model(cpu, sizeof cpu);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     strbuf_printf(f, "{\n  \"tool\": \"layerbench\",\n  \"layerbench_version\": ");
     strbuf_json(f, LAYERBENCH_VERSION);
@@ -174,20 +181,22 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
                                               {"cluster", "SLURM_CLUSTER_NAME"}, {"partition", "SLURM_JOB_PARTITION"}};
         strbuf_printf(f, ",\n  \"slurm\": {");
         for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-            const char *v = getenv(vars[i][1]);
             strbuf_printf(f, "%s\"%s\": ", i ? ", " : "", vars[i][0]);
-            if (v)
-                strbuf_json(f, v);
-            else
-                strbuf_printf(f, "null");
+            json_str_or_null(f, getenv(vars[i][1]));
         }
         strbuf_printf(f, "}");
     }
+}
+
+/* The machine and the libraries. */
+static void json_machine(strbuf *f)
+{
+    char cpu[256], os[600], isa[160];
+    sysinfo_cpu_model(cpu, sizeof cpu);
     strbuf_printf(f, ",\n  \"os\": ");
     strbuf_json(f, sysinfo_os(os, sizeof os));
     strbuf_printf(f, ",\n  \"cpu_model\": ");
     strbuf_json(f, cpu);
-    char isa[160];
     double load[3] = {-1, -1, -1};
     getloadavg(load, 3);
     strbuf_printf(f, ",\n  \"cpu_isa\": ");
@@ -198,7 +207,13 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
     strbuf_json(f, yaml_get_version_string());
     strbuf_printf(f, ", \"google_benchmark\": ");
     strbuf_json(f, gbs_version());
-    strbuf_printf(f, "},\n  \"options\": {\"modes\": ");
+    strbuf_printf(f, "},\n");
+}
+
+/* The measurement's options and the backends. */
+static void json_options(strbuf *f, const report_context *ctx)
+{
+    strbuf_printf(f, "  \"options\": {\"modes\": ");
     strbuf_json(f, ctx->modes ? ctx->modes : "auto");
     strbuf_printf(f, ", \"warmup_time_s\": %g, \"min_time_s\": %g, \"max_noise\": %g, \"min_samples\": %d, "
                      "\"timeout_s\": %g, \"dedupe\": %s, \"seed\": %llu, \"processes\": %d, \"phase_band_pct\": ",
@@ -225,18 +240,17 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
         strbuf_printf(f, ": %s", ctx->backends[i].ops->device.describe(ctx->backends[i].ctx));
     }
     strbuf_printf(f, "\n  },\n  \"skipped_backends\": ");
-    if (ctx->skipped)
-        strbuf_json(f, ctx->skipped);
-    else
-        strbuf_printf(f, "null");
-    /* how far the run got: complete, running (a checkpoint) or interrupted (where) */
+    json_str_or_null(f, ctx->skipped);
+}
+
+/* How far the run got, what each backend's timer and peaks measured, and the warnings. */
+static void json_outcome(strbuf *f, const report_context *ctx, const char *state, const char *completed)
+{
+    /* complete, running (a checkpoint) or interrupted (where) */
     strbuf_printf(f, ",\n  \"state\": ");
     strbuf_json(f, state);
     strbuf_printf(f, ",\n  \"interrupted\": ");
-    if (ctx->interrupted)
-        strbuf_json(f, ctx->interrupted);
-    else
-        strbuf_printf(f, "null");
+    json_str_or_null(f, ctx->interrupted);
     strbuf_printf(f, ",\n  \"completed\": [%s],\n  \"resumed_sets\": %d", completed ? completed : "",
                   ctx->resumed_sets);
     strbuf floors = {0}, peaks = {0};
@@ -261,11 +275,21 @@ static bench_status json_write(bench_output *out, const report_context *ctx, con
         w += n + (nl != NULL);
     }
     strbuf_printf(f, "%s]\n}\n", ctx->warnings && *ctx->warnings ? "\n  " : "");
+}
+
+/* The whole context, in the state given, with the finished sets' JSON objects. */
+static bench_status json_write(bench_output *out, const report_context *ctx, const char *state, const char *completed)
+{
+    strbuf f = {0};
+    json_provenance(&f, ctx);
+    json_machine(&f);
+    json_options(&f, ctx);
+    json_outcome(&f, ctx, state, completed);
     char err[512];
-    bench_status st = bench_output_write(out, buf.data, buf.len, err, sizeof err);
+    bench_status st = bench_output_write(out, f.data, f.len, err, sizeof err);
     if (st != BENCH_OK)
         log_msg("%s", err);
-    strbuf_free(&buf);
+    strbuf_free(&f);
     return st;
 }
 

@@ -3,6 +3,9 @@
 backend folders) includes nothing from bench/, that a backend folder includes no other
 backend's headers except through the contract (onednn may use the cpu backend's table,
 never its kernels' header), and that no headers include each other in a circle.
+Then the call graph inside each folder, where it can be seen: .c files whose functions
+call each other's in a circle (a calls b's function, b calls a's, through any number of
+files) fail; a call through a function pointer (a kernel table, a callback) is not seen.
 Prints the graph as "file -> header" lines with --print. Exit 1 on a violation."""
 import os, re, sys
 
@@ -55,6 +58,46 @@ def visit(n, stack):
 for n in sorted(files):
     if n.endswith('.h') and not state.get(n):
         visit(n, [n])
+
+# circles of calls between the source files of one folder
+def code_of(text):
+    """text without comments, strings and character literals (their lines kept)."""
+    text = re.sub(r'/\*.*?\*/', lambda m: '\n' * m.group(0).count('\n'), text, flags=re.S)
+    text = re.sub(r'//[^\n]*', '', text)
+    text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
+    return re.sub(r"'(\\.|[^'\\\n])*'", "''", text)
+
+NOT_FUNCTIONS = {'if', 'for', 'while', 'switch', 'return', 'sizeof', '__attribute__'}
+for d in dirs:
+    code = {p: code_of(t) for p, t in files.items() if os.path.dirname(p) == d and p.endswith(('.c', '.cc', '.cu'))}
+    defined = {}  # a function with external linkage -> the file that defines it
+    for p, t in code.items():
+        for m in re.finditer(r'^(?!static\b)(?:[A-Za-z_][\w \*]*?[\s\*])?(\w+)\s*\([^;{]*?\)\s*\{', t, re.M):
+            if m.group(1) not in NOT_FUNCTIONS:
+                defined.setdefault(m.group(1), p)
+    calls = {p: {} for p in code}  # file -> {file it calls: a function of it}
+    for p, t in code.items():
+        for name in sorted(set(re.findall(r'\b(\w+)\s*\(', t))):
+            q = defined.get(name)
+            if q and q != p:
+                calls[p].setdefault(q, name)
+    seen, path = {}, []
+    def walk(p):
+        seen[p] = 1
+        path.append(p)
+        for q in sorted(calls[p]):
+            if seen.get(q) == 1:
+                ring = path[path.index(q):] + [q]
+                bad.append('call circle in ' + d + '/: ' + ' -> '.join(
+                    f'{os.path.basename(a)} ({calls[a][b]})' for a, b in zip(ring, ring[1:])) + ' -> ' +
+                    os.path.basename(q))
+            elif not seen.get(q):
+                walk(q)
+        path.pop()
+        seen[p] = 2
+    for p in sorted(code):
+        if not seen.get(p):
+            walk(p)
 
 if '--print' in sys.argv:
     for src in sorted(edges):

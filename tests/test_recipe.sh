@@ -66,9 +66,17 @@ for top in ('bench', 'layers', 'tests', 'fuzz'):
                 missing.append(f'{rel} ({", ".join(sorted(named)[:3])}{", ..." if len(named) > 3 else ""})')
 for m in missing:
     print(f'{m} names kinds, and the add-a-kind recipe (docs/architecture.md) does not list it', file=sys.stderr)
-if not missing:
-    print(f'recipe: {len(kinds)} kinds; every file that names one is in the recipe')
-sys.exit(1 if missing else 0)
+# and the other way: a file step 9 lists for the kinds it names still names one
+step9 = recipe[recipe.index('\n9. '):]
+stale = [p for p in re.findall(r'`([\w./-]+\.(?:c|h|cc|cu))`', step9)
+         if not (kinds & set(re.findall(r'\bLAYER_[A-Z0-9_]+\b', open(os.path.join(src, p), errors='replace').read())
+                 if os.path.exists(os.path.join(src, p)) else set()))]
+for p in stale:
+    print(f'{p}: step 9 of the add-a-kind recipe lists it for the kinds it names, and it names none (or is gone)',
+          file=sys.stderr)
+if not missing and not stale:
+    print(f'recipe: {len(kinds)} kinds; every file that names one is in the recipe, and every file step 9 lists names one')
+sys.exit(1 if missing or stale else 0)
 EOF
 
 # 2. a copy of the tree with the patch applied, built

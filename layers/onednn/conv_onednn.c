@@ -47,5 +47,5 @@ static bool od_conv(od_ctx *c, od_layer *L, const layer *l, const void *w, char 
     return true;
 }
 
-OD_SETUP(conv_setup, od_conv)
+OD_SETUP_LINKABLE(conv_setup, od_conv)
 const backend_kernel od_conv_kernel = OD_KERNEL(conv_setup);

@@ -90,11 +90,11 @@ static bool od_binary(od_ctx *c, od_layer *L, const layer *l, const void *w, cha
     return true;
 }
 
-OD_SETUP(eltwise_setup, od_eltwise)
+OD_SETUP_LINKABLE(eltwise_setup, od_eltwise)
 const backend_kernel od_eltwise_kernel = OD_KERNEL(eltwise_setup);
 
-OD_SETUP(batchnorm_setup, od_batchnorm)
+OD_SETUP_LINKABLE(batchnorm_setup, od_batchnorm)
 const backend_kernel od_batchnorm_kernel = OD_KERNEL(batchnorm_setup);
 
-OD_SETUP(binary_setup, od_binary)
+OD_SETUP_LINKABLE(binary_setup, od_binary)
 const backend_kernel od_binary_kernel = OD_KERNEL(binary_setup);

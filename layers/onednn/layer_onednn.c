@@ -6,14 +6,19 @@
 
 #include "onednn.h"
 
-bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const void *w, void **state, char *impl,
-                      size_t impl_len, int64_t *workspace_bytes)
+bool od_linkable(const od_layer *L)
+{
+    return L && L->linkable && !L->cpu && L->prim && !L->q;
+}
+
+bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer *l, const void *w, void **state,
+                      char *impl, size_t impl_len, int64_t *workspace_bytes)
 {
     *workspace_bytes = 0;
     snprintf(c->why, sizeof c->why, "no oneDNN primitive");
     if (build) {
         od_layer *L = xcalloc(1, sizeof *L);
-        *L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs, .build = build};
+        *L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs, .build = build, .linkable = linkable};
         if (build(c, L, l, w, impl, impl_len)) {
             *workspace_bytes = L->workspace;
             *state = L;
@@ -48,7 +53,7 @@ void od_layer_clear(od_layer *L)
     for (int k = 0; k < L->n_mems; k++)
         dnnl_memory_destroy(L->mems[k]);
     od_quant_free(L->q);
-    *L = (od_layer){.l = L->l, .w = L->w, .n_inputs = L->n_inputs, .build = L->build};
+    *L = (od_layer){.l = L->l, .w = L->w, .n_inputs = L->n_inputs, .build = L->build, .linkable = L->linkable};
 }
 
 /* A reorder; with scale (int8's quantizing reorder), at that runtime scale. */

@@ -1,26 +1,10 @@
-/* The chained forward in oneDNN's layouts: which layers pass values in them, and the
- * link that rebuilds those layers (backend_layers_i.model_link). */
+/* The chained forward in oneDNN's layouts: the link that rebuilds the layers that pass
+ * values in them (od_linkable, layer_onednn.c) on their producers' layouts
+ * (backend_layers_i.model_link). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "onednn.h"
-
-/* Primitives that take an input in the layout its producer keeps it in and may keep
- * their output in their own: the kinds with a layout of their own (convolution) or that
- * follow their input's (eltwise, batch norm, pooling, binary). */
-bool od_linkable(const od_layer *L)
-{
-    if (!L || L->cpu || !L->prim || L->q) /* int8 quantizes a plain fp32 input */
-        return false;
-    switch (L->l->kind) {
-    case LAYER_CONV2D: case LAYER_BATCHNORM2D: case LAYER_RELU: case LAYER_RELU6: case LAYER_SIGMOID:
-    case LAYER_SILU: case LAYER_HARDSWISH: case LAYER_TANH: case LAYER_GELU: case LAYER_MAXPOOL2D:
-    case LAYER_AVGPOOL2D: case LAYER_ADAPTIVE_AVGPOOL2D: case LAYER_ADD: case LAYER_MUL:
-        return true;
-    default:
-        return false;
-    }
-}
 
 /* The chained forward with oneDNN's layouts between its primitives, as a framework that
  * keeps blocked tensors (PyTorch's to_mkldnn, OpenVINO) runs it: a value stays in the

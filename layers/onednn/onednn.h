@@ -95,6 +95,8 @@ typedef struct od_layer {
     const layer *l;                        /* what it was set up for, to rebuild it linked */
     const void *w;
     od_build_fn *build;                    /* its family's builder, to build it again (isolated, linked) */
+    bool linkable;                         /* its family takes its inputs in their producers' layouts and
+                                              may keep its output in its own (od_linkable) */
     backend_layer *cpu;                    /* a fallback: the cpu backend's kernel runs it */
     dnnl_primitive_t prim;
     dnnl_exec_arg_t args[OD_MAX_ARGS];
@@ -184,8 +186,12 @@ bool od_plain_io(od_ctx *c, od_layer *L, const layer *l, const void *op_desc, ch
  * or, where oneDNN has nothing for this configuration, sets up the cpu backend's kernel
  * (impl then says "cpu kernel: ..." and why); the rest are every family's kernel slots
  * (OD_KERNEL). */
-bench_status od_setup(od_ctx *c, od_build_fn *build, const layer *l, const void *w, void **state, char *impl,
-                      size_t impl_len, int64_t *workspace_bytes);
+bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer *l, const void *w, void **state,
+                      char *impl, size_t impl_len, int64_t *workspace_bytes);
+/* Whether L passes values in oneDNN's layouts in a linked forward: a primitive of a
+ * linkable family (OD_SETUP_LINKABLE: a layout of its own, convolution, or its input's,
+ * eltwise, batch norm, pooling, binary), not int8 (it quantizes a plain fp32 input). */
+bool od_linkable(const od_layer *L);
 void od_layer_clear(od_layer *L);
 void od_layer_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out);
 void od_layer_free(void *env, void *state);
@@ -195,13 +201,16 @@ bool od_parts_enable(void *env, void *state, bool on);
 void od_parts_read(void *env, void *state, double *seconds);
 double od_tolerance(void *env, const layer *l);
 
-/* A family's setup, name: od_setup with its builder. */
-#define OD_SETUP(name, build)                                                                                  \
+/* A family's setup, name: od_setup with its builder; _LINKABLE: a family whose layers
+ * pass values in oneDNN's layouts in a linked forward (od_linkable). */
+#define OD_SETUP_AS(name, build, linkable)                                                                     \
     static bench_status name(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,  \
                              int64_t *workspace_bytes)                                                         \
     {                                                                                                          \
-        return od_setup(env, (build), l, w, state, impl, len, workspace_bytes);                                \
+        return od_setup(env, (build), (linkable), l, w, state, impl, len, workspace_bytes);                    \
     }
+#define OD_SETUP(name, build) OD_SETUP_AS(name, build, false)
+#define OD_SETUP_LINKABLE(name, build) OD_SETUP_AS(name, build, true)
 /* The kernel of a family whose setup is setup_fn. */
 #define OD_KERNEL(setup_fn)                                                                                    \
     {                                                                                                          \
@@ -221,7 +230,6 @@ void od_quant_prepare(od_quant *q, const float *in);
 void od_quant_free(od_quant *q);
 
 /* The chained forward in oneDNN's layouts (link_onednn.c): backend_layers_i.model_link. */
-bool od_linkable(const od_layer *L);
 bench_status od_model_link(void *ctx, const model *m, void *const *states, void *const *values, char *impls,
                            size_t impl_len);
 

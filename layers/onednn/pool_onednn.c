@@ -48,5 +48,5 @@ static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const void *w, char 
            od_plain_io(c, L, l, &d, impl, len);
 }
 
-OD_SETUP(pool_setup, od_pool)
+OD_SETUP_LINKABLE(pool_setup, od_pool)
 const backend_kernel od_pool_kernel = OD_KERNEL(pool_setup);
