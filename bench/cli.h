@@ -77,10 +77,14 @@ typedef struct cli {
     measure_options mo;
 } cli;
 
-/* The --csv file and the JSON beside it, checked before anything is measured. */
+/* The files a run writes, opened and checked against each other before anything is
+ * measured: a list, each with the option that named it (cmd_measure.c); the named ones
+ * for their reporters, NULL where not asked for. */
 typedef struct outputs {
-    bench_output csv, json, trace;
-    bool has_csv, has_json, has_trace;
+    bench_output **files;  /* every file opened, in order (owned) */
+    const char **what;     /* ... the option that named it, for messages */
+    int n;
+    bench_output *csv, *json, *trace;
     report_stacks_file *stacks;   /* one per (backend, batch), opened once the backends are known */
     int n_stacks;
 } outputs;

@@ -16,57 +16,48 @@
 #include "schedstat.h"
 #include "signals.h"
 
-/* The first output opened so far that is the same file as o (however spelt), or NULL. */
-static const char *clashes(const outputs *o, const bench_output *x)
-{
-    const struct { bool has; const bench_output *out; const char *what; } opened[] = {
-        {o->has_trace, &o->trace, "--trace"}, {o->has_csv, &o->csv, "--csv"}, {o->has_json, &o->json, "the JSON beside --csv"}};
-    for (size_t i = 0; i < sizeof opened / sizeof *opened; i++)
-        if (opened[i].has && opened[i].out != x && bench_output_same(opened[i].out, x))
-            return opened[i].what;
-    for (int i = 0; i < o->n_stacks; i++)
-        if (o->stacks[i].out != x && bench_output_same(o->stacks[i].out, x))
-            return "--stacks";
-    return NULL;
-}
-
 static void close_outputs(outputs *o);
 
-/* Opens one output into *out (flagging *has), refusing it when it is the same file as one
- * opened before. Returns 0 or 2. */
-static int open_one(outputs *o, bench_output *out, bool *has, const char *path, const char *what,
-                    const char *const *inputs)
+/* Opens one more output (what: the option that named it), refusing it when it is the
+ * same file as one opened before (however spelt). The output, or NULL (said). */
+static bench_output *open_one(outputs *o, const char *path, const char *what, const char *const *inputs)
 {
     char err[1200];
+    bench_output *out = xcalloc(1, sizeof *out);
     if (bench_output_open(out, path, inputs, err, sizeof err) != BENCH_OK) {
         log_msg("%s: %s", what, err);
-        return 2;
+        free(out);
+        return NULL;
     }
-    *has = true;
-    const char *other = clashes(o, out);
-    if (other) {
-        log_msg("%s '%s' is the same file as %s's: every output needs a file of its own", what, path, other);
-        return 2;
-    }
-    return 0;
+    o->files = xrealloc(o->files, (size_t)(o->n + 1) * sizeof *o->files);
+    o->what = xrealloc(o->what, (size_t)(o->n + 1) * sizeof *o->what);
+    o->files[o->n] = out, o->what[o->n++] = what;
+    for (int i = 0; i < o->n - 1; i++)
+        if (bench_output_same(o->files[i], out)) {
+            log_msg("%s '%s' is the same file as %s's: every output needs a file of its own", what, path, o->what[i]);
+            return NULL;
+        }
+    return out;
 }
 
+/* --trace, --csv and the JSON context beside a CSV file. 0, or 2 (nothing left open). */
 static int open_outputs(const cli *c, outputs *o)
 {
     const char *inputs[] = {c->config, NULL};
     memset(o, 0, sizeof *o);
-    int rc = c->trace ? open_one(o, &o->trace, &o->has_trace, c->trace, "--trace", inputs) : 0;
-    if (!rc && c->csv)
-        rc = open_one(o, &o->csv, &o->has_csv, c->csv, "--csv", inputs);
-    o->csv.append = true; /* a stream takes its rows as they come */
-    if (!rc && o->has_csv && o->csv.target) { /* a file: the JSON context beside it */
-        char *json = report_json_path(c->csv);
-        rc = open_one(o, &o->json, &o->has_json, json, "the JSON context beside --csv", inputs);
-        free(json);
+    bool ok = !c->trace || (o->trace = open_one(o, c->trace, "--trace", inputs));
+    ok = ok && (!c->csv || (o->csv = open_one(o, c->csv, "--csv", inputs)));
+    if (ok && o->csv) {
+        o->csv->append = true; /* a stream takes its rows as they come */
+        if (o->csv->target) { /* a file: the JSON context beside it */
+            char *json = report_json_path(c->csv);
+            ok = (o->json = open_one(o, json, "the JSON context beside --csv", inputs)) != NULL;
+            free(json);
+        }
     }
-    if (rc)
+    if (!ok)
         close_outputs(o);
-    return rc;
+    return ok ? 0 : 2;
 }
 
 /* The --stacks files, one per (backend, batch, dtype) that will run. */
@@ -82,13 +73,11 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
             dtype_t dt = dtypes[k % n_dtypes];
             char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k / n_dtypes],
                                             n_dtypes > 1 ? dtype_name(dt) : NULL, nb == 1, n_batches == 1);
-            bench_output *out = xcalloc(1, sizeof *out);
-            bool has = false;
-            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k / n_dtypes], dt, out};
-            int rc = open_one(o, out, &has, path, "--stacks", inputs);
+            bench_output *out = open_one(o, path, "--stacks", inputs);
             free(path);
-            if (rc)
-                return rc;
+            if (!out)
+                return 2;
+            o->stacks[o->n_stacks++] = (report_stacks_file){bs[b].ops->name, batches[k / n_dtypes], dt, out};
         }
     return 0;
 }
@@ -96,10 +85,10 @@ static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, cons
 /* Whether any output is stdout: the tables go to stderr then. */
 static bool writes_stdout(const outputs *o)
 {
-    bool any = (o->has_csv && o->csv.is_stdout) || (o->has_trace && o->trace.is_stdout);
-    for (int i = 0; i < o->n_stacks; i++)
-        any = any || o->stacks[i].out->is_stdout;
-    return any;
+    for (int i = 0; i < o->n; i++)
+        if (o->files[i]->is_stdout)
+            return true;
+    return false;
 }
 
 /* The streams' documents, written once now that the run has ended (output.h). */
@@ -107,32 +96,22 @@ static bool commit_outputs(outputs *o)
 {
     char err[1200];
     bool ok = true;
-    bench_output *all[3] = {o->has_csv ? &o->csv : NULL, o->has_json ? &o->json : NULL, o->has_trace ? &o->trace : NULL};
-    for (int i = 0; i < 3 + o->n_stacks; i++) {
-        bench_output *x = i < 3 ? all[i] : o->stacks[i - 3].out;
-        if (x && bench_output_commit(x, err, sizeof err) != BENCH_OK) {
+    for (int i = 0; i < o->n; i++)
+        if (bench_output_commit(o->files[i], err, sizeof err) != BENCH_OK) {
             log_msg("%s", err);
             ok = false;
         }
-    }
     return ok;
 }
 
 static void close_outputs(outputs *o)
 {
-    if (o->has_csv)
-        bench_output_close(&o->csv);
-    if (o->has_json)
-        bench_output_close(&o->json);
-    if (o->has_trace)
-        bench_output_close(&o->trace);
-    for (int i = 0; i < o->n_stacks; i++) {
-        if (o->stacks[i].out)
-            bench_output_close(o->stacks[i].out);
-        free(o->stacks[i].out);
+    for (int i = 0; i < o->n; i++) {
+        bench_output_close(o->files[i]);
+        free(o->files[i]);
     }
-    free(o->stacks);
-    o->stacks = NULL, o->n_stacks = 0;
+    free(o->files), free(o->what), free(o->stacks);
+    memset(o, 0, sizeof *o);
 }
 
 /* What every worker of the run is given (procs.h): the config, the model's options, the
@@ -393,7 +372,7 @@ static int job_open(measure_job *j, const cli *c)
     if (rc)
         return rc;
     j->out_open = true;
-    if (c->resume && (!j->out.has_csv || !j->out.csv.target)) {
+    if (c->resume && (!j->out.csv || !j->out.csv->target)) {
         log_msg("--resume needs --csv FILE: the results of the run to continue");
         return 2;
     }
@@ -426,10 +405,10 @@ static void job_reporters(measure_job *j, const cli *c, bool sweep, reporter ***
      * tables go to stderr */
     FILE *tables = writes_stdout(&j->out) ? stderr : stdout;
     add_reporter(reps, nr, sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro));
-    if (j->out.has_csv)
-        add_reporter(reps, nr, report_csv_create(&j->out.csv, j->previous));
-    if (j->out.has_trace)
-        add_reporter(reps, nr, report_trace_create(&j->out.trace));
+    if (j->out.csv)
+        add_reporter(reps, nr, report_csv_create(j->out.csv, j->previous));
+    if (j->out.trace)
+        add_reporter(reps, nr, report_trace_create(j->out.trace));
     if (j->out.n_stacks)
         add_reporter(reps, nr, report_stacks_create(j->out.stacks, j->out.n_stacks));
 }
@@ -489,15 +468,15 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
         .note = *cache_note ? cache_note : NULL,
         .stop = &signals_interrupted, /* caught since main() */
     };
-    if (j.out.has_json) /* last: it says how the others' writes went */
-        add_reporter(&plan.reps, &plan.n_reps, report_json_create(&j.out.json, &plan.ctx));
+    if (j.out.json) /* last: it says how the others' writes went */
+        add_reporter(&plan.reps, &plan.n_reps, report_json_create(j.out.json, &plan.ctx));
     rc = runner_execute(j.m, &plan, &mo);
     if (!commit_outputs(&j.out) && (rc == 0 || rc == 1))
         rc = 1;
     if (cache && c->processes == 0) /* else the workers saved it */
         save_algo_cache(cache, j.bs, j.nb);
-    if (rc == 0 && j.out.has_json)
-        log_msg("wrote %s and its JSON context %s", c->csv, j.out.json.path);
+    if (rc == 0 && j.out.json)
+        log_msg("wrote %s and its JSON context %s", c->csv, j.out.json->path);
     if (cache == cache_tmp)
         unlink(cache_tmp);
     sched_probe_close(&probe);

@@ -40,43 +40,53 @@ print(f'recipe: {len(files)} files, steps touched: {sorted(i + 1 for i in touche
 sys.exit(0 if ok else 1)
 EOF
 
-# 1b. the recipe against the tree: every file that names a kind (a LAYER_<KIND> of
-# layers/layer.h's enum) is one the recipe names, so that a file that starts naming
-# kinds is listed where the next kind's author will look
-python3 - "$SRC" <<'EOF' && ok || bad "files name kinds that the add-a-kind recipe does not list"
+# 1b. the recipes against the tree: every file that names a kind (a LAYER_<KIND> of
+# layers/layer.h's enum) is one the add-a-kind recipe names, and every file that names a
+# dtype other than fp32 (a DTYPE_<T> of layers/dtype.h's) one the add-a-dtype recipe
+# names, so that a file that starts naming them is listed where the next author will
+# look; and each file the recipes' last step lists for what it names still names one
+python3 - "$SRC" <<'EOF' && ok || bad "the add-a-kind or add-a-dtype recipe and the files that name kinds or dtypes disagree"
 import os, re, sys
 src = sys.argv[1]
 doc = open(os.path.join(src, 'docs/architecture.md')).read()
-recipe = doc[doc.index('## Recipe: add a kind'):doc.index('## Recipe: add a backend')]
-head = open(os.path.join(src, 'layers/layer.h')).read()
-enum = head[head.index('typedef enum layer_kind {'):head.index('} layer_kind;')]
-kinds = set(re.findall(r'\b(LAYER_[A-Z0-9_]+)\b', enum)) - {'LAYER_KIND_COUNT'}
+def section(title):
+    start = doc.index('## Recipe: ' + title)
+    return doc[start:doc.index('\n## ', start + 1)]
+def enum_of(header, start, end, drop):
+    text = open(os.path.join(src, header)).read()
+    return set(re.findall(r'\b([A-Z][A-Z0-9_]+)\b', text[text.index(start):text.index(end)])) - drop
 def pattern(p):
     return re.compile('^' + re.sub(r'<[^>]+>', '[a-z0-9_]+', re.escape(p).replace(r'\<', '<').replace(r'\>', '>')) + '$')
-listed = [pattern(p) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|cc|cu))`', recipe)]
-missing = []
-for top in ('bench', 'layers', 'tests', 'fuzz'):
-    for root, _, names in os.walk(os.path.join(src, top)):
-        for n in sorted(names):
-            if not n.endswith(('.c', '.h', '.cc', '.cu')):
-                continue
-            rel = os.path.relpath(os.path.join(root, n), src)
-            named = kinds & set(re.findall(r'\bLAYER_[A-Z0-9_]+\b', open(os.path.join(src, rel), errors='replace').read()))
-            if named and not any(p.match(rel) for p in listed):
-                missing.append(f'{rel} ({", ".join(sorted(named)[:3])}{", ..." if len(named) > 3 else ""})')
-for m in missing:
-    print(f'{m} names kinds, and the add-a-kind recipe (docs/architecture.md) does not list it', file=sys.stderr)
-# and the other way: a file step 9 lists for the kinds it names still names one
-step9 = recipe[recipe.index('\n9. '):]
-stale = [p for p in re.findall(r'`([\w./-]+\.(?:c|h|cc|cu))`', step9)
-         if not (kinds & set(re.findall(r'\bLAYER_[A-Z0-9_]+\b', open(os.path.join(src, p), errors='replace').read())
-                 if os.path.exists(os.path.join(src, p)) else set()))]
-for p in stale:
-    print(f'{p}: step 9 of the add-a-kind recipe lists it for the kinds it names, and it names none (or is gone)',
-          file=sys.stderr)
-if not missing and not stale:
-    print(f'recipe: {len(kinds)} kinds; every file that names one is in the recipe, and every file step 9 lists names one')
-sys.exit(1 if missing or stale else 0)
+def names_in(rel, names, prefix):
+    path = os.path.join(src, rel)
+    if not os.path.exists(path):
+        return set()
+    return names & set(re.findall(r'\b%s[A-Z0-9_]+\b' % prefix, open(path, errors='replace').read()))
+bad = 0
+for title, what, names, prefix, last in [
+        ('add a kind', 'kinds', enum_of('layers/layer.h', 'typedef enum layer_kind {', '} layer_kind;',
+                                        {'LAYER_KIND_COUNT'}), 'LAYER_', '9'),
+        ('add a dtype', 'dtypes', enum_of('layers/dtype.h', 'typedef enum dtype {', '} dtype_t;',
+                                          {'DTYPE_COUNT', 'DTYPE_FP32'}), 'DTYPE_', '5')]:
+    recipe, before = section(title), bad
+    listed = [pattern(p) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|cc|cu))`', recipe)]
+    for top in ('bench', 'layers', 'tests', 'fuzz'):
+        for root, _, files in os.walk(os.path.join(src, top)):
+            for n in sorted(files):
+                rel = os.path.relpath(os.path.join(root, n), src)
+                named = names_in(rel, names, prefix) if n.endswith(('.c', '.h', '.cc', '.cu')) else set()
+                if named and not any(p.match(rel) for p in listed):
+                    bad += 1
+                    print(f'{rel} names {what} ({", ".join(sorted(named)[:3])}{", ..." if len(named) > 3 else ""}), '
+                          f'and the "{title}" recipe (docs/architecture.md) does not list it', file=sys.stderr)
+    for rel in re.findall(r'`([\w./-]+\.(?:c|h|cc|cu))`', recipe[recipe.index('\n%s. ' % last):]):
+        if not names_in(rel, names, prefix):
+            bad += 1
+            print(f'{rel}: step {last} of the "{title}" recipe lists it for the {what} it names, and it names none '
+                  f'(or is gone)', file=sys.stderr)
+    if bad == before:
+        print(f'recipe "{title}": {len(names)} {what}; the files that name them and step {last}\'s list agree')
+sys.exit(1 if bad else 0)
 EOF
 
 # 2. a copy of the tree with the patch applied, built
