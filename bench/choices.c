@@ -20,26 +20,8 @@
 /* What a backend's choices depend on besides the layer; one line, no tabs. */
 static char *context_of(const backend *b)
 {
-    /* the model name, family, model and stepping of the first CPU: a VM may call a Zen 4
-     * and a Zen 5 both "AMD EPYC" */
-    static const char *const fields[] = {"model name", "cpu family", "model", "stepping"};
-    char value[4][160] = {"", "", "", ""}, cpu[700], isa[256], line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f) && strcmp(line, "\n") != 0) { /* the first CPU's block */
-        char *colon = strchr(line, ':');
-        if (!colon)
-            continue;
-        size_t key = (size_t)(colon - line);
-        while (key && (line[key - 1] == ' ' || line[key - 1] == '\t'))
-            key--;
-        for (int k = 0; k < 4; k++)
-            if (!*value[k] && strlen(fields[k]) == key && strncmp(line, fields[k], key) == 0)
-                snprintf(value[k], sizeof value[k], "%.*s", (int)strcspn(colon + 2, "\n"), colon + 2);
-    }
-    if (f)
-        fclose(f);
-    snprintf(cpu, sizeof cpu, "%s, family %s, model %s, stepping %s", *value[0] ? value[0] : "unknown", value[1],
-             value[2], value[3]);
+    char cpu[400], isa[256];
+    sysinfo_cpu_identity(cpu, sizeof cpu);
     char *ctx = xasprintf("%s | %s | %s | float32 | layerbench %s | %s", b->ops->name, cpu, sysinfo_cpu_isa(isa, sizeof isa),
                           LAYERBENCH_VERSION, b->ops->device.describe ? b->ops->device.describe(b->ctx) : "");
     for (char *p = ctx; *p; p++)

@@ -101,22 +101,45 @@ void sysinfo_check_host(strbuf *w)
 
 char *sysinfo_cpu_isa(char *buf, size_t len) { return host_isa_list(buf, len); }
 
-char *sysinfo_cpu_model(char *buf, size_t len)
+/* The value of a field of the first CPU's block of /proc/cpuinfo ("model name"), into
+ * buf; "" where it has none. */
+static void cpuinfo_field(const char *field, char *buf, size_t len)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
-    snprintf(buf, len, "unknown");
-    if (!f)
-        return buf;
-    while (fgets(line, sizeof line, f)) {
+    buf[0] = 0;
+    while (f && fgets(line, sizeof line, f) && strcmp(line, "\n") != 0) { /* the first CPU's block */
         char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(buf, len, "%s", colon + 2);
-            buf[strcspn(buf, "\n")] = 0;
+        if (!colon)
+            continue;
+        size_t key = (size_t)(colon - line);
+        while (key && (line[key - 1] == ' ' || line[key - 1] == '\t'))
+            key--;
+        if (strlen(field) == key && strncmp(line, field, key) == 0) {
+            snprintf(buf, len, "%.*s", (int)strcspn(colon + 1 + (colon[1] == ' '), "\n"), colon + 1 + (colon[1] == ' '));
             break;
         }
     }
-    fclose(f);
+    if (f)
+        fclose(f);
+}
+
+char *sysinfo_cpu_model(char *buf, size_t len)
+{
+    cpuinfo_field("model name", buf, len);
+    if (!*buf)
+        snprintf(buf, len, "unknown");
+    return buf;
+}
+
+char *sysinfo_cpu_identity(char *buf, size_t len)
+{
+    char model[160], family[32], number[32], stepping[32];
+    sysinfo_cpu_model(model, sizeof model);
+    cpuinfo_field("cpu family", family, sizeof family);
+    cpuinfo_field("model", number, sizeof number);
+    cpuinfo_field("stepping", stepping, sizeof stepping);
+    snprintf(buf, len, "%s, family %s, model %s, stepping %s", model, family, number, stepping);
     return buf;
 }
 

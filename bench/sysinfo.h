@@ -19,6 +19,9 @@ void sysinfo_check_host(strbuf *w);
 char *sysinfo_cpu_isa(char *buf, size_t len);
 /* The CPU's model name from /proc/cpuinfo ("AMD EPYC"), or "unknown", into buf. */
 char *sysinfo_cpu_model(char *buf, size_t len);
+/* The first CPU's model name, family, model and stepping ("AMD EPYC, family 26, model 2,
+ * stepping 1": a VM may call a Zen 4 and a Zen 5 both "AMD EPYC"), into buf. */
+char *sysinfo_cpu_identity(char *buf, size_t len);
 /* The host's name, or "unknown", into buf. */
 char *sysinfo_host_name(char *buf, size_t len);
 /* "Linux 6.1.0-18-amd64 x86_64" (uname), into buf. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The add-a-kind recipe of docs/architecture.md, followed literally: the patch
-# tests/data/recipe_kind.patch adds the test-only kind recipe_scale (y = alpha * x) by
-# its steps. This test checks that the patch touches the files the recipe names (every
+# The add-a-kind and add-an-output-format recipes of docs/architecture.md, followed
+# literally: the patch tests/data/recipe_kind.patch adds the test-only kind recipe_scale
+# (y = alpha * x) by its steps, and tests/data/recipe_output.patch the output --rows FILE
+# by its. This test checks that the patch touches the files the recipe names (every
 # required step, nothing else), applies it to a copy of the tree, builds that copy (the
 # cuda module aside: its table is compiled for syntax where the CUDA headers are), and
 # checks the new kind end to end: the kernel tests on cpu and onednn against its
@@ -12,31 +13,35 @@ set -u
 SRC=$2
 . "$SRC/tests/common.sh"
 PATCH=$SRC/tests/data/recipe_kind.patch
+PATCH_OUTPUT=$SRC/tests/data/recipe_output.patch
 
-# 1. the patch touches what the recipe lists: each file matches a path of the recipe
-# (<...> standing for a name), and each required step (1 to 7) is touched
-python3 - "$SRC/docs/architecture.md" "$PATCH" <<'EOF' && ok || bad "the patch and the add-a-kind recipe disagree"
+# 1. each patch touches what its recipe lists: each file matches a path of the recipe
+# (<...> standing for a name), and each required step is touched (the kind's 1 to 7, the
+# output format's 1 to 6)
+python3 - "$SRC/docs/architecture.md" "$PATCH" "$PATCH_OUTPUT" <<'EOF' && ok || bad "a patch and its recipe disagree"
 import re, sys
 doc = open(sys.argv[1]).read()
-recipe = doc[doc.index('## Recipe: add a kind'):doc.index('## Recipe: add a backend')]
-steps = re.split(r'\n(?=\d+\. )', recipe)[1:]
-files = re.findall(r'^\+\+\+ b/(\S+)', open(sys.argv[2]).read(), re.M)
 def pattern(p):
     return re.compile('^' + re.sub(r'<[^>]+>', '[a-z0-9_]+', re.escape(p).replace(r'\<', '<').replace(r'\>', '>')) + '$')
-touched = set()
 ok = True
-for f in files:
-    hit = [i for i, s in enumerate(steps) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|md|txt|py|sh))`', s)
-           if pattern(p).match(f)]
-    if not hit:
-        print(f'the patch touches {f}, which no step of the recipe names', file=sys.stderr)
-        ok = False
-    touched.update(hit)
-for i, s in enumerate(steps[:7]):
-    if i not in touched:
-        print(f'recipe step {i + 1} is not followed by the patch: {s.splitlines()[0]}', file=sys.stderr)
-        ok = False
-print(f'recipe: {len(files)} files, steps touched: {sorted(i + 1 for i in touched)}')
+for title, patch, required in [('add a kind', sys.argv[2], 7), ('add an output format', sys.argv[3], 6)]:
+    start = doc.index('## Recipe: ' + title)
+    recipe = doc[start:doc.index('\n## ', start + 1)]
+    steps = re.split(r'\n(?=\d+\. )', recipe)[1:]
+    files = re.findall(r'^\+\+\+ b/(\S+)', open(patch).read(), re.M)
+    touched = set()
+    for f in files:
+        hit = [i for i, s in enumerate(steps) for p in re.findall(r'`([\w./<>-]+\.(?:c|h|md|txt|py|sh))`', s)
+               if pattern(p).match(f)]
+        if not hit:
+            print(f'{patch}: touches {f}, which no step of the "{title}" recipe names', file=sys.stderr)
+            ok = False
+        touched.update(hit)
+    for i, s in enumerate(steps[:required]):
+        if i not in touched:
+            print(f'"{title}" recipe step {i + 1} is not followed by {patch}: {s.splitlines()[0]}', file=sys.stderr)
+            ok = False
+    print(f'recipe "{title}": {len(files)} files, steps touched: {sorted(i + 1 for i in touched)}')
 sys.exit(0 if ok else 1)
 EOF
 
@@ -94,10 +99,12 @@ mkdir -p "$T/src"
 for p in CMakeLists.txt cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
 # git apply (git is a build dependency, patch(1) may be missing on a fresh machine), outside
 # any repository the scratch folder may sit in
-if ! (cd "$T/src" && GIT_CEILING_DIRECTORIES="$T" git apply "$PATCH"); then
-  bad "tests/data/recipe_kind.patch no longer applies to the tree: rebase it on the files it touches"
-  echo "test_recipe: $pass passed, $fail failed"; exit 1
-fi
+for p in "$PATCH" "$PATCH_OUTPUT"; do
+  if ! (cd "$T/src" && GIT_CEILING_DIRECTORIES="$T" git apply "$p"); then
+    bad "tests/data/$(basename "$p") no longer applies to the tree: rebase it on the files it touches"
+    echo "test_recipe: $pass passed, $fail failed"; exit 1
+  fi
+done
 ok
 DEPS=()
 if [ -n "${LAYERBENCH_DEPS_PREFIX:-}" ]; then DEPS=(-DLAYERBENCH_DEPS_PREFIX="$LAYERBENCH_DEPS_PREFIX"); fi
@@ -147,6 +154,13 @@ expect 0 ' 0 failed, 0 skipped' -- "$B" check "$T/scale.yaml" --backend "$BACKEN
     END {exit bad || n != 1}' "$T/r.csv" && ok || bad "run with recipe_scale: $(tail -3 "$T/run.txt")"
 sed 's/alpha: 0.5/alpha: -1/' "$T/scale.yaml" >"$T/bad.yaml"
 expect 2 'bad.yaml:6:[0-9]+: alpha must not be negative' -- "$B" list "$T/bad.yaml"
+
+# 5. the output format (--rows, tests/data/recipe_output.patch), with the new kind in it
+"$B" run "$T/scale.yaml" --backend cpu --processes 0 "${QUICK[@]}" --rows "$T/rows.txt" >"$T/rows.out" 2>&1 &&
+  awk -F'\t' '$1 == "cpu" && $4 == "scale" && $5 > 0 {n++} END {exit n != 1}' "$T/rows.txt" && ok ||
+  bad "run --rows: $(tail -3 "$T/rows.out")"
+expect 2 "is the same file as --csv's" -- "$B" run "$T/scale.yaml" "${QUICK[@]}" --csv "$T/x.txt" --rows "$T/x.txt"
+expect 0 "--rows FILE" -- "$B" run --help
 
 echo "test_recipe: $pass passed, $fail failed"
 [ $fail = 0 ]
