@@ -26,7 +26,8 @@ def pattern(p):
 ok = True
 for title, patch, required in [('add a kind', sys.argv[2], 7), ('add an output format', sys.argv[3], 6)]:
     start = doc.index('## Recipe: ' + title)
-    recipe = doc[start:doc.index('\n## ', start + 1)]
+    end = doc.find('\n## ', start + 1)
+    recipe = doc[start:end if end >= 0 else len(doc)]
     steps = re.split(r'\n(?=\d+\. )', recipe)[1:]
     files = re.findall(r'^\+\+\+ b/(\S+)', open(patch).read(), re.M)
     touched = set()
@@ -56,7 +57,8 @@ src = sys.argv[1]
 doc = open(os.path.join(src, 'docs/architecture.md')).read()
 def section(title):
     start = doc.index('## Recipe: ' + title)
-    return doc[start:doc.index('\n## ', start + 1)]
+    end = doc.find('\n## ', start + 1)
+    return doc[start:end if end >= 0 else len(doc)]
 def enum_of(header, start, end, drop):
     text = open(os.path.join(src, header)).read()
     return set(re.findall(r'\b([A-Z][A-Z0-9_]+)\b', text[text.index(start):text.index(end)])) - drop
@@ -96,7 +98,7 @@ EOF
 
 # 2. a copy of the tree with the patch applied, built
 mkdir -p "$T/src"
-for p in CMakeLists.txt cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
+for p in CMakeLists.txt README.md cmake bench layers tests scripts fuzz configs docs; do cp -a "$SRC/$p" "$T/src/"; done
 # git apply (git is a build dependency, patch(1) may be missing on a fresh machine), outside
 # any repository the scratch folder may sit in
 for p in "$PATCH" "$PATCH_OUTPUT"; do
