@@ -1,5 +1,5 @@
 # Writes OUT (a C file defining hf_families[]) from every configs/hf/families/*.yaml in
-# SRC: the decoder families bench reads config.json files with (bench/cfg_family.c),
+# SRC: the decoder families bench reads config.json files with (bench/cfg/cfg_family.c),
 # built into the binary so that it needs no path at run time. Each file's text becomes a
 # C string literal, every byte outside printable ASCII escaped.
 file(GLOB files "${SRC}/configs/hf/families/*.yaml")

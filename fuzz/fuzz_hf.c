@@ -1,4 +1,4 @@
-/* libFuzzer target: a Hugging Face config.json read as a decoder (bench/cfg_hf.c), and the
+/* libFuzzer target: a Hugging Face config.json read as a decoder (bench/cfg/cfg_hf.c), and the
  * YAML it builds. Any input must give either a model whose counts and report can be
  * computed, or an error that names the file ("config.json:line:col: ..." or
  * "config.json: ..."); a crash, a sanitizer report, a hang or an error without its place

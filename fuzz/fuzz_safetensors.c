@@ -1,5 +1,5 @@
 /* libFuzzer target: a safetensors header checked against the layers of a small decoder
- * (bench/safetensors.c). The input's first 8 bytes are the data's length after the header
+ * (bench/cfg/safetensors.c). The input's first 8 bytes are the data's length after the header
  * (little-endian), the rest the header's JSON. Any input must be either accepted or
  * refused with an error naming the file; a crash, a sanitizer report or a hang is a
  * finding. Built by scripts/fuzz.sh (clang, -DLAYERBENCH_FUZZ=ON). */

@@ -8,7 +8,7 @@
  *     forward and saved algorithm choices.
  * Optional slots are marked; the wrappers below check them for NULL, so that a backend
  * says what it supports and the harness never guesses. The registry that opens backends
- * by name is the harness's (bench/backend_registry.h). */
+ * by name is the harness's (bench/measure/backend_registry.h). */
 #ifndef LAYERBENCH_BACKEND_H
 #define LAYERBENCH_BACKEND_H
 

@@ -39,7 +39,7 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Diagnostics from below the harness (a kernel search's log, asked for with
  * LAYERBENCH_CPU_SEARCH_LOG or LAYERBENCH_CUDNN_LOG; a backend's warning at start):
  * formatted as given, to stderr. Layers print nothing else; the harness's own messages
- * go through bench/log.h. */
+ * go through bench/util/log.h. */
 void bench_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* a * b, or -1 when either is negative or the product overflows int64: for a kernel's

@@ -13,7 +13,7 @@ graphs) and, for backends with their own memory, the model input and output copi
 (`kind` = `copy`, mode `transfer`). It loads with `pandas.read_csv(FILE)` and no options.
 Empty cells mean "not applicable" (a skipped row has no statistics). Shapes are written
 `NxCxHxW` so no cell needs quoting; names containing commas or quotes are quoted as
-RFC 4180 says. The schema is defined once, in `bench/report_csv.c`; `bench schema`
+RFC 4180 says. The schema is defined once, in `bench/report/report_csv.c`; `bench schema`
 prints it and this page is made from it by `scripts/csv_doc.sh`. `bench list --csv`
 writes the columns marked "list" only.
 

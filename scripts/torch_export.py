@@ -1886,7 +1886,7 @@ def scalar(v):
     return str(v)
 
 
-# What bench takes as a layer's name (bench/cfg_yaml.c): torch's module names are such;
+# What bench takes as a layer's name (bench/cfg/cfg_yaml.c): torch's module names are such;
 # anything else (a module added as add_module("c, stride: 2", m)) would write YAML that
 # describes another model, so it is refused by name.
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
