@@ -239,7 +239,7 @@ typedef struct cli_option {
     const char *help;
 } cli_option;
 
-static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c->dtypes, &c->n_dtypes); }
+static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c->model.dtypes, &c->model.n_dtypes); }
 
 static const char *dtype_expects(void)
 {
@@ -247,56 +247,56 @@ static const char *dtype_expects(void)
     snprintf(what, sizeof what, "one of %s (or a comma-separated list of them, each once)", dtype_list());
     return what;
 }
-static bool set_format(cli *c, const char *arg) { return table_format_parse(arg, &c->format); }
-static bool set_groups(cli *c, const char *arg) { return report_groups_parse(arg, &c->groups); }
-static bool set_sort(cli *c, const char *arg) { return report_sort_valid(arg) && (c->sort = arg); }
-static bool set_mode(cli *c, const char *arg) { return cli_split_modes(arg, NULL) > 0 && (c->mode = arg); }
+static bool set_format(cli *c, const char *arg) { return table_format_parse(arg, &c->ro.format); }
+static bool set_groups(cli *c, const char *arg) { return report_groups_parse(arg, &c->ro.groups); }
+static bool set_sort(cli *c, const char *arg) { return report_sort_valid(arg) && (c->ro.sort = arg); }
+static bool set_mode(cli *c, const char *arg) { return cli_split_modes(arg, NULL) > 0 && (c->run.mode = arg); }
 
 static bool set_tokens(cli *c, const char *arg)
 {
-    return parse_list(arg, 1, c->tokens_list, &c->n_tokens) && ((c->shape.tokens = c->tokens_list[0]), true);
+    return parse_list(arg, 1, c->model.tokens_list, &c->model.n_tokens) && ((c->model.shape.tokens = c->model.tokens_list[0]), true);
 }
 
 static bool set_kv_len(cli *c, const char *arg)
 {
-    return parse_list(arg, 0, c->kv_list, &c->n_kv) && ((c->shape.kv_len = c->kv_list[0]), true);
+    return parse_list(arg, 0, c->model.kv_list, &c->model.n_kv) && ((c->model.shape.kv_len = c->model.kv_list[0]), true);
 }
 
 static bool set_phase_band(cli *c, const char *arg)
 {
     double pct;
     if (strcmp(arg, "off") == 0)
-        return c->phase_band = -1, true;
+        return c->run.phase_band = -1, true;
     if (!parse_seconds(arg, &pct) || pct > 1000)
         return false;
-    c->phase_band = pct / 100;
+    c->run.phase_band = pct / 100;
     return true;
 }
 
 static bool set_algo_cache(cli *c, const char *arg)
 {
-    c->algo_cache = strcmp(arg, "none") == 0 ? NULL : arg;
-    c->algo_cache_given = true;
+    c->run.algo_cache = strcmp(arg, "none") == 0 ? NULL : arg;
+    c->run.algo_cache_given = true;
     return *arg != 0;
 }
 
 static bool set_time_limit(cli *c, const char *arg)
 {
-    c->time_limit = arg;
+    c->slurm.time_limit = arg;
     return *arg && strspn(arg, "0123456789:-") == strlen(arg);
 }
 
 static bool set_routing(cli *c, const char *arg)
 {
     char *end;
-    c->load_skew = 0;
+    c->model.load_skew = 0;
     if (strcmp(arg, "uniform") == 0 || strcmp(arg, "router") == 0) {
-        c->routing = strcmp(arg, "router") == 0 ? MOE_ROUTER : MOE_UNIFORM;
+        c->model.routing = strcmp(arg, "router") == 0 ? MOE_ROUTER : MOE_UNIFORM;
         return true;
     }
-    c->routing = MOE_UNIFORM;
-    return strncmp(arg, "skew:", 5) == 0 && arg[5] && (c->load_skew = strtod(arg + 5, &end), *end == 0) &&
-           c->load_skew >= 0 && c->load_skew <= 100;
+    c->model.routing = MOE_UNIFORM;
+    return strncmp(arg, "skew:", 5) == 0 && arg[5] && (c->model.load_skew = strtod(arg + 5, &end), *end == 0) &&
+           c->model.load_skew >= 0 && c->model.load_skew <= 100;
 }
 
 static const char *const algo_names[] = {"search", "heuristic", NULL};
@@ -309,57 +309,57 @@ const char *const cli_conv_api_names[] = {"both", "legacy", "graph", NULL};
 
 /* Every option, in --help's order. */
 static const cli_option options[] = {
-    {"backend", "B", O_STRING, F(backend), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
+    {"backend", "B", O_STRING, F(be.backend), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
      .help = "cpu (OpenBLAS and our loops), onednn (oneDNN's primitives), cuda (cuDNN, cuBLAS), or all of those "
              "built here (default cpu); sweep --slurm: a list"},
-    {"dtype", "T[,T...]", O_CUSTOM, F(dtypes), .set = set_dtype, .expects_now = dtype_expects, .commands = C_MODEL,
+    {"dtype", "T[,T...]", O_CUSTOM, F(model.dtypes), .set = set_dtype, .expects_now = dtype_expects, .commands = C_MODEL,
      .flags = O_SWEEP_OWN | O_ONCE,
      .help = "the model's dtype, fp32, tf32, bf16, fp16 or int8 (default: the config's dtype:, else fp32); run, "
              "sweep and check take a list and do each. Layers the config gives a dtype of their own keep it. A dtype "
              "a backend cannot run is a skipped row that says why. int8 is dynamic quantization of conv2d and linear "
              "(onednn), the rest in fp32 (docs/precision.md)"},
-    {"error", NULL, O_FLAG, F(error), .commands = C_MEASURE,
+    {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,
      .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
              "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "
              "set); with several dtypes, a table of time and error per layer side by side"},
-    {"tokens", "T[,T...]", O_CUSTOM, F(tokens_list), .set = set_tokens, .commands = C_MODEL, .flags = O_SWEEP_OWN,
+    {"tokens", "T[,T...]", O_CUSTOM, F(model.tokens_list), .set = set_tokens, .commands = C_MODEL, .flags = O_SWEEP_OWN,
      .expects = "a positive integer (a comma-separated list of them in sweep, at most 64)",
      .help = "a decoder's tokens per sequence: replaces a token-id input [T] (a config.json's default: 128)"},
-    {"kv-len", "S[,S...]", O_CUSTOM, F(kv_list), .set = set_kv_len, .commands = C_MODEL, .flags = O_SWEEP_OWN,
+    {"kv-len", "S[,S...]", O_CUSTOM, F(model.kv_list), .set = set_kv_len, .commands = C_MODEL, .flags = O_SWEEP_OWN,
      .expects = "an integer from 0 (a comma-separated list of them in sweep, at most 64)",
      .help = "tokens already in the KV cache: kv_len of every rope, attention and mla layer (default: the config's, "
              "0 for a config.json). sweep takes lists of both and runs every (tokens, kv_len) pair, each at every "
              "batch and dtype"},
-    {"routing", "R", O_CUSTOM, F(routing), .set = set_routing, .commands = C_MODEL,
+    {"routing", "R", O_CUSTOM, F(model.routing), .set = set_routing, .commands = C_MODEL,
      .expects = "uniform, router or skew:S (S from 0 to 100)",
      .help = "every moe layer's token-to-expert routing: uniform (each expert the same number of tokens), skew:S "
              "(expert e a share proportional to 1/(e+1)^S) or router (each token's top_k logits) (default: the "
              "config's; uniform for a config.json)"},
-    {"phase", "P", O_CHOICE, F(phase), .choices = phase_names, .commands = C_MODEL,
+    {"phase", "P", O_CHOICE, F(model.phase), .choices = phase_names, .commands = C_MODEL,
      .help = "prefill (the tokens, no cache unless --kv-len) or decode (one token after --kv-len cached ones, "
              "default 1024)"},
-    {"tf32", NULL, O_FLAG, F(tf32), .commands = C_MODEL, .flags = O_SWEEP_OWN,
+    {"tf32", NULL, O_FLAG, F(model.tf32), .commands = C_MODEL, .flags = O_SWEEP_OWN,
      .help = "the same as --dtype tf32 (cuda: TF32 tensor-core math in convolutions and GEMMs), kept for older "
              "scripts"},
-    {"algo", "A", O_CHOICE, F(algo_heuristic), .choices = algo_names, .commands = C_BACKENDS,
+    {"algo", "A", O_CHOICE, F(be.algo_heuristic), .choices = algo_names, .commands = C_BACKENDS,
      .help = "search (time the candidate algorithms of each convolution at setup and keep the fastest: cuDNN's on "
              "cuda; on the cpu the GEMM layouts, per-thread chunks, Winograd and our register-tiled kernels, and for "
              "linear layers of two rows and more sgemm or our blocked GEMM; the default) or heuristic (a rule, no "
              "timing). onednn: oneDNN chooses its own"},
-    {"algo-for", "O", O_CHOICE, F(algo_alone), .choices = algo_for_names, .commands = C_BACKENDS,
+    {"algo-for", "O", O_CHOICE, F(be.algo_alone), .choices = algo_for_names, .commands = C_BACKENDS,
      .help = "cpu: what --algo search times each candidate in: forward (the conditions the forward leaves a layer "
              "in, its weights, packed or transformed, and its output out of the caches, its input just read: the "
              "default) or alone (warm, the candidate run again and again). The choice's impl says which; "
              "--algo-cache keeps the two apart"},
-    {"conv-api", "A", O_CHOICE, F(conv_api), .choices = cli_conv_api_names, .commands = C_BACKENDS,
+    {"conv-api", "A", O_CHOICE, F(be.conv_api), .choices = cli_conv_api_names, .commands = C_BACKENDS,
      .help = "cuda: where a convolution's candidates come from: both (the default), legacy (cuDNN's "
              "cudnnFind/cudnnGet algorithms) or graph (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4; "
              "LAYERBENCH_CUDNN_ENGINE=TAG runs one engine for every convolution)"},
-    {"batch", "N", O_STRING, F(batch_arg), .commands = C_MODEL, .flags = O_SWEEP_OWN,
+    {"batch", "N", O_STRING, F(model.batch_arg), .commands = C_MODEL, .flags = O_SWEEP_OWN,
      .help = "batch size (default: the config's); sweep: a list, default 1,2,4,8,16,32"},
-    {"threads", "N", O_INT, F(threads), 1, 1024, .commands = C_BACKENDS,
+    {"threads", "N", O_INT, F(be.threads), 1, 1024, .commands = C_BACKENDS,
      .help = "CPU threads for OpenBLAS, oneDNN and the OpenMP loops (default: all cores)"},
-    {"mode", "M[,M...]", O_CUSTOM, F(mode), .set = set_mode, .commands = C_MEASURE,
+    {"mode", "M[,M...]", O_CUSTOM, F(run.mode), .set = set_mode, .commands = C_MEASURE,
      .expects = MEASURE_MODES " (or a comma-separated list of them)",
      .help = "timing modes of the isolated layers: warm (one call per sample), cold (caches flushed before each "
              "sample), batch (many calls per sample), auto (batch for a call under 20x the timer's floor, else warm; "
@@ -378,17 +378,17 @@ static const cli_option options[] = {
     {"min-time", "S", O_SECONDS, MO(min_time), 0, 3600, .commands = C_MEASURE, .flags = O_ABOVE,
      .help = "seconds per chunk: layers are sampled in rounds, one chunk (one Google Benchmark run) each per round "
              "(default 0.01)"},
-    {"processes", "N", O_INT, F(processes), 0, 64, .commands = C_MEASURE,
+    {"processes", "N", O_INT, F(run.processes), 0, 64, .commands = C_MEASURE,
      .help = "measure each (batch, backend, mode) in N worker processes, one after the other, and pool their "
              "samples, so that the interval covers how much one process's figures differ from the next's; each takes "
              "1/N of --timeout and --min-samples; a worker whose layers ran over --phase-band slower in all than the "
              "fastest ran in a slow phase of the machine and is set aside for another (up to 2N) (default 3; 0: all "
              "in this process)"},
-    {"phase-band", "PCT", O_CUSTOM, F(phase_band), .set = set_phase_band, .commands = C_MEASURE,
+    {"phase-band", "PCT", O_CUSTOM, F(run.phase_band), .set = set_phase_band, .commands = C_MEASURE,
      .expects = "a percentage from 0 to 1000, or off",
      .help = "how much slower in all than the fastest worker (beyond both sums' precision) a worker may run before "
              "it is set aside (default 5; off: none is set aside, every worker is pooled)"},
-    {"algo-cache", "FILE", O_CUSTOM, F(algo_cache), .set = set_algo_cache, .commands = C_MEASURE,
+    {"algo-cache", "FILE", O_CUSTOM, F(run.algo_cache), .set = set_algo_cache, .commands = C_MEASURE,
      .expects = "a file, or none",
      .help = "where the algorithm choices of --algo search are kept and reused by later runs, so that they run the "
              "same kernels (made once per machine, libraries, threads and layer; a choice made elsewhere is not "
@@ -399,36 +399,36 @@ static const cli_option options[] = {
              "that verdict)"},
     {"seed", "N", O_SEED, MO(seed), .commands = C_BACKENDS,
      .help = "seed of the random inputs and weights (default 1)"},
-    {"csv", "FILE", O_STRING, F(csv), .commands = C_MEASURE | C_LIST, .flags = O_SWEEP_OWN,
+    {"csv", "FILE", O_STRING, F(run.csv), .commands = C_MEASURE | C_LIST, .flags = O_SWEEP_OWN,
      .help = "write the tidy CSV (docs/csv.md) to FILE, '-' for stdout; a JSON run context with the same stem goes "
              "beside it. The file is replaced atomically after every finished (batch, backend): an interrupted run "
              "keeps what it finished. Two outputs may not be one file"},
-    {"trace", "FILE", O_STRING, F(trace), .commands = C_MEASURE,
+    {"trace", "FILE", O_STRING, F(run.trace), .commands = C_MEASURE,
      .help = "a Chrome / Perfetto trace (JSON) of one real forward per backend and batch and of the layers alone, "
              "nested in their blocks (open it in ui.perfetto.dev or chrome://tracing; docs/outputs.md)"},
-    {"stacks", "FILE", O_STRING, F(stacks), .commands = C_MEASURE,
+    {"stacks", "FILE", O_STRING, F(run.stacks), .commands = C_MEASURE,
      .help = "the same forward as folded stacks for flame graphs (flamegraph.pl, speedscope), in nanoseconds; with "
              "several backends or batches, one file each: FILE's stem + .BACKEND[.batchN]"},
-    {"threshold", "PCT", O_PERCENT, F(threshold), 0, 1000, .commands = C_COMPARE,
+    {"threshold", "PCT", O_PERCENT, F(cmp.threshold), 0, 1000, .commands = C_COMPARE,
      .help = "how much slower (or faster) beyond both confidence intervals counts (default 5)"},
-    {"format", "F", O_CUSTOM, F(format), .set = set_format, .commands = C_MEASURE | C_LIST | C_COMPARE,
+    {"format", "F", O_CUSTOM, F(ro.format), .set = set_format, .commands = C_MEASURE | C_LIST | C_COMPARE,
      .expects = "text or md", .help = "the tables as text (default) or md (markdown, for pull requests and READMEs)"},
-    {"group-by", "G[,G]", O_CUSTOM, F(groups), .set = set_groups, .commands = C_MEASURE,
+    {"group-by", "G[,G]", O_CUSTOM, F(ro.groups), .set = set_groups, .commands = C_MEASURE,
      .expects = "a comma-separated list of shape, kind and block (or none)",
      .help = "the grouped tables, any of shape, kind and block (the module hierarchy, total and self time per "
              "block), or none (default all)"},
-    {"inmodel", NULL, O_FLAG, F(inmodel), .commands = C_COMPARE,
+    {"inmodel", NULL, O_FLAG, F(cmp.inmodel), .commands = C_COMPARE,
      .help = "the in-model rows too (left out by default: they vary more between runs than their own noise says)"},
-    {"resume", NULL, O_FLAG, F(resume), .commands = C_MEASURE, .flags = O_SWEEP_OWN,
+    {"resume", NULL, O_FLAG, F(run.resume), .commands = C_MEASURE, .flags = O_SWEEP_OWN,
      .help = "continue the run whose --csv FILE is given, measuring only the (batch, backend) sets it does not hold "
              "whole yet (its JSON context lists each finished set with its row count: a set cut short is measured "
              "again); sweep --slurm: submit again only the shards without a finished part"},
-    {"sort", "COLUMN", O_CUSTOM, F(sort), .set = set_sort, .commands = C_MEASURE,
+    {"sort", "COLUMN", O_CUSTOM, F(ro.sort), .set = set_sort, .commands = C_MEASURE,
      .expects = "index, name, kind, params, flops, time, noise, inmodel or gflops",
      .help = "per-layer table order: index (default), name, kind, params, flops, time, noise, inmodel, gflops"},
-    {"top", "N", O_INT, F(top), 1, INT32_MAX, .commands = C_MEASURE,
+    {"top", "N", O_INT, F(ro.top), 1, INT32_MAX, .commands = C_MEASURE,
      .help = "rows in the per-layer and by-shape tables (default all)"},
-    {"no-peaks", NULL, O_FLAG, F(no_peaks), .commands = C_MEASURE,
+    {"no-peaks", NULL, O_FLAG, F(run.no_peaks), .commands = C_MEASURE,
      .help = "skip measuring the machine's ceilings (a large matrix product and a memory stream, about 0.3 s per "
              "backend; a decode step's read stream every few rounds), and with them the roofline columns and a "
              "decode step's memory limit"},
@@ -438,28 +438,28 @@ static const cli_option options[] = {
     {"no-forward", NULL, O_FLAG, F(no_forward), .commands = C_CHECK,
      .help = "skip the chained forward's check (it costs one more reference forward, as long as checking every "
              "layer once)"},
-    {"no-progress", NULL, O_FLAG, F(no_progress), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
+    {"no-progress", NULL, O_FLAG, F(run.no_progress), .commands = C_BACKENDS, .flags = O_SWEEP_OWN,
      .help = "do not show the running layer on stderr"},
-    {"slurm", "DIR", O_STRING, F(slurm_dir), .commands = C_SWEEP, .flags = O_NONEMPTY | O_SWEEP_OWN,
+    {"slurm", "DIR", O_STRING, F(slurm.dir), .commands = C_SWEEP, .flags = O_NONEMPTY | O_SWEEP_OWN,
      .expects = "a folder for the sweep's parts",
      .help = "shard the sweep (config x batch x backend x dtype x tokens x kv_len; --backend may be a list here) "
              "onto a Slurm job array and submit it with sbatch, then a merge job that runs after it; every task "
              "writes DIR/part-ARRAY_TASK.csv and its JSON (docs/slurm.md). DIR must be new or empty, unless "
              "--resume: then only the shards without a finished part are submitted again"},
-    {"dry-run", NULL, O_FLAG, F(dry_run), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+    {"dry-run", NULL, O_FLAG, F(slurm.dry_run), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
      .help = "--slurm: print the scripts, the sbatch commands and the shard list; submit nothing, write nothing"},
-    {"sbatch-args", "A", O_STRING, F(sbatch_args), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+    {"sbatch-args", "A", O_STRING, F(slurm.sbatch_args), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
      .help = "--slurm: sbatch options the site needs, split at spaces ('--partition=gpu --account=perf --qos=high "
              "--constraint=zen4')"},
-    {"time-limit", "T", O_CUSTOM, F(time_limit), .set = set_time_limit, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+    {"time-limit", "T", O_CUSTOM, F(slurm.time_limit), .set = set_time_limit, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
      .expects = "Slurm's time format (MINUTES, H:MM:SS or D-HH:MM:SS)",
      .help = "--slurm: each shard's --time, Slurm's format (default 1:00:00)"},
-    {"max-running", "K", O_INT, F(max_running), 1, 1000000, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+    {"max-running", "K", O_INT, F(slurm.max_running), 1, 1000000, .commands = C_SWEEP, .flags = O_SWEEP_OWN,
      .help = "--slurm: at most K tasks of an array at once (--array=...%K)"},
-    {"shared", NULL, O_FLAG, F(shared), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
+    {"shared", NULL, O_FLAG, F(slurm.shared), .commands = C_SWEEP, .flags = O_SWEEP_OWN,
      .help = "--slurm: do not ask for whole nodes (--exclusive is the default: timings beside other jobs are not "
              "worth keeping); needs --threads"},
-    {"output", "FILE", O_STRING, F(merge_out), .letter = 'o', .commands = C_MERGE, .flags = O_SWEEP_OWN,
+    {"output", "FILE", O_STRING, F(merge.out), .letter = 'o', .commands = C_MERGE, .flags = O_SWEEP_OWN,
      .help = "the merged CSV, its JSON beside it (default DIR/sweep.csv)"},
     {"help", NULL, O_FLAG, F(help), .letter = 'h', .commands = C_ANY, .help = "this text (bench COMMAND --help: one command's)"},
     {"version", NULL, O_FLAG, F(version), .commands = C_ANY, .help = "version and git revision"},
@@ -734,25 +734,24 @@ static int take_arguments(int argc, char **argv, int at, cli *c)
     if ((1u << cmd) == C_COMPARE) {
         if (argc - at < 2)
             return cli_usage_error("%s", "compare needs two results CSVs: BASE.csv NEW.csv");
-        c->config = argv[at++];
-        c->compare_new = argv[at++];
+        c->cmp.base = argv[at++];
+        c->cmp.new_csv = argv[at++];
     } else if ((1u << cmd) == C_MERGE) {
         if (at >= argc)
             return cli_usage_error("%s", "merge needs the folder of a bench sweep --slurm");
-        c->config = argv[at++];
+        c->merge.dir = argv[at++];
     } else if ((1u << cmd) != C_SCHEMA) {
         if (at >= argc)
             return cli_usage_error("%s needs a CONFIG file", c->command);
-        c->config = argv[at++];
+        c->model.config = c->slurm.configs[c->slurm.n_configs++] = argv[at++];
     }
-    c->configs[c->n_configs++] = c->config;
     bool sweep = (1u << cmd) == C_SWEEP;
     /* sweep --slurm: several configs, each a shard axis */
-    while (c->slurm_dir && sweep && at < argc && c->n_configs < CLI_MAX_CONFIGS)
-        c->configs[c->n_configs++] = argv[at++];
-    if (at < argc && c->n_configs == CLI_MAX_CONFIGS)
+    while (c->slurm.dir && sweep && at < argc && c->slurm.n_configs < CLI_MAX_CONFIGS)
+        c->slurm.configs[c->slurm.n_configs++] = argv[at++];
+    if (at < argc && c->slurm.n_configs == CLI_MAX_CONFIGS)
         return cli_usage_error("sweep --slurm takes at most 256 configs, got more: '%s' is one too many", argv[at]);
-    if (at < argc && sweep && !c->slurm_dir)
+    if (at < argc && sweep && !c->slurm.dir)
         return cli_usage_error("sweep takes one CONFIG (several with --slurm, one shard each), got '%s' too", argv[at]);
     if (at < argc)
         return cli_usage_error("unexpected argument '%s'", argv[at]);
@@ -773,28 +772,28 @@ static int check_together(const cli *c, const bool *given)
             snprintf(msg, sizeof msg, "%s--%s goes with bench %s, not %%s", flag, options[i].name, names);
             return cli_usage_error(msg, c->command);
         }
-    if ((c->dry_run || c->sbatch_args || c->time_limit || c->max_running || c->shared) && !c->slurm_dir)
+    if ((c->slurm.dry_run || c->slurm.sbatch_args || c->slurm.time_limit || c->slurm.max_running || c->slurm.shared) && !c->slurm.dir)
         return cli_usage_error("%s", "--dry-run, --sbatch-args, --time-limit, --max-running and --shared go with "
                                      "--slurm DIR");
-    if (c->slurm_dir && (c->csv || c->trace || c->stacks))
+    if (c->slurm.dir && (c->run.csv || c->run.trace || c->run.stacks))
         return cli_usage_error("%s", "--slurm writes its parts into DIR (bench merge DIR -o FILE joins them): drop "
                                      "--csv, --trace and --stacks");
-    if (c->shared && !c->threads)
+    if (c->slurm.shared && !c->be.threads)
         return cli_usage_error("%s", "--shared needs --threads N: the cores each shard asks for and uses");
-    if (c->tf32 && c->n_dtypes)
+    if (c->model.tf32 && c->model.n_dtypes)
         return cli_usage_error("%s", "--tf32 and --dtype both given: --tf32 is --dtype tf32, list it there");
     bool sweep = bit == C_SWEEP;
-    if (!sweep && (c->n_tokens > 1 || c->n_kv > 1))
+    if (!sweep && (c->model.n_tokens > 1 || c->model.n_kv > 1))
         return cli_usage_error("%s takes one --tokens and one --kv-len (bench sweep takes lists)", c->command);
-    for (int i = 0; i < c->n_tokens; i++)
+    for (int i = 0; i < c->model.n_tokens; i++)
         for (int j = 0; j < i; j++)
-            if (c->tokens_list[i] == c->tokens_list[j])
+            if (c->model.tokens_list[i] == c->model.tokens_list[j])
                 return cli_usage_error("--tokens lists %s twice", "a value");
-    for (int i = 0; i < c->n_kv; i++)
+    for (int i = 0; i < c->model.n_kv; i++)
         for (int j = 0; j < i; j++)
-            if (c->kv_list[i] == c->kv_list[j])
+            if (c->model.kv_list[i] == c->model.kv_list[j])
                 return cli_usage_error("--kv-len lists %s twice", "a value");
-    if (c->n_dtypes > 1 && bit == C_LIST)
+    if (c->model.n_dtypes > 1 && bit == C_LIST)
         return cli_usage_error("list takes one --dtype, got '%s'", "a list");
     return -1;
 }
@@ -803,52 +802,54 @@ static int check_together(const cli *c, const bool *given)
  * default algorithm cache. Returns -1 to go on, or an exit code. */
 static int finish(cli *c)
 {
-    if (c->tf32) {
-        c->dtypes[c->n_dtypes++] = DTYPE_TF32;
+    if (c->model.tf32) {
+        c->model.dtypes[c->model.n_dtypes++] = DTYPE_TF32;
         log_msg("note: --tf32 is --dtype tf32 now (the dtype column of the results says tf32)");
     }
     /* decode: one new token after the cache (1024 tokens unless --kv-len says); prefill:
      * the tokens (the config's, or --tokens), no cache unless --kv-len gives one */
-    if (c->phase == 1) {
-        for (int i = 0; i < c->n_tokens; i++)
-            c->shape.tokens = c->tokens_list[i] > c->shape.tokens ? c->tokens_list[i] : c->shape.tokens;
-        if (c->shape.tokens > 1)
+    if (c->model.phase == 1) {
+        for (int i = 0; i < c->model.n_tokens; i++)
+            c->model.shape.tokens = c->model.tokens_list[i] > c->model.shape.tokens ? c->model.tokens_list[i] : c->model.shape.tokens;
+        if (c->model.shape.tokens > 1)
             return cli_usage_error("--phase decode runs one token per sequence: drop --tokens, or use --phase "
                                    "prefill%s", "");
-        c->shape.tokens = 1;
-        if (c->shape.kv_len < 0)
-            c->shape.kv_len = CLI_DEFAULT_KV_LEN;
-    } else if (c->phase == 0 && c->shape.kv_len < 0) {
-        c->shape.kv_len = 0;
+        c->model.shape.tokens = 1;
+        if (c->model.shape.kv_len < 0)
+            c->model.shape.kv_len = CLI_DEFAULT_KV_LEN;
+    } else if (c->model.phase == 0 && c->model.shape.kv_len < 0) {
+        c->model.shape.kv_len = 0;
     }
     const char *listed[BACKEND_MAX];
-    bool known = c->slurm_dir ? cli_backend_list(c->backend, listed) > 0 : strcmp(c->backend, "all") == 0;
+    bool known = c->slurm.dir ? cli_backend_list(c->be.backend, listed) > 0 : strcmp(c->be.backend, "all") == 0;
     for (const char *const *n = backend_names(); *n; n++)
-        known = known || strcmp(c->backend, *n) == 0;
+        known = known || strcmp(c->be.backend, *n) == 0;
     if (!known) {
         char list[256] = "";
         for (const char *const *n = backend_names(); *n; n++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", *n);
-        snprintf(list + strlen(list), sizeof list - strlen(list), "or all, got '%s'", c->backend);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "or all, got '%s'", c->be.backend);
         return cli_usage_error("--backend expects %s", list);
     }
-    c->mo.stream_rounds = !c->no_peaks;
-    c->mo.progress = !c->no_progress && isatty(STDERR_FILENO);
+    c->cmp.format = c->ro.format;
+    c->mo.stream_rounds = !c->run.no_peaks;
+    c->mo.progress = !c->run.no_progress && isatty(STDERR_FILENO);
     /* the choices are kept by default, as autotuners keep theirs: $XDG_CACHE_HOME or
      * ~/.cache, layerbench/choices.tsv */
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (!c->algo_cache_given && !c->algo_heuristic && ((xdg && *xdg) || (home && *home))) {
-        snprintf(c->default_cache, sizeof c->default_cache, "%s%s/layerbench/choices.tsv", xdg && *xdg ? xdg : home,
+    if (!c->run.algo_cache_given && !c->be.algo_heuristic && ((xdg && *xdg) || (home && *home))) {
+        snprintf(c->run.default_cache, sizeof c->run.default_cache, "%s%s/layerbench/choices.tsv", xdg && *xdg ? xdg : home,
                  xdg && *xdg ? "" : "/.cache");
-        c->algo_cache = c->default_cache;
+        c->run.algo_cache = c->run.default_cache;
     }
     return -1;
 }
 
 int cli_parse(int argc, char **argv, cli *c)
 {
-    *c = (cli){.backend = "cpu", .sort = "index", .processes = PROCS_DEFAULT, .phase_band = PROCS_PHASE_BAND, .routing = -1,
-               .mode = "auto", .threshold = COMPARE_DEFAULT_THRESHOLD, .shape = CFG_SHAPE_KEEP, .phase = -1,
+    *c = (cli){.model = {.shape = CFG_SHAPE_KEEP, .phase = -1, .routing = -1}, .be = {.backend = "cpu"},
+               .run = {.mode = "auto", .processes = PROCS_DEFAULT, .phase_band = PROCS_PHASE_BAND},
+               .ro = {.sort = "index"}, .cmp = {.threshold = COMPARE_DEFAULT_THRESHOLD},
                .mo = {.warmup_time = MEASURE_DEFAULT_WARMUP, .min_time = MEASURE_DEFAULT_MIN_TIME,
                       .max_noise = MEASURE_DEFAULT_MAX_NOISE, .min_samples = MEASURE_DEFAULT_MIN_SAMPLES,
                       .timeout = MEASURE_DEFAULT_TIMEOUT, .seed = 1}};

@@ -21,60 +21,91 @@
 /* The most configs one sweep --slurm takes. */
 #define CLI_MAX_CONFIGS 256
 
-typedef struct cli {
-    const char *command;
-    const char *config;      /* the CONFIG (configs[0]); compare: BASE.csv; merge: DIR */
-    const char *configs[CLI_MAX_CONFIGS]; /* sweep --slurm: every CONFIG given */
-    int n_configs;
-    const char *slurm_dir;   /* sweep --slurm DIR */
-    bool dry_run;            /* ... --dry-run */
-    const char *sbatch_args; /* ... --sbatch-args, as given */
-    const char *time_limit;  /* ... --time-limit; NULL: the default */
-    int max_running;         /* ... --max-running; 0: no limit */
-    bool shared;             /* ... --shared: no --exclusive */
-    const char *merge_out;   /* merge -o FILE; NULL: DIR/sweep.csv */
-    int routing;             /* --routing: MOE_* for every moe layer; -1: the config's */
-    double load_skew;        /* --routing skew:S */
-    const char *backend;
-    const char *batch_arg;
-    const char *csv;
-    const char *trace;       /* --trace FILE */
-    const char *stacks;      /* --stacks FILE */
-    int threads;
-    int top;
-    const char *sort;
-    bool no_progress;
+/* What chooses the model: list, check, run and sweep (cli_load_model). */
+typedef struct cli_model {
+    const char *config;      /* the CONFIG */
+    const char *batch_arg;   /* --batch as given (main.c reads it: one, or sweep's list) */
     dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
+    int n_dtypes;
+    bool tf32;               /* --tf32: --dtype tf32 */
     cfg_shape shape;         /* --tokens, --kv-len, --phase: a decoder's token shape (the lists' first) */
     int64_t tokens_list[CLI_MAX_SHAPES]; /* sweep: --tokens T1,T2,...; n_tokens 0: not given */
     int64_t kv_list[CLI_MAX_SHAPES];     /* sweep: --kv-len S1,S2,...; n_kv 0: not given */
     int n_tokens, n_kv;
-    int n_dtypes;
+    int phase;               /* --phase: 0 prefill, 1 decode; -1 not given */
+    int routing;             /* --routing: MOE_* for every moe layer; -1: the config's */
+    bool worker;             /* a worker process (cmd_worker, procs.h): its parent says the model's notes */
+    double load_skew;        /* --routing skew:S */
+} cli_model;
+
+/* What opens the backends: check, run and sweep (cli_open_backends, backend_options). */
+typedef struct cli_backends {
+    const char *backend;     /* --backend: a name, or all (sweep --slurm: a list) */
+    int threads;             /* --threads; 0: all cores */
     int algo_heuristic;      /* --algo heuristic (its index in the names: 0 search, 1 heuristic) */
-    int algo_alone;          /* --algo-for alone (0 forward, 1 alone; backend_options) */
-    int conv_api;            /* --conv-api: 0 both, 1 legacy, 2 graph (backend_options) */
-    bool resume;
-    bool no_peaks;           /* --no-peaks */
-    bool no_forward;         /* check --no-forward */
-    bool timeout_given;      /* --timeout on the command line (check: the reference's bound) */
-    bool emit_yaml;          /* list --emit-yaml: the config built, as YAML */
-    bool error;              /* run, sweep --error */
+    int algo_alone;          /* --algo-for alone (0 forward, 1 alone) */
+    int conv_api;            /* --conv-api: 0 both, 1 legacy, 2 graph */
+} cli_backends;
+
+/* run and sweep's own: how they time, what they write. */
+typedef struct cli_run {
     const char *mode;        /* --mode as given */
-    const char *compare_new; /* compare: NEW.csv (config holds BASE.csv) */
-    double threshold;        /* compare: fraction */
-    table_format format;     /* --format: text or md (markdown tables) */
-    unsigned groups;         /* --group-by: REPORT_GROUP_* bits, 0 for the default */
-    bool inmodel;            /* compare --inmodel */
     int processes;           /* --processes */
     double phase_band;       /* --phase-band as a fraction; below 0: off */
-    bool worker;             /* this process is a worker (cmd_worker, procs.h): the parent says the notes */
-    bool help, version;      /* --help, --version: said, and nothing else done */
-    bool tf32;               /* --tf32: --dtype tf32 */
-    int phase;               /* --phase: 0 prefill, 1 decode; -1 not given */
     const char *algo_cache;  /* --algo-cache FILE, or the default (default_cache); NULL: none */
     bool algo_cache_given;   /* ... given on the command line */
     char default_cache[1024];
-    measure_options mo;
+    const char *csv;         /* --csv FILE (list's too) */
+    const char *trace;       /* --trace FILE */
+    const char *stacks;      /* --stacks FILE */
+    bool resume;             /* --resume */
+    bool no_peaks;           /* --no-peaks */
+    bool error;              /* --error */
+    bool no_progress;        /* --no-progress */
+} cli_run;
+
+/* sweep --slurm's own. */
+typedef struct cli_slurm {
+    const char *dir;         /* --slurm DIR; NULL: a local sweep */
+    const char *configs[CLI_MAX_CONFIGS]; /* every CONFIG given */
+    int n_configs;
+    bool dry_run;            /* --dry-run */
+    const char *sbatch_args; /* --sbatch-args, as given */
+    const char *time_limit;  /* --time-limit; NULL: the default */
+    int max_running;         /* --max-running; 0: no limit */
+    bool shared;             /* --shared: no --exclusive */
+} cli_slurm;
+
+/* bench compare's own. */
+typedef struct cli_compare {
+    const char *base, *new_csv; /* BASE.csv NEW.csv */
+    double threshold;        /* --threshold, a fraction */
+    bool inmodel;            /* --inmodel */
+    table_format format;     /* --format */
+} cli_compare;
+
+/* bench merge's own. */
+typedef struct cli_merge {
+    const char *dir;         /* DIR */
+    const char *out;         /* -o FILE; NULL: DIR/sweep.csv */
+} cli_merge;
+
+/* The command line, typed: the command, and each group of options in the struct of the
+ * commands that read it (the options table of cli.c says which field each fills). */
+typedef struct cli {
+    const char *command;
+    bool help, version;      /* --help, --version: said, and nothing else done */
+    cli_model model;
+    cli_backends be;
+    measure_options mo;      /* the measurement's (check: seed, dedupe, timeout) */
+    cli_run run;
+    report_options ro;       /* the tables: --sort, --top, --format, --group-by */
+    cli_slurm slurm;
+    cli_compare cmp;
+    cli_merge merge;
+    bool no_forward;         /* check --no-forward */
+    bool timeout_given;      /* --timeout on the command line (check: the reference's bound) */
+    bool emit_yaml;          /* list --emit-yaml: the config built, as YAML */
 } cli;
 
 /* The files a run writes, opened and checked against each other before anything is
@@ -120,14 +151,14 @@ int cli_parse(int argc, char **argv, cli *c);
 
 /* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
-int cli_open_backends(const cli *c, backend *bs, char **skipped);
+int cli_open_backends(const cli_backends *c, backend *bs, char **skipped);
 
 void cli_close_backends(backend *bs, int nb, char *skipped);
 
 /* Device memory, checked once the backends are open (host memory is checked before). */
 bool cli_fits_backends(const model *m, const backend *bs, int nb);
 
-int cli_load_model(const cli *c, int64_t batch, model **m);
+int cli_load_model(const cli_model *c, int64_t batch, model **m);
 
 int cmd_list(const cli *c, int64_t batch);
 
@@ -139,13 +170,13 @@ int cmd_worker(void);
 /* run and sweep: every batch on every backend, reported as it completes (runner.h). */
 int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep);
 
-int cmd_compare(const cli *c);
+int cmd_compare(const cli_compare *c);
 
 /* sweep --slurm (slurm.c): the shards onto job arrays, submitted (or printed). */
 int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches, int n_batches);
 
 /* merge DIR (slurm.c): the parts of a sweep --slurm as one CSV and JSON. */
-int cmd_merge(const cli *c);
+int cmd_merge(const cli_merge *c);
 
 int cmd_schema(void);
 

@@ -43,14 +43,14 @@ static bench_output *open_one(outputs *o, const char *path, const char *what, co
 /* --trace, --csv and the JSON context beside a CSV file. 0, or 2 (nothing left open). */
 static int open_outputs(const cli *c, outputs *o)
 {
-    const char *inputs[] = {c->config, NULL};
+    const char *inputs[] = {c->model.config, NULL};
     memset(o, 0, sizeof *o);
-    bool ok = !c->trace || (o->trace = open_one(o, c->trace, "--trace", inputs));
-    ok = ok && (!c->csv || (o->csv = open_one(o, c->csv, "--csv", inputs)));
+    bool ok = !c->run.trace || (o->trace = open_one(o, c->run.trace, "--trace", inputs));
+    ok = ok && (!c->run.csv || (o->csv = open_one(o, c->run.csv, "--csv", inputs)));
     if (ok && o->csv) {
         o->csv->append = true; /* a stream takes its rows as they come */
         if (o->csv->target) { /* a file: the JSON context beside it */
-            char *json = report_json_path(c->csv);
+            char *json = report_json_path(c->run.csv);
             ok = (o->json = open_one(o, json, "the JSON context beside --csv", inputs)) != NULL;
             free(json);
         }
@@ -64,14 +64,14 @@ static int open_outputs(const cli *c, outputs *o)
 static int open_stacks(const cli *c, outputs *o, const backend *bs, int nb, const int64_t *batches, int n_batches,
                        const dtype_t *dtypes, int n_dtypes)
 {
-    const char *inputs[] = {c->config, NULL};
-    if (!c->stacks)
+    const char *inputs[] = {c->model.config, NULL};
+    if (!c->run.stacks)
         return 0;
     o->stacks = xcalloc((size_t)(nb * n_batches * n_dtypes), sizeof *o->stacks);
     for (int b = 0; b < nb; b++)
         for (int k = 0; k < n_batches * n_dtypes; k++) {
             dtype_t dt = dtypes[k % n_dtypes];
-            char *path = report_stacks_path(c->stacks, bs[b].ops->name, batches[k / n_dtypes],
+            char *path = report_stacks_path(c->run.stacks, bs[b].ops->name, batches[k / n_dtypes],
                                             n_dtypes > 1 ? dtype_name(dt) : NULL, nb == 1, n_batches == 1);
             bench_output *out = open_one(o, path, "--stacks", inputs);
             free(path);
@@ -118,10 +118,10 @@ static void close_outputs(outputs *o)
  * backend's and the measurement's; procs_measure adds each set's own. */
 static measure_set worker_base(const cli *c, const char *algo_cache)
 {
-    measure_set s = {.shape = c->shape, .routing = c->routing, .load_skew = c->load_skew, .threads = c->threads,
-                     .algo_heuristic = c->algo_heuristic, .algo_alone = c->algo_alone, .conv_api = c->conv_api,
+    measure_set s = {.shape = c->model.shape, .routing = c->model.routing, .load_skew = c->model.load_skew, .threads = c->be.threads,
+                     .algo_heuristic = c->be.algo_heuristic, .algo_alone = c->be.algo_alone, .conv_api = c->be.conv_api,
                      .mo = c->mo};
-    s.str[SET_CONFIG] = c->config;
+    s.str[SET_CONFIG] = c->model.config;
     s.str[SET_ALGO_CACHE] = algo_cache;
     return s;
 }
@@ -156,21 +156,21 @@ static int load_algo_cache(const cli *c, const backend *bs, int nb, char *note, 
 {
     choices_report cr;
     char err[1200];
-    if (!c->algo_cache)
+    if (!c->run.algo_cache)
         return 0;
-    if (choices_load(c->algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
-        if (c->algo_cache_given) {
+    if (choices_load(c->run.algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK) {
+        if (c->run.algo_cache_given) {
             log_msg("%s", err);
             return 2;
         }
         snprintf(note, notelen, "%.300s: not used (remove it, or give --algo-cache FILE or none)", err);
         return -1;
     }
-    choices_warning(c->algo_cache, &cr, note, notelen);
+    choices_warning(c->run.algo_cache, &cr, note, notelen);
     if (cr.taken)
         log_msg("%d algorithm choice%s from %s (--algo-cache none searches again)", cr.taken,
-                cr.taken == 1 ? "" : "s", c->algo_cache);
-    ctx->algo_cache = c->algo_cache;
+                cr.taken == 1 ? "" : "s", c->run.algo_cache);
+    ctx->algo_cache = c->run.algo_cache;
     ctx->algo_taken = cr.taken, ctx->algo_other_context = cr.foreign, ctx->algo_malformed = cr.malformed;
     return 0;
 }
@@ -197,19 +197,20 @@ int cmd_worker(void)
         log_msg("%s", err);
         return 2;
     }
-    cli c = {.config = s.str[SET_CONFIG], .shape = s.shape, .routing = s.routing, .load_skew = s.load_skew,
-             .backend = s.backend, .threads = s.threads, .algo_heuristic = s.algo_heuristic,
-             .algo_alone = s.algo_alone, .conv_api = s.conv_api, .n_dtypes = 1, .dtypes = {s.dtype},
-             .algo_cache = s.str[SET_ALGO_CACHE], .worker = true, .mo = s.mo};
+    cli c = {.model = {.config = s.str[SET_CONFIG], .shape = s.shape, .routing = s.routing, .load_skew = s.load_skew,
+                       .n_dtypes = 1, .dtypes = {s.dtype}, .worker = true},
+             .be = {.backend = s.backend, .threads = s.threads, .algo_heuristic = s.algo_heuristic,
+                    .algo_alone = s.algo_alone, .conv_api = s.conv_api},
+             .run = {.algo_cache = s.str[SET_ALGO_CACHE]}, .mo = s.mo};
     model *m;
     backend bs[BACKEND_MAX];
     char *skipped;
-    int rc = cli_load_model(&c, s.batch, &m);
+    int rc = cli_load_model(&c.model, s.batch, &m);
     if (rc) {
         free(s.skip);
         return rc;
     }
-    int nb = cli_open_backends(&c, bs, &skipped);
+    int nb = cli_open_backends(&c.be, bs, &skipped);
     if (nb != 1) {
         model_free(m);
         free(s.skip);
@@ -220,15 +221,15 @@ int cmd_worker(void)
     sched_probe probe;
     watch_contention(&mo, &probe);
     choices_report cr;
-    if (c.algo_cache && choices_load(c.algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
+    if (c.run.algo_cache && choices_load(c.run.algo_cache, bs, nb, &cr, err, sizeof err) != BENCH_OK)
         log_warning("%s", err);
     char label[48];
     snprintf(label, sizeof label, s.index <= s.count ? "process %d/%d" : "process %d (one more for %d)", s.index,
              s.count);
     mo.label = label;
     rc = procs_worker(&s, m, &bs[0], &mo);
-    if (c.algo_cache)
-        save_algo_cache(c.algo_cache, bs, nb);
+    if (c.run.algo_cache)
+        save_algo_cache(c.run.algo_cache, bs, nb);
     sched_probe_close(&probe);
     cli_close_backends(bs, nb, skipped);
     model_free(m);
@@ -241,7 +242,7 @@ int cmd_worker(void)
  * outer), the first being m; *n 1 and no array when the command line gives no lists. */
 static int load_shapes(const cli *c, int64_t batch, model *m, model ***out, int *n)
 {
-    int nt = c->n_tokens > 1 ? c->n_tokens : 1, nk = c->n_kv > 1 ? c->n_kv : 1;
+    int nt = c->model.n_tokens > 1 ? c->model.n_tokens : 1, nk = c->model.n_kv > 1 ? c->model.n_kv : 1;
     *out = NULL, *n = 1;
     if (nt * nk == 1)
         return 0;
@@ -249,11 +250,11 @@ static int load_shapes(const cli *c, int64_t batch, model *m, model ***out, int 
     ms[0] = m;
     for (int i = 1; i < nt * nk; i++) {
         cli cc = *c;
-        if (c->n_tokens > 1)
-            cc.shape.tokens = c->tokens_list[i / nk];
-        if (c->n_kv > 1)
-            cc.shape.kv_len = c->kv_list[i % nk];
-        int rc = cli_load_model(&cc, batch, &ms[i]);
+        if (c->model.n_tokens > 1)
+            cc.model.shape.tokens = c->model.tokens_list[i / nk];
+        if (c->model.n_kv > 1)
+            cc.model.shape.kv_len = c->model.kv_list[i % nk];
+        int rc = cli_load_model(&cc.model, batch, &ms[i]);
         if (rc) {
             for (int k = 1; k < i; k++)
                 model_free(ms[k]);
@@ -328,7 +329,7 @@ static void job_free(measure_job *j)
 static int job_shapes(measure_job *j, const cli *c, int64_t batch)
 {
     int rc = load_shapes(c, batch, j->m, &j->shapes, &j->n_shapes);
-    if (rc == 0 && j->n_shapes > 1 && c->stacks) {
+    if (rc == 0 && j->n_shapes > 1 && c->run.stacks) {
         log_msg("--stacks writes one file per batch and dtype: run it for one --tokens and --kv-len at a time");
         rc = 2;
     }
@@ -341,9 +342,9 @@ static int job_batches(measure_job *j, const cli *c, const int64_t *batch_args)
 {
     char err[1024];
     j->batches = xmalloc((size_t)j->n_batches * sizeof *j->batches);
-    j->n_dtypes = c->n_dtypes ? c->n_dtypes : 1;
+    j->n_dtypes = c->model.n_dtypes ? c->model.n_dtypes : 1;
     for (int d = 0; d < j->n_dtypes; d++)
-        j->dtypes[d] = c->n_dtypes ? c->dtypes[d] : j->m->dtype;
+        j->dtypes[d] = c->model.n_dtypes ? c->model.dtypes[d] : j->m->dtype;
     for (int b = 0; b < j->n_batches; b++) {
         j->batches[b] = batch_args[b] > 0 ? batch_args[b] : j->m->batch;
         for (int s = 0; s < j->n_shapes; s++) {
@@ -372,16 +373,16 @@ static int job_open(measure_job *j, const cli *c)
     if (rc)
         return rc;
     j->out_open = true;
-    if (c->resume && (!j->out.csv || !j->out.csv->target)) {
+    if (c->run.resume && (!j->out.csv || !j->out.csv->target)) {
         log_msg("--resume needs --csv FILE: the results of the run to continue");
         return 2;
     }
-    if (c->resume && runner_read_previous(c->csv, j->m->name, &j->previous, &j->done, &j->n_done, err, sizeof err) !=
+    if (c->run.resume && runner_read_previous(c->run.csv, j->m->name, &j->previous, &j->done, &j->n_done, err, sizeof err) !=
                          BENCH_OK) {
         log_msg("%s", err);
         return 2;
     }
-    int nb = cli_open_backends(c, j->bs, &j->skipped);
+    int nb = cli_open_backends(&c->be, j->bs, &j->skipped);
     if (nb < 0)
         return -nb;
     j->nb = nb;
@@ -400,11 +401,10 @@ static int job_open(measure_job *j, const cli *c)
  * CSV, the trace and the stacks; the JSON context is added last, by the caller. */
 static void job_reporters(measure_job *j, const cli *c, bool sweep, reporter ***reps, int *nr)
 {
-    report_options ro = {c->sort, c->top, c->format, c->groups};
     /* with --csv - (or a trace or stacks to stdout), that output owns stdout and the
      * tables go to stderr */
     FILE *tables = writes_stdout(&j->out) ? stderr : stdout;
-    add_reporter(reps, nr, sweep ? report_sweep_create(tables, c->format) : report_console_create(tables, &ro));
+    add_reporter(reps, nr, sweep ? report_sweep_create(tables, c->ro.format) : report_console_create(tables, &c->ro));
     if (j->out.csv)
         add_reporter(reps, nr, report_csv_create(j->out.csv, j->previous));
     if (j->out.trace)
@@ -416,7 +416,7 @@ static void job_reporters(measure_job *j, const cli *c, bool sweep, reporter ***
 int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, int n_batches, bool sweep)
 {
     measure_job j = {.n_batches = n_batches};
-    int rc = cli_load_model(c, batch_args[0], &j.m);
+    int rc = cli_load_model(&c->model, batch_args[0], &j.m);
     if (rc)
         return rc;
     if ((rc = job_shapes(&j, c, batch_args[0])) != 0 || (rc = job_batches(&j, c, batch_args)) != 0 ||
@@ -439,31 +439,31 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     sched_probe probe = {.n = 0};
     /* the workers of a run share one choices file, so that they run the same kernels */
     char cache_tmp[] = "/tmp/layerbench-choices-XXXXXX";
-    const char *cache = cache_rc < 0 ? NULL : c->algo_cache; /* a broken default is left alone */
-    if (!cache && c->processes > 0 && !c->algo_heuristic) {
+    const char *cache = cache_rc < 0 ? NULL : c->run.algo_cache; /* a broken default is left alone */
+    if (!cache && c->run.processes > 0 && !c->be.algo_heuristic) {
         int fd = mkstemp(cache_tmp);
         if (fd >= 0)
             close(fd), cache = cache_tmp;
     }
     measure_set base = worker_base(c, cache);
-    if (c->processes == 0) /* else the workers watch their own threads */
+    if (c->run.processes == 0) /* else the workers watch their own threads */
         watch_contention(&mo, &probe);
     timing_mode modes[4];
-    int n_modes = cli_split_modes(c->mode, modes);
+    int n_modes = cli_split_modes(c->run.mode, modes);
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes, .batches = j.batches, .n_batches = n_batches, .dtypes = j.dtypes,
         .n_dtypes = j.n_dtypes, .backends = j.bs, .n_backends = j.nb, .done = j.done, .n_done = j.n_done,
         .reps = reps, .n_reps = nr,
-        .ctx = {.argc = argc, .argv = argv, .config = c->config, .mo = &c->mo, .modes = c->mode, .backends = j.bs,
+        .ctx = {.argc = argc, .argv = argv, .config = c->model.config, .mo = &c->mo, .modes = c->run.mode, .backends = j.bs,
                 .n_backends = j.nb, .skipped = j.skipped, .algo_cache = cache_ctx.algo_cache,
                 .algo_taken = cache_ctx.algo_taken, .algo_other_context = cache_ctx.algo_other_context,
                 .algo_malformed = cache_ctx.algo_malformed,
                 .resumed = j.done, .resumed_sets = j.n_done, /* listed as completed from the start */
-                .processes = c->processes, .phase_band = c->phase_band},
+                .processes = c->run.processes, .phase_band = c->run.phase_band},
         .sweep_progress = sweep && c->mo.progress,
-        .probe_peaks = !c->no_peaks,
-        .error = c->error,
-        .procs = {c->processes, &base, j.n_shapes > 1, c->phase_band},
+        .probe_peaks = !c->run.no_peaks,
+        .error = c->run.error,
+        .procs = {c->run.processes, &base, j.n_shapes > 1, c->run.phase_band},
         .shapes = j.shapes, .n_shapes = j.shapes ? j.n_shapes : 0,
         .note = *cache_note ? cache_note : NULL,
         .stop = &signals_interrupted, /* caught since main() */
@@ -473,10 +473,10 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     rc = runner_execute(j.m, &plan, &mo);
     if (!commit_outputs(&j.out) && (rc == 0 || rc == 1))
         rc = 1;
-    if (cache && c->processes == 0) /* else the workers saved it */
+    if (cache && c->run.processes == 0) /* else the workers saved it */
         save_algo_cache(cache, j.bs, j.nb);
     if (rc == 0 && j.out.json)
-        log_msg("wrote %s and its JSON context %s", c->csv, j.out.json->path);
+        log_msg("wrote %s and its JSON context %s", c->run.csv, j.out.json->path);
     if (cache == cache_tmp)
         unlink(cache_tmp);
     sched_probe_close(&probe);

@@ -17,7 +17,7 @@
 
 /* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */
-int cli_open_backends(const cli *c, backend *bs, char **skipped)
+int cli_open_backends(const cli_backends *c, backend *bs, char **skipped)
 {
     backend_options bo = {.threads = c->threads, .algo_heuristic = c->algo_heuristic, .algo_alone = c->algo_alone,
                           .conv_api = c->conv_api};
@@ -75,7 +75,7 @@ bool cli_fits_backends(const model *m, const backend *bs, int nb)
     return true;
 }
 
-int cli_load_model(const cli *c, int64_t batch, model **m)
+int cli_load_model(const cli_model *c, int64_t batch, model **m)
 {
     char err[1024];
     bench_status st = cfg_load_shaped(c->config, batch, c->shape, m, err, sizeof err);
@@ -123,12 +123,12 @@ static int emit_yaml(const cli *c, int64_t batch)
     char err[1200];
     strbuf text = {0};
     model *m = NULL;
-    bench_status st = cfg_is_hf(c->config) ? cfg_load_hf_emit(c->config, batch, c->shape, &m, &text, err, sizeof err)
-                                           : fileio_read(c->config, CFG_MAX_FILE_BYTES, 0, NULL, &text, NULL, err, sizeof err);
-    if (st == BENCH_OK && !cfg_is_hf(c->config)) /* the file, once it loads as a config */
-        st = cfg_load_shaped(c->config, batch, c->shape, &m, err, sizeof err);
+    bench_status st = cfg_is_hf(c->model.config) ? cfg_load_hf_emit(c->model.config, batch, c->model.shape, &m, &text, err, sizeof err)
+                                           : fileio_read(c->model.config, CFG_MAX_FILE_BYTES, 0, NULL, &text, NULL, err, sizeof err);
+    if (st == BENCH_OK && !cfg_is_hf(c->model.config)) /* the file, once it loads as a config */
+        st = cfg_load_shaped(c->model.config, batch, c->model.shape, &m, err, sizeof err);
     if (st != BENCH_OK)
-        log_raw("%s%s\n", strncmp(err, c->config, strlen(c->config)) == 0 ? "" : "bench: ", err);
+        log_raw("%s%s\n", strncmp(err, c->model.config, strlen(c->model.config)) == 0 ? "" : "bench: ", err);
     else
         fputs(text.data, stdout);
     model_free(m);
@@ -141,14 +141,14 @@ int cmd_list(const cli *c, int64_t batch)
     model *m;
     if (c->emit_yaml)
         return emit_yaml(c, batch);
-    int rc = cli_load_model(c, batch, &m);
+    int rc = cli_load_model(&c->model, batch, &m);
     if (rc)
         return rc;
-    if (c->csv) {
-        const char *inputs[] = {c->config, NULL};
+    if (c->run.csv) {
+        const char *inputs[] = {c->model.config, NULL};
         char err[1200];
         bench_output out;
-        if (bench_output_open(&out, c->csv, inputs, err, sizeof err) != BENCH_OK) {
+        if (bench_output_open(&out, c->run.csv, inputs, err, sizeof err) != BENCH_OK) {
             log_msg("--csv: %s", err);
             rc = 2;
         } else {
@@ -157,7 +157,7 @@ int cmd_list(const cli *c, int64_t batch)
             bench_output_close(&out);
         }
     } else {
-        report_list_table(stdout, m, c->format);
+        report_list_table(stdout, m, c->ro.format);
     }
     model_free(m);
     return rc;
@@ -168,7 +168,7 @@ int cmd_check(const cli *c, int64_t batch)
     model *m;
     backend bs[BACKEND_MAX];
     char *skipped;
-    int rc = cli_load_model(c, batch, &m);
+    int rc = cli_load_model(&c->model, batch, &m);
     if (rc)
         return rc;
     /* a model larger than memory is checked layer by layer (check_model): said here */
@@ -181,15 +181,15 @@ int cmd_check(const cli *c, int64_t batch)
                 "inputs and weights, and the chained forward is not%s", m->name, bench_format_bytes(whole, a, sizeof a),
                 bench_format_bytes(co.available, b, sizeof b),
                 c->mo.dedupe ? "" : " (--dedupe checks one of each set of identical layers)");
-    int nb = cli_open_backends(c, bs, &skipped);
+    int nb = cli_open_backends(&c->be, bs, &skipped);
     if (nb < 0) {
         model_free(m);
         return -nb;
     }
     bench_status st = BENCH_OK; /* (device memory: a layer that does not fit there fails with the reason) */
-    for (int d = 0; d < (c->n_dtypes ? c->n_dtypes : 1); d++) {
-        if (c->n_dtypes)
-            model_set_dtype(m, c->dtypes[d]);
+    for (int d = 0; d < (c->model.n_dtypes ? c->model.n_dtypes : 1); d++) {
+        if (c->model.n_dtypes)
+            model_set_dtype(m, c->model.dtypes[d]);
         printf("%s%s: batch %lld, dtype %s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
                dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
                (unsigned long long)c->mo.seed);
@@ -224,22 +224,22 @@ static char *build_of(const char *csv_path)
     return build;
 }
 
-int cmd_compare(const cli *c)
+int cmd_compare(const cli_compare *c)
 {
     csv_table base, new_;
     char err[1024];
-    if (csv_read_file(c->config, &base, err, sizeof err) != BENCH_OK) {
+    if (csv_read_file(c->base, &base, err, sizeof err) != BENCH_OK) {
         log_msg("%s", err);
         return 2;
     }
-    if (csv_read_file(c->compare_new, &new_, err, sizeof err) != BENCH_OK) {
+    if (csv_read_file(c->new_csv, &new_, err, sizeof err) != BENCH_OK) {
         log_msg("%s", err);
         csv_table_free(&base);
         return 2;
     }
-    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel, build_of(c->config),
-                         build_of(c->compare_new)};
-    int rc = compare_tables(c->config, &base, c->compare_new, &new_, &o, stdout);
+    compare_options o = {c->threshold, c->format == TABLE_MD, c->inmodel, build_of(c->base),
+                         build_of(c->new_csv)};
+    int rc = compare_tables(c->base, &base, c->new_csv, &new_, &o, stdout);
     free((char *)o.base_build), free((char *)o.new_build);
     csv_table_free(&base);
     csv_table_free(&new_);

@@ -83,7 +83,7 @@ static int run_command(int argc, char **argv)
     int rc = cli_parse(argc, argv, &c);
     if (rc >= 0)
         return rc;
-    if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm_dir)) {
+    if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm.dir)) {
         set_openmp_spin(argv);
         /* before the config is read and the backends start (a second or more): a signal
          * that comes then stops the run before its first set, not never */
@@ -92,29 +92,29 @@ static int run_command(int argc, char **argv)
     if (strcmp(c.command, "schema") == 0)
         return cmd_schema();
     if (strcmp(c.command, "compare") == 0)
-        return cmd_compare(&c);
+        return cmd_compare(&c.cmp);
     if (strcmp(c.command, "merge") == 0)
-        return cmd_merge(&c);
+        return cmd_merge(&c.merge);
     bool sweep = strcmp(c.command, "sweep") == 0;
     int64_t *batches = NULL, one = 0;
     int n_batches = 1;
     if (sweep) {
-        if (!cli_parse_batches(c.batch_arg ? c.batch_arg : "1,2,4,8,16,32", &batches, &n_batches)) {
+        if (!cli_parse_batches(c.model.batch_arg ? c.model.batch_arg : "1,2,4,8,16,32", &batches, &n_batches)) {
             free(batches);
             return cli_usage_error("--batch expects a comma-separated list of positive integers, each once, got '%s'",
-                                   c.batch_arg);
+                                   c.model.batch_arg);
         }
-    } else if (c.batch_arg) {
+    } else if (c.model.batch_arg) {
         long v;
-        if (!cli_parse_long(c.batch_arg, 1, INT32_MAX, &v))
-            return cli_usage_error("--batch expects a positive integer, got '%s'", c.batch_arg);
+        if (!cli_parse_long(c.model.batch_arg, 1, INT32_MAX, &v))
+            return cli_usage_error("--batch expects a positive integer, got '%s'", c.model.batch_arg);
         one = v;
     }
     if (!strcmp(c.command, "list"))
         rc = cmd_list(&c, one);
     else if (!strcmp(c.command, "check"))
         rc = cmd_check(&c, one);
-    else if (sweep && c.slurm_dir)
+    else if (sweep && c.slurm.dir)
         rc = cmd_slurm_sweep(argc, argv, &c, batches, n_batches);
     else if (sweep)
         rc = cmd_measure(argc, argv, &c, batches, n_batches, true);

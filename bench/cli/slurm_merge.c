@@ -380,11 +380,11 @@ static int write_merged(merge_job *m, bench_output *out_csv, bench_output *out_j
     return rc;
 }
 
-int cmd_merge(const cli *c)
+int cmd_merge(const cli_merge *c)
 {
     char *shards_text, err[1600];
     slurm_shard *shards;
-    merge_job m = {.dir = c->config, .missing = json_array(), .failed = json_array()};
+    merge_job m = {.dir = c->dir, .missing = json_array(), .failed = json_array()};
     int rc = read_shards(m.dir, &shards_text, &shards, &m.n);
     if (rc >= 0) {
         json_decref(m.missing), json_decref(m.failed);
@@ -392,7 +392,7 @@ int cmd_merge(const cli *c)
     }
     m.shards = shards;
     const char *dir = m.dir;
-    char *csv_path = c->merge_out ? xstrdup(c->merge_out) : xasprintf("%s/sweep.csv", dir);
+    char *csv_path = c->out ? xstrdup(c->out) : xasprintf("%s/sweep.csv", dir);
     char *json_path = report_json_path(csv_path);
     bench_output out_csv, out_json;
     bool csv_open = false, json_open = false;

@@ -129,15 +129,15 @@ static bool path_ok(const char *what, const char *path)
 static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slurm_shard **out, int *n)
 {
     const char *backends[BACKEND_MAX];
-    int nb = cli_backend_list(c->backend, backends);
-    int nt = c->n_tokens ? c->n_tokens : 1, nk = c->n_kv ? c->n_kv : 1;
+    int nb = cli_backend_list(c->be.backend, backends);
+    int nt = c->model.n_tokens ? c->model.n_tokens : 1, nk = c->model.n_kv ? c->model.n_kv : 1;
     int cap = 64;
     slurm_shard *s = xcalloc((size_t)cap, sizeof *s);
     *n = 0;
-    for (int f = 0; f < c->n_configs; f++) {
+    for (int f = 0; f < c->slurm.n_configs; f++) {
         char abs[PATH_MAX], err[1024];
-        if (!realpath(c->configs[f], abs)) {
-            log_msg("cannot read config '%s': %s", c->configs[f], strerror(errno));
+        if (!realpath(c->slurm.configs[f], abs)) {
+            log_msg("cannot read config '%s': %s", c->slurm.configs[f], strerror(errno));
             slurm_shards_free(s, *n);
             return 2;
         }
@@ -149,22 +149,22 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
         int nd = 0;
         for (int t = 0; t < nt * nk; t++) {
             cli cc = *c;
-            cc.config = c->configs[f];
-            if (c->n_tokens)
-                cc.shape.tokens = c->tokens_list[t / nk];
-            if (c->n_kv)
-                cc.shape.kv_len = c->kv_list[t % nk];
+            cc.model.config = c->slurm.configs[f];
+            if (c->model.n_tokens)
+                cc.model.shape.tokens = c->model.tokens_list[t / nk];
+            if (c->model.n_kv)
+                cc.model.shape.kv_len = c->model.kv_list[t % nk];
             model *m;
-            int rc = cli_load_model(&cc, batches[0], &m);
+            int rc = cli_load_model(&cc.model, batches[0], &m);
             for (int b = 1; !rc && b < n_batches; b++)
                 if (model_set_batch(m, batches[b], err, sizeof err) != BENCH_OK) {
-                    log_msg("%s: %s", c->configs[f], err);
+                    log_msg("%s: %s", c->slurm.configs[f], err);
                     rc = 2;
                 }
             if (!rc && t == 0) {
-                nd = c->n_dtypes ? c->n_dtypes : 1;
+                nd = c->model.n_dtypes ? c->model.n_dtypes : 1;
                 for (int d = 0; d < nd; d++)
-                    dtype_names[d] = dtype_name(c->n_dtypes ? c->dtypes[d] : m->dtype);
+                    dtype_names[d] = dtype_name(c->model.n_dtypes ? c->model.dtypes[d] : m->dtype);
             }
             if (!rc)
                 model_free(m);
@@ -181,8 +181,8 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
                             s = xrealloc(s, (size_t)(cap *= 2) * sizeof *s);
                         slurm_shard *sh = &s[(*n)++];
                         *sh = (slurm_shard){.config = xstrdup(abs), .batch = batches[b],
-                                            .tokens = c->n_tokens ? c->tokens_list[t / nk] : -1,
-                                            .kv_len = c->n_kv ? c->kv_list[t % nk] : -1};
+                                            .tokens = c->model.n_tokens ? c->model.tokens_list[t / nk] : -1,
+                                            .kv_len = c->model.n_kv ? c->model.kv_list[t % nk] : -1};
                         snprintf(sh->backend, sizeof sh->backend, "%s", backends[k]);
                         snprintf(sh->dtype, sizeof sh->dtype, "%s", dtype_names[d]);
                     }
@@ -288,8 +288,8 @@ static char *array_script(const cli *c, const array_plan *a, const slurm_shard *
                   a->n, n_shards, dir, a->base, dir);
     strbuf_printf(&b, "#SBATCH --job-name=layerbench-sweep\n#SBATCH --array=");
     array_spec(&b, a);
-    if (c->max_running)
-        strbuf_printf(&b, "%%%d", c->max_running);
+    if (c->slurm.max_running)
+        strbuf_printf(&b, "%%%d", c->slurm.max_running);
     char *output = output_option(dir, "%A_%a.out");
     if (sbatch_line_ok(dir))
         strbuf_printf(&b, "\n#SBATCH %s\n", output);
@@ -297,11 +297,11 @@ static char *array_script(const cli *c, const array_plan *a, const slurm_shard *
         strbuf_printf(&b, "\n# (--output is on sbatch's command line: the folder's name has characters an #SBATCH line "
                           "cannot hold)\n");
     free(output);
-    strbuf_printf(&b, "#SBATCH --time=%s\n", c->time_limit ? c->time_limit : DEFAULT_TIME_LIMIT);
-    if (!c->shared)
+    strbuf_printf(&b, "#SBATCH --time=%s\n", c->slurm.time_limit ? c->slurm.time_limit : DEFAULT_TIME_LIMIT);
+    if (!c->slurm.shared)
         strbuf_printf(&b, "#SBATCH --exclusive\n");
-    if (c->threads)
-        strbuf_printf(&b, "#SBATCH --cpus-per-task=%d\n", c->threads);
+    if (c->be.threads)
+        strbuf_printf(&b, "#SBATCH --cpus-per-task=%d\n", c->be.threads);
     if (a->gpu)
         strbuf_printf(&b, "#SBATCH --gres=gpu:1\n");
     strbuf_printf(&b, "set -u\nbench=");
@@ -430,27 +430,27 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
 {
     struct stat sb;
     *created = false;
-    if (stat(c->slurm_dir, &sb) != 0) {
-        if (c->resume) {
-            log_msg("--resume: '%s' does not exist: there is no sweep there to continue", c->slurm_dir);
+    if (stat(c->slurm.dir, &sb) != 0) {
+        if (c->run.resume) {
+            log_msg("--resume: '%s' does not exist: there is no sweep there to continue", c->slurm.dir);
             return 2;
         }
-        char *parent = xstrdup(c->slurm_dir), *slash = strrchr(parent, '/');
+        char *parent = xstrdup(c->slurm.dir), *slash = strrchr(parent, '/');
         if (slash)
             *(slash == parent ? slash + 1 : slash) = 0;
         bool ok = realpath(slash ? parent : ".", abs) != NULL;
         free(parent);
         if (!ok) {
-            log_msg("--slurm '%s': its parent folder does not exist", c->slurm_dir);
+            log_msg("--slurm '%s': its parent folder does not exist", c->slurm.dir);
             return 2;
         }
-        const char *leaf = strrchr(c->slurm_dir, '/') ? strrchr(c->slurm_dir, '/') + 1 : c->slurm_dir;
+        const char *leaf = strrchr(c->slurm.dir, '/') ? strrchr(c->slurm.dir, '/') + 1 : c->slurm.dir;
         if (!*leaf || !strcmp(leaf, ".") || !strcmp(leaf, "..")) {
-            log_msg("--slurm '%s': give the folder's own name", c->slurm_dir);
+            log_msg("--slurm '%s': give the folder's own name", c->slurm.dir);
             return 2;
         }
         snprintf(abs + strlen(abs), PATH_MAX - strlen(abs), "%s%s", strcmp(abs, "/") ? "/" : "", leaf);
-        if (!c->dry_run) {
+        if (!c->slurm.dry_run) {
             if (mkdir(abs, 0777) != 0) {
                 log_msg("cannot make '%s': %s", abs, strerror(errno));
                 return 2;
@@ -459,8 +459,8 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
         }
         return 0;
     }
-    if (!S_ISDIR(sb.st_mode) || !realpath(c->slurm_dir, abs)) {
-        log_msg("--slurm '%s' is not a folder", c->slurm_dir);
+    if (!S_ISDIR(sb.st_mode) || !realpath(c->slurm.dir, abs)) {
+        log_msg("--slurm '%s' is not a folder", c->slurm.dir);
         return 2;
     }
     char *existing = NULL, err[1400];
@@ -468,7 +468,7 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
     int n_old = 0;
     bench_status st = slurm_shards_read(abs, &existing, &old, &n_old, err, sizeof err);
     slurm_shards_free(old, n_old);
-    if (!c->resume) {
+    if (!c->run.resume) {
         DIR *d = opendir(abs);
         int entries = 0;
         for (struct dirent *e; d && (e = readdir(d));)
@@ -479,7 +479,7 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
         if (entries) {
             log_msg("--slurm '%s' holds files already%s: give a new or empty folder, or add --resume to continue "
                     "the sweep it holds",
-                    c->slurm_dir, st == BENCH_OK ? " (the parts of a sweep)" : "");
+                    c->slurm.dir, st == BENCH_OK ? " (the parts of a sweep)" : "");
             return 2;
         }
         return 0;
@@ -496,7 +496,7 @@ static int check_folder(const cli *c, const char *shards_text, char *abs, bool *
         log_msg("--resume: '%s' holds another sweep: its %s differs from this command's at line %d (the configs, "
                 "batches, backends, dtypes, token shapes or the options every shard repeats); run the same command "
                 "as the first time, or give a new folder",
-                c->slurm_dir, SLURM_SHARDS_FILE, line);
+                c->slurm.dir, SLURM_SHARDS_FILE, line);
         free(existing);
         return 2;
     }
@@ -626,7 +626,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
     if (!rc)
         rc = write_file(merge_path, merge_text, 0755) ? 0 : 1;
     for (int i = 0; i < na && !rc; i++) {
-        char **argv = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
+        char **argv = sbatch_argv(c->slurm.sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
         char *out = NULL, *err = NULL;
         int st = run_capture(argv, &out, &err);
         free_strv(argv);
@@ -656,7 +656,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
         for (int i = 0; i < na; i++)
             unlink(arrays[i].path);
         unlink(merge_path);
-        if (!c->resume) /* a new sweep leaves nothing behind; --resume keeps the sweep's own files */
+        if (!c->run.resume) /* a new sweep leaves nothing behind; --resume keeps the sweep's own files */
             unlink(shards_path);
         if (created)
             rmdir(dir);
@@ -669,7 +669,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
     strbuf_printf(&dep, "--dependency=afterany");
     for (int i = 0; i < na; i++)
         strbuf_printf(&dep, ":%s", arrays[i].job_id);
-    char **argv = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", dep.data, merge_path);
+    char **argv = sbatch_argv(c->slurm.sbatch_args, dir, "merge-%j.out", dep.data, merge_path);
     char *out = NULL, *err = NULL;
     int st = run_capture(argv, &out, &err);
     free_strv(argv);
@@ -699,7 +699,7 @@ static int submit(const cli *c, const char *dir, int round, array_plan *arrays, 
  * exit code (a folder this call made is removed again). */
 static int sweep_paths(const cli *c, const char *shards_text, char *dir, char *bench, char *cwd, bool *created)
 {
-    if (!c->dry_run && !on_path("sbatch")) {
+    if (!c->slurm.dry_run && !on_path("sbatch")) {
         log_msg("--slurm submits through Slurm's sbatch, and there is none on PATH (install slurm-client, or run "
                 "from a login node); --dry-run prints the scripts without it");
         return 2;
@@ -710,7 +710,7 @@ static int sweep_paths(const cli *c, const char *shards_text, char *dir, char *b
         return 1;
     }
     bench[bl] = 0;
-    if (!path_ok("--slurm", c->slurm_dir) || !path_ok("this program's path", bench) ||
+    if (!path_ok("--slurm", c->slurm.dir) || !path_ok("this program's path", bench) ||
         !path_ok("the current folder", cwd))
         return 2;
     int rc = check_folder(c, shards_text, dir, created);
@@ -768,13 +768,13 @@ static void print_dry_run(const cli *c, const char *dir, const array_plan *array
            n_todo == 1 ? "" : "s", na, na == 1 ? "" : "s", limit, asked ? "" : ", Slurm's default");
     for (int i = 0; i < na; i++) {
         printf("\n# ---- %s\n%s", arrays[i].path, arrays[i].script);
-        char **a = sbatch_argv(c->sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
+        char **a = sbatch_argv(c->slurm.sbatch_args, dir, "%A_%a.out", NULL, arrays[i].path);
         printf("# submitted as: ");
         print_argv(stdout, a);
         free_strv(a);
     }
     printf("\n# ---- %s\n%s", merge_path, merge_text);
-    char **a = sbatch_argv(c->sbatch_args, dir, "merge-%j.out", "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
+    char **a = sbatch_argv(c->slurm.sbatch_args, dir, "merge-%j.out", "--dependency=afterany:ARRAY_JOB_IDS", merge_path);
     printf("# submitted as: ");
     print_argv(stdout, a);
     free_strv(a);
@@ -812,10 +812,10 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
         goto done;
     shards_path = xasprintf("%s/%s", dir, SLURM_SHARDS_FILE);
     /* what to run: everything, or (--resume) the shards without a finished part and not queued */
-    if (c->resume && (rc = resume_todo(dir, shards, n_shards, todo, &n_todo)) >= 0)
+    if (c->run.resume && (rc = resume_todo(dir, shards, n_shards, todo, &n_todo)) >= 0)
         goto done;
     rc = 0;
-    for (int i = 0; !c->resume && i < n_shards; i++)
+    for (int i = 0; !c->run.resume && i < n_shards; i++)
         todo[n_todo++] = i;
     bool asked;
     int limit = max_array_size(&asked);
@@ -827,10 +827,10 @@ int cmd_slurm_sweep(int argc, char **argv, const cli *c, const int64_t *batches,
     }
     char *merge_path = xasprintf("%s/merge-%d.sbatch", dir, round);
     char *merge_text = merge_script(dir, bench);
-    if (c->dry_run) {
+    if (c->slurm.dry_run) {
         print_dry_run(c, dir, arrays, na, n_todo, limit, asked, merge_path, merge_text, shards_path, shards_text);
     } else {
-        if (!c->resume && !write_file(shards_path, shards_text, 0644)) {
+        if (!c->run.resume && !write_file(shards_path, shards_text, 0644)) {
             if (created)
                 rmdir(dir);
             rc = 1;
