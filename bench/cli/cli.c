@@ -136,7 +136,7 @@ bool cli_parse_batches(const char *s, int64_t **out, int *n)
 }
 
 /* "fp32,bf16" -> dtypes, each once; false on anything else. */
-bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
+static bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
 {
     *n = 0;
     if (!*s || s[0] == ',' || strstr(s, ",,") || s[strlen(s) - 1] == ',')
@@ -302,7 +302,7 @@ static bool set_routing(cli *c, const char *arg)
 static const char *const algo_names[] = {"search", "heuristic", NULL};
 static const char *const algo_for_names[] = {"forward", "alone", NULL};
 static const char *const phase_names[] = {"prefill", "decode", NULL};
-const char *const cli_conv_api_names[] = {"both", "legacy", "graph", NULL};
+static const char *const conv_api_names[] = {"both", "legacy", "graph", NULL};
 
 #define F(field) offsetof(cli, field)
 #define MO(field) (offsetof(cli, mo) + offsetof(measure_options, field))
@@ -351,7 +351,7 @@ static const cli_option options[] = {
              "in, its weights, packed or transformed, and its output out of the caches, its input just read: the "
              "default) or alone (warm, the candidate run again and again). The choice's impl says which; "
              "--algo-cache keeps the two apart"},
-    {"conv-api", "A", O_CHOICE, F(be.conv_api), .choices = cli_conv_api_names, .commands = C_BACKENDS,
+    {"conv-api", "A", O_CHOICE, F(be.conv_api), .choices = conv_api_names, .commands = C_BACKENDS,
      .help = "cuda: where a convolution's candidates come from: both (the default), legacy (cuDNN's "
              "cudnnFind/cudnnGet algorithms) or graph (the graph API's engines, named by tag, e.g. eng28_k2=3_k17=4; "
              "LAYERBENCH_CUDNN_ENGINE=TAG runs one engine for every convolution)"},
@@ -470,7 +470,7 @@ enum { N_OPTIONS = (int)(sizeof options / sizeof options[0]) };
 static const struct option *long_options(void)
 {
     static struct option opts[N_OPTIONS + 1];
-    for (int k = 0; k < N_OPTIONS && !opts[N_OPTIONS - 1].name; k++)
+    for (int k = 0; k < N_OPTIONS; k++)
         opts[k] = (struct option){options[k].name, options[k].value ? required_argument : no_argument, NULL, 256 + k};
     return opts;
 }
@@ -798,8 +798,34 @@ static int check_together(const cli *c, const bool *given)
     return -1;
 }
 
-/* What the options imply: --tf32's dtype, --phase's shape, the backends known, the
- * default algorithm cache. Returns -1 to go on, or an exit code. */
+/* --batch: sweep's list (default 1,2,4,8,16,32, each once), any other command's one
+ * (0: the config's). Returns -1 to go on, or an exit code. */
+static int take_batches(cli *c)
+{
+    cli_model *m = &c->model;
+    long v = 0;
+    if (strcmp(c->command, "sweep") == 0) {
+        if (cli_parse_batches(m->batch_arg ? m->batch_arg : "1,2,4,8,16,32", &m->batches, &m->n_batches))
+            return -1;
+        free(m->batches), m->batches = NULL, m->n_batches = 0;
+        return cli_usage_error("--batch expects a comma-separated list of positive integers, each once, got '%s'",
+                               m->batch_arg);
+    }
+    if (m->batch_arg && !cli_parse_long(m->batch_arg, 1, INT32_MAX, &v))
+        return cli_usage_error("--batch expects a positive integer, got '%s'", m->batch_arg);
+    m->batches = xmalloc(sizeof *m->batches);
+    m->batches[0] = v, m->n_batches = 1;
+    return -1;
+}
+
+void cli_free(cli *c)
+{
+    free(c->model.batches);
+    c->model.batches = NULL, c->model.n_batches = 0;
+}
+
+/* What the options imply: --tf32's dtype, --phase's shape, the batches, the backends
+ * known, the default algorithm cache. Returns -1 to go on, or an exit code. */
 static int finish(cli *c)
 {
     if (c->model.tf32) {
@@ -820,6 +846,9 @@ static int finish(cli *c)
     } else if (c->model.phase == 0 && c->model.shape.kv_len < 0) {
         c->model.shape.kv_len = 0;
     }
+    int rc = (1u << command_index(c->command)) & C_MODEL ? take_batches(c) : -1;
+    if (rc >= 0)
+        return rc;
     const char *listed[BACKEND_MAX];
     bool known = c->slurm.dir ? cli_backend_list(c->be.backend, listed) > 0 : strcmp(c->be.backend, "all") == 0;
     for (const char *const *n = backend_names(); *n; n++)

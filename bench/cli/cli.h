@@ -24,7 +24,10 @@
 /* What chooses the model: list, check, run and sweep (cli_load_model). */
 typedef struct cli_model {
     const char *config;      /* the CONFIG */
-    const char *batch_arg;   /* --batch as given (main.c reads it: one, or sweep's list) */
+    const char *batch_arg;   /* --batch as given */
+    int64_t *batches;        /* ... read: sweep's list (default 1,2,4,8,16,32), else one (0: the config's);
+                                owned, freed by cli_free */
+    int n_batches;
     dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
     int n_dtypes;
     bool tf32;               /* --tf32: --dtype tf32 */
@@ -121,16 +124,12 @@ typedef struct outputs {
 } outputs;
 
 int cli_usage_error(const char *fmt, const char *arg);
-/* --conv-api's names, by cli.conv_api */
-extern const char *const cli_conv_api_names[]; /* NULL-terminated */
 
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 
 /* "1,2,4" -> batches; false on anything else. */
 bool cli_parse_batches(const char *s, int64_t **out, int *n);
 
-/* "fp32,bf16" -> dtypes, each once; false on anything else. */
-bool cli_parse_dtypes(const char *s, dtype_t *out, int *n);
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
  * check); the count, or 0 when the list is not valid. */
@@ -146,8 +145,9 @@ int cli_backend_list(const char *arg, const char **out);
  * --resume, --no-progress). NULL-terminated; caller frees the array and its strings. */
 char **cli_shard_options(int argc, char **argv);
 
-/* Returns -1 to go on, or an exit code. */
+/* Returns -1 to go on (then cli_free c), or an exit code. */
 int cli_parse(int argc, char **argv, cli *c);
+void cli_free(cli *c);
 
 /* Opens the backends --backend asks for. Returns the count (>= 1) or -exit code.
  * With 'all', a backend that cannot start is skipped with its reason in *skipped. */

@@ -81,8 +81,10 @@ static int run_command(int argc, char **argv)
     }
     cli c;
     int rc = cli_parse(argc, argv, &c);
-    if (rc >= 0)
+    if (rc >= 0) {
+        cli_free(&c);
         return rc;
+    }
     if (strcmp(c.command, "run") == 0 || (strcmp(c.command, "sweep") == 0 && !c.slurm.dir)) {
         set_openmp_spin(argv);
         /* before the config is read and the backends start (a second or more): a signal
@@ -95,31 +97,15 @@ static int run_command(int argc, char **argv)
         return cmd_compare(&c.cmp);
     if (strcmp(c.command, "merge") == 0)
         return cmd_merge(&c.merge);
-    bool sweep = strcmp(c.command, "sweep") == 0;
-    int64_t *batches = NULL, one = 0;
-    int n_batches = 1;
-    if (sweep) {
-        if (!cli_parse_batches(c.model.batch_arg ? c.model.batch_arg : "1,2,4,8,16,32", &batches, &n_batches)) {
-            free(batches);
-            return cli_usage_error("--batch expects a comma-separated list of positive integers, each once, got '%s'",
-                                   c.model.batch_arg);
-        }
-    } else if (c.model.batch_arg) {
-        long v;
-        if (!cli_parse_long(c.model.batch_arg, 1, INT32_MAX, &v))
-            return cli_usage_error("--batch expects a positive integer, got '%s'", c.model.batch_arg);
-        one = v;
-    }
+    const cli_model *m = &c.model;
     if (!strcmp(c.command, "list"))
-        rc = cmd_list(&c, one);
+        rc = cmd_list(&c, m->batches[0]);
     else if (!strcmp(c.command, "check"))
-        rc = cmd_check(&c, one);
-    else if (sweep && c.slurm.dir)
-        rc = cmd_slurm_sweep(argc, argv, &c, batches, n_batches);
-    else if (sweep)
-        rc = cmd_measure(argc, argv, &c, batches, n_batches, true);
+        rc = cmd_check(&c, m->batches[0]);
+    else if (c.slurm.dir)
+        rc = cmd_slurm_sweep(argc, argv, &c, m->batches, m->n_batches);
     else
-        rc = cmd_measure(argc, argv, &c, &one, 1, false);
-    free(batches);
+        rc = cmd_measure(argc, argv, &c, m->batches, m->n_batches, strcmp(c.command, "sweep") == 0);
+    cli_free(&c);
     return rc;
 }
