@@ -108,5 +108,8 @@ mkfifo "$T/fifo.yaml"
 expect 2 "fifo.yaml': a FIFO, not a regular file" -- timeout 5 "$BENCH" list "$T/fifo.yaml"
 expect 2 "^bench: --batch 2147483647: batch 2147483647 makes" -- "$BENCH" list "$SRC/configs/resnet18.yaml" --batch 2147483647
 
+# --resume reads its CSV back: a stream (stdout, a FIFO) is refused by what it is
+expect 2 "'-' is a stream" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --csv - --resume
+
 echo "test_outputs: $pass passed, $fail failed"
 [ $fail = 0 ]

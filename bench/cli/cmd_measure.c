@@ -374,7 +374,11 @@ static int job_open(measure_job *j, const cli *c)
         return rc;
     j->out_open = true;
     if (c->run.resume && (!j->out.csv || !j->out.csv->target)) {
-        log_msg("--resume needs --csv FILE: the results of the run to continue");
+        if (j->out.csv) /* stdout, a FIFO, a device: a stream, nothing to read back */
+            log_msg("--resume needs --csv FILE, a regular file holding the results of the run to continue: '%s' is "
+                    "a stream", c->run.csv);
+        else
+            log_msg("--resume needs --csv FILE: the results of the run to continue");
         return 2;
     }
     if (c->run.resume && runner_read_previous(c->run.csv, j->m->name, &j->previous, &j->done, &j->n_done, err, sizeof err) !=

@@ -202,8 +202,9 @@ void choices_warning(const char *path, const choices_report *rep, char *buf, siz
 {
     buf[0] = 0;
     if (rep->malformed)
-        snprintf(buf, len, "--algo-cache %s: %d line%s that are no choice were ignored", path, rep->malformed,
-                 rep->malformed == 1 ? "" : "s");
+        snprintf(buf, len, "--algo-cache %s: %d line%s that %s no choice %s ignored", path, rep->malformed,
+                 rep->malformed == 1 ? "" : "s", rep->malformed == 1 ? "is" : "are",
+                 rep->malformed == 1 ? "was" : "were");
     else if (rep->foreign && !rep->taken)
         snprintf(buf, len, "--algo-cache %s: its %d choice%s were made under another context (%.100s...), not this "
                  "machine's and settings: not used, the algorithms are searched again", path, rep->foreign,

@@ -748,14 +748,14 @@ static bench_status run_worker(workers *w, measure_set *set, char *err, size_t e
         if (w->death[i])
             set->skip[set->n_skip++] = i < n ? i : -1;
     set->index = w->k + 1, set->count = w->pp->count;
-    int set_fd = set_pipe(set, err, errlen), fds[2] = {-1, -1};
-    if (set_fd >= 0 && pipe2(fds, O_CLOEXEC) != 0) {
+    int set_fd = set_pipe(set, err, errlen), fds[2];
+    if (set_fd < 0)
+        return BENCH_ERR_BACKEND;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
         snprintf(err, errlen, "cannot start a worker process: pipe: %s", strerror(errno));
         close(set_fd);
         return BENCH_ERR_BACKEND;
     }
-    if (set_fd < 0)
-        return BENCH_ERR_BACKEND;
     pid_t pid = spawn_worker(w->k + 1, w->pp->count, fds[1], set_fd);
     close(fds[1]), close(set_fd);
     if (pid < 0) {
