@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kind_util.h"
+#include "util.h"
 
 static const layer_param_spec act_params[] = {
     /* Accepted so torch models transcribe as they are; we always run out of place. */
@@ -92,10 +93,36 @@ static void tanh_reference(const layer *l, const float *const *ins, const float 
         out[i] = (float)tanh((double)in[i]);
 }
 
+/* The derivative of kind k at x, as torch's backward takes it (relu's and relu6's 0 at
+ * their corners, hardswish's and hardsigmoid's one-sided ones at +-3) */
+static double act_slope(layer_kind k, double x)
+{
+    double s = 1.0 / (1.0 + exp(-x)), t;
+    switch (k) {
+    case LAYER_RELU: return x > 0.0;
+    case LAYER_RELU6: return x > 0.0 && x < 6.0;
+    case LAYER_SIGMOID: return s * (1.0 - s);
+    case LAYER_SILU: return s * (1.0 + x * (1.0 - s));
+    case LAYER_HARDSWISH: return x < -3.0 ? 0.0 : x > 3.0 ? 1.0 : x / 3.0 + 0.5;
+    case LAYER_HARDSIGMOID: return x > -3.0 && x < 3.0 ? 1.0 / 6.0 : 0.0;
+    case LAYER_TANH: t = tanh(x); return 1.0 - t * t;
+    default: BENCH_ASSERT(!"an activation without a slope"); return 0.0;
+    }
+}
+
+/* d in = d out * f'(in) */
+static void act_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                         const float *dout, float *const *din, float *dw)
+{
+    (void)w, (void)out, (void)dw;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        din[0][i] = (float)(dout[i] * act_slope(l->kind, ins[0][i]));
+}
+
 #define ACTIVATION(kind_name, counter, ref)                                                       \
     const layer_desc layer_##kind_name##_desc = {                                                 \
         .name = #kind_name, .n_inputs = 1, .params = act_params, .infer = act_infer,              \
-        .count = counter, .reference = ref, .tolerance = 1e-6,                                    \
+        .count = counter, .reference = ref, .tolerance = 1e-6, .backward = act_backward,          \
     }
 
 ACTIVATION(relu, relu_count, relu_reference);
@@ -126,7 +153,16 @@ static void scale_shift_reference(const layer *l, const float *const *ins, const
         out[i] = (float)((double)ins[0][i] * l->p.attn_scale + l->p.shift);
 }
 
+static void scale_shift_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                                 const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        din[0][i] = (float)(dout[i] * l->p.attn_scale);
+}
+
 const layer_desc layer_scale_shift_desc = {
     .name = "scale_shift", .n_inputs = 1, .params = scale_shift_params, .defaults = scale_shift_defaults,
     .infer = act_infer, .count = two_count, .reference = scale_shift_reference, .tolerance = 1e-6,
+    .backward = scale_shift_backward,
 };

@@ -1,4 +1,5 @@
-/* batchnorm2d: torch.nn.BatchNorm2d in inference mode (running statistics).
+/* batchnorm2d: torch.nn.BatchNorm2d in inference mode (running statistics); in training
+ * mode (train_reference, backward) by the batch's own statistics over N, H and W.
  * Weights: gamma[C], beta[C], running_mean[C], running_var[C]. */
 #include <math.h>
 
@@ -64,6 +65,69 @@ static void bn_reference(const layer *l, const float *const *ins, const float *w
         }
 }
 
+/* Channel ch's mean and 1 / sqrt(var + eps) over the batch (var biased, as torch
+ * normalises in training mode) */
+static void bn_batch_stats(const layer *l, const float *in, int64_t ch, double *mean, double *rstd)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    double sum = 0.0, sq = 0.0;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < hw; i++)
+            sum += in[(b * c + ch) * hw + i];
+    *mean = sum / (double)(n * hw);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < hw; i++) {
+            double v = in[(b * c + ch) * hw + i] - *mean;
+            sq += v * v;
+        }
+    *rstd = 1.0 / sqrt(sq / (double)(n * hw) + l->p.eps);
+}
+
+/* The running statistics are what training updates, not what it normalises by: they are
+ * not read here (the update itself, (1 - momentum) r + momentum s, is the kernels') */
+static void bn_train_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, rstd;
+        bn_batch_stats(l, ins[0], ch, &mean, &rstd);
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (b * c + ch) * hw + i;
+                out[at] = (float)((ins[0][at] - mean) * rstd * w[ch] + w[c + ch]);
+            }
+    }
+}
+
+/* Per channel over its M = N H W values, with x^ = (x - mean) rstd: d gamma = sum d out
+ * x^, d beta = sum d out, d x = gamma rstd / M (M d out - d beta - x^ d gamma) */
+static void bn_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                        const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    double m = (double)(n * hw);
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, rstd, dg = 0.0, db = 0.0;
+        bn_batch_stats(l, ins[0], ch, &mean, &rstd);
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (b * c + ch) * hw + i;
+                dg += dout[at] * (ins[0][at] - mean) * rstd;
+                db += dout[at];
+            }
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (b * c + ch) * hw + i;
+                double xh = (ins[0][at] - mean) * rstd;
+                din[0][at] = (float)(w[ch] * rstd / m * (m * dout[at] - db - xh * dg));
+            }
+        dw[ch] = l->p.affine ? (float)dg : 0.0f;
+        dw[c + ch] = l->p.affine ? (float)db : 0.0f;
+        dw[2 * c + ch] = dw[3 * c + ch] = 0.0f;
+    }
+}
+
 const layer_desc layer_batchnorm2d_desc = {
     .name = "batchnorm2d",
     .n_inputs = 1,
@@ -74,4 +138,6 @@ const layer_desc layer_batchnorm2d_desc = {
     .init_weights = bn_init,
     .reference = bn_reference,
     .tolerance = 1e-6,
+    .train_reference = bn_train_reference,
+    .backward = bn_backward,
 };

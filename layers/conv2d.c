@@ -1,7 +1,9 @@
 /* conv2d: torch.nn.Conv2d (zero padding). Weights: [OC, C/groups, KH, KW] then bias [OC]. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kind_util.h"
+#include "util.h"
 
 static const layer_param_spec conv2d_params[] = {
     {"out_channels", LP_INT, P_OFF(out_channels), true, 1, NULL},
@@ -102,6 +104,48 @@ static void conv2d_reference(const layer *l, const float *const *ins, const floa
         }
 }
 
+/* The forward's loops, each product's gradient sent back to the input element and the
+ * weight it multiplied (in double, then rounded once) */
+static void conv2d_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                            const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    const float *in = ins[0];
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oc = l->out.d[1], oh = l->out.d[2], ow = l->out.d[3];
+    int64_t cg = c / p->groups, ocg = oc / p->groups, kh = p->kernel[0], kw = p->kernel[1];
+    int64_t n_in = shape_numel(&l->in);
+    double *gx = xcalloc((size_t)n_in, sizeof *gx), *gw = xcalloc((size_t)l->n_weight_floats, sizeof *gw);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t o = 0; o < oc; o++) {
+            int64_t g = o / ocg;
+            for (int64_t y = 0; y < oh; y++)
+                for (int64_t x = 0; x < ow; x++) {
+                    double dy = dout[((b * oc + o) * oh + y) * ow + x];
+                    if (p->bias)
+                        gw[oc * cg * kh * kw + o] += dy;
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        for (int64_t i = 0; i < kh; i++) {
+                            int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                            for (int64_t j = 0; iy >= 0 && iy < h && j < kw; j++) {
+                                int64_t ix = x * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                                if (ix < 0 || ix >= wd)
+                                    continue;
+                                int64_t at = ((b * c + g * cg + ci) * h + iy) * wd + ix, wi = ((o * cg + ci) * kh + i) * kw + j;
+                                gx[at] += dy * w[wi];
+                                gw[wi] += dy * in[at];
+                            }
+                        }
+                }
+        }
+    for (int64_t i = 0; i < n_in; i++)
+        din[0][i] = (float)gx[i];
+    for (int64_t i = 0; i < l->n_weight_floats; i++)
+        dw[i] = (float)gw[i];
+    free(gx), free(gw);
+}
+
 /* int8: the weight [oc, ic/groups, kh, kw], a scale per output channel; the bias stays fp32 */
 static int64_t conv2d_int8_weights(const layer *l, int64_t *rows)
 {
@@ -120,4 +164,5 @@ const layer_desc layer_conv2d_desc = {
     .reference = conv2d_reference,
     .tolerance = 2e-6,
     .int8_weights = conv2d_int8_weights,
+    .backward = conv2d_backward,
 };

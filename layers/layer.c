@@ -77,6 +77,17 @@ const layer_desc *layer_desc_get(layer_kind kind)
     return (kind >= 0 && kind < LAYER_KIND_COUNT) ? kinds[kind] : NULL;
 }
 
+void layer_train_reference(const layer *l, const float *const *in, const float *w, float *out)
+{
+    const layer_desc *d = layer_desc_get(l->kind);
+    (d->train_reference ? d->train_reference : d->reference)(l, in, w, out);
+}
+
+bool layer_has_backward(const layer *l)
+{
+    return layer_desc_get(l->kind)->backward != NULL;
+}
+
 bool layer_kind_has_kv_len(layer_kind kind)
 {
     return kind == LAYER_ROPE || kind == LAYER_ATTENTION || kind == LAYER_MLA;

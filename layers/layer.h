@@ -295,6 +295,20 @@ typedef struct layer_desc {
     /* Plain-C reference: out = f(in[0], ..., in[n_inputs - 1], w). Accumulates in double. */
     void (*reference)(const layer *l, const float *const *in, const float *w, float *out);
     double tolerance;                       /* relative L2 error accepted against the reference (FP32) */
+    /* Optional: the forward in training mode where it differs from reference (batchnorm2d:
+     * normalised by the batch's own statistics, not the running ones). */
+    void (*train_reference)(const layer *l, const float *const *in, const float *w, float *out);
+    /* Optional: the plain-C backward of the training forward, as autograd computes it.
+     * From the forward's inputs in[], weights w, output out (what it saved) and the
+     * gradient dout of a loss with respect to out, writes the gradient with respect to
+     * each input into din[k] (l->ins[k]'s shape; zeros for an input that has none:
+     * embedding's token ids) and, where n_weight_floats > 0, with respect to the
+     * weights into dw (n_weight_floats; zeros at those kept but not learnt: batch
+     * norm's running statistics). Accumulates in double; may allocate (tests and bench
+     * check only). tests/test_layers.c checks it against finite differences of
+     * train_reference (or reference), tests/grad_torch_check.py against torch.autograd. */
+    void (*backward)(const layer *l, const float *const *in, const float *w, const float *out,
+                     const float *dout, float *const *din, float *dw);
     /* Optional: the stages of the layer's work, in the order they run (see
      * layer_part_info); returns how many (at most LAYER_MAX_PARTS). */
     int (*parts)(const layer *l, layer_part_info *parts);
@@ -320,6 +334,10 @@ int layer_kind_from_name(const char *name);
 /* "conv2d, batchnorm2d, ..." for error messages (kinds a config may name). */
 const char *layer_kind_list(void);
 const char *layer_kind_name(layer_kind kind);
+/* The forward in training mode: the kind's train_reference, else its reference. */
+void layer_train_reference(const layer *l, const float *const *in, const float *w, float *out);
+/* Whether the kind has a backward reference (layer_desc.backward). */
+bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */
 bool layer_kind_has_kv_len(layer_kind kind);
 

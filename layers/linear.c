@@ -57,6 +57,36 @@ static void linear_reference(const layer *l, const float *const *ins, const floa
         }
 }
 
+/* d in = d out W; d W = d out^T in; d bias = the sum of d out over the rows */
+static void linear_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                            const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    const float *in = ins[0];
+    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < f; i++) {
+            double acc = 0.0;
+            for (int64_t j = 0; j < o; j++)
+                acc += (double)dout[b * o + j] * w[j * f + i];
+            din[0][b * f + i] = (float)acc;
+        }
+    for (int64_t j = 0; j < o; j++) {
+        for (int64_t i = 0; i < f; i++) {
+            double acc = 0.0;
+            for (int64_t b = 0; b < n; b++)
+                acc += (double)dout[b * o + j] * in[b * f + i];
+            dw[j * f + i] = (float)acc;
+        }
+        if (l->p.bias) {
+            double acc = 0.0;
+            for (int64_t b = 0; b < n; b++)
+                acc += dout[b * o + j];
+            dw[o * f + j] = (float)acc;
+        }
+    }
+}
+
 /* int8: the weight [out_features, in_features], a scale per output feature; the bias stays fp32 */
 static int64_t linear_int8_weights(const layer *l, int64_t *rows)
 {
@@ -68,4 +98,5 @@ const layer_desc layer_linear_desc = {
     .name = "linear", .n_inputs = 1, .params = linear_params, .defaults = linear_defaults,
     .infer = linear_infer, .count = linear_count, .init_weights = linear_init,
     .reference = linear_reference, .tolerance = 2e-6, .int8_weights = linear_int8_weights,
+    .backward = linear_backward,
 };

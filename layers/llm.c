@@ -86,9 +86,29 @@ static void embedding_reference(const layer *l, const float *const *ins, const f
         memcpy(out + i * d, w + layer_token_id(l, ins[0][i]) * d, (size_t)d * sizeof *out);
 }
 
+/* The rows the ids read get their tokens' gradients, summed where an id repeats: sparse
+ * in truth (torch's sparse=False writes it dense, as here); the ids have none */
+static void embedding_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                               const float *dout, float *const *din, float *dw)
+{
+    (void)w, (void)out;
+    int64_t ids = shape_numel(&l->in), d = l->p.embedding_dim;
+    double *g = xcalloc((size_t)l->n_weight_floats, sizeof *g);
+    for (int64_t i = 0; i < ids; i++) {
+        int64_t row = layer_token_id(l, ins[0][i]);
+        for (int64_t k = 0; k < d; k++)
+            g[row * d + k] += dout[i * d + k];
+        din[0][i] = 0.0f;
+    }
+    for (int64_t i = 0; i < l->n_weight_floats; i++)
+        dw[i] = (float)g[i];
+    free(g);
+}
+
 const layer_desc layer_embedding_desc = {
     .name = "embedding", .n_inputs = 1, .params = embedding_params, .infer = embedding_infer,
     .count = embedding_count, .init_weights = embedding_init, .reference = embedding_reference, .tolerance = 0.0,
+    .backward = embedding_backward,
 };
 
 /* ---- rmsnorm ----------------------------------------------------------------------------- */
@@ -149,10 +169,37 @@ static void rmsnorm_reference(const layer *l, const float *const *ins, const flo
     }
 }
 
+/* Per row, with r = 1 / rms and s = weight + offset: d x = r (d out s - x r^2 mean(d out s
+ * x)); d weight = sum over rows of d out x r */
+static void rmsnorm_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                             const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    double *gw = xcalloc((size_t)d, sizeof *gw);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = ins[0] + r * d, *dy = dout + r * d;
+        double sq = 0, dot = 0;
+        for (int64_t i = 0; i < d; i++)
+            sq += (double)x[i] * x[i];
+        double inv = 1.0 / sqrt(sq / (double)d + l->p.eps);
+        for (int64_t i = 0; i < d; i++) {
+            dot += dy[i] * ((double)w[i] + l->p.weight_offset) * x[i];
+            gw[i] += dy[i] * x[i] * inv;
+        }
+        dot /= (double)d;
+        for (int64_t i = 0; i < d; i++)
+            din[0][r * d + i] = (float)(inv * (dy[i] * ((double)w[i] + l->p.weight_offset) - x[i] * inv * inv * dot));
+    }
+    for (int64_t i = 0; i < d; i++)
+        dw[i] = (float)gw[i];
+    free(gw);
+}
+
 const layer_desc layer_rmsnorm_desc = {
     .name = "rmsnorm", .n_inputs = 1, .params = rmsnorm_params, .defaults = rmsnorm_defaults,
     .infer = rmsnorm_infer, .count = rmsnorm_count, .init_weights = rmsnorm_init, .reference = rmsnorm_reference,
-    .tolerance = 1e-6,
+    .tolerance = 1e-6, .backward = rmsnorm_backward,
 };
 
 /* ---- rope -------------------------------------------------------------------------------- */
@@ -318,9 +365,10 @@ float layer_rope_angle(const layer *l, const float *inv_freq, int64_t t, int64_t
     return pos * inv_freq[i];
 }
 
-static void rope_reference(const layer *l, const float *const *ins, const float *w, float *out)
+/* Turns every pair of x by its angle (sign 1: the forward) or back by it (sign -1: the
+ * backward, the rotation's transpose), into y */
+static void rope_turn(const layer *l, const float *x_all, float *y_all, double sign)
 {
-    (void)w;
     int64_t n = l->in.d[0], t_len = l->in.d[1], heads = l->p.num_heads, d = l->p.head_dim, half = d / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     layer_rope_inv_freq(l, inv);
@@ -328,10 +376,10 @@ static void rope_reference(const layer *l, const float *const *ins, const float 
     for (int64_t b = 0; b < n; b++)
         for (int64_t t = 0; t < t_len; t++)
             for (int64_t h = 0; h < heads; h++) {
-                const float *x = ins[0] + ((b * t_len + t) * heads + h) * d;
-                float *y = out + ((b * t_len + t) * heads + h) * d;
+                const float *x = x_all + ((b * t_len + t) * heads + h) * d;
+                float *y = y_all + ((b * t_len + t) * heads + h) * d;
                 for (int64_t i = 0; i < half; i++) {
-                    double a = layer_rope_angle(l, inv, t, i), c = cos(a) * scale, s = sin(a) * scale;
+                    double a = layer_rope_angle(l, inv, t, i), c = cos(a) * scale, s = sign * sin(a) * scale;
                     /* the pair frequency i turns: (i, i + half), or (2i, 2i + 1) interleaved */
                     int64_t u = l->p.interleaved ? 2 * i : i, v = l->p.interleaved ? 2 * i + 1 : i + half;
                     y[u] = (float)(x[u] * c - x[v] * s);
@@ -341,9 +389,22 @@ static void rope_reference(const layer *l, const float *const *ins, const float 
     free(inv);
 }
 
+static void rope_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    rope_turn(l, ins[0], out, 1.0);
+}
+
+static void rope_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                          const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    rope_turn(l, dout, din[0], -1.0);
+}
+
 const layer_desc layer_rope_desc = {
     .name = "rope", .n_inputs = 1, .params = rope_params, .defaults = kind_rope_defaults, .infer = rope_infer,
-    .count = rope_count, .reference = rope_reference, .tolerance = 1e-6,
+    .count = rope_count, .reference = rope_reference, .tolerance = 1e-6, .backward = rope_backward,
 };
 
 /* ---- attention --------------------------------------------------------------------------- */

@@ -9,9 +9,11 @@
  * [..., M, N] for every index of the leading dims (the same in both): attention written
  * out by hand (a VAE's spatial self-attention, q k^T and its product with v). 2 FLOPs per
  * multiply-accumulate. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kind_util.h"
+#include "util.h"
 
 static const layer_param_spec no_params[] = {{NULL, 0, 0, false, 0, NULL}};
 
@@ -74,6 +76,25 @@ static void binary_reference(const layer *l, const float *const *in, const float
         double a = in[0][layer_broadcast_index(&l->ins[0], &l->out, i)];
         double b = in[1][layer_broadcast_index(&l->ins[1], &l->out, i)];
         out[i] = (float)(l->kind == LAYER_ADD ? a + b : a * b);
+    }
+}
+
+/* Each input's gradient: d out (add) or d out times the other input (mul), summed over
+ * the dimensions it was broadcast along */
+static void binary_backward(const layer *l, const float *const *in, const float *w, const float *out,
+                            const float *dout, float *const *din, float *dw)
+{
+    (void)w, (void)out, (void)dw;
+    for (int k = 0; k < 2; k++) {
+        int64_t nk = shape_numel(&l->ins[k]);
+        double *g = xcalloc((size_t)nk, sizeof *g);
+        for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++) {
+            double other = l->kind == LAYER_ADD ? 1.0 : in[1 - k][layer_broadcast_index(&l->ins[1 - k], &l->out, i)];
+            g[layer_broadcast_index(&l->ins[k], &l->out, i)] += dout[i] * other;
+        }
+        for (int64_t i = 0; i < nk; i++)
+            din[k][i] = (float)g[i];
+        free(g);
     }
 }
 
@@ -174,14 +195,33 @@ static void concat_reference(const layer *l, const float *const *in, const float
     }
 }
 
+/* Each input's slice of d out */
+static void concat_backward(const layer *l, const float *const *in, const float *w, const float *out,
+                            const float *dout, float *const *din, float *dw)
+{
+    (void)in, (void)w, (void)out, (void)dw;
+    int64_t outer = 1, inner = 1, dim = l->p.dim;
+    for (int64_t i = 0; i < dim; i++)
+        outer *= l->out.d[i];
+    for (int64_t i = dim + 1; i < l->out.rank; i++)
+        inner *= l->out.d[i];
+    int64_t at = 0;
+    for (int k = 0; k < l->n_inputs; k++) {
+        int64_t span = l->ins[k].d[dim] * inner;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(din[k] + o * span, dout + o * l->out.d[dim] * inner + at, (size_t)span * sizeof(float));
+        at += span;
+    }
+}
+
 const layer_desc layer_add_desc = {
     .name = "add", .n_inputs = 2, .params = no_params, .infer = broadcast_infer,
-    .count = merge_count, .reference = binary_reference, .tolerance = 0.0,
+    .count = merge_count, .reference = binary_reference, .tolerance = 0.0, .backward = binary_backward,
 };
 
 const layer_desc layer_mul_desc = {
     .name = "mul", .n_inputs = 2, .params = no_params, .infer = broadcast_infer,
-    .count = merge_count, .reference = binary_reference, .tolerance = 0.0,
+    .count = merge_count, .reference = binary_reference, .tolerance = 0.0, .backward = binary_backward,
 };
 
 const layer_desc layer_matmul_desc = {
@@ -192,4 +232,5 @@ const layer_desc layer_matmul_desc = {
 const layer_desc layer_concat_desc = {
     .name = "concat", .n_inputs = -1, .params = concat_params, .defaults = concat_defaults,
     .infer = concat_infer, .count = merge_count, .reference = concat_reference, .tolerance = 0.0,
+    .backward = concat_backward,
 };

@@ -4,8 +4,10 @@
  * FLOPs: one per window element read, per output (compare or add); see docs/flops.md. */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "kind_util.h"
+#include "util.h"
 
 static const layer_param_spec maxpool_params[] = {
     {"kernel_size", LP_PAIR, P_OFF(kernel), true, 1, NULL},
@@ -119,14 +121,80 @@ static void avgpool_reference(const layer *l, const float *const *ins, const flo
             }
 }
 
+/* Each output's gradient goes to its window's first largest input (the index torch's
+ * forward saves), summed where windows overlap */
+static void maxpool_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                             const float *dout, float *const *din, float *dw)
+{
+    (void)w, (void)out, (void)dw;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    double *g = xcalloc((size_t)shape_numel(&l->in), sizeof *g);
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t arg = -1;
+                for (int64_t i = 0; i < p->kernel[0]; i++)
+                    for (int64_t j = 0; j < p->kernel[1]; j++) {
+                        int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                        int64_t ix = x * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                        int64_t at = (pl * h + iy) * wd + ix;
+                        if (iy >= 0 && iy < h && ix >= 0 && ix < wd && (arg < 0 || ins[0][at] > ins[0][arg]))
+                            arg = at;
+                    }
+                if (arg >= 0)
+                    g[arg] += dout[(pl * oh + y) * ow + x];
+            }
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        din[0][i] = (float)g[i];
+    free(g);
+}
+
+/* Each output's gradient shared over the inputs of its window by the forward's divisor */
+static void avgpool_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                             const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    const layer_params *p = &l->p;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    double *g = xcalloc((size_t)shape_numel(&l->in), sizeof *g);
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t valid = 0, padded = 0;
+                for (int64_t pass = 0; pass < 2; pass++) { /* the divisor, then the shares */
+                    int64_t div = p->count_include_pad ? padded : valid;
+                    for (int64_t i = 0; i < p->kernel[0]; i++)
+                        for (int64_t j = 0; j < p->kernel[1]; j++) {
+                            int64_t iy = y * p->stride[0] - p->padding[0] + i;
+                            int64_t ix = x * p->stride[1] - p->padding[1] + j;
+                            bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                            if (pass == 0) {
+                                padded += iy < h + p->padding[0] && ix < wd + p->padding[1];
+                                valid += inside;
+                            } else if (inside && div) {
+                                g[(pl * h + iy) * wd + ix] += dout[(pl * oh + y) * ow + x] / (double)div;
+                            }
+                        }
+                }
+            }
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        din[0][i] = (float)g[i];
+    free(g);
+}
+
 const layer_desc layer_maxpool2d_desc = {
     .name = "maxpool2d", .n_inputs = 1, .params = maxpool_params, .defaults = pool_defaults,
     .infer = pool_infer, .count = pool_count, .reference = maxpool_reference, .tolerance = 0.0,
+    .backward = maxpool_backward,
 };
 
 const layer_desc layer_avgpool2d_desc = {
     .name = "avgpool2d", .n_inputs = 1, .params = avgpool_params, .defaults = pool_defaults,
     .infer = pool_infer, .count = pool_count, .reference = avgpool_reference, .tolerance = 1e-6,
+    .backward = avgpool_backward,
 };
 
 /* adaptive_avgpool2d: window i covers [floor(i*in/out), ceil((i+1)*in/out)). */
@@ -185,10 +253,32 @@ static void adaptive_reference(const layer *l, const float *const *ins, const fl
             }
 }
 
+static void adaptive_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                              const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    int64_t planes = l->in.d[0] * l->in.d[1], h = l->in.d[2], wd = l->in.d[3];
+    int64_t oh = l->out.d[2], ow = l->out.d[3];
+    double *g = xcalloc((size_t)shape_numel(&l->in), sizeof *g);
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t x = 0; x < ow; x++) {
+                int64_t y0 = (int64_t)floor((double)y * h / oh), y1 = (int64_t)ceil((double)(y + 1) * h / oh);
+                int64_t x0 = (int64_t)floor((double)x * wd / ow), x1 = (int64_t)ceil((double)(x + 1) * wd / ow);
+                double share = dout[(pl * oh + y) * ow + x] / (double)((y1 - y0) * (x1 - x0));
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        g[(pl * h + iy) * wd + ix] += share;
+            }
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
+        din[0][i] = (float)g[i];
+    free(g);
+}
+
 const layer_desc layer_adaptive_avgpool2d_desc = {
     .name = "adaptive_avgpool2d", .n_inputs = 1, .params = adaptive_params,
     .infer = adaptive_infer, .count = adaptive_count, .reference = adaptive_reference,
-    .tolerance = 1e-6,
+    .tolerance = 1e-6, .backward = adaptive_backward,
 };
 
 /* ---- mean: x.mean(dim, keepdim) over one dim or two next to each other ------------------ */
@@ -256,7 +346,19 @@ static void mean_reference(const layer *l, const float *const *ins, const float 
         }
 }
 
+static void mean_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                          const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    int64_t outer, size, inner;
+    layer_mean_dims(l, &outer, &size, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            for (int64_t k = 0; k < size; k++)
+                din[0][(o * size + k) * inner + i] = (float)(dout[o * inner + i] / (double)size);
+}
+
 const layer_desc layer_mean_desc = {
     .name = "mean", .n_inputs = 1, .params = mean_params, .infer = mean_infer, .count = mean_count,
-    .reference = mean_reference, .tolerance = 1e-6,
+    .reference = mean_reference, .tolerance = 1e-6, .backward = mean_backward,
 };

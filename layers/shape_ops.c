@@ -152,9 +152,18 @@ static void copy_reference(const layer *l, const float *const *ins, const float 
     memcpy(out, in, (size_t)shape_numel(&l->in) * sizeof *in);
 }
 
+/* A view's gradient is d out, in the input's shape */
+static void copy_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                          const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    memcpy(din[0], dout, (size_t)shape_numel(&l->in) * sizeof(float));
+}
+
 const layer_desc layer_flatten_desc = {
     .name = "flatten", .n_inputs = 1, .aliases_input = true, .params = flatten_params, .defaults = flatten_defaults,
     .infer = flatten_infer, .count = view_count, .reference = copy_reference, .tolerance = 0.0,
+    .backward = copy_backward,
 };
 
 const layer_desc layer_dropout_desc = {
@@ -170,7 +179,7 @@ const layer_desc layer_stochastic_depth_desc = {
 
 const layer_desc layer_reshape_desc = {
     .name = "reshape", .n_inputs = 1, .aliases_input = true, .params = reshape_params, .infer = reshape_infer,
-    .count = view_count, .reference = copy_reference, .tolerance = 0.0,
+    .count = view_count, .reference = copy_reference, .tolerance = 0.0, .backward = copy_backward,
 };
 
 const layer_desc layer_model_input_desc = {

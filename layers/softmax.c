@@ -52,8 +52,30 @@ static void softmax_reference(const layer *l, const float *const *ins, const flo
         }
 }
 
+/* From the output it saved, as torch's _softmax_backward_data: d x_i = y_i (d y_i - sum_j
+ * d y_j y_j) along dim */
+static void softmax_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                             const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)dw;
+    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
+    for (int64_t i = 0; i < l->p.dim; i++)
+        outer *= l->in.d[i];
+    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
+        inner *= l->in.d[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < inner; k++) {
+            int64_t at = o * n * inner + k;
+            double dot = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                dot += (double)dout[at + i * inner] * out[at + i * inner];
+            for (int64_t i = 0; i < n; i++)
+                din[0][at + i * inner] = (float)(out[at + i * inner] * (dout[at + i * inner] - dot));
+        }
+}
+
 const layer_desc layer_softmax_desc = {
     .name = "softmax", .n_inputs = 1, .params = softmax_params, .defaults = softmax_defaults,
     .infer = softmax_infer, .count = softmax_count, .reference = softmax_reference,
-    .tolerance = 1e-6,
+    .tolerance = 1e-6, .backward = softmax_backward,
 };

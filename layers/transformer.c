@@ -88,6 +88,42 @@ static void layernorm_reference(const layer *l, const float *const *ins, const f
     }
 }
 
+/* Per row, with x^ = (x - mean) rstd and g = d out * gamma: d x = rstd (g - mean(g) -
+ * x^ mean(g x^)); d gamma = sum over rows of d out x^, d beta of d out */
+static void layernorm_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                               const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    double *gw = xcalloc((size_t)l->n_weight_floats + 1, sizeof *gw);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = ins[0] + r * d, *dy = dout + r * d;
+        double mean = 0, var = 0, mg = 0, mgx = 0;
+        for (int64_t i = 0; i < d; i++)
+            mean += x[i];
+        mean /= (double)d;
+        for (int64_t i = 0; i < d; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        double rstd = 1.0 / sqrt(var / (double)d + l->p.eps);
+        for (int64_t i = 0; i < d; i++) {
+            double xh = (x[i] - mean) * rstd, g = dy[i] * (l->p.affine ? w[i] : 1.0);
+            mg += g, mgx += g * xh;
+            if (l->p.affine)
+                gw[i] += dy[i] * xh;
+            if (l->n_weight_floats > d)
+                gw[d + i] += dy[i];
+        }
+        mg /= (double)d, mgx /= (double)d;
+        for (int64_t i = 0; i < d; i++) {
+            double xh = (x[i] - mean) * rstd, g = dy[i] * (l->p.affine ? w[i] : 1.0);
+            din[0][r * d + i] = (float)(rstd * (g - mg - xh * mgx));
+        }
+    }
+    for (int64_t i = 0; i < l->n_weight_floats; i++)
+        dw[i] = (float)gw[i];
+    free(gw);
+}
+
 /* ---- groupnorm: torch.nn.GroupNorm over [N, C, *] ---------------------------------------- */
 
 static const layer_param_spec groupnorm_params[] = {
@@ -175,7 +211,7 @@ const layer_desc layer_groupnorm_desc = {
 const layer_desc layer_layernorm_desc = {
     .name = "layernorm", .n_inputs = 1, .params = layernorm_params, .defaults = layernorm_defaults,
     .infer = layernorm_infer, .count = layernorm_count, .init_weights = layernorm_init,
-    .reference = layernorm_reference, .tolerance = 2e-6,
+    .reference = layernorm_reference, .tolerance = 2e-6, .backward = layernorm_backward,
 };
 
 /* ---- gelu ------------------------------------------------------------------------------- */
@@ -216,9 +252,26 @@ static void gelu_reference(const layer *l, const float *const *ins, const float 
     }
 }
 
+/* exact: Phi(x) + x phi(x); tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) */
+static void gelu_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                          const float *dout, float *const *din, float *dw)
+{
+    (void)w, (void)out, (void)dw;
+    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++) {
+        double x = ins[0][i], g;
+        if (l->p.mode == GELU_TANH) {
+            double k = sqrt(2.0 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+            g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+        } else {
+            g = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+        }
+        din[0][i] = (float)(dout[i] * g);
+    }
+}
+
 const layer_desc layer_gelu_desc = {
     .name = "gelu", .n_inputs = 1, .params = gelu_params, .infer = gelu_infer, .count = gelu_count,
-    .reference = gelu_reference, .tolerance = 1e-6,
+    .reference = gelu_reference, .tolerance = 1e-6, .backward = gelu_backward,
 };
 
 /* ---- multihead_attention ------------------------------------------------------------------ */

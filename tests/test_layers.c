@@ -802,6 +802,137 @@ static void test_count_overflow(void)
     EXPECT(shape_numel_checked(&huge) == -1, "2^64 elements must not wrap to 0");
 }
 
+/* The loss the finite differences follow: sum(dout * f(in, w)), in double over the
+ * training forward's float outputs. */
+static double fd_loss(const layer *l, float *const *in, const float *w, const float *dout, float *out)
+{
+    layer_train_reference(l, (const float *const *)in, w, out);
+    double sum = 0.0;
+    for (int64_t i = 0, n = shape_numel(&l->out); i < n; i++)
+        sum += (double)dout[i] * out[i];
+    return sum;
+}
+
+/* Central differences of fd_loss over n values at v (an input or the weights): the
+ * step is what float holds of v +- h, so its rounding does not bias the quotient. */
+static void fd_gradient(const layer *l, float *const *in, float *w, float *v, int64_t n, const float *dout,
+                        float *out, double *g)
+{
+    const double h = 1e-2;
+    for (int64_t i = 0; i < n; i++) {
+        float keep = v[i], up = (float)(keep + h), down = (float)(keep - h);
+        v[i] = up;
+        double lu = fd_loss(l, in, w, dout, out);
+        v[i] = down;
+        double ld = fd_loss(l, in, w, dout, out);
+        v[i] = keep;
+        g[i] = (lu - ld) / ((double)up - down);
+    }
+}
+
+/* n values 0.05 apart in a random order (a max's winner never changes within a step) */
+static void fd_spread(float *x, int64_t n, uint64_t seed)
+{
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = 0.05f * (float)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)layer_rng_uniform(&rng, 0.0f, (float)i + 0.999f);
+        float t = x[i];
+        x[i] = x[j], x[j] = t;
+    }
+}
+
+/* Relative L2 distance of the reference's gradient from the differences' */
+static double fd_distance(const float *ours, const double *fd, int64_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        num += (ours[i] - fd[i]) * (ours[i] - fd[i]), den += fd[i] * fd[i];
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Elements the finite differences of one case may take at most (two forwards each) */
+#define FD_MAX_VALUES 4000
+#define FD_MAX_WORK 4e8
+#define FD_TOLERANCE 5e-4
+
+/* Every kind's backward reference (layer_desc.backward) against central finite
+ * differences of its training forward, on the cases of the table small enough to
+ * difference (FD_MAX_VALUES inputs and weights): every input's gradient and the
+ * weights'. Inputs are kept 3 steps away from relu's and relu6's corner at 0, where a
+ * difference straddles the kink, and max pooling's are spread so that no window holds
+ * two within a step of each other; embedding's token ids have no gradient (ours must be
+ * zero), only its table is differenced. */
+static void test_backward(uint64_t seed)
+{
+    int checked[LAYER_KIND_COUNT] = {0};
+    bool caught = false;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        layer l;
+        if (!layer_desc_get(cases[c].kind)->backward || !make_layer(&cases[c], &l))
+            continue;
+        int64_t values = l.n_weight_floats, n_out = shape_numel(&l.out);
+        for (int k = 0; k < l.n_inputs; k++)
+            values += shape_numel(&l.ins[k]);
+        if (values > FD_MAX_VALUES || (double)values * (double)(l.macs + l.flops + n_out) > FD_MAX_WORK)
+            continue;
+        float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *din[LAYER_MAX_INPUTS] = {NULL};
+        forward_layer_data(&l, seed + c, in, &w);
+        bool ids = l.kind == LAYER_EMBEDDING;
+        if (l.kind == LAYER_RELU || l.kind == LAYER_RELU6)
+            for (int64_t i = 0; i < shape_numel(&l.in); i++)
+                if (fabsf(in[0][i]) < 0.03f)
+                    in[0][i] += in[0][i] < 0 ? -0.03f : 0.03f;
+        if (l.kind == LAYER_MAXPOOL2D) /* distinct values 5 steps apart, shuffled: no near ties */
+            fd_spread(in[0], shape_numel(&l.in), seed + c);
+        float *dout = bench_alloc_floats(n_out), *out = bench_alloc_floats(n_out);
+        float *dw = l.n_weight_floats ? bench_alloc_floats(l.n_weight_floats) : NULL;
+        layer_rng rng;
+        layer_rng_seed(&rng, seed + c + 1000);
+        layer_fill_uniform(dout, n_out, -1.0f, 1.0f, &rng);
+        for (int k = 0; k < l.n_inputs; k++)
+            din[k] = bench_alloc_floats(shape_numel(&l.ins[k]));
+        layer_train_reference(&l, (const float *const *)in, w, out);
+        layer_desc_get(l.kind)->backward(&l, (const float *const *)in, w, out, dout, din, dw);
+        double worst = 0.0;
+        for (int k = 0; k <= l.n_inputs; k++) {
+            float *v = k < l.n_inputs ? in[k] : w, *ours = k < l.n_inputs ? din[k] : dw;
+            int64_t n = k < l.n_inputs ? shape_numel(&l.ins[k]) : l.n_weight_floats;
+            if (!n)
+                continue;
+            double *fd = xcalloc((size_t)n, sizeof *fd), err;
+            if (ids) {
+                err = fd_distance(ours, fd, n); /* zeros */
+                ids = false;
+            } else {
+                fd_gradient(&l, in, w, v, n, dout, out, fd);
+                err = fd_distance(ours, fd, n);
+            }
+            EXPECT(err <= FD_TOLERANCE, "%s %s: the gradient of %s %d is %.2e from finite differences",
+                   layer_kind_name(l.kind), cases[c].what, k < l.n_inputs ? "input" : "the weights", k, err);
+            if (!caught && err > 0) { /* the comparison sees a gradient 1% off */
+                for (int64_t i = 0; i < n; i++)
+                    ours[i] *= 1.01f;
+                caught = fd_distance(ours, fd, n) > FD_TOLERANCE;
+                EXPECT(caught, "a gradient 1%% off passes the finite differences' check");
+            }
+            worst = err > worst ? err : worst;
+            free(fd);
+        }
+        printf("  backward %-18s %-34s %.2e from finite differences\n", layer_kind_name(l.kind), cases[c].what, worst);
+        checked[l.kind]++;
+        for (int k = 0; k < l.n_inputs; k++)
+            free(din[k]);
+        forward_free_data(&l, in, &w);
+        free(dout), free(out), free(dw);
+    }
+    for (int k = 0; k < LAYER_KIND_COUNT; k++)
+        EXPECT(!layer_desc_get((layer_kind)k)->backward || checked[k], "backward of %s: no case small enough to check",
+               layer_kind_name((layer_kind)k));
+}
+
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "cpu";
@@ -827,6 +958,7 @@ int main(int argc, char **argv)
     test_moe_routing();
     test_count_overflow();
     test_cpu_choices();
+    test_backward(seed);
     /* every case in every dtype the backend's table runs (tf32 on cuda, bf16 and fp16 on
      * the CPUs); int8 on the kinds that quantize (onednn), and on batch norm and ReLU,
      * which run in fp32 in an int8 model */
