@@ -224,6 +224,139 @@ def window_attention(x, w, p):
         return m.eval()(x)
 
 
+VISION = ("conv2d", "batchnorm2d", "relu", "relu6", "sigmoid", "tanh", "hardswish", "hardsigmoid", "gelu", "softmax",
+          "layernorm", "maxpool2d", "avgpool2d", "adaptive_avgpool2d", "concat", "scale_shift")
+
+
+def pair(p, key, default):
+    """A pair parameter as the manifest prints it ("3x2", or one number for both)."""
+    v = str(p.get(key, default)).split("x")
+    return (int(v[0]), int(v[-1]))
+
+
+def vision_forward(kind, p, ptext, x, w, in_shape, train):
+    """The image kinds and the element-wise ones, as torch.nn.functional computes them;
+    an explicit eps only where the manifest gives one (the defaults differ by kind)."""
+    F = torch.nn.functional
+    flag = lambda key, default: bool(p.get(key, default)) if not isinstance(p.get(key), str) else p[key] == "true"
+    eps = float(p["eps"]) if "eps=" in ptext else 1e-5
+    xs = x[0].reshape(in_shape)
+    if kind == "conv2d":
+        oc, k, g = int(p["out_channels"]), pair(p, "kernel_size", 1), int(p.get("groups", 1))
+        n_w = oc * in_shape[1] // g * k[0] * k[1]
+        return F.conv2d(xs, w[:n_w].view(oc, in_shape[1] // g, *k), w[n_w:] if p["bias"] else None,
+                        pair(p, "stride", 1), pair(p, "padding", 0), pair(p, "dilation", 1), g)
+    if kind == "batchnorm2d":
+        c = in_shape[1]
+        affine = flag("affine", True)
+        return F.batch_norm(xs, w[2 * c:3 * c].detach().clone(), w[3 * c:].detach().clone(), w[:c] if affine else None,
+                            w[c:2 * c] if affine else None, training=train, eps=eps)
+    if kind in ("maxpool2d", "avgpool2d"):
+        k = pair(p, "kernel_size", 1)
+        stride, pad, ceil = pair(p, "stride", f"{k[0]}x{k[1]}"), pair(p, "padding", 0), flag("ceil_mode", False)
+        if kind == "maxpool2d":
+            return F.max_pool2d(xs, k, stride, pad, pair(p, "dilation", 1), ceil)
+        return F.avg_pool2d(xs, k, stride, pad, ceil, flag("count_include_pad", True))
+    if kind == "adaptive_avgpool2d":
+        return F.adaptive_avg_pool2d(xs, pair(p, "output_size", 1))
+    if kind == "layernorm":
+        d = in_shape[-1]
+        affine = flag("elementwise_affine", True)
+        return F.layer_norm(xs, (d,), w[:d] if affine else None, w[d:] if affine and flag("bias", True) else None, eps)
+    if kind == "concat":
+        return torch.cat([t for t in x], dim=int(p.get("dim", 1)))
+    if kind == "softmax":
+        return F.softmax(xs, dim=int(p.get("dim", 1)))
+    if kind == "scale_shift":
+        return xs * float(p.get("scale", 1)) + float(p.get("shift", 0))
+    if kind == "gelu":
+        return F.gelu(xs, approximate=str(p.get("approximate", "none")))
+    return {"relu": F.relu, "relu6": F.relu6, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+            "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid}[kind](xs)
+
+
+def layer_forward(kind, p, ptext, x, w, in_shape, train=False):
+    """Layer `kind` in torch on the inputs x and the weights w (flat, in our order): its
+    output, or None where this file has no counterpart. in_shape: the first input's shape
+    as the manifest prints it. train: the training forward (batch norm by the batch's
+    statistics, as ref_dump --grads computes it)."""
+    if kind == "embedding":
+        vocab, dim = int(p["num_embeddings"]), int(p["embedding_dim"])
+        ids = torch.clamp(torch.floor((x[0].double() + 1.0) * 0.5 * vocab), 0, vocab - 1).long()
+        y = torch.nn.functional.embedding(ids, w.view(vocab, dim))
+    elif kind == "rmsnorm":
+        y = rmsnorm(x[0], w + float(p.get("weight_offset", 0)), float(p["eps"]))  # Gemma: 1 + weight
+    elif kind == "linear":
+        o = int(p["out_features"])
+        f = (w.numel() - (o if p["bias"] else 0)) // o  # the input may be the model's, flat
+        y = torch.nn.functional.linear(x[0].reshape(-1, f), w[: o * f].view(o, f), w[o * f:] if p["bias"] else None)
+    elif kind == "rope":
+        y = rope(x[0], p)
+    elif kind == "attention":
+        y = attention(x[0], x[1], x[2], w, p)
+    elif kind == "moe":
+        y = moe(x[0], x[1], w, p)
+    elif kind == "mla":
+        y = mla(x[0], x[1], w, p)
+    elif kind == "add":
+        y = x[0] + x[1]
+    elif kind == "mul":
+        y = x[0] * x[1]
+    elif kind == "silu":
+        y = torch.nn.functional.silu(x[0])
+    elif kind == "channel_shuffle":  # ShuffleNet's view, transpose(1, 2), view back
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        g = int(p["groups"])
+        y = x[0].reshape(in_shape[0], g, in_shape[1] // g, *in_shape[2:]).transpose(1, 2).reshape(in_shape)
+    elif kind == "slice":  # x.narrow(dim, start, end - start)
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        d, start = int(p.get("dim", 1)), int(p.get("start", 0))
+        y = x[0].reshape(in_shape).narrow(d, start, int(p["end"]) - start)
+    elif kind == "permute":  # torch.permute(x, dims), dims as bench list prints them, "0x2x3x1"
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        y = x[0].reshape(in_shape).permute(*[int(d) for d in p["dims"].split("x")])
+    elif kind == "layer_scale":  # ConvNeXt's gamma [C, 1, 1] * x; CaiT's [D] * x
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        d = int(p.get("dim", 1))
+        y = x[0].reshape(in_shape) * w.view([-1] + [1] * (len(in_shape) - 1 - d))
+    elif kind == "model_input":  # its values, held as its weights
+        y = w
+    elif kind in ("flatten", "reshape"):  # views
+        y = x[0]
+    elif kind == "roll":  # torch.roll(x, shifts, dims), as bench list prints them, "1x-2"
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        y = torch.roll(x[0].reshape(in_shape), [int(v) for v in p["shifts"].split("x")],
+                       [int(v) for v in p["dims"].split("x")])
+    elif kind == "patch_merge":  # torchvision's own _patch_merging_pad
+        from torchvision.models.swin_transformer import _patch_merging_pad
+        y = _patch_merging_pad(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]))
+    elif kind == "window_attention":  # torchvision's ShiftedWindowAttention(V2) holding our weights
+        y = window_attention(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]), w, p)
+    elif kind in ("window_partition", "window_merge"):  # MaxViT's WindowPartition, WindowDepartition
+        from torchvision.models import maxvit
+        size = int(str(p["window_size"]).split("x")[0])
+        xs = x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")])
+        if kind == "window_partition":
+            y = maxvit.WindowPartition()(xs, size)
+        else:
+            parts = [int(v) for v in str(p["partitions"]).split("x")]
+            y = maxvit.WindowDepartition()(xs, size, parts[0], parts[-1])
+    elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        c = in_shape[1]
+        y = torch.nn.functional.group_norm(x[0].reshape(in_shape), int(p["num_groups"]), w[:c] if w is not None else None,
+                                           w[c:] if w is not None else None, float(p["eps"]) if "eps=" in ptext else 1e-5)
+    elif kind == "mean":  # x.mean(dim, keepdim); dim as bench list prints a pair, "2x3" or "1"
+        dims = sorted({int(d) for d in str(p["dim"]).split("x")})
+        in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
+        y = x[0].reshape(in_shape).double().mean(dim=dims, keepdim=bool(p.get("keepdim", False))).float()
+    elif kind in VISION:
+        y = vision_forward(kind, p, ptext, x, w, [int(v) for v in in_shape.strip("[]").split(",")], train)
+    else:
+        return None
+    return y
+
+
 def main():
     out_dir = sys.argv[1]
     tol = float(sys.argv[2]) if len(sys.argv) > 2 else 1e-5
@@ -240,77 +373,8 @@ def main():
         shape = [int(x) for x in shape.strip("[]").split(",")]
         x = [vals[int(i)] for i in ins.split(",")]
         w = load(f"w{idx}.bin") if int(wn) else None
-        if kind == "embedding":
-            vocab, dim = int(p["num_embeddings"]), int(p["embedding_dim"])
-            ids = torch.clamp(torch.floor((x[0].double() + 1.0) * 0.5 * vocab), 0, vocab - 1).long()
-            y = torch.nn.functional.embedding(ids, w.view(vocab, dim))
-        elif kind == "rmsnorm":
-            y = rmsnorm(x[0], w + float(p.get("weight_offset", 0)), float(p["eps"]))  # Gemma: 1 + weight
-        elif kind == "linear":
-            o = int(p["out_features"])
-            f = (w.numel() - (o if p["bias"] else 0)) // o  # the input may be the model's, flat
-            y = torch.nn.functional.linear(x[0].reshape(-1, f), w[: o * f].view(o, f), w[o * f:] if p["bias"] else None)
-        elif kind == "rope":
-            y = rope(x[0], p)
-        elif kind == "attention":
-            y = attention(x[0], x[1], x[2], w, p)
-        elif kind == "moe":
-            y = moe(x[0], x[1], w, p)
-        elif kind == "mla":
-            y = mla(x[0], x[1], w, p)
-        elif kind == "add":
-            y = x[0] + x[1]
-        elif kind == "mul":
-            y = x[0] * x[1]
-        elif kind == "silu":
-            y = torch.nn.functional.silu(x[0])
-        elif kind == "channel_shuffle":  # ShuffleNet's view, transpose(1, 2), view back
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            g = int(p["groups"])
-            y = x[0].reshape(in_shape[0], g, in_shape[1] // g, *in_shape[2:]).transpose(1, 2).reshape(in_shape)
-        elif kind == "slice":  # x.narrow(dim, start, end - start)
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            d, start = int(p.get("dim", 1)), int(p.get("start", 0))
-            y = x[0].reshape(in_shape).narrow(d, start, int(p["end"]) - start)
-        elif kind == "permute":  # torch.permute(x, dims), dims as bench list prints them, "0x2x3x1"
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            y = x[0].reshape(in_shape).permute(*[int(d) for d in p["dims"].split("x")])
-        elif kind == "layer_scale":  # ConvNeXt's gamma [C, 1, 1] * x; CaiT's [D] * x
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            d = int(p.get("dim", 1))
-            y = x[0].reshape(in_shape) * w.view([-1] + [1] * (len(in_shape) - 1 - d))
-        elif kind == "model_input":  # its values, held as its weights
-            y = w
-        elif kind in ("flatten", "reshape"):  # views
-            y = x[0]
-        elif kind == "roll":  # torch.roll(x, shifts, dims), as bench list prints them, "1x-2"
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            y = torch.roll(x[0].reshape(in_shape), [int(v) for v in p["shifts"].split("x")],
-                           [int(v) for v in p["dims"].split("x")])
-        elif kind == "patch_merge":  # torchvision's own _patch_merging_pad
-            from torchvision.models.swin_transformer import _patch_merging_pad
-            y = _patch_merging_pad(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]))
-        elif kind == "window_attention":  # torchvision's ShiftedWindowAttention(V2) holding our weights
-            y = window_attention(x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")]), w, p)
-        elif kind in ("window_partition", "window_merge"):  # MaxViT's WindowPartition, WindowDepartition
-            from torchvision.models import maxvit
-            size = int(str(p["window_size"]).split("x")[0])
-            xs = x[0].reshape([int(v) for v in in_shape.strip("[]").split(",")])
-            if kind == "window_partition":
-                y = maxvit.WindowPartition()(xs, size)
-            else:
-                parts = [int(v) for v in str(p["partitions"]).split("x")]
-                y = maxvit.WindowDepartition()(xs, size, parts[0], parts[-1])
-        elif kind == "groupnorm":  # nn.GroupNorm: gamma[C] then beta[C] with affine
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            c = in_shape[1]
-            y = torch.nn.functional.group_norm(x[0].reshape(in_shape), int(p["num_groups"]), w[:c] if w is not None else None,
-                                               w[c:] if w is not None else None, float(p["eps"]) if "eps=" in ptext else 1e-5)
-        elif kind == "mean":  # x.mean(dim, keepdim); dim as bench list prints a pair, "2x3" or "1"
-            dims = sorted({int(d) for d in str(p["dim"]).split("x")})
-            in_shape = [int(v) for v in in_shape.strip("[]").split(",")]
-            y = x[0].reshape(in_shape).double().mean(dim=dims, keepdim=bool(p.get("keepdim", False))).float()
-        else:
+        y = layer_forward(kind, p, ptext, x, w, in_shape)
+        if y is None:
             print(f"llm_torch_check: no torch counterpart for kind {kind}", file=sys.stderr)
             return 2
         y = y.reshape(shape)

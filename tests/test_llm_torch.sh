@@ -20,7 +20,8 @@
 # SwiGLU, its limit low enough to clamp) and DeepSeek-V2 (multi-head latent attention with
 # yarn's mscale, shared experts, a dense first layer; a low-rank query, biases and
 # group-limited routing; and the latent cache, 3 tokens after 5 cached) and DeepSeek-V3 (its
-# sigmoid router with a correction bias, groups ranked by their best two).
+# sigmoid router with a correction bias, groups ranked by their best two); then every
+# backward reference against torch.autograd (tests/grad_torch_check.py).
 # usage: test_llm_torch.sh REF_DUMP SOURCE_DIR
 set -u
 DUMP=$1
@@ -71,5 +72,16 @@ mkdir -p "$d"
   "$PY" "$SRC/tests/llm_torch_check.py" "$d" 1e-5 >>"$d.out" 2>&1 && ok ||
   bad "tiny-deepseek_v2-lora, 3 tokens after 5 cached, against torch: $(tail -5 "$d.out")"
 echo "tiny-deepseek_v2-lora (3 after 5 cached): $(tail -1 "$d.out")"
+# every backward reference against torch.autograd, layer by layer (tests/grad_torch_check.py):
+# the image and element-wise kinds in their forms (batch norm in training mode), then the
+# decoder kinds of the tiny Llama; a kind without a backward reference yet is named
+for cfg in grad_torch.yaml llama_tiny_prefill.yaml; do
+  d=$T/grad_${cfg%.yaml}
+  mkdir -p "$d"
+  "$DUMP" --grads "$SRC/tests/data/$cfg" "$d" 1 2 >"$d.out" 2>&1 &&
+    "$PY" "$SRC/tests/grad_torch_check.py" "$d" 1e-5 >>"$d.out" 2>&1 && ok ||
+    bad "$cfg's gradients against torch.autograd: $(tail -5 "$d.out")"
+  echo "$cfg gradients: $(tail -1 "$d.out")"
+done
 echo "test_llm_torch: $pass passed, $fail failed"
 [ $fail = 0 ]
