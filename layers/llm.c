@@ -520,15 +520,24 @@ int64_t layer_attention_cached(const layer *l)
 /* Key (or value, with the cache's second half and input 2) j of head g of sample b:
  * cached for j < S (the cache holding positions S - C to S - 1), else token j - S of the
  * input. */
-const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
-                                int64_t g, int64_t j)
+/* Where that vector starts: in the weights (the cache: *cached) or in input 1 + value */
+static int64_t attention_kv_at(const layer *l, int value, int64_t b, int64_t g, int64_t j, bool *cached)
 {
     const layer_params *p = &l->p;
     int64_t hkv = p->num_kv_heads, s = p->kv_len, c = layer_attention_cached(l), d = p->head_dim,
             t_len = l->ins[1].d[1];
+    *cached = j < s;
     if (j < s)
-        return w + (int64_t)value * (layer_attention_cache_floats(l) / 2) + ((b * hkv + g) * c + (j - (s - c))) * d;
-    return ins[1 + value] + ((b * t_len + (j - s)) * hkv + g) * d;
+        return (int64_t)value * (layer_attention_cache_floats(l) / 2) + ((b * hkv + g) * c + (j - (s - c))) * d;
+    return ((b * t_len + (j - s)) * hkv + g) * d;
+}
+
+const float *layer_attention_kv(const layer *l, const float *const *ins, const float *w, int value, int64_t b,
+                                int64_t g, int64_t j)
+{
+    bool cached;
+    int64_t at = attention_kv_at(l, value, b, g, j, &cached);
+    return (cached ? w : ins[1 + value]) + at;
 }
 
 float layer_attention_score(const layer *l, double dot)
@@ -587,8 +596,90 @@ static void attention_reference(const layer *l, const float *const *ins, const f
     free(score), free(acc);
 }
 
+/* The gradients of one (sample, head, query) row, from its probabilities p[keys] (the
+ * forward's, recomputed) and its output's gradient dy: d v_j += p_j dy; d s_j = p_j (dy . v_j
+ * - sum_i p_i dy . v_i) (a sink's value is none: its d = -p_sink times that sum); through the
+ * softcap and the scale to the dot product, then d q += d dot_j k_j, d k_j += d dot_j q.
+ * g[0..2]: q's, k's and v's gradients; g[3]: the weights' (the cache, then the sinks). */
+static void attention_row_backward(const layer *l, const float *const *ins, const float *w, const double *prob,
+                                   double p_sink, const float *dy, int64_t b, int64_t hh, int64_t t, double **g)
+{
+    const layer_params *p = &l->p;
+    int64_t h = p->num_heads, d = p->head_dim, keys = p->kv_len + l->ins[1].d[1], kv = hh / (h / p->num_kv_heads);
+    double scale = p->attn_scale > 0 ? p->attn_scale : 1.0 / sqrt((double)d), dsum = 0;
+    const float *q = ins[0] + ((b * l->in.d[1] + t) * h + hh) * d;
+    for (int64_t j = 0; j < keys; j++)
+        for (int64_t i = 0; prob[j] > 0 && i < d; i++)
+            dsum += prob[j] * dy[i] * layer_attention_kv(l, ins, w, 1, b, kv, j)[i];
+    for (int64_t j = 0; j < keys; j++) {
+        if (!(prob[j] > 0))
+            continue;
+        bool kc, vc;
+        int64_t ka = attention_kv_at(l, 0, b, kv, j, &kc), va = attention_kv_at(l, 1, b, kv, j, &vc);
+        const float *k = (kc ? w : ins[1]) + ka, *v = (vc ? w : ins[2]) + va;
+        double *gk = (kc ? g[3] : g[1]) + ka, *gv = (vc ? g[3] : g[2]) + va;
+        double dot = 0, dp = 0;
+        for (int64_t i = 0; i < d; i++)
+            dot += (double)q[i] * k[i], dp += (double)dy[i] * v[i], gv[i] += prob[j] * dy[i];
+        double th = p->softcap > 0 ? tanh(dot * scale / p->softcap) : 0.0;
+        double ddot = prob[j] * (dp - dsum) * scale * (1.0 - th * th);
+        for (int64_t i = 0; i < d; i++)
+            g[0][((b * l->in.d[1] + t) * h + hh) * d + i] += ddot * k[i], gk[i] += ddot * q[i];
+    }
+    if (p->sinks)
+        g[3][layer_attention_cache_floats(l) + hh] -= p_sink * dsum;
+}
+
+/* Each (sample, head, query) row's probabilities recomputed from q and k, as the forward
+ * computes them, then its gradients. The cache's keys and values get theirs too (the
+ * weights' gradient: what the forward read), and a sink its own. */
+static void attention_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                               const float *dout, float *const *din, float *dw)
+{
+    (void)out;
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], h = p->num_heads, d = p->head_dim, keys = p->kv_len + l->ins[1].d[1];
+    double *g[4], *prob = xmalloc((size_t)keys * sizeof *prob);
+    for (int k = 0; k < 3; k++)
+        g[k] = xcalloc((size_t)shape_numel(&l->ins[k]), sizeof *g[k]);
+    g[3] = xcalloc((size_t)l->n_weight_floats + 1, sizeof *g[3]);
+    const float *sinks = layer_attention_sinks(l, w);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t hh = 0; hh < h; hh++)
+            for (int64_t t = 0; t < t_len; t++) {
+                const float *q = ins[0] + ((b * t_len + t) * h + hh) * d;
+                double top = sinks ? sinks[hh] : -INFINITY, sum = 0;
+                for (int64_t j = 0; j < keys; j++) {
+                    prob[j] = -INFINITY;
+                    if (!layer_attention_sees(l, t, j))
+                        continue;
+                    const float *k = layer_attention_kv(l, ins, w, 0, b, hh / (h / p->num_kv_heads), j);
+                    double dot = 0;
+                    for (int64_t i = 0; i < d; i++)
+                        dot += (double)q[i] * k[i];
+                    prob[j] = layer_attention_score(l, dot);
+                    top = prob[j] > top ? prob[j] : top;
+                }
+                double p_sink = sinks ? exp((double)sinks[hh] - top) : 0.0;
+                sum = p_sink;
+                for (int64_t j = 0; j < keys; j++)
+                    sum += prob[j] = prob[j] == -INFINITY ? 0.0 : exp(prob[j] - top);
+                for (int64_t j = 0; j < keys; j++)
+                    prob[j] /= sum;
+                attention_row_backward(l, ins, w, prob, p_sink / sum, dout + ((b * t_len + t) * h + hh) * d, b, hh, t, g);
+            }
+    for (int k = 0; k < 3; k++) {
+        for (int64_t i = 0, m = shape_numel(&l->ins[k]); i < m; i++)
+            din[k][i] = (float)g[k][i];
+        free(g[k]);
+    }
+    for (int64_t i = 0; i < l->n_weight_floats; i++)
+        dw[i] = (float)g[3][i];
+    free(g[3]), free(prob);
+}
+
 const layer_desc layer_attention_desc = {
     .name = "attention", .n_inputs = 3, .params = attention_params, .defaults = attention_defaults,
     .infer = attention_infer, .count = attention_count, .init_weights = attention_init,
-    .reference = attention_reference, .tolerance = 2e-6,
+    .reference = attention_reference, .tolerance = 2e-6, .backward = attention_backward,
 };
