@@ -93,10 +93,18 @@ void backend_clear_error(const backend *b)
 
 backend_kernel_entry backend_kernel_of(const backend *b, const layer *l)
 {
-    const backend_kernel_table *t = b->ops->layers.kernels;
+    bool backward = l->pass == PASS_BACKWARD;
+    const backend_kernel_table *t = backward ? b->ops->layers.backward : b->ops->layers.kernels;
+    if (backward && !layer_has_backward(l))
+        return (backend_kernel_entry){.unsupported = "the kind has no backward yet (no reference to check one by)"};
+    if (!t && backward)
+        return (backend_kernel_entry){.unsupported = "no backward kernels on this backend yet"};
     if (!t || (unsigned)l->kind >= LAYER_KIND_COUNT || (unsigned)l->dtype >= DTYPE_COUNT)
         return (backend_kernel_entry){.unsupported = "no kernel"};
-    return (*t)[l->kind][layer_compute_dtype(l)];
+    backend_kernel_entry e = (*t)[l->kind][layer_compute_dtype(l)];
+    if (backward && !e.kernel && !e.unsupported)
+        e.unsupported = "no backward kernel for this kind and dtype on this backend yet";
+    return e;
 }
 
 bench_status backend_layer_setup(const backend *b, const layer *l, const void *w, backend_layer **out, char *impl,

@@ -221,13 +221,19 @@ typedef struct backend_layers_i {
      * they cannot be told (the column is then empty); the call may then not have run. Without
      * it, a row's kernels are its impl's kernel (backend_layer_kernels). */
     bool (*kernel_names)(void *ctx, void (*call)(void *user), void *user, char *buf, size_t len);
+    /* Optional: the backward kernels (layers whose pass is PASS_BACKWARD), a table like
+     * kernels. Their run reads in[0..n_inputs) the forward's inputs, in[n_inputs] its
+     * output and in[n_inputs + 1] the output's gradient, and writes into out the inputs'
+     * gradients one after another, then the weights' (layer_backward_floats elements),
+     * what layer_desc.backward computes. Without it, no backward runs on the backend. */
+    const backend_kernel_table *backward;
 } backend_layers_i;
 
 /* The version of this contract (backend_ops, its interfaces, the kernel table). A
  * module's table carries the version it was built against, and the registry refuses
  * one of another: a liblayerbench_<name>.so left by another build would otherwise be
  * called through a layout it does not have. Raised with every change to them. */
-#define BACKEND_API 1
+#define BACKEND_API 2
 
 typedef struct backend_ops {
     int api;                /* BACKEND_API as the backend was built: first, where every version has it */
@@ -277,7 +283,8 @@ typedef struct backend_layer {
     void *state;    /* the kernel's own */
 } backend_layer;
 
-/* The entry for l on b; its kernel is NULL when b cannot run l. */
+/* The entry for l on b (its backward kernel for a backward pass); its kernel is NULL
+ * when b cannot run l. */
 backend_kernel_entry backend_kernel_of(const backend *b, const layer *l);
 /* Untimed setup of l, whose weights w live in b's memory (see backend_kernel.setup):
  * *out is freed by backend_layer_free(). BENCH_ERR_UNSUPPORTED, with the reason in impl,

@@ -88,6 +88,52 @@ bool layer_has_backward(const layer *l)
     return layer_desc_get(l->kind)->backward != NULL;
 }
 
+static const char *const pass_names[PASS_COUNT] = {"forward", "backward"};
+
+const char *layer_pass_name(layer_pass p)
+{
+    return (unsigned)p < PASS_COUNT ? pass_names[p] : "?";
+}
+
+int layer_pass_from_name(const char *name)
+{
+    for (int p = 0; p < PASS_COUNT; p++)
+        if (strcmp(name, pass_names[p]) == 0)
+            return p;
+    return -1;
+}
+
+int64_t layer_backward_in_floats(const layer *l)
+{
+    int64_t n = layer_count_mul(2, shape_numel(&l->out));
+    for (int k = 0; k < l->n_inputs; k++)
+        n = layer_count_add(n, shape_numel(&l->ins[k]));
+    return n;
+}
+
+int64_t layer_backward_floats(const layer *l)
+{
+    int64_t n = l->n_weight_floats;
+    for (int k = 0; k < l->n_inputs; k++)
+        n = layer_count_add(n, shape_numel(&l->ins[k]));
+    return n;
+}
+
+/* A backward run's FLOPs and bytes (docs/flops.md): the products of the inputs' gradient
+ * and of the weights' each as many as the forward's (2 x its multiply-accumulates each),
+ * the rest of its work as the forward's again; it reads its inputs, output, the output's
+ * gradient and the weights once, and writes the gradients once. */
+static void backward_count(layer *l)
+{
+    if (l->flops < 0 || l->macs < 0)
+        return; /* out of range already: layer_count refuses it */
+    int64_t rest = l->flops - 2 * l->macs; /* both at most LAYER_MAX_COUNT */
+    l->flops = layer_count_add(layer_count_mul(4, l->macs), rest < 0 ? 0 : rest);
+    l->macs = layer_count_mul(2, l->macs);
+    l->bytes = layer_count_mul(4, layer_count_add(layer_count_add(layer_backward_in_floats(l), l->n_weight_floats),
+                                                  layer_backward_floats(l)));
+}
+
 bool layer_kind_has_kv_len(layer_kind kind)
 {
     return kind == LAYER_ROPE || kind == LAYER_ATTENTION || kind == LAYER_MLA;
@@ -184,6 +230,8 @@ void layer_round_weights(const layer *l, float *w)
 int layer_count(layer *l)
 {
     layer_desc_get(l->kind)->count(l);
+    if (l->pass == PASS_BACKWARD)
+        backward_count(l);
     /* the kinds count 4-byte elements; a layer stores its dtype's (all its tensors), and
      * an int8 one its quantized weights in 1 byte */
     int64_t rows, cols, q = int8_weights(l, &rows, &cols);

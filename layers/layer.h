@@ -219,11 +219,22 @@ typedef struct layer_params {
 #define LAYER_MAX_INPUTS 64
 
 /* One layer of a model, with its shapes resolved for one batch size. */
+/* What a run of a layer computes (--pass): its forward, or its backward: from the
+ * forward's inputs, its output and the output's gradient, the gradients of its inputs
+ * ("backward data", benchdnn's BWD_D) and of its weights ("backward weights", BWD_W), as
+ * layer_desc.backward writes them (layer_backward_floats). */
+typedef enum layer_pass { PASS_FORWARD, PASS_BACKWARD, PASS_COUNT } layer_pass;
+#define LAYER_PASSES "forward or backward"
+/* "forward", "backward"; and back from a name (-1: none) */
+const char *layer_pass_name(layer_pass p);
+int layer_pass_from_name(const char *name);
+
 typedef struct layer {
     char *name;                  /* qualified name, e.g. "layer2.0.downsample.0"; owned */
     layer_kind kind;
     dtype_t dtype;               /* of its inputs, weights and output (DTYPE_FP32: 0) */
     bool dtype_pinned;           /* the config gave this layer its own dtype: --dtype leaves it */
+    layer_pass pass;             /* what a run computes; the counts below are its own (layer_count) */
     layer_params p;
     int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
@@ -334,6 +345,11 @@ int layer_kind_from_name(const char *name);
 /* "conv2d, batchnorm2d, ..." for error messages (kinds a config may name). */
 const char *layer_kind_list(void);
 const char *layer_kind_name(layer_kind kind);
+/* A backward run's buffers: it reads the forward's inputs, its output and the output's
+ * gradient (layer_backward_in_floats in all), and writes the inputs' gradients one after
+ * another, then the weights' (layer_backward_floats in all). */
+int64_t layer_backward_in_floats(const layer *l);
+int64_t layer_backward_floats(const layer *l);
 /* The forward in training mode: the kind's train_reference, else its reference. */
 void layer_train_reference(const layer *l, const float *const *in, const float *w, float *out);
 /* Whether the kind has a backward reference (layer_desc.backward). */

@@ -82,6 +82,15 @@ void model_set_dtype(model *m, dtype_t t)
     }
 }
 
+void model_set_pass(model *m, layer_pass p)
+{
+    m->pass = p;
+    for (int i = 0; i < m->n_layers; i++) {
+        m->layers[i].pass = p;
+        layer_count(&m->layers[i]);
+    }
+}
+
 dtype_t model_value_dtype(const model *m, int value)
 {
     if (value > 0)

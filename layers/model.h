@@ -12,6 +12,7 @@ typedef struct model {
     int64_t batch;       /* batch size the shapes are resolved for */
     shape_t input;       /* model input, batch in d[0] */
     dtype_t dtype;       /* the model-wide dtype: the config's, or --dtype's */
+    layer_pass pass;     /* what its layers' runs compute (--pass): every layer's pass */
     layer *layers;       /* n_layers, in execution order; owned */
     int n_layers;
     char *note;          /* what was checked beside the config (a config.json's safetensors
@@ -34,6 +35,8 @@ model_totals model_sum(const model *m);
 /* The model-wide dtype: every layer's but those the config pinned to their own (a view,
  * flatten or dropout, keeps its input's); recounts their bytes. */
 void model_set_dtype(model *m, dtype_t t);
+/* Every layer's pass (layer.pass), recounted. */
+void model_set_pass(model *m, layer_pass p);
 /* The dtype value v is stored in: its producer's (0, the input: its first reader's). */
 dtype_t model_value_dtype(const model *m, int value);
 /* Whether any layer reads a value stored in another dtype than its own (a mixed model:

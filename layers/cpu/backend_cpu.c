@@ -78,6 +78,38 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_MLA, cpu_mla_kernel, cpu_mla_kernel, cpu_via_f32_kernel),
 };
 
+/* The backward pass: fp32 kernels (backward_cpu.c); the other dtypes say why not */
+#define CPU_NO_BWD16 "the cpu backend's backward kernels are fp32 only so far"
+#define CPU_BWD_ROW(kind, f32)                                                                                 \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {NULL, CPU_NO_TF32}, [kind][DTYPE_BF16] = {NULL, CPU_NO_BWD16}, \
+    [kind][DTYPE_FP16] = {NULL, CPU_NO_BWD16}, [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
+
+static const backend_kernel_table cpu_backward = {
+    CPU_BWD_ROW(LAYER_CONV2D, cpu_conv2d_bwd_kernel),
+    CPU_BWD_ROW(LAYER_LINEAR, cpu_linear_bwd_kernel),
+    CPU_BWD_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_bwd_kernel),
+    CPU_BWD_ROW(LAYER_RELU, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_RELU6, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_SIGMOID, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_SILU, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_TANH, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_HARDSWISH, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_HARDSIGMOID, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_GELU, cpu_act_bwd_kernel),
+    CPU_BWD_ROW(LAYER_ADD, cpu_binary_bwd_kernel),
+    CPU_BWD_ROW(LAYER_MUL, cpu_binary_bwd_kernel),
+    CPU_BWD_ROW(LAYER_MAXPOOL2D, cpu_pool_bwd_kernel),
+    CPU_BWD_ROW(LAYER_AVGPOOL2D, cpu_pool_bwd_kernel),
+    CPU_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_pool_bwd_kernel),
+    CPU_BWD_ROW(LAYER_LAYERNORM, cpu_norm_bwd_kernel),
+    CPU_BWD_ROW(LAYER_RMSNORM, cpu_norm_bwd_kernel),
+    CPU_BWD_ROW(LAYER_SOFTMAX, cpu_softmax_bwd_kernel),
+    CPU_BWD_ROW(LAYER_EMBEDDING, cpu_embedding_bwd_kernel),
+    CPU_BWD_ROW(LAYER_ROPE, cpu_rope_bwd_kernel),
+    CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
+    CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
+};
+
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)
 {
     return (unsigned)kind < LAYER_KIND_COUNT ? cpu_kernels[kind][DTYPE_FP32].kernel : NULL;
@@ -595,5 +627,6 @@ const backend_ops backend_cpu_ops = {
     .timing = {.timer_start = cpu_timer_start, .timer_stop = cpu_timer_stop, .flush_cache = cpu_env_flush_cache,
                .marks_prepare = cpu_marks_prepare, .timer_mark = cpu_timer_mark, .marks_read = cpu_marks_read,
                .canary = cpu_canary, .stream = cpu_stream},
-    .layers = {.kernels = &cpu_kernels, .choices_get = cpu_choices_get, .choices_put = cpu_choices_put},
+    .layers = {.kernels = &cpu_kernels, .choices_get = cpu_choices_get, .choices_put = cpu_choices_put,
+               .backward = &cpu_backward},
 };

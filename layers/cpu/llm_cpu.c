@@ -173,6 +173,25 @@ static void rope_free(void *env, void *state)
 
 const backend_kernel cpu_rope_kernel = {.setup = rope_setup, .run = rope_run, .free = rope_free};
 
+/* rope's backward: the rotation's transpose (its sines negated) on the output's gradient
+ * (in[2] of a backward run) into the input's */
+static bench_status rope_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    bench_status st = rope_setup(env, l, w, state, impl, len, ws);
+    rope_state *s = *state;
+    for (int64_t i = 0, n = l->in.d[1] * (l->p.head_dim / 2); st == BENCH_OK && i < n; i++)
+        s->sin[i] = -s->sin[i];
+    return st;
+}
+
+static void rope_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    rope_run(env, l, state, ins + 2, w, out);
+}
+
+const backend_kernel cpu_rope_bwd_kernel = {.setup = rope_bwd_setup, .run = rope_bwd_run, .free = rope_free};
+
 /* ---- attention --------------------------------------------------------------------------- */
 
 typedef struct attention_state {

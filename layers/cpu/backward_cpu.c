@@ -1,0 +1,454 @@
+/* The backward kernels of the CPU (fp32), the backward pass's table (backend.h,
+ * backend_layers_i.backward): each reads the forward's inputs, its output and the
+ * output's gradient, and writes the gradients of the inputs, then of the weights, what
+ * layer_desc.backward computes (tests/test_layers.c checks every one against it).
+ *  - conv2d: per sample and group, im2col then two sgemm calls, the weights' gradient
+ *    dY col^T and the columns' W^T dY, folded back into the input's gradient (col2im);
+ *  - linear: two sgemm calls, dY W and dY^T X, and the bias's column sums;
+ *  - batch norm (training mode): per channel, its statistics recomputed from the input
+ *    (torch keeps them from the forward: one more read of the input here), then the
+ *    gradients;
+ *  - the activations, add and mul, max and average pooling, rmsnorm, layernorm,
+ *    softmax, embedding (the table's gradient written dense, as torch's sparse=False
+ *    does: zeroed, then each token's row added) and rope (the rotation's transpose):
+ *    loops over the thread pool;
+ *  - the views (flatten, reshape): their gradient is the output's, nothing runs. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+/* The buffers of a backward run: the output's gradient and the gradients written */
+#define DOUT(l, ins) ((const float *)(ins)[(l)->n_inputs + 1])
+#define FOUT(l, ins) ((const float *)(ins)[(l)->n_inputs])
+
+/* ---- conv2d ---------------------------------------------------------------------------------- */
+
+typedef struct conv_bwd {
+    float *col, *dcol; /* K x OH*OW each: one sample's group's columns and their gradient */
+} conv_bwd;
+
+static bench_status conv_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t k = l->in.d[1] / l->p.groups * l->p.kernel[0] * l->p.kernel[1], ohw = l->out.d[2] * l->out.d[3];
+    conv_bwd *s = xcalloc(1, sizeof *s);
+    s->col = bench_alloc_floats(k * ohw);
+    s->dcol = bench_alloc_floats(k * ohw);
+    if (!s->col || !s->dcol) {
+        free(s->col), free(s->dcol), free(s);
+        return BENCH_ERR_NOMEM;
+    }
+    *ws = 2 * k * ohw * (int64_t)sizeof(float);
+    snprintf(impl, len, "im2col + sgemm per sample and group (data: W^T dY, col2im; weights: dY col^T)");
+    *state = s;
+    return BENCH_OK;
+}
+
+static void conv_bwd_free(void *env, void *state)
+{
+    (void)env;
+    conv_bwd *s = state;
+    if (s)
+        free(s->col), free(s->dcol), free(s);
+}
+
+/* Column r = (ci, i, j) of the group's input x [cg, H, W], over the output's pixels;
+ * back: the gradient of those pixels added into dx (dir 1) */
+static void col_move(const layer *l, float *x, float *col, int64_t cg, bool back)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3], kh = p->kernel[0], kw = p->kernel[1];
+    for (int64_t r = 0; r < cg * kh * kw; r++) {
+        int64_t ci = r / (kh * kw), i = r / kw % kh, j = r % kw;
+        float *dst = col + r * oh * ow, *src = x + ci * h * wd;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+            for (int64_t xo = 0; xo < ow; xo++) {
+                int64_t ix = xo * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                bool in = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                if (back && in)
+                    src[iy * wd + ix] += dst[y * ow + xo];
+                else if (!back)
+                    dst[y * ow + xo] = in ? src[iy * wd + ix] : 0.0f;
+            }
+        }
+    }
+}
+
+static void conv_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    (void)env;
+    conv_bwd *s = state;
+    const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = l->out.d[1];
+    int64_t ohw = l->out.d[2] * l->out.d[3], g = l->p.groups, cg = c / g, ocg = oc / g;
+    int64_t k = cg * l->p.kernel[0] * l->p.kernel[1];
+    float *dx = out, *dw = dx + n * c * hw;
+    memset(dx, 0, (size_t)(n * c * hw) * sizeof *dx);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t gi = 0; gi < g; gi++) {
+            const float *dyg = dy + (b * oc + gi * ocg) * ohw;
+            col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)k, (blasint)ohw, 1.0f, dyg,
+                        (blasint)ohw, s->col, (blasint)ohw, b ? 1.0f : 0.0f, dw + gi * ocg * k, (blasint)k);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)ohw, (blasint)ocg, 1.0f,
+                        w + gi * ocg * k, (blasint)k, dyg, (blasint)ohw, 0.0f, s->dcol, (blasint)ohw);
+            col_move(l, dx + (b * c + gi * cg) * hw, s->dcol, cg, true);
+        }
+    if (l->p.bias) {
+        float *db = dw + oc * k;
+        CPU_OMP_IF(n * oc * ohw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t o = 0; o < oc; o++) {
+                double sum = 0;
+                for (int64_t b = 0; b < n; b++)
+                    for (int64_t i = 0; i < ohw; i++)
+                        sum += dy[(b * oc + o) * ohw + i];
+                db[o] = (float)sum;
+            });
+    }
+}
+
+/* ---- linear ---------------------------------------------------------------------------------- */
+
+static void linear_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    (void)env, (void)state;
+    const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
+    int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
+    float *dx = out, *dw = dx + n * f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)f, (blasint)o, 1.0f, dy, (blasint)o, w,
+                (blasint)f, 0.0f, dx, (blasint)f);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)o, (blasint)f, (blasint)n, 1.0f, dy, (blasint)o, x,
+                (blasint)f, 0.0f, dw, (blasint)f);
+    if (l->p.bias) {
+        float *db = dw + o * f;
+        CPU_OMP_IF(n * o > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t j = 0; j < o; j++) {
+                float sum = 0;
+                for (int64_t r = 0; r < n; r++)
+                    sum += dy[r * o + j];
+                db[j] = sum;
+            });
+    }
+}
+
+/* ---- batchnorm2d (training mode) ------------------------------------------------------------- */
+
+static void bn_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    (void)env, (void)state;
+    const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    float *dx = out, *dw = dx + n * c * hw, m = (float)(n * hw);
+    CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t ch = 0; ch < c; ch++) {
+            float sum = 0, sq = 0, dg = 0, db = 0;
+            for (int64_t b = 0; b < n; b++)
+                for (int64_t i = 0; i < hw; i++)
+                    sum += x[(b * c + ch) * hw + i];
+            float mean = sum / m;
+            for (int64_t b = 0; b < n; b++)
+                for (int64_t i = 0; i < hw; i++) {
+                    float v = x[(b * c + ch) * hw + i] - mean, g = dy[(b * c + ch) * hw + i];
+                    sq += v * v, dg += g * v, db += g;
+                }
+            float rstd = 1.0f / sqrtf(sq / m + (float)l->p.eps);
+            dg *= rstd;
+            float a = w[ch] * rstd / m;
+            for (int64_t b = 0; b < n; b++)
+                for (int64_t i = 0; i < hw; i++) {
+                    int64_t at = (b * c + ch) * hw + i;
+                    dx[at] = a * (m * dy[at] - db - (x[at] - mean) * rstd * dg);
+                }
+            dw[ch] = l->p.affine ? dg : 0.0f;
+            dw[c + ch] = l->p.affine ? db : 0.0f;
+            dw[2 * c + ch] = dw[3 * c + ch] = 0.0f;
+        });
+}
+
+/* ---- the activations ------------------------------------------------------------------------- */
+
+CPU_ISA_CLONES
+static void act_bwd_span(layer_kind kind, int gelu_tanh, const float *x, const float *dy, float *dx, int64_t n)
+{
+    switch (kind) {
+    case LAYER_RELU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case LAYER_RELU6:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = x[i] > 0.0f && x[i] < 6.0f ? dy[i] : 0.0f;
+        break;
+    case LAYER_SILU:
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + expf(-x[i]));
+            dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+        }
+        break;
+    case LAYER_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + expf(-x[i]));
+            dx[i] = dy[i] * s * (1.0f - s);
+        }
+        break;
+    case LAYER_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float t = tanhf(x[i]);
+            dx[i] = dy[i] * (1.0f - t * t);
+        }
+        break;
+    case LAYER_HARDSWISH:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = dy[i] * (x[i] < -3.0f ? 0.0f : x[i] > 3.0f ? 1.0f : x[i] / 3.0f + 0.5f);
+        break;
+    case LAYER_HARDSIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = x[i] > -3.0f && x[i] < 3.0f ? dy[i] / 6.0f : 0.0f;
+        break;
+    default: /* LAYER_GELU */
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i], g;
+            if (gelu_tanh) {
+                float k = 0.7978845608f, t = tanhf(k * (v + 0.044715f * v * v * v));
+                g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * v * v);
+            } else {
+                g = 0.5f * (1.0f + erff(v * 0.70710678f)) + v * expf(-0.5f * v * v) * 0.39894228f;
+            }
+            dx[i] = dy[i] * g;
+        }
+    }
+}
+
+static void act_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *x = ins[0], *dy = DOUT(l, ins);
+    float *dx = out;
+    int64_t n = shape_numel(&l->in);
+    int gt = l->kind == LAYER_GELU && l->p.mode == GELU_TANH;
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel",
+        {
+            int64_t lo, hi;
+            cpu_thread_span(n, &lo, &hi);
+            act_bwd_span(l->kind, gt, x + lo, dy + lo, dx + lo, hi - lo);
+        });
+}
+
+/* ---- add and mul ----------------------------------------------------------------------------- */
+
+/* Same shapes: add copies the gradient to both inputs, mul multiplies it by the other;
+ * broadcast inputs sum it over the dimensions they were repeated along (one thread) */
+static void binary_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *a = ins[0], *b = ins[1], *dy = DOUT(l, ins);
+    int64_t n = shape_numel(&l->out), na = shape_numel(&l->ins[0]), nb = shape_numel(&l->ins[1]);
+    float *da = out, *db = da + na;
+    bool mul = l->kind == LAYER_MUL;
+    if (na == n && nb == n) {
+        CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t i = 0; i < n; i++) {
+                da[i] = mul ? dy[i] * b[i] : dy[i];
+                db[i] = mul ? dy[i] * a[i] : dy[i];
+            });
+        return;
+    }
+    memset(da, 0, (size_t)(na + nb) * sizeof *da);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ia = layer_broadcast_index(&l->ins[0], &l->out, i), ib = layer_broadcast_index(&l->ins[1], &l->out, i);
+        da[ia] += mul ? dy[i] * b[ib] : dy[i];
+        db[ib] += mul ? dy[i] * a[ia] : dy[i];
+    }
+}
+
+/* ---- pooling --------------------------------------------------------------------------------- */
+
+/* Per plane (over the threads): max pooling's gradient to each window's first largest
+ * input, average pooling's shared by the forward's divisor, adaptive pooling's by its
+ * window's size */
+static void pool_bwd_plane(const layer *l, const float *x, const float *dy, float *dx)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
+    memset(dx, 0, (size_t)(h * wd) * sizeof *dx);
+    for (int64_t y = 0; y < oh; y++)
+        for (int64_t xo = 0; xo < ow; xo++) {
+            float g = dy[y * ow + xo];
+            if (l->kind == LAYER_ADAPTIVE_AVGPOOL2D) {
+                int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh, x0 = xo * wd / ow, x1 = ((xo + 1) * wd + ow - 1) / ow;
+                g /= (float)((y1 - y0) * (x1 - x0));
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        dx[iy * wd + ix] += g;
+                continue;
+            }
+            int64_t arg = -1, valid = 0, padded = 0, dil0 = l->kind == LAYER_MAXPOOL2D ? p->dilation[0] : 1,
+                    dil1 = l->kind == LAYER_MAXPOOL2D ? p->dilation[1] : 1;
+            for (int pass = 0; pass < 2; pass++)
+                for (int64_t i = 0; i < p->kernel[0]; i++)
+                    for (int64_t j = 0; j < p->kernel[1]; j++) {
+                        int64_t iy = y * p->stride[0] - p->padding[0] + i * dil0;
+                        int64_t ix = xo * p->stride[1] - p->padding[1] + j * dil1;
+                        bool in = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                        if (pass == 0) {
+                            padded += iy < h + p->padding[0] && ix < wd + p->padding[1];
+                            valid += in;
+                            if (in && (arg < 0 || x[iy * wd + ix] > x[arg]))
+                                arg = iy * wd + ix;
+                        } else if (in && l->kind == LAYER_AVGPOOL2D) {
+                            int64_t div = p->count_include_pad ? padded : valid;
+                            dx[iy * wd + ix] += div ? g / (float)div : 0.0f;
+                        }
+                    }
+            if (l->kind == LAYER_MAXPOOL2D && arg >= 0)
+                dx[arg] += g;
+        }
+}
+
+static void pool_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *x = ins[0], *dy = DOUT(l, ins);
+    int64_t planes = l->in.d[0] * l->in.d[1], ihw = l->in.d[2] * l->in.d[3], ohw = l->out.d[2] * l->out.d[3];
+    float *dx = out;
+    CPU_OMP_IF(planes * ihw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t pl = 0; pl < planes; pl++)
+            pool_bwd_plane(l, x + pl * ihw, dy + pl * ohw, dx + pl * ihw););
+}
+
+/* ---- the norms and softmax, row by row --------------------------------------------------------- */
+
+/* One row of d: rmsnorm's (s = w + offset, no mean) or layernorm's (gamma where it has
+ * it) input gradient; its mean and 1 / std kept in stat[2] for the weights' pass */
+static void norm_bwd_row(const layer *l, const float *x, const float *dy, const float *w, float *dx, float *stat)
+{
+    int64_t d = l->p.normalized_shape;
+    bool rms = l->kind == LAYER_RMSNORM, affine = rms || l->p.affine;
+    float mean = 0, var = 0, mg = 0, mgx = 0, off = rms ? (float)l->p.weight_offset : 0.0f;
+    for (int64_t i = 0; !rms && i < d; i++)
+        mean += x[i];
+    mean /= (float)d;
+    for (int64_t i = 0; i < d; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    float rstd = 1.0f / sqrtf(var / (float)d + (float)l->p.eps);
+    for (int64_t i = 0; i < d; i++) {
+        float g = dy[i] * (affine ? w[i] + off : 1.0f);
+        mg += g, mgx += g * (x[i] - mean) * rstd;
+    }
+    mg = rms ? 0.0f : mg / (float)d, mgx /= (float)d;
+    for (int64_t i = 0; i < d; i++)
+        dx[i] = rstd * (dy[i] * (affine ? w[i] + off : 1.0f) - mg - (x[i] - mean) * rstd * mgx);
+    stat[0] = mean, stat[1] = rstd;
+}
+
+typedef struct norm_bwd {
+    float *stat; /* per row: its mean and 1 / std */
+} norm_bwd;
+
+static bench_status norm_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t rows = shape_numel(&l->in) / l->p.normalized_shape;
+    norm_bwd *s = xcalloc(1, sizeof *s);
+    if (!(s->stat = bench_alloc_floats(2 * rows))) {
+        free(s);
+        return BENCH_ERR_NOMEM;
+    }
+    *ws = 2 * rows * (int64_t)sizeof(float);
+    snprintf(impl, len, "per row (statistics recomputed), then the weights' gradient per feature");
+    *state = s;
+    return BENCH_OK;
+}
+
+static void norm_bwd_free(void *env, void *state)
+{
+    (void)env;
+    norm_bwd *s = state;
+    if (s)
+        free(s->stat), free(s);
+}
+
+/* The rows over the threads, then the weights' gradient over the features: d gamma_i =
+ * sum over rows of d out x^ (rmsnorm's weight alike), d beta_i of d out */
+static void norm_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env;
+    const float *x = ins[0], *dy = DOUT(l, ins);
+    float *stat = ((norm_bwd *)state)->stat;
+    int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
+    bool rms = l->kind == LAYER_RMSNORM, affine = rms || l->p.affine, beta = !rms && l->n_weight_floats > d;
+    float *dx = out, *dw = dx + rows * d;
+    CPU_OMP_IF(rows * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t r = 0; r < rows; r++)
+            norm_bwd_row(l, x + r * d, dy + r * d, w, dx + r * d, stat + 2 * r););
+    if (!affine)
+        return;
+    CPU_OMP_IF(rows * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t i = 0; i < d; i++) {
+            float g = 0, b = 0;
+            for (int64_t r = 0; r < rows; r++)
+                g += dy[r * d + i] * (x[r * d + i] - stat[2 * r]) * stat[2 * r + 1], b += dy[r * d + i];
+            dw[i] = g;
+            if (beta)
+                dw[d + i] = b;
+        });
+}
+
+static void softmax_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *y = FOUT(l, ins), *dy = DOUT(l, ins);
+    float *dx = out;
+    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
+    for (int64_t i = 0; i < l->p.dim; i++)
+        outer *= l->in.d[i];
+    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
+        inner *= l->in.d[i];
+    CPU_OMP_IF(outer * n * inner > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t k = 0; k < inner; k++) {
+                int64_t at = o * n * inner + k;
+                float dot = 0;
+                for (int64_t i = 0; i < n; i++)
+                    dot += dy[at + i * inner] * y[at + i * inner];
+                for (int64_t i = 0; i < n; i++)
+                    dx[at + i * inner] = y[at + i * inner] * (dy[at + i * inner] - dot);
+            });
+}
+
+/* ---- embedding --------------------------------------------------------------------------------- */
+
+static void embedding_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *ids = ins[0], *dy = DOUT(l, ins);
+    int64_t n = shape_numel(&l->in), d = l->p.embedding_dim;
+    float *dids = out, *dw = dids + n;
+    memset(dids, 0, (size_t)n * sizeof *dids);
+    memset(dw, 0, (size_t)l->n_weight_floats * sizeof *dw);
+    for (int64_t i = 0; i < n; i++) {
+        float *row = dw + layer_token_id(l, ids[i]) * d;
+        for (int64_t k = 0; k < d; k++)
+            row[k] += dy[i * d + k];
+    }
+}
+
+const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
+const backend_kernel cpu_linear_bwd_kernel = {.run = linear_bwd_run, .impl = "sgemm (data: dY W; weights: dY^T X)"};
+const backend_kernel cpu_batchnorm2d_bwd_kernel = {
+    .run = bn_bwd_run, .impl = "per channel, the batch's statistics recomputed from the input"};
+const backend_kernel cpu_act_bwd_kernel = {.run = act_bwd_run, .impl = "direct"};
+const backend_kernel cpu_binary_bwd_kernel = {.run = binary_bwd_run, .impl = "direct"};
+const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct, per plane (max: the window searched again)"};
+const backend_kernel cpu_norm_bwd_kernel = {.setup = norm_bwd_setup, .run = norm_bwd_run, .free = norm_bwd_free};
+const backend_kernel cpu_softmax_bwd_kernel = {.run = softmax_bwd_run, .impl = "from the saved output"};
+const backend_kernel cpu_embedding_bwd_kernel = {.run = embedding_bwd_run,
+                                                 .impl = "dense table gradient: zeroed, then each token's row added"};
