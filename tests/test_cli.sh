@@ -89,7 +89,7 @@ expect 0 "layer4.1.conv2 +conv2d +8x512x7x7" -- "$BENCH" list "$R18" --batch 8
 expect 0 "19 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_examples.yaml"
 expect 0 "9 passed, 0 failed" -- "$BENCH" check "$SRC/tests/data/doc_transformer.yaml"
 "$BENCH" list "$R18" --csv "$T/list.csv"
-[ "$(head -1 "$T/list.csv")" = "model,batch,dtype,tokens,kv_len,layer_dtype,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
+[ "$(head -1 "$T/list.csv")" = "model,batch,dtype,pass,tokens,kv_len,layer_dtype,layer_index,layer_name,kind,input_shape,output_shape,params,macs,flops,bytes,intensity,weight_bytes,input_bytes,output_bytes,parameters,inputs" ] && ok || bad "list csv header: $(head -1 "$T/list.csv")"
 [ "$(wc -l <"$T/list.csv")" = 70 ] && ok || bad "list csv rows: $(wc -l <"$T/list.csv")"
 cmp -s <("$BENCH" list "$R18") <("$BENCH" list "$R18") && ok || bad "list is not deterministic"
 
@@ -103,7 +103,7 @@ header=$(head -1 "$T/run.csv")
 schema=$("$BENCH" schema | awk '{print $1}' | paste -sd, -)
 [ "$header" = "$schema" ] && ok || bad "CSV header differs from 'bench schema': $header"
 [ "$(wc -l <"$T/run.csv")" = 38 ] && ok || bad "run csv: $(wc -l <"$T/run.csv") lines, expected header + 18 layers + 18 in-model + model"
-grep -q '^smoke,cpu,chained,2,fp32,,,fp32,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
+grep -q '^smoke,cpu,chained,2,fp32,forward,,,fp32,[0-9]*,-1,smoke,model,' "$T/run.csv" && ok || bad "no chained model row"
 # awk over named columns: c["status"] is the field number of column status
 awk -F, "$COLS"' $c["kind"]!="model" && $c["status"]!="ok" && !($c["status"]=="view" && ($c["kind"]=="flatten" || $c["kind"]=="dropout")) {bad=1} END {exit bad}' "$T/run.csv" && ok || bad "a layer row is neither ok nor a view"
 [ "$(awk -F, "$COLS"' $c["status"]=="view"' "$T/run.csv" | wc -l)" = 4 ] && ok || bad "flatten and dropout are not view rows (alone and in-model)"
@@ -727,6 +727,34 @@ expect 0 "0 rows compared" -- "$BENCH" compare "$T/fp32only.csv" "$T/bf16only.cs
 # --resume keeps the finished (batch, backend, dtype) sets and measures the rest
 "$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32 --csv "$T/resume.csv" >/dev/null 2>&1
 expect 0 "batch 2 in fp32 on cpu: kept from the previous run" -- "$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32,bf16 --csv "$T/resume.csv" --resume
+
+# --pass: each layer's backward alone (its inputs' and weights' gradients), an axis like dtype
+expect 2 "--pass expects forward or backward .*got 'sideways'" -- "$BENCH" run "$SMOKE" --pass sideways
+expect 2 "--pass expects" -- "$BENCH" run "$SMOKE" --pass backward,backward
+expect 2 "--pass goes with bench run and sweep, not list" -- "$BENCH" list "$SMOKE" --pass backward
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --csv "$T/pass.csv" >"$T/pass.out" 2>&1 && ok ||
+  bad "run --pass forward,backward: $(tail -3 "$T/pass.out")"
+# both sets; every conv2d and linear backward row timed by its own kernel, with twice the
+# forward's multiply-accumulates (data and weights); the chained rows of the backward set say why they did not run
+awk -F, "$COLS"' $c["mode"] == "chained" { ch[$c["pass"]] = $c["status"] " " $c["note"] }
+  $c["mode"] != "chained" && $c["mode"] != "inmodel" && ($c["kind"] == "conv2d" || $c["kind"] == "linear") {
+    f[$c["pass"], $c["layer_index"]] = $c["macs"]
+    if ($c["pass"] == "backward") { n++; ok += $c["status"] == "ok" && $c["impl"] ~ /sgemm/ } }
+  END { for (k in f) { split(k, p, SUBSEP); if (p[1] == "backward" && f[k] != 2 * f["forward", p[2]]) bad++ }
+        exit !(n > 0 && ok == n && !bad && ch["forward"] ~ /^ok/ && ch["backward"] ~ /^skipped no chained training step/) }' \
+  "$T/pass.csv" && ok || bad "pass rows: $(grep -E 'chained|conv' "$T/pass.csv" | cut -d, -f1-12,30- | head -6)"
+grep -q '"pass": "backward"' "$T/pass.json" && grep -q '"pass": "forward"' "$T/pass.json" && ok ||
+  bad "JSON sets without their pass: $(grep -o '"completed.*' "$T/pass.json" | head -c 300)"
+grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner does not say so: $(grep === "$T/pass.out")"
+# compare matches each pass with itself only; --resume keeps the finished pass's set
+for t in forward backward; do
+  { head -1 "$T/pass.csv"; awk -F, "$COLS"' $c["pass"] == "'$t'"' "$T/pass.csv"; } >"$T/${t}only.csv"
+done
+expect 0 "0 rows compared" -- "$BENCH" compare "$T/forwardonly.csv" "$T/backwardonly.csv"
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass backward --csv "$T/presume.csv" >/dev/null 2>&1
+expect 0 "batch 2, backward on cpu: kept from the previous run" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass backward,forward --csv "$T/presume.csv" --resume
+[ "$(awk -F, "$COLS"' NR > 1 { print $c["pass"] }' "$T/presume.csv" | sort -u | tr '\n' ' ')" = "backward forward " ] && ok ||
+  bad "--resume with a second pass: $(cut -d, -f1-6 "$T/presume.csv" | sort -u | head -4)"
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

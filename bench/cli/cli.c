@@ -241,6 +241,25 @@ typedef struct cli_option {
 
 static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c->model.dtypes, &c->model.n_dtypes); }
 
+/* "forward,backward" -> passes, each once */
+static bool set_pass(cli *c, const char *arg)
+{
+    c->model.n_passes = 0;
+    if (!*arg || arg[0] == ',' || strstr(arg, ",,") || arg[strlen(arg) - 1] == ',')
+        return false;
+    char *copy = xstrdup(arg), *save = NULL;
+    bool ok = true;
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        int p = layer_pass_from_name(tok);
+        for (int i = 0; p >= 0 && i < c->model.n_passes; i++)
+            p = c->model.passes[i] == (layer_pass)p ? -1 : p;
+        if ((ok = p >= 0))
+            c->model.passes[c->model.n_passes++] = (layer_pass)p;
+    }
+    free(copy);
+    return ok;
+}
+
 static const char *dtype_expects(void)
 {
     static char what[256];
@@ -318,6 +337,12 @@ static const cli_option options[] = {
              "sweep and check take a list and do each. Layers the config gives a dtype of their own keep it. A dtype "
              "a backend cannot run is a skipped row that says why. int8 is dynamic quantization of conv2d and linear "
              "(onednn), the rest in fp32 (docs/precision.md)"},
+    {"pass", "P[,P...]", O_CUSTOM, F(model.passes), .set = set_pass, .commands = C_MEASURE, .flags = O_SWEEP_OWN | O_ONCE,
+     .expects = "forward or backward (or both, comma-separated, each once)",
+     .help = "what each layer's row times: forward (default), or backward: the gradients of its inputs and of its "
+             "weights from its output's gradient, each layer alone (cpu: fp32; a kind or backend without a backward "
+             "kernel is a skipped row that says why; no chained training step yet). A list does each, like --dtype "
+             "(docs/training.md)"},
     {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,
      .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
              "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "

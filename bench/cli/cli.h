@@ -30,6 +30,8 @@ typedef struct cli_model {
     int n_batches;
     dtype_t dtypes[DTYPE_COUNT]; /* --dtype, in order; n_dtypes 0: the config's */
     int n_dtypes;
+    layer_pass passes[PASS_COUNT]; /* --pass, in order; n_passes 0: forward */
+    int n_passes;
     bool tf32;               /* --tf32: --dtype tf32 */
     cfg_shape shape;         /* --tokens, --kv-len, --phase: a decoder's token shape (the lists' first) */
     int64_t tokens_list[CLI_MAX_SHAPES]; /* sweep: --tokens T1,T2,...; n_tokens 0: not given */

@@ -210,6 +210,7 @@ int cmd_worker(void)
         free(s.skip);
         return rc;
     }
+    model_set_pass(m, s.pass);
     int nb = cli_open_backends(&c.be, bs, &skipped);
     if (nb != 1) {
         model_free(m);
@@ -456,7 +457,8 @@ int cmd_measure(int argc, char **argv, const cli *c, const int64_t *batch_args, 
     int n_modes = cli_split_modes(c->run.mode, modes);
     runner_plan plan = {
         .modes = modes, .n_modes = n_modes, .batches = j.batches, .n_batches = n_batches, .dtypes = j.dtypes,
-        .n_dtypes = j.n_dtypes, .backends = j.bs, .n_backends = j.nb, .done = j.done, .n_done = j.n_done,
+        .n_dtypes = j.n_dtypes, .passes = c->model.passes, .n_passes = c->model.n_passes,
+        .backends = j.bs, .n_backends = j.nb, .done = j.done, .n_done = j.n_done,
         .reps = reps, .n_reps = nr,
         .ctx = {.argc = argc, .argv = argv, .config = c->model.config, .mo = &c->mo, .modes = c->run.mode, .backends = j.bs,
                 .n_backends = j.nb, .skipped = j.skipped, .algo_cache = cache_ctx.algo_cache,

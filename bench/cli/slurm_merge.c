@@ -77,6 +77,7 @@ static int64_t append_rows(strbuf *csv, const slurm_attempt *a, const slurm_shar
     for (int i = 0; i < f.n_sets; i++) {
         const report_set *k = &f.sets[i].key;
         if (strcmp(k->backend, want.backend) || k->batch != want.batch || strcmp(dtype_name(k->dtype), sh->dtype) ||
+            strcmp(layer_pass_name(k->pass), sh->pass) ||
             (want.tokens >= 0 && k->tokens != want.tokens) || (want.kv_len >= 0 && k->kv_len != want.kv_len)) {
             snprintf(err, errlen, "%s.csv: holds rows of %s, not of its shard (%s): the part of another shard", a->stem,
                      results_set_describe(k, what, sizeof what), slurm_shard_describe(sh, why, sizeof why));
@@ -144,6 +145,7 @@ static json_t *shard_json(int i, const slurm_shard *s, const slurm_state *st, js
     json_object_set_new(o, "batch", json_integer(s->batch));
     json_object_set_new(o, "backend", json_string(s->backend));
     json_object_set_new(o, "dtype", json_string(s->dtype));
+    json_object_set_new(o, "pass", json_string(s->pass));
     json_object_set_new(o, "tokens", s->tokens >= 0 ? json_integer(s->tokens) : json_null());
     json_object_set_new(o, "kv_len", s->kv_len >= 0 ? json_integer(s->kv_len) : json_null());
     json_object_set_new(o, "outcome", json_string(outcome_name(st->outcome[i])));
@@ -214,7 +216,8 @@ static int duplicate_shard(const slurm_shard *s, int n)
     for (int i = 0; i < n; i++) /* shards.tsv is short (configs x axes): pairs are cheap */
         for (int j = 0; j < i; j++)
             if (!strcmp(s[i].config, s[j].config) && s[i].batch == s[j].batch && !strcmp(s[i].backend, s[j].backend) &&
-                !strcmp(s[i].dtype, s[j].dtype) && s[i].tokens == s[j].tokens && s[i].kv_len == s[j].kv_len)
+                !strcmp(s[i].dtype, s[j].dtype) && !strcmp(s[i].pass, s[j].pass) && s[i].tokens == s[j].tokens &&
+                s[i].kv_len == s[j].kv_len)
                 return i;
     return -1;
 }

@@ -1,4 +1,4 @@
-/* bench sweep --slurm: the sweep split into shards (config x batch x backend x dtype x
+/* bench sweep --slurm: the sweep split into shards (config x batch x backend x dtype x pass x
  * tokens x kv_len), each one task of a Slurm job array whose script runs `bench sweep`
  * on that shard alone into its own part file; then a merge job that runs after the
  * arrays (afterany: one failed shard must not leave it pending forever). Slurm does the
@@ -146,7 +146,7 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
             return 2;
         }
         const char *dtype_names[DTYPE_COUNT];
-        int nd = 0;
+        int nd = 0, np = c->model.n_passes ? c->model.n_passes : 1;
         for (int t = 0; t < nt * nk; t++) {
             cli cc = *c;
             cc.model.config = c->slurm.configs[f];
@@ -175,7 +175,7 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
         }
         for (int b = 0; b < n_batches; b++)
             for (int k = 0; k < nb; k++)
-                for (int d = 0; d < nd; d++)
+                for (int d = 0; d < nd * np; d++)
                     for (int t = 0; t < nt * nk; t++) {
                         if (*n == cap)
                             s = xrealloc(s, (size_t)(cap *= 2) * sizeof *s);
@@ -184,7 +184,9 @@ static int plan_shards(const cli *c, const int64_t *batches, int n_batches, slur
                                             .tokens = c->model.n_tokens ? c->model.tokens_list[t / nk] : -1,
                                             .kv_len = c->model.n_kv ? c->model.kv_list[t % nk] : -1};
                         snprintf(sh->backend, sizeof sh->backend, "%s", backends[k]);
-                        snprintf(sh->dtype, sizeof sh->dtype, "%s", dtype_names[d]);
+                        snprintf(sh->dtype, sizeof sh->dtype, "%s", dtype_names[d / np]);
+                        snprintf(sh->pass, sizeof sh->pass, "%s",
+                                 layer_pass_name(c->model.n_passes ? c->model.passes[d % np] : PASS_FORWARD));
                     }
     }
     *out = s;
@@ -251,7 +253,7 @@ static void free_arrays(array_plan *a, int n)
 static void shard_args(strbuf *b, const slurm_shard *s)
 {
     slurm_shell_quote(b, s->config);
-    strbuf_printf(b, " --batch %lld --backend %s --dtype %s", (long long)s->batch, s->backend, s->dtype);
+    strbuf_printf(b, " --batch %lld --backend %s --dtype %s --pass %s", (long long)s->batch, s->backend, s->dtype, s->pass);
     if (s->tokens >= 0)
         strbuf_printf(b, " --tokens %lld", (long long)s->tokens);
     if (s->kv_len >= 0)

@@ -3,7 +3,7 @@
  *
  * The folder holds
  *   shards.tsv            the sweep: its shared options and one line per shard (config,
- *                         batch, backend, dtype, tokens, kv_len); written once, and what
+ *                         batch, backend, dtype, pass, tokens, kv_len); written once, and what
  *                         --resume compares to refuse a folder of another sweep
  *   jobs.tsv              every array and merge job submitted, one line each
  *   array-R-I.sbatch      the scripts (R: 0 for the first submission, then one per --resume)
@@ -35,6 +35,7 @@ typedef struct slurm_shard {
     int64_t batch;
     char backend[16];
     char dtype[8];
+    char pass[12];       /* forward or backward (a shards.tsv of seven columns, from before passes: forward) */
     int64_t tokens;      /* -1: not an axis of the sweep */
     int64_t kv_len;      /* -1: not an axis of the sweep */
 } slurm_shard;

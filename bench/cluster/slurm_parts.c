@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "fileio.h"
+#include "layer.h"
 #include "strbuf.h"
 
 static const char shards_header[] =
@@ -36,10 +37,12 @@ void slurm_shell_quote(strbuf *b, const char *s)
 char *slurm_shards_text(const char *options, const slurm_shard *shards, int n)
 {
     strbuf b = {0};
-    strbuf_printf(&b, "%s# options: %s\nshard\tconfig\tbatch\tbackend\tdtype\ttokens\tkv_len\n", shards_header, options);
+    strbuf_printf(&b, "%s# options: %s\nshard\tconfig\tbatch\tbackend\tdtype\tpass\ttokens\tkv_len\n", shards_header,
+                  options);
     for (int i = 0; i < n; i++) {
         const slurm_shard *s = &shards[i];
-        strbuf_printf(&b, "%d\t%s\t%lld\t%s\t%s\t", i, s->config, (long long)s->batch, s->backend, s->dtype);
+        strbuf_printf(&b, "%d\t%s\t%lld\t%s\t%s\t%s\t", i, s->config, (long long)s->batch, s->backend, s->dtype,
+                      s->pass);
         if (s->tokens >= 0)
             strbuf_printf(&b, "%lld", (long long)s->tokens);
         strbuf_append(&b, "\t", 1);
@@ -71,10 +74,11 @@ bench_status slurm_shards_read(const char *dir, char **text, slurm_shard **shard
         line_no++;
         if (line[0] == '#' || strncmp(line, "shard\t", 6) == 0)
             continue;
-        /* shard, config, batch, backend, dtype, tokens, kv_len: each field whole */
-        char *f[7];
+        /* shard, config, batch, backend, dtype, pass, tokens, kv_len: each field whole (a sweep
+         * from before passes wrote no pass: forward) */
+        char *f[8];
         int nf = 0;
-        for (char *p = line; nf < 7; nf++) {
+        for (char *p = line; nf < 8; nf++) {
             f[nf] = p;
             char *tab = strchr(p, '\t');
             if (!tab) {
@@ -85,10 +89,13 @@ bench_status slurm_shards_read(const char *dir, char **text, slurm_shard **shard
             p = tab + 1;
         }
         long long index, batch, tokens = -1, kv = -1;
-        ok = nf == 7 && fileio_whole_int(f[0], 0, INT32_MAX, &index) && index == *n && *f[1] == '/' &&
+        const char *pass = nf == 8 ? f[5] : "forward";
+        char **tk = f + (nf == 8 ? 6 : 5);
+        ok = (nf == 7 || nf == 8) && fileio_whole_int(f[0], 0, INT32_MAX, &index) && index == *n && *f[1] == '/' &&
              fileio_whole_int(f[2], 1, INT32_MAX, &batch) && *f[3] && strlen(f[3]) < sizeof s->backend && *f[4] &&
-             strlen(f[4]) < sizeof s->dtype && (!*f[5] || fileio_whole_int(f[5], 1, (long long)1 << 30, &tokens)) &&
-             (!*f[6] || fileio_whole_int(f[6], 0, (long long)1 << 30, &kv)) && !strchr(f[6], '\t');
+             strlen(f[4]) < sizeof s->dtype && layer_pass_from_name(pass) >= 0 &&
+             (!*tk[0] || fileio_whole_int(tk[0], 1, (long long)1 << 30, &tokens)) &&
+             (!*tk[1] || fileio_whole_int(tk[1], 0, (long long)1 << 30, &kv)) && !strchr(tk[1], '\t');
         if (!ok)
             break;
         if (*n == cap)
@@ -97,6 +104,7 @@ bench_status slurm_shards_read(const char *dir, char **text, slurm_shard **shard
         *sh = (slurm_shard){.config = xstrdup(f[1]), .batch = batch, .tokens = tokens, .kv_len = kv};
         snprintf(sh->backend, sizeof sh->backend, "%s", f[3]);
         snprintf(sh->dtype, sizeof sh->dtype, "%s", f[4]);
+        snprintf(sh->pass, sizeof sh->pass, "%s", pass);
     }
     free(copy);
     if (!ok || *n == 0) {
@@ -233,8 +241,8 @@ void slurm_state_free(slurm_state *st)
 const char *slurm_shard_describe(const slurm_shard *s, char *buf, size_t len)
 {
     const char *base = strrchr(s->config, '/');
-    int k = snprintf(buf, len, "%s, batch %lld, %s, %s", base ? base + 1 : s->config, (long long)s->batch, s->backend,
-                     s->dtype);
+    int k = snprintf(buf, len, "%s, batch %lld, %s, %s%s", base ? base + 1 : s->config, (long long)s->batch, s->backend,
+                     s->dtype, strcmp(s->pass, "forward") ? ", backward" : "");
     if (s->tokens >= 0 && k >= 0 && (size_t)k < len)
         k += snprintf(buf + k, len - (size_t)k, ", tokens %lld", (long long)s->tokens);
     if (s->kv_len >= 0 && k >= 0 && (size_t)k < len)

@@ -97,7 +97,10 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     char first_failure[512] = "";
     scratch s = {{NULL}, NULL};
     setup_layers(m, b, o, mode, floor, isolated_scratch_alloc(m, b, o->seed, &s), &s, lus, out, units, &n_units);
-    if (with_model && o->skip_model) {
+    if (with_model && m->pass == PASS_BACKWARD) {
+        chained_rows_not_run(out, b, ROW_SKIPPED, "no chained training step yet: --pass backward times each layer's "
+                                                  "backward alone");
+    } else if (with_model && o->skip_model) {
         chained_rows_not_run(out, b, ROW_FAILED, "left out of this process");
     } else if (with_model) {
         if (o->at)

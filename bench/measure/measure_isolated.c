@@ -85,11 +85,12 @@ bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t s
     int64_t in[DTYPE_COUNT] = {0}, out = 4;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        int64_t all = 0;
-        for (int k = 0; k < l->n_inputs; k++)
+        bool backward = l->pass == PASS_BACKWARD;
+        int64_t all = backward ? layer_backward_in_floats(l) : 0;
+        for (int k = 0; k < l->n_inputs && !backward; k++)
             all += shape_numel(&l->ins[k]);
         in[l->dtype] = all > in[l->dtype] ? all : in[l->dtype];
-        int64_t bytes = shape_numel(&l->out) * (int64_t)dtype_size(l->dtype);
+        int64_t bytes = (backward ? layer_backward_floats(l) : shape_numel(&l->out)) * (int64_t)dtype_size(l->dtype);
         out = bytes > out ? bytes : out;
     }
     bool ok = (s->out = b->ops->device.alloc(b->ctx, (size_t)out)) != NULL;
@@ -153,7 +154,9 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
 {
     const backend_ops *ops = b->ops;
     backend_clear_error(b);
-    lu->in = xmalloc((size_t)l->n_inputs * sizeof *lu->in);
+    /* a backward run reads the forward's inputs, its output and the output's gradient */
+    int n_in = l->n_inputs + (l->pass == PASS_BACKWARD ? 2 : 0);
+    lu->in = xmalloc((size_t)n_in * sizeof *lu->in);
     lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
     backend_kernel_entry e = backend_kernel_of(b, l);
     if (!e.kernel || !s->in[l->dtype]) { /* before its weights are made */
@@ -163,9 +166,9 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
         snprintf(r->impl, sizeof r->impl, "%s", e.unsupported ? e.unsupported : "no kernel");
         return;
     }
-    for (int k = 0, at = 0; k < l->n_inputs; k++) {
+    for (int k = 0, at = 0; k < n_in; k++) {
         lu->in[k] = (const char *)s->in[l->dtype] + at * (int64_t)dtype_size(l->dtype);
-        at += (int)shape_numel(&l->ins[k]);
+        at += (int)shape_numel(k < l->n_inputs ? &l->ins[k] : &l->out);
     }
     if (!isolated_weights(l, b, seed, lu, r))
         return;

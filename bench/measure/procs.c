@@ -152,7 +152,7 @@ bool procs_set_decode(const char *p, size_t n, measure_set *s)
     s->skip = xmalloc((size_t)(s->n_skip ? s->n_skip : 1) * sizeof *s->skip);
     get(&r, s->skip, (size_t)s->n_skip * sizeof *s->skip);
     return r.ok && s->str[SET_CONFIG] && s->count >= 1 && s->index >= 1 && s->index <= 2 * s->count &&
-           s->batch >= 1 && (unsigned)s->dtype < DTYPE_COUNT && s->mode > MODE_NONE && s->mode <= MODE_BATCH &&
+           s->batch >= 1 && (unsigned)s->dtype < DTYPE_COUNT && (unsigned)s->pass < PASS_COUNT && s->mode > MODE_NONE && s->mode <= MODE_BATCH &&
            memchr(s->backend, 0, sizeof s->backend);
 }
 
@@ -885,7 +885,7 @@ bench_status procs_measure(const procs_plan *pp, const model *m, const backend *
     bench_status st = BENCH_OK;
     /* the set every worker of it is given: the run's, with this set's model and mode */
     measure_set set = *pp->base;
-    set.batch = m->batch, set.dtype = m->dtype, set.mode = mode, set.with_model = with_model, set.floor = *floor;
+    set.batch = m->batch, set.dtype = m->dtype, set.pass = m->pass, set.mode = mode, set.with_model = with_model, set.floor = *floor;
     snprintf(set.backend, sizeof set.backend, "%s", b->ops->name);
     if (pp->shapes) /* a sweep over token shapes: this set's */
         set.shape = (cfg_shape){model_tokens(m) > 0 ? model_tokens(m) : 0, model_kv_len(m)};

@@ -55,6 +55,7 @@ typedef struct measure_set {
     /* the model */
     int64_t batch;
     dtype_t dtype;
+    layer_pass pass;          /* --pass: the layers' forward or backward */
     cfg_shape shape;          /* a decoder's token shape (CFG_SHAPE_KEEP: the config's) */
     int routing;              /* --routing: MOE_* for every moe layer; -1: the config's */
     double load_skew;

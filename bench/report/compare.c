@@ -39,6 +39,7 @@ compare_verdict compare_verdict_of(double base, double base_lo, double base_hi, 
 typedef struct crow {
     const char *model, *backend, *mode, *batch, *dtype, *layer, *kind, *status, *impl, *index, *part, *threads;
     const char *tokens, *kv_len; /* a decoder's shape; "" for other models (and files from before) */
+    const char *pass;   /* forward or backward */
     int occurrence;     /* how many rows with the same key came before it */
     int64_t line;       /* where it starts in its file */
     bool timed;
@@ -67,14 +68,14 @@ static bool positive_figure(const char *s, double *v)
 
 static bool is_alone_mode(const char *m) { return !strcmp(m, "warm") || !strcmp(m, "batch"); }
 
-/* The same row of a model: model, backend, batch, dtype, token shape and layer; the same mode, or
+/* The same row of a model: model, backend, batch, dtype, pass, token shape and layer; the same mode, or
  * (with alone) warm against batch. */
 static bool same_place(const crow *a, const crow *b, bool alone)
 {
     bool mode = !strcmp(a->mode, b->mode) || (alone && is_alone_mode(a->mode) && is_alone_mode(b->mode));
     return mode && !strcmp(a->model, b->model) && !strcmp(a->backend, b->backend) && !strcmp(a->batch, b->batch) &&
-           !strcmp(a->dtype, b->dtype) && !strcmp(a->tokens, b->tokens) && !strcmp(a->kv_len, b->kv_len) &&
-           !strcmp(a->layer, b->layer);
+           !strcmp(a->dtype, b->dtype) && !strcmp(a->pass, b->pass) && !strcmp(a->tokens, b->tokens) &&
+           !strcmp(a->kv_len, b->kv_len) && !strcmp(a->layer, b->layer);
 }
 
 
@@ -82,13 +83,14 @@ static bool same_place(const crow *a, const crow *b, bool alone)
 static const crow *sort_rows;
 static bool sort_alone;
 
-/* The order of places (same_place): model, backend, batch, dtype, token shape, layer,
+/* The order of places (same_place): model, backend, batch, dtype, pass, token shape, layer,
  * then the mode (with sort_alone, warm and batch as one). */
 static int cmp_place(const crow *a, const crow *b, bool alone)
 {
     int c;
     if ((c = strcmp(a->model, b->model)) || (c = strcmp(a->backend, b->backend)) || (c = strcmp(a->batch, b->batch)) ||
-        (c = strcmp(a->dtype, b->dtype)) || (c = strcmp(a->tokens, b->tokens)) || (c = strcmp(a->kv_len, b->kv_len)) ||
+        (c = strcmp(a->dtype, b->dtype)) || (c = strcmp(a->pass, b->pass)) || (c = strcmp(a->tokens, b->tokens)) ||
+        (c = strcmp(a->kv_len, b->kv_len)) ||
         (c = strcmp(a->layer, b->layer)))
         return c;
     if (alone && is_alone_mode(a->mode) && is_alone_mode(b->mode))
@@ -155,7 +157,7 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
     int impl = csv_col(t, "impl"), contended = csv_col(t, "contended"), spread = csv_col(t, "process_spread_pct");
     int canary = csv_col(t, "canary_us"), index = csv_col(t, "layer_index"), part = csv_col(t, "part");
     int threads = csv_col(t, "threads"), dtype = csv_col(t, "dtype"), tokens = csv_col(t, "tokens"),
-        kv_len = csv_col(t, "kv_len");
+        kv_len = csv_col(t, "kv_len"), pass = csv_col(t, "pass");
     crow *rows = xcalloc((size_t)(t->n_rows ? t->n_rows : 1), sizeof *rows);
     int k = 0;
     for (int64_t r = 0; r < t->n_rows; r++) {
@@ -173,6 +175,9 @@ static crow *load_rows(const char *name, const csv_table *t, bool inmodel, int *
         c->tokens = csv_cell(t, r, tokens), c->kv_len = csv_cell(t, r, kv_len);
         if (!*c->dtype) /* a CSV from before dtypes: all fp32 */
             c->dtype = "fp32";
+        c->pass = csv_cell(t, r, pass);
+        if (!*c->pass) /* a CSV from before passes: all forward */
+            c->pass = "forward";
         c->line = t->lines ? t->lines[r] : r + 2;
         c->timed = (!strcmp(c->status, "ok") || !strcmp(c->status, "dedupe")) && *csv_cell(t, r, col[7]);
         /* what a hand-edited or damaged file may hold: a median that is no time (invalid:
@@ -252,7 +257,7 @@ static void add_row(table *t, bool md, const crow *b, const crow *n, const char 
     else
         table_cell(t, "%s", k->mode);
     table_cell(t, "%s", k->batch);
-    table_cell(t, "%s", k->dtype);
+    table_cell(t, "%s%s", k->dtype, strcmp(k->pass, "forward") ? ", backward" : "");
     table_cell(t, "%s", k->layer);
     table_cell(t, "%s", bt);
     table_cell(t, "%s", nt);

@@ -107,6 +107,7 @@ typedef struct report_set {
     char backend[16];
     int64_t batch;
     dtype_t dtype;
+    layer_pass pass;         /* forward or backward (--pass) */
     int64_t tokens, kv_len;  /* a decoder's token shape (model_tokens, model_kv_len); -1: none */
     int64_t rows;            /* the CSV rows the set wrote (report_csv_rows), -1: not known */
 } report_set;

@@ -710,8 +710,9 @@ static bench_status console_run(reporter *r, const run_result *res)
     if (res->processes)
         snprintf(th + strlen(th), sizeof th - strlen(th), ", %d process%s", res->processes,
                  res->processes == 1 ? "" : "es");
-    char dt[40];
-    snprintf(dt, sizeof dt, "%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "");
+    char dt[64];
+    snprintf(dt, sizeof dt, "%s%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "",
+             res->m->pass == PASS_BACKWARD ? ", backward" : "");
     if (c->ro.format == TABLE_MD)
         fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, %s: %d layers, %s params, %s FLOPs.\n",
                 res->m->name, res->backend, measure_mode_name(res->mode), (long long)res->m->batch, th, dt, res->m->n_layers,

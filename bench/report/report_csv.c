@@ -14,6 +14,7 @@
     X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(dtype, 1, "the run's dtype, an axis like batch (--dtype, else the config's dtype:): fp32, tf32, bf16, fp16 or int8; bench compare matches rows of the same dtype") \
+    X(pass, 1, "forward, or backward: the layer's gradients with respect to its inputs and its weights (--pass, an axis like dtype); bench compare, --resume and merge match rows of the same pass") \
     X(tokens, 1, "a decoder's tokens per sequence (--tokens, --phase; the config's input [T]); empty for a model without token ids; bench compare and --resume match rows of the same tokens") \
     X(kv_len, 1, "a decoder's tokens already in the KV cache (--kv-len, --phase); empty for a model without attention; part of compare's and --resume's key like tokens") \
     X(layer_dtype, 1, "the dtype the row's layer stores its tensors in and runs in: dtype, or the layer's own where the config gives it one (a mixed model), or fp32 for a kind that does not quantize in an int8 model; bytes count its element size") \
@@ -180,6 +181,7 @@ static void fill_layer(row_t row, const model *m, int i)
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
     SET(dtype, "%s", dtype_name(m->dtype));
+    SET(pass, "%s", layer_pass_name(m->pass));
     fill_shape(row, m);
     SET(layer_dtype, "%s", dtype_name(layer_compute_dtype(l)));
     SET(layer_index, "%d", i);
@@ -289,6 +291,7 @@ static void fill_model(row_t row, const run_result *res, const layer_result *r, 
     SET(model, "%s", m->name);
     SET(batch, "%lld", (long long)m->batch);
     SET(dtype, "%s", dtype_name(m->dtype));
+    SET(pass, "%s", layer_pass_name(m->pass));
     fill_shape(row, m);
     SET(layer_dtype, "%s", model_mixed(m) ? "mixed" : dtype_name(m->dtype));
     SET(mode, "%s", mode);
@@ -330,6 +333,7 @@ static void fill_copy(row_t row, const run_result *res, const layer_result *r, b
     dtype_t t = model_value_dtype(m, upload ? 0 : m->n_layers);
     int64_t bytes = (int64_t)dtype_size(t) * shape_numel(s);
     SET(dtype, "%s", dtype_name(m->dtype));
+    SET(pass, "%s", layer_pass_name(m->pass));
     fill_shape(row, m);
     SET(layer_dtype, "%s", dtype_name(t));
     SET(mode, "transfer");

@@ -20,13 +20,14 @@
 
 /* A finished (backend, batch) set for the JSON; with its memory where it was measured
  * here (not for sets kept by --resume). */
-static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, int64_t tokens,
+static void json_completed(strbuf *b, const char *backend, int64_t batch, dtype_t dtype, layer_pass pass, int64_t tokens,
                            int64_t kv_len, int64_t rows, const model *m, int64_t workspace, int64_t device_bytes,
                            const char *measurement)
 {
     strbuf_printf(b, "%s{\"backend\": ", b->len ? ", " : "");
     strbuf_json(b, backend);
-    strbuf_printf(b, ", \"batch\": %lld, \"dtype\": \"%s\"", (long long)batch, dtype_name(dtype));
+    strbuf_printf(b, ", \"batch\": %lld, \"dtype\": \"%s\", \"pass\": \"%s\"", (long long)batch, dtype_name(dtype),
+                  layer_pass_name(pass));
     if (rows >= 0) /* what the CSV holds of it: --resume and merge check it (results_read.h) */
         strbuf_printf(b, ", \"rows\": %lld", (long long)rows);
     if (tokens >= 0) /* a decoder's token shape */
@@ -337,7 +338,7 @@ static bench_status json_checkpoint(reporter *rep)
 {
     json_reporter *j = (json_reporter *)rep;
     if (j->in_set)
-        json_completed(&j->completed, j->backend, j->batch, j->dtype, model_tokens(j->m), model_kv_len(j->m), j->rows, j->m,
+        json_completed(&j->completed, j->backend, j->batch, j->dtype, j->m->pass, model_tokens(j->m), model_kv_len(j->m), j->rows, j->m,
                        j->workspace, j->device_bytes,
                        j->measurement.data);
     j->in_set = false;
@@ -371,6 +372,7 @@ reporter *report_json_create(bench_output *out, const report_context *ctx)
     j->ctx = ctx;
     for (int i = 0; i < ctx->resumed_sets; i++)
         json_completed(&j->completed, ctx->resumed[i].backend, ctx->resumed[i].batch, ctx->resumed[i].dtype,
+                       ctx->resumed[i].pass,
                        ctx->resumed[i].tokens, ctx->resumed[i].kv_len, ctx->resumed[i].rows, NULL, 0,
                        -1, NULL);
     return &j->base;

@@ -8,8 +8,8 @@
 #include "fileio.h"
 
 /* The columns a set's key and a row's place in it are read from. */
-enum { C_MODEL, C_BACKEND, C_BATCH, C_DTYPE, C_TOKENS, C_KV, C_MODE, C_INDEX, C_PART, C_COUNT };
-static const char *const key_cols[C_COUNT] = {"model", "backend", "batch", "dtype", "tokens", "kv_len",
+enum { C_MODEL, C_BACKEND, C_BATCH, C_DTYPE, C_PASS, C_TOKENS, C_KV, C_MODE, C_INDEX, C_PART, C_COUNT };
+static const char *const key_cols[C_COUNT] = {"model", "backend", "batch", "dtype", "pass", "tokens", "kv_len",
                                               "mode", "layer_index", "part"};
 
 /* qsort's comparators see no context: the table being sorted, for the one sort at a time
@@ -50,6 +50,8 @@ static const char *bad_key_cell(const csv_table *t, int64_t r, const int *col)
         return "batch";
     if (dtype_from_name(csv_cell(t, r, col[C_DTYPE])) < 0)
         return "dtype";
+    if (layer_pass_from_name(csv_cell(t, r, col[C_PASS])) < 0)
+        return "pass";
     if (*tokens && !fileio_whole_int(tokens, 1, INT64_MAX, &v))
         return "tokens";
     if (*kv && !fileio_whole_int(kv, 0, INT64_MAX, &v))
@@ -119,6 +121,7 @@ bench_status results_read_csv(const char *path, results_file *f, char *err, size
             fileio_whole_int(csv_cell(&f->t, r, col[C_BATCH]), 1, INT32_MAX, &v);
             s->key.batch = v;
             s->key.dtype = (dtype_t)dtype_from_name(csv_cell(&f->t, r, col[C_DTYPE]));
+            s->key.pass = (layer_pass)layer_pass_from_name(csv_cell(&f->t, r, col[C_PASS]));
             s->key.tokens = fileio_whole_int(csv_cell(&f->t, r, col[C_TOKENS]), 1, INT64_MAX, &v) ? v : -1;
             s->key.kv_len = fileio_whole_int(csv_cell(&f->t, r, col[C_KV]), 0, INT64_MAX, &v) ? v : -1;
             s->key.rows = -1;
@@ -186,18 +189,21 @@ bench_status results_take_json(const char *path, const json_t *root, results_fil
     json_t *e;
     json_array_foreach(done, k, e) {
         json_t *b = json_object_get(e, "backend"), *n = json_object_get(e, "batch"), *d = json_object_get(e, "dtype"),
-               *tk = json_object_get(e, "tokens"), *kv = json_object_get(e, "kv_len"), *rows = json_object_get(e, "rows");
+               *tk = json_object_get(e, "tokens"), *kv = json_object_get(e, "kv_len"), *rows = json_object_get(e, "rows"),
+               *ps = json_object_get(e, "pass");
         if (!json_is_string(b) || !json_is_integer(n) || !json_is_string(d) || (tk && !json_is_integer(tk)) ||
-            (kv && !json_is_integer(kv)) || (rows && !json_is_integer(rows))) {
+            (kv && !json_is_integer(kv)) || (rows && !json_is_integer(rows)) || (ps && !json_is_string(ps))) {
             snprintf(err, errlen, "%s: completed set %zu is not one layerbench writes (backend, batch, dtype, rows)",
                      path, k + 1);
             return BENCH_ERR_USAGE;
         }
         int64_t tokens = tk ? json_integer_value(tk) : -1, kv_len = kv ? json_integer_value(kv) : -1;
+        const char *pass = ps ? json_string_value(ps) : "forward";
         for (int i = 0; i < f->n_sets; i++) {
             report_set *s = &f->sets[i].key;
             if (strcmp(s->backend, json_string_value(b)) == 0 && s->batch == json_integer_value(n) &&
-                strcmp(dtype_name(s->dtype), json_string_value(d)) == 0 && s->tokens == tokens && s->kv_len == kv_len)
+                strcmp(dtype_name(s->dtype), json_string_value(d)) == 0 && strcmp(layer_pass_name(s->pass), pass) == 0 &&
+                s->tokens == tokens && s->kv_len == kv_len)
                 f->sets[i].json_rows = rows ? json_integer_value(rows) : -1;
         }
     }
@@ -207,7 +213,8 @@ bench_status results_take_json(const char *path, const json_t *root, results_fil
 
 const char *results_set_describe(const report_set *s, char *buf, size_t len)
 {
-    int k = snprintf(buf, len, "batch %lld on %s in %s", (long long)s->batch, s->backend, dtype_name(s->dtype));
+    int k = snprintf(buf, len, "batch %lld on %s in %s%s", (long long)s->batch, s->backend, dtype_name(s->dtype),
+                     s->pass == PASS_BACKWARD ? ", backward" : "");
     if ((s->tokens >= 0 || s->kv_len >= 0) && k >= 0 && (size_t)k < len)
         snprintf(buf + k, len - (size_t)k, ", %lld tokens after %lld cached", (long long)(s->tokens > 0 ? s->tokens : 0),
                  (long long)(s->kv_len > 0 ? s->kv_len : 0));

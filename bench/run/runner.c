@@ -17,7 +17,8 @@
 static bool is_done(const runner_plan *p, const char *backend, const model *m)
 {
     for (int i = 0; i < p->n_done; i++)
-        if (p->done[i].batch == m->batch && p->done[i].dtype == m->dtype && p->done[i].tokens == model_tokens(m) &&
+        if (p->done[i].batch == m->batch && p->done[i].dtype == m->dtype && p->done[i].pass == m->pass &&
+            p->done[i].tokens == model_tokens(m) &&
             p->done[i].kv_len == model_kv_len(m) && strcmp(p->done[i].backend, backend) == 0)
             return true;
     return false;
@@ -255,18 +256,23 @@ int runner_execute(model *m, runner_plan *p, const measure_options *mo)
     for (const char *w = rs.warnings.data; w && *w; w += strcspn(w, "\n") + 1)
         log_warning("%.*s", (int)strcspn(w, "\n"), w);
     int n_dtypes = p->n_dtypes > 0 ? p->n_dtypes : 1, n_shapes = p->n_shapes > 0 ? p->n_shapes : 1;
-    int per_shape = p->n_batches * n_dtypes;
+    int n_passes = p->n_passes > 0 ? p->n_passes : 1, per_shape = p->n_batches * n_dtypes * n_passes;
     int total = n_shapes * per_shape * p->n_backends, n = 0;
     for (int s = 0; rs.io_ok && !rs.interrupted && s < n_shapes * per_shape; s++) {
         if (p->n_shapes > 0)
             m = p->shapes[s / per_shape];
-        int64_t batch = p->batches[s % per_shape / n_dtypes];
+        int in_shape = s % per_shape; /* [batch][dtype][pass] */
+        int64_t batch = p->batches[in_shape / (n_dtypes * n_passes)];
         model_set_batch(m, batch, err, sizeof err); /* checked for every batch before */
         if (p->n_dtypes > 0)
-            model_set_dtype(m, p->dtypes[s % n_dtypes]);
+            model_set_dtype(m, p->dtypes[in_shape / n_passes % n_dtypes]);
+        if (p->n_passes > 0)
+            model_set_pass(m, p->passes[in_shape % n_passes]);
         char dt[96] = "";
         if (p->n_dtypes > 1)
             snprintf(dt, sizeof dt, " in %s", dtype_name(m->dtype));
+        if (m->pass != PASS_FORWARD || n_passes > 1)
+            snprintf(dt + strlen(dt), sizeof dt - strlen(dt), ", %s", layer_pass_name(m->pass));
         if (p->n_shapes > 1)
             snprintf(dt + strlen(dt), sizeof dt - strlen(dt), ", %lld tokens after %lld cached", (long long)model_tokens(m),
                      (long long)(model_kv_len(m) > 0 ? model_kv_len(m) : 0));

@@ -1,4 +1,4 @@
-/* The plan of `bench run` and `bench sweep`: every batch size in every dtype on every backend, in each
+/* The plan of `bench run` and `bench sweep`: every batch size in every dtype and pass on every backend, in each
  * of the backend's timing modes, handed to the reporters as it completes. After each
  * (batch, backend) set the reporters checkpoint (the CSV on disk holds every finished
  * set) and the JSON context says how far the run got. A SIGINT, SIGTERM or SIGHUP stops
@@ -22,6 +22,9 @@ typedef struct runner_plan {
     int n_batches;
     const dtype_t *dtypes;       /* the model-wide dtypes, in order (each batch runs every one) */
     int n_dtypes;
+    const layer_pass *passes;    /* the passes, in order (each dtype runs every one); n_passes 0: the
+                                  * model's own */
+    int n_passes;
     backend *backends;
     int n_backends;
     const report_set *done;      /* sets kept from a previous run (--resume); may be NULL */

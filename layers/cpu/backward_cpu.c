@@ -43,7 +43,7 @@ static bench_status conv_bwd_setup(void *env, const layer *l, const void *w, voi
         return BENCH_ERR_NOMEM;
     }
     *ws = 2 * k * ohw * (int64_t)sizeof(float);
-    snprintf(impl, len, "im2col + sgemm per sample and group (data: W^T dY, col2im; weights: dY col^T)");
+    snprintf(impl, len, "im2col + sgemm per sample and group (data: W^T dY then col2im; weights: dY col^T)");
     *state = s;
     return BENCH_OK;
 }
@@ -138,6 +138,38 @@ static void linear_bwd_run(void *env, const layer *l, void *state, const void *c
 
 /* ---- batchnorm2d (training mode) ------------------------------------------------------------- */
 
+/* The sums over one channel's plane: x's; then (x - mean)'s square, g (x - mean) and g's */
+CPU_ISA_CLONES
+static float bn_sum(const float *x, int64_t n)
+{
+    float a = 0;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < n; i++)
+        a += x[i];
+    return a;
+}
+
+CPU_ISA_CLONES
+static void bn_sums(const float *x, const float *g, int64_t n, float mean, float *s)
+{
+    float b = 0, c = 0, d = 0;
+#pragma omp simd reduction(+ : b, c, d)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] - mean;
+        b += v * v, c += g[i] * v, d += g[i];
+    }
+    s[1] += b, s[2] += c, s[3] += d;
+}
+
+CPU_ISA_CLONES
+static void bn_grad_span(const float *x, const float *g, float *dx, int64_t n, float a, float m, float db, float mean,
+                         float rdg)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = a * (m * g[i] - db - (x[i] - mean) * rdg);
+}
+
 static void bn_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
     (void)env, (void)state;
@@ -146,24 +178,17 @@ static void bn_bwd_run(void *env, const layer *l, void *state, const void *const
     float *dx = out, *dw = dx + n * c * hw, m = (float)(n * hw);
     CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t ch = 0; ch < c; ch++) {
-            float sum = 0, sq = 0, dg = 0, db = 0;
+            float sum = 0, s[4] = {0};
             for (int64_t b = 0; b < n; b++)
-                for (int64_t i = 0; i < hw; i++)
-                    sum += x[(b * c + ch) * hw + i];
+                sum += bn_sum(x + (b * c + ch) * hw, hw);
             float mean = sum / m;
             for (int64_t b = 0; b < n; b++)
-                for (int64_t i = 0; i < hw; i++) {
-                    float v = x[(b * c + ch) * hw + i] - mean, g = dy[(b * c + ch) * hw + i];
-                    sq += v * v, dg += g * v, db += g;
-                }
-            float rstd = 1.0f / sqrtf(sq / m + (float)l->p.eps);
-            dg *= rstd;
+                bn_sums(x + (b * c + ch) * hw, dy + (b * c + ch) * hw, hw, mean, s);
+            float rstd = 1.0f / sqrtf(s[1] / m + (float)l->p.eps), dg = s[2] * rstd, db = s[3];
             float a = w[ch] * rstd / m;
             for (int64_t b = 0; b < n; b++)
-                for (int64_t i = 0; i < hw; i++) {
-                    int64_t at = (b * c + ch) * hw + i;
-                    dx[at] = a * (m * dy[at] - db - (x[at] - mean) * rstd * dg);
-                }
+                bn_grad_span(x + (b * c + ch) * hw, dy + (b * c + ch) * hw, dx + (b * c + ch) * hw, hw, a, m, db, mean,
+                             rstd * dg);
             dw[ch] = l->p.affine ? dg : 0.0f;
             dw[c + ch] = l->p.affine ? db : 0.0f;
             dw[2 * c + ch] = dw[3 * c + ch] = 0.0f;
@@ -270,6 +295,36 @@ static void binary_bwd_run(void *env, const layer *l, void *state, const void *c
 
 /* ---- pooling --------------------------------------------------------------------------------- */
 
+/* One plane of max pooling: each output's gradient to its window's first largest input
+ * (the search without branches on the values: random data mispredicts them) */
+static void maxpool_bwd_plane(const layer *l, const float *x, const float *dy, float *dx)
+{
+    const layer_params *p = &l->p;
+    int64_t h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
+    memset(dx, 0, (size_t)(h * wd) * sizeof *dx);
+    for (int64_t y = 0; y < oh; y++)
+        for (int64_t xo = 0; xo < ow; xo++) {
+            int64_t arg = -1;
+            float best = -INFINITY;
+            for (int64_t i = 0; i < p->kernel[0]; i++) {
+                int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                if (iy < 0 || iy >= h)
+                    continue;
+                for (int64_t j = 0; j < p->kernel[1]; j++) {
+                    int64_t ix = xo * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                    if (ix < 0 || ix >= wd)
+                        continue;
+                    float v = x[iy * wd + ix];
+                    int64_t take = -(int64_t)(v > best); /* all ones or none; the first finite one is taken */
+                    best = v > best ? v : best;
+                    arg = (arg & ~take) | ((iy * wd + ix) & take);
+                }
+            }
+            if (arg >= 0)
+                dx[arg] += dy[y * ow + xo];
+        }
+}
+
 /* Per plane (over the threads): max pooling's gradient to each window's first largest
  * input, average pooling's shared by the forward's divisor, adaptive pooling's by its
  * window's size */
@@ -320,7 +375,8 @@ static void pool_bwd_run(void *env, const layer *l, void *state, const void *con
     float *dx = out;
     CPU_OMP_IF(planes * ihw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t pl = 0; pl < planes; pl++)
-            pool_bwd_plane(l, x + pl * ihw, dy + pl * ohw, dx + pl * ihw););
+            (l->kind == LAYER_MAXPOOL2D ? maxpool_bwd_plane : pool_bwd_plane)(l, x + pl * ihw, dy + pl * ohw,
+                                                                               dx + pl * ihw););
 }
 
 /* ---- the norms and softmax, row by row --------------------------------------------------------- */
@@ -363,7 +419,7 @@ static bench_status norm_bwd_setup(void *env, const layer *l, const void *w, voi
         return BENCH_ERR_NOMEM;
     }
     *ws = 2 * rows * (int64_t)sizeof(float);
-    snprintf(impl, len, "per row (statistics recomputed), then the weights' gradient per feature");
+    snprintf(impl, len, "per row (statistics recomputed) then the weights' gradient per feature");
     *state = s;
     return BENCH_OK;
 }
@@ -444,11 +500,11 @@ static void embedding_bwd_run(void *env, const layer *l, void *state, const void
 const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
 const backend_kernel cpu_linear_bwd_kernel = {.run = linear_bwd_run, .impl = "sgemm (data: dY W; weights: dY^T X)"};
 const backend_kernel cpu_batchnorm2d_bwd_kernel = {
-    .run = bn_bwd_run, .impl = "per channel, the batch's statistics recomputed from the input"};
+    .run = bn_bwd_run, .impl = "per channel (the batch's statistics recomputed from the input)"};
 const backend_kernel cpu_act_bwd_kernel = {.run = act_bwd_run, .impl = "direct"};
 const backend_kernel cpu_binary_bwd_kernel = {.run = binary_bwd_run, .impl = "direct"};
-const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct, per plane (max: the window searched again)"};
+const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct per plane (max: the window searched again)"};
 const backend_kernel cpu_norm_bwd_kernel = {.setup = norm_bwd_setup, .run = norm_bwd_run, .free = norm_bwd_free};
 const backend_kernel cpu_softmax_bwd_kernel = {.run = softmax_bwd_run, .impl = "from the saved output"};
 const backend_kernel cpu_embedding_bwd_kernel = {.run = embedding_bwd_run,
-                                                 .impl = "dense table gradient: zeroed, then each token's row added"};
+                                                 .impl = "dense table gradient (zeroed then each token's row added)"};
