@@ -619,13 +619,9 @@ done:
     free(ref), free(host_out);
 }
 
-/* The relative error a backward kernel may have against the reference (fp32): float
- * sums over a batch's pixels where the reference sums in double */
-#define BACKWARD_TOLERANCE 2e-5
-
-/* One case's backward on a backend (fp32), against the reference backward on the same
- * inputs, training forward output and output gradient: every input's gradient and the
- * weights', with guard values after them that must stay. */
+/* One case's backward on a backend (fp32), as bench check --pass backward checks it
+ * (check.c): every input's gradient and the weights' against the reference backward on
+ * the same inputs, training forward output and output gradient. */
 static void run_backward_case(const backend *b, const layer_case *c, uint64_t seed)
 {
     layer l;
@@ -633,64 +629,12 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
         return;
     l.pass = PASS_BACKWARD;
     layer_count(&l);
-    backend_kernel_entry e = backend_kernel_of(b, &l);
-    if (!e.kernel || layer_desc_get(l.kind)->aliases_input)
-        return; /* the table says why (test_backward_coverage); a view's gradient is its output's */
-    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL;
-    EXPECT(forward_layer_data(&l, seed, in, &w) == BENCH_OK, "%s: inputs", c->what);
-    int64_t n_out = shape_numel(&l.out), n_grad = layer_backward_floats(&l);
-    float *out = bench_alloc_floats(n_out), *dout = bench_alloc_floats(n_out);
-    float *ref = bench_alloc_floats(n_grad + 1), *got = bench_alloc_floats(n_grad + GUARD), *dref[LAYER_MAX_INPUTS];
-    layer_rng rng;
-    layer_rng_seed(&rng, seed + 7);
-    layer_fill_uniform(dout, n_out, -1.0f, 1.0f, &rng);
-    layer_train_reference(&l, (const float *const *)in, w, out);
-    for (int k = 0, at = 0; k < l.n_inputs; k++, at += (int)shape_numel(&l.ins[k - 1]))
-        dref[k] = ref + at;
-    layer_desc_get(l.kind)->backward(&l, (const float *const *)in, w, out, dout, dref,
-                                     ref + n_grad - l.n_weight_floats);
-    void *dev[LAYER_MAX_INPUTS + 2];
-    for (int k = 0; k < l.n_inputs; k++)
-        dev[k] = backend_alloc_values(b, DTYPE_FP32, shape_numel(&l.ins[k]), in[k]);
-    dev[l.n_inputs] = backend_alloc_values(b, DTYPE_FP32, n_out, out);
-    dev[l.n_inputs + 1] = backend_alloc_values(b, DTYPE_FP32, n_out, dout);
-    for (int64_t i = 0; i < n_grad + GUARD; i++)
-        got[i] = i < n_grad ? NAN : GUARD_VALUE;
-    void *dgrad = backend_alloc_values(b, DTYPE_FP32, n_grad + GUARD, got);
-    void *dw = w ? backend_alloc_values(b, DTYPE_FP32, l.n_weight_floats, w) : NULL;
-    backend_layer *state = NULL;
-    char impl[BACKEND_IMPL_LEN] = "";
-    int64_t ws;
-    EXPECT(backend_layer_setup(b, &l, dw, &state, impl, sizeof impl, &ws) == BENCH_OK, "%s %s backward: setup: %s",
-           layer_kind_name(l.kind), c->what, impl);
-    if (state) {
-        backend_layer_run(state, (const void *const *)dev, dgrad);
-        EXPECT(b->ops->device.sync(b->ctx) == BENCH_OK, "sync");
-        backend_download_values(b, DTYPE_FP32, got, dgrad, n_grad + GUARD);
-        int64_t nonfinite, at = 0, bad_guard = 0;
-        double worst = 0;
-        for (int k = 0; k <= l.n_inputs; k++) {
-            int64_t n = k < l.n_inputs ? shape_numel(&l.ins[k]) : l.n_weight_floats;
-            double err = n ? check_rel_err(got + at, ref + at, n, &nonfinite) : 0.0;
-            EXPECT(n == 0 || (nonfinite == 0 && err <= BACKWARD_TOLERANCE),
-                   "%s %s backward (%s): %s %d: relative error %.2e, %lld not written or not finite",
-                   layer_kind_name(l.kind), c->what, impl, k < l.n_inputs ? "input" : "weights", k, err,
-                   (long long)nonfinite);
-            worst = err > worst ? err : worst;
-            at += n;
-        }
-        for (int64_t i = 0; i < GUARD; i++)
-            bad_guard += got[n_grad + i] != GUARD_VALUE;
-        EXPECT(bad_guard == 0, "%s %s backward: %lld guard values overwritten", layer_kind_name(l.kind), c->what,
-               (long long)bad_guard);
-        printf("  backward %-18s %-34s %s: rel. error %.2e\n", layer_kind_name(l.kind), c->what, impl, worst);
-        backend_layer_free(b, state);
-    }
-    for (int k = 0; k < l.n_inputs + 2; k++)
-        b->ops->device.release(b->ctx, dev[k]);
-    b->ops->device.release(b->ctx, dgrad), b->ops->device.release(b->ctx, dw);
-    forward_free_data(&l, in, &w);
-    free(out), free(dout), free(ref), free(got);
+    if (!backend_kernel_of(b, &l).kernel || layer_desc_get(l.kind)->aliases_input)
+        return; /* the table says why; a view's gradient is its output's */
+    check_result r = check_layer(&l, b, seed);
+    EXPECT(r.status == BENCH_OK, "%s %s backward: relative error %.2e (tolerance %.1e), %lld not finite: %s",
+           layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
+    printf("  backward %-18s %-34s rel. error %.2e\n", layer_kind_name(l.kind), c->what, r.rel_err);
 }
 
 /* Every kind must appear in the table above. */

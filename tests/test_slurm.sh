@@ -52,17 +52,24 @@ for script in re.split(r"# ---- \S+array-0-\d\.sbatch\n", text)[1:]:
         a, _, b = part.partition("-")
         tasks |= set(range(int(a), int(b or a) + 1))
     assert max(tasks) < 4, spec  # MaxArraySize=4: task ids up to 3
-    cases = re.findall(r"^(\d+)\) shard=(\d+); args=\((\S+) --batch (\d+) --backend (\S+) --dtype (\S+)\)", script, re.M)
+    cases = re.findall(r"^(\d+)\) shard=(\d+); args=\((\S+) --batch (\d+) --backend (\S+) --dtype (\S+) --pass (\S+)\)",
+                       script, re.M)
     assert {int(t) for t, *_ in cases} == tasks, (spec, cases)
-    for t, s, cfg, batch, backend, dtype in cases:
+    for t, s, cfg, batch, backend, dtype, pass_ in cases:
         row = shards[int(s)]
-        assert (cfg, batch, backend, dtype) == (row[1], row[2], row[3], row[4]), (s, row)
+        assert (cfg, batch, backend, dtype, pass_) == (row[1], row[2], row[3], row[4], row[5]), (s, row)
         assert s not in seen
         seen[s] = t
     assert "--exclusive" in script and "--timeout 0.02" in script and "--csv" in script
 assert sorted(map(int, seen)) == list(range(6)), seen
 assert "--dependency=afterany:" in text and " merge " in text
 EOF
+
+# --pass is a shard axis: a shard per pass, each script naming its own
+"$BENCH" sweep "$SMOKE" --batch 1 --pass forward,backward "${OPTS[@]}" --slurm "$T/passes" --dry-run > "$T/passes.txt" 2>&1
+[ "$(grep -cE '^[0-9]+'$'\t''.*'$'\t''(forward|backward)'$'\t' "$T/passes.txt")" = 2 ] &&
+  grep -q -- "--pass forward)" "$T/passes.txt" && grep -q -- "--pass backward)" "$T/passes.txt" && ok ||
+  bad "--pass forward,backward in shards: $(grep -A4 shards.tsv "$T/passes.txt")"
 
 # cuda shards (where this binary has the cuda backend): an array of their own that asks
 # for a GPU each, the CPU shards' without

@@ -337,12 +337,12 @@ static const cli_option options[] = {
              "sweep and check take a list and do each. Layers the config gives a dtype of their own keep it. A dtype "
              "a backend cannot run is a skipped row that says why. int8 is dynamic quantization of conv2d and linear "
              "(onednn), the rest in fp32 (docs/precision.md)"},
-    {"pass", "P[,P...]", O_CUSTOM, F(model.passes), .set = set_pass, .commands = C_MEASURE, .flags = O_SWEEP_OWN | O_ONCE,
+    {"pass", "P[,P...]", O_CUSTOM, F(model.passes), .set = set_pass, .commands = C_BACKENDS, .flags = O_SWEEP_OWN | O_ONCE,
      .expects = "forward or backward (or both, comma-separated, each once)",
      .help = "what each layer's row times: forward (default), or backward: the gradients of its inputs and of its "
              "weights from its output's gradient, each layer alone (cpu: fp32; a kind or backend without a backward "
-             "kernel is a skipped row that says why; no chained training step yet). A list does each, like --dtype "
-             "(docs/training.md)"},
+             "kernel is a skipped row that says why; no chained training step yet); check: each layer's gradients "
+             "against the reference backward. A list does each, like --dtype (docs/training.md)"},
     {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,
      .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
              "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "

@@ -187,11 +187,15 @@ int cmd_check(const cli *c, int64_t batch)
         return -nb;
     }
     bench_status st = BENCH_OK; /* (device memory: a layer that does not fit there fails with the reason) */
-    for (int d = 0; d < (c->model.n_dtypes ? c->model.n_dtypes : 1); d++) {
+    int np = c->model.n_passes ? c->model.n_passes : 1;
+    for (int d = 0; d < (c->model.n_dtypes ? c->model.n_dtypes : 1) * np; d++) {
         if (c->model.n_dtypes)
-            model_set_dtype(m, c->model.dtypes[d]);
-        printf("%s%s: batch %lld, dtype %s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
+            model_set_dtype(m, c->model.dtypes[d / np]);
+        if (c->model.n_passes)
+            model_set_pass(m, c->model.passes[d % np]);
+        printf("%s%s: batch %lld, dtype %s%s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
                dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
+               m->pass == PASS_BACKWARD ? ", backward (each layer's gradients; no chained training step yet)" : "",
                (unsigned long long)c->mo.seed);
         bench_status one = check_model(m, bs, nb, &co, stdout);
         st = st == BENCH_OK ? one : st;

@@ -31,7 +31,7 @@ double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *non
 /* Host inputs and weights in backend memory, in the layer's dtype, for one run of a
  * layer; frees what it holds. */
 typedef struct device_data {
-    void *in[LAYER_MAX_INPUTS];
+    void *in[LAYER_MAX_INPUTS + 2]; /* a backward run's: the inputs, the output, its gradient */
     void *w;
 } device_data;
 
@@ -69,6 +69,83 @@ static void why_of(check_result *r, const backend *b, const layer *l)
         snprintf(r->why, sizeof r->why, "%s", said && *said ? said : "the backend failed without a message");
 }
 
+/* The reference's gradients of l (its inputs', then its weights', layer_backward_floats)
+ * into ref, from the training forward's output on in and w and the output gradient dy
+ * (drawn from rng). */
+static void reference_backward(const layer *l, float *const *in, const float *w, float *y, float *dy, float *ref,
+                               layer_rng *rng)
+{
+    float *din[LAYER_MAX_INPUTS];
+    int64_t n_out = shape_numel(&l->out);
+    layer_fill_uniform(dy, n_out, -1.0f, 1.0f, rng);
+    dtype_round(l->dtype, dy, n_out);
+    layer_train_reference(l, (const float *const *)in, w, y);
+    dtype_round(l->dtype, y, n_out); /* what the backend holds of it */
+    for (int k = 0, at = 0; k < l->n_inputs; at += (int)shape_numel(&l->ins[k]), k++)
+        din[k] = ref + at;
+    layer_desc_get(l->kind)->backward(l, (const float *const *)in, w, y, dy, din, ref + layer_backward_floats(l) -
+                                                                                   l->n_weight_floats);
+}
+
+/* check_layer of a backward layer: its run reads the inputs, the output and its gradient
+ * (backend.h, backward), and writes every gradient into one buffer */
+static check_result check_backward(const layer *l, const backend *b, uint64_t seed)
+{
+    check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l) + CHECK_BACKWARD_TOLERANCE, 0, ""};
+    int64_t n_out = shape_numel(&l->out), n_grad = layer_backward_floats(l);
+    float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *y = NULL, *dy = NULL, *ref = NULL, *got = NULL;
+    void *extra[2] = {NULL, NULL}, *dgrad = NULL;
+    device_data dd;
+    memset(&dd, 0, sizeof dd);
+    backend_layer *state = NULL;
+    char impl[BACKEND_IMPL_LEN];
+    int64_t ws;
+    layer_rng rng;
+    layer_rng_seed(&rng, seed ^ 0x9e3779b97f4a7c15ull);
+    if (layer_desc_get(l->kind)->aliases_input) {
+        r.status = BENCH_ERR_UNSUPPORTED;
+        snprintf(r.why, sizeof r.why, "a view: its gradient is its output's, nothing runs");
+        return r;
+    }
+    if (forward_layer_data(l, seed, in, &w) != BENCH_OK)
+        return r;
+    if (!(y = bench_alloc_floats(n_out)) || !(dy = bench_alloc_floats(n_out)) || !(ref = bench_alloc_floats(n_grad + 1)) ||
+        !(got = bench_alloc_floats(n_grad + 1)))
+        goto out;
+    reference_backward(l, in, w, y, dy, ref, &rng);
+    if (!to_device(b, l, in, w, &dd))
+        goto out;
+    for (int64_t i = 0; i < n_grad; i++) /* a gradient the backend never writes shows up as NaN */
+        got[i] = NAN;
+    if (!(dd.in[l->n_inputs] = extra[0] = backend_alloc_values(b, l->dtype, n_out, y)) ||
+        !(dd.in[l->n_inputs + 1] = extra[1] = backend_alloc_values(b, l->dtype, n_out, dy)) ||
+        !(dgrad = backend_alloc_values(b, l->dtype, n_grad, got)))
+        goto out;
+    if ((r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws)) != BENCH_OK)
+        goto out;
+    backend_layer_run(state, (const void *const *)dd.in, dgrad);
+    if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
+        (r.status = backend_download_values(b, l->dtype, got, dgrad, n_grad)) != BENCH_OK)
+        goto out;
+    for (int k = 0, at = 0; k <= l->n_inputs; k++) { /* each gradient's error, the worst of them */
+        int64_t n = k < l->n_inputs ? shape_numel(&l->ins[k]) : l->n_weight_floats, bad;
+        double err = n ? check_rel_err(got + at, ref + at, n, &bad) : 0.0;
+        r.rel_err = err > r.rel_err ? err : r.rel_err;
+        r.nonfinite += n ? bad : 0;
+        at += (int)n;
+    }
+    r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
+out:
+    why_of(&r, b, l);
+    backend_layer_free(b, state);
+    b->ops->device.release(b->ctx, extra[0]), b->ops->device.release(b->ctx, extra[1]);
+    b->ops->device.release(b->ctx, dgrad);
+    release_device(b, l, &dd);
+    forward_free_data(l, in, &w);
+    free(y), free(dy), free(ref), free(got);
+    return r;
+}
+
 check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 {
     const backend_ops *ops = b->ops;
@@ -83,10 +160,15 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     char impl[BACKEND_IMPL_LEN];
     int64_t ws;
     backend_clear_error(b);
-    if (!backend_kernel_of(b, l).kernel) {
+    backend_kernel_entry e = backend_kernel_of(b, l);
+    if (!e.kernel) {
         r.status = BENCH_ERR_UNSUPPORTED;
+        if (l->pass == PASS_BACKWARD) /* forward rows leave it to the table's own reason */
+            snprintf(r.why, sizeof r.why, "%s", e.unsupported ? e.unsupported : "no kernel");
         return r;
     }
+    if (l->pass == PASS_BACKWARD)
+        return check_backward(l, b, seed);
     /* the reference runs in fp32 (in double) on the inputs and weights rounded to the
      * layer's dtype: the values the backend holds */
     if (forward_layer_data(l, seed, in, &w) != BENCH_OK)
@@ -292,14 +374,15 @@ int64_t check_forward_bytes(const model *m)
 bench_status check_model(const model *m, const backend *bs, int n_backends, const check_options *o, FILE *out)
 {
     int failed = 0, skipped = 0, passed = 0, n = m->n_layers;
-    double worst = 0.0, total = reference_seconds(m, NULL) * (o->forward ? 2 : 1), timeout = o->timeout;
+    bool chain = o->forward && m->pass == PASS_FORWARD; /* no chained training step yet */
+    double worst = 0.0, total = reference_seconds(m, NULL) * (chain ? 2 : 1), timeout = o->timeout;
     char t[32], lim[32], a[32], b[32];
     if (total > CHECK_SAY_LONG_S) { /* before it starts, not after an hour of silence */
         say_seconds(total, t, sizeof t);
         if (timeout > 0)
             say_seconds(timeout, lim, sizeof lim);
         log_msg("check: the plain-C reference of %s (%.3g FLOPs%s) takes about %s at the %.0f GFLOP/s it runs at; %s%s",
-                m->name, total * CHECK_REFERENCE_FLOPS_PER_S, o->forward ? ", the layers and the forward" : "", t,
+                m->name, total * CHECK_REFERENCE_FLOPS_PER_S, chain ? ", the layers and the forward" : "", t,
                 CHECK_REFERENCE_FLOPS_PER_S / 1e9,
                 timeout > 0 ? "--timeout leaves out what would take over " : "--timeout S leaves out what would take "
                                                                           "longer",
@@ -353,8 +436,8 @@ bench_status check_model(const model *m, const backend *bs, int n_backends, cons
     double est = reference_seconds(m, NULL);
     int64_t need = check_forward_bytes(m);
     bool too_big = o->available >= 0 && need > o->available, too_long = timeout > 0 && est > timeout;
-    float *ref = o->forward && !too_big && !too_long ? reference_forward(m, o->seed) : NULL;
-    for (int k = 0; o->forward && k < n_backends; k++) {
+    float *ref = chain && !too_big && !too_long ? reference_forward(m, o->seed) : NULL;
+    for (int k = 0; chain && k < n_backends; k++) {
         check_result r = {BENCH_ERR_INTERRUPTED, 0, 0, 0, ""};
         if (too_big) {
             snprintf(r.why, sizeof r.why, "the whole model needs %s, and %s is available: its layers were checked alone",

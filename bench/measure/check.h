@@ -21,7 +21,14 @@ typedef struct check_result {
 /* An estimate over this is said before the check starts. */
 #define CHECK_SAY_LONG_S 30.0
 
-/* Runs layer l once on b with random inputs (seeded) and compares with the reference. */
+/* The relative error a backward kernel may have (fp32; its dtype's rounding on top): its
+ * sums over a batch's pixels run in float where the reference's run in double */
+#define CHECK_BACKWARD_TOLERANCE 2e-5
+
+/* Runs layer l once on b with random inputs (seeded) and compares with the reference.
+ * A backward layer (l->pass): the backend's gradients against layer_desc.backward on the
+ * same inputs, training forward output and a random output gradient, the worst of its
+ * inputs' and its weights' errors. */
 check_result check_layer(const layer *l, const backend *b, uint64_t seed);
 
 /* Runs m's chained forward once on b (every layer set up, then run on the previous
