@@ -103,6 +103,7 @@ static void attn_mha_full(layer_params *p) { p->num_heads = 3; p->num_kv_heads =
 static void attn_decode(layer_params *p) { attn_gqa(p); p->kv_len = 37; }
 static void attn_window(layer_params *p) { attn_gqa(p); p->kv_len = 9; p->sliding_window = 6; }
 /* Gemma 2: scores capped at 3 (small enough that tanh bends them), another scale (query_pre_attn_scalar) */
+static void attn_softcap_prefill(layer_params *p) { attn_gqa(p); p->sliding_window = 4; p->softcap = 3; p->attn_scale = 0.6; }
 static void attn_softcap(layer_params *p) { attn_window(p); p->softcap = 3; p->attn_scale = 0.6; }
 static void attn_softcap32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; p->softcap = 2; }
 /* gpt-oss: a sink per query head, with a window shorter than the cache, and at decode */
@@ -423,6 +424,8 @@ static const layer_case cases[] = {
     {"not causal, 3 heads", LAYER_ATTENTION, S3(1, 9, 24), attn_mha_full, MORE(S3(1, 9, 24), S3(1, 9, 24))},
     {"cross-attention: 9 queries, 77 keys (a UNet's text)", LAYER_ATTENTION, S3(2, 9, 24), attn_mha_full,
      MORE(S3(2, 77, 24), S3(2, 77, 24))},
+    {"softcap 3, window 4, prefill (Gemma 2's)", LAYER_ATTENTION, S3(2, 11, 30), attn_softcap_prefill,
+     MORE(S3(2, 11, 10), S3(2, 11, 10))},
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"softcap 3, scale 0.6, window", LAYER_ATTENTION, S3(2, 4, 30), attn_softcap, MORE(S3(2, 4, 10), S3(2, 4, 10))},
@@ -632,6 +635,11 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
     if (!backend_kernel_of(b, &l).kernel || layer_desc_get(l.kind)->aliases_input)
         return; /* the table says why; a view's gradient is its output's */
     check_result r = check_layer(&l, b, seed);
+    if (r.status == BENCH_ERR_UNSUPPORTED) { /* the kernel refused this configuration: it must say why */
+        printf("  backward %-18s %-34s unsupported: %s\n", layer_kind_name(l.kind), c->what, r.why);
+        EXPECT(*r.why, "%s %s backward: unsupported without a reason", layer_kind_name(l.kind), c->what);
+        return;
+    }
     EXPECT(r.status == BENCH_OK, "%s %s backward: relative error %.2e (tolerance %.1e), %lld not finite: %s",
            layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
     printf("  backward %-18s %-34s rel. error %.2e\n", layer_kind_name(l.kind), c->what, r.rel_err);

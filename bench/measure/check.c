@@ -121,8 +121,11 @@ static check_result check_backward(const layer *l, const backend *b, uint64_t se
         !(dd.in[l->n_inputs + 1] = extra[1] = backend_alloc_values(b, l->dtype, n_out, dy)) ||
         !(dgrad = backend_alloc_values(b, l->dtype, n_grad, got)))
         goto out;
-    if ((r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws)) != BENCH_OK)
+    if ((r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws)) != BENCH_OK) {
+        if (r.status == BENCH_ERR_UNSUPPORTED) /* the kernel's reason */
+            snprintf(r.why, sizeof r.why, "%s", impl);
         goto out;
+    }
     backend_layer_run(state, (const void *const *)dd.in, dgrad);
     if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
         (r.status = backend_download_values(b, l->dtype, got, dgrad, n_grad)) != BENCH_OK)

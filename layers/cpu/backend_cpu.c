@@ -106,6 +106,7 @@ static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_SOFTMAX, cpu_softmax_bwd_kernel),
     CPU_BWD_ROW(LAYER_EMBEDDING, cpu_embedding_bwd_kernel),
     CPU_BWD_ROW(LAYER_ROPE, cpu_rope_bwd_kernel),
+    CPU_BWD_ROW(LAYER_ATTENTION, cpu_attention_bwd_kernel),
     CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
     CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
 };

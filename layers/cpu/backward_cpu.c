@@ -12,9 +12,12 @@
  *    softmax, embedding (the table's gradient written dense, as torch's sparse=False
  *    does: zeroed, then each token's row added) and rope (the rotation's transpose):
  *    loops over the thread pool;
+ *  - attention (no cache, no sinks): the plain backward, the scores kept per head and
+ *    five sgemm per head;
  *  - the views (flatten, reshape): their gradient is the output's, nothing runs. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -529,6 +532,136 @@ static void embedding_bwd_run(void *env, const layer *l, void *state, const void
             row[k] += dy[i * d + k];
     }
 }
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+/* The plain backward (the scores kept whole per head, as eager attention's autograd
+ * keeps them), per (sample, kv head) over the threads, each of its query heads in turn:
+ * S = scale Q K^T (softcapped), P = softmax under the mask; dV += P^T dO; dP = dO V^T;
+ * dS = P (dP - rowsum(P dP)) through the softcap; dQ = scale dS K; dK += scale dS^T Q. */
+typedef struct attn_bwd {
+    float *scratch; /* per thread: P and dS, T x Tk each */
+    int threads;
+} attn_bwd;
+
+/* The most scratch the plain backward takes: past it, a memory-efficient backward (not
+ * built yet) is the way */
+#define ATTN_BWD_MAX_BYTES ((int64_t)1 << 30)
+
+static bench_status attn_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t t = l->in.d[1], tk = l->ins[1].d[1];
+    int threads = omp_get_max_threads();
+    int64_t bytes = (int64_t)threads * 2 * t * tk * (int64_t)sizeof(float);
+    if (l->p.kv_len || l->p.sinks) {
+        snprintf(impl, len, "the cpu backward takes no KV cache and no sinks yet (training has neither)");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    if (bytes > ATTN_BWD_MAX_BYTES) {
+        snprintf(impl, len, "the plain backward keeps %lld x %lld scores per thread (over 1 GiB); the memory-efficient "
+                            "one is not built yet", (long long)t, (long long)tk);
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    attn_bwd *s = xcalloc(1, sizeof *s);
+    s->threads = threads;
+    if (!(s->scratch = bench_alloc_floats(bytes / (int64_t)sizeof(float)))) {
+        free(s);
+        return BENCH_ERR_NOMEM;
+    }
+    *ws = bytes;
+    snprintf(impl, len, "plain: the scores kept per head and sgemm (QK^T, dO V^T, dS K, dS^T Q, P^T dO)");
+    *state = s;
+    return BENCH_OK;
+}
+
+static void attn_bwd_free(void *env, void *state)
+{
+    (void)env;
+    attn_bwd *s = state;
+    if (s)
+        free(s->scratch), free(s);
+}
+
+/* The scores' probabilities of one head into p [T, Tk] (masked ones 0), in place */
+static void attn_probs(const layer *l, float *p, int64_t t_len, int64_t tk)
+{
+    float cap = (float)l->p.softcap;
+    for (int64_t t = 0; t < t_len; t++) {
+        float *row = p + t * tk, top = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < tk; j++) {
+            if (cap > 0)
+                row[j] = cap * tanhf(row[j] / cap);
+            row[j] = layer_attention_sees(l, t, j) ? row[j] : -INFINITY;
+            top = row[j] > top ? row[j] : top;
+        }
+        for (int64_t j = 0; j < tk; j++)
+            sum += row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - top);
+        for (int64_t j = 0; j < tk; j++)
+            row[j] /= sum;
+    }
+}
+
+/* One query head hh of sample b: its gradients into dq (its own rows) and added into
+ * dk and dv (its kv head's) */
+static void attn_bwd_head(const layer *l, const void *const *ins, float *grad, float *p, float *ds, int64_t b,
+                          int64_t hh)
+{
+    int64_t t_len = l->in.d[1], tk = l->ins[1].d[1], h = l->p.num_heads, hkv = l->p.num_kv_heads, d = l->p.head_dim;
+    int64_t g = hh / (h / hkv), qs = h * d, ks = hkv * d;
+    float scale = (float)(l->p.attn_scale > 0 ? l->p.attn_scale : 1.0 / sqrt((double)d)), cap = (float)l->p.softcap;
+    const float *q = (const float *)ins[0] + b * t_len * qs + hh * d, *k = (const float *)ins[1] + b * tk * ks + g * d;
+    const float *v = (const float *)ins[2] + b * tk * ks + g * d, *dout = DOUT(l, ins) + b * t_len * qs + hh * d;
+    float *dq = grad + b * t_len * qs + hh * d, *dk = grad + shape_numel(&l->ins[0]) + b * tk * ks + g * d;
+    float *dv = dk + shape_numel(&l->ins[1]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, scale, q, (blasint)qs,
+                k, (blasint)ks, 0.0f, p, (blasint)tk);
+    attn_probs(l, p, t_len, tk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)d, (blasint)t_len, 1.0f, p, (blasint)tk,
+                dout, (blasint)qs, 1.0f, dv, (blasint)ks);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, 1.0f, dout,
+                (blasint)qs, v, (blasint)ks, 0.0f, ds, (blasint)tk);
+    for (int64_t t = 0; t < t_len; t++) {
+        float *pr = p + t * tk, *dr = ds + t * tk, dot = 0;
+        for (int64_t j = 0; j < tk; j++)
+            dot += pr[j] * dr[j];
+        for (int64_t j = 0; j < tk; j++)
+            dr[j] = pr[j] * (dr[j] - dot);
+    }
+    if (cap > 0) { /* through the cap: d s = d capped (1 - tanh^2), tanh from the raw scores again */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, scale, q,
+                    (blasint)qs, k, (blasint)ks, 0.0f, p, (blasint)tk);
+        for (int64_t i = 0; i < t_len * tk; i++) {
+            float th = tanhf(p[i] / cap);
+            ds[i] *= 1.0f - th * th;
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)t_len, (blasint)d, (blasint)tk, scale, ds,
+                (blasint)tk, k, (blasint)ks, 0.0f, dq, (blasint)qs);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)d, (blasint)t_len, scale, ds, (blasint)tk,
+                q, (blasint)qs, 1.0f, dk, (blasint)ks);
+}
+
+static void attn_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)w;
+    attn_bwd *s = state;
+    int64_t n = l->in.d[0], t_len = l->in.d[1], tk = l->ins[1].d[1], h = l->p.num_heads, hkv = l->p.num_kv_heads;
+    int64_t per = h / hkv;
+    float *grad = out, *dk = grad + shape_numel(&l->ins[0]);
+    memset(dk, 0, (size_t)(shape_numel(&l->ins[1]) + shape_numel(&l->ins[2])) * sizeof *dk); /* summed into */
+    /* one (sample, kv head) per iteration: its query heads add into its dk and dv in turn;
+     * OpenBLAS runs single-threaded inside a parallel region */
+#pragma omp parallel for schedule(dynamic) num_threads(s->threads) if (n * hkv > 1)
+    for (int64_t i = 0; i < n * hkv; i++) {
+        float *p = s->scratch + (int64_t)omp_get_thread_num() * 2 * t_len * tk;
+        for (int64_t k = 0; k < per; k++)
+            attn_bwd_head(l, ins, grad, p, p + t_len * tk, i / hkv, i % hkv * per + k);
+    }
+}
+
+const backend_kernel cpu_attention_bwd_kernel = {.setup = attn_bwd_setup, .run = attn_bwd_run, .free = attn_bwd_free};
 
 const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
 const backend_kernel cpu_linear_bwd_kernel = {.run = linear_bwd_run, .impl = "sgemm (data: dY W; weights: dY^T X)"};
