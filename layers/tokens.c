@@ -129,9 +129,25 @@ static void transpose_reference(const layer *l, const float *const *ins, const f
                             in[(((o * a + i) * mid + m) * b + j) * inner + k];
 }
 
+/* Each output element's gradient back to the input element it came from */
+static void transpose_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                               const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    int64_t outer, a, mid, b, inner;
+    layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < a; i++)
+            for (int64_t m = 0; m < mid; m++)
+                for (int64_t j = 0; j < b; j++)
+                    for (int64_t k = 0; k < inner; k++)
+                        din[0][(((o * a + i) * mid + m) * b + j) * inner + k] =
+                            dout[(((o * b + j) * mid + m) * a + i) * inner + k];
+}
+
 const layer_desc layer_transpose_desc = {
     .name = "transpose", .n_inputs = 1, .params = transpose_params, .infer = transpose_infer,
-    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0, .backward = transpose_backward,
 };
 
 /* ---- channel_shuffle ------------------------------------------------------------------------ */
@@ -154,7 +170,7 @@ static int shuffle_infer(layer *l, char *err, size_t len)
 
 const layer_desc layer_channel_shuffle_desc = {
     .name = "channel_shuffle", .n_inputs = 1, .params = shuffle_params, .infer = shuffle_infer,
-    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0,
+    .count = no_weights_count, .reference = transpose_reference, .tolerance = 0.0, .backward = transpose_backward,
 };
 
 /* ---- permute -------------------------------------------------------------------------------- */
@@ -374,8 +390,25 @@ static void class_token_reference(const layer *l, const float *const *ins, const
     }
 }
 
+/* The tokens' gradients are d out's after the first; the class token's, the first's summed
+ * over the batch */
+static void class_token_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                                 const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out;
+    int64_t n = l->in.d[0], s = l->in.d[1], d = l->in.d[2];
+    for (int64_t i = 0; i < d; i++) {
+        double sum = 0;
+        for (int64_t b = 0; b < n; b++)
+            sum += dout[b * (s + 1) * d + i];
+        dw[i] = (float)sum;
+    }
+    for (int64_t b = 0; b < n; b++)
+        memcpy(din[0] + b * s * d, dout + b * (s + 1) * d + d, (size_t)(s * d) * sizeof *dout);
+}
+
 const layer_desc layer_class_token_desc = {
-    .name = "class_token", .n_inputs = 1, .params = none, .infer = class_token_infer,
+    .name = "class_token", .n_inputs = 1, .params = none, .infer = class_token_infer, .backward = class_token_backward,
     .count = class_token_count, .init_weights = token_init, .reference = class_token_reference, .tolerance = 0.0,
 };
 
@@ -423,8 +456,26 @@ static void pos_embedding_reference(const layer *l, const float *const *ins, con
             out[b * sd + i] = in[b * sd + i] + w[i];
 }
 
+/* The input's gradient is d out; the rows the tokens read get d out summed over the
+ * batch, the others none */
+static void pos_embedding_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                                   const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out;
+    int64_t n = l->in.d[0], sd = l->in.d[1] * l->in.d[2], at = l->p.kv_len * l->in.d[2];
+    memcpy(din[0], dout, (size_t)(n * sd) * sizeof *dout);
+    memset(dw, 0, (size_t)l->n_weight_floats * sizeof *dw);
+    for (int64_t i = 0; i < sd; i++) {
+        double sum = 0;
+        for (int64_t b = 0; b < n; b++)
+            sum += dout[b * sd + i];
+        dw[at + i] = (float)sum;
+    }
+}
+
 const layer_desc layer_pos_embedding_desc = {
     .name = "pos_embedding", .n_inputs = 1, .params = pos_embedding_params, .infer = pos_embedding_infer,
+    .backward = pos_embedding_backward,
     .count = pos_embedding_count, .init_weights = token_init, .reference = pos_embedding_reference,
     .tolerance = 0.0,
 };
@@ -485,7 +536,19 @@ static void select_count(layer *l)
     l->bytes = layer_count_mul(8, shape_numel(&l->out));
 }
 
+/* The selected slice gets d out, the rest of the input none */
+static void select_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                            const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)w, (void)out, (void)dw;
+    int64_t outer, size, inner;
+    layer_select_dims(l, &outer, &size, &inner);
+    memset(din[0], 0, (size_t)shape_numel(&l->in) * sizeof *din[0]);
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(din[0] + (o * size + l->p.index) * inner, dout + o * inner, (size_t)inner * sizeof *dout);
+}
+
 const layer_desc layer_select_desc = {
     .name = "select", .n_inputs = 1, .params = select_params, .defaults = select_defaults, .infer = select_infer,
-    .count = select_count, .reference = select_reference, .tolerance = 0.0,
+    .count = select_count, .reference = select_reference, .tolerance = 0.0, .backward = select_backward,
 };

@@ -401,6 +401,103 @@ static void mha_reference(const layer *l, const float *const *ins, const float *
     free(qkv), free(o), free(p);
 }
 
+/* One sample's heads: from its q, k, v (qkv [S, 3E]) and the heads' output gradient dO [S,
+ * E], the probabilities recomputed, then dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P
+ * dP)), dQ = scale dS K, dK = scale dS^T Q into dqkv [S, 3E] (zeroed by the caller); the
+ * heads' output into o [S, E] on the way */
+static void mha_heads_backward(const layer *l, const double *qkv, const double *d_o, double *o, double *dqkv, double *p,
+                               double *dp)
+{
+    int64_t s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, dh = e / h;
+    double scale = 1.0 / sqrt((double)dh);
+    for (int64_t hd = 0; hd < h; hd++)
+        for (int64_t t = 0; t < s; t++) {
+            const double *q = qkv + t * 3 * e + hd * dh, *g = d_o + t * e + hd * dh;
+            double m = -INFINITY, sum = 0, dot = 0;
+            for (int64_t u = 0; u < s; u++) {
+                double acc = 0;
+                for (int64_t d = 0; d < dh; d++)
+                    acc += q[d] * qkv[u * 3 * e + e + hd * dh + d];
+                p[u] = acc * scale;
+                m = p[u] > m ? p[u] : m;
+            }
+            for (int64_t u = 0; u < s; u++)
+                sum += p[u] = exp(p[u] - m);
+            for (int64_t u = 0; u < s; u++) {
+                const double *v = qkv + u * 3 * e + 2 * e + hd * dh;
+                p[u] /= sum, dp[u] = 0;
+                for (int64_t d = 0; d < dh; d++)
+                    dp[u] += g[d] * v[d], o[t * e + hd * dh + d] += p[u] * v[d];
+                dot += p[u] * dp[u];
+            }
+            for (int64_t u = 0; u < s; u++) {
+                double ds = p[u] * (dp[u] - dot) * scale;
+                for (int64_t d = 0; d < dh; d++) {
+                    dqkv[t * 3 * e + hd * dh + d] += ds * qkv[u * 3 * e + e + hd * dh + d];
+                    dqkv[u * 3 * e + e + hd * dh + d] += ds * q[d];
+                    dqkv[u * 3 * e + 2 * e + hd * dh + d] += p[u] * g[d];
+                }
+            }
+        }
+}
+
+/* Per sample: qkv = x W_in^T + b_in; dO = dY W_out and the out projection's gradients
+ * (o from the heads); the heads' (mha_heads_backward); then the in projection's and
+ * dX = dqkv W_in. The weights' gradients in the weights' order (layer_mha_weights). */
+static void mha_backward(const layer *l, const float *const *ins, const float *w, const float *out, const float *dout,
+                         float *const *din, float *dw)
+{
+    (void)out;
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, bias = l->p.bias;
+    const float *in_w, *in_b, *out_w, *out_b;
+    layer_mha_weights(l, w, &in_w, &in_b, &out_w, &out_b);
+    int64_t o_inb = 3 * e * e, o_outw = o_inb + (bias ? 3 * e : 0), o_outb = o_outw + e * e;
+    double *gw = xcalloc((size_t)l->n_weight_floats, sizeof *gw), *qkv = xmalloc((size_t)(s * 3 * e) * sizeof *qkv);
+    double *dqkv = xmalloc((size_t)(s * 3 * e) * sizeof *dqkv), *o = xmalloc((size_t)(s * e) * sizeof *o);
+    double *d_o = xmalloc((size_t)(s * e) * sizeof *d_o), *p = xmalloc((size_t)(2 * s) * sizeof *p);
+    for (int64_t b = 0; b < n; b++) {
+        const float *x = ins[0] + b * s * e, *dy = dout + b * s * e;
+        for (int64_t t = 0; t < s; t++) {
+            for (int64_t j = 0; j < 3 * e; j++) {
+                double acc = in_b ? in_b[j] : 0.0;
+                for (int64_t i = 0; i < e; i++)
+                    acc += (double)x[t * e + i] * in_w[j * e + i];
+                qkv[t * 3 * e + j] = acc, dqkv[t * 3 * e + j] = 0;
+            }
+            for (int64_t i = 0; i < e; i++) {
+                double acc = 0;
+                for (int64_t j = 0; j < e; j++)
+                    acc += (double)dy[t * e + j] * out_w[j * e + i];
+                d_o[t * e + i] = acc, o[t * e + i] = 0;
+            }
+        }
+        mha_heads_backward(l, qkv, d_o, o, dqkv, p, p + s);
+        for (int64_t t = 0; t < s; t++) {
+            for (int64_t j = 0; j < e; j++) {
+                for (int64_t i = 0; i < e; i++)
+                    gw[o_outw + j * e + i] += dy[t * e + j] * o[t * e + i];
+                if (bias)
+                    gw[o_outb + j] += dy[t * e + j];
+            }
+            for (int64_t j = 0; j < 3 * e; j++) {
+                for (int64_t i = 0; i < e; i++)
+                    gw[j * e + i] += dqkv[t * 3 * e + j] * x[t * e + i];
+                if (bias)
+                    gw[o_inb + j] += dqkv[t * 3 * e + j];
+            }
+            for (int64_t i = 0; i < e; i++) {
+                double acc = 0;
+                for (int64_t j = 0; j < 3 * e; j++)
+                    acc += dqkv[t * 3 * e + j] * in_w[j * e + i];
+                din[0][b * s * e + t * e + i] = (float)acc;
+            }
+        }
+    }
+    for (int64_t i = 0; i < l->n_weight_floats; i++)
+        dw[i] = (float)gw[i];
+    free(gw), free(qkv), free(dqkv), free(o), free(d_o), free(p);
+}
+
 /* The stages every backend runs in this order: the packed q/k/v projection, the scaled
  * scores QK^T of every head, their softmax, the heads' outputs AV, the out-projection.
  * FLOPs as mha_count splits them (the scale goes with QK^T); bytes: what each stage reads
@@ -425,5 +522,5 @@ static int mha_parts(const layer *l, layer_part_info *parts)
 const layer_desc layer_multihead_attention_desc = {
     .name = "multihead_attention", .n_inputs = 1, .params = mha_params, .defaults = mha_defaults,
     .infer = mha_infer, .count = mha_count, .init_weights = mha_init, .reference = mha_reference,
-    .tolerance = 5e-6, .parts = mha_parts,
+    .tolerance = 5e-6, .parts = mha_parts, .backward = mha_backward,
 };

@@ -225,7 +225,7 @@ def window_attention(x, w, p):
 
 
 VISION = ("conv2d", "batchnorm2d", "relu", "relu6", "sigmoid", "tanh", "hardswish", "hardsigmoid", "gelu", "softmax",
-          "layernorm", "maxpool2d", "avgpool2d", "adaptive_avgpool2d", "concat", "scale_shift")
+          "layernorm", "maxpool2d", "avgpool2d", "adaptive_avgpool2d", "concat", "scale_shift", "multihead_attention")
 
 
 def pair(p, key, default):
@@ -269,6 +269,15 @@ def vision_forward(kind, p, ptext, x, w, in_shape, train):
         return F.softmax(xs, dim=int(p.get("dim", 1)))
     if kind == "scale_shift":
         return xs * float(p.get("scale", 1)) + float(p.get("shift", 0))
+    if kind == "multihead_attention":  # nn.MultiheadAttention(batch_first=True)'s functional form, our weights
+        e, h, bias = int(p["embed_dim"]), int(p["num_heads"]), flag("bias", True)
+        in_w, off = w[:3 * e * e].view(3 * e, e), 3 * e * e
+        in_b, off = (w[off:off + 3 * e], off + 3 * e) if bias else (None, off)
+        out_w, out_b = w[off:off + e * e].view(e, e), w[off + e * e:off + e * e + e] if bias else None
+        xt = xs.transpose(0, 1)
+        y, _ = F.multi_head_attention_forward(xt, xt, xt, e, h, in_w, in_b, None, None, False, 0.0, out_w, out_b,
+                                              training=False, need_weights=False)
+        return y.transpose(0, 1)
     if kind == "gelu":
         return F.gelu(xs, approximate=str(p.get("approximate", "none")))
     return {"relu": F.relu, "relu6": F.relu6, "sigmoid": torch.sigmoid, "tanh": torch.tanh,

@@ -459,6 +459,7 @@ static const layer_case cases[] = {
     {"[N, C, L], no affine", LAYER_GROUPNORM, S3(3, 6, 11), gn_3_plain},
     {"UNet's 32 of 256, 32x32", LAYER_GROUPNORM, S4(2, 256, 32, 32), gn_32},
     {"one group, [N, C]", LAYER_GROUPNORM, S2(5, 12), gn_1},
+    {"3 groups, 12 channels, small", LAYER_CHANNEL_SHUFFLE, S4(2, 12, 3, 5), shuf_3},
     {"2 groups, 58 channels (ShuffleNet)", LAYER_CHANNEL_SHUFFLE, S4(2, 58, 7, 5), shuf_2},
     {"3 groups, [N, C, L], threads", LAYER_CHANNEL_SHUFFLE, S3(4, 96, 333), shuf_3},
     {"chunk's first half", LAYER_SLICE, S4(2, 10, 3, 5), slice_lo},

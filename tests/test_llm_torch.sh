@@ -73,10 +73,11 @@ mkdir -p "$d"
   bad "tiny-deepseek_v2-lora, 3 tokens after 5 cached, against torch: $(tail -5 "$d.out")"
 echo "tiny-deepseek_v2-lora (3 after 5 cached): $(tail -1 "$d.out")"
 # every backward reference against torch.autograd, layer by layer (tests/grad_torch_check.py):
-# the image and element-wise kinds in their forms (batch norm in training mode), then the
+# the image and element-wise kinds in their forms (batch norm in training mode), the token
+# kinds (multihead_attention with and without biases), then the
 # decoder kinds of the tiny Llama (prefill, and a chunk after a cache under a sliding window: the
 # cache's gradients too); a kind without a backward reference yet is named
-for cfg in grad_torch.yaml llama_tiny_prefill.yaml llama_tiny_chunk.yaml; do
+for cfg in grad_torch.yaml grad_tokens.yaml llama_tiny_prefill.yaml llama_tiny_chunk.yaml; do
   d=$T/grad_${cfg%.yaml}
   mkdir -p "$d"
   "$DUMP" --grads "$SRC/tests/data/$cfg" "$d" 1 2 >"$d.out" 2>&1 &&

@@ -107,6 +107,12 @@ static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_EMBEDDING, cpu_embedding_bwd_kernel),
     CPU_BWD_ROW(LAYER_ROPE, cpu_rope_bwd_kernel),
     CPU_BWD_ROW(LAYER_ATTENTION, cpu_attention_bwd_kernel),
+    CPU_BWD_ROW(LAYER_MULTIHEAD_ATTENTION, cpu_multihead_attention_bwd_kernel),
+    CPU_BWD_ROW(LAYER_TRANSPOSE, cpu_transpose_bwd_kernel),
+    CPU_BWD_ROW(LAYER_CHANNEL_SHUFFLE, cpu_transpose_bwd_kernel),
+    CPU_BWD_ROW(LAYER_CLASS_TOKEN, cpu_token_bwd_kernel),
+    CPU_BWD_ROW(LAYER_POS_EMBEDDING, cpu_token_bwd_kernel),
+    CPU_BWD_ROW(LAYER_SELECT, cpu_token_bwd_kernel),
     CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
     CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
 };

@@ -13,7 +13,10 @@
  *    does: zeroed, then each token's row added) and rope (the rotation's transpose):
  *    loops over the thread pool;
  *  - attention (no cache, no sinks): the plain backward, the scores kept per head and
- *    five sgemm per head;
+ *    five sgemm per head; multihead_attention: its projections again, then the same per
+ *    head, then the projections' gradients, all on sgemm;
+ *  - transpose and channel_shuffle, class_token, pos_embedding and select: row copies, and
+ *    the tables' gradients summed over the batch;
  *  - the views (flatten, reshape): their gradient is the output's, nothing runs. */
 #include <cblas.h>
 #include <math.h>
@@ -148,6 +151,18 @@ static void conv_bwd_run(void *env, const layer *l, void *state, const void *con
     }
 }
 
+/* Column sums of a [rows, cols] into out[cols]: a bias's gradient */
+static void col_sums(const float *a, int64_t rows, int64_t cols, float *out)
+{
+    CPU_OMP_IF(rows * cols > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t j = 0; j < cols; j++) {
+            float sum = 0;
+            for (int64_t r = 0; r < rows; r++)
+                sum += a[r * cols + j];
+            out[j] = sum;
+        });
+}
+
 /* ---- linear ---------------------------------------------------------------------------------- */
 
 static void linear_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
@@ -160,16 +175,8 @@ static void linear_bwd_run(void *env, const layer *l, void *state, const void *c
                 (blasint)f, 0.0f, dx, (blasint)f);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)o, (blasint)f, (blasint)n, 1.0f, dy, (blasint)o, x,
                 (blasint)f, 0.0f, dw, (blasint)f);
-    if (l->p.bias) {
-        float *db = dw + o * f;
-        CPU_OMP_IF(n * o > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-            for (int64_t j = 0; j < o; j++) {
-                float sum = 0;
-                for (int64_t r = 0; r < n; r++)
-                    sum += dy[r * o + j];
-                db[j] = sum;
-            });
-    }
+    if (l->p.bias)
+        col_sums(dy, n, o, dw + o * f);
 }
 
 /* ---- batchnorm2d (training mode) ------------------------------------------------------------- */
@@ -516,6 +523,59 @@ static void softmax_bwd_run(void *env, const layer *l, void *state, const void *
             });
 }
 
+/* ---- the token moves: transpose (and channel_shuffle), class_token, pos_embedding, select ---- */
+
+/* d out [outer, b, mid, a, inner] back to the input's [outer, a, mid, b, inner] */
+static void transpose_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *dy = DOUT(l, ins);
+    float *dx = out;
+    int64_t outer, a, mid, b, inner;
+    layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
+    CPU_OMP_IF(shape_numel(&l->in) > CPU_PARALLEL_MIN, "omp parallel for collapse(2) schedule(static)",
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < a; i++)
+                for (int64_t m = 0; m < mid; m++)
+                    for (int64_t j = 0; j < b; j++)
+                        memcpy(dx + (((o * a + i) * mid + m) * b + j) * inner,
+                               dy + (((o * b + j) * mid + m) * a + i) * inner, (size_t)inner * sizeof *dx););
+}
+
+/* class_token: the tokens' rows of d out, and the first row summed over the batch;
+ * pos_embedding: d out itself, and summed over the batch into the rows read; select: the
+ * slice, zeros around it */
+static void token_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *dy = DOUT(l, ins);
+    float *dx = out;
+    int64_t n = l->in.d[0], s = l->in.rank > 1 ? l->in.d[1] : 1, d = l->in.d[l->in.rank - 1];
+    if (l->kind == LAYER_SELECT) {
+        int64_t outer, size, inner;
+        layer_select_dims(l, &outer, &size, &inner);
+        memset(dx, 0, (size_t)shape_numel(&l->in) * sizeof *dx);
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(dx + (o * size + l->p.index) * inner, dy + o * inner, (size_t)inner * sizeof *dx);
+        return;
+    }
+    bool cls = l->kind == LAYER_CLASS_TOKEN;
+    int64_t rows = cls ? s + 1 : s, keep = cls ? 1 : 0; /* d out's rows per sample; those not the input's */
+    float *dw = dx + n * s * d, *table = cls ? dw : dw + l->p.kv_len * d;
+    for (int64_t b = 0; b < n; b++)
+        memcpy(dx + b * s * d, dy + (b * rows + keep) * d, (size_t)(s * d) * sizeof *dx);
+    if (!cls)
+        memset(dw, 0, (size_t)l->n_weight_floats * sizeof *dw);
+    int64_t span = cls ? d : s * d; /* the class token's one row, or the positions' rows */
+    CPU_OMP_IF(n * span > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t i = 0; i < span; i++) {
+            float sum = 0;
+            for (int64_t b = 0; b < n; b++)
+                sum += dy[b * rows * d + i];
+            table[i] = sum;
+        });
+}
+
 /* ---- embedding --------------------------------------------------------------------------------- */
 
 static void embedding_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
@@ -661,6 +721,108 @@ static void attn_bwd_run(void *env, const layer *l, void *state, const void *con
     }
 }
 
+/* ---- multihead_attention ----------------------------------------------------------------------- */
+
+/* qkv = X W_in^T + b_in again; dO = dY W_out; per (sample, head) over the threads the
+ * probabilities, the head's output (for W_out's gradient) and dQ, dK, dV into dqkv, by
+ * sgemm; then the projections' gradients and dX = dqkv W_in */
+typedef struct mha_bwd {
+    float *qkv, *dqkv, *o, *d_o; /* [N S, 3E], [N S, 3E], [N S, E], [N S, E] */
+    float *scratch;               /* per thread: P and dS, S x S each */
+    int threads;
+} mha_bwd;
+
+static bench_status mha_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                  int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t ns = l->in.d[0] * l->in.d[1], s = l->in.d[1], e = l->p.embed_dim;
+    mha_bwd *m = xcalloc(1, sizeof *m);
+    m->threads = omp_get_max_threads();
+    int64_t per = 2 * s * s, floats = 8 * ns * e + m->threads * per;
+    m->qkv = bench_alloc_floats(floats);
+    if (!m->qkv) {
+        free(m);
+        return BENCH_ERR_NOMEM;
+    }
+    m->dqkv = m->qkv + 3 * ns * e, m->o = m->dqkv + 3 * ns * e, m->d_o = m->o + ns * e, m->scratch = m->d_o + ns * e;
+    *ws = floats * (int64_t)sizeof(float);
+    snprintf(impl, len, "sgemm: the projections again then per head P (kept) and its gradients");
+    *state = m;
+    return BENCH_OK;
+}
+
+static void mha_bwd_free(void *env, void *state)
+{
+    (void)env;
+    mha_bwd *m = state;
+    if (m)
+        free(m->qkv), free(m);
+}
+
+/* One (sample, head): P = softmax(scale Q K^T), o = P V, dV = P^T dO, dS = P (dO V^T -
+ * rowsum), dQ = scale dS K, dK = scale dS^T Q (its own columns of dqkv: no other head
+ * writes them) */
+static void mha_bwd_head(const layer *l, mha_bwd *m, float *p, int64_t b, int64_t hd)
+{
+    int64_t s = l->in.d[1], e = l->p.embed_dim, dh = e / l->p.num_heads, ld = 3 * e;
+    float scale = (float)(1.0 / sqrt((double)dh)), *ds = p + s * s;
+    const float *q = m->qkv + b * s * ld + hd * dh, *k = q + e, *v = q + 2 * e, *g = m->d_o + b * s * e + hd * dh;
+    float *dq = m->dqkv + b * s * ld + hd * dh, *dk = dq + e, *dv = dq + 2 * e;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, scale, q, (blasint)ld, k,
+                (blasint)ld, 0.0f, p, (blasint)s);
+    for (int64_t r = 0; r < s; r++)
+        cpu_softmax_row(p + r * s, p + r * s, s);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, p, (blasint)s, v,
+                (blasint)ld, 0.0f, m->o + b * s * e + hd * dh, (blasint)e);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, 1.0f, p, (blasint)s, g,
+                (blasint)e, 0.0f, dv, (blasint)ld);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)s, (blasint)s, (blasint)dh, 1.0f, g, (blasint)e, v,
+                (blasint)ld, 0.0f, ds, (blasint)s);
+    for (int64_t t = 0; t < s; t++) {
+        float dot = 0, *pr = p + t * s, *dr = ds + t * s;
+        for (int64_t u = 0; u < s; u++)
+            dot += pr[u] * dr[u];
+        for (int64_t u = 0; u < s; u++)
+            dr[u] = pr[u] * (dr[u] - dot);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, scale, ds, (blasint)s,
+                k, (blasint)ld, 0.0f, dq, (blasint)ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)s, (blasint)dh, (blasint)s, scale, ds, (blasint)s, q,
+                (blasint)ld, 0.0f, dk, (blasint)ld);
+}
+
+static void mha_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    (void)env;
+    mha_bwd *m = state;
+    const float *x = ins[0], *dy = DOUT(l, ins), *in_w, *in_b, *out_w, *out_b;
+    layer_mha_weights(l, w_, &in_w, &in_b, &out_w, &out_b);
+    int64_t n = l->in.d[0], s = l->in.d[1], e = l->p.embed_dim, h = l->p.num_heads, ns = n * s;
+    float *dx = out, *dw = dx + ns * e, *d_inb = dw + 3 * e * e, *d_outw = d_inb + (in_b ? 3 * e : 0);
+    float *d_outb = d_outw + e * e;
+    cpu_project(x, in_w, in_b, m->qkv, ns, e, 3 * e);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ns, (blasint)e, (blasint)e, 1.0f, dy, (blasint)e,
+                out_w, (blasint)e, 0.0f, m->d_o, (blasint)e);
+    /* OpenBLAS runs single-threaded inside a parallel region */
+#pragma omp parallel for schedule(dynamic) num_threads(m->threads) if (n * h > 1)
+    for (int64_t i = 0; i < n * h; i++)
+        mha_bwd_head(l, m, m->scratch + (int64_t)omp_get_thread_num() * 2 * s * s, i / h, i % h);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)e, (blasint)e, (blasint)ns, 1.0f, dy, (blasint)e,
+                m->o, (blasint)e, 0.0f, d_outw, (blasint)e);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)(3 * e), (blasint)e, (blasint)ns, 1.0f, m->dqkv,
+                (blasint)(3 * e), x, (blasint)e, 0.0f, dw, (blasint)e);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ns, (blasint)e, (blasint)(3 * e), 1.0f, m->dqkv,
+                (blasint)(3 * e), in_w, (blasint)e, 0.0f, dx, (blasint)e);
+    if (in_b) {
+        col_sums(m->dqkv, ns, 3 * e, d_inb);
+        col_sums(dy, ns, e, d_outb);
+    }
+}
+
+const backend_kernel cpu_multihead_attention_bwd_kernel = {.setup = mha_bwd_setup, .run = mha_bwd_run,
+                                                           .free = mha_bwd_free};
+
 const backend_kernel cpu_attention_bwd_kernel = {.setup = attn_bwd_setup, .run = attn_bwd_run, .free = attn_bwd_free};
 
 const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
@@ -672,5 +834,7 @@ const backend_kernel cpu_binary_bwd_kernel = {.run = binary_bwd_run, .impl = "di
 const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct per plane (max: the window searched again)"};
 const backend_kernel cpu_norm_bwd_kernel = {.setup = norm_bwd_setup, .run = norm_bwd_run, .free = norm_bwd_free};
 const backend_kernel cpu_softmax_bwd_kernel = {.run = softmax_bwd_run, .impl = "from the saved output"};
+const backend_kernel cpu_transpose_bwd_kernel = {.run = transpose_bwd_run, .impl = "row copies"};
+const backend_kernel cpu_token_bwd_kernel = {.run = token_bwd_run, .impl = "row copies and sums over the batch"};
 const backend_kernel cpu_embedding_bwd_kernel = {.run = embedding_bwd_run,
                                                  .impl = "dense table gradient (zeroed then each token's row added)"};
