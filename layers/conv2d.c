@@ -139,11 +139,8 @@ static void conv2d_backward(const layer *l, const float *const *ins, const float
                         }
                 }
         }
-    for (int64_t i = 0; i < n_in; i++)
-        din[0][i] = (float)gx[i];
-    for (int64_t i = 0; i < l->n_weight_floats; i++)
-        dw[i] = (float)gw[i];
-    free(gx), free(gw);
+    kind_store_grad(din[0], gx, n_in);
+    kind_store_grad(dw, gw, l->n_weight_floats);
 }
 
 /* int8: the weight [oc, ic/groups, kh, kw], a scale per output channel; the bias stays fp32 */

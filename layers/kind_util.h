@@ -14,6 +14,8 @@
 
 /* Requires a rank-4 input; writes the reason into err. */
 int kind_need_nchw(const layer *l, char *err, size_t errlen);
+/* A backward reference's sums: n doubles rounded into dst, then g freed. */
+void kind_store_grad(float *dst, double *g, int64_t n);
 /* bytes = 4 * (every input + weights + output), for kinds that read and write once. */
 void kind_count_bytes(layer *l);
 

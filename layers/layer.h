@@ -450,6 +450,8 @@ void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *m
 /* select's input seen as [outer, size, inner], size the dim it indexes: the output is
  * in[o][index][i] for every (o, i). */
 void layer_select_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);
+/* softmax's: the elements before its dim, along it, and after it */
+void layer_softmax_dims(const layer *l, int64_t *outer, int64_t *n, int64_t *inner);
 /* slice's input seen as [outer, size, inner], size the dim it takes [start, end) of;
  * layer_scale's with size the dim its gamma runs along. */
 void layer_slice_dims(const layer *l, int64_t *outer, int64_t *size, int64_t *inner);

@@ -100,9 +100,7 @@ static void embedding_backward(const layer *l, const float *const *ins, const fl
             g[row * d + k] += dout[i * d + k];
         din[0][i] = 0.0f;
     }
-    for (int64_t i = 0; i < l->n_weight_floats; i++)
-        dw[i] = (float)g[i];
-    free(g);
+    kind_store_grad(dw, g, l->n_weight_floats);
 }
 
 const layer_desc layer_embedding_desc = {
@@ -191,9 +189,7 @@ static void rmsnorm_backward(const layer *l, const float *const *ins, const floa
         for (int64_t i = 0; i < d; i++)
             din[0][r * d + i] = (float)(inv * (dy[i] * ((double)w[i] + l->p.weight_offset) - x[i] * inv * inv * dot));
     }
-    for (int64_t i = 0; i < d; i++)
-        dw[i] = (float)gw[i];
-    free(gw);
+    kind_store_grad(dw, gw, d);
 }
 
 const layer_desc layer_rmsnorm_desc = {
@@ -668,14 +664,10 @@ static void attention_backward(const layer *l, const float *const *ins, const fl
                     prob[j] /= sum;
                 attention_row_backward(l, ins, w, prob, p_sink / sum, dout + ((b * t_len + t) * h + hh) * d, b, hh, t, g);
             }
-    for (int k = 0; k < 3; k++) {
-        for (int64_t i = 0, m = shape_numel(&l->ins[k]); i < m; i++)
-            din[k][i] = (float)g[k][i];
-        free(g[k]);
-    }
-    for (int64_t i = 0; i < l->n_weight_floats; i++)
-        dw[i] = (float)g[3][i];
-    free(g[3]), free(prob);
+    for (int k = 0; k < 3; k++)
+        kind_store_grad(din[k], g[k], shape_numel(&l->ins[k]));
+    kind_store_grad(dw, g[3], l->n_weight_floats);
+    free(prob);
 }
 
 const layer_desc layer_attention_desc = {

@@ -92,9 +92,7 @@ static void binary_backward(const layer *l, const float *const *in, const float 
             double other = l->kind == LAYER_ADD ? 1.0 : in[1 - k][layer_broadcast_index(&l->ins[1 - k], &l->out, i)];
             g[layer_broadcast_index(&l->ins[k], &l->out, i)] += dout[i] * other;
         }
-        for (int64_t i = 0; i < nk; i++)
-            din[k][i] = (float)g[i];
-        free(g);
+        kind_store_grad(din[k], g, nk);
     }
 }
 
@@ -178,21 +176,36 @@ static int concat_infer(layer *l, char *err, size_t len)
     return 0;
 }
 
+/* The output seen as [outer, its dim, inner] */
+static void concat_dims(const layer *l, int64_t *outer, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int64_t i = 0; i < l->p.dim; i++)
+        *outer *= l->out.d[i];
+    for (int64_t i = l->p.dim + 1; i < l->out.rank; i++)
+        *inner *= l->out.d[i];
+}
+
+/* The inputs' slices side by side into the output; back: the output's slices into the
+ * inputs' (the backward's direction) */
+static void concat_move(const layer *l, float *const *parts, float *whole, bool back)
+{
+    int64_t outer, inner, dim = l->p.dim, at = 0;
+    concat_dims(l, &outer, &inner);
+    for (int k = 0; k < l->n_inputs; k++) {
+        int64_t span = l->ins[k].d[dim] * inner;
+        for (int64_t o = 0; o < outer; o++) {
+            float *x = parts[k] + o * span, *y = whole + o * l->out.d[dim] * inner + at;
+            memcpy(back ? x : y, back ? y : x, (size_t)span * sizeof(float));
+        }
+        at += span;
+    }
+}
+
 static void concat_reference(const layer *l, const float *const *in, const float *w, float *out)
 {
     (void)w;
-    int64_t outer = 1, inner = 1, dim = l->p.dim;
-    for (int64_t i = 0; i < dim; i++)
-        outer *= l->out.d[i];
-    for (int64_t i = dim + 1; i < l->out.rank; i++)
-        inner *= l->out.d[i];
-    int64_t at = 0;
-    for (int k = 0; k < l->n_inputs; k++) {
-        int64_t span = l->ins[k].d[dim] * inner;
-        for (int64_t o = 0; o < outer; o++)
-            memcpy(out + o * l->out.d[dim] * inner + at, in[k] + o * span, (size_t)span * sizeof(float));
-        at += span;
-    }
+    concat_move(l, (float *const *)in, out, false); /* read only in this direction */
 }
 
 /* Each input's slice of d out */
@@ -200,18 +213,7 @@ static void concat_backward(const layer *l, const float *const *in, const float 
                             const float *dout, float *const *din, float *dw)
 {
     (void)in, (void)w, (void)out, (void)dw;
-    int64_t outer = 1, inner = 1, dim = l->p.dim;
-    for (int64_t i = 0; i < dim; i++)
-        outer *= l->out.d[i];
-    for (int64_t i = dim + 1; i < l->out.rank; i++)
-        inner *= l->out.d[i];
-    int64_t at = 0;
-    for (int k = 0; k < l->n_inputs; k++) {
-        int64_t span = l->ins[k].d[dim] * inner;
-        for (int64_t o = 0; o < outer; o++)
-            memcpy(din[k] + o * span, dout + o * l->out.d[dim] * inner + at, (size_t)span * sizeof(float));
-        at += span;
-    }
+    concat_move(l, din, (float *)dout, true); /* read only in this direction */
 }
 
 const layer_desc layer_add_desc = {

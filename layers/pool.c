@@ -146,9 +146,7 @@ static void maxpool_backward(const layer *l, const float *const *ins, const floa
                 if (arg >= 0)
                     g[arg] += dout[(pl * oh + y) * ow + x];
             }
-    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
-        din[0][i] = (float)g[i];
-    free(g);
+    kind_store_grad(din[0], g, shape_numel(&l->in));
 }
 
 /* Each output's gradient shared over the inputs of its window by the forward's divisor */
@@ -180,9 +178,7 @@ static void avgpool_backward(const layer *l, const float *const *ins, const floa
                         }
                 }
             }
-    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
-        din[0][i] = (float)g[i];
-    free(g);
+    kind_store_grad(din[0], g, shape_numel(&l->in));
 }
 
 const layer_desc layer_maxpool2d_desc = {
@@ -270,9 +266,7 @@ static void adaptive_backward(const layer *l, const float *const *ins, const flo
                     for (int64_t ix = x0; ix < x1; ix++)
                         g[(pl * h + iy) * wd + ix] += share;
             }
-    for (int64_t i = 0, n = shape_numel(&l->in); i < n; i++)
-        din[0][i] = (float)g[i];
-    free(g);
+    kind_store_grad(din[0], g, shape_numel(&l->in));
 }
 
 const layer_desc layer_adaptive_avgpool2d_desc = {

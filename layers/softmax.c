@@ -30,15 +30,21 @@ static void softmax_count(layer *l)
     kind_count_bytes(l);
 }
 
+void layer_softmax_dims(const layer *l, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    *outer = 1, *n = l->in.d[l->p.dim], *inner = 1;
+    for (int64_t i = 0; i < l->p.dim; i++)
+        *outer *= l->in.d[i];
+    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
+        *inner *= l->in.d[i];
+}
+
 static void softmax_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
     (void)w;
-    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
-    for (int64_t i = 0; i < l->p.dim; i++)
-        outer *= l->in.d[i];
-    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
-        inner *= l->in.d[i];
+    int64_t outer, n, inner;
+    layer_softmax_dims(l, &outer, &n, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < inner; k++) {
             const float *x = in + o * n * inner + k;
@@ -58,11 +64,8 @@ static void softmax_backward(const layer *l, const float *const *ins, const floa
                              const float *dout, float *const *din, float *dw)
 {
     (void)ins, (void)w, (void)dw;
-    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
-    for (int64_t i = 0; i < l->p.dim; i++)
-        outer *= l->in.d[i];
-    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
-        inner *= l->in.d[i];
+    int64_t outer, n, inner;
+    layer_softmax_dims(l, &outer, &n, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < inner; k++) {
             int64_t at = o * n * inner + k;

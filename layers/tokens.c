@@ -114,19 +114,25 @@ void layer_transpose_dims(const layer *l, int64_t *outer, int64_t *a, int64_t *m
     *a = l->in.d[d0], *b = l->in.d[d1];
 }
 
-static void transpose_reference(const layer *l, const float *const *ins, const float *w, float *out)
+/* x [outer, a, mid, b, inner] into y [outer, b, mid, a, inner]; back: y into x (the
+ * backward's direction) */
+static void transpose_move(const layer *l, const float *src, float *dst, bool back)
 {
-    const float *in = ins[0];
-    (void)w;
     int64_t outer, a, mid, b, inner;
     layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < a; i++)
             for (int64_t m = 0; m < mid; m++)
-                for (int64_t j = 0; j < b; j++)
-                    for (int64_t k = 0; k < inner; k++)
-                        out[(((o * b + j) * mid + m) * a + i) * inner + k] =
-                            in[(((o * a + i) * mid + m) * b + j) * inner + k];
+                for (int64_t j = 0; j < b; j++) {
+                    int64_t x = (((o * a + i) * mid + m) * b + j) * inner, y = (((o * b + j) * mid + m) * a + i) * inner;
+                    memcpy(dst + (back ? x : y), src + (back ? y : x), (size_t)inner * sizeof *dst);
+                }
+}
+
+static void transpose_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    transpose_move(l, ins[0], out, false);
 }
 
 /* Each output element's gradient back to the input element it came from */
@@ -134,15 +140,7 @@ static void transpose_backward(const layer *l, const float *const *ins, const fl
                                const float *dout, float *const *din, float *dw)
 {
     (void)ins, (void)w, (void)out, (void)dw;
-    int64_t outer, a, mid, b, inner;
-    layer_transpose_dims(l, &outer, &a, &mid, &b, &inner);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < a; i++)
-            for (int64_t m = 0; m < mid; m++)
-                for (int64_t j = 0; j < b; j++)
-                    for (int64_t k = 0; k < inner; k++)
-                        din[0][(((o * a + i) * mid + m) * b + j) * inner + k] =
-                            dout[(((o * b + j) * mid + m) * a + i) * inner + k];
+    transpose_move(l, dout, din[0], true);
 }
 
 const layer_desc layer_transpose_desc = {

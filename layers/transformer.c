@@ -66,19 +66,26 @@ static void layernorm_init(const layer *l, float *w, layer_rng *rng)
         layer_fill_uniform(w + d, d, -0.5f, 0.5f, rng);
 }
 
+/* A row's mean and 1 / sqrt(var + eps), the variance biased as torch normalises */
+static void row_stats(const float *x, int64_t d, double eps, double *mean, double *rstd)
+{
+    double m = 0, var = 0;
+    for (int64_t i = 0; i < d; i++)
+        m += x[i];
+    m /= (double)d;
+    for (int64_t i = 0; i < d; i++)
+        var += (x[i] - m) * (x[i] - m);
+    *mean = m, *rstd = 1.0 / sqrt(var / (double)d + eps);
+}
+
 static void layernorm_reference(const layer *l, const float *const *ins, const float *w, float *out)
 {
     const float *in = ins[0];
     int64_t d = l->p.normalized_shape, rows = shape_numel(&l->in) / d;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = in + r * d;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < d; i++)
-            mean += x[i];
-        mean /= (double)d;
-        for (int64_t i = 0; i < d; i++)
-            var += (x[i] - mean) * (x[i] - mean);
-        double rstd = 1.0 / sqrt(var / (double)d + l->p.eps);
+        double mean, rstd;
+        row_stats(x, d, l->p.eps, &mean, &rstd);
         for (int64_t i = 0; i < d; i++) {
             double y = (x[i] - mean) * rstd;
             if (l->p.affine)
@@ -98,13 +105,8 @@ static void layernorm_backward(const layer *l, const float *const *ins, const fl
     double *gw = xcalloc((size_t)l->n_weight_floats + 1, sizeof *gw);
     for (int64_t r = 0; r < rows; r++) {
         const float *x = ins[0] + r * d, *dy = dout + r * d;
-        double mean = 0, var = 0, mg = 0, mgx = 0;
-        for (int64_t i = 0; i < d; i++)
-            mean += x[i];
-        mean /= (double)d;
-        for (int64_t i = 0; i < d; i++)
-            var += (x[i] - mean) * (x[i] - mean);
-        double rstd = 1.0 / sqrt(var / (double)d + l->p.eps);
+        double mean, rstd, mg = 0, mgx = 0;
+        row_stats(x, d, l->p.eps, &mean, &rstd);
         for (int64_t i = 0; i < d; i++) {
             double xh = (x[i] - mean) * rstd, g = dy[i] * (l->p.affine ? w[i] : 1.0);
             mg += g, mgx += g * xh;
@@ -119,9 +121,7 @@ static void layernorm_backward(const layer *l, const float *const *ins, const fl
             din[0][r * d + i] = (float)(rstd * (g - mg - xh * mgx));
         }
     }
-    for (int64_t i = 0; i < l->n_weight_floats; i++)
-        dw[i] = (float)gw[i];
-    free(gw);
+    kind_store_grad(dw, gw, l->n_weight_floats);
 }
 
 /* ---- groupnorm: torch.nn.GroupNorm over [N, C, *] ---------------------------------------- */
@@ -493,9 +493,8 @@ static void mha_backward(const layer *l, const float *const *ins, const float *w
             }
         }
     }
-    for (int64_t i = 0; i < l->n_weight_floats; i++)
-        dw[i] = (float)gw[i];
-    free(gw), free(qkv), free(dqkv), free(o), free(d_o), free(p);
+    kind_store_grad(dw, gw, l->n_weight_floats);
+    free(qkv), free(dqkv), free(o), free(d_o), free(p);
 }
 
 /* The stages every backend runs in this order: the packed q/k/v projection, the scaled

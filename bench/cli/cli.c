@@ -135,8 +135,9 @@ bool cli_parse_batches(const char *s, int64_t **out, int *n)
     return *n > 0 && s[strlen(s) - 1] != ',';
 }
 
-/* "fp32,bf16" -> dtypes, each once; false on anything else. */
-static bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
+/* "fp32,bf16" -> the values lookup gives each name, each once, at most max; false on
+ * anything else (an empty item, a name lookup refuses with -1, a repeat). */
+static bool parse_names(const char *s, int (*lookup)(const char *), int max, int *out, int *n)
 {
     *n = 0;
     if (!*s || s[0] == ',' || strstr(s, ",,") || s[strlen(s) - 1] == ',')
@@ -144,14 +145,23 @@ static bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
     char *copy = xstrdup(s), *save = NULL;
     bool ok = true;
     for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
-        int t = dtype_from_name(tok);
+        int t = lookup(tok);
         for (int i = 0; t >= 0 && i < *n; i++)
-            t = out[i] == (dtype_t)t ? -1 : t;
-        if ((ok = t >= 0 && *n < DTYPE_COUNT))
-            out[(*n)++] = (dtype_t)t;
+            t = out[i] == t ? -1 : t;
+        if ((ok = t >= 0 && *n < max))
+            out[(*n)++] = t;
     }
     free(copy);
     return ok && *n > 0;
+}
+
+static bool cli_parse_dtypes(const char *s, dtype_t *out, int *n)
+{
+    int v[DTYPE_COUNT];
+    bool ok = parse_names(s, dtype_from_name, DTYPE_COUNT, v, n);
+    for (int i = 0; ok && i < *n; i++)
+        out[i] = (dtype_t)v[i];
+    return ok;
 }
 
 /* "warm,batch" -> modes (at most 4, each valid and once; modes may be NULL to only
@@ -244,19 +254,10 @@ static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c-
 /* "forward,backward" -> passes, each once */
 static bool set_pass(cli *c, const char *arg)
 {
-    c->model.n_passes = 0;
-    if (!*arg || arg[0] == ',' || strstr(arg, ",,") || arg[strlen(arg) - 1] == ',')
-        return false;
-    char *copy = xstrdup(arg), *save = NULL;
-    bool ok = true;
-    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
-        int p = layer_pass_from_name(tok);
-        for (int i = 0; p >= 0 && i < c->model.n_passes; i++)
-            p = c->model.passes[i] == (layer_pass)p ? -1 : p;
-        if ((ok = p >= 0))
-            c->model.passes[c->model.n_passes++] = (layer_pass)p;
-    }
-    free(copy);
+    int v[PASS_COUNT];
+    bool ok = parse_names(arg, layer_pass_from_name, PASS_COUNT, v, &c->model.n_passes);
+    for (int i = 0; ok && i < c->model.n_passes; i++)
+        c->model.passes[i] = (layer_pass)v[i];
     return ok;
 }
 

@@ -506,11 +506,8 @@ static void softmax_bwd_run(void *env, const layer *l, void *state, const void *
     (void)env, (void)state, (void)w;
     const float *y = FOUT(l, ins), *dy = DOUT(l, ins);
     float *dx = out;
-    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
-    for (int64_t i = 0; i < l->p.dim; i++)
-        outer *= l->in.d[i];
-    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
-        inner *= l->in.d[i];
+    int64_t outer, n, inner;
+    layer_softmax_dims(l, &outer, &n, &inner);
     CPU_OMP_IF(outer * n * inner > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t o = 0; o < outer; o++)
             for (int64_t k = 0; k < inner; k++) {

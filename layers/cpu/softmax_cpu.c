@@ -48,11 +48,8 @@ static void softmax_run(void *env, const layer *l, void *state, const void *cons
     (void)env;
     const float *in = ins[0];
     (void)state, (void)w;
-    int64_t outer = 1, n = l->in.d[l->p.dim], inner = 1;
-    for (int64_t i = 0; i < l->p.dim; i++)
-        outer *= l->in.d[i];
-    for (int64_t i = l->p.dim + 1; i < l->in.rank; i++)
-        inner *= l->in.d[i];
+    int64_t outer, n, inner;
+    layer_softmax_dims(l, &outer, &n, &inner);
     CPU_OMP_IF(outer * n * inner > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t r = 0; r < outer * inner; r++) {
             int64_t at = (r / inner) * n * inner + r % inner;
