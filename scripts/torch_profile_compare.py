@@ -6,6 +6,8 @@ usage:
   build/bench run CONFIG --batch N --backend all --threads T --csv run.csv
   /usr/bin/python3 scripts/torch_profile_compare.py --layers layers.csv --bench run.csv \\
       --threads T [--backend cpu,onednn] [--iters 30] [--out compare.md] [--csv compare.csv]
+  (--pass backward: run.csv from bench run --pass backward; torch's convolution_backward
+  calls of a training step beside our convolutions' backward rows)
 
 The model is rebuilt in PyTorch from `bench list --csv`, as scripts/torch_compare.py
 rebuilds it (the same modules, shapes and graph; float32, eval mode, on the CPU with
@@ -23,6 +25,13 @@ torch's. A layer of ours torch has no call for, or a torch call that matches no 
 of ours, is listed, never dropped. The forward: torch's eager forward (timed without
 the profiler, median of 30) and its mean under the profiler, beside our chained
 median.
+
+With --pass backward the modules run in training mode (batch norm on the batch's
+statistics) on an input that requires its gradient, and each iteration is a forward
+and a backward of a random output gradient under the profiler; each convolution's
+aten::convolution_backward call (its input's and its weight's gradients, and its
+bias's) is set beside our backward row of that convolution, timed alone (there is no
+in-model backward of ours yet). The step's line is torch's eager forward and backward.
 
 What torch's figure holds: the whole aten call, as the profiler's CPU total counts it
 (its dispatch, any layout reorder inside the call, the output's allocation), on the
@@ -59,6 +68,9 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 KINDS = {"conv2d": "aten::conv2d", "linear": "aten::linear"}
+# --pass backward: the convolutions' backward, whose input shapes are (grad_output, input,
+# weight, ...): their input and weight shapes at 1 and 2
+BACKWARD_KINDS = {"conv2d": "aten::convolution_backward"}
 
 
 def weight_shape(kind, p, in_shape):
@@ -90,6 +102,9 @@ def main():
                     help="OpenBLAS's threads inside PyTorch (default 1; Debian's torch runs nn.Linear through OpenBLAS, "
                          "so give a GEMM-bound model such as BERT --threads here; its convolutions run on oneDNN's "
                          "OpenMP threads, whose idle ones then sleep)")
+    ap.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
+                    help="forward (default), or backward: torch's convolution_backward calls of a training step "
+                         "beside the backward rows of run.csv (bench run --pass backward)")
     ap.add_argument("--out", help="the markdown table (default stdout)")
     ap.add_argument("--csv", help="the same as CSV")
     args = ap.parse_args()
@@ -117,7 +132,8 @@ def main():
     # ours: per backend, per layer index, the in-model and the alone median
     ours, backends = {}, []
     for r in torch_export.read_csv(args.bench, "--bench", prog="torch_profile_compare"):
-        if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok":
+        if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok" or \
+                r.get("pass", "forward") != args.pass_:
             continue
         if r["backend"] not in backends:
             backends.append(r["backend"])
@@ -134,9 +150,15 @@ def main():
                      f"{batch}")
         backends = wanted
     if not backends:
-        sys.exit(f"torch_profile_compare: {args.bench} has no fp32 rows at the layers' batch {batch}")
+        sys.exit(f"torch_profile_compare: {args.bench} has no fp32 {args.pass_} rows at the layers' batch {batch}")
 
+    backward = args.pass_ == "backward"
+    kinds = BACKWARD_KINDS if backward else KINDS
     x0 = torch.rand(tc.shape(rows[0]["input_shape"])) * 2 - 1
+    if backward:  # every layer's input gradient, the first's too; batch norm on the batch's statistics
+        x0.requires_grad_(True)
+        for _, m, _ in layers:
+            m.train()
     inputs = [[int(i) for i in r["inputs"].lstrip("'").split()] for r in rows]
 
     def forward():
@@ -150,18 +172,28 @@ def main():
                 values[i] = m(*args_)
         return values[len(layers) - 1]
 
-    with torch.no_grad():
+    grad_out = None
+
+    def step():  # the forward, and with --pass backward the backward of a fixed random gradient
+        nonlocal grad_out
+        y = forward()
+        if backward:
+            if grad_out is None:
+                grad_out = torch.rand(y.shape) * 2 - 1
+            y.backward(grad_out)
+
+    with torch.set_grad_enabled(backward):
         for _ in range(10):
-            forward()
+            step()
         eager = []
         for _ in range(30):
             t0 = time.perf_counter()
-            forward()
+            step()
             eager.append(time.perf_counter() - t0)
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for _ in range(args.iters):
                 with record_function("forward"):
-                    forward()
+                    step()
     events = prof.key_averages(group_by_input_shape=True)
 
     # torch's calls per group: mean us per call, calls per forward
@@ -171,9 +203,9 @@ def main():
         if e.key == "forward":
             profiled = e.cpu_time_total / e.count
             continue
-        kind = next((k for k, op in KINDS.items() if op == e.key), None)
+        kind = next((k for k, op in kinds.items() if op == e.key), None)
         if kind:
-            shapes = [tuple(s) for s in e.input_shapes]
+            shapes = [tuple(s) for s in e.input_shapes][1 if backward else 0:]
             key = group_key(kind, shapes[0], shapes[1] if len(shapes) > 1 else ())
         elif e.key in scopes:
             key = scopes[e.key]
@@ -185,7 +217,7 @@ def main():
 
     ours_groups = {}
     for r, m, key in layers:
-        if r["kind"] in KINDS or r["kind"] == "multihead_attention":
+        if r["kind"] in kinds or (r["kind"] == "multihead_attention" and not backward):
             ours_groups.setdefault(key, []).append(r["layer_index"])
     for key in torch_groups:
         if key not in ours_groups:
@@ -221,7 +253,7 @@ def main():
         table.append((cells, far))
 
     out = io.StringIO() if args.out else sys.stdout
-    print(f"Per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
+    print(f"{'Backward' if backward else 'Forward'} per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
           f"{os.environ.get('OPENBLAS_NUM_THREADS')} (OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}); torch "
           f"{torch.__version__}, {args.iters} forwards under torch.profiler (CPU total per aten call, grouped by input "
           f"shape).\n", file=out)
@@ -238,7 +270,9 @@ def main():
                      else f"- | - ({sums[(kind, b)][3]} layers without a figure)" for b in backends]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
     chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
-    print("| the forward (ours: chained median; torch: eager median, and mean under the profiler) | " +
+    what = "the training step (torch: eager forward and backward" if backward else \
+        "the forward (ours: chained median; torch: eager median"
+    print(f"| {what}, and mean under the profiler) | " +
           " | ".join(f"{c / 1e3:.3f} ms | -" if c else "- | -" for c in chained) +
           f" | {statistics.median(eager) * 1e3:.3f} ms ({profiled / 1e3:.3f} ms profiled) |", file=out)
     if unmatched_torch:

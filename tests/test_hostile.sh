@@ -207,9 +207,11 @@ pid=$!
 for _ in $(seq 100); do w=$(pgrep -P $pid | head -1); [ -n "$w" ] && break; sleep 0.1; done
 if [ -n "${w:-}" ]; then
   sleep 0.5 && kill -STOP "$w"
-  ( sleep 90; kill -9 $pid 2>/dev/null ) & guard=$!
+  # the guard's output away from ctest's pipe, and its sleep stopped with it: a sleep left
+  # holding the pipe kept ctest waiting its 90 s after the test had finished
+  ( sleep 90; kill -9 $pid 2>/dev/null ) >/dev/null 2>&1 & guard=$!
   wait $pid
-  kill $guard 2>/dev/null
+  pkill -P $guard sleep 2>/dev/null; kill $guard 2>/dev/null
   grep -q "pid $w was stopped for" "$T/stop.out" && ok || bad "a stopped worker: $(tail -3 "$T/stop.out")"
 else
   kill $pid 2>/dev/null; wait $pid; bad "no worker process seen to stop"
