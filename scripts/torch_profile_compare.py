@@ -248,7 +248,7 @@ def main():
             s[0] += (inm or 0) * len(idx)
             s[1] += (alone or 0) * len(idx)
             s[2] += (per_call or 0) * len(idx)
-            s[3] += 0 if inm and alone and per_call else len(idx)  # layers without a figure: no sum
+            s[3] += 0 if (inm or backward) and alone and per_call else len(idx)  # layers without a figure: no sum
         cells.append("in-model over 20% from torch" if far else "")
         table.append((cells, far))
 
@@ -266,7 +266,8 @@ def main():
     print("|---|" + "---|---|" * len(backends) + "---|", file=out)
     for kind in ("conv2d", "linear", "multihead_attention"):
         if any((kind, b) in sums for b in backends):
-            cells = [f"{sums[(kind, b)][0] / 1e3:.3f} ms | {sums[(kind, b)][1] / 1e3:.3f} ms" if not sums[(kind, b)][3]
+            cells = [f"{'-' if backward else f'{sums[(kind, b)][0] / 1e3:.3f} ms'} | {sums[(kind, b)][1] / 1e3:.3f} ms"
+                     if not sums[(kind, b)][3]
                      else f"- | - ({sums[(kind, b)][3]} layers without a figure)" for b in backends]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
     chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
