@@ -18,7 +18,7 @@ Writes into DIR (default: beside the first CSV), for each model:
   <model>_decode_<backend>.png            a decoder's sweep over --kv-len (and --batch):
                                           time per step and tokens/s against the cache
                                           length, a line per batch size
-A dtype other than fp32 and a decoder's token shape (tokens, cached tokens) are part of
+A dtype other than fp32, a backward pass and a decoder's token shape (tokens, cached tokens) are part of
 each name (..._b1_bf16_t1_kv1024.png), so the sets of a grid do not overwrite each other.
 Reads only the CSV (docs/csv.md). Needs matplotlib and pandas (Debian:
 python3-matplotlib python3-pandas). Prints the files it wrote.
@@ -69,13 +69,15 @@ def load(paths):
         df["source"] = os.path.splitext(os.path.basename(p))[0]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
-    for col in ("dtype", "tokens", "kv_len"):  # older CSVs: fp32, no token shape
+    for col in ("dtype", "tokens", "kv_len", "pass"):  # older CSVs: fp32, no token shape, forward
         if col not in df.columns:
-            df[col] = "fp32" if col == "dtype" else float("nan")
+            df[col] = {"dtype": "fp32", "pass": "forward"}.get(col, float("nan"))
     df["dtype"] = df["dtype"].fillna("fp32")
-    # what a set is besides its model, backend and batch: its dtype and token shape
-    df["shape"] = [("" if d == "fp32" else f"_{d}") + ("" if t != t else f"_t{int(t)}_kv{int(k) if k == k else 0}")
-                   for d, t, k in zip(df["dtype"], df["tokens"], df["kv_len"])]
+    df["pass"] = df["pass"].fillna("forward")
+    # what a set is besides its model, backend and batch: its dtype, pass and token shape
+    df["shape"] = [("" if d == "fp32" else f"_{d}") + ("" if p == "forward" else f"_{p}") +
+                   ("" if t != t else f"_t{int(t)}_kv{int(k) if k == k else 0}")
+                   for d, p, t, k in zip(df["dtype"], df["pass"], df["tokens"], df["kv_len"])]
     # a (model, backend, batch) measured in more than one file: the file names tell them apart
     keys = df.groupby(["model", "backend", "batch", "shape"])["source"].nunique()
     dup = set(keys[keys > 1].index)
@@ -137,7 +139,7 @@ def plot_layers(df, out, top, written):
 def describe(g):
     """", bf16, 1 token after 1024 cached" for a set's title."""
     r = g.iloc[0]
-    text = "" if r["dtype"] == "fp32" else f", {r['dtype']}"
+    text = ("" if r["dtype"] == "fp32" else f", {r['dtype']}") + ("" if r["pass"] == "forward" else f", {r['pass']}")
     if r["tokens"] == r["tokens"]:
         kv = int(r["kv_len"]) if r["kv_len"] == r["kv_len"] else 0
         text += f", {int(r['tokens'])} token{'s' if r['tokens'] != 1 else ''}" + (f" after {kv} cached" if kv else "")

@@ -39,12 +39,13 @@ static double gflops(int64_t flops, double seconds) { return seconds > 0 ? (doub
 
 /* ---- per-layer table ------------------------------------------------------------------- */
 
-/* A set's per-layer figures, kept for the table across dtypes (print_dtypes). */
+/* A set's per-layer figures, kept for the table across dtypes and passes (print_dtypes). */
 typedef struct kept_set {
     char backend[16];
     timing_mode mode;
     int64_t batch;
     dtype_t dtype;
+    layer_pass pass;
     const model *m;           /* borrowed: the run's model, whose names and kinds do not change */
     double *median, *error;   /* per layer; < 0: none */
     double alone, inmodel;    /* sums of the layers timed both alone and inside the forward (0: no in-model view) */
@@ -742,7 +743,7 @@ static void keep_set(console *c, const run_result *res)
     c->sets = xrealloc(c->sets, (size_t)(c->n_sets + 1) * sizeof *c->sets);
     kept_set *k = &c->sets[c->n_sets++];
     snprintf(k->backend, sizeof k->backend, "%s", res->backend);
-    k->mode = res->mode, k->batch = res->m->batch, k->dtype = res->m->dtype, k->m = res->m;
+    k->mode = res->mode, k->batch = res->m->batch, k->dtype = res->m->dtype, k->pass = res->m->pass, k->m = res->m;
     k->median = xmalloc((size_t)(n ? n : 1) * sizeof *k->median);
     k->error = xmalloc((size_t)(n ? n : 1) * sizeof *k->error);
     k->alone = k->inmodel = 0;
@@ -767,6 +768,7 @@ static void print_backends(console *c)
         int members[8], nm = 0;
         for (int u = s; u < c->n_sets && nm < 8; u++)
             if (!done[u] && c->sets[u].batch == c->sets[s].batch && c->sets[u].dtype == c->sets[s].dtype &&
+                c->sets[u].pass == c->sets[s].pass &&
                 c->sets[u].mode == c->sets[s].mode && c->sets[u].chained > 0 && c->sets[u].inmodel > 0)
                 members[nm++] = u, done[u] = true;
         if (nm < 2)
@@ -820,7 +822,7 @@ static void print_amx(console *c)
         if (strcmp(k->backend, "cpu") != 0 || k->dtype != DTYPE_BF16)
             continue;
         for (int u = 0; u < c->n_sets && !od; u++)
-            if (!strcmp(c->sets[u].backend, "onednn") && c->sets[u].dtype == k->dtype &&
+            if (!strcmp(c->sets[u].backend, "onednn") && c->sets[u].dtype == k->dtype && c->sets[u].pass == k->pass &&
                 c->sets[u].batch == k->batch && c->sets[u].mode == k->mode && c->sets[u].chained > 0)
                 od = &c->sets[u];
         char a[24], b[24];
@@ -835,30 +837,39 @@ static void print_amx(console *c)
     }
 }
 
-/* Every layer's time and error in each dtype side by side, per (backend, batch, mode)
- * that ran in more than one, with each dtype's speed against the first's. */
+/* A set's name in the table across sets: its dtype, and "backward" for that pass */
+static const char *set_label(const kept_set *k, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", dtype_name(k->dtype), k->pass == PASS_BACKWARD ? " backward" : "");
+    return buf;
+}
+
+/* Every layer's time and error in each dtype and pass side by side, per (backend, batch,
+ * mode) that ran in more than one, with each set's speed against the first's (a layer's
+ * backward beside its forward: 0.5 where the backward takes twice as long). */
 static void print_dtypes(console *c)
 {
     bool *done = xcalloc((size_t)(c->n_sets ? c->n_sets : 1), sizeof *done);
     for (int s = 0; s < c->n_sets; s++) {
-        int members[DTYPE_COUNT], nm = 0;
-        for (int u = s; u < c->n_sets && nm < DTYPE_COUNT; u++)
+        int members[DTYPE_COUNT * PASS_COUNT], nm = 0;
+        bool passes = false;
+        for (int u = s; u < c->n_sets && nm < DTYPE_COUNT * PASS_COUNT; u++)
             if (!done[u] && c->sets[u].batch == c->sets[s].batch && !strcmp(c->sets[u].backend, c->sets[s].backend) &&
                 c->sets[u].mode == c->sets[s].mode)
-                members[nm++] = u, done[u] = true;
+                members[nm++] = u, done[u] = true, passes |= c->sets[u].pass != c->sets[s].pass;
         if (nm < 2)
             continue;
         const kept_set *first = &c->sets[members[0]];
-        char title[300], *heads[3 + 3 * DTYPE_COUNT], align[4 + 3 * DTYPE_COUNT] = "rll";
-        snprintf(title, sizeof title, "By dtype: %s, batch %lld, %s timing (xN: speed against %s; Error: relative L2 "
+        char title[300], *heads[3 + 3 * DTYPE_COUNT * PASS_COUNT], align[4 + 3 * DTYPE_COUNT * PASS_COUNT] = "rll", lb[32];
+        snprintf(title, sizeof title, "By dtype%s: %s, batch %lld, %s timing (xN: speed against %s; Error: relative L2 "
                                       "error against the fp32 reference, --error)%s",
-                 first->backend, (long long)first->batch, measure_mode_name(first->mode), dtype_name(first->dtype),
-                 c->ro.format == TABLE_MD ? "" : ":");
+                 passes ? " and pass" : "", first->backend, (long long)first->batch, measure_mode_name(first->mode),
+                 set_label(first, lb, sizeof lb), c->ro.format == TABLE_MD ? "" : ":");
         table_heading(c->out, c->ro.format, 3, title);
         int nh = 0;
         heads[nh++] = xstrdup("#"), heads[nh++] = xstrdup("Name"), heads[nh++] = xstrdup("Kind");
         for (int d = 0; d < nm; d++) {
-            const char *dn = dtype_name(c->sets[members[d]].dtype);
+            const char *dn = set_label(&c->sets[members[d]], lb, sizeof lb);
             heads[nh++] = xasprintf("%s", dn), strcat(align, "r");
             if (d)
                 heads[nh++] = xasprintf("x%s", dn), strcat(align, "r");
@@ -976,8 +987,10 @@ static bench_status sweep_run(reporter *r, const run_result *res)
         if (res->sum_medians > 0)
             snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
     }
-    const char *cells[] = {res->backend, batch, dtype_name(res->m->dtype), med, noise, items, sum, gap};
-    const char *dcells[] = {res->backend, batch, dtype_name(res->m->dtype), tok, kv, med, noise, items, sum, gap};
+    char dt[32]; /* a backward set says so beside its dtype */
+    snprintf(dt, sizeof dt, "%s%s", dtype_name(res->m->dtype), res->m->pass == PASS_BACKWARD ? " backward" : "");
+    const char *cells[] = {res->backend, batch, dt, med, noise, items, sum, gap};
+    const char *dcells[] = {res->backend, batch, dt, tok, kv, med, noise, items, sum, gap};
     sweep_row(s, s->decoder ? dcells : cells);
     fflush(s->out);
     return BENCH_OK;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "fast_math.h"
 
 /* The buffers of a backward run: the output's gradient and the gradients written */
 #define DOUT(l, ins) ((const float *)(ins)[(l)->n_inputs + 1])
@@ -240,6 +241,8 @@ static void bn_bwd_run(void *env, const layer *l, void *state, const void *const
 
 /* ---- the activations ------------------------------------------------------------------------- */
 
+/* The derivatives on fast_math.h's exp, erf and tanh, so that the loops vectorise (the C
+ * library's are calls they cannot) */
 CPU_ISA_CLONES
 static void act_bwd_span(layer_kind kind, int gelu_tanh, const float *x, const float *dy, float *dx, int64_t n)
 {
@@ -255,41 +258,49 @@ static void act_bwd_span(layer_kind kind, int gelu_tanh, const float *x, const f
             dx[i] = x[i] > 0.0f && x[i] < 6.0f ? dy[i] : 0.0f;
         break;
     case LAYER_SILU:
+#pragma omp simd
         for (int64_t i = 0; i < n; i++) {
-            float s = 1.0f / (1.0f + expf(-x[i]));
+            float s = 1.0f / (1.0f + lb_expf(-x[i]));
             dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
         }
         break;
     case LAYER_SIGMOID:
+#pragma omp simd
         for (int64_t i = 0; i < n; i++) {
-            float s = 1.0f / (1.0f + expf(-x[i]));
+            float s = 1.0f / (1.0f + lb_expf(-x[i]));
             dx[i] = dy[i] * s * (1.0f - s);
         }
         break;
     case LAYER_TANH:
+#pragma omp simd
         for (int64_t i = 0; i < n; i++) {
-            float t = tanhf(x[i]);
+            float t = lb_tanhf(x[i]);
             dx[i] = dy[i] * (1.0f - t * t);
         }
         break;
     case LAYER_HARDSWISH:
+#pragma omp simd
         for (int64_t i = 0; i < n; i++)
             dx[i] = dy[i] * (x[i] < -3.0f ? 0.0f : x[i] > 3.0f ? 1.0f : x[i] / 3.0f + 0.5f);
         break;
     case LAYER_HARDSIGMOID:
+#pragma omp simd
         for (int64_t i = 0; i < n; i++)
             dx[i] = x[i] > -3.0f && x[i] < 3.0f ? dy[i] / 6.0f : 0.0f;
         break;
     default: /* LAYER_GELU */
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i], g;
-            if (gelu_tanh) {
-                float k = 0.7978845608f, t = tanhf(k * (v + 0.044715f * v * v * v));
-                g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * v * v);
-            } else {
-                g = 0.5f * (1.0f + erff(v * 0.70710678f)) + v * expf(-0.5f * v * v) * 0.39894228f;
+        if (gelu_tanh) {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) {
+                float v = x[i], k = 0.7978845608f, t = lb_tanhf(k * (v + 0.044715f * v * v * v));
+                dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * v * v));
             }
-            dx[i] = dy[i] * g;
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) {
+                float v = x[i];
+                dx[i] = dy[i] * (0.5f * (1.0f + lb_erff(v * 0.70710678f)) + v * lb_expf(-0.5f * v * v) * 0.39894228f);
+            }
         }
     }
 }
@@ -426,25 +437,41 @@ static void pool_bwd_run(void *env, const layer *l, void *state, const void *con
 
 /* One row of d: rmsnorm's (s = w + offset, no mean) or layernorm's (gamma where it has
  * it) input gradient; its mean and 1 / std kept in stat[2] for the weights' pass */
+CPU_ISA_CLONES
 static void norm_bwd_row(const layer *l, const float *x, const float *dy, const float *w, float *dx, float *stat)
 {
     int64_t d = l->p.normalized_shape;
     bool rms = l->kind == LAYER_RMSNORM, affine = rms || l->p.affine;
     float mean = 0, var = 0, mg = 0, mgx = 0, off = rms ? (float)l->p.weight_offset : 0.0f;
-    for (int64_t i = 0; !rms && i < d; i++)
-        mean += x[i];
-    mean /= (float)d;
+    if (!rms) {
+#pragma omp simd reduction(+ : mean)
+        for (int64_t i = 0; i < d; i++)
+            mean += x[i];
+        mean /= (float)d;
+    }
+#pragma omp simd reduction(+ : var)
     for (int64_t i = 0; i < d; i++)
         var += (x[i] - mean) * (x[i] - mean);
     float rstd = 1.0f / sqrtf(var / (float)d + (float)l->p.eps);
+#pragma omp simd reduction(+ : mg, mgx)
     for (int64_t i = 0; i < d; i++) {
         float g = dy[i] * (affine ? w[i] + off : 1.0f);
         mg += g, mgx += g * (x[i] - mean) * rstd;
     }
     mg = rms ? 0.0f : mg / (float)d, mgx /= (float)d;
+#pragma omp simd
     for (int64_t i = 0; i < d; i++)
         dx[i] = rstd * (dy[i] * (affine ? w[i] + off : 1.0f) - mg - (x[i] - mean) * rstd * mgx);
     stat[0] = mean, stat[1] = rstd;
+}
+
+/* One row's share of the weights' gradient over a span of features: g += dy x^, b += dy */
+CPU_ISA_CLONES
+static void norm_wgrad_span(const float *x, const float *dy, int64_t n, float mean, float rstd, float *g, float *b)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        g[i] += dy[i] * (x[i] - mean) * rstd, b[i] += dy[i];
 }
 
 typedef struct norm_bwd {
@@ -490,14 +517,18 @@ static void norm_bwd_run(void *env, const layer *l, void *state, const void *con
             norm_bwd_row(l, x + r * d, dy + r * d, w, dx + r * d, stat + 2 * r););
     if (!affine)
         return;
+    /* the weights' gradient by chunks of 64 features over the threads, each chunk's rows in
+     * turn (contiguous reads, where a feature at a time strides the rows) */
+    int64_t chunks = (d + 63) / 64;
     CPU_OMP_IF(rows * d > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t i = 0; i < d; i++) {
-            float g = 0, b = 0;
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            int64_t i0 = ch * 64, span = d - i0 < 64 ? d - i0 : 64;
+            float g[64] = {0}, bs[64] = {0};
             for (int64_t r = 0; r < rows; r++)
-                g += dy[r * d + i] * (x[r * d + i] - stat[2 * r]) * stat[2 * r + 1], b += dy[r * d + i];
-            dw[i] = g;
+                norm_wgrad_span(x + r * d + i0, dy + r * d + i0, span, stat[2 * r], stat[2 * r + 1], g, bs);
+            memcpy(dw + i0, g, (size_t)span * sizeof *g);
             if (beta)
-                dw[d + i] = b;
+                memcpy(dw + d + i0, bs, (size_t)span * sizeof *bs);
         });
 }
 
