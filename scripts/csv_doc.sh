@@ -136,7 +136,7 @@ skipped, with why. A run inside a Slurm job also has `slurm`: `job_id`, `array_j
 did not set them); `bench merge` turns them into columns ([slurm.md](slurm.md)). `state` is `complete`, `running` (a
 checkpoint of a run still going, or killed), `interrupted` (with `interrupted` saying
 where: batch, backend, mode and layer) or `failed`; `completed` lists the finished
-(backend, batch) sets, each with `rows`, how many CSV rows it wrote (what `--resume` and
+(backend, batch, dtype, pass and a decoder's token shape) sets, each with `rows`, how many CSV rows it wrote (what `--resume` and
 `bench merge` check a set against), and `resumed_sets` how many came from the file
 `--resume` read (listed first).
 Each finished set has a `measurement` list, one object per timing mode:

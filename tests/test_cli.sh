@@ -746,6 +746,12 @@ awk -F, "$COLS"' $c["mode"] == "chained" { ch[$c["pass"]] = $c["status"] " " $c[
 grep -q '"pass": "backward"' "$T/pass.json" && grep -q '"pass": "forward"' "$T/pass.json" && ok ||
   bad "JSON sets without their pass: $(grep -o '"completed.*' "$T/pass.json" | head -c 300)"
 grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner does not say so: $(grep === "$T/pass.out")"
+# bench check --pass backward: every layer's gradients against the reference backward; the
+# smoke model's views skipped as such, and the tiny decoder (attention, rope, rmsnorm, the
+# embedding's dense table gradient) whole in fp32
+expect 0 "backward \(each layer's gradients.*, 0 failed, 2 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
+expect 0 ", 0 failed, 0 skipped" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype fp32
+expect 0 "the cpu backend's backward kernels are fp32 only so far" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype bf16
 # compare matches each pass with itself only; --resume keeps the finished pass's set
 for t in forward backward; do
   { head -1 "$T/pass.csv"; awk -F, "$COLS"' $c["pass"] == "'$t'"' "$T/pass.csv"; } >"$T/${t}only.csv"
