@@ -731,7 +731,7 @@ expect 0 "batch 2 in fp32 on cpu: kept from the previous run" -- "$BENCH" run "$
 # --pass: each layer's backward alone (its inputs' and weights' gradients), an axis like dtype
 expect 2 "--pass expects forward or backward .*got 'sideways'" -- "$BENCH" run "$SMOKE" --pass sideways
 expect 2 "--pass expects" -- "$BENCH" run "$SMOKE" --pass backward,backward
-expect 2 "--pass goes with bench run and sweep, not list" -- "$BENCH" list "$SMOKE" --pass backward
+expect 2 "--pass goes with bench run, sweep and check, not list" -- "$BENCH" list "$SMOKE" --pass backward
 "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --csv "$T/pass.csv" >"$T/pass.out" 2>&1 && ok ||
   bad "run --pass forward,backward: $(tail -3 "$T/pass.out")"
 # both sets; every conv2d and linear backward row timed by its own kernel, with twice the
