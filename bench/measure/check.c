@@ -81,7 +81,8 @@ static void reference_backward(const layer *l, float *const *in, const float *w,
     dtype_round(l->dtype, dy, n_out);
     layer_train_reference(l, (const float *const *)in, w, y);
     dtype_round(l->dtype, y, n_out); /* what the backend holds of it */
-    for (int k = 0, at = 0; k < l->n_inputs; at += (int)shape_numel(&l->ins[k]), k++)
+    int64_t at = 0;
+    for (int k = 0; k < l->n_inputs; at += shape_numel(&l->ins[k]), k++)
         din[k] = ref + at;
     layer_desc_get(l->kind)->backward(l, (const float *const *)in, w, y, dy, din, ref + layer_backward_floats(l) -
                                                                                    l->n_weight_floats);
@@ -125,12 +126,13 @@ static check_result check_backward(const layer *l, const backend *b, uint64_t se
     if ((r.status = b->ops->device.sync(b->ctx)) != BENCH_OK ||
         (r.status = backend_download_values(b, l->dtype, got, dgrad, n_grad)) != BENCH_OK)
         goto out;
-    for (int k = 0, at = 0; k <= l->n_inputs; k++) { /* each gradient's error, the worst of them */
+    int64_t at = 0;
+    for (int k = 0; k <= l->n_inputs; k++) { /* each gradient's error, the worst of them */
         int64_t n = k < l->n_inputs ? shape_numel(&l->ins[k]) : l->n_weight_floats, bad;
         double err = n ? check_rel_err(got + at, ref + at, n, &bad) : 0.0;
         r.rel_err = err > r.rel_err ? err : r.rel_err;
         r.nonfinite += n ? bad : 0;
-        at += (int)n;
+        at += n;
     }
     r.status = (r.nonfinite == 0 && r.rel_err <= r.tolerance) ? BENCH_OK : BENCH_ERR_CHECK;
 out:
@@ -355,6 +357,8 @@ int64_t check_layer_bytes(const layer *l)
     int64_t floats = l->n_weight_floats + 2 * shape_numel(&l->out);
     for (int k = 0; k < l->n_inputs; k++)
         floats += shape_numel(&l->ins[k]);
+    if (l->pass == PASS_BACKWARD) /* the inputs, output and its gradient, weights, and the gradients twice */
+        floats = l->n_weight_floats + layer_backward_in_floats(l) + 2 * layer_backward_floats(l);
     return 2 * 4 * floats; /* host fp32, and the backend's copies at most as large */
 }
 

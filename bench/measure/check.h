@@ -50,7 +50,8 @@ typedef struct check_options {
 } check_options;
 
 /* The bytes checking layer l alone takes at most: its inputs, weights, output and the
- * reference's output in fp32, and the backend's copies of them. */
+ * reference's output in fp32 (a backward layer: its inputs, output and output gradient,
+ * weights, and its gradients and the reference's), and the backend's copies of them. */
 int64_t check_layer_bytes(const layer *l);
 /* The bytes the chained forward's check takes: the model as the forward holds it, and the
  * reference forward's values in fp32. */

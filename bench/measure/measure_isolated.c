@@ -166,9 +166,10 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
         snprintf(r->impl, sizeof r->impl, "%s", e.unsupported ? e.unsupported : "no kernel");
         return;
     }
-    for (int k = 0, at = 0; k < n_in; k++) {
+    int64_t at = 0;
+    for (int k = 0; k < n_in; k++) {
         lu->in[k] = (const char *)s->in[l->dtype] + at * (int64_t)dtype_size(l->dtype);
-        at += (int)shape_numel(k < l->n_inputs ? &l->ins[k] : &l->out);
+        at += shape_numel(k < l->n_inputs ? &l->ins[k] : &l->out);
     }
     if (!isolated_weights(l, b, seed, lu, r))
         return;
