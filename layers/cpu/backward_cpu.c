@@ -27,7 +27,7 @@
 #include "cpu_kernels.h"
 #include "fast_math.h"
 
-/* The buffers of a backward run: the output's gradient and the gradients written */
+/* A backward run's inputs after the forward's: the forward's output, then its gradient */
 #define DOUT(l, ins) ((const float *)(ins)[(l)->n_inputs + 1])
 #define FOUT(l, ins) ((const float *)(ins)[(l)->n_inputs])
 
