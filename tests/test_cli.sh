@@ -752,6 +752,7 @@ grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner d
 expect 0 "backward \(each layer's gradients.*, 0 failed, 2 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
 expect 0 ", 0 failed, 0 skipped" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype fp32
 expect 0 "the cpu backend's backward kernels are fp32 only so far" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype bf16
+expect 2 "run it for one --pass at a time" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --stacks "$T/p.folded"
 # compare matches each pass with itself only; --resume keeps the finished pass's set
 for t in forward backward; do
   { head -1 "$T/pass.csv"; awk -F, "$COLS"' $c["pass"] == "'$t'"' "$T/pass.csv"; } >"$T/${t}only.csv"

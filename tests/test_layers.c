@@ -960,6 +960,17 @@ static void test_backward(uint64_t seed)
                layer_kind_name((layer_kind)k));
 }
 
+/* Every kind with a backward reference has the cpu's fp32 backward kernel (a view's
+ * backward is a view): a reference without a kernel would only ever be a skipped row. */
+static void test_backward_coverage(const backend *b)
+{
+    for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+        layer l = {.kind = (layer_kind)k, .dtype = DTYPE_FP32, .pass = PASS_BACKWARD};
+        if (layer_has_backward(&l) && !layer_desc_get(l.kind)->aliases_input)
+            EXPECT(backend_kernel_of(b, &l).kernel, "backward of %s: no cpu kernel", layer_kind_name(l.kind));
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "cpu";
@@ -1002,6 +1013,8 @@ int main(int argc, char **argv)
                 run_case(&b, &cases[i], seed + i, types[t]);
         }
     }
+    if (strcmp(name, "cpu") == 0)
+        test_backward_coverage(&b);
     /* every case's backward the backend has a kernel for (fp32) */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_backward_case(&b, &cases[i], seed + i);

@@ -333,6 +333,12 @@ static int job_shapes(measure_job *j, const cli *c, int64_t batch)
     if (rc == 0 && j->n_shapes > 1 && c->run.stacks) {
         log_msg("--stacks writes one file per batch and dtype: run it for one --tokens and --kv-len at a time");
         rc = 2;
+    } else if (rc == 0 && c->model.n_passes > 1 && c->run.stacks) {
+        log_msg("--stacks writes one file per batch and dtype: run it for one --pass at a time");
+        rc = 2;
+    } else if (rc == 0 && c->model.n_passes == 1 && c->model.passes[0] == PASS_BACKWARD && c->run.stacks) {
+        log_msg("note: --stacks with --pass backward folds each layer's backward median, timed alone (there is no "
+                "chained training step yet)");
     }
     return rc;
 }

@@ -113,6 +113,9 @@ static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_CLASS_TOKEN, cpu_token_bwd_kernel),
     CPU_BWD_ROW(LAYER_POS_EMBEDDING, cpu_token_bwd_kernel),
     CPU_BWD_ROW(LAYER_SELECT, cpu_token_bwd_kernel),
+    CPU_BWD_ROW(LAYER_CONCAT, cpu_spread_bwd_kernel),
+    CPU_BWD_ROW(LAYER_MEAN, cpu_spread_bwd_kernel),
+    CPU_BWD_ROW(LAYER_SCALE_SHIFT, cpu_spread_bwd_kernel),
     CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
     CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
 };

@@ -16,7 +16,8 @@
  *    five sgemm per head; multihead_attention: its projections again, then the same per
  *    head, then the projections' gradients, all on sgemm;
  *  - transpose and channel_shuffle, class_token, pos_embedding and select: row copies, and
- *    the tables' gradients summed over the batch;
+ *    the tables' gradients summed over the batch; concat's slices, mean's spread and
+ *    scale_shift's scale;
  *  - the views (flatten, reshape): their gradient is the output's, nothing runs. */
 #include <cblas.h>
 #include <math.h>
@@ -604,6 +605,47 @@ static void token_bwd_run(void *env, const layer *l, void *state, const void *co
         });
 }
 
+/* ---- concat, mean, scale_shift ---------------------------------------------------------------- */
+
+/* concat: each input's slice of d out; mean: d out / size spread over the dims it
+ * averaged; scale_shift: d out times the scale */
+static void spread_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const float *dy = DOUT(l, ins);
+    float *dx = out;
+    if (l->kind == LAYER_SCALE_SHIFT) {
+        int64_t n = shape_numel(&l->in);
+        float a = (float)l->p.attn_scale;
+        CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t i = 0; i < n; i++)
+                dx[i] = dy[i] * a;);
+        return;
+    }
+    if (l->kind == LAYER_MEAN) {
+        int64_t outer, size, inner;
+        layer_mean_dims(l, &outer, &size, &inner);
+        float inv = 1.0f / (float)size;
+        CPU_OMP_IF(outer * size * inner > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t k = 0; k < size; k++)
+                    for (int64_t i = 0; i < inner; i++)
+                        dx[(o * size + k) * inner + i] = dy[o * inner + i] * inv;);
+        return;
+    }
+    int64_t outer = 1, inner = 1, dim = l->p.dim, at = 0; /* concat */
+    for (int64_t i = 0; i < dim; i++)
+        outer *= l->out.d[i];
+    for (int64_t i = dim + 1; i < l->out.rank; i++)
+        inner *= l->out.d[i];
+    for (int k = 0; k < l->n_inputs; k++) {
+        int64_t span = l->ins[k].d[dim] * inner;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(dx + o * span, dy + o * l->out.d[dim] * inner + at, (size_t)span * sizeof *dx);
+        dx += outer * span, at += span;
+    }
+}
+
 /* ---- embedding --------------------------------------------------------------------------------- */
 
 static void embedding_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
@@ -862,6 +904,7 @@ const backend_kernel cpu_binary_bwd_kernel = {.run = binary_bwd_run, .impl = "di
 const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct per plane (max: the window searched again)"};
 const backend_kernel cpu_norm_bwd_kernel = {.setup = norm_bwd_setup, .run = norm_bwd_run, .free = norm_bwd_free};
 const backend_kernel cpu_softmax_bwd_kernel = {.run = softmax_bwd_run, .impl = "from the saved output"};
+const backend_kernel cpu_spread_bwd_kernel = {.run = spread_bwd_run, .impl = "direct"};
 const backend_kernel cpu_transpose_bwd_kernel = {.run = transpose_bwd_run, .impl = "row copies"};
 const backend_kernel cpu_token_bwd_kernel = {.run = token_bwd_run, .impl = "row copies and sums over the batch"};
 const backend_kernel cpu_embedding_bwd_kernel = {.run = embedding_bwd_run,
