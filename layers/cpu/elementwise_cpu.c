@@ -147,12 +147,16 @@ static void bn_run(void *env, const layer *l, void *state, const void *const *in
     ELEMENTWISE_RUN(fn, float, fn##_span)                                                           \
     ELEMENTWISE_RUN(fn##_bf16, uint16_t, fn##_span16)
 
+/* x clamped to [0, 6] by comparisons, which vectorise (fminf and fmaxf are library calls
+ * without -ffinite-math-only: they treat NaN apart); a NaN stays NaN, as in torch */
+static inline float clamp06(float x) { return x < 0.0f ? 0.0f : x > 6.0f ? 6.0f : x; }
+
 ELEMENTWISE(relu_run, x > 0.0f ? x : 0.0f)
-ELEMENTWISE(relu6_run, fminf(fmaxf(x, 0.0f), 6.0f))
+ELEMENTWISE(relu6_run, clamp06(x))
 ELEMENTWISE(sigmoid_run, 1.0f / (1.0f + lb_expf(-x)))
 ELEMENTWISE(silu_run, x / (1.0f + lb_expf(-x)))
-ELEMENTWISE(hardsigmoid_run, fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f)
-ELEMENTWISE(hardswish_run, x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f))
+ELEMENTWISE(hardsigmoid_run, clamp06(x + 3.0f) / 6.0f)
+ELEMENTWISE(hardswish_run, x * (clamp06(x + 3.0f) / 6.0f))
 ELEMENTWISE(tanh_run, lb_tanhf(x))
 ELEMENTWISE(add_same_run, x + y)
 ELEMENTWISE(mul_same_run, x * y)
