@@ -93,6 +93,15 @@ void backend_clear_error(const backend *b)
 
 backend_kernel_entry backend_kernel_of(const backend *b, const layer *l)
 {
+    if (l->pass == PASS_TRAIN) { /* its forward kernel, in training mode, where its backward runs too */
+        layer bl = layer_as_backward(l), fl = *l;
+        fl.pass = PASS_FORWARD;
+        if (layer_is_view(l) && layer_has_backward(l)) /* nothing runs, either way */
+            return backend_kernel_of(b, &fl);
+        backend_kernel_entry e = backend_kernel_of(b, &bl);
+        fl.pass = PASS_FORWARD;
+        return e.kernel ? backend_kernel_of(b, &fl) : e;
+    }
     bool backward = l->pass == PASS_BACKWARD;
     const backend_kernel_table *t = backward ? b->ops->layers.backward : b->ops->layers.kernels;
     if (backward && !layer_has_backward(l))

@@ -283,8 +283,10 @@ typedef struct backend_layer {
     void *state;    /* the kernel's own */
 } backend_layer;
 
-/* The entry for l on b (its backward kernel for a backward pass); its kernel is NULL
- * when b cannot run l. */
+/* The entry for l on b (its backward kernel for a backward pass; for a train pass, its
+ * forward kernel where the backward has one too: that kernel, given a layer whose pass
+ * is PASS_TRAIN, computes the forward in training mode); its kernel is NULL when b
+ * cannot run l. */
 backend_kernel_entry backend_kernel_of(const backend *b, const layer *l);
 /* Untimed setup of l, whose weights w live in b's memory (see backend_kernel.setup):
  * *out is freed by backend_layer_free(). BENCH_ERR_UNSUPPORTED, with the reason in impl,

@@ -83,12 +83,28 @@ void layer_train_reference(const layer *l, const float *const *in, const float *
     (d->train_reference ? d->train_reference : d->reference)(l, in, w, out);
 }
 
+bool layer_is_view(const layer *l)
+{
+    return layer_desc_get(l->kind)->aliases_input && !(l->kind == LAYER_DROPOUT && l->pass != PASS_FORWARD && l->p.p > 0);
+}
+
+void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, float *keep_scale)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *c = l->name ? l->name : ""; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    double p = l->p.p < 1.0 ? l->p.p : 1.0;
+    *seed = h;
+    *threshold = p >= 1.0 ? UINT32_MAX : (uint32_t)(p * 4294967296.0);
+    *keep_scale = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p));
+}
+
 bool layer_has_backward(const layer *l)
 {
     return layer_desc_get(l->kind)->backward != NULL;
 }
 
-static const char *const pass_names[PASS_COUNT] = {"forward", "backward"};
+static const char *const pass_names[PASS_COUNT] = {"forward", "backward", "train"};
 
 const char *layer_pass_name(layer_pass p)
 {
@@ -132,6 +148,14 @@ static void backward_count(layer *l)
     l->macs = layer_count_mul(2, l->macs);
     l->bytes = layer_count_mul(4, layer_count_add(layer_count_add(layer_backward_in_floats(l), l->n_weight_floats),
                                                   layer_backward_floats(l)));
+}
+
+layer layer_as_backward(const layer *l)
+{
+    layer b = *l;
+    b.pass = PASS_BACKWARD;
+    layer_count(&b);
+    return b;
 }
 
 bool layer_kind_has_kv_len(layer_kind kind)
@@ -230,8 +254,15 @@ void layer_round_weights(const layer *l, float *w)
 int layer_count(layer *l)
 {
     layer_desc_get(l->kind)->count(l);
-    if (l->pass == PASS_BACKWARD)
+    if (l->pass == PASS_BACKWARD) {
         backward_count(l);
+    } else if (l->pass == PASS_TRAIN) { /* the forward's counts, then the backward's added */
+        layer b = *l;
+        backward_count(&b);
+        l->macs = layer_count_add(l->macs, b.macs);
+        l->flops = layer_count_add(l->flops, b.flops);
+        l->bytes = layer_count_add(l->bytes, b.bytes);
+    }
     /* the kinds count 4-byte elements; a layer stores its dtype's (all its tensors), and
      * an int8 one its quantized weights in 1 byte */
     int64_t rows, cols, q = int8_weights(l, &rows, &cols);

@@ -222,10 +222,13 @@ typedef struct layer_params {
 /* What a run of a layer computes (--pass): its forward, or its backward: from the
  * forward's inputs, its output and the output's gradient, the gradients of its inputs
  * ("backward data", benchdnn's BWD_D) and of its weights ("backward weights", BWD_W), as
- * layer_desc.backward writes them (layer_backward_floats). */
-typedef enum layer_pass { PASS_FORWARD, PASS_BACKWARD, PASS_COUNT } layer_pass;
-#define LAYER_PASSES "forward or backward"
-/* "forward", "backward"; and back from a name (-1: none) */
+ * layer_desc.backward writes them (layer_backward_floats); or both as a training step
+ * runs them (PASS_TRAIN): the forward in training mode (a forward kernel given a layer
+ * of this pass computes it: batch norm by the batch's statistics), then the backward.
+ * A train layer's counts are its forward's and its backward's together. */
+typedef enum layer_pass { PASS_FORWARD, PASS_BACKWARD, PASS_TRAIN, PASS_COUNT } layer_pass;
+#define LAYER_PASSES "forward, backward or train"
+/* "forward", "backward", "train"; and back from a name (-1: none) */
 const char *layer_pass_name(layer_pass p);
 int layer_pass_from_name(const char *name);
 
@@ -352,6 +355,25 @@ int64_t layer_backward_in_floats(const layer *l);
 int64_t layer_backward_floats(const layer *l);
 /* The forward in training mode: the kind's train_reference, else its reference. */
 void layer_train_reference(const layer *l, const float *const *in, const float *w, float *out);
+/* l as its backward runs it: a shallow copy (sharing name, inputs and shapes) with
+ * pass PASS_BACKWARD and its counts. */
+layer layer_as_backward(const layer *l);
+/* Whether l is a view of its input (its kind aliases_input): nothing runs, its output is
+ * its input's buffer; but dropout (p > 0) outside the forward pass, where training draws
+ * its mask (layer_dropout_scale). */
+bool layer_is_view(const layer *l);
+/* Training dropout's factor for element i of l's output: 0 (dropped, with probability
+ * p) or 1 / (1 - p). The mask is a counter-based hash of the element's index and the
+ * layer's name, so that the backward computes the same mask again rather than reading a
+ * stored one (as FlashAttention's dropout does; torch keeps a byte per element). */
+static inline float layer_dropout_scale(uint32_t seed, uint32_t threshold, float keep_scale, int64_t i)
+{
+    uint32_t h = seed ^ (uint32_t)i ^ (uint32_t)((uint64_t)i >> 32) * 0x9e3779b9u;
+    h ^= h >> 16, h *= 0x85ebca6bu, h ^= h >> 13, h *= 0xc2b2ae35u, h ^= h >> 16;
+    return h >= threshold ? keep_scale : 0.0f;
+}
+/* Its arguments for l: the seed from the layer's name, the threshold p 2^32, 1 / (1 - p). */
+void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, float *keep_scale);
 /* Whether the kind has a backward reference (layer_desc.backward). */
 bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */

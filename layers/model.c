@@ -76,7 +76,7 @@ void model_set_dtype(model *m, dtype_t t)
         if (!l->dtype_pinned)
             l->dtype = t;
         /* a view is its input's storage, in its input's dtype (layers come in order) */
-        if (layer_desc_get(l->kind)->aliases_input)
+        if (layer_is_view(l))
             l->dtype = model_value_dtype(m, l->inputs[0]);
         layer_count(l); /* it counted at this batch already: in range */
     }
@@ -132,7 +132,7 @@ bool model_mixed(const model *m)
 
 int model_storage_of(const model *m, int value)
 {
-    while (value > 0 && layer_desc_get(m->layers[value - 1].kind)->aliases_input)
+    while (value > 0 && layer_is_view(&m->layers[value - 1]))
         value = m->layers[value - 1].inputs[0];
     return value;
 }
@@ -169,7 +169,7 @@ int64_t model_chained_bytes(const model *m)
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
         bytes += layer_weight_bytes(l);
-        if (!layer_desc_get(l->kind)->aliases_input)
+        if (!layer_is_view(l))
             bytes += (int64_t)dtype_size(l->dtype) * shape_numel(&l->out);
     }
     return bytes;
@@ -199,6 +199,65 @@ void model_last_readers(const model *m, int *last)
             int s = model_storage_of(m, m->layers[i].inputs[k]);
             last[s] = i > last[s] ? i : last[s];
         }
+}
+
+/* The step of layer i's backward in model_train_plan's timeline */
+static int bwd_step(int n, int i) { return 2 * n - i; }
+
+/* bytes alive from step born to step dies (inclusive), in delta */
+static void live_span(int64_t *delta, int born, int dies, int64_t bytes)
+{
+    delta[born] += bytes;
+    delta[(dies < born ? born : dies) + 1] -= bytes;
+}
+
+void model_train_plan(const model *m, model_train_memory *tm)
+{
+    int n = m->n_layers, steps = 2 * n + 1, out = model_storage_of(m, n);
+    memset(tm, 0, sizeof *tm);
+    tm->peak_step = -1;
+    int64_t *delta = xcalloc((size_t)steps + 2, sizeof *delta);
+    int *first_grad = xmalloc(((size_t)n + 1) * sizeof *first_grad); /* per storage: the step its gradient is born */
+    for (int v = 0; v <= n; v++)
+        first_grad[v] = v == out ? n : steps;
+    for (int i = n - 1; i >= 0; i--) {
+        const layer *l = &m->layers[i];
+        int64_t es = (int64_t)dtype_size(l->dtype);
+        tm->weight_bytes += layer_weight_bytes(l);
+        if (layer_is_view(l))
+            continue;
+        if (l->n_weight_floats) { /* a layer's weights' gradient, to the end */
+            tm->weight_grad_bytes += es * l->n_weight_floats;
+            live_span(delta, bwd_step(n, i), steps - 1, es * l->n_weight_floats);
+        }
+        live_span(delta, i, bwd_step(n, i), es * shape_numel(&l->out)); /* its output, kept for its backward */
+        for (int k = 0; k < l->n_inputs; k++) {
+            int s = model_storage_of(m, l->inputs[k]);
+            first_grad[s] = bwd_step(n, i) < first_grad[s] ? bwd_step(n, i) : first_grad[s];
+        }
+    }
+    int64_t in_bytes = (int64_t)dtype_size(model_value_dtype(m, 0)) * shape_numel(&m->input);
+    int in_dies = 0; /* the model's input: to its readers' last backward */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < m->layers[i].n_inputs; k++)
+            if (model_storage_of(m, m->layers[i].inputs[k]) == 0 && bwd_step(n, i) > in_dies)
+                in_dies = bwd_step(n, i);
+    live_span(delta, 0, in_dies, in_bytes);
+    for (int v = 1; v <= n; v++) /* an activation's gradient: from its first contribution to its layer's backward */
+        if (model_storage_of(m, v) == v && first_grad[v] < steps)
+            live_span(delta, first_grad[v], bwd_step(n, v - 1),
+                      (int64_t)dtype_size(m->layers[v - 1].dtype) * shape_numel(&m->layers[v - 1].out));
+    int64_t live = tm->weight_bytes;
+    for (int t = 0; t < steps; t++) {
+        live += delta[t];
+        if (t == n)
+            tm->kept_bytes = live - tm->weight_bytes - (first_grad[out] == n ? (int64_t)dtype_size(model_value_dtype(m, out)) *
+                                                                                    shape_numel(model_value_shape(m, out))
+                                                                              : 0);
+        if (live > tm->peak_bytes)
+            tm->peak_bytes = live, tm->peak_step = t;
+    }
+    free(delta), free(first_grad);
 }
 
 void model_memory_plan(const model *m, model_memory *mm)

@@ -84,6 +84,22 @@ typedef struct model_memory {
 } model_memory;
 void model_memory_plan(const model *m, model_memory *mm);
 
+/* The memory of a training step, planned the same way over its 2 n + 1 steps (the
+ * forward's layers, the loss, the backward's layers in reverse): an activation lives
+ * from its layer's forward to its layer's backward (every backward reads its layer's
+ * inputs and output, as layerbench's kernels do); an activation's gradient from the
+ * backward of its last reader (the loss, for the model's output) to its own layer's
+ * (one buffer where several readers add theirs); the weights' gradients from their
+ * layer's backward to the end (an optimizer reads them). Workspaces and an optimizer's
+ * state are not counted. */
+typedef struct model_train_memory {
+    int64_t weight_bytes, weight_grad_bytes;
+    int64_t kept_bytes;              /* the activations the forward keeps for the backward (at the loss) */
+    int64_t peak_bytes;              /* weights, their gradients, activations and their gradients alive at once */
+    int peak_step;                   /* when: i < n layer i's forward, n the loss, n + 1 + j the backward of layer n - 1 - j */
+} model_train_memory;
+void model_train_plan(const model *m, model_train_memory *tm);
+
 /* Refuses a model that would not fit in memory, before anything is allocated: returns
  * BENCH_ERR_USAGE with "needs X, Y available" in err. available < 0 means the host's
  * available memory; where names the memory in the message ("" for the host). */

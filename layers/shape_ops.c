@@ -1,6 +1,7 @@
 /* flatten, reshape, dropout and stochastic_depth: views of their input at inference
  * (torch's eval mode: dropout and torchvision's StochasticDepth are the identity).
- * Nothing runs and nothing is timed; the output is the input buffer.
+ * Nothing runs and nothing is timed; the output is the input buffer. In training,
+ * dropout (p > 0) draws its mask (layer_is_view, layer_dropout_scale) and runs.
  *
  * model_input: a further input of the model (a UNet's timestep embedding, a DiT's
  * conditioning vector, encoder states for cross-attention), [N, *shape]. Its values are
@@ -160,6 +161,36 @@ static void copy_backward(const layer *l, const float *const *ins, const float *
     memcpy(din[0], dout, (size_t)shape_numel(&l->in) * sizeof(float));
 }
 
+/* Dropout in training (layer_is_view false): a multiply per element by the mask's
+ * factor, reading the input and writing the output */
+static void dropout_count(layer *l)
+{
+    view_count(l);
+    if (layer_is_view(l))
+        return;
+    int64_t n = shape_numel(&l->in);
+    l->flops = n;
+    l->bytes = layer_count_mul(8, n);
+}
+
+static void dropout_train_reference(const layer *l, const float *const *ins, const float *w, float *out)
+{
+    (void)w;
+    uint32_t seed, threshold;
+    float keep;
+    layer_dropout_params(l, &seed, &threshold, &keep);
+    for (int64_t i = 0; i < shape_numel(&l->in); i++)
+        out[i] = ins[0][i] * layer_dropout_scale(seed, threshold, keep, i);
+}
+
+/* The same mask again: d in = d out times its factor */
+static void dropout_backward(const layer *l, const float *const *ins, const float *w, const float *out,
+                             const float *dout, float *const *din, float *dw)
+{
+    (void)ins, (void)out, (void)dw;
+    dropout_train_reference(l, &dout, w, din[0]);
+}
+
 const layer_desc layer_flatten_desc = {
     .name = "flatten", .n_inputs = 1, .aliases_input = true, .params = flatten_params, .defaults = flatten_defaults,
     .infer = flatten_infer, .count = view_count, .reference = copy_reference, .tolerance = 0.0,
@@ -168,8 +199,9 @@ const layer_desc layer_flatten_desc = {
 
 const layer_desc layer_dropout_desc = {
     .name = "dropout", .n_inputs = 1, .aliases_input = true, .params = dropout_params,
-    .defaults = dropout_defaults, .infer = dropout_infer, .count = view_count,
-    .reference = copy_reference, .tolerance = 0.0,
+    .defaults = dropout_defaults, .infer = dropout_infer, .count = dropout_count,
+    .reference = copy_reference, .tolerance = 0.0, .train_reference = dropout_train_reference,
+    .backward = dropout_backward,
 };
 
 const layer_desc layer_stochastic_depth_desc = {

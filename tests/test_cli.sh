@@ -729,7 +729,7 @@ expect 0 "0 rows compared" -- "$BENCH" compare "$T/fp32only.csv" "$T/bf16only.cs
 expect 0 "batch 2 in fp32 on cpu: kept from the previous run" -- "$BENCH" run "$T/mixed.yaml" "${FAST[@]}" --dtype fp32,bf16 --csv "$T/resume.csv" --resume
 
 # --pass: each layer's backward alone (its inputs' and weights' gradients), an axis like dtype
-expect 2 "--pass expects forward or backward .*got 'sideways'" -- "$BENCH" run "$SMOKE" --pass sideways
+expect 2 "--pass expects forward, backward or train .*got 'sideways'" -- "$BENCH" run "$SMOKE" --pass sideways
 expect 2 "--pass expects" -- "$BENCH" run "$SMOKE" --pass backward,backward
 expect 2 "--pass goes with bench run, sweep and check, not list" -- "$BENCH" list "$SMOKE" --pass backward
 "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --csv "$T/pass.csv" >"$T/pass.out" 2>&1 && ok ||
@@ -747,9 +747,10 @@ grep -q '"pass": "backward"' "$T/pass.json" && grep -q '"pass": "forward"' "$T/p
   bad "JSON sets without their pass: $(grep -o '"completed.*' "$T/pass.json" | head -c 300)"
 grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner does not say so: $(grep === "$T/pass.out")"
 # bench check --pass backward: every layer's gradients against the reference backward; the
-# smoke model's views skipped as such, and the tiny decoder (attention, rope, rmsnorm, the
+# smoke model's view (flatten) skipped as such (its dropout is not one outside the forward:
+# training draws its mask), and the tiny decoder (attention, rope, rmsnorm, the
 # embedding's dense table gradient) whole in fp32
-expect 0 "backward \(each layer's gradients.*, 0 failed, 2 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
+expect 0 "backward \(each layer's gradients.*, 0 failed, 1 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
 expect 0 ", 0 failed, 0 skipped" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype fp32
 expect 0 "the cpu backend's backward kernels are fp32 only so far" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype bf16
 expect 2 "run it for one --pass at a time" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --stacks "$T/p.folded"
@@ -762,6 +763,37 @@ expect 0 "0 rows compared" -- "$BENCH" compare "$T/forwardonly.csv" "$T/backward
 expect 0 "batch 2, backward on cpu: kept from the previous run" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass backward,forward --csv "$T/presume.csv" --resume
 [ "$(awk -F, "$COLS"' NR > 1 { print $c["pass"] }' "$T/presume.csv" | sort -u | tr '\n' ' ')" = "backward forward " ] && ok ||
   bad "--resume with a second pass: $(cut -d, -f1-6 "$T/presume.csv" | sort -u | head -4)"
+
+# --pass train: each layer's training forward then its backward alone, and the whole step
+# chained (the forward in training mode, the loss, the backward in reverse, the residuals'
+# gradients summed), each layer's forward and backward inside it as parts
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,train --csv "$T/train.csv" >"$T/train.out" 2>&1 && ok ||
+  bad "run --pass forward,train: $(tail -3 "$T/train.out")"
+# every timed train row costs its forward's FLOPs and more; the step ran, with both parts of
+# every layer that is not a view; the in-model rows add up to the step within 5%
+awk "$COLS_Q"' function v(k) { return f[c[k]] }
+  v("mode") == "chained" { ch[v("pass")] = v("status") " " v("impl"); med[v("pass")] = v("median_us") }
+  v("mode") == "inmodel" && v("pass") == "train" && v("part") == "" && v("status") == "ok" { inside += v("median_us") }
+  v("mode") == "inmodel" && v("pass") == "train" && v("part") != "" { parts[v("part")]++ }
+  v("mode") != "chained" && v("mode") != "inmodel" && v("status") == "ok" {
+    fl[v("pass"), v("layer_index")] = v("flops"); if (v("pass") == "train") { n++; dup += v("impl") ~ /, then backward / } }
+  END { for (k in fl) { split(k, p, SUBSEP); if (p[1] == "train" && fl[k] + 0 <= fl["forward", p[2]] + 0) bad++ }
+        d = inside / med["train"] - 1
+        exit !(n > 0 && dup == n && !bad && ch["train"] ~ /^ok training step: forward, a weighted sum/ &&
+               parts["forward"] == parts["backward"] && parts["forward"] >= 15 && d < 0.05 && d > -0.05) }' \
+  "$T/train.csv" && ok || bad "train rows: $(grep -E 'chained|inmodel' "$T/train.csv" | cut -d, -f1-12 | head -6)"
+grep -q "training step median" "$T/train.out" && grep -q "memory of the training step" "$T/train.out" &&
+  grep -q "fp32, train" "$T/train.out" && grep -q "fp32 train" "$T/train.out" && ok ||
+  bad "the train set's summary: $(grep -E '===|training|memory' "$T/train.out" | head -5)"
+# a decoder's step says its tokens/s, and its loss is cross-entropy over the vocabulary
+expect 0 "training step median.*tokens/s.*cross-entropy" -- "$BENCH" run "$SRC/tests/data/llama_tiny_prefill.yaml" "${FAST[@]}" --pass train
+# bench check --pass train: each layer's training forward and gradients, then the chained
+# step's weights' gradients against the reference step's
+expect 0 "training step \(chained\) .* ok: the weights' gradients.*, 0 failed, 1 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass train | tr '\n' ' '"
+expect 0 "training step \(chained\) .* ok.*, 0 failed, 0 skipped" -- bash -c "'$BENCH' check '$SRC/tests/data/llama_tiny_prefill.yaml' --pass train | tr '\n' ' '"
+# a kind without a backward refuses the step by name (stochastic depth drops whole samples in training)
+printf 'name: sd\ninput: [4, 5, 5]\nbatch: 2\nlayers:\n  - {name: c, kind: conv2d, out_channels: 4, kernel_size: 3, padding: 1}\n  - {name: skip, kind: stochastic_depth, p: 0.1, mode: row}\n  - {name: r, kind: relu}\n' >"$T/sd.yaml"
+expect 0 "training step +not run.*layer 'skip' \(stochastic_depth, fp32\) is not supported on cpu: the kind has no backward" -- "$BENCH" run "$T/sd.yaml" "${FAST[@]}" --pass train
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -62,6 +62,7 @@ static void c_full(layer_params *p) { p->out_channels = 10; PAIR(kernel, 5, 4); 
 static void bn_eps(layer_params *p) { p->eps = 1e-3; }
 static void bn_noaffine(layer_params *p) { p->affine = false; }
 static void none(layer_params *p) { (void)p; }
+static void drop_01(layer_params *p) { p->p = 0.1; }
 /* the decoder kinds (layers/llm.c) */
 static void emb_50(layer_params *p) { p->num_embeddings = 50; p->embedding_dim = 24; }
 static void emb_wide(layer_params *p) { p->num_embeddings = 7; p->embedding_dim = 3001; }
@@ -329,6 +330,7 @@ static const layer_case cases[] = {
     {"start_dim 2 (ViT's patches)", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_2},
     {"dims 1 to 2", LAYER_FLATTEN, S4(2, 3, 5, 7), fl_12},
     {"p 0.5", LAYER_DROPOUT, S2(3, 29), none},
+    {"p 0.1, threads (blocks of the mask)", LAYER_DROPOUT, S3(4, 65, 257), drop_01},
     {"batch 1 (gemv)", LAYER_LINEAR, S2(1, 37), lin},
     {"batch 3, no bias", LAYER_LINEAR, S2(3, 53), lin_nobias},
     {"batch 20, 300 features (cpu: one k block)", LAYER_LINEAR, S2(20, 300), lin_wide},
@@ -633,7 +635,7 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
         return;
     l.pass = PASS_BACKWARD;
     layer_count(&l);
-    if (!backend_kernel_of(b, &l).kernel || layer_desc_get(l.kind)->aliases_input)
+    if (!backend_kernel_of(b, &l).kernel || layer_is_view(&l))
         return; /* the table says why; a view's gradient is its output's */
     check_result r = check_layer(&l, b, seed);
     if (r.status == BENCH_ERR_UNSUPPORTED) { /* the kernel refused this configuration: it must say why */
@@ -644,6 +646,41 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
     EXPECT(r.status == BENCH_OK, "%s %s backward: relative error %.2e (tolerance %.1e), %lld not finite: %s",
            layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
     printf("  backward %-18s %-34s rel. error %.2e\n", layer_kind_name(l.kind), c->what, r.rel_err);
+    if (!layer_desc_get(l.kind)->train_reference)
+        return;
+    /* where training's forward differs (batch norm's statistics, dropout's mask): the
+     * forward kernel in training mode against it, then the backward again */
+    l.pass = PASS_TRAIN;
+    layer_count(&l);
+    r = check_layer(&l, b, seed);
+    EXPECT(r.status == BENCH_OK, "%s %s train: relative error %.2e (tolerance %.1e): %s", layer_kind_name(l.kind), c->what,
+           r.rel_err, r.tolerance, r.why);
+    printf("  train    %-18s %-34s %s\n", layer_kind_name(l.kind), c->what, r.why);
+}
+
+/* Dropout's hashed mask drops about p of the elements, with no pattern a stride shows,
+ * and keeps the rest scaled by 1 / (1 - p). */
+static void test_dropout_mask(void)
+{
+    layer l = {.name = "a.dropout", .kind = LAYER_DROPOUT, .pass = PASS_TRAIN};
+    const double ps[] = {0.1, 0.5, 0.9};
+    for (int k = 0; k < 3; k++) {
+        l.p.p = ps[k];
+        uint32_t seed, threshold;
+        float keep;
+        layer_dropout_params(&l, &seed, &threshold, &keep);
+        int64_t n = 1 << 20, dropped = 0, strided = 0, bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float s = layer_dropout_scale(seed, threshold, keep, i);
+            dropped += s == 0.0f;
+            strided += i % 64 == 0 && s == 0.0f;
+            bad += s != 0.0f && fabsf(s - (float)(1.0 / (1.0 - ps[k]))) > 1e-6f;
+        }
+        double frac = (double)dropped / (double)n, sfrac = (double)strided / (double)(n / 64);
+        EXPECT(fabs(frac - ps[k]) < 0.005 && fabs(sfrac - ps[k]) < 0.02 && !bad,
+               "dropout p %.1f: dropped %.4f (every 64th: %.4f), %lld kept with a wrong scale", ps[k], frac, sfrac,
+               (long long)bad);
+    }
 }
 
 /* Every kind must appear in the table above. */
@@ -965,8 +1002,8 @@ static void test_backward(uint64_t seed)
 static void test_backward_coverage(const backend *b)
 {
     for (int k = 0; k < LAYER_KIND_COUNT; k++) {
-        layer l = {.kind = (layer_kind)k, .dtype = DTYPE_FP32, .pass = PASS_BACKWARD};
-        if (layer_has_backward(&l) && !layer_desc_get(l.kind)->aliases_input)
+        layer l = {.kind = (layer_kind)k, .dtype = DTYPE_FP32, .pass = PASS_BACKWARD, .p = {.p = 0.5}};
+        if (layer_has_backward(&l) && !layer_is_view(&l))
             EXPECT(backend_kernel_of(b, &l).kernel, "backward of %s: no cpu kernel", layer_kind_name(l.kind));
     }
 }
@@ -1013,8 +1050,10 @@ int main(int argc, char **argv)
                 run_case(&b, &cases[i], seed + i, types[t]);
         }
     }
-    if (strcmp(name, "cpu") == 0)
+    if (strcmp(name, "cpu") == 0) {
         test_backward_coverage(&b);
+        test_dropout_mask();
+    }
     /* every case's backward the backend has a kernel for (fp32) */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_backward_case(&b, &cases[i], seed + i);

@@ -251,7 +251,7 @@ typedef struct cli_option {
 
 static bool set_dtype(cli *c, const char *arg) { return cli_parse_dtypes(arg, c->model.dtypes, &c->model.n_dtypes); }
 
-/* "forward,backward" -> passes, each once */
+/* "forward,train" -> passes, each once */
 static bool set_pass(cli *c, const char *arg)
 {
     int v[PASS_COUNT];
@@ -339,11 +339,14 @@ static const cli_option options[] = {
              "a backend cannot run is a skipped row that says why. int8 is dynamic quantization of conv2d and linear "
              "(onednn), the rest in fp32 (docs/precision.md)"},
     {"pass", "P[,P...]", O_CUSTOM, F(model.passes), .set = set_pass, .commands = C_BACKENDS, .flags = O_SWEEP_OWN | O_ONCE,
-     .expects = "forward or backward (or both, comma-separated, each once)",
-     .help = "what each layer's row times: forward (default), or backward: the gradients of its inputs and of its "
-             "weights from its output's gradient, each layer alone (cpu: fp32; a kind or backend without a backward "
-             "kernel is a skipped row that says why; no chained training step yet); check: each layer's gradients "
-             "against the reference backward. A list does each, like --dtype (docs/training.md)"},
+     .expects = "forward, backward or train (or a comma-separated list of them, each once)",
+     .help = "what each layer's row times: forward (default); backward: the gradients of its inputs and of its "
+             "weights from its output's gradient, each layer alone; or train: its forward in training mode (batch "
+             "norm on the batch's statistics, dropout's mask) then its backward, each layer alone, and the whole "
+             "training step chained (the forward, a loss, the backward in reverse, gradients summed where a value "
+             "has several readers) with each layer's forward and backward inside it (cpu: fp32; a kind or backend "
+             "without a backward kernel is a skipped row that says why); check: each layer's gradients against the "
+             "reference backward, and for train the whole step's. A list does each, like --dtype (docs/training.md)"},
     {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,
      .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
              "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "

@@ -336,9 +336,12 @@ static int job_shapes(measure_job *j, const cli *c, int64_t batch)
     } else if (rc == 0 && c->model.n_passes > 1 && c->run.stacks) {
         log_msg("--stacks writes one file per batch and dtype: run it for one --pass at a time");
         rc = 2;
-    } else if (rc == 0 && c->model.n_passes == 1 && c->model.passes[0] == PASS_BACKWARD && c->run.stacks) {
-        log_msg("note: --stacks with --pass backward folds each layer's backward median, timed alone (there is no "
-                "chained training step yet)");
+    } else if (rc == 0 && c->model.n_passes == 1 && c->model.passes[0] != PASS_FORWARD && c->run.stacks) {
+        log_msg("note: --stacks with --pass %s folds each layer's median timed alone (%s)",
+                layer_pass_name(c->model.passes[0]),
+                c->model.passes[0] == PASS_TRAIN ? "its forward and backward together: the step's layers run in two "
+                                                   "orders, so no one sample of the step tiles it"
+                                                 : "its backward");
     }
     return rc;
 }

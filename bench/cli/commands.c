@@ -195,7 +195,9 @@ int cmd_check(const cli *c, int64_t batch)
             model_set_pass(m, c->model.passes[d % np]);
         printf("%s%s: batch %lld, dtype %s%s%s, seed %llu\n\n", d ? "\n" : "", m->name, (long long)m->batch,
                dtype_name(m->dtype), model_mixed(m) ? " (mixed: some layers keep their own)" : "",
-               m->pass == PASS_BACKWARD ? ", backward (each layer's gradients; no chained training step yet)" : "",
+               m->pass == PASS_BACKWARD ? ", backward (each layer's gradients)"
+               : m->pass == PASS_TRAIN  ? ", train (each layer's training forward and gradients, then the chained step's)"
+                                        : "",
                (unsigned long long)c->mo.seed);
         bench_status one = check_model(m, bs, nb, &co, stdout);
         st = st == BENCH_OK ? one : st;

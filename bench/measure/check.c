@@ -146,11 +146,51 @@ out:
     return r;
 }
 
+static check_result check_layer_forward(const layer *l, const backend *b, uint64_t seed, double tolerance);
+
 check_result check_layer(const layer *l, const backend *b, uint64_t seed)
 {
-    const backend_ops *ops = b->ops;
-    const layer_desc *d = layer_desc_get(l->kind);
     check_result r = {BENCH_ERR_NOMEM, 0.0, backend_tolerance(b, l), 0, ""};
+    backend_clear_error(b);
+    if (l->pass != PASS_FORWARD && layer_is_view(l)) { /* as a timed row: a view, nothing runs */
+        r.status = BENCH_ERR_UNSUPPORTED;
+        snprintf(r.why, sizeof r.why, "a view: its gradient is its output's, nothing runs");
+        return r;
+    }
+    backend_kernel_entry e = backend_kernel_of(b, l);
+    if (!e.kernel) {
+        r.status = BENCH_ERR_UNSUPPORTED;
+        if (l->pass != PASS_FORWARD) /* forward rows leave it to the table's own reason */
+            snprintf(r.why, sizeof r.why, "%s", e.unsupported ? e.unsupported : "no kernel");
+        return r;
+    }
+    if (l->pass == PASS_BACKWARD)
+        return check_backward(l, b, seed);
+    if (l->pass == PASS_TRAIN) { /* the training forward first (below), then the backward */
+        layer fl = *l;
+        fl.pass = PASS_FORWARD;
+        check_result f = check_layer_forward(l, b, seed, backend_tolerance(b, &fl)), g = r;
+        if (f.status != BENCH_OK) {
+            if (f.status == BENCH_ERR_CHECK)
+                snprintf(f.why, sizeof f.why, "its training forward differs");
+            return f;
+        }
+        layer bl = layer_as_backward(l);
+        g = check_backward(&bl, b, seed); /* the row's figures are the gradients'; the forward's is said */
+        if (!*g.why)
+            snprintf(g.why, sizeof g.why, "the gradients; the training forward %.2e (tolerance %.1e)", f.rel_err,
+                     f.tolerance);
+        return g;
+    }
+    return check_layer_forward(l, b, seed, r.tolerance);
+}
+
+/* check_layer of a forward: against the reference (a train layer: the training forward's
+ * reference, the kernel run in training mode) */
+static check_result check_layer_forward(const layer *l, const backend *b, uint64_t seed, double tolerance)
+{
+    const backend_ops *ops = b->ops;
+    check_result r = {BENCH_ERR_NOMEM, 0.0, tolerance, 0, ""};
     int64_t n_out = shape_numel(&l->out);
     float *in[LAYER_MAX_INPUTS] = {NULL}, *w = NULL, *ref = NULL, *got = NULL;
     void *dout = NULL;
@@ -159,21 +199,6 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     backend_layer *state = NULL;
     char impl[BACKEND_IMPL_LEN];
     int64_t ws;
-    backend_clear_error(b);
-    if (l->pass == PASS_BACKWARD && d->aliases_input) { /* as a timed row: a view, nothing runs */
-        r.status = BENCH_ERR_UNSUPPORTED;
-        snprintf(r.why, sizeof r.why, "a view: its gradient is its output's, nothing runs");
-        return r;
-    }
-    backend_kernel_entry e = backend_kernel_of(b, l);
-    if (!e.kernel) {
-        r.status = BENCH_ERR_UNSUPPORTED;
-        if (l->pass == PASS_BACKWARD) /* forward rows leave it to the table's own reason */
-            snprintf(r.why, sizeof r.why, "%s", e.unsupported ? e.unsupported : "no kernel");
-        return r;
-    }
-    if (l->pass == PASS_BACKWARD)
-        return check_backward(l, b, seed);
     /* the reference runs in fp32 (in double) on the inputs and weights rounded to the
      * layer's dtype: the values the backend holds */
     if (forward_layer_data(l, seed, in, &w) != BENCH_OK)
@@ -182,13 +207,16 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed)
     got = bench_alloc_floats(n_out);
     if (!ref || !got)
         goto out;
-    d->reference(l, (const float *const *)in, w, ref);
+    if (l->pass == PASS_TRAIN)
+        layer_train_reference(l, (const float *const *)in, w, ref);
+    else
+        layer_desc_get(l->kind)->reference(l, (const float *const *)in, w, ref);
     /* poison the output so an element the backend never writes shows up as NaN */
     for (int64_t i = 0; i < n_out; i++)
         got[i] = NAN;
     if (!to_device(b, l, in, w, &dd))
         goto out;
-    dout = d->aliases_input ? dd.in[0] : backend_alloc_values(b, l->dtype, n_out, got);
+    dout = layer_is_view(l) ? dd.in[0] : backend_alloc_values(b, l->dtype, n_out, got);
     if (!dout)
         goto out;
     r.status = backend_layer_setup(b, l, dd.w, &state, impl, sizeof impl, &ws);
@@ -276,7 +304,7 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
         const layer *l = &m->layers[i];
         dtype_t t = layer_compute_dtype(l);
         r.tolerance += backend_tolerance(b, l) - dtype_tolerance(t);
-        per_type[t] += !layer_desc_get(l->kind)->aliases_input;
+        per_type[t] += !layer_is_view(l);
     }
     for (int t = 0; t < DTYPE_COUNT; t++)
         r.tolerance += dtype_tolerance((dtype_t)t) * sqrt((double)per_type[t]);
@@ -381,8 +409,10 @@ int64_t check_forward_bytes(const model *m)
 bench_status check_model(const model *m, const backend *bs, int n_backends, const check_options *o, FILE *out)
 {
     int failed = 0, skipped = 0, passed = 0, n = m->n_layers;
-    bool chain = o->forward && m->pass == PASS_FORWARD; /* no chained training step yet */
+    bool chain = o->forward && m->pass != PASS_BACKWARD, train = m->pass == PASS_TRAIN; /* the forward, or the step */
     double worst = 0.0, total = reference_seconds(m, NULL) * (chain ? 2 : 1), timeout = o->timeout;
+    if (train) /* the layers' counts are their forward's and backward's: the step's reference costs as much again */
+        total = reference_seconds(m, NULL) * 2;
     char t[32], lim[32], a[32], b[32];
     if (total > CHECK_SAY_LONG_S) { /* before it starts, not after an hour of silence */
         say_seconds(total, t, sizeof t);
@@ -439,11 +469,11 @@ bench_status check_model(const model *m, const backend *bs, int n_backends, cons
         }
     }
     free(res);
-    /* the chained forward: every layer on the previous ones' outputs, where it all fits */
+    /* the chained forward (or step): every layer on the previous ones' outputs, where it all fits */
     double est = reference_seconds(m, NULL);
-    int64_t need = check_forward_bytes(m);
+    int64_t need = train ? check_step_bytes(m) : check_forward_bytes(m);
     bool too_big = o->available >= 0 && need > o->available, too_long = timeout > 0 && est > timeout;
-    float *ref = chain && !too_big && !too_long ? reference_forward(m, o->seed) : NULL;
+    float *ref = chain && !train && !too_big && !too_long ? reference_forward(m, o->seed) : NULL;
     for (int k = 0; chain && k < n_backends; k++) {
         check_result r = {BENCH_ERR_INTERRUPTED, 0, 0, 0, ""};
         if (too_big) {
@@ -451,11 +481,12 @@ bench_status check_model(const model *m, const backend *bs, int n_backends, cons
                      bench_format_bytes(need, a, sizeof a), bench_format_bytes(o->available, b, sizeof b));
         } else if (too_long) {
             say_seconds(est, t, sizeof t);
-            snprintf(r.why, sizeof r.why, "the reference forward would take about %s, over --timeout", t);
+            snprintf(r.why, sizeof r.why, "the reference %s would take about %s, over --timeout", train ? "step" : "forward", t);
         } else {
-            r = check_forward(m, &bs[k], o->seed, ref);
+            r = train ? check_train_step(m, &bs[k], o->seed) : check_forward(m, &bs[k], o->seed, ref);
         }
-        check_row(out, "-", "forward (chained, model output)", "model", &bs[k], r, &passed, &failed, &skipped, &worst);
+        check_row(out, "-", train ? "training step (chained)" : "forward (chained, model output)", "model", &bs[k], r,
+                  &passed, &failed, &skipped, &worst);
     }
     free(ref);
     fprintf(out, "\nworst relative error %.2e; %d passed, %d failed, %d skipped\n", worst, passed, failed, skipped);

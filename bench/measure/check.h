@@ -39,6 +39,17 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed);
  * wiring or a stale buffer is off by O(1). ref NULL: out of memory. */
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref);
 
+/* Runs m's chained training step once on b (m's pass PASS_TRAIN: the forward in training
+ * mode, the loss, the backward in reverse with the gradients summed where values have
+ * several readers, train_step.h) from the draws of seed, and compares every layer's
+ * weights' gradient with the reference step's (every layer's training reference, then its
+ * backward reference, in the same order): the worst layer's relative error, against
+ * the sum of the layers' backward tolerances. */
+check_result check_train_step(const model *m, const backend *b, uint64_t seed);
+/* The bytes that check takes: every value, weight and gradient, the reference's and the
+ * step's. */
+int64_t check_step_bytes(const model *m);
+
 /* How check_model runs. */
 typedef struct check_options {
     uint64_t seed;

@@ -156,6 +156,8 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
     bench_status st = forward_supported(m, b, why, whylen);
     model_last_readers(m, last);
     last[0] = last[model_storage_of(m, n)] = n; /* every forward reads the input; the output is downloaded */
+    for (int v = 1; m->pass == PASS_TRAIN && v <= n; v++)
+        last[v] = n; /* a training forward keeps every value: the backward reads them */
     dtype_t in_type = model_value_dtype(m, 0);
     float *host = st == BENCH_OK ? bench_alloc_floats(shape_numel(&m->input)) : NULL;
     if (host) {
@@ -173,13 +175,12 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
     }
     for (int i = 0; st == BENCH_OK && i < n; i++) {
         const layer *l = &m->layers[i];
-        const layer_desc *d = layer_desc_get(l->kind);
         if (!layer_args(net, i, why, whylen)) {
             st = BENCH_ERR_NOMEM;
             break;
         }
         int64_t out_bytes = shape_numel(&l->out) * (int64_t)dtype_size(l->dtype);
-        if (d->aliases_input) {
+        if (layer_is_view(l)) {
             net->values[i + 1] = net->values[model_storage_of(m, l->inputs[0])];
         } else if ((buf_of[i + 1] = pool_take(net, &pool, out_bytes)) >= 0) {
             net->values[i + 1] = net->bufs[buf_of[i + 1]];
@@ -193,7 +194,7 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
         for (int k = 0; k < l->n_inputs; k++)
             if (last[model_storage_of(m, l->inputs[k])] == i)
                 pool.busy[buf_of[model_storage_of(m, l->inputs[k])]] = false;
-        if (!d->aliases_input && last[i + 1] == i)
+        if (!layer_is_view(l) && last[i + 1] == i)
             pool.busy[buf_of[i + 1]] = false;
         st = layer_setup(net, i, &rng, why, whylen);
     }

@@ -35,7 +35,8 @@ typedef struct forward_net {
     int n_casts;
 } forward_net;
 
-/* Builds net; on failure why says what failed (naming the layer) and the status is
+/* Builds net (for a model whose pass is PASS_TRAIN: the forward in training mode, every
+ * value kept in its own buffer for the backward, train_step.h); on failure why says what failed (naming the layer) and the status is
  * BENCH_ERR_UNSUPPORTED (a layer the backend cannot run), BENCH_ERR_NOMEM or
  * BENCH_ERR_BACKEND. forward_free frees what was made, after a failure too. */
 bench_status forward_build(forward_net *net, const model *m, const backend *b, uint64_t seed, char *why,

@@ -28,7 +28,7 @@ static void setup_layers(const model *m, const backend *b, const measure_options
         const layer *l = &m->layers[i];
         layer_result *r = &out->layers[i];
         r->dedupe_of = -1;
-        if (layer_desc_get(l->kind)->aliases_input) {
+        if (layer_is_view(l)) {
             r->status = ROW_VIEW;
             snprintf(r->impl, sizeof r->impl, "view");
             snprintf(r->note, sizeof r->note, "a view of its input: nothing runs");
@@ -97,7 +97,7 @@ bench_status measure_model(const model *m, const backend *b, const measure_optio
     char first_failure[512] = "";
     scratch s = {{NULL}, NULL};
     setup_layers(m, b, o, mode, floor, isolated_scratch_alloc(m, b, o->seed, &s), &s, lus, out, units, &n_units);
-    if (with_model && m->pass == PASS_BACKWARD) {
+    if (with_model && m->pass == PASS_BACKWARD) { /* --pass train chains the step */
         chained_rows_not_run(out, b, ROW_SKIPPED, "no chained training step yet: --pass backward times each layer's "
                                                   "backward alone");
     } else if (with_model && o->skip_model) {

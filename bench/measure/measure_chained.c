@@ -2,6 +2,7 @@
  * layer, and the parts of the layers a backend splits), its graph replay, and the
  * input and output copies of a backend with its own memory. */
 #include "measure_internal.h"
+#include "train_step.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,11 @@ typedef struct chain {
     const model *m;
     const backend *b;
     forward_net net;
+    train_step *train; /* a train model: the loss and the backward after the forward, or NULL */
+    int n_marks;      /* n_layers; a training step's 2 n_layers + 1 (train_step_queue) */
+    dvec loss;        /* a training step: the loss's seconds inside it, one per kept sample */
     bool marks;       /* the backend records a mark after each layer */
-    double *mark_buf; /* per call of this chunk: n_layers marks (seconds from the start) */
+    double *mark_buf; /* per call of this chunk: n_marks marks (seconds from the start) */
     int64_t mark_calls, mark_cap;
     dvec *inmodel;    /* per layer: seconds inside the forward, one per kept sample */
     bool *dist;       /* per kept sample: it was measure_disturbed (contention); n_dist of them */
@@ -51,22 +55,40 @@ static double time_chain(void *user)
     chain *c = user;
     measure_begin_sample(c->b, true, false);
     forward_queue(&c->net, c->marks);
+    if (c->train)
+        train_step_queue(c->train, c->marks);
     double s = c->b->ops->timing.timer_stop(c->b->ctx);
     if (c->marks && s >= 0) {
-        int n = c->m->n_layers, np = c->n_parts;
+        int n = c->n_marks, np = c->n_parts;
         if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
             c->mark_cap = c->mark_cap ? 2 * c->mark_cap : 64;
             c->mark_buf = xrealloc(c->mark_buf, (size_t)(c->mark_cap * n) * sizeof *c->mark_buf);
-            if (np)
+            if (np && !c->train)
                 c->part_buf = xrealloc(c->part_buf, (size_t)(c->mark_cap * np) * sizeof *c->part_buf);
         }
         c->b->ops->timing.marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
-        for (int k = 0; k < np; k++) /* each split layer writes all its parts at its first */
+        for (int k = 0; k < np && !c->train; k++) /* each split layer writes all its parts at its first */
             if (c->parts[k].index == 0)
                 backend_layer_parts_read(c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
     }
     c->mark_calls++;
     return s;
+}
+
+/* A training step's sample: each layer's forward (from the previous mark to its own)
+ * and its backward (from the mark of the layer after it, in reverse, to its own) are its
+ * parts and together its in-model time; the loss's span apart. */
+static void train_kept(chain *c, const double *mk)
+{
+    int n = c->m->n_layers;
+    for (int j = 0; j < c->n_parts; j += 2) {
+        int i = c->parts[j].layer, b = 2 * n - i;
+        double f = mk[i] - (i ? mk[i - 1] : 0.0), g = mk[b] - mk[b - 1];
+        c->part_buf[j] = f, c->part_buf[j + 1] = g;
+    }
+    for (int i = 0; i < n; i++)
+        dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0) + mk[2 * n - i] - mk[2 * n - i - 1]);
+    dvec_push(&c->loss, mk[n] - mk[n - 1]);
 }
 
 /* After a chunk of the chained forward: each kept sample's marks become one in-model
@@ -77,14 +99,16 @@ static void chain_kept(unit *u, int64_t first, int64_t n, const bool *dist)
     int nl = c->m->n_layers, np = c->n_parts;
     for (int64_t k = first; c->marks && k < first + n && k < c->mark_calls && c->inmodel[0].n < MEASURE_MAX_SAMPLES;
          k++) {
-        const double *mk = c->mark_buf + k * nl;
+        const double *mk = c->mark_buf + k * c->n_marks;
         if (c->n_dist == c->cap_dist)
             c->dist = xrealloc(c->dist, (size_t)(c->cap_dist = c->cap_dist ? 2 * c->cap_dist : 256) * sizeof *c->dist);
         c->dist[c->n_dist++] = dist[k - first];
-        for (int i = 0; i < nl; i++)
+        if (c->train)
+            train_kept(c, mk);
+        for (int i = 0; i < nl && !c->train; i++)
             dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
         for (int j = 0; j < np; j++)
-            dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
+            dvec_push(&c->part_times[j], c->part_buf[(c->train ? 0 : k) * np + j]);
     }
     c->mark_calls = 0;
 }
@@ -96,6 +120,24 @@ static void enable_parts(chain *c)
     if (!c->marks)
         return;
     layer_part_info info[LAYER_MAX_PARTS];
+    for (int i = 0; c->train && i < c->m->n_layers; i++) { /* a training step: each layer's forward and backward */
+        const layer *l = &c->m->layers[i];
+        if (layer_is_view(l))
+            continue;
+        layer f = *l, b = layer_as_backward(l);
+        f.pass = PASS_FORWARD;
+        layer_count(&f);
+        c->parts = xrealloc(c->parts, (size_t)(c->n_parts + 2) * sizeof *c->parts);
+        c->parts[c->n_parts++] = (part_result){.layer = i, .index = 0, .info = {"forward", f.flops, f.bytes}};
+        c->parts[c->n_parts++] = (part_result){.layer = i, .index = 1, .info = {"backward", b.flops, b.bytes}};
+    }
+    if (c->train) {
+        if (c->n_parts) {
+            c->part_times = xcalloc((size_t)c->n_parts, sizeof *c->part_times);
+            c->part_buf = xcalloc((size_t)c->n_parts, sizeof *c->part_buf);
+        }
+        return;
+    }
     for (int i = 0; i < c->m->n_layers; i++) {
         const backend_layer *state = c->net.states[i];
         int np = backend_layer_parts(state, info);
@@ -160,6 +202,8 @@ model_units *chained_setup(const model *m, const backend *b, const measure_optio
     backend_clear_error(b);
     int64_t free_before = ops->device.mem_available ? ops->device.mem_available(b->ctx) : -1;
     bench_status built = forward_build(&c->net, m, b, o->seed, why, sizeof why);
+    if (built == BENCH_OK && m->pass == PASS_TRAIN)
+        c->train = train_step_build(&c->net, o->seed, &built, why, sizeof why);
     if (built != BENCH_OK) {
         snprintf(note, sizeof note, "not run: %s", why);
         chained_rows_not_run(res, b, built == BENCH_ERR_UNSUPPORTED ? ROW_SKIPPED : ROW_FAILED, note);
@@ -170,8 +214,12 @@ model_units *chained_setup(const model *m, const backend *b, const measure_optio
         res->forward_device_bytes = free_after >= 0 ? free_before - free_after : -1;
     }
     res->chained.mode = MODE_CHAINED;
-    snprintf(res->chained.impl, sizeof res->chained.impl, "layer by layer");
-    c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, n) == BENCH_OK;
+    snprintf(res->chained.impl, sizeof res->chained.impl, "%s",
+             !c->train ? "layer by layer"
+             : train_step_loss(c->train) == LOSS_CROSS_ENTROPY ? "training step: forward, cross-entropy, backward"
+                                                                : "training step: forward, a weighted sum of the output, backward");
+    c->n_marks = c->train ? 2 * n + 1 : n;
+    c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, c->n_marks) == BENCH_OK;
     if (c->marks) {
         c->inmodel = xcalloc((size_t)n, sizeof *c->inmodel);
         res->inmodel = xcalloc((size_t)n, sizeof *res->inmodel);
@@ -179,7 +227,7 @@ model_units *chained_setup(const model *m, const backend *b, const measure_optio
     backend_clear_error(b);
     units[(*n_units)++] = (unit){.b = b, .r = &res->chained, .layer = -1, .name = m->name, .fn = time_chain, .user = c,
                                  .launches = 1, .floor = floor->warm, .kept = chain_kept};
-    if (ops->timing.graph_begin) {
+    if (ops->timing.graph_begin && !c->train) {
         res->graph.mode = MODE_GRAPH;
         snprintf(res->graph.impl, sizeof res->graph.impl, "graph replay");
         bench_status st = ops->timing.graph_begin(b->ctx);
@@ -235,7 +283,9 @@ void chained_free(const model *m, const backend *b, model_units *mu)
     chain *c = &mu->c;
     if (mu->g.graph)
         b->ops->timing.graph_free(b->ctx, mu->g.graph);
+    train_step_free(c->train);
     forward_free(&c->net);
+    free(c->loss.v);
     for (int i = 0; c->inmodel && i < m->n_layers; i++)
         free(c->inmodel[i].v);
     for (int j = 0; j < c->n_parts; j++)
@@ -256,8 +306,8 @@ static int cmp_total(const void *a, const void *b)
 static void keep_forward_sample(const model *m, model_units *mu, run_result *res)
 {
     int nl = m->n_layers;
-    if (!res->inmodel || !row_timed(&res->chained) || nl == 0)
-        return;
+    if (!res->inmodel || !row_timed(&res->chained) || nl == 0 || mu->c.train)
+        return; /* a training step's layers do not tile it in order (the trace shows the forward's) */
     int64_t n = mu->c.inmodel[0].n;
     for (int i = 1; i < nl; i++)
         n = mu->c.inmodel[i].n < n ? mu->c.inmodel[i].n : n;
@@ -312,8 +362,8 @@ static void drop_disturbed(chain *c)
         clean += !c->dist[k];
     if (clean == c->n_dist || clean < TIMEOUT_MIN_SAMPLES)
         return;
-    for (int i = 0; i < c->m->n_layers + c->n_parts; i++) {
-        dvec *d = i < c->m->n_layers ? &c->inmodel[i] : &c->part_times[i - c->m->n_layers];
+    for (int i = 0; i <= c->m->n_layers + c->n_parts; i++) {
+        dvec *d = i < c->m->n_layers ? &c->inmodel[i] : i < c->m->n_layers + c->n_parts ? &c->part_times[i - c->m->n_layers] : &c->loss;
         int64_t w = 0;
         for (int64_t k = 0; k < d->n && k < c->n_dist; k++)
             if (!c->dist[k])
@@ -335,7 +385,8 @@ void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
         r->mode = MODE_INMODEL;
         r->dedupe_of = -1;
         r->launches = 1;
-        snprintf(r->impl, sizeof r->impl, "%s", mu->c.net.impl && *mu->c.net.impl[i] ? mu->c.net.impl[i] : res->layers[i].impl);
+        snprintf(r->impl, sizeof r->impl, "%s",
+                 mu->c.net.impl && *mu->c.net.impl[i] && !mu->c.train ? mu->c.net.impl[i] : res->layers[i].impl);
         /* the isolated row's kernels, unless the forward's link ran another implementation */
         snprintf(r->kernels, sizeof r->kernels, "%s",
                  mu->c.net.impl && *mu->c.net.impl[i] && strcmp(mu->c.net.impl[i], res->layers[i].impl) != 0
@@ -358,4 +409,9 @@ void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
     }
     finish_parts(mu, res);
     keep_forward_sample(m, mu, res);
+    if (mu->c.train && train_step_loss(mu->c.train) == LOSS_CROSS_ENTROPY && mu->c.loss.n && row_timed(&res->chained)) {
+        double med, lo, hi;
+        stats_median_ci(mu->c.loss.v, mu->c.loss.n, &med, &lo, &hi);
+        measure_note_append(&res->chained, "the loss (softmax, less one at each label) took %.1f us of it (median)", med * 1e6);
+    }
 }

@@ -59,7 +59,14 @@ typedef struct timed_layer {
     bool cold;      /* flush caches before each sample */
     bool hold;      /* hold the device while the launches are queued */
     void *graph;    /* batch mode: the launches captured as one graph, or NULL */
+    /* a train row: the backward run after the forward (state the forward in training
+     * mode, writing its output where the backward reads it), or NULL */
+    backend_layer *bwd;
+    void *bwd_out;
 } timed_layer;
+
+/* One launch of t: its layer, and its backward after it in a train row. */
+void timed_layer_run(const timed_layer *t);
 
 /* The input area once per dtype the model's layers use (each holds that type's values),
  * and one output area of the largest output in any type. */
@@ -69,8 +76,10 @@ typedef struct scratch {
 
 typedef struct layer_unit {
     timed_layer t;
-    const void **in;  /* into the scratch input: n_inputs pointers; owned */
+    const void **in;  /* into the scratch input: n_inputs pointers (and the output's and its
+                         gradient's for a backward or train row); owned */
     void *w;          /* weights in backend memory, in the layer's dtype */
+    layer fwd, bwd;   /* a train row: the layer as its forward and its backward kernels see it */
 } layer_unit;
 
 /* ---- the chained forward, with the in-model view ----------------------------------------- */

@@ -9,6 +9,13 @@
  * launch where they were captured). Google Benchmark gets this whole time, so its
  * warm-up and --min-time mean what they say; the kept samples are divided by the
  * launch count afterwards. */
+void timed_layer_run(const timed_layer *t)
+{
+    backend_layer_run(t->state, t->in, t->out);
+    if (t->bwd)
+        backend_layer_run(t->bwd, t->in, t->bwd_out);
+}
+
 static double time_layer_sample(void *user)
 {
     timed_layer *t = user;
@@ -18,7 +25,7 @@ static double time_layer_sample(void *user)
         ops->timing.graph_launch(t->b->ctx, t->graph);
     else
         for (int i = 0; i < t->launches; i++)
-            backend_layer_run(t->state, t->in, t->out);
+            timed_layer_run(t);
     return ops->timing.timer_stop(t->b->ctx);
 }
 
@@ -63,7 +70,7 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
     if (ops->timing.graph_begin) {
         bench_status st = ops->timing.graph_begin(t->b->ctx);
         for (int i = 0; st == BENCH_OK && i < t->launches; i++)
-            backend_layer_run(t->state, t->in, t->out);
+            timed_layer_run(t);
         if (st == BENCH_OK)
             st = ops->timing.graph_end(t->b->ctx, &t->graph);
         if (st == BENCH_OK) {
@@ -80,12 +87,42 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
     t->hold = t->launches <= HOLD_MAX_LAUNCHES;
 }
 
+/* A train row's two kernels: the forward in training mode, writing its output where the
+ * backward reads it (the input area after the inputs), then the backward into the
+ * output area. impl names both. */
+static bench_status train_row_setup(const backend *b, const layer *l, layer_unit *lu, char *why, size_t whylen,
+                                    int64_t *workspace)
+{
+    lu->fwd = *l, lu->fwd.pass = PASS_FORWARD;
+    layer_count(&lu->fwd); /* the forward's own counts, which a kernel's setup may weigh */
+    lu->fwd.pass = PASS_TRAIN;
+    lu->bwd = layer_as_backward(l);
+    char fi[64] = "", bi[64] = "";
+    int64_t fws = 0, bws = 0;
+    bench_status st = backend_layer_setup(b, &lu->fwd, lu->w, &lu->t.state, fi, sizeof fi, &fws);
+    if (st == BENCH_OK)
+        st = backend_layer_setup(b, &lu->bwd, lu->w, &lu->t.bwd, bi, sizeof bi, &bws);
+    else
+        snprintf(why, whylen, "%s", fi);
+    if (st == BENCH_OK) {
+        snprintf(why, whylen, "%s, then backward %s", fi, bi);
+        lu->t.bwd_out = lu->t.out;
+        lu->t.out = (void *)lu->in[l->n_inputs];
+        *workspace = fws > bws ? fws : bws;
+    } else if (lu->t.state) { /* the backward refused or failed: the row is not run */
+        snprintf(why, whylen, "%s", bi);
+        backend_layer_free(b, lu->t.state);
+        lu->t.state = NULL;
+    }
+    return st;
+}
+
 bench_status isolated_scratch_alloc(const model *m, const backend *b, uint64_t seed, scratch *s)
 {
     int64_t in[DTYPE_COUNT] = {0}, out = 4;
     for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        bool backward = l->pass == PASS_BACKWARD;
+        bool backward = l->pass != PASS_FORWARD; /* a train row's forward writes its output into the input area */
         int64_t all = backward ? layer_backward_in_floats(l) : 0;
         for (int k = 0; k < l->n_inputs && !backward; k++)
             all += shape_numel(&l->ins[k]);
@@ -155,7 +192,7 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
     const backend_ops *ops = b->ops;
     backend_clear_error(b);
     /* a backward run reads the forward's inputs, its output and the output's gradient */
-    int n_in = l->n_inputs + (l->pass == PASS_BACKWARD ? 2 : 0);
+    int n_in = l->n_inputs + (l->pass != PASS_FORWARD ? 2 : 0);
     lu->in = xmalloc((size_t)n_in * sizeof *lu->in);
     lu->t = (timed_layer){.b = b, .in = lu->in, .out = s->out, .launches = 1, .hold = true};
     backend_kernel_entry e = backend_kernel_of(b, l);
@@ -174,7 +211,8 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
     if (!isolated_weights(l, b, seed, lu, r))
         return;
     char why[96] = "";
-    bench_status st = backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
+    bench_status st = l->pass == PASS_TRAIN ? train_row_setup(b, l, lu, why, sizeof why, &r->workspace_bytes)
+                                            : backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {
         r->status = ROW_SKIPPED;
         snprintf(r->note, sizeof r->note, "skipped: %s cannot run it%s%s: %s", ops->name,
@@ -193,7 +231,7 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
      * call (CUDA loads a kernel's module lazily) must not happen while the stream is
      * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
      * up). */
-    backend_layer_run(lu->t.state, lu->t.in, lu->t.out);
+    timed_layer_run(&lu->t);
     if (ops->device.sync(b->ctx) != BENCH_OK) {
         measure_row_fail(r, "the first call failed: %s", backend_last_error(b));
         return;
@@ -224,6 +262,7 @@ void isolated_free(const backend *b, layer_unit *lu)
     if (lu->t.graph)
         b->ops->timing.graph_free(b->ctx, lu->t.graph);
     backend_layer_free(b, lu->t.state);
+    backend_layer_free(b, lu->t.bwd);
     b->ops->device.release(b->ctx, lu->w);
     free(lu->in);
 }

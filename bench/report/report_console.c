@@ -423,7 +423,7 @@ static void print_parts(console *c, const run_result *res)
     else
         fprintf(c->out, "\n  Inside the layers, by part (summed over the layers of a kind):\n");
     table *t = table_create(6, "llrrrr");
-    const char *heads[] = {"Kind", "Part", "Count", "In forward", "%Layer", "GFLOP/s"};
+    const char *heads[] = {"Kind", "Part", "Count", res->m->pass == PASS_TRAIN ? "In step" : "In forward", "%Layer", "GFLOP/s"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
     /* one row per (kind, part), at the part's first appearance, summed over the layers */
@@ -472,18 +472,22 @@ static void print_inmodel(console *c, const run_result *res)
             alone_all += res->layers[i].st.median, inside_all += res->inmodel[i].st.median;
     char a[24], b[24];
     summary_line(c, "sum of in-model medians", report_format_time(inside_all, a, sizeof a),
-                 "(the layers inside the forward: %+.1f%% against the chained median)",
+                 "(the layers inside the %s: %+.1f%% against the chained median)",
+                 m->pass == PASS_TRAIN ? "step, forward and backward" : "forward",
                  row_timed(&res->chained) && res->chained.st.median > 0
                      ? 100 * (inside_all - res->chained.st.median) / res->chained.st.median
                      : 0.0);
     if (alone_all <= 0)
         return;
     if (c->ro.format == TABLE_MD)
-        table_heading(c->out, c->ro.format, 4, "Alone vs inside the forward, by kind (where the gap comes from)");
+        table_heading(c->out, c->ro.format, 4,
+                      m->pass == PASS_TRAIN ? "Alone vs inside the training step, by kind (where the gap comes from)"
+                                            : "Alone vs inside the forward, by kind (where the gap comes from)");
     else
-        fprintf(c->out, "\n  Alone vs inside the forward, by kind (where the gap comes from):\n");
+        fprintf(c->out, "\n  Alone vs inside the %s, by kind (where the gap comes from):\n",
+                m->pass == PASS_TRAIN ? "training step" : "forward");
     table *t = table_create(6, "lrrrrl");
-    const char *heads[] = {"Kind", "Count", "Alone", "In forward", "Diff", "Likely cause"};
+    const char *heads[] = {"Kind", "Count", "Alone", m->pass == PASS_TRAIN ? "In step" : "In forward", "Diff", "Likely cause"};
     for (int k = 0; k < 6; k++)
         table_header(t, k, heads[k], 0);
     for (int k = 0; k < LAYER_KIND_COUNT; k++) {
@@ -515,6 +519,27 @@ static void print_inmodel(console *c, const run_result *res)
     print_parts(c, res);
 }
 
+/* The training step's memory, planned (model_train_plan). */
+static void print_train_memory(console *c, const model *m, int64_t ws)
+{
+    model_train_memory tm;
+    model_train_plan(m, &tm);
+    char v[32], a[32], b[32], d[32], e[32], when[300];
+    int n = m->n_layers;
+    if (tm.peak_step < n)
+        snprintf(when, sizeof when, "the forward of %s", tm.peak_step >= 0 ? m->layers[tm.peak_step].name : "-");
+    else if (tm.peak_step == n)
+        snprintf(when, sizeof when, "the loss");
+    else
+        snprintf(when, sizeof when, "the backward of %s", m->layers[2 * n - tm.peak_step].name);
+    summary_line(c, "memory of the training step", bench_format_bytes(tm.peak_bytes + ws, v, sizeof v),
+                 "(at most, during %s: weights %s, their gradients %s, activations kept for the backward %s at the "
+                 "loss, and the activations' gradients; + the largest workspace %s; if each tensor is freed after "
+                 "its last use; no optimizer state)",
+                 when, bench_format_bytes(tm.weight_bytes, a, sizeof a), bench_format_bytes(tm.weight_grad_bytes, b, sizeof b),
+                 bench_format_bytes(tm.kept_bytes, d, sizeof d), bench_format_bytes(ws, e, sizeof e));
+}
+
 /* The roofline's ceilings and the forward's memory. */
 static void print_machine(console *c, const run_result *res)
 {
@@ -541,6 +566,10 @@ static void print_machine(console *c, const run_result *res)
     int64_t ws = 0;
     for (int i = 0; i < res->m->n_layers; i++)
         ws = res->layers[i].workspace_bytes > ws ? res->layers[i].workspace_bytes : ws;
+    if (res->m->pass == PASS_TRAIN) {
+        print_train_memory(c, res->m, ws);
+        return;
+    }
     summary_line(c, "memory of the forward", bench_format_bytes(mm.weight_bytes + mm.peak_activation_bytes + ws, v, sizeof v),
                  "(weights %s + activations at most %s, while %s runs, + the largest workspace %s, if each tensor is "
                  "freed after its last reader)",
@@ -603,19 +632,35 @@ static void print_summary(console *c, const run_result *res)
     if (!res->has_model)
         return;
     print_machine(c, res);
+    bool train = res->m->pass == PASS_TRAIN;
     if (!row_timed(ch)) {
-        summary_line(c, "chained forward", "not run", "%s", ch->note);
+        summary_line(c, train ? "training step" : "chained forward", "not run", "%s", ch->note);
         return;
     }
-    summary_line(c, "chained forward median", report_format_time(ch->st.median, b, sizeof b),
-                 "(noise %s, %lld samples, %.1f GFLOP/s, %.1f items/s)", format_noise(&ch->st, noise, sizeof noise),
-                 (long long)ch->st.n, gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
+    if (train) { /* its rate against the measured peak (model FLOPs utilisation), and tokens for a decoder */
+        char extra[96] = "";
+        int64_t tokens = model_tokens(res->m);
+        if (res->peaks.flops_per_s > 0)
+            snprintf(extra, sizeof extra, " = %.0f%% of the measured peak", 100 * t.flops / ch->st.median / res->peaks.flops_per_s);
+        if (tokens > 0)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %.0f tokens/s",
+                     (double)(res->m->batch * tokens) / ch->st.median);
+        summary_line(c, "training step median", report_format_time(ch->st.median, b, sizeof b),
+                     "(noise %s, %lld samples, %.1f GFLOP/s%s, %.1f samples/s; %s%s%s)",
+                     format_noise(&ch->st, noise, sizeof noise), (long long)ch->st.n, gflops(t.flops, ch->st.median),
+                     extra, (double)res->m->batch / ch->st.median, ch->impl, *ch->note ? "; " : "", ch->note);
+    } else {
+        summary_line(c, "chained forward median", report_format_time(ch->st.median, b, sizeof b),
+                     "(noise %s, %lld samples, %.1f GFLOP/s, %.1f items/s)", format_noise(&ch->st, noise, sizeof noise),
+                     (long long)ch->st.n, gflops(t.flops, ch->st.median), (double)res->m->batch / ch->st.median);
+    }
     if (res->sum_medians > 0) {
         char gap[24];
         snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
         summary_line(c, "gap (chained vs sum of layers)", gap, NULL);
     }
-    print_decoder(c, res);
+    if (!train) /* a training step has no first token, no decode: its tokens/s is above */
+        print_decoder(c, res);
     print_inmodel(c, res);
     print_extra(c, "graph replay of the forward", &res->graph, res);
     print_extra(c, "input copy, host to device", &res->upload, res);
@@ -712,8 +757,8 @@ static bench_status console_run(reporter *r, const run_result *res)
         snprintf(th + strlen(th), sizeof th - strlen(th), ", %d process%s", res->processes,
                  res->processes == 1 ? "" : "es");
     char dt[64];
-    snprintf(dt, sizeof dt, "%s%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "",
-             res->m->pass == PASS_BACKWARD ? ", backward" : "");
+    snprintf(dt, sizeof dt, "%s%s%s%s", dtype_name(res->m->dtype), model_mixed(res->m) ? " (mixed)" : "",
+             res->m->pass != PASS_FORWARD ? ", " : "", res->m->pass != PASS_FORWARD ? layer_pass_name(res->m->pass) : "");
     if (c->ro.format == TABLE_MD)
         fprintf(c->out, "\n## %s on %s (%s timing)\n\nBatch %lld%s, %s: %d layers, %s params, %s FLOPs.\n",
                 res->m->name, res->backend, measure_mode_name(res->mode), (long long)res->m->batch, th, dt, res->m->n_layers,
@@ -837,10 +882,11 @@ static void print_amx(console *c)
     }
 }
 
-/* A set's name in the table across sets: its dtype, and "backward" for that pass */
+/* A set's name in the table across sets: its dtype, and its pass but the forward */
 static const char *set_label(const kept_set *k, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s%s", dtype_name(k->dtype), k->pass == PASS_BACKWARD ? " backward" : "");
+    snprintf(buf, len, "%s%s%s", dtype_name(k->dtype), k->pass != PASS_FORWARD ? " " : "",
+             k->pass != PASS_FORWARD ? layer_pass_name(k->pass) : "");
     return buf;
 }
 
@@ -880,7 +926,7 @@ static void print_dtypes(console *c)
             table_header(t, k, heads[k], k == 1 ? 40 : 0), free(heads[k]);
         for (int i = 0; i < first->m->n_layers; i++) {
             const layer *l = &first->m->layers[i];
-            if (layer_desc_get(l->kind)->aliases_input)
+            if (layer_is_view(l))
                 continue;
             char tm[24];
             table_cell(t, "%d", i);
@@ -987,8 +1033,9 @@ static bench_status sweep_run(reporter *r, const run_result *res)
         if (res->sum_medians > 0)
             snprintf(gap, sizeof gap, "%+.1f%%", 100 * (ch->st.median - res->sum_medians) / res->sum_medians);
     }
-    char dt[32]; /* a backward set says so beside its dtype */
-    snprintf(dt, sizeof dt, "%s%s", dtype_name(res->m->dtype), res->m->pass == PASS_BACKWARD ? " backward" : "");
+    char dt[32]; /* a backward or train set says so beside its dtype */
+    snprintf(dt, sizeof dt, "%s%s%s", dtype_name(res->m->dtype), res->m->pass != PASS_FORWARD ? " " : "",
+             res->m->pass != PASS_FORWARD ? layer_pass_name(res->m->pass) : "");
     const char *cells[] = {res->backend, batch, dt, med, noise, items, sum, gap};
     const char *dcells[] = {res->backend, batch, dt, tok, kv, med, noise, items, sum, gap};
     sweep_row(s, s->decoder ? dcells : cells);

@@ -200,7 +200,7 @@ static void fill_layer(row_t row, const model *m, int i)
         in_bytes += size * shape_numel(&l->ins[k]);
     SET(weight_bytes, "%lld", (long long)layer_weight_bytes(l));
     SET(input_bytes, "%lld", (long long)in_bytes);
-    SET(output_bytes, "%lld", (long long)(layer_desc_get(l->kind)->aliases_input ? 0 : size * shape_numel(&l->out)));
+    SET(output_bytes, "%lld", (long long)(layer_is_view(l) ? 0 : size * shape_numel(&l->out)));
     layer_params_format(l, row[COL_parameters], sizeof row[COL_parameters]);
     /* value ids: 0 is the model input, v > 0 the output of layer v - 1 */
     size_t off = 0;

@@ -213,8 +213,8 @@ bench_status results_take_json(const char *path, const json_t *root, results_fil
 
 const char *results_set_describe(const report_set *s, char *buf, size_t len)
 {
-    int k = snprintf(buf, len, "batch %lld on %s in %s%s", (long long)s->batch, s->backend, dtype_name(s->dtype),
-                     s->pass == PASS_BACKWARD ? ", backward" : "");
+    int k = snprintf(buf, len, "batch %lld on %s in %s%s%s", (long long)s->batch, s->backend, dtype_name(s->dtype),
+                     s->pass != PASS_FORWARD ? ", " : "", s->pass != PASS_FORWARD ? layer_pass_name(s->pass) : "");
     if ((s->tokens >= 0 || s->kv_len >= 0) && k >= 0 && (size_t)k < len)
         snprintf(buf + k, len - (size_t)k, ", %lld tokens after %lld cached", (long long)(s->tokens > 0 ? s->tokens : 0),
                  (long long)(s->kv_len > 0 ? s->kv_len : 0));

@@ -36,7 +36,7 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_adaptive_avgpool2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_FLATTEN, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
     CPU_ROW(LAYER_LINEAR, cpu_linear_kernel, cpu_linear_bf16_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_DROPOUT, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
+    CPU_ROW(LAYER_DROPOUT, cpu_dropout_kernel, cpu_view_kernel, cpu_view_kernel),
     CPU_ROW(LAYER_SOFTMAX, cpu_softmax_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_ADD, cpu_add_kernel, cpu_add_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MUL, cpu_mul_kernel, cpu_mul_bf16_kernel, cpu_via_f32_kernel),
@@ -116,6 +116,7 @@ static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_CONCAT, cpu_spread_bwd_kernel),
     CPU_BWD_ROW(LAYER_MEAN, cpu_spread_bwd_kernel),
     CPU_BWD_ROW(LAYER_SCALE_SHIFT, cpu_spread_bwd_kernel),
+    CPU_BWD_ROW(LAYER_DROPOUT, cpu_dropout_bwd_kernel),
     CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
     CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
 };

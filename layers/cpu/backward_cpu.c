@@ -240,6 +240,88 @@ static void bn_bwd_run(void *env, const layer *l, void *state, const void *const
         });
 }
 
+CPU_ISA_CLONES
+static float bn_centred_squares(const float *x, int64_t n, float mean)
+{
+    float a = 0;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < n; i++)
+        a += (x[i] - mean) * (x[i] - mean);
+    return a;
+}
+
+CPU_ISA_CLONES
+static void bn_affine_span(const float *x, float *y, int64_t n, float scale, float shift)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * scale + shift;
+}
+
+/* The forward in training mode (bn_run calls it for a layer of PASS_TRAIN): normalised by
+ * the batch's statistics, the running ones updated as torch does, (1 - momentum) r +
+ * momentum s with the variance unbiased, in the weights the layer was given (the backend
+ * allocated them writable; the kernel table's const is the forward's promise). */
+void cpu_bn_train_forward(const layer *l, const float *x, const float *w_, float *out)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
+    float *w = (float *)w_, m = (float)(n * hw), mom = (float)l->p.momentum;
+    CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t ch = 0; ch < c; ch++) {
+            float sum = 0, sq = 0;
+            for (int64_t b = 0; b < n; b++)
+                sum += bn_sum(x + (b * c + ch) * hw, hw);
+            float mean = sum / m;
+            for (int64_t b = 0; b < n; b++)
+                sq += bn_centred_squares(x + (b * c + ch) * hw, hw, mean);
+            float rstd = 1.0f / sqrtf(sq / m + (float)l->p.eps), a = w[ch] * rstd;
+            for (int64_t b = 0; b < n; b++)
+                bn_affine_span(x + (b * c + ch) * hw, out + (b * c + ch) * hw, hw, a, w[c + ch] - mean * a);
+            w[2 * c + ch] = (1 - mom) * w[2 * c + ch] + mom * mean;
+            w[3 * c + ch] = (1 - mom) * w[3 * c + ch] + mom * (m > 1 ? sq / (m - 1) : 0.0f);
+        });
+}
+
+/* ---- dropout (training: its mask drawn) -------------------------------------------------------- */
+
+CPU_ISA_CLONES
+static void dropout_span(const float *x, float *y, int64_t from, int64_t n, uint32_t seed, uint32_t threshold, float keep)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * layer_dropout_scale(seed, threshold, keep, from + i);
+}
+
+/* y = x times the mask's factor, over the threads in blocks; nothing where l is a view
+ * (the forward pass, or p = 0) */
+static void dropout_apply(const layer *l, const float *x, float *y)
+{
+    if (layer_is_view(l))
+        return;
+    uint32_t seed, threshold;
+    float keep;
+    layer_dropout_params(l, &seed, &threshold, &keep);
+    int64_t n = shape_numel(&l->in), block = 16384, blocks = (n + block - 1) / block;
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t k = 0; k < blocks; k++) {
+            int64_t from = k * block;
+            dropout_span(x + from, y + from, from, n - from < block ? n - from : block, seed, threshold, keep);
+        });
+}
+
+static void dropout_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    dropout_apply(l, ins[0], out);
+}
+
+/* the same mask again, computed rather than stored: d in = d out times its factor */
+static void dropout_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    dropout_apply(l, DOUT(l, ins), out);
+}
+
 /* ---- the activations ------------------------------------------------------------------------- */
 
 /* The derivatives on fast_math.h's exp, erf and tanh, so that the loops vectorise (the C
@@ -897,6 +979,8 @@ const backend_kernel cpu_attention_bwd_kernel = {.setup = attn_bwd_setup, .run =
 
 const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
 const backend_kernel cpu_linear_bwd_kernel = {.run = linear_bwd_run, .impl = "sgemm (data: dY W; weights: dY^T X)"};
+const backend_kernel cpu_dropout_kernel = {.run = dropout_run, .impl = "the mask hashed per element (a view outside training)"};
+const backend_kernel cpu_dropout_bwd_kernel = {.run = dropout_bwd_run, .impl = "the mask hashed again per element"};
 const backend_kernel cpu_batchnorm2d_bwd_kernel = {
     .run = bn_bwd_run, .impl = "per channel (the batch's statistics recomputed from the input)"};
 const backend_kernel cpu_act_bwd_kernel = {.run = act_bwd_run, .impl = "direct"};

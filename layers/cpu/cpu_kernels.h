@@ -96,7 +96,11 @@ extern const backend_kernel cpu_via_f32_kernel;
 extern const backend_kernel cpu_conv2d_bwd_kernel, cpu_linear_bwd_kernel, cpu_batchnorm2d_bwd_kernel, cpu_act_bwd_kernel,
     cpu_binary_bwd_kernel, cpu_pool_bwd_kernel, cpu_norm_bwd_kernel, cpu_softmax_bwd_kernel, cpu_embedding_bwd_kernel,
     cpu_rope_bwd_kernel, cpu_attention_bwd_kernel, cpu_multihead_attention_bwd_kernel, cpu_transpose_bwd_kernel,
-    cpu_token_bwd_kernel, cpu_spread_bwd_kernel;
+    cpu_token_bwd_kernel, cpu_spread_bwd_kernel, cpu_dropout_bwd_kernel;
+/* dropout: a view, but in training (layer_is_view false) its mask applied */
+extern const backend_kernel cpu_dropout_kernel;
+/* batch norm's forward in training mode (backward_cpu.c), for a layer of PASS_TRAIN */
+void cpu_bn_train_forward(const layer *l, const float *x, const float *w, float *out);
 /* conv2d and linear in bf16 on vdpbf16ps (bf16_cpu.c), on fp32 copies where the CPU
  * lacks AVX512_BF16 or LAYERBENCH_CPU_NO_BF16 is set; and whether it has it. */
 extern const backend_kernel cpu_conv2d_bf16_kernel, cpu_linear_bf16_kernel;

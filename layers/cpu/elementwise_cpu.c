@@ -68,6 +68,10 @@ static void bn_run(void *env, const layer *l, void *state, const void *const *in
     (void)env;
     const float *in = ins[0];
     (void)state;
+    if (l->pass == PASS_TRAIN) {
+        cpu_bn_train_forward(l, in, w, out);
+        return;
+    }
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3];
     float eps = (float)l->p.eps;
     CPU_OMP_IF(n * c * hw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",

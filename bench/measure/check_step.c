@@ -1,0 +1,193 @@
+/* `bench check --pass train`'s whole step: the chained training step's weights'
+ * gradients against the reference step's, from the same draws. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "forward.h"
+#include "measure.h"
+#include "train_step.h"
+
+/* The reference step, in fp32 arrays (each layer's reference sums in double). */
+typedef struct ref_step {
+    int n;
+    float **store;   /* per value that owns its storage (model_storage_of): its values */
+    float **weights; /* per layer, NULL without */
+    float **vgrad;   /* per value that owns its storage: its gradient, its readers' summed */
+    float **wgrad;   /* per layer the loss reaches, with weights: their gradient */
+} ref_step;
+
+static void ref_step_free(ref_step *r)
+{
+    for (int v = 0; r->store && v <= r->n; v++)
+        free(r->store[v]), free(r->vgrad[v]);
+    for (int i = 0; r->weights && i < r->n; i++)
+        free(r->weights[i]), free(r->wgrad[i]);
+    free(r->store), free(r->vgrad), free(r->weights), free(r->wgrad);
+}
+
+/* The gradient of the loss with respect to the model's output g, from the output y:
+ * cross-entropy's softmax less one at the label (summed over rows), or the weighted sum's weights. */
+static void ref_loss_grad(const model *m, uint64_t seed, const float *y, float *g)
+{
+    const layer *l = &m->layers[model_storage_of(m, m->n_layers) - 1];
+    int64_t count = shape_numel(&l->out);
+    if (train_loss_of(m) == LOSS_SUM) {
+        train_loss_weights(seed, count, g);
+        return;
+    }
+    int64_t classes = l->out.d[l->out.rank - 1], rows = count / classes;
+    int64_t *labels = xmalloc((size_t)rows * sizeof *labels);
+    train_loss_labels(seed, rows, classes, labels);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *z = y + r * classes;
+        double mx = z[0], sum = 0.0;
+        for (int64_t c = 1; c < classes; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        for (int64_t c = 0; c < classes; c++)
+            sum += exp(z[c] - mx);
+        for (int64_t c = 0; c < classes; c++)
+            g[r * classes + c] = (float)(exp(z[c] - mx) / sum - (c == labels[r]));
+    }
+    free(labels);
+}
+
+/* Layer i's backward in the reference step: its inputs' gradients added into their
+ * values' (but the model input's), its weights' kept. False when out of memory. */
+static bool ref_layer_backward(const model *m, ref_step *r, int i)
+{
+    const layer *l = &m->layers[i];
+    const float *ins[LAYER_MAX_INPUTS];
+    float *din[LAYER_MAX_INPUTS] = {NULL};
+    bool ok = r->vgrad[i + 1] && (!l->n_weight_floats || (r->wgrad[i] = bench_alloc_floats(l->n_weight_floats)));
+    for (int k = 0; k < l->n_inputs; k++) {
+        ins[k] = r->store[model_storage_of(m, l->inputs[k])];
+        ok = ok && (din[k] = bench_alloc_floats(shape_numel(&l->ins[k])));
+    }
+    if (ok)
+        layer_desc_get(l->kind)->backward(l, ins, r->weights[i], r->store[i + 1], r->vgrad[i + 1], din, r->wgrad[i]);
+    for (int k = 0; k < l->n_inputs; k++) {
+        int s = model_storage_of(m, l->inputs[k]);
+        int64_t count = shape_numel(&l->ins[k]);
+        if (ok && s > 0 && !r->vgrad[s] && (r->vgrad[s] = bench_alloc_floats(count)))
+            memset(r->vgrad[s], 0, (size_t)count * sizeof(float));
+        ok = ok && (s == 0 || r->vgrad[s]);
+        for (int64_t e = 0; ok && s > 0 && e < count; e++)
+            r->vgrad[s][e] += din[k][e];
+        free(din[k]);
+    }
+    return ok;
+}
+
+/* The reference step from seed, drawn as forward_build draws (the input, then each
+ * layer's weights in order), the loss's labels as the step's. False when out of memory. */
+static bool ref_step_run(const model *m, uint64_t seed, ref_step *r)
+{
+    int n = m->n_layers, out = model_storage_of(m, n);
+    *r = (ref_step){n, xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float *)),
+                    xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float *))};
+    layer_rng rng;
+    layer_rng_seed(&rng, seed);
+    int64_t n_in = shape_numel(&m->input);
+    if (!(r->store[0] = bench_alloc_floats(n_in)))
+        return false;
+    layer_fill_uniform(r->store[0], n_in, -1.0f, 1.0f, &rng);
+    dtype_round(model_value_dtype(m, 0), r->store[0], n_in);
+    for (int i = 0; i < n; i++) {
+        const layer *l = &m->layers[i];
+        const float *ins[LAYER_MAX_INPUTS];
+        if (l->n_weight_floats) {
+            if (!(r->weights[i] = bench_alloc_floats(l->n_weight_floats)))
+                return false;
+            layer_desc_get(l->kind)->init_weights(l, r->weights[i], &rng);
+            layer_round_weights(l, r->weights[i]);
+        }
+        if (layer_is_view(l))
+            continue;
+        if (!(r->store[i + 1] = bench_alloc_floats(shape_numel(&l->out))))
+            return false;
+        for (int k = 0; k < l->n_inputs; k++)
+            ins[k] = r->store[model_storage_of(m, l->inputs[k])];
+        layer_train_reference(l, ins, r->weights[i], r->store[i + 1]);
+    }
+    if (!(r->vgrad[out] = bench_alloc_floats(shape_numel(&m->layers[out - 1].out))))
+        return false;
+    ref_loss_grad(m, seed, r->store[out], r->vgrad[out]);
+    bool *reached = train_reached_layers(m), ok = true;
+    for (int i = n - 1; ok && i >= 0; i--)
+        ok = !reached[i] || ref_layer_backward(m, r, i);
+    free(reached);
+    return ok;
+}
+
+int64_t check_step_bytes(const model *m)
+{
+    int64_t floats = shape_numel(&m->input);
+    for (int i = 0; i < m->n_layers; i++) { /* every value and its gradient, the weights and theirs */
+        const layer *l = &m->layers[i];
+        floats += 2 * l->n_weight_floats + (layer_is_view(l) ? 0 : layer_backward_floats(l) + 2 * shape_numel(&l->out));
+    }
+    return 2 * 4 * floats; /* the reference's, and the step's on the backend at most as large */
+}
+
+/* Each reached layer's weights' gradient from the step on b against the reference's:
+ * the worst relative error of them, the layer it was in said in why. */
+static void compare_wgrads(const model *m, const backend *b, const train_step *ts, const ref_step *ref, check_result *r)
+{
+    int worst = -1;
+    r->status = BENCH_OK;
+    for (int i = 0; r->status == BENCH_OK && i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        if (!ref->wgrad[i] || !train_step_grads(ts, i))
+            continue;
+        int64_t all = layer_backward_floats(l), bad;
+        float *got = bench_alloc_floats(all);
+        if (!got) {
+            r->status = BENCH_ERR_NOMEM;
+            break;
+        }
+        r->status = backend_download_values(b, l->dtype, got, train_step_grads(ts, i), all);
+        double err = check_rel_err(got + all - l->n_weight_floats, ref->wgrad[i], l->n_weight_floats, &bad);
+        r->nonfinite += bad;
+        if (worst < 0 || err > r->rel_err)
+            r->rel_err = err, worst = i;
+        free(got);
+    }
+    if (r->status == BENCH_OK) {
+        snprintf(r->why, sizeof r->why, "the weights' gradients, the worst in layer '%s'",
+                 worst >= 0 ? m->layers[worst].name : "-");
+        r->status = r->nonfinite == 0 && r->rel_err <= r->tolerance ? BENCH_OK : BENCH_ERR_CHECK;
+    }
+}
+
+check_result check_train_step(const model *m, const backend *b, uint64_t seed)
+{
+    check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0, ""};
+    char why[224] = "";
+    bool *reached = train_reached_layers(m);
+    for (int i = 0; i < m->n_layers; i++) { /* each layer's error adds up along the step */
+        layer bl = layer_as_backward(&m->layers[i]);
+        r.tolerance += reached[i] ? backend_tolerance(b, &bl) + CHECK_BACKWARD_TOLERANCE : 0.0;
+    }
+    free(reached);
+    ref_step ref;
+    forward_net net = {0};
+    train_step *ts = NULL;
+    backend_clear_error(b);
+    if (!ref_step_run(m, seed, &ref)) {
+        snprintf(r.why, sizeof r.why, "out of memory (for the reference step's values)");
+    } else if ((r.status = forward_build(&net, m, b, seed, why, sizeof why)) == BENCH_OK &&
+               (ts = train_step_build(&net, seed, &r.status, why, sizeof why))) {
+        forward_queue(&net, false);
+        train_step_queue(ts, false);
+        if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK)
+            compare_wgrads(m, b, ts, &ref, &r);
+    }
+    if (r.status != BENCH_OK && r.status != BENCH_ERR_CHECK && !*r.why)
+        snprintf(r.why, sizeof r.why, "%s", *why ? why : backend_last_error(b));
+    train_step_free(ts);
+    forward_free(&net);
+    ref_step_free(&ref);
+    return r;
+}

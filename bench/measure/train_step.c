@@ -1,0 +1,308 @@
+/* The chained training step's loss and backward (train_step.h). */
+#include "train_step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One sum of an output's gradient: out = in[0] + in[1], by the backend's add kernel, run
+ * just before layer's backward (the first of a value's sums reads two readers' slices,
+ * the next ones the running sum and one more slice). */
+typedef struct grad_sum {
+    int layer;
+    backend_layer *state;
+    const void *in[2];
+    void *out;
+} grad_sum;
+
+/* A layer made here (the loss's softmax, a sum's add), with the shapes it owns. */
+typedef struct own_layer {
+    layer l;
+    shape_t ins[2];
+    int inputs[2];
+} own_layer;
+
+struct train_step {
+    const forward_net *net;
+    int n;
+    layer *bl;                /* per layer: as its backward kernel sees it */
+    backend_layer **bstates;  /* per layer; NULL for a view or a layer the loss does not reach */
+    void **grads;             /* per layer: its backward's output (backend memory), owned */
+    const void ***bargs;      /* per layer: its inputs, its output, its output's gradient */
+    grad_sum *sums;           /* in the order they run (layers descending) */
+    int n_sums;
+    own_layer *owned;         /* the sums' add layers, one per summed value, and the loss's softmax last */
+    int n_owned;
+    void **sum_bufs;          /* per summed value: its gradient's buffer, owned */
+    backend_layer **adds;     /* per summed value: the add its sums run, owned */
+    int n_sum_bufs;
+    train_loss loss;
+    backend_layer *softmax;   /* cross-entropy: softmax over the logits' last dim into dloss */
+    const void *logits;
+    void *dloss;              /* the loss's gradient, the last layer's output's (owned) */
+    int64_t *labels, rows, classes;
+    int64_t grad_bytes;
+};
+
+train_loss train_step_loss(const train_step *ts) { return ts->loss; }
+const void *train_step_grads(const train_step *ts, int i) { return ts->bstates[i] ? ts->grads[i] : NULL; }
+int64_t train_step_grad_bytes(const train_step *ts) { return ts->grad_bytes; }
+
+/* A layer of kind over in (n_in inputs of that shape) in dtype t, set up on the
+ * backend's forward kernels; false with why. */
+static bool own_setup(train_step *ts, layer_kind kind, const shape_t *in, int n_in, dtype_t t, backend_layer **state,
+                      char *why, size_t whylen)
+{
+    own_layer *o = &ts->owned[ts->n_owned++];
+    const layer_desc *d = layer_desc_get(kind);
+    memset(o, 0, sizeof *o);
+    o->l.name = kind == LAYER_SOFTMAX ? "the loss's softmax" : "a gradient sum";
+    o->l.kind = kind, o->l.dtype = t, o->l.n_inputs = n_in;
+    if (d->defaults)
+        d->defaults(&o->l.p);
+    o->l.p.dim = -1;
+    for (int k = 0; k < n_in; k++)
+        o->ins[k] = *in;
+    o->l.ins = o->ins, o->l.in = *in, o->l.inputs = o->inputs;
+    char impl[96] = "";
+    int64_t ws;
+    if (d->infer(&o->l, why, whylen) != 0 || layer_count(&o->l) != 0)
+        return false;
+    if (backend_layer_setup(ts->net->b, &o->l, NULL, state, impl, sizeof impl, &ws) != BENCH_OK) {
+        snprintf(why, whylen, "%s (%s) cannot run on %s: %s", o->l.name, d->name, ts->net->b->ops->name,
+                 *impl ? impl : backend_last_error(ts->net->b));
+        return false;
+    }
+    return true;
+}
+
+/* Which layers the loss reaches, back from the model's output through every reader: a
+ * layer whose output no reached layer reads (nor is the output) runs no backward. */
+bool *train_reached_layers(const model *m)
+{
+    int n = m->n_layers;
+    bool *need = xcalloc((size_t)n + 1, sizeof *need), *reached = xcalloc((size_t)n, sizeof *reached);
+    need[model_storage_of(m, n)] = true;
+    for (int i = n - 1; i >= 0; i--) {
+        const layer *l = &m->layers[i];
+        if (layer_is_view(l) || !need[i + 1])
+            continue;
+        reached[i] = true;
+        for (int k = 0; k < l->n_inputs; k++)
+            need[model_storage_of(m, l->inputs[k])] = true;
+    }
+    free(need);
+    return reached;
+}
+
+/* Layer i's backward set up: its kernel, its output buffer. */
+static bench_status backward_setup(train_step *ts, int i, char *why, size_t whylen)
+{
+    const forward_net *net = ts->net;
+    const layer *l = &net->m->layers[i];
+    ts->bl[i] = layer_as_backward(l);
+    char impl[96] = "";
+    int64_t ws;
+    bench_status st = backend_layer_setup(net->b, &ts->bl[i], net->weights[i], &ts->bstates[i], impl, sizeof impl, &ws);
+    if (st == BENCH_ERR_UNSUPPORTED) {
+        snprintf(why, whylen, "layer '%s' (%s) has no backward on %s: %s", l->name, layer_kind_name(l->kind),
+                 net->b->ops->name, impl);
+        return st;
+    }
+    if (st != BENCH_OK) {
+        snprintf(why, whylen, "setting up layer '%s''s backward failed: %s", l->name,
+                 st == BENCH_ERR_NOMEM ? "out of memory" : backend_last_error(net->b));
+        return st;
+    }
+    int64_t n = layer_backward_floats(l);
+    if (!(ts->grads[i] = backend_alloc_values(net->b, l->dtype, n, NULL))) {
+        snprintf(why, whylen, "out of memory for layer '%s''s gradients", l->name);
+        return BENCH_ERR_NOMEM;
+    }
+    ts->grad_bytes += n * (int64_t)dtype_size(l->dtype);
+    return BENCH_OK;
+}
+
+/* The gradient of value v (a layer's output, stored in itself): the slices of its
+ * reached readers' backward outputs (and the loss's, for the model's output). One is
+ * read where it lies; several are summed into a buffer of their own, before the backward
+ * of v's layer. NULL with why when out of memory or the add cannot run. */
+static const void *value_grad(train_step *ts, int v, const bool *reached, char *why, size_t whylen)
+{
+    const model *m = ts->net->m;
+    const layer *prod = &m->layers[v - 1];
+    size_t es = dtype_size(prod->dtype);
+    int nf = v == model_storage_of(m, m->n_layers);
+    for (int r = v; r < m->n_layers; r++)
+        for (int k = 0; reached[r] && k < m->layers[r].n_inputs; k++)
+            nf += model_storage_of(m, m->layers[r].inputs[k]) == v;
+    const void **from = xmalloc((size_t)(nf ? nf : 1) * sizeof *from);
+    nf = 0;
+    if (v == model_storage_of(m, m->n_layers))
+        from[nf++] = ts->dloss;
+    for (int r = v; r < m->n_layers; r++) {
+        int64_t at = 0;
+        for (int k = 0; reached[r] && k < m->layers[r].n_inputs; k++) {
+            if (model_storage_of(m, m->layers[r].inputs[k]) == v)
+                from[nf++] = (const char *)ts->grads[r] + at * (int64_t)es;
+            at += shape_numel(&m->layers[r].ins[k]);
+        }
+    }
+    const void *g = nf == 1 ? from[0] : NULL;
+    if (nf > 1) {
+        int64_t count = shape_numel(&prod->out);
+        void *buf = ts->sum_bufs[ts->n_sum_bufs] = backend_alloc_values(ts->net->b, prod->dtype, count, NULL);
+        backend_layer **add = &ts->adds[ts->n_sum_bufs];
+        if (!buf) {
+            snprintf(why, whylen, "out of memory for the gradient of layer '%s''s output", prod->name);
+        } else if (own_setup(ts, LAYER_ADD, &prod->out, 2, prod->dtype, add, why, whylen)) {
+            ts->grad_bytes += count * (int64_t)es;
+            for (int k = 1; k < nf; k++)
+                ts->sums[ts->n_sums++] = (grad_sum){v - 1, *add, {k == 1 ? from[0] : buf, from[k]}, buf};
+            g = buf;
+        }
+        ts->n_sum_bufs++;
+    }
+    free(from);
+    return g;
+}
+
+train_loss train_loss_of(const model *m)
+{
+    return m->layers[model_storage_of(m, m->n_layers) - 1].kind == LAYER_LINEAR ? LOSS_CROSS_ENTROPY : LOSS_SUM;
+}
+
+void train_loss_weights(uint64_t seed, int64_t count, float *r)
+{
+    layer_rng rng;
+    layer_rng_seed(&rng, seed ^ 0x73756d73u);
+    layer_fill_uniform(r, count, -1.0f, 1.0f, &rng);
+}
+
+void train_loss_labels(uint64_t seed, int64_t rows, int64_t classes, int64_t *labels)
+{
+    layer_rng rng;
+    layer_rng_seed(&rng, seed ^ 0x6c6f7373u);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = (int64_t)layer_rng_uniform(&rng, 0.0f, (float)classes);
+        labels[r] = y < classes ? y : classes - 1;
+    }
+}
+
+/* The loss: cross-entropy where the last layer is a linear (its softmax set up, random
+ * labels drawn), else the weighted sum (its gradient, the weights, written once). */
+static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
+{
+    const model *m = ts->net->m;
+    int last = model_storage_of(m, m->n_layers);
+    const layer *l = &m->layers[last - 1];
+    int64_t count = shape_numel(&l->out);
+    ts->logits = ts->net->values[last];
+    ts->loss = train_loss_of(m);
+    float *host = ts->loss == LOSS_SUM ? bench_alloc_floats(count) : NULL;
+    if (host)
+        train_loss_weights(seed, count, host);
+    ts->dloss = backend_alloc_values(ts->net->b, l->dtype, count, host);
+    free(host);
+    if (!ts->dloss) {
+        snprintf(why, whylen, "out of memory for the loss's gradient");
+        return false;
+    }
+    ts->grad_bytes += count * (int64_t)dtype_size(l->dtype);
+    if (ts->loss == LOSS_SUM)
+        return true;
+    ts->classes = l->out.d[l->out.rank - 1];
+    ts->rows = count / ts->classes;
+    ts->labels = xmalloc((size_t)ts->rows * sizeof *ts->labels);
+    train_loss_labels(seed, ts->rows, ts->classes, ts->labels);
+    return own_setup(ts, LAYER_SOFTMAX, &l->out, 1, l->dtype, &ts->softmax, why, whylen);
+}
+
+train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status *status, char *why, size_t whylen)
+{
+    const model *m = net->m;
+    int n = m->n_layers;
+    train_step *ts = xcalloc(1, sizeof *ts);
+    *ts = (train_step){.net = net, .n = n, .bl = xcalloc((size_t)n, sizeof *ts->bl),
+                       .bstates = xcalloc((size_t)n, sizeof *ts->bstates), .grads = xcalloc((size_t)n, sizeof *ts->grads),
+                       .bargs = xcalloc((size_t)n, sizeof *ts->bargs),
+                       .sums = xcalloc((size_t)n * LAYER_MAX_INPUTS + 1, sizeof *ts->sums),
+                       .owned = xcalloc((size_t)n + 1, sizeof *ts->owned),
+                       .sum_bufs = xcalloc((size_t)n, sizeof *ts->sum_bufs), .adds = xcalloc((size_t)n, sizeof *ts->adds)};
+    *status = BENCH_OK;
+    if (net->b->ops->device_memory) {
+        snprintf(why, whylen, "the training step's loss writes its labels in host memory: not on %s yet",
+                 net->b->ops->name);
+        *status = BENCH_ERR_UNSUPPORTED;
+    }
+    bool *reached = train_reached_layers(m);
+    for (int i = 0; *status == BENCH_OK && i < n; i++)
+        if (reached[i])
+            *status = backward_setup(ts, i, why, whylen);
+    if (*status == BENCH_OK && !loss_setup(ts, seed, why, whylen))
+        *status = ts->dloss ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
+    for (int i = n - 1; *status == BENCH_OK && i >= 0; i--) {
+        if (!reached[i])
+            continue;
+        const layer *l = &m->layers[i];
+        const void *g = value_grad(ts, i + 1, reached, why, whylen);
+        if (!g) {
+            *status = ts->sum_bufs[ts->n_sum_bufs - 1] ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
+            break;
+        }
+        ts->bargs[i] = xmalloc(((size_t)l->n_inputs + 2) * sizeof *ts->bargs[i]);
+        memcpy(ts->bargs[i], net->args[i], (size_t)l->n_inputs * sizeof *ts->bargs[i]);
+        ts->bargs[i][l->n_inputs] = net->values[i + 1];
+        ts->bargs[i][l->n_inputs + 1] = g;
+    }
+    free(reached);
+    if (*status != BENCH_OK) {
+        train_step_free(ts);
+        return NULL;
+    }
+    return ts;
+}
+
+void train_step_queue(const train_step *ts, bool marks)
+{
+    const backend *b = ts->net->b;
+    int n = ts->n;
+    if (ts->softmax) { /* d loss / d logits = softmax - one-hot of the label, row by row */
+        backend_layer_run(ts->softmax, &ts->logits, ts->dloss);
+        b->ops->device.sync(b->ctx);
+        float *d = ts->dloss;
+        for (int64_t r = 0; r < ts->rows; r++)
+            d[r * ts->classes + ts->labels[r]] -= 1.0f;
+    }
+    if (marks)
+        b->ops->timing.timer_mark(b->ctx, n);
+    const grad_sum *s = ts->sums, *end = ts->sums + ts->n_sums;
+    for (int i = n - 1; i >= 0; i--) {
+        for (; s < end && s->layer == i; s++)
+            backend_layer_run(s->state, s->in, s->out);
+        if (ts->bstates[i])
+            backend_layer_run(ts->bstates[i], ts->bargs[i], ts->grads[i]);
+        if (marks)
+            b->ops->timing.timer_mark(b->ctx, 2 * n - i);
+    }
+}
+
+void train_step_free(train_step *ts)
+{
+    if (!ts)
+        return;
+    const backend *b = ts->net->b;
+    for (int i = 0; i < ts->n; i++) {
+        backend_layer_free(b, ts->bstates[i]);
+        b->ops->device.release(b->ctx, ts->grads[i]);
+        free(ts->bargs[i]);
+    }
+    for (int j = 0; j < ts->n_sum_bufs; j++) {
+        backend_layer_free(b, ts->adds[j]);
+        b->ops->device.release(b->ctx, ts->sum_bufs[j]);
+    }
+    backend_layer_free(b, ts->softmax);
+    b->ops->device.release(b->ctx, ts->dloss);
+    free(ts->bl), free(ts->bstates), free(ts->grads), free(ts->bargs), free(ts->sums), free(ts->owned);
+    free(ts->sum_bufs), free(ts->adds), free(ts->labels);
+    free(ts);
+}

@@ -1,0 +1,53 @@
+/* The chained training step's second half, shared by `run` (the chained train row and
+ * its in-model view, measure_chained.c) and `check` (the step's gradients against the
+ * reference): after forward_queue has run a train model's forward (every value kept,
+ * batch norm on the batch's statistics), the loss and its gradient, then every layer's
+ * backward in reverse order, each output's gradient summed first where several layers
+ * read it (a residual, a concatenation's inputs, a branch), as autograd accumulates it.
+ * Nothing here times or prints. */
+#ifndef LAYERBENCH_TRAIN_STEP_H
+#define LAYERBENCH_TRAIN_STEP_H
+
+#include "forward.h"
+
+typedef struct train_step train_step;
+
+/* What the step's loss is: cross-entropy (summed over the rows) of the last layer's
+ * output against random labels where that layer is a linear (logits over its last
+ * dim), else a weighted sum of the output, sum(r * y) with r drawn once in [-1, 1]
+ * (train_loss_weights), whose gradient is r (a plain sum would give a softmax's output
+ * a gradient of zero: its sum is constant). */
+typedef enum train_loss { LOSS_CROSS_ENTROPY, LOSS_SUM } train_loss;
+
+/* m's loss (m's last layer decides), and its labels: rows random classes drawn from seed,
+ * as the step draws them. */
+train_loss train_loss_of(const model *m);
+void train_loss_labels(uint64_t seed, int64_t rows, int64_t classes, int64_t *labels);
+void train_loss_weights(uint64_t seed, int64_t count, float *r);
+
+/* Per layer, whether the loss reaches it (back from the model's output through every
+ * reader): one that no reached layer reads, or a view, runs no backward. Freed by the
+ * caller. */
+bool *train_reached_layers(const model *m);
+
+/* The step after net's forward: net must be built from a model whose pass is
+ * PASS_TRAIN (forward_build then keeps every value). NULL with why on failure, and
+ *status BENCH_ERR_UNSUPPORTED (a layer's backward the backend cannot run, or a backend
+ * with its own memory: the loss's labels are written in host memory), BENCH_ERR_NOMEM or
+ * BENCH_ERR_BACKEND. */
+train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status *status, char *why, size_t whylen);
+/* Queues the loss and the backward once; with marks, mark n_layers after the loss and
+ * mark n_layers + (n_layers - i) after layer i's backward (2 n_layers + 1 marks with the
+ * forward's). */
+void train_step_queue(const train_step *ts, bool marks);
+void train_step_free(train_step *ts);
+
+train_loss train_step_loss(const train_step *ts);
+/* Layer i's backward output (its inputs' gradients, then its weights'), or NULL where it
+ * runs none (a view, or a layer the loss does not reach). */
+const void *train_step_grads(const train_step *ts, int i);
+/* Bytes the step holds beside the forward's: the gradients (each layer's backward output,
+ * the sums, the loss's). */
+int64_t train_step_grad_bytes(const train_step *ts);
+
+#endif
