@@ -238,6 +238,10 @@ typedef struct layer {
     dtype_t dtype;               /* of its inputs, weights and output (DTYPE_FP32: 0) */
     bool dtype_pinned;           /* the config gave this layer its own dtype: --dtype leaves it */
     layer_pass pass;             /* what a run computes; the counts below are its own (layer_count) */
+    bool no_input_grad;          /* a backward run need not write its inputs' gradients: a training
+                                    step's layer that reads only the model's input, for which torch
+                                    computes none (the kernels of conv2d and linear skip them, and
+                                    leave that part of their output unwritten) */
     layer_params p;
     int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */

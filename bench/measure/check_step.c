@@ -80,11 +80,11 @@ static bool ref_layer_backward(const model *m, ref_step *r, int i)
     return ok;
 }
 
-/* The reference step from seed, drawn as forward_build draws (the input, then each
- * layer's weights in order), the loss's labels as the step's. False when out of memory. */
-static bool ref_step_run(const model *m, uint64_t seed, ref_step *r)
+/* The reference step's training forward from seed, drawn as forward_build draws (the
+ * input, then each layer's weights in order). False when out of memory. */
+static bool ref_forward(const model *m, uint64_t seed, ref_step *r)
 {
-    int n = m->n_layers, out = model_storage_of(m, n);
+    int n = m->n_layers;
     *r = (ref_step){n, xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float *)),
                     xcalloc((size_t)n + 1, sizeof(float *)), xcalloc((size_t)n, sizeof(float *))};
     layer_rng rng;
@@ -111,6 +111,14 @@ static bool ref_step_run(const model *m, uint64_t seed, ref_step *r)
             ins[k] = r->store[model_storage_of(m, l->inputs[k])];
         layer_train_reference(l, ins, r->weights[i], r->store[i + 1]);
     }
+    return true;
+}
+
+/* The reference step's backward: the loss's labels as the step's, every reached layer's
+ * backward reference in reverse on the values in r->store. False when out of memory. */
+static bool ref_backward(const model *m, uint64_t seed, ref_step *r)
+{
+    int n = m->n_layers, out = model_storage_of(m, n);
     if (!(r->vgrad[out] = bench_alloc_floats(shape_numel(&m->layers[out - 1].out))))
         return false;
     ref_loss_grad(m, seed, r->store[out], r->vgrad[out]);
@@ -161,6 +169,44 @@ static void compare_wgrads(const model *m, const backend *b, const train_step *t
     }
 }
 
+/* The step's forward output against the reference's (its wiring: within the layers'
+ * forward tolerances, as check_forward); then the reference takes the backend's forward
+ * values as its own, so that the backward's masks (relu's sign, max pooling's argmax)
+ * are the same: a value a hair from a kink on either side would otherwise flip one
+ * element's gradient, an error of 1 / sqrt(its elements) that says nothing of the
+ * backward. False with r failed when the outputs differ or out of memory. */
+static bool take_forward(const model *m, const backend *b, const forward_net *net, ref_step *ref, check_result *r)
+{
+    int n = m->n_layers, out = model_storage_of(m, n);
+    double tol = 0.0;
+    for (int i = 0; i < n; i++) {
+        layer fl = m->layers[i];
+        fl.pass = PASS_FORWARD;
+        tol += layer_is_view(&m->layers[i]) ? 0.0 : backend_tolerance(b, &fl);
+    }
+    for (int v = 1; v <= n; v++) {
+        if (!ref->store[v])
+            continue;
+        int64_t count = shape_numel(&m->layers[v - 1].out), bad;
+        float *got = bench_alloc_floats(count);
+        if (!got || backend_download_values(b, m->layers[v - 1].dtype, got, net->values[v], count) != BENCH_OK) {
+            free(got);
+            r->status = got ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
+            return false;
+        }
+        double err = v == out ? check_rel_err(got, ref->store[v], count, &bad) : 0.0;
+        if (v == out && (bad || err > tol)) {
+            r->status = BENCH_ERR_CHECK, r->rel_err = err, r->nonfinite = bad, r->tolerance = tol;
+            snprintf(r->why, sizeof r->why, "the training forward's output differs from the reference's");
+            free(got);
+            return false;
+        }
+        free(ref->store[v]);
+        ref->store[v] = got;
+    }
+    return true;
+}
+
 check_result check_train_step(const model *m, const backend *b, uint64_t seed)
 {
     check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0, ""};
@@ -175,14 +221,18 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
     forward_net net = {0};
     train_step *ts = NULL;
     backend_clear_error(b);
-    if (!ref_step_run(m, seed, &ref)) {
+    if (!ref_forward(m, seed, &ref)) {
         snprintf(r.why, sizeof r.why, "out of memory (for the reference step's values)");
     } else if ((r.status = forward_build(&net, m, b, seed, why, sizeof why)) == BENCH_OK &&
                (ts = train_step_build(&net, seed, &r.status, why, sizeof why))) {
         forward_queue(&net, false);
         train_step_queue(ts, false);
-        if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK)
-            compare_wgrads(m, b, ts, &ref, &r);
+        if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK && take_forward(m, b, &net, &ref, &r)) {
+            if (ref_backward(m, seed, &ref))
+                compare_wgrads(m, b, ts, &ref, &r);
+            else
+                r.status = BENCH_ERR_NOMEM, snprintf(r.why, sizeof r.why, "out of memory (for the reference step's gradients)");
+        }
     }
     if (r.status != BENCH_OK && r.status != BENCH_ERR_CHECK && !*r.why)
         snprintf(r.why, sizeof r.why, "%s", *why ? why : backend_last_error(b));

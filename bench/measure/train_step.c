@@ -100,6 +100,9 @@ static bench_status backward_setup(train_step *ts, int i, char *why, size_t whyl
     const forward_net *net = ts->net;
     const layer *l = &net->m->layers[i];
     ts->bl[i] = layer_as_backward(l);
+    ts->bl[i].no_input_grad = true; /* where every input is the model's: nothing reads their gradients */
+    for (int k = 0; k < l->n_inputs; k++)
+        ts->bl[i].no_input_grad &= model_storage_of(net->m, l->inputs[k]) == 0;
     char impl[96] = "";
     int64_t ws;
     bench_status st = backend_layer_setup(net->b, &ts->bl[i], net->weights[i], &ts->bstates[i], impl, sizeof impl, &ws);

@@ -129,13 +129,16 @@ static void conv_bwd_run(void *env, const layer *l, void *state, const void *con
     int64_t ohw = l->out.d[2] * l->out.d[3], g = l->p.groups, cg = c / g, ocg = oc / g;
     int64_t k = cg * l->p.kernel[0] * l->p.kernel[1];
     float *dx = out, *dw = dx + n * c * hw;
-    memset(dx, 0, (size_t)(n * c * hw) * sizeof *dx);
+    if (!l->no_input_grad)
+        memset(dx, 0, (size_t)(n * c * hw) * sizeof *dx);
     for (int64_t b = 0; b < n; b++)
         for (int64_t gi = 0; gi < g; gi++) {
             const float *dyg = dy + (b * oc + gi * ocg) * ohw;
             col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)k, (blasint)ohw, 1.0f, dyg,
                         (blasint)ohw, s->col, (blasint)ohw, b ? 1.0f : 0.0f, dw + gi * ocg * k, (blasint)k);
+            if (l->no_input_grad)
+                continue;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)ohw, (blasint)ocg, 1.0f,
                         w + gi * ocg * k, (blasint)k, dyg, (blasint)ohw, 0.0f, s->dcol, (blasint)ohw);
             col_move(l, dx + (b * c + gi * cg) * hw, s->dcol, cg, true);
@@ -173,8 +176,9 @@ static void linear_bwd_run(void *env, const layer *l, void *state, const void *c
     const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
     float *dx = out, *dw = dx + n * f;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)f, (blasint)o, 1.0f, dy, (blasint)o, w,
-                (blasint)f, 0.0f, dx, (blasint)f);
+    if (!l->no_input_grad)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)f, (blasint)o, 1.0f, dy, (blasint)o,
+                    w, (blasint)f, 0.0f, dx, (blasint)f);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)o, (blasint)f, (blasint)n, 1.0f, dy, (blasint)o, x,
                 (blasint)f, 0.0f, dw, (blasint)f);
     if (l->p.bias)
