@@ -7,7 +7,9 @@ usage:
   /usr/bin/python3 scripts/torch_profile_compare.py --layers layers.csv --bench run.csv \\
       --threads T [--backend cpu,onednn] [--iters 30] [--out compare.md] [--csv compare.csv]
   (--pass backward: run.csv from bench run --pass backward; torch's convolution_backward
-  calls of a training step beside our convolutions' backward rows)
+  calls of a training step beside our convolutions' backward rows; --pass train: run.csv
+  from bench run --pass train; torch's whole eager training step beside our chained one,
+  and its convolution_backward calls beside our convolutions' backward inside the step)
 
 The model is rebuilt in PyTorch from `bench list --csv`, as scripts/torch_compare.py
 rebuilds it (the same modules, shapes and graph; float32, eval mode, on the CPU with
@@ -31,7 +33,15 @@ statistics) on an input that requires its gradient, and each iteration is a forw
 and a backward of a random output gradient under the profiler; each convolution's
 aten::convolution_backward call (its input's and its weight's gradients, and its
 bias's) is set beside our backward row of that convolution, timed alone (there is no
-in-model backward of ours yet). The step's line is torch's eager forward and backward.
+in-model backward in a backward run). The step's line is torch's eager forward and
+backward.
+
+With --pass train, torch runs the step as our chained train row does: the modules in
+training mode, the input without a gradient, the forward, the loss (cross-entropy over
+the last linear's logits against random labels, else a weighted sum of the output with
+random weights), and the loss's backward; each aten::convolution_backward call beside
+the backward part of our convolution inside our step (its in-model part row), and the
+step's eager median beside our chained step's.
 
 What torch's figure holds: the whole aten call, as the profiler's CPU total counts it
 (its dispatch, any layout reorder inside the call, the output's allocation), on the
@@ -102,9 +112,11 @@ def main():
                     help="OpenBLAS's threads inside PyTorch (default 1; Debian's torch runs nn.Linear through OpenBLAS, "
                          "so give a GEMM-bound model such as BERT --threads here; its convolutions run on oneDNN's "
                          "OpenMP threads, whose idle ones then sleep)")
-    ap.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
-                    help="forward (default), or backward: torch's convolution_backward calls of a training step "
-                         "beside the backward rows of run.csv (bench run --pass backward)")
+    ap.add_argument("--pass", dest="pass_", choices=("forward", "backward", "train"), default="forward",
+                    help="forward (default); backward: torch's convolution_backward calls of a training step "
+                         "beside the backward rows of run.csv (bench run --pass backward); train: torch's eager "
+                         "training step beside our chained one (bench run --pass train), its convolution_backward "
+                         "calls beside our convolutions' backward inside the step")
     ap.add_argument("--out", help="the markdown table (default stdout)")
     ap.add_argument("--csv", help="the same as CSV")
     args = ap.parse_args()
@@ -132,9 +144,12 @@ def main():
     # ours: per backend, per layer index, the in-model and the alone median
     ours, backends = {}, []
     for r in torch_export.read_csv(args.bench, "--bench", prog="torch_profile_compare"):
-        if r["batch"] != batch or r.get("part") or r.get("dtype", "fp32") != "fp32" or r["status"] != "ok" or \
-                r.get("pass", "forward") != args.pass_:
+        train_part = args.pass_ == "train" and r["mode"] == "inmodel" and r.get("part") == "backward"
+        if r["batch"] != batch or (r.get("part") and not train_part) or r.get("dtype", "fp32") != "fp32" or \
+                r["status"] != "ok" or r.get("pass", "forward") != args.pass_:
             continue
+        if args.pass_ == "train" and r["kind"] != "model" and not train_part:
+            continue  # a train row alone is its forward and backward together: torch has no such call
         if r["backend"] not in backends:
             backends.append(r["backend"])
         side = "inmodel" if r["mode"] == "inmodel" else "chained" if r["kind"] == "model" else "alone"
@@ -152,11 +167,11 @@ def main():
     if not backends:
         sys.exit(f"torch_profile_compare: {args.bench} has no fp32 {args.pass_} rows at the layers' batch {batch}")
 
-    backward = args.pass_ == "backward"
+    backward, train = args.pass_ != "forward", args.pass_ == "train"
     kinds = BACKWARD_KINDS if backward else KINDS
     x0 = torch.rand(tc.shape(rows[0]["input_shape"])) * 2 - 1
-    if backward:  # every layer's input gradient, the first's too; batch norm on the batch's statistics
-        x0.requires_grad_(True)
+    if backward:  # batch norm on the batch's statistics, dropout's mask drawn
+        x0.requires_grad_(not train)  # a backward run's every input gradient; a step's none for the input
         for _, m, _ in layers:
             m.train()
     inputs = [[int(i) for i in r["inputs"].lstrip("'").split()] for r in rows]
@@ -174,13 +189,19 @@ def main():
 
     grad_out = None
 
-    def step():  # the forward, and with --pass backward the backward of a fixed random gradient
-        nonlocal grad_out
+    labels = None
+
+    def step():  # the forward; with --pass backward the backward of a fixed random gradient; train: a loss's
+        nonlocal grad_out, labels
         y = forward()
-        if backward:
+        if train and layers[-1][0]["kind"] == "linear":
+            if labels is None:
+                labels = torch.randint(0, y.shape[-1], y.shape[:-1])
+            torch.nn.functional.cross_entropy(y.reshape(-1, y.shape[-1]), labels.reshape(-1), reduction="sum").backward()
+        elif backward:
             if grad_out is None:
                 grad_out = torch.rand(y.shape) * 2 - 1
-            y.backward(grad_out)
+            (y * grad_out).sum().backward() if train else y.backward(grad_out)
 
     with torch.set_grad_enabled(backward):
         for _ in range(10):
@@ -248,12 +269,13 @@ def main():
             s[0] += (inm or 0) * len(idx)
             s[1] += (alone or 0) * len(idx)
             s[2] += (per_call or 0) * len(idx)
-            s[3] += 0 if (inm or backward) and alone and per_call else len(idx)  # layers without a figure: no sum
+            has = inm if train else (inm or backward) and alone  # train: the backward inside the step only
+            s[3] += 0 if has and per_call else len(idx)  # layers without a figure: no sum
         cells.append("in-model over 20% from torch" if far else "")
         table.append((cells, far))
 
     out = io.StringIO() if args.out else sys.stdout
-    print(f"{'Backward' if backward else 'Forward'} per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
+    print(f"{'Backward inside a training step' if train else 'Backward' if backward else 'Forward'} per call, batch {batch}, {args.threads} thread(s), OpenBLAS inside torch on "
           f"{os.environ.get('OPENBLAS_NUM_THREADS')} (OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}); torch "
           f"{torch.__version__}, {args.iters} forwards under torch.profiler (CPU total per aten call, grouped by input "
           f"shape).\n", file=out)
@@ -266,12 +288,14 @@ def main():
     print("|---|" + "---|---|" * len(backends) + "---|", file=out)
     for kind in ("conv2d", "linear", "multihead_attention"):
         if any((kind, b) in sums for b in backends):
-            cells = [f"{'-' if backward else f'{sums[(kind, b)][0] / 1e3:.3f} ms'} | {sums[(kind, b)][1] / 1e3:.3f} ms"
+            cells = [f"{'-' if backward and not train else f'{sums[(kind, b)][0] / 1e3:.3f} ms'} | "
+                     f"{'-' if train else f'{sums[(kind, b)][1] / 1e3:.3f} ms'}"
                      if not sums[(kind, b)][3]
                      else f"- | - ({sums[(kind, b)][3]} layers without a figure)" for b in backends]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sums[(kind, backends[0])][2] / 1e3:.3f} ms |", file=out)
     chained = [ours.get(b, {}).get(("chained", "-1")) for b in backends]
-    what = "the training step (torch: eager forward and backward" if backward else \
+    what = "the training step (ours: chained median; torch: eager forward, loss and backward" if train else \
+        "the training step (torch: eager forward and backward" if backward else \
         "the forward (ours: chained median; torch: eager median"
     print(f"| {what}, and mean under the profiler) | " +
           " | ".join(f"{c / 1e3:.3f} ms | -" if c else "- | -" for c in chained) +

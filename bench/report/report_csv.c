@@ -11,10 +11,10 @@
 #define CSV_COLUMNS(X)                                                                                           \
     X(model, 1, "model name from the config")                                                                  \
     X(backend, 0, "backend that ran the row: cpu, onednn or cuda")                                                     \
-    X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward), chained (the whole forward), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
+    X(mode, 0, "how the row was timed: warm (one call per sample, caches as the previous sample left them), cold (caches flushed before each sample), batch (many calls per sample, times per call), inmodel (the layer inside the chained forward, or a train set's step), chained (the whole forward, or a train set's training step), graph (cuda: the forward as one graph launch), transfer (model input/output copies)") \
     X(batch, 1, "batch size")                                                                                   \
     X(dtype, 1, "the run's dtype, an axis like batch (--dtype, else the config's dtype:): fp32, tf32, bf16, fp16 or int8; bench compare matches rows of the same dtype") \
-    X(pass, 1, "forward, or backward: the layer's gradients with respect to its inputs and its weights (--pass, an axis like dtype); bench compare, --resume and merge match rows of the same pass") \
+    X(pass, 1, "forward; backward: the layer's gradients with respect to its inputs and its weights; or train: its forward in training mode then its backward, and the chained row the whole training step (--pass, an axis like dtype, docs/training.md); bench compare, --resume and merge match rows of the same pass") \
     X(tokens, 1, "a decoder's tokens per sequence (--tokens, --phase; the config's input [T]); empty for a model without token ids; bench compare and --resume match rows of the same tokens") \
     X(kv_len, 1, "a decoder's tokens already in the KV cache (--kv-len, --phase); empty for a model without attention; part of compare's and --resume's key like tokens") \
     X(layer_dtype, 1, "the dtype the row's layer stores its tensors in and runs in: dtype, or the layer's own where the config gives it one (a mixed model), or fp32 for a kind that does not quantize in an int8 model; bytes count its element size") \
@@ -22,7 +22,7 @@
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
     X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the whole forward; copy for transfers")      \
-    X(part, 0, "in-model rows of a layer's parts (multihead_attention: in_proj, qk, softmax, av, out_proj, docs/outputs.md): the part, with layer_name the layer's name plus .part and macs, flops and bytes the part's; empty for every other row") \
+    X(part, 0, "in-model rows of a layer's parts (multihead_attention: in_proj, qk, softmax, av, out_proj, docs/outputs.md; in a train set every layer's forward and backward inside the step): the part, with layer_name the layer's name plus .part and macs, flops and bytes the part's; empty for every other row") \
     X(input_shape, 1, "input shape NxCxHxW or NxF; an add lists its first input")                              \
     X(output_shape, 1, "output shape")                                                                          \
     X(params, 1, "learnable parameters, as torch counts them")                                                  \
