@@ -198,7 +198,9 @@ bench_status forward_build(forward_net *net, const model *m, const backend *b, u
             pool.busy[buf_of[i + 1]] = false;
         st = layer_setup(net, i, &rng, why, whylen);
     }
-    if (st == BENCH_OK && backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
+    /* a training forward stays plain between layers: the backward kernels read its values */
+    if (st == BENCH_OK && m->pass != PASS_TRAIN &&
+        backend_model_link(b, m, net->states, net->values, net->impl[0], sizeof net->impl[0]) != BENCH_OK) {
         snprintf(why, whylen, "linking the layers failed: %s", backend_last_error(b));
         st = BENCH_ERR_BACKEND;
     }

@@ -209,6 +209,50 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MLA, od_cpu_kernel),
 };
 
+/* The backward (backend.h): conv2d on oneDNN's backward primitives, the other kinds on
+ * the cpu backend's backward kernels (impl "cpu kernel: ..."); fp32 only so far. */
+#define OD_NO_BWD16 "the onednn backend's backward runs in fp32 only so far"
+#define OD_BWD_ROW(kind, k)                                                                                    \
+    [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {NULL, OD_NO_BWD16}, \
+    [kind][DTYPE_FP16] = {NULL, OD_NO_BWD16}
+
+static const backend_kernel_table od_backward = {
+    OD_BWD_ROW(LAYER_CONV2D, od_conv_bwd_kernel),
+    OD_BWD_ROW(LAYER_LINEAR, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_BATCHNORM2D, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_RELU, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_RELU6, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SIGMOID, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SILU, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_TANH, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_HARDSWISH, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_HARDSIGMOID, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_GELU, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_ADD, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_MUL, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_MAXPOOL2D, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_AVGPOOL2D, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_LAYERNORM, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_RMSNORM, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SOFTMAX, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_EMBEDDING, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_ROPE, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_ATTENTION, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_MULTIHEAD_ATTENTION, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_TRANSPOSE, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_CHANNEL_SHUFFLE, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_CLASS_TOKEN, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_POS_EMBEDDING, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SELECT, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_CONCAT, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_MEAN, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SCALE_SHIFT, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_DROPOUT, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_FLATTEN, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_RESHAPE, od_cpu_kernel),
+};
+
 const backend_ops backend_onednn_ops = {
     .api = BACKEND_API,
     .name = "onednn",
@@ -220,5 +264,5 @@ const backend_ops backend_onednn_ops = {
     .timing = {.timer_start = od_timer_start, .timer_stop = od_timer_stop, .flush_cache = od_flush_cache,
                .marks_prepare = od_marks_prepare, .timer_mark = od_timer_mark, .marks_read = od_marks_read,
                .canary = od_canary, .stream = od_stream},
-    .layers = {.kernels = &od_kernels, .model_link = od_model_link},
+    .layers = {.kernels = &od_kernels, .model_link = od_model_link, .backward = &od_backward},
 };

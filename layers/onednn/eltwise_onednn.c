@@ -30,6 +30,10 @@ static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, const void *w, ch
 static bool od_batchnorm(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     int64_t ch = l->in.d[1];
+    if (l->pass == PASS_TRAIN) { /* the batch's statistics: the cpu kernel's training forward */
+        snprintf(c->why, sizeof c->why, "training mode: not wired to oneDNN's yet");
+        return false;
+    }
     dnnl_memory_desc_t md, vec, vec32;
     od_src_md(c, l, &l->in, 0, &md);
     od_plain(&vec, 1, &ch, od_dtype(l->dtype)); /* as stored; oneDNN takes the statistics in f32 */

@@ -65,7 +65,7 @@ bool od_soft(od_ctx *c, dnnl_status_t st, const char *call, const char *file, in
  * reorders per run, the weights' at setup); batch norm 6 memories. */
 #define OD_MAX_ARGS 8
 #define OD_MAX_MEMS 16
-#define OD_MAX_PRIMS 6
+#define OD_MAX_PRIMS 10 /* a convolution's backward: its two, five reorders, the weights' */
 
 typedef struct od_layer od_layer;
 
@@ -226,6 +226,8 @@ extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kern
 /* conv2d and linear in int8 (int8_onednn.c), and what they do around their primitive:
  * the scales of this run's input, before the quantizing reorder; their memories. */
 extern const backend_kernel od_conv_int8_kernel, od_linear_int8_kernel;
+/* conv2d's backward on oneDNN's backward weights and data primitives (conv_bwd_onednn.c) */
+extern const backend_kernel od_conv_bwd_kernel;
 void od_quant_prepare(od_quant *q, const float *in);
 void od_quant_free(od_quant *q);
 

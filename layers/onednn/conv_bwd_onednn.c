@@ -1,0 +1,193 @@
+/* conv2d's backward through oneDNN's convolution backward weights and backward data
+ * primitives (what torch 1.13 runs on the CPU), each in the layouts it chooses: the
+ * plain input and output gradient reordered into them at each run, the gradients
+ * reordered back to plain, the weights for the data gradient reordered once, at setup,
+ * as the forward's. A configuration oneDNN has no primitive for runs the cpu backend's
+ * backward kernel. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "onednn.h"
+
+typedef struct od_conv_bwd {
+    od_layer L;                 /* what was made here (memories, primitives), freed together */
+    od_layer *fallback;         /* the cpu backend's backward kernel, where oneDNN has none */
+    dnnl_primitive_t bwd_w, bwd_d;
+    dnnl_memory_t src_u, ddst_u, dsrc_u, dw_u, db_u; /* plain views of the run's pointers */
+    dnnl_memory_t src, ddst_w, ddst_d, dsrc, dw, wei; /* what the primitives read and write */
+    dnnl_primitive_t r_src, r_ddst_w, r_ddst_d, r_dsrc, r_dw; /* reorders, or NULL where plain */
+    int64_t dx_floats, w_floats;
+} od_conv_bwd;
+
+/* A plain view of the run's pointer and what the primitive wants (the view itself where
+ * it wants plain; else a memory of its own and a reorder, from plain when to_primitive). */
+static bool od_bwd_tensor(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *want,
+                          bool to_primitive, dnnl_memory_t *user, dnnl_memory_t *mine, dnnl_primitive_t *reorder)
+{
+    dnnl_memory_t own;
+    *reorder = NULL;
+    if (!(*user = od_pair(c, L, plain, DNNL_MEMORY_NONE, want, &own)))
+        return false;
+    *mine = own ? own : *user;
+    if (own)
+        *reorder = to_primitive ? od_reorder(c, L, plain, want) : od_reorder(c, L, want, plain);
+    return !own || *reorder;
+}
+
+/* The two primitives, from the forward's description as their hint; false where oneDNN
+ * has none (c->why says so) or a call failed. */
+static bool od_conv_bwd_build(od_ctx *c, od_conv_bwd *s, const layer *l, const void *w, char *impl, size_t len)
+{
+    const layer_params *p = &l->p;
+    od_layer *L = &s->L;
+    int64_t g = p->groups, oc = p->out_channels, ic = l->in.d[1];
+    dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any, bias_any;
+    od_plain_shape(&src, &l->in, dnnl_f32);
+    od_plain_shape(&dst, &l->out, dnnl_f32);
+    int64_t wd[5] = {g, oc / g, ic / g, p->kernel[0], p->kernel[1]};
+    od_plain(&wei, g == 1 ? 4 : 5, g == 1 ? wd + 1 : wd, dnnl_f32);
+    od_plain(&bias, 1, &oc, dnnl_f32);
+    dnnl_memory_desc_init_by_tag(&src_any, 4, src.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dst_any, 4, dst.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei_any, wei.ndims, wei.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&bias_any, 1, bias.dims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_dims_t strides = {p->stride[0], p->stride[1]}, dil = {p->dilation[0] - 1, p->dilation[1] - 1},
+                pad = {p->padding[0], p->padding[1]};
+    dnnl_convolution_desc_t fd, bd, bw;
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    const char *dname = "-", *wname = "?";
+    bool ok = OD_SOFT(c, dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                                                    &src_any, &wei_any, p->bias ? &bias_any : NULL,
+                                                                    &dst_any, strides, dil, pad, pad)) &&
+              OD_SOFT(c, dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL)) &&
+              OD_SOFT(c, dnnl_dilated_convolution_backward_weights_desc_init(
+                             &bw, dnnl_convolution_direct, &src_any, &wei_any, p->bias ? &bias_any : NULL, &dst_any,
+                             strides, dil, pad, pad)) &&
+              OD_SOFT(c, dnnl_primitive_desc_create(&wpd, &bw, NULL, c->engine, fpd));
+    if (ok && !l->no_input_grad)
+        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src_any,
+                                                                         &wei_any, &dst_any, strides, dil, pad, pad)) &&
+             OD_SOFT(c, dnnl_primitive_desc_create(&dpd, &bd, NULL, c->engine, fpd));
+    if (ok && OD_OK(c, dnnl_primitive_create(&s->bwd_w, wpd)))
+        BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = s->bwd_w;
+    if (ok && dpd && OD_OK(c, dnnl_primitive_create(&s->bwd_d, dpd)))
+        BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = s->bwd_d;
+    ok = ok && s->bwd_w && (!dpd || s->bwd_d);
+    ok = ok && od_bwd_tensor(c, L, &src, od_query(wpd, dnnl_query_src_md), true, &s->src_u, &s->src, &s->r_src) &&
+         od_bwd_tensor(c, L, &dst, od_query(wpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_w, &s->r_ddst_w) &&
+         od_bwd_tensor(c, L, &wei, od_query(wpd, dnnl_query_diff_weights_md), false, &s->dw_u, &s->dw, &s->r_dw);
+    if (ok && p->bias) { /* a vector: plain either way */
+        dnnl_memory_t own;
+        ok = (s->db_u = od_pair(c, L, &bias, DNNL_MEMORY_NONE, dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 1),
+                                &own)) && !own;
+    }
+    if (ok && dpd) {
+        ok = od_bwd_tensor(c, L, &src, od_query(dpd, dnnl_query_diff_src_md), false, &s->dsrc_u, &s->dsrc, &s->r_dsrc) &&
+             (s->wei = od_constant(c, L, w, &wei, od_query(dpd, dnnl_query_weights_md)));
+        if (ok && dnnl_memory_desc_equal(od_query(dpd, dnnl_query_diff_dst_md), od_query(wpd, dnnl_query_diff_dst_md)))
+            s->ddst_d = s->ddst_w; /* the same layout: one reorder serves both */
+        else
+            ok = ok && od_bwd_tensor(c, L, &dst, od_query(dpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_d,
+                                     &s->r_ddst_d);
+    }
+    if (ok) {
+        dnnl_primitive_desc_query(wpd, dnnl_query_impl_info_str, 0, &wname);
+        if (dpd)
+            dnnl_primitive_desc_query(dpd, dnnl_query_impl_info_str, 0, &dname);
+        char a[16];
+        snprintf(impl, len, "weights %s, data %s (%s; plain tensors reordered %s)", wname, dpd ? dname : "none",
+                 od_layout(od_query(wpd, dnnl_query_src_md), a, sizeof a),
+                 s->r_src || s->r_ddst_w || s->r_dsrc ? "in and out" : "not at all");
+    }
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    if (dpd)
+        dnnl_primitive_desc_destroy(dpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
+    return ok;
+}
+
+static bench_status od_conv_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                      int64_t *workspace_bytes)
+{
+    od_ctx *c = env;
+    od_conv_bwd *s = xcalloc(1, sizeof *s);
+    s->L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs};
+    s->dx_floats = shape_numel(&l->in);
+    s->w_floats = l->n_weight_floats - (l->p.bias ? l->p.out_channels : 0);
+    snprintf(c->why, sizeof c->why, "no oneDNN primitive");
+    if (od_conv_bwd_build(c, s, l, w, impl, len)) {
+        *workspace_bytes = s->L.workspace;
+        *state = s;
+        return BENCH_OK;
+    }
+    od_layer_clear(&s->L);
+    if (c->failed) {
+        free(s);
+        return BENCH_ERR_BACKEND;
+    }
+    void *fb = NULL; /* the cpu backend's backward kernel (od_setup without a builder) */
+    bench_status st = od_setup(c, NULL, false, l, w, &fb, impl, len, workspace_bytes);
+    s->fallback = fb;
+    if (st != BENCH_OK) {
+        free(s);
+        return st;
+    }
+    *state = s;
+    return BENCH_OK;
+}
+
+static void od_exec2(od_ctx *c, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    OD_OK(c, dnnl_primitive_execute(r, c->stream, 2, a));
+}
+
+/* in: x, y, dy (the output is not read); out: dx, then dW and db */
+static void od_conv_bwd_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
+{
+    od_ctx *c = env;
+    od_conv_bwd *s = state;
+    if (s->fallback) {
+        od_layer_run(env, l, s->fallback, in, w, out);
+        return;
+    }
+    float *dx = out, *dw = dx + s->dx_floats;
+    dnnl_memory_set_data_handle(s->src_u, (void *)in[0]);
+    dnnl_memory_set_data_handle(s->ddst_u, (void *)in[l->n_inputs + 1]);
+    dnnl_memory_set_data_handle(s->dw_u, dw);
+    if (s->db_u)
+        dnnl_memory_set_data_handle(s->db_u, dw + s->w_floats);
+    if (s->r_src)
+        od_exec2(c, s->r_src, s->src_u, s->src);
+    if (s->r_ddst_w)
+        od_exec2(c, s->r_ddst_w, s->ddst_u, s->ddst_w);
+    dnnl_exec_arg_t wa[4] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_DIFF_DST, s->ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, s->dw},
+                             {DNNL_ARG_DIFF_BIAS, s->db_u}};
+    OD_OK(c, dnnl_primitive_execute(s->bwd_w, c->stream, s->db_u ? 4 : 3, wa));
+    if (s->r_dw)
+        od_exec2(c, s->r_dw, s->dw, s->dw_u);
+    if (!s->bwd_d)
+        return;
+    dnnl_memory_set_data_handle(s->dsrc_u, dx);
+    if (s->r_ddst_d)
+        od_exec2(c, s->r_ddst_d, s->ddst_u, s->ddst_d);
+    dnnl_exec_arg_t da[3] = {{DNNL_ARG_DIFF_DST, s->ddst_d}, {DNNL_ARG_WEIGHTS, s->wei}, {DNNL_ARG_DIFF_SRC, s->dsrc}};
+    OD_OK(c, dnnl_primitive_execute(s->bwd_d, c->stream, 3, da));
+    if (s->r_dsrc)
+        od_exec2(c, s->r_dsrc, s->dsrc, s->dsrc_u);
+}
+
+static void od_conv_bwd_free(void *env, void *state)
+{
+    od_conv_bwd *s = state;
+    if (!s)
+        return;
+    if (s->fallback)
+        od_layer_free(env, s->fallback);
+    od_layer_clear(&s->L);
+    free(s);
+}
+
+const backend_kernel od_conv_bwd_kernel = {.setup = od_conv_bwd_setup, .run = od_conv_bwd_run, .free = od_conv_bwd_free};
