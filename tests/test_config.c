@@ -381,6 +381,19 @@ static void test_memory_plan(void)
                (long long)mm.peak_activation_bytes, mm.peak_layer);
         EXPECT(mm.all_activation_bytes == 552 && mm.weight_bytes == 4 * (76 + 650), "all %lld, weights %lld",
                (long long)mm.all_activation_bytes, (long long)mm.weight_bytes);
+        /* its training step, steps 0-3 the forward, 4 the loss, 5-8 the backward of fc,
+         * flatten, b, a. Besides the weights (2904 B): the input (128) and a's output
+         * (256) to a's backward (8), b's (256) to b's (7), fc's (40) to its own (5); the
+         * gradients of fc's output (40) over 4-5, of b's (256) over 5-7, of a's (256)
+         * over 7-8; fc's weights' gradient (2600) from 5, a's (304) from 8. Kept at the
+         * loss: 680; the peak at 7 (b's backward): 128 + 256 + 256 + 256 + 256 + 2600
+         * = 3752, and the weights */
+        model_train_memory tm;
+        model_set_pass(m, PASS_TRAIN);
+        model_train_plan(m, &tm);
+        EXPECT(tm.peak_bytes == 3752 + 2904 && tm.peak_step == 7 && tm.kept_bytes == 680 && tm.weight_grad_bytes == 2904,
+               "train: peak %lld at step %d, kept %lld, weights' gradients %lld; expected 6656 at 7, 680, 2904",
+               (long long)tm.peak_bytes, tm.peak_step, (long long)tm.kept_bytes, (long long)tm.weight_grad_bytes);
         model_free(m);
     }
     /* a residual keeps its input until the add: input 256 B and four 256 B layers alive

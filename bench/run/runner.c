@@ -104,9 +104,9 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     double gap = (r->chained.st.median - r->sum_medians) / r->sum_medians;
     if (gap > -0.05 && gap < 0.05)
         return;
-    int len = snprintf(line, sizeof line, "%s batch %lld: the chained forward takes %+.1f%% against the sum of its "
-                                          "layers alone",
-                       r->backend, (long long)r->m->batch, 100 * gap);
+    bool train = r->m->pass == PASS_TRAIN;
+    int len = snprintf(line, sizeof line, "%s batch %lld: the %s takes %+.1f%% against the sum of its layers alone",
+                       r->backend, (long long)r->m->batch, train ? "training step" : "chained forward", 100 * gap);
     if (r->inmodel) {
         /* the kind whose layers differ most between alone and inside the forward */
         double best = 0, alone_k = 0, inside_k = 0;
@@ -120,9 +120,9 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
                 best = inside - alone, kind = k, alone_k = alone, inside_k = inside;
         }
         if (kind >= 0 && alone_k > 0)
-            snprintf(line + len, sizeof line - (size_t)len, "; most of it in the %s layers, %+.1f%% inside the forward "
+            snprintf(line + len, sizeof line - (size_t)len, "; most of it in the %s layers, %+.1f%% inside the %s "
                                                                "(in-model view)",
-                     layer_kind_name((layer_kind)kind), 100 * (inside_k - alone_k) / alone_k);
+                     layer_kind_name((layer_kind)kind), 100 * (inside_k - alone_k) / alone_k, train ? "step" : "forward");
     }
     warn(list, line);
 }
