@@ -791,6 +791,13 @@ expect 0 "training step median.*tokens/s.*cross-entropy" -- "$BENCH" run "$SRC/t
 # step's weights' gradients against the reference step's
 expect 0 "training step \(chained\) .* ok: the weights' gradients.*, 0 failed, 1 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass train | tr '\n' ' '"
 expect 0 "training step \(chained\) .* ok.*, 0 failed, 0 skipped" -- bash -c "'$BENCH' check '$SRC/tests/data/llama_tiny_prefill.yaml' --pass train | tr '\n' ' '"
+# on onednn: the convolutions' backward on oneDNN's primitives, the rest on the cpu kernels
+if grep -q "^onednn " "$T/all.out"; then
+  expect 0 "conv2d +onednn .* ok.*training step \(chained\) +model +onednn .* ok.*, 0 failed" -- bash -c "'$BENCH' check '$SMOKE' --pass train --backend onednn | tr '\n' ' '"
+  expect 0 "then backward weights [^ ]+, data" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --backend onednn --format md
+else
+  echo "skip: the onednn checks of the train pass need the onednn backend, which this build lacks"
+fi
 # a kind without a backward refuses the step by name (stochastic depth drops whole samples in training)
 printf 'name: sd\ninput: [4, 5, 5]\nbatch: 2\nlayers:\n  - {name: c, kind: conv2d, out_channels: 4, kernel_size: 3, padding: 1}\n  - {name: skip, kind: stochastic_depth, p: 0.1, mode: row}\n  - {name: r, kind: relu}\n' >"$T/sd.yaml"
 expect 0 "training step +not run.*layer 'skip' \(stochastic_depth, fp32\) is not supported on cpu: the kind has no backward" -- "$BENCH" run "$T/sd.yaml" "${FAST[@]}" --pass train
