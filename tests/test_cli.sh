@@ -802,5 +802,10 @@ fi
 printf 'name: sd\ninput: [4, 5, 5]\nbatch: 2\nlayers:\n  - {name: c, kind: conv2d, out_channels: 4, kernel_size: 3, padding: 1}\n  - {name: skip, kind: stochastic_depth, p: 0.1, mode: row}\n  - {name: r, kind: relu}\n' >"$T/sd.yaml"
 expect 0 "training step +not run.*layer 'skip' \(stochastic_depth, fp32\) is not supported on cpu: the kind has no backward" -- "$BENCH" run "$T/sd.yaml" "${FAST[@]}" --pass train
 
+# a model of views only has no step: refused, not a crash
+printf 'name: v\ninput: [4, 5, 5]\nlayers:\n  - {kind: flatten}\n' >"$T/views.yaml"
+expect 0 "training step +not run.*every layer is a view" -- "$BENCH" run "$T/views.yaml" "${FAST[@]}" --pass train
+expect 0 "training step \(chained\).*skipped \(unsupported\).*every layer is a view" -- "$BENCH" check "$T/views.yaml" --pass train
+
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

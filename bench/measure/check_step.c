@@ -217,11 +217,13 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
         r.tolerance += reached[i] ? backend_tolerance(b, &bl) + CHECK_BACKWARD_TOLERANCE : 0.0;
     }
     free(reached);
-    ref_step ref;
+    ref_step ref = {0};
     forward_net net = {0};
     train_step *ts = NULL;
     backend_clear_error(b);
-    if (!ref_forward(m, seed, &ref)) {
+    if (!train_step_trainable(m, r.why, sizeof r.why)) {
+        r.status = BENCH_ERR_UNSUPPORTED;
+    } else if (!ref_forward(m, seed, &ref)) {
         snprintf(r.why, sizeof r.why, "out of memory (for the reference step's values)");
     } else if ((r.status = forward_build(&net, m, b, seed, why, sizeof why)) == BENCH_OK &&
                (ts = train_step_build(&net, seed, &r.status, why, sizeof why))) {

@@ -171,7 +171,17 @@ static const void *value_grad(train_step *ts, int v, const bool *reached, char *
 
 train_loss train_loss_of(const model *m)
 {
-    return m->layers[model_storage_of(m, m->n_layers) - 1].kind == LAYER_LINEAR ? LOSS_CROSS_ENTROPY : LOSS_SUM;
+    int out = model_storage_of(m, m->n_layers);
+    return out > 0 && m->layers[out - 1].kind == LAYER_LINEAR ? LOSS_CROSS_ENTROPY : LOSS_SUM;
+}
+
+bool train_step_trainable(const model *m, char *why, size_t whylen)
+{
+    if (m->n_layers > 0 && model_storage_of(m, m->n_layers) > 0)
+        return true;
+    snprintf(why, whylen, "the model's output is its input (every layer is a view): a training step has nothing to "
+                          "compute");
+    return false;
 }
 
 void train_loss_weights(uint64_t seed, int64_t count, float *r)
@@ -231,8 +241,8 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
                        .sums = xcalloc((size_t)n * LAYER_MAX_INPUTS + 1, sizeof *ts->sums),
                        .owned = xcalloc((size_t)n + 1, sizeof *ts->owned),
                        .sum_bufs = xcalloc((size_t)n, sizeof *ts->sum_bufs), .adds = xcalloc((size_t)n, sizeof *ts->adds)};
-    *status = BENCH_OK;
-    if (net->b->ops->device_memory) {
+    *status = train_step_trainable(m, why, whylen) ? BENCH_OK : BENCH_ERR_UNSUPPORTED;
+    if (*status == BENCH_OK && net->b->ops->device_memory) {
         snprintf(why, whylen, "the training step's loss writes its labels in host memory: not on %s yet",
                  net->b->ops->name);
         *status = BENCH_ERR_UNSUPPORTED;

@@ -19,6 +19,9 @@ typedef struct train_step train_step;
  * a gradient of zero: its sum is constant). */
 typedef enum train_loss { LOSS_CROSS_ENTROPY, LOSS_SUM } train_loss;
 
+/* Whether m has a step to run: false, with why, where its output is its input (only
+ * views). */
+bool train_step_trainable(const model *m, char *why, size_t whylen);
 /* m's loss (m's last layer decides), and its labels: rows random classes drawn from seed,
  * as the step draws them. */
 train_loss train_loss_of(const model *m);
