@@ -8,26 +8,6 @@
 #include "log.h"
 #include "measure.h"
 
-double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *nonfinite)
-{
-    double num = 0.0, den = 0.0;
-    *nonfinite = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(out[i]) && isfinite(ref[i])) {
-            (*nonfinite)++;
-            continue;
-        }
-        if (isfinite(ref[i])) {
-            double d = (double)out[i] - ref[i];
-            num += d * d;
-            den += (double)ref[i] * ref[i];
-        } else if (!(out[i] == ref[i])) { /* -inf from an all-padding max window must match */
-            (*nonfinite)++;
-        }
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Host inputs and weights in backend memory, in the layer's dtype, for one run of a
  * layer; frees what it holds. */
 typedef struct device_data {

@@ -1,0 +1,25 @@
+/* The relative error every check reports (check.h), apart so that check.c and
+ * check_step.c both call it without calling each other. */
+#include <math.h>
+
+#include "check.h"
+
+double check_rel_err(const float *out, const float *ref, int64_t n, int64_t *nonfinite)
+{
+    double num = 0.0, den = 0.0;
+    *nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(out[i]) && isfinite(ref[i])) {
+            (*nonfinite)++;
+            continue;
+        }
+        if (isfinite(ref[i])) {
+            double d = (double)out[i] - ref[i];
+            num += d * d;
+            den += (double)ref[i] * ref[i];
+        } else if (!(out[i] == ref[i])) { /* -inf from an all-padding max window must match */
+            (*nonfinite)++;
+        }
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
