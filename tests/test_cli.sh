@@ -785,6 +785,13 @@ awk "$COLS_Q"' function v(k) { return f[c[k]] }
 grep -q "training step median" "$T/train.out" && grep -q "memory of the training step" "$T/train.out" &&
   grep -q "fp32, train" "$T/train.out" && grep -q "fp32 train" "$T/train.out" && ok ||
   bad "the train set's summary: $(grep -E '===|training|memory' "$T/train.out" | head -5)"
+# the trace lays the step out as it ran: every layer's forward, then their backward in
+# reverse (the smoke model's last layer, 17, first)
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --trace "$T/train.json" >/dev/null 2>&1
+fw=$(grep -c '"pass": "forward"' "$T/train.json") bw=$(grep -c '"pass": "backward"' "$T/train.json")
+first=$(grep -o '"index": [0-9]*, "pass": "backward"' "$T/train.json" | head -1 | tr -dc '0-9')
+[ "$fw" = "$bw" ] && [ "$fw" -ge 15 ] && [ "$first" = 17 ] && grep -q 'training step (the median sample)' "$T/train.json" && ok ||
+  bad "the train trace: $fw forward and $bw backward spans, the first backward of layer $first"
 # a decoder's step says its tokens/s, and its loss is cross-entropy over the vocabulary
 expect 0 "training step median.*tokens/s.*cross-entropy" -- "$BENCH" run "$SRC/tests/data/llama_tiny_prefill.yaml" "${FAST[@]}" --pass train
 # bench check --pass train: each layer's training forward and gradients, then the chained

@@ -337,11 +337,10 @@ static int job_shapes(measure_job *j, const cli *c, int64_t batch)
         log_msg("--stacks writes one file per batch and dtype: run it for one --pass at a time");
         rc = 2;
     } else if (rc == 0 && c->model.n_passes == 1 && c->model.passes[0] != PASS_FORWARD && c->run.stacks) {
-        log_msg("note: --stacks with --pass %s folds each layer's median timed alone (%s)",
-                layer_pass_name(c->model.passes[0]),
-                c->model.passes[0] == PASS_TRAIN ? "its forward and backward together: the step's layers run in two "
-                                                   "orders, so no one sample of the step tiles it"
-                                                 : "its backward");
+        log_msg("note: --stacks with --pass %s folds %s", layer_pass_name(c->model.passes[0]),
+                c->model.passes[0] == PASS_TRAIN ? "each layer's forward and backward inside the median training step "
+                                                   "(the loss left out)"
+                                                 : "each layer's backward median, timed alone");
     }
     return rc;
 }

@@ -306,8 +306,8 @@ static int cmp_total(const void *a, const void *b)
 static void keep_forward_sample(const model *m, model_units *mu, run_result *res)
 {
     int nl = m->n_layers;
-    if (!res->inmodel || !row_timed(&res->chained) || nl == 0 || mu->c.train)
-        return; /* a training step's layers do not tile it in order (the trace shows the forward's) */
+    if (!res->inmodel || !row_timed(&res->chained) || nl == 0)
+        return; /* a training step's: each layer's forward and backward (its parts), the loss aside */
     int64_t n = mu->c.inmodel[0].n;
     for (int i = 1; i < nl; i++)
         n = mu->c.inmodel[i].n < n ? mu->c.inmodel[i].n : n;

@@ -234,6 +234,63 @@ static void emit_timeline(trace *t, const run_result *res, const model_blocks *m
     free(s);
 }
 
+/* One complete event of a training step's timeline: layer i's forward or backward. */
+static void emit_step_span(trace *t, const run_result *res, int i, bool backward, int64_t ts, int64_t dur, int pid,
+                           int tid)
+{
+    const layer *l = &res->m->layers[i];
+    strbuf *b = &t->events;
+    char name[200];
+    snprintf(name, sizeof name, "%s%s", block_leaf_name(l->name), backward ? " (backward)" : "");
+    strbuf_append(b, ",\n{\"name\": ", 11);
+    strbuf_json(b, name);
+    strbuf_printf(b, ", \"cat\": \"%s\", \"ph\": \"X\", ", layer_kind_name(l->kind));
+    us_field(b, "ts", ts);
+    strbuf_append(b, ", ", 2);
+    us_field(b, "dur", dur);
+    strbuf_printf(b, ", \"pid\": %d, \"tid\": %d, \"args\": {\"layer\": ", pid, tid);
+    strbuf_json(b, l->name);
+    strbuf_printf(b, ", \"index\": %d, \"pass\": \"%s\"}}", i, backward ? "backward" : "forward");
+}
+
+/* A training step's kept sample in the order it ran: each layer's forward (its part
+ * "forward"), then each layer's backward (part "backward") in reverse, inside one span
+ * of the step; the loss between them is left out (the chained row's note has it). */
+static void emit_step(trace *t, const run_result *res, int pid, int tid)
+{
+    const model *m = res->m;
+    int n = m->n_layers;
+    int64_t *f = xmalloc((size_t)(n ? n : 1) * 2 * sizeof *f), *g = f + n, total = 0;
+    for (int i = 0; i < 2 * n; i++)
+        f[i] = -1;
+    for (int j = 0; j < res->n_parts; j++) {
+        const part_result *p = &res->parts[j];
+        if (row_timed(&p->r) && p->index < 2)
+            total += (p->index ? g : f)[p->layer] = to_ns(p->sample);
+    }
+    strbuf *b = &t->events;
+    if (b->len)
+        strbuf_append(b, ",\n", 2);
+    strbuf_append(b, "{\"name\": ", 9);
+    strbuf_json(b, m->name);
+    strbuf_printf(b, ", \"cat\": \"model\", \"ph\": \"X\", ");
+    us_field(b, "ts", 0);
+    strbuf_append(b, ", ", 2);
+    us_field(b, "dur", total);
+    strbuf_printf(b, ", \"pid\": %d, \"tid\": %d, \"args\": {\"timeline\": \"one training step, the sample whose "
+                     "layers add up to the median total: the forward, then the backward in reverse (the loss left out)\", "
+                     "\"backend\": \"%s\", \"batch\": %lld, \"chained_median_us\": %.4f}}",
+                  pid, tid, res->backend, (long long)m->batch, res->chained.st.median * 1e6);
+    int64_t ts = 0;
+    for (int i = 0; i < n; i++)
+        if (f[i] >= 0)
+            emit_step_span(t, res, i, false, ts, f[i], pid, tid), ts += f[i];
+    for (int i = n - 1; i >= 0; i--)
+        if (g[i] >= 0)
+            emit_step_span(t, res, i, true, ts, g[i], pid, tid), ts += g[i];
+    free(f);
+}
+
 static bench_status trace_run(reporter *r, const run_result *res)
 {
     trace *t = (trace *)r;
@@ -243,7 +300,11 @@ static bench_status trace_run(reporter *r, const run_result *res)
     int64_t *dur = xmalloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *dur);
     char label[160];
     int pid, tid;
-    if (res->forward_sample) {
+    if (res->forward_sample && m->pass == PASS_TRAIN) {
+        snprintf(label, sizeof label, "batch %lld: training step (the median sample)", (long long)m->batch);
+        thread_of(t, res->backend, label, &pid, &tid);
+        emit_step(t, res, pid, tid);
+    } else if (res->forward_sample) {
         snprintf(label, sizeof label, "batch %lld: forward (the median sample)", (long long)m->batch);
         thread_of(t, res->backend, label, &pid, &tid);
         for (int i = 0; i < m->n_layers; i++)
