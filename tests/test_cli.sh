@@ -770,18 +770,23 @@ expect 0 "batch 2, backward on cpu: kept from the previous run" -- "$BENCH" run 
 "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,train --csv "$T/train.csv" >"$T/train.out" 2>&1 && ok ||
   bad "run --pass forward,train: $(tail -3 "$T/train.out")"
 # every timed train row costs its forward's FLOPs and more; the step ran, with both parts of
-# every layer that is not a view; the in-model rows add up to the step within 5%
-awk "$COLS_Q"' function v(k) { return f[c[k]] }
-  v("mode") == "chained" { ch[v("pass")] = v("status") " " v("impl"); med[v("pass")] = v("median_us") }
+# every layer that is not a view; the in-model rows add up to the step: each sample's
+# spans tile it but the loss, so their medians' sum meets the step's median within 5% and
+# three times its noise (a sanitizer build on a busy machine is noisy)
+got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
+  v("mode") == "chained" { ch[v("pass")] = v("status") " " v("impl"); med[v("pass")] = v("median_us"); noise = v("noise_pct") }
   v("mode") == "inmodel" && v("pass") == "train" && v("part") == "" && v("status") == "ok" { inside += v("median_us") }
   v("mode") == "inmodel" && v("pass") == "train" && v("part") != "" { parts[v("part")]++ }
   v("mode") != "chained" && v("mode") != "inmodel" && v("status") == "ok" {
     fl[v("pass"), v("layer_index")] = v("flops"); if (v("pass") == "train") { n++; dup += v("impl") ~ /, then backward / } }
   END { for (k in fl) { split(k, p, SUBSEP); if (p[1] == "train" && fl[k] + 0 <= fl["forward", p[2]] + 0) bad++ }
-        d = inside / med["train"] - 1
-        exit !(n > 0 && dup == n && !bad && ch["train"] ~ /^ok training step: forward, a weighted sum/ &&
-               parts["forward"] == parts["backward"] && parts["forward"] >= 15 && d < 0.05 && d > -0.05) }' \
-  "$T/train.csv" && ok || bad "train rows: $(grep -E 'chained|inmodel' "$T/train.csv" | cut -d, -f1-12 | head -6)"
+        d = inside / med["train"] - 1; tol = 0.05 + 3 * noise / 100
+        good = n > 0 && dup == n && !bad && ch["train"] ~ /^ok training step: forward, a weighted sum/ &&
+               parts["forward"] == parts["backward"] && parts["forward"] >= 15 && d < tol && d > -tol
+        print good ? "ok" : sprintf("%d train rows, %d of both passes, %d not above the forward; step %s; parts %d/%d; " \
+                                    "in-model sum %+.1f%% of the step (tolerance %.1f%%)", n, dup, bad, ch["train"],
+                                    parts["forward"], parts["backward"], 100 * d, 100 * tol) }' "$T/train.csv")
+[ "$got" = ok ] && ok || bad "train rows: $got"
 grep -q "training step median" "$T/train.out" && grep -q "memory of the training step" "$T/train.out" &&
   grep -q "fp32, train" "$T/train.out" && grep -q "fp32 train" "$T/train.out" && ok ||
   bad "the train set's summary: $(grep -E '===|training|memory' "$T/train.out" | head -5)"
