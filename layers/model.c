@@ -247,13 +247,13 @@ void model_train_plan(const model *m, model_train_memory *tm)
         if (model_storage_of(m, v) == v && first_grad[v] < steps)
             live_span(delta, first_grad[v], bwd_step(n, v - 1),
                       (int64_t)dtype_size(m->layers[v - 1].dtype) * shape_numel(&m->layers[v - 1].out));
-    int64_t live = tm->weight_bytes;
+    int64_t live = tm->weight_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
+                                                              shape_numel(model_value_shape(m, out))
+                                                        : 0;
     for (int t = 0; t < steps; t++) {
         live += delta[t];
-        if (t == n)
-            tm->kept_bytes = live - tm->weight_bytes - (first_grad[out] == n ? (int64_t)dtype_size(model_value_dtype(m, out)) *
-                                                                                    shape_numel(model_value_shape(m, out))
-                                                                              : 0);
+        if (t == n) /* at the loss: all but the weights and the loss's gradient (born then, for an output of its own) */
+            tm->kept_bytes = live - tm->weight_bytes - loss_grad;
         if (live > tm->peak_bytes)
             tm->peak_bytes = live, tm->peak_step = t;
     }
