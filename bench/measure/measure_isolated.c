@@ -226,7 +226,8 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
         return;
     }
     snprintf(r->impl, sizeof r->impl, "%s", why);
-    backend_layer_isolate(lu->t.state, lu->t.in, r->impl, sizeof r->impl);
+    if (l->pass != PASS_TRAIN) /* a train row's forward writes the plain output its backward reads */
+        backend_layer_isolate(lu->t.state, lu->t.in, r->impl, sizeof r->impl);
     /* One call, unheld and untimed, before any sample: what a library does on its first
      * call (CUDA loads a kernel's module lazily) must not happen while the stream is
      * held, where it would wait for the hold (seen on an H100: 2 s, then the hold gave
