@@ -139,15 +139,45 @@ int64_t layer_backward_floats(const layer *l)
  * and of the weights' each as many as the forward's (2 x its multiply-accumulates each),
  * the rest of its work as the forward's again; it reads its inputs, output, the output's
  * gradient and the weights once, and writes the gradients once. */
+/* Whether l's backward splits into data and weights halves of macs MACs each (conv2d,
+ * linear: every multiply is by a weight). */
+static bool gemm_backward(const layer *l) { return l->kind == LAYER_CONV2D || l->kind == LAYER_LINEAR; }
+
 static void backward_count(layer *l)
 {
     if (l->flops < 0 || l->macs < 0)
         return; /* out of range already: layer_count refuses it */
     int64_t rest = l->flops - 2 * l->macs; /* both at most LAYER_MAX_COUNT */
-    l->flops = layer_count_add(layer_count_mul(4, l->macs), rest < 0 ? 0 : rest);
-    l->macs = layer_count_mul(2, l->macs);
+    /* conv2d and linear without the input's gradient or the weights': that half's MACs go
+     * (a frozen layer's bias sums too) */
+    int halves = gemm_backward(l) ? 2 - l->no_input_grad - l->frozen : 2;
+    if (gemm_backward(l) && l->frozen)
+        rest = 0;
+    l->flops = layer_count_add(layer_count_mul(2 * halves, l->macs), rest < 0 ? 0 : rest);
+    l->macs = layer_count_mul(halves, l->macs);
     l->bytes = layer_count_mul(4, layer_count_add(layer_count_add(layer_backward_in_floats(l), l->n_weight_floats),
                                                   layer_backward_floats(l)));
+}
+
+int layer_backward_parts(const layer *l, bool weights_first, layer_part_info *parts)
+{
+    if (!gemm_backward(l) || (l->no_input_grad && l->frozen))
+        return 0;
+    layer f = *l;
+    f.pass = PASS_FORWARD;
+    layer_count(&f);
+    int64_t es = (int64_t)dtype_size(l->dtype), x = shape_numel(&l->in), y = shape_numel(&l->out);
+    int64_t w = l->n_weight_floats, mm = layer_count_mul(2, f.macs);
+    layer_part_info data = {"backward data", mm, layer_count_mul(es, layer_count_add(layer_count_add(y, w), x))};
+    layer_part_info weights = {"backward weights", layer_count_add(mm, f.flops - mm < 0 ? 0 : f.flops - mm),
+                               layer_count_mul(es, layer_count_add(layer_count_add(x, y), w))};
+    if (l->no_input_grad || l->frozen) { /* one half only */
+        parts[0] = l->frozen ? data : weights;
+        return 1;
+    }
+    parts[0] = weights_first ? weights : data;
+    parts[1] = weights_first ? data : weights;
+    return 2;
 }
 
 layer layer_as_backward(const layer *l)

@@ -242,6 +242,10 @@ typedef struct layer {
                                     step's layer that reads only the model's input, for which torch
                                     computes none (the kernels of conv2d and linear skip them, and
                                     leave that part of their output unwritten) */
+    bool frozen;                 /* its weights learn nothing (requires_grad: false, --freeze): a
+                                    backward run need not write their gradient (conv2d and linear
+                                    skip it; the other kinds' kernels write it, and nothing reads it);
+                                    only where n_weights > 0 */
     layer_params p;
     int n_inputs;                /* 1; 2 for add and mul; 1 or more for concat */
     int *inputs;                 /* n_inputs value ids: 0 = model input, i+1 = output of layer i; owned */
@@ -378,6 +382,13 @@ static inline float layer_dropout_scale(uint32_t seed, uint32_t threshold, float
 }
 /* Its arguments for l: the seed from the layer's name, the threshold p 2^32, 1 / (1 - p). */
 void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, float *keep_scale);
+/* The backward of a conv2d or linear as its two halves, benchdnn's BWD_D and BWD_W:
+ * "backward data", the input's gradient (macs MACs; reads the output's gradient and the
+ * weights, writes the input's), and "backward weights", the weights' (macs MACs and the
+ * bias's sums; reads the input and the output's gradient, writes the weights'), those l
+ * computes (no_input_grad, frozen) in the order a kernel runs them (weights_first) into
+ * parts; returns how many: 2, 1 where it computes one half only, 0 for another kind. */
+int layer_backward_parts(const layer *l, bool weights_first, layer_part_info *parts);
 /* Whether the kind has a backward reference (layer_desc.backward). */
 bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */

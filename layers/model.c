@@ -201,6 +201,29 @@ void model_last_readers(const model *m, int *last)
         }
 }
 
+void model_grad_flow(const model *m, bool *runs, bool *input_grad)
+{
+    int n = m->n_layers;
+    bool *rg = xcalloc((size_t)n + 1, sizeof *rg), *need = xcalloc((size_t)n + 1, sizeof *need);
+    for (int i = 0; i < n; i++) { /* forward: which values depend on weights that learn */
+        const layer *l = &m->layers[i];
+        input_grad[i] = false;
+        for (int k = 0; k < l->n_inputs; k++)
+            input_grad[i] |= rg[l->inputs[k]];
+        rg[i + 1] = input_grad[i] || (l->n_weights > 0 && !l->frozen);
+    }
+    if (n > 0)
+        need[model_storage_of(m, n)] = true;
+    for (int i = n - 1; i >= 0; i--) { /* backward: which of those the loss reaches */
+        const layer *l = &m->layers[i];
+        runs[i] = !layer_is_view(l) && need[i + 1] && rg[i + 1];
+        for (int k = 0; runs[i] && k < l->n_inputs; k++)
+            if (rg[l->inputs[k]])
+                need[model_storage_of(m, l->inputs[k])] = true;
+    }
+    free(rg), free(need);
+}
+
 /* The step of layer i's backward in model_train_plan's timeline */
 static int bwd_step(int n, int i) { return 2 * n - i; }
 
@@ -218,33 +241,38 @@ void model_train_plan(const model *m, model_train_memory *tm)
     tm->peak_step = -1;
     int64_t *delta = xcalloc((size_t)steps + 2, sizeof *delta);
     int *first_grad = xmalloc(((size_t)n + 1) * sizeof *first_grad); /* per storage: the step its gradient is born */
+    int *dies = xmalloc(((size_t)n + 1) * sizeof *dies);             /* per storage: its last reader's step */
+    bool *runs = xmalloc(((size_t)n + 1) * sizeof *runs), *input_grad = xmalloc(((size_t)n + 1) * sizeof *input_grad);
+    model_grad_flow(m, runs, input_grad);
+    model_last_readers(m, dies); /* the forward's readers, then the backward's below */
+    if (n > 0)
+        dies[out] = n; /* the loss reads the output */
     for (int v = 0; v <= n; v++)
         first_grad[v] = v == out ? n : steps;
     for (int i = n - 1; i >= 0; i--) {
         const layer *l = &m->layers[i];
         int64_t es = (int64_t)dtype_size(l->dtype);
         tm->weight_bytes += layer_weight_bytes(l);
-        if (layer_is_view(l))
+        if (!runs[i])
             continue;
-        if (l->n_weight_floats) { /* a layer's weights' gradient, to the end */
+        if (l->n_weight_floats && !l->frozen) { /* a layer's weights' gradient, to the end */
             tm->weight_grad_bytes += es * l->n_weight_floats;
             live_span(delta, bwd_step(n, i), steps - 1, es * l->n_weight_floats);
         }
-        live_span(delta, i, bwd_step(n, i), es * shape_numel(&l->out)); /* its output, kept for its backward */
+        dies[i + 1] = bwd_step(n, i) > dies[i + 1] ? bwd_step(n, i) : dies[i + 1]; /* its output, for its backward */
         for (int k = 0; k < l->n_inputs; k++) {
             int s = model_storage_of(m, l->inputs[k]);
-            first_grad[s] = bwd_step(n, i) < first_grad[s] ? bwd_step(n, i) : first_grad[s];
+            dies[s] = bwd_step(n, i) > dies[s] ? bwd_step(n, i) : dies[s]; /* its inputs, too */
+            if (input_grad[i] && bwd_step(n, i) < first_grad[s])
+                first_grad[s] = bwd_step(n, i);
         }
     }
-    int64_t in_bytes = (int64_t)dtype_size(model_value_dtype(m, 0)) * shape_numel(&m->input);
-    int in_dies = 0; /* the model's input: to its readers' last backward */
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < m->layers[i].n_inputs; k++)
-            if (model_storage_of(m, m->layers[i].inputs[k]) == 0 && bwd_step(n, i) > in_dies)
-                in_dies = bwd_step(n, i);
-    live_span(delta, 0, in_dies, in_bytes);
+    for (int v = 0; v <= n; v++) /* each activation (the input too) from its forward to its last reader */
+        if (model_storage_of(m, v) == v)
+            live_span(delta, v ? v - 1 : 0, dies[v],
+                      (int64_t)dtype_size(model_value_dtype(m, v)) * shape_numel(model_value_shape(m, v)));
     for (int v = 1; v <= n; v++) /* an activation's gradient: from its first contribution to its layer's backward */
-        if (model_storage_of(m, v) == v && first_grad[v] < steps)
+        if (model_storage_of(m, v) == v && first_grad[v] < steps && runs[v - 1])
             live_span(delta, first_grad[v], bwd_step(n, v - 1),
                       (int64_t)dtype_size(m->layers[v - 1].dtype) * shape_numel(&m->layers[v - 1].out));
     int64_t live = tm->weight_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
@@ -257,7 +285,7 @@ void model_train_plan(const model *m, model_train_memory *tm)
         if (live > tm->peak_bytes)
             tm->peak_bytes = live, tm->peak_step = t;
     }
-    free(delta), free(first_grad);
+    free(delta), free(first_grad), free(dies), free(runs), free(input_grad);
 }
 
 void model_memory_plan(const model *m, model_memory *mm)

@@ -100,6 +100,15 @@ typedef struct model_train_memory {
 } model_train_memory;
 void model_train_plan(const model *m, model_train_memory *tm);
 
+/* What a training step's backward does, as autograd decides it: a value requires a
+ * gradient where it depends on weights that learn (a layer with weights, not frozen);
+ * layer i runs its backward (runs[i]) where its output requires one and the loss reaches
+ * it (back from the model's output through readers that run), a view aside; it writes
+ * its inputs' gradients (input_grad[i]) where one of its inputs requires one (a layer
+ * reading only the model's input, or only frozen layers' outputs, computes none). Both
+ * n_layers, the caller's. */
+void model_grad_flow(const model *m, bool *runs, bool *input_grad);
+
 /* Refuses a model that would not fit in memory, before anything is allocated: returns
  * BENCH_ERR_USAGE with "needs X, Y available" in err. available < 0 means the host's
  * available memory; where names the memory in the message ("" for the host). */

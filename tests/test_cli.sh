@@ -769,8 +769,10 @@ expect 0 "batch 2, backward on cpu: kept from the previous run" -- "$BENCH" run 
 # gradients summed), each layer's forward and backward inside it as parts
 "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,train --csv "$T/train.csv" >"$T/train.out" 2>&1 && ok ||
   bad "run --pass forward,train: $(tail -3 "$T/train.out")"
-# every timed train row costs its forward's FLOPs and more; the step ran, with both parts of
-# every layer that is not a view; the in-model rows add up to the step: each sample's
+# every timed train row costs its forward's FLOPs and more; the step ran, with the forward and
+# the backward of every layer that is not a view as parts, the backward of the four
+# convolutions after the stem and of fc in its data and weights halves, the stem's in its
+# weights half only (it reads the model's input); the in-model rows add up to the step: each sample's
 # spans tile it but the loss, so their medians' sum meets the step's median within 5% and
 # three times its noise (a sanitizer build on a busy machine is noisy)
 got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
@@ -782,10 +784,12 @@ got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
   END { for (k in fl) { split(k, p, SUBSEP); if (p[1] == "train" && fl[k] + 0 <= fl["forward", p[2]] + 0) bad++ }
         d = inside / med["train"] - 1; tol = 0.05 + 3 * noise / 100
         good = n > 0 && dup == n && !bad && ch["train"] ~ /^ok training step: forward, a weighted sum/ &&
-               parts["forward"] == parts["backward"] && parts["forward"] >= 15 && d < tol && d > -tol
-        print good ? "ok" : sprintf("%d train rows, %d of both passes, %d not above the forward; step %s; parts %d/%d; " \
+               parts["forward"] == parts["backward"] + parts["backward weights"] && parts["forward"] >= 15 &&
+               parts["backward data"] == 5 && parts["backward weights"] == 6 && d < tol && d > -tol
+        print good ? "ok" : sprintf("%d train rows, %d of both passes, %d not above the forward; step %s; parts %d/%d/%d/%d; " \
                                     "in-model sum %+.1f%% of the step (tolerance %.1f%%)", n, dup, bad, ch["train"],
-                                    parts["forward"], parts["backward"], 100 * d, 100 * tol) }' "$T/train.csv")
+                                    parts["forward"], parts["backward"], parts["backward data"], parts["backward weights"],
+                                    100 * d, 100 * tol) }' "$T/train.csv")
 [ "$got" = ok ] && ok || bad "train rows: $got"
 grep -q "training step median" "$T/train.out" && grep -q "memory of the training step" "$T/train.out" &&
   grep -q "fp32, train" "$T/train.out" && grep -q "fp32 train" "$T/train.out" && ok ||
@@ -818,6 +822,45 @@ expect 0 "training step +not run.*layer 'skip' \(stochastic_depth, fp32\) is not
 printf 'name: v\ninput: [4, 5, 5]\nlayers:\n  - {kind: flatten}\n' >"$T/views.yaml"
 expect 0 "training step +not run.*every layer is a view" -- "$BENCH" run "$T/views.yaml" "${FAST[@]}" --pass train
 expect 0 "training step \(chained\).*skipped \(unsupported\).*every layer is a view" -- "$BENCH" check "$T/views.yaml" --pass train
+
+# freezing, as fine-tuning does: requires_grad: false on a layer or a block, or --freeze
+# PATTERN. A frozen layer computes no weights' gradient (features.0: its data half only); a
+# layer that nothing up to it learns runs no backward in the step (conv1, frozen on the
+# input, and r0 after it); a convolution whose input learns nothing has no data half (conv2)
+printf '%s\n' 'name: fz' 'input: [3, 12, 12]' 'batch: 2' 'layers:' \
+  '  - {kind: conv2d, name: conv1, out_channels: 8, kernel_size: 3, padding: 1, requires_grad: false}' \
+  '  - {kind: relu, name: r0}' \
+  '  - {kind: conv2d, name: conv2, out_channels: 8, kernel_size: 3, padding: 1}' \
+  '  - {kind: batchnorm2d, name: bn1}' \
+  '  - kind: block' '    name: features' '    requires_grad: false' '    layers:' \
+  '      - {kind: conv2d, out_channels: 8, kernel_size: 3, padding: 1}' '      - {kind: relu}' \
+  '  - {kind: conv2d, name: conv3, out_channels: 8, kernel_size: 3, padding: 1}' \
+  '  - {kind: adaptive_avgpool2d, name: pool, output_size: 1}' '  - {kind: flatten, name: flat}' \
+  '  - {kind: linear, name: fc, out_features: 10}' >"$T/fz.yaml"
+"$BENCH" run "$T/fz.yaml" "${FAST[@]}" --pass train --csv "$T/fz.csv" >"$T/fz.out" 2>&1 && ok || bad "run a frozen model: $(tail -3 "$T/fz.out")"
+got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
+  v("mode") == "inmodel" && v("part") != "" { i = v("layer_index"); p[i] = p[i] "/" v("part") }
+  v("mode") != "chained" && v("mode") != "inmodel" { fl[v("layer_name")] = v("flops") }
+  END { good = p[0] == "/forward" && p[1] == "/forward" && p[2] == "/forward/backward weights" &&
+               p[4] == "/forward/backward data" && p[6] == "/forward/backward data/backward weights" &&
+               fl["features.0"] + 0 < fl["conv3"] + 0
+        print good ? "ok" : sprintf("parts: conv1 %s, r0 %s, conv2 %s, features.0 %s, conv3 %s; flops %s vs %s", p[0], p[1],
+                                    p[2], p[4], p[6], fl["features.0"], fl["conv3"]) }' "$T/fz.csv")
+[ "$got" = ok ] && ok || bad "a frozen model's step: $got"
+grep -q "2 layers frozen (requires_grad: false, --freeze): 808 of the" "$T/fz.out" && ok || bad "no word of the frozen layers: $(head -3 "$T/fz.out")"
+expect 0 "training step \(chained\) .* ok: the weights' gradients.*, 0 failed" -- bash -c "'$BENCH' check '$T/fz.yaml' --pass train | tr '\n' ' '"
+expect 0 "training step \(chained\) .* ok: the weights' gradients.*, 0 failed" -- bash -c "'$BENCH' check '$SMOKE' --pass train --freeze 'stem,res.*' | tr '\n' ' '"
+if grep -q "^onednn " "$T/all.out"; then
+  expect 0 "training step \(chained\) .* ok: the weights' gradients.*, 0 failed" -- bash -c "'$BENCH' check '$T/fz.yaml' --pass train --backend onednn | tr '\n' ' '"
+  expect 0 "weights none \(frozen\), data" -- "$BENCH" run "$T/fz.yaml" "${FAST[@]}" --pass train --backend onednn --format md
+fi
+expect 2 "--freeze: 'nothing\*' matches no layer with weights" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --freeze 'nothing*'
+expect 2 "--freeze: expected PATTERN" -- "$BENCH" list "$SMOKE" --freeze ,
+expect 0 "training step +not run.*no weights the loss reaches learn" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --freeze '*'
+printf 'name: g\ninput: [4, 5, 5]\nlayers:\n  - {kind: relu, requires_grad: false}\n' >"$T/grad_relu.yaml"
+expect 2 "grad_relu.yaml:4:33: layer '0' \(relu\) has no weights: requires_grad: false applies" -- "$BENCH" list "$T/grad_relu.yaml"
+printf 'name: g\ninput: [4, 5, 5]\nlayers:\n  - {kind: conv2d, out_channels: 2, kernel_size: 1, requires_grad: no}\n' >"$T/grad_no.yaml"
+expect 2 "grad_no.yaml:4:[0-9]+: requires_grad: expected true or false, got 'no'" -- "$BENCH" list "$T/grad_no.yaml"
 
 echo "test_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

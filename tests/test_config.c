@@ -396,6 +396,31 @@ static void test_memory_plan(void)
                (long long)tm.peak_bytes, tm.peak_step, (long long)tm.kept_bytes, (long long)tm.weight_grad_bytes);
         model_free(m);
     }
+    /* the same with a frozen (requires_grad: false): nothing up to fc learns, so a and b
+     * run no backward and fc writes no input gradient. a's output dies at b's forward
+     * (1), the input at a's (0); b's (256) lives to fc's backward (5), fc's (40) too, its
+     * gradient (40) over 4-5; fc's weights' gradient (2600) from 5. The peak at 5: 256 +
+     * 40 + 40 + 2600 = 2936, and the weights; kept at the loss: 296 */
+    EXPECT(load_text("name: t\ninput: [2, 4, 4]\nlayers:\n"
+                     "  - {kind: conv2d, name: a, out_channels: 4, kernel_size: 3, padding: 1, requires_grad: false}\n"
+                     "  - {kind: relu, name: b}\n  - {kind: flatten}\n  - {kind: linear, name: fc, out_features: 10}\n",
+                     &m, err, sizeof err) == BENCH_OK,
+           "%s", err);
+    if (m) {
+        bool runs[4], input_grad[4];
+        model_grad_flow(m, runs, input_grad);
+        EXPECT(!runs[0] && !runs[1] && !runs[2] && runs[3] && !input_grad[0] && !input_grad[1] && !input_grad[3],
+               "frozen a: backward runs %d %d %d %d, input gradients %d %d %d %d; expected fc's only, none", runs[0],
+               runs[1], runs[2], runs[3], input_grad[0], input_grad[1], input_grad[2], input_grad[3]);
+        model_train_memory tm;
+        model_set_pass(m, PASS_TRAIN);
+        model_train_plan(m, &tm);
+        EXPECT(tm.peak_bytes == 2936 + 2904 && tm.peak_step == 5 && tm.kept_bytes == 296 && tm.weight_grad_bytes == 2600,
+               "frozen a: peak %lld at step %d, kept %lld, weights' gradients %lld; expected 5840 at 5, 296, 2600",
+               (long long)tm.peak_bytes, tm.peak_step, (long long)tm.kept_bytes, (long long)tm.weight_grad_bytes);
+        EXPECT(m->layers[0].frozen && !m->layers[3].frozen, "requires_grad: false freezes a, not fc");
+        model_free(m);
+    }
     /* a residual keeps its input until the add: input 256 B and four 256 B layers alive
      * in pairs or threes: c1 512, relu 768, c2 768, add 768, relu after 512 */
     EXPECT(load_text("name: t\ninput: [4, 4, 4]\nlayers:\n"

@@ -646,6 +646,15 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
     EXPECT(r.status == BENCH_OK, "%s %s backward: relative error %.2e (tolerance %.1e), %lld not finite: %s",
            layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
     printf("  backward %-18s %-34s rel. error %.2e\n", layer_kind_name(l.kind), c->what, r.rel_err);
+    if (l.n_weights > 0) { /* frozen (requires_grad: false): the inputs' gradients alone, as right */
+        l.frozen = true;
+        layer_count(&l);
+        r = check_layer(&l, b, seed);
+        EXPECT(r.status == BENCH_OK, "%s %s backward, frozen: relative error %.2e (tolerance %.1e): %s",
+               layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, r.why);
+        l.frozen = false;
+        layer_count(&l);
+    }
     if (!layer_desc_get(l.kind)->train_reference)
         return;
     /* where training's forward differs (batch norm's statistics, dropout's mask): the

@@ -195,12 +195,13 @@ static void test_measure_set(void)
     snprintf(a.backend, sizeof a.backend, "onednn");
     int skip[] = {4, -1, 7};
     a.skip = skip, a.n_skip = 3;
-    a.str[SET_CONFIG] = "configs/resnet18.yaml", a.str[SET_ALGO_CACHE] = NULL;
+    a.str[SET_CONFIG] = "configs/resnet18.yaml", a.str[SET_ALGO_CACHE] = NULL, a.str[SET_FREEZE] = "layer1.*,fc";
     strbuf buf = {0};
     procs_set_encode(&a, &buf);
     measure_set b;
     EXPECT(procs_set_decode(buf.data, buf.len, &b), "a set decodes");
-    EXPECT(b.str[SET_CONFIG] && !strcmp(b.str[SET_CONFIG], "configs/resnet18.yaml") && !b.str[SET_ALGO_CACHE],
+    EXPECT(b.str[SET_CONFIG] && !strcmp(b.str[SET_CONFIG], "configs/resnet18.yaml") && !b.str[SET_ALGO_CACHE] &&
+               b.str[SET_FREEZE] && !strcmp(b.str[SET_FREEZE], "layer1.*,fc"),
            "its strings");
     EXPECT(b.n_skip == 3 && b.skip && b.skip[0] == 4 && b.skip[1] == -1 && b.skip[2] == 7, "its skipped layers");
     EXPECT(!b.mo.stop && !b.mo.waited && !b.mo.waited_user && !b.mo.waited_reset && !b.mo.label && !b.mo.at &&

@@ -20,6 +20,7 @@ typedef struct cfg_ctx {
     int *names;                /* hash table of value ids (0: empty slot), by layer name */
     int names_cap, n_names;
     int dtype;                 /* the dtype of the block being read (-1: the model-wide one) */
+    bool frozen;               /* the item being read says requires_grad: false (or one around it does) */
     cfg_shape shape;           /* the command line's token shape */
     int n_kv_layers;           /* rope, attention and mla layers read (what --kv-len sets) */
 } cfg_ctx;
@@ -43,6 +44,7 @@ int cfg_check_tree(cfg_ctx *c, int idx, int depth);
 int cfg_parse_int(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, int64_t *out);
 /* A dtype by any of its names (dtype.h); the error lists the valid ones. */
 int cfg_parse_dtype(cfg_ctx *c, yaml_node_t *n, dtype_t *out);
+int cfg_parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out);
 
 /* A scalar's bytes: its length, which can hold a NUL ("\0" in a quoted scalar). */
 size_t cfg_scalar_len(const yaml_node_t *n);

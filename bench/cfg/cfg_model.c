@@ -136,16 +136,18 @@ static int add_layer(cfg_ctx *c, yaml_node_t *at, char *name, layer_kind kind, c
         return fail(c, at, "layer '%s' (%s): its parameter, FLOP or byte count is beyond 2^62 (or its weights beyond "
                            "2^40)",
                     name, layer_kind_name(kind));
+    l->frozen = c->frozen && l->n_weights > 0;
     name_put(c, name, c->m->n_layers);
     return c->m->n_layers;
 }
 
 static int emit_seq(cfg_ctx *c, yaml_node_t *seq, const char *prefix, int *pos, int *cur);
 
-static const char *const block_keys[] = {"kind", "name", "repeat", "input", "layers", "dtype"};
+static const char *const block_keys[] = {"kind", "name", "repeat", "input", "layers", "dtype", "requires_grad"};
 
 static const char *const residual_keys[] = {"kind", "name", "repeat", "input", "body", "shortcut", "shortcut_name",
-                                            "branches", "merge", "merge_name", "dim", "after", "dtype"};
+                                            "branches", "merge", "merge_name", "dim", "after", "dtype",
+                                            "requires_grad"};
 
 static const char *const merges[] = {"add", "mul", "concat", NULL};
 
@@ -353,6 +355,10 @@ static int emit_one(cfg_ctx *c, yaml_node_t *item, int kind, const char *prefix,
             if (kind == LAYER_POS_EMBEDDING && p.num_positions > 0 && c->shape.kv_len >= 0)
                 p.kv_len = c->shape.kv_len; /* a table of positions (GPT-2's wpe): the tokens after the cache */
             int v = add_layer(c, item, qname, (layer_kind)kind, &p, in, n);
+            yaml_node_t *gn = cfg_map_get(c, item, "requires_grad");
+            if (v > 0 && gn && c->frozen && !c->m->layers[v - 1].frozen)
+                return fail(c, gn, "layer '%s' (%s) has no weights: requires_grad: false applies to a layer with "
+                            "weights, or to a block", c->m->layers[v - 1].name, layer_kind_name((layer_kind)kind));
             return v < 0 ? -1 : (*cur = v, 0);
         }
     } else if (in_node && (*cur = resolve(c, in_node, prefix)) < 0) {
@@ -380,11 +386,11 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     int kind;
     if (strcmp(cfg_scalar(kn), "block") == 0) {
         kind = -1;
-        if (cfg_check_keys(c, item, "block", block_keys, 6))
+        if (cfg_check_keys(c, item, "block", block_keys, 7))
             return -1;
     } else if (strcmp(cfg_scalar(kn), "residual") == 0) {
         kind = -2;
-        if (cfg_check_keys(c, item, "residual", residual_keys, 13))
+        if (cfg_check_keys(c, item, "residual", residual_keys, 14))
             return -1;
     } else {
         kind = layer_kind_from_name(cfg_scalar(kn));
@@ -409,6 +415,13 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
         return -1;
     if (dn)
         c->dtype = (int)dt;
+    /* requires_grad: false freezes this item's layers with weights (a block's, all of them) */
+    yaml_node_t *gn = cfg_map_get(c, item, "requires_grad");
+    bool outer_frozen = c->frozen, grad = true;
+    if (gn && cfg_parse_bool(c, "requires_grad", gn, &grad))
+        return -1;
+    if (gn)
+        c->frozen = !grad;
     yaml_node_t *explicit_in = cfg_map_get(c, item, "input") ? cfg_map_get(c, item, "input") : cfg_map_get(c, item, "inputs");
     if (explicit_in && repeat > 1)
         return fail(c, explicit_in, "'%s' and repeat cannot be combined: the copies would all read the same layers",
@@ -441,7 +454,7 @@ static int emit_item(cfg_ctx *c, yaml_node_t *item, const char *prefix, int *pos
     if (name)
         (*pos)++;
     free(base);
-    c->dtype = outer;
+    c->dtype = outer, c->frozen = outer_frozen;
     return 0;
 }
 

@@ -139,7 +139,7 @@ static int parse_dims(cfg_ctx *c, const char *key, yaml_node_t *n, int64_t min, 
     return 0;
 }
 
-static int parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out)
+int cfg_parse_bool(cfg_ctx *c, const char *key, yaml_node_t *n, bool *out)
 {
     static const char *yes[] = {"true", "True", "TRUE"}, *no[] = {"false", "False", "FALSE"};
     for (int i = 0; is_plain(n) && i < 3; i++) {
@@ -340,8 +340,8 @@ yaml_node_t *cfg_need_seq(cfg_ctx *c, yaml_node_t *map, const char *key, const c
 int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_params *p)
 {
     const layer_desc *d = layer_desc_get(kind);
-    const char *known[32] = {"kind", "name", "repeat", "input", "inputs", "dtype"};
-    int nk = 6;
+    const char *known[32] = {"kind", "name", "repeat", "input", "inputs", "dtype", "requires_grad"};
+    int nk = 7;
     for (const layer_param_spec *s = d->params; s->key; s++)
         known[nk++] = s->key;
     if (cfg_check_keys(c, item, d->name, known, nk))
@@ -359,7 +359,7 @@ int cfg_parse_params(cfg_ctx *c, yaml_node_t *item, layer_kind kind, layer_param
         }
         int r = s->type == LP_INT    ? cfg_parse_int(c, s->key, v, s->min, (int64_t *)field)
                 : s->type == LP_PAIR ? parse_pair(c, s->key, v, s->min, (int64_t *)field)
-                : s->type == LP_BOOL ? parse_bool(c, s->key, v, (bool *)field)
+                : s->type == LP_BOOL ? cfg_parse_bool(c, s->key, v, (bool *)field)
                 : s->type == LP_FPAIR ? parse_fpair(c, s->key, v, (double *)field)
                 : s->type == LP_ENUM  ? cfg_parse_enum(c, s->key, v, s->choices, (int64_t *)field)
                 : s->type == LP_DIMS  ? parse_dims(c, s->key, v, s->min, (int64_t *)field)

@@ -364,6 +364,12 @@ static const cli_option options[] = {
      .help = "every moe layer's token-to-expert routing: uniform (each expert the same number of tokens), skew:S "
              "(expert e a share proportional to 1/(e+1)^S) or router (each token's top_k logits) (default: the "
              "config's; uniform for a config.json)"},
+    {"freeze", "PATTERN[,...]", O_STRING, F(model.freeze), .commands = C_MODEL,
+     .help = "freeze the layers with weights whose names match a shell pattern ('*' matches dots too: 'layer1.*', "
+             "'model.layers.[0-9].*'), as requires_grad: false in the config does: their weights learn nothing, so "
+             "a backward or train row computes no weights' gradient for them (conv2d and linear skip that half), and "
+             "a training step runs no backward where nothing before it learns (docs/training.md). A pattern that "
+             "matches no layer with weights is an error"},
     {"phase", "P", O_CHOICE, F(model.phase), .choices = phase_names, .commands = C_MODEL,
      .help = "prefill (the tokens, no cache unless --kv-len) or decode (one token after --kv-len cached ones, "
              "default 1024)"},

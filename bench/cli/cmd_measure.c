@@ -123,6 +123,7 @@ static measure_set worker_base(const cli *c, const char *algo_cache)
                      .mo = c->mo};
     s.str[SET_CONFIG] = c->model.config;
     s.str[SET_ALGO_CACHE] = algo_cache;
+    s.str[SET_FREEZE] = c->model.freeze;
     return s;
 }
 
@@ -198,7 +199,7 @@ int cmd_worker(void)
         return 2;
     }
     cli c = {.model = {.config = s.str[SET_CONFIG], .shape = s.shape, .routing = s.routing, .load_skew = s.load_skew,
-                       .n_dtypes = 1, .dtypes = {s.dtype}, .worker = true},
+                       .freeze = s.str[SET_FREEZE], .n_dtypes = 1, .dtypes = {s.dtype}, .worker = true},
              .be = {.backend = s.backend, .threads = s.threads, .algo_heuristic = s.algo_heuristic,
                     .algo_alone = s.algo_alone, .conv_api = s.conv_api},
              .run = {.algo_cache = s.str[SET_ALGO_CACHE]}, .mo = s.mo};

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,31 @@ bool cli_fits_backends(const model *m, const backend *bs, int nb)
     return true;
 }
 
+/* --freeze: every layer with weights whose name matches one of the comma-separated
+ * shell patterns is frozen; false, said, where a pattern matches none. */
+static bool freeze_layers(model *m, const char *patterns, const char *config)
+{
+    char *all = xstrdup(patterns), *save = NULL;
+    bool ok = true;
+    int n_patterns = 0;
+    for (char *p = strtok_r(all, ",", &save); p && ok; p = strtok_r(NULL, ",", &save), n_patterns++) {
+        int n = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            layer *l = &m->layers[i];
+            if (l->n_weights > 0 && fnmatch(p, l->name, 0) == 0)
+                l->frozen = true, layer_count(l), n++;
+        }
+        if (!n)
+            log_msg("--freeze: '%s' matches no layer with weights in %s (bench list %s names them)", p, config, config);
+        ok = n > 0;
+    }
+    if (ok && !n_patterns)
+        log_msg("--freeze: expected PATTERN[,PATTERN...], a shell pattern of layer names, got '%s'", patterns);
+    free(all);
+    ok = ok && n_patterns;
+    return ok;
+}
+
 int cli_load_model(const cli_model *c, int64_t batch, model **m)
 {
     char err[1024];
@@ -108,11 +134,24 @@ int cli_load_model(const cli_model *c, int64_t batch, model **m)
             return 2;
         }
     }
-    static bool noted; /* once, though a sweep loads the model for each batch and shape */
-    if ((*m)->note && !noted && !c->worker) {
-        log_msg("%s", (*m)->note);
-        noted = true;
+    if (c->freeze && !freeze_layers(*m, c->freeze, c->config)) {
+        model_free(*m);
+        *m = NULL;
+        return 2;
     }
+    static bool noted; /* once, though a sweep loads the model for each batch and shape */
+    if ((*m)->note && !noted && !c->worker)
+        log_msg("%s", (*m)->note);
+    int64_t frozen = 0, all = 0;
+    int n_frozen = 0;
+    for (int i = 0; i < (*m)->n_layers; i++) {
+        const layer *l = &(*m)->layers[i];
+        all += l->n_weights, frozen += l->frozen ? l->n_weights : 0, n_frozen += l->frozen;
+    }
+    if (n_frozen && !noted && !c->worker)
+        log_msg("%d layer%s frozen (requires_grad: false, --freeze): %lld of the %lld weights learn nothing", n_frozen,
+                n_frozen == 1 ? "" : "s", (long long)frozen, (long long)all);
+    noted = true;
     return 0;
 }
 

@@ -107,8 +107,8 @@ static check_result check_backward(const layer *l, const backend *b, uint64_t se
         (r.status = backend_download_values(b, l->dtype, got, dgrad, n_grad)) != BENCH_OK)
         goto out;
     int64_t at = 0;
-    for (int k = 0; k <= l->n_inputs; k++) { /* each gradient's error, the worst of them */
-        int64_t n = k < l->n_inputs ? shape_numel(&l->ins[k]) : l->n_weight_floats, bad;
+    for (int k = 0; k <= l->n_inputs; k++) { /* each gradient's error, the worst of them (a frozen layer's weights have none) */
+        int64_t n = k < l->n_inputs ? shape_numel(&l->ins[k]) : l->frozen ? 0 : l->n_weight_floats, bad;
         double err = n ? check_rel_err(got + at, ref + at, n, &bad) : 0.0;
         r.rel_err = err > r.rel_err ? err : r.rel_err;
         r.nonfinite += n ? bad : 0;

@@ -114,18 +114,19 @@ static bool ref_forward(const model *m, uint64_t seed, ref_step *r)
     return true;
 }
 
-/* The reference step's backward: the loss's labels as the step's, every reached layer's
- * backward reference in reverse on the values in r->store. False when out of memory. */
+/* The reference step's backward: the loss's labels as the step's, the backward reference
+ * of every layer whose backward runs (model_grad_flow) in reverse on the values in r->store. False when out of memory. */
 static bool ref_backward(const model *m, uint64_t seed, ref_step *r)
 {
     int n = m->n_layers, out = model_storage_of(m, n);
     if (!(r->vgrad[out] = bench_alloc_floats(shape_numel(&m->layers[out - 1].out))))
         return false;
     ref_loss_grad(m, seed, r->store[out], r->vgrad[out]);
-    bool *reached = train_reached_layers(m), ok = true;
+    bool *runs = xmalloc((size_t)n * sizeof *runs), *input_grad = xmalloc((size_t)n * sizeof *input_grad), ok = true;
+    model_grad_flow(m, runs, input_grad);
     for (int i = n - 1; ok && i >= 0; i--)
-        ok = !reached[i] || ref_layer_backward(m, r, i);
-    free(reached);
+        ok = !runs[i] || ref_layer_backward(m, r, i);
+    free(runs), free(input_grad);
     return ok;
 }
 
@@ -147,7 +148,7 @@ static void compare_wgrads(const model *m, const backend *b, const train_step *t
     r->status = BENCH_OK;
     for (int i = 0; r->status == BENCH_OK && i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        if (!ref->wgrad[i] || !train_step_grads(ts, i))
+        if (!ref->wgrad[i] || !train_step_grads(ts, i) || l->frozen) /* a frozen layer's is not computed */
             continue;
         int64_t all = layer_backward_floats(l), bad;
         float *got = bench_alloc_floats(all);
@@ -211,12 +212,13 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
 {
     check_result r = {BENCH_ERR_NOMEM, 0.0, 0.0, 0, ""};
     char why[224] = "";
-    bool *reached = train_reached_layers(m);
+    bool *runs = xmalloc((size_t)m->n_layers + 1), *input_grad = xmalloc((size_t)m->n_layers + 1);
+    model_grad_flow(m, runs, input_grad);
     for (int i = 0; i < m->n_layers; i++) { /* each layer's error adds up along the step */
         layer bl = layer_as_backward(&m->layers[i]);
-        r.tolerance += reached[i] ? backend_tolerance(b, &bl) + CHECK_BACKWARD_TOLERANCE : 0.0;
+        r.tolerance += runs[i] ? backend_tolerance(b, &bl) + CHECK_BACKWARD_TOLERANCE : 0.0;
     }
-    free(reached);
+    free(runs), free(input_grad);
     ref_step ref = {0};
     forward_net net = {0};
     train_step *ts = NULL;

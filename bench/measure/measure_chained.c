@@ -22,6 +22,8 @@ typedef struct chain {
     int64_t n_dist, cap_dist;
     int n_parts;      /* parts of layers timed inside the forward, all layers together */
     part_result *parts; /* n_parts: which layer and part each is */
+    const backend_layer **part_src; /* per part: the kernel whose parts_read times it (read at its first part), or
+                                       NULL: a training step's forward or whole backward, from the marks */
     double *part_buf; /* per call of this chunk: n_parts seconds */
     dvec *part_times; /* per part: seconds, one per kept sample */
 } chain;
@@ -63,13 +65,13 @@ static double time_chain(void *user)
         if (c->mark_calls == c->mark_cap) { /* grows between samples, outside the timed part */
             c->mark_cap = c->mark_cap ? 2 * c->mark_cap : 64;
             c->mark_buf = xrealloc(c->mark_buf, (size_t)(c->mark_cap * n) * sizeof *c->mark_buf);
-            if (np && !c->train)
+            if (np)
                 c->part_buf = xrealloc(c->part_buf, (size_t)(c->mark_cap * np) * sizeof *c->part_buf);
         }
         c->b->ops->timing.marks_read(c->b->ctx, c->mark_buf + c->mark_calls * n, n);
-        for (int k = 0; k < np && !c->train; k++) /* each split layer writes all its parts at its first */
-            if (c->parts[k].index == 0)
-                backend_layer_parts_read(c->net.states[c->parts[k].layer], c->part_buf + c->mark_calls * np + k);
+        for (int k = 0; k < np; k++) /* each split kernel writes all its parts at its first */
+            if (c->part_src[k] && (k == 0 || c->part_src[k - 1] != c->part_src[k]))
+                backend_layer_parts_read(c->part_src[k], c->part_buf + c->mark_calls * np + k);
     }
     c->mark_calls++;
     return s;
@@ -77,14 +79,15 @@ static double time_chain(void *user)
 
 /* A training step's sample: each layer's forward (from the previous mark to its own)
  * and its backward (from the mark of the layer after it, in reverse, to its own) are its
- * parts and together its in-model time; the loss's span apart. */
-static void train_kept(chain *c, const double *mk)
+ * parts (the backward's own where its kernel splits it, in pb already) and together its
+ * in-model time; the loss's span apart. */
+static void train_kept(chain *c, const double *mk, double *pb)
 {
     int n = c->m->n_layers;
-    for (int j = 0; j < c->n_parts; j += 2) {
+    for (int j = 0; j < c->n_parts; j++) {
         int i = c->parts[j].layer, b = 2 * n - i;
-        double f = mk[i] - (i ? mk[i - 1] : 0.0), g = mk[b] - mk[b - 1];
-        c->part_buf[j] = f, c->part_buf[j + 1] = g;
+        if (!c->part_src[j])
+            pb[j] = c->parts[j].index == 0 ? mk[i] - (i ? mk[i - 1] : 0.0) : mk[b] - mk[b - 1];
     }
     for (int i = 0; i < n; i++)
         dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0) + mk[2 * n - i] - mk[2 * n - i - 1]);
@@ -104,13 +107,48 @@ static void chain_kept(unit *u, int64_t first, int64_t n, const bool *dist)
             c->dist = xrealloc(c->dist, (size_t)(c->cap_dist = c->cap_dist ? 2 * c->cap_dist : 256) * sizeof *c->dist);
         c->dist[c->n_dist++] = dist[k - first];
         if (c->train)
-            train_kept(c, mk);
+            train_kept(c, mk, np ? c->part_buf + k * np : NULL);
         for (int i = 0; i < nl && !c->train; i++)
             dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0));
         for (int j = 0; j < np; j++)
-            dvec_push(&c->part_times[j], c->part_buf[(c->train ? 0 : k) * np + j]);
+            dvec_push(&c->part_times[j], c->part_buf[k * np + j]);
     }
     c->mark_calls = 0;
+}
+
+/* Appends np parts of layer i, its index from first on, timed by src (NULL: the marks). */
+static void add_parts(chain *c, int i, int first, const layer_part_info *info, int np, const backend_layer *src)
+{
+    c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
+    c->part_src = xrealloc(c->part_src, (size_t)(c->n_parts + np) * sizeof *c->part_src);
+    for (int j = 0; j < np; j++) {
+        c->part_src[c->n_parts] = src;
+        c->parts[c->n_parts++] = (part_result){.layer = i, .index = first + j, .info = info[j]};
+    }
+}
+
+/* A training step's parts: each layer's forward, then its backward, whole or as its
+ * kernel splits it (conv2d's and linear's data and weights halves). */
+static void enable_train_parts(chain *c)
+{
+    layer_part_info info[LAYER_MAX_PARTS];
+    for (int i = 0; i < c->m->n_layers; i++) {
+        const layer *l = &c->m->layers[i];
+        if (layer_is_view(l))
+            continue;
+        layer f = *l;
+        f.pass = PASS_FORWARD;
+        layer_count(&f);
+        add_parts(c, i, 0, &(layer_part_info){"forward", f.flops, f.bytes}, 1, NULL);
+        const backend_layer *bs = train_step_backward(c->train, i);
+        int np = bs ? backend_layer_parts(bs, info) : 0;
+        if (np > 1 && backend_layer_parts_enable(bs, true))
+            add_parts(c, i, 1, info, np, bs);
+        else if (np == 1) /* one half only, named: its span from the marks */
+            add_parts(c, i, 1, info, 1, NULL);
+        else if (bs) /* none where it runs no backward (the loss does not reach it, or nothing in it learns) */
+            add_parts(c, i, 1, &(layer_part_info){"backward", bs->l->flops, bs->l->bytes}, 1, NULL);
+    }
 }
 
 /* Turns on the parts of the layers the backend splits inside the forward (after the
@@ -120,34 +158,15 @@ static void enable_parts(chain *c)
     if (!c->marks)
         return;
     layer_part_info info[LAYER_MAX_PARTS];
-    for (int i = 0; c->train && i < c->m->n_layers; i++) { /* a training step: each layer's forward and backward */
-        const layer *l = &c->m->layers[i];
-        if (layer_is_view(l))
-            continue;
-        layer f = *l, b = layer_as_backward(l);
-        f.pass = PASS_FORWARD;
-        layer_count(&f);
-        c->parts = xrealloc(c->parts, (size_t)(c->n_parts + 2) * sizeof *c->parts);
-        c->parts[c->n_parts++] = (part_result){.layer = i, .index = 0, .info = {"forward", f.flops, f.bytes}};
-        c->parts[c->n_parts++] = (part_result){.layer = i, .index = 1, .info = {"backward", b.flops, b.bytes}};
-    }
-    if (c->train) {
-        if (c->n_parts) {
-            c->part_times = xcalloc((size_t)c->n_parts, sizeof *c->part_times);
-            c->part_buf = xcalloc((size_t)c->n_parts, sizeof *c->part_buf);
-        }
-        return;
-    }
-    for (int i = 0; i < c->m->n_layers; i++) {
+    if (c->train)
+        enable_train_parts(c);
+    for (int i = 0; i < c->m->n_layers && !c->train; i++) {
         const backend_layer *state = c->net.states[i];
         int np = backend_layer_parts(state, info);
         if (np == 0)
             np = layer_parts(&c->m->layers[i], info);
-        if (np == 0 || !backend_layer_parts_enable(state, true))
-            continue;
-        c->parts = xrealloc(c->parts, (size_t)(c->n_parts + np) * sizeof *c->parts);
-        for (int j = 0; j < np; j++)
-            c->parts[c->n_parts++] = (part_result){.layer = i, .index = j, .info = info[j]};
+        if (np > 0 && backend_layer_parts_enable(state, true))
+            add_parts(c, i, 0, info, np, state);
     }
     if (c->n_parts)
         c->part_times = xcalloc((size_t)c->n_parts, sizeof *c->part_times);
@@ -290,7 +309,7 @@ void chained_free(const model *m, const backend *b, model_units *mu)
         free(c->inmodel[i].v);
     for (int j = 0; j < c->n_parts; j++)
         free(c->part_times[j].v);
-    free(c->parts), free(c->part_times), free(c->part_buf), free(c->dist);
+    free(c->parts), free(c->part_src), free(c->part_times), free(c->part_buf), free(c->dist);
     free(c->inmodel), free(c->mark_buf), free(mu->host);
     free(mu);
 }

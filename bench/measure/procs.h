@@ -44,7 +44,7 @@
 #define PROCS_SILENT_S 120.0
 
 /* The strings of a measure_set, in the order they travel. */
-enum { SET_CONFIG, SET_ALGO_CACHE, SET_STRINGS };
+enum { SET_CONFIG, SET_ALGO_CACHE, SET_FREEZE, SET_STRINGS };
 
 /* What one worker process measures, whole: everything of the command line and of the
  * set that changes a measurement, and the worker's share. It travels through a pipe as
@@ -72,7 +72,8 @@ typedef struct measure_set {
     int index, count;         /* worker index of count (past count: one more, for a slow phase) */
     bool with_model;
     timer_floor floor;
-    const char *str[SET_STRINGS]; /* the config's path; the choices file (--algo-cache), NULL: none */
+    const char *str[SET_STRINGS]; /* the config's path; the choices file (--algo-cache); --freeze's patterns;
+                                     NULL: none */
     int n_skip;               /* layers to leave out (what killed an earlier worker); -1: the model rows */
     int *skip;
 } measure_set;

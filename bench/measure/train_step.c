@@ -40,12 +40,11 @@ struct train_step {
     const void *logits;
     void *dloss;              /* the loss's gradient, the last layer's output's (owned) */
     int64_t *labels, rows, classes;
-    int64_t grad_bytes;
 };
 
 train_loss train_step_loss(const train_step *ts) { return ts->loss; }
 const void *train_step_grads(const train_step *ts, int i) { return ts->bstates[i] ? ts->grads[i] : NULL; }
-int64_t train_step_grad_bytes(const train_step *ts) { return ts->grad_bytes; }
+const backend_layer *train_step_backward(const train_step *ts, int i) { return ts->bstates[i]; }
 
 /* A layer of kind over in (n_in inputs of that shape) in dtype t, set up on the
  * backend's forward kernels; false with why. */
@@ -75,34 +74,14 @@ static bool own_setup(train_step *ts, layer_kind kind, const shape_t *in, int n_
     return true;
 }
 
-/* Which layers the loss reaches, back from the model's output through every reader: a
- * layer whose output no reached layer reads (nor is the output) runs no backward. */
-bool *train_reached_layers(const model *m)
-{
-    int n = m->n_layers;
-    bool *need = xcalloc((size_t)n + 1, sizeof *need), *reached = xcalloc((size_t)n, sizeof *reached);
-    need[model_storage_of(m, n)] = true;
-    for (int i = n - 1; i >= 0; i--) {
-        const layer *l = &m->layers[i];
-        if (layer_is_view(l) || !need[i + 1])
-            continue;
-        reached[i] = true;
-        for (int k = 0; k < l->n_inputs; k++)
-            need[model_storage_of(m, l->inputs[k])] = true;
-    }
-    free(need);
-    return reached;
-}
-
 /* Layer i's backward set up: its kernel, its output buffer. */
-static bench_status backward_setup(train_step *ts, int i, char *why, size_t whylen)
+static bench_status backward_setup(train_step *ts, int i, bool input_grad, char *why, size_t whylen)
 {
     const forward_net *net = ts->net;
     const layer *l = &net->m->layers[i];
-    ts->bl[i] = layer_as_backward(l);
-    ts->bl[i].no_input_grad = true; /* where every input is the model's: nothing reads their gradients */
-    for (int k = 0; k < l->n_inputs; k++)
-        ts->bl[i].no_input_grad &= model_storage_of(net->m, l->inputs[k]) == 0;
+    ts->bl[i] = *l;
+    ts->bl[i].no_input_grad = !input_grad; /* nothing reads its inputs' gradients */
+    ts->bl[i] = layer_as_backward(&ts->bl[i]);
     char impl[96] = "";
     int64_t ws;
     bench_status st = backend_layer_setup(net->b, &ts->bl[i], net->weights[i], &ts->bstates[i], impl, sizeof impl, &ws);
@@ -121,22 +100,21 @@ static bench_status backward_setup(train_step *ts, int i, char *why, size_t whyl
         snprintf(why, whylen, "out of memory for layer '%s''s gradients", l->name);
         return BENCH_ERR_NOMEM;
     }
-    ts->grad_bytes += n * (int64_t)dtype_size(l->dtype);
     return BENCH_OK;
 }
 
 /* The gradient of value v (a layer's output, stored in itself): the slices of its
- * reached readers' backward outputs (and the loss's, for the model's output). One is
+ * running readers' backward outputs (and the loss's, for the model's output). One is
  * read where it lies; several are summed into a buffer of their own, before the backward
  * of v's layer. NULL with why when out of memory or the add cannot run. */
-static const void *value_grad(train_step *ts, int v, const bool *reached, char *why, size_t whylen)
+static const void *value_grad(train_step *ts, int v, const bool *runs, char *why, size_t whylen)
 {
     const model *m = ts->net->m;
     const layer *prod = &m->layers[v - 1];
     size_t es = dtype_size(prod->dtype);
     int nf = v == model_storage_of(m, m->n_layers);
     for (int r = v; r < m->n_layers; r++)
-        for (int k = 0; reached[r] && k < m->layers[r].n_inputs; k++)
+        for (int k = 0; runs[r] && k < m->layers[r].n_inputs; k++)
             nf += model_storage_of(m, m->layers[r].inputs[k]) == v;
     const void **from = xmalloc((size_t)(nf ? nf : 1) * sizeof *from);
     nf = 0;
@@ -144,7 +122,7 @@ static const void *value_grad(train_step *ts, int v, const bool *reached, char *
         from[nf++] = ts->dloss;
     for (int r = v; r < m->n_layers; r++) {
         int64_t at = 0;
-        for (int k = 0; reached[r] && k < m->layers[r].n_inputs; k++) {
+        for (int k = 0; runs[r] && k < m->layers[r].n_inputs; k++) {
             if (model_storage_of(m, m->layers[r].inputs[k]) == v)
                 from[nf++] = (const char *)ts->grads[r] + at * (int64_t)es;
             at += shape_numel(&m->layers[r].ins[k]);
@@ -158,7 +136,6 @@ static const void *value_grad(train_step *ts, int v, const bool *reached, char *
         if (!buf) {
             snprintf(why, whylen, "out of memory for the gradient of layer '%s''s output", prod->name);
         } else if (own_setup(ts, LAYER_ADD, &prod->out, 2, prod->dtype, add, why, whylen)) {
-            ts->grad_bytes += count * (int64_t)es;
             for (int k = 1; k < nf; k++)
                 ts->sums[ts->n_sums++] = (grad_sum){v - 1, *add, {k == 1 ? from[0] : buf, from[k]}, buf};
             g = buf;
@@ -177,11 +154,20 @@ train_loss train_loss_of(const model *m)
 
 bool train_step_trainable(const model *m, char *why, size_t whylen)
 {
-    if (m->n_layers > 0 && model_storage_of(m, m->n_layers) > 0)
-        return true;
-    snprintf(why, whylen, "the model's output is its input (every layer is a view): a training step has nothing to "
-                          "compute");
-    return false;
+    if (m->n_layers == 0 || model_storage_of(m, m->n_layers) == 0) {
+        snprintf(why, whylen, "the model's output is its input (every layer is a view): a training step has nothing "
+                              "to compute");
+        return false;
+    }
+    bool *runs = xmalloc((size_t)m->n_layers), *input_grad = xmalloc((size_t)m->n_layers), any = false;
+    model_grad_flow(m, runs, input_grad);
+    for (int i = 0; i < m->n_layers; i++)
+        any |= runs[i];
+    free(runs), free(input_grad);
+    if (!any)
+        snprintf(why, whylen, "no weights the loss reaches learn (every layer with weights is frozen, or there is "
+                              "none): a training step has no gradient to compute");
+    return any;
 }
 
 void train_loss_weights(uint64_t seed, int64_t count, float *r)
@@ -220,7 +206,6 @@ static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory for the loss's gradient");
         return false;
     }
-    ts->grad_bytes += count * (int64_t)dtype_size(l->dtype);
     if (ts->loss == LOSS_SUM)
         return true;
     ts->classes = l->out.d[l->out.rank - 1];
@@ -247,17 +232,18 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
                  net->b->ops->name);
         *status = BENCH_ERR_UNSUPPORTED;
     }
-    bool *reached = train_reached_layers(m);
+    bool *runs = xmalloc((size_t)n + 1), *input_grad = xmalloc((size_t)n + 1);
+    model_grad_flow(m, runs, input_grad);
     for (int i = 0; *status == BENCH_OK && i < n; i++)
-        if (reached[i])
-            *status = backward_setup(ts, i, why, whylen);
+        if (runs[i])
+            *status = backward_setup(ts, i, input_grad[i], why, whylen);
     if (*status == BENCH_OK && !loss_setup(ts, seed, why, whylen))
         *status = ts->dloss ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
     for (int i = n - 1; *status == BENCH_OK && i >= 0; i--) {
-        if (!reached[i])
+        if (!runs[i])
             continue;
         const layer *l = &m->layers[i];
-        const void *g = value_grad(ts, i + 1, reached, why, whylen);
+        const void *g = value_grad(ts, i + 1, runs, why, whylen);
         if (!g) {
             *status = ts->sum_bufs[ts->n_sum_bufs - 1] ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
             break;
@@ -267,7 +253,7 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
         ts->bargs[i][l->n_inputs] = net->values[i + 1];
         ts->bargs[i][l->n_inputs + 1] = g;
     }
-    free(reached);
+    free(runs), free(input_grad);
     if (*status != BENCH_OK) {
         train_step_free(ts);
         return NULL;

@@ -20,7 +20,8 @@ typedef struct train_step train_step;
 typedef enum train_loss { LOSS_CROSS_ENTROPY, LOSS_SUM } train_loss;
 
 /* Whether m has a step to run: false, with why, where its output is its input (only
- * views). */
+ * views), or where no layer runs a backward (model_grad_flow: every weight the loss
+ * reaches is frozen, or there is none). */
 bool train_step_trainable(const model *m, char *why, size_t whylen);
 /* m's loss (m's last layer decides), and its labels: rows random classes drawn from seed,
  * as the step draws them. */
@@ -28,10 +29,6 @@ train_loss train_loss_of(const model *m);
 void train_loss_labels(uint64_t seed, int64_t rows, int64_t classes, int64_t *labels);
 void train_loss_weights(uint64_t seed, int64_t count, float *r);
 
-/* Per layer, whether the loss reaches it (back from the model's output through every
- * reader): one that no reached layer reads, or a view, runs no backward. Freed by the
- * caller. */
-bool *train_reached_layers(const model *m);
 
 /* The step after net's forward: net must be built from a model whose pass is
  * PASS_TRAIN (forward_build then keeps every value). NULL with why on failure, and
@@ -49,8 +46,8 @@ train_loss train_step_loss(const train_step *ts);
 /* Layer i's backward output (its inputs' gradients, then its weights'), or NULL where it
  * runs none (a view, or a layer the loss does not reach). */
 const void *train_step_grads(const train_step *ts, int i);
-/* Bytes the step holds beside the forward's: the gradients (each layer's backward output,
- * the sums, the loss's). */
-int64_t train_step_grad_bytes(const train_step *ts);
+/* Layer i's backward as set up (its layer as the kernel sees it: no_input_grad where
+ * nothing reads its inputs' gradients), or NULL where it runs none. */
+const backend_layer *train_step_backward(const train_step *ts, int i);
 
 #endif

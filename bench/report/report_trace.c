@@ -254,7 +254,8 @@ static void emit_step_span(trace *t, const run_result *res, int i, bool backward
 }
 
 /* A training step's kept sample in the order it ran: each layer's forward (its part
- * "forward"), then each layer's backward (part "backward") in reverse, inside one span
+ * "forward"), then each layer's backward (the rest of its time in the step: its part
+ * "backward", or its halves "backward data" and "backward weights") in reverse, inside one span
  * of the step; the loss between them is left out (the chained row's note has it). */
 static void emit_step(trace *t, const run_result *res, int pid, int tid)
 {
@@ -263,10 +264,14 @@ static void emit_step(trace *t, const run_result *res, int pid, int tid)
     int64_t *f = xmalloc((size_t)(n ? n : 1) * 2 * sizeof *f), *g = f + n, total = 0;
     for (int i = 0; i < 2 * n; i++)
         f[i] = -1;
-    for (int j = 0; j < res->n_parts; j++) {
+    for (int j = 0; j < res->n_parts; j++) { /* the backward: the rest of the layer's time in the step */
         const part_result *p = &res->parts[j];
-        if (row_timed(&p->r) && p->index < 2)
-            total += (p->index ? g : f)[p->layer] = to_ns(p->sample);
+        int i = p->layer;
+        if (row_timed(&p->r) && p->index == 0) {
+            f[i] = to_ns(p->sample), g[i] = to_ns(res->forward_sample[i]) - f[i];
+            g[i] = g[i] < 0 ? 0 : g[i];
+            total += f[i] + g[i];
+        }
     }
     strbuf *b = &t->events;
     if (b->len)

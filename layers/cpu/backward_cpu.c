@@ -34,7 +34,15 @@
 
 /* ---- conv2d ---------------------------------------------------------------------------------- */
 
+/* Where a backward runs its two halves apart (conv2d, linear: layer_backward_parts), the
+ * last run's seconds in each, when the in-model view asks for them. */
+typedef struct bwd_halves {
+    bool split, parts; /* it computes both halves; their timing is on */
+    double part_s[2]; /* backward data, backward weights */
+} bwd_halves;
+
 typedef struct conv_bwd {
+    bwd_halves h;
     float *col, *dcol; /* K x OH*OW each: one sample's group's columns and their gradient */
 } conv_bwd;
 
@@ -51,7 +59,10 @@ static bench_status conv_bwd_setup(void *env, const layer *l, const void *w, voi
         return BENCH_ERR_NOMEM;
     }
     *ws = 2 * k * ohw * (int64_t)sizeof(float);
-    snprintf(impl, len, "im2col + sgemm per sample and group (data: W^T dY then col2im; weights: dY col^T)");
+    layer_part_info parts[LAYER_MAX_PARTS];
+    s->h.split = layer_backward_parts(l, false, parts) == 2;
+    snprintf(impl, len, "im2col + sgemm per sample and group (data: W^T dY then col2im; weights: dY col^T)%s",
+             l->frozen ? "; frozen: no weights' gradient" : "");
     *state = s;
     return BENCH_OK;
 }
@@ -62,6 +73,32 @@ static void conv_bwd_free(void *env, void *state)
     conv_bwd *s = state;
     if (s)
         free(s->col), free(s->dcol), free(s);
+}
+
+static bool halves_enable(void *env, void *state, bool on)
+{
+    (void)env;
+    bwd_halves *h = state;
+    h->parts = on && h->split;
+    return h->split;
+}
+
+static void halves_read(void *env, void *state, double *seconds)
+{
+    (void)env;
+    memcpy(seconds, ((bwd_halves *)state)->part_s, sizeof ((bwd_halves *)state)->part_s);
+}
+
+static void halves_free(void *env, void *state)
+{
+    (void)env;
+    free(state);
+}
+
+static int halves_parts(void *env, void *state, const layer *l, layer_part_info *parts)
+{
+    (void)env, (void)state;
+    return layer_backward_parts(l, false, parts);
 }
 
 /* Output columns [*x0, *x1) of a row whose tap j reads inside the input's wd columns */
@@ -120,40 +157,62 @@ static void col_move(const layer *l, float *x, float *col, int64_t cg, bool back
             col_channel(l, x, col, ci, back););
 }
 
-static void conv_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+/* The input's gradient: per sample and group, W^T dY into columns, added back (col2im) */
+static void conv_bwd_data(const layer *l, conv_bwd *s, const float *w, const float *dy, float *dx)
 {
-    (void)env;
-    conv_bwd *s = state;
-    const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = l->out.d[1];
     int64_t ohw = l->out.d[2] * l->out.d[3], g = l->p.groups, cg = c / g, ocg = oc / g;
     int64_t k = cg * l->p.kernel[0] * l->p.kernel[1];
-    float *dx = out, *dw = dx + n * c * hw;
-    if (!l->no_input_grad)
-        memset(dx, 0, (size_t)(n * c * hw) * sizeof *dx);
+    memset(dx, 0, (size_t)(n * c * hw) * sizeof *dx);
     for (int64_t b = 0; b < n; b++)
         for (int64_t gi = 0; gi < g; gi++) {
-            const float *dyg = dy + (b * oc + gi * ocg) * ohw;
-            col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)k, (blasint)ohw, 1.0f, dyg,
-                        (blasint)ohw, s->col, (blasint)ohw, b ? 1.0f : 0.0f, dw + gi * ocg * k, (blasint)k);
-            if (l->no_input_grad)
-                continue;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)ohw, (blasint)ocg, 1.0f,
-                        w + gi * ocg * k, (blasint)k, dyg, (blasint)ohw, 0.0f, s->dcol, (blasint)ohw);
+                        w + gi * ocg * k, (blasint)k, dy + (b * oc + gi * ocg) * ohw, (blasint)ohw, 0.0f, s->dcol,
+                        (blasint)ohw);
             col_move(l, dx + (b * c + gi * cg) * hw, s->dcol, cg, true);
         }
-    if (l->p.bias) {
-        float *db = dw + oc * k;
-        CPU_OMP_IF(n * oc * ohw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-            for (int64_t o = 0; o < oc; o++) {
-                double sum = 0;
-                for (int64_t b = 0; b < n; b++)
-                    for (int64_t i = 0; i < ohw; i++)
-                        sum += dy[(b * oc + o) * ohw + i];
-                db[o] = (float)sum;
-            });
-    }
+}
+
+/* The weights' gradient: per sample and group, dY col^T summed over the batch; the bias's */
+static void conv_bwd_weights(const layer *l, conv_bwd *s, const float *x, const float *dy, float *dw)
+{
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = l->out.d[1];
+    int64_t ohw = l->out.d[2] * l->out.d[3], g = l->p.groups, cg = c / g, ocg = oc / g;
+    int64_t k = cg * l->p.kernel[0] * l->p.kernel[1];
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t gi = 0; gi < g; gi++) {
+            col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)k, (blasint)ohw, 1.0f,
+                        dy + (b * oc + gi * ocg) * ohw, (blasint)ohw, s->col, (blasint)ohw, b ? 1.0f : 0.0f,
+                        dw + gi * ocg * k, (blasint)k);
+        }
+    if (!l->p.bias)
+        return;
+    float *db = dw + oc * k;
+    CPU_OMP_IF(n * oc * ohw > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t o = 0; o < oc; o++) {
+            double sum = 0;
+            for (int64_t b = 0; b < n; b++)
+                for (int64_t i = 0; i < ohw; i++)
+                    sum += dy[(b * oc + o) * ohw + i];
+            db[o] = (float)sum;
+        });
+}
+
+static void conv_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env;
+    conv_bwd *s = state;
+    const float *dy = DOUT(l, ins);
+    float *dx = out, *dw = dx + shape_numel(&l->in);
+    double t0 = s->h.parts ? bench_now() : 0;
+    if (!l->no_input_grad)
+        conv_bwd_data(l, s, w, dy, dx);
+    double t1 = s->h.parts ? bench_now() : 0;
+    if (!l->frozen)
+        conv_bwd_weights(l, s, ins[0], dy, dw);
+    if (s->h.parts)
+        s->h.part_s[0] = t1 - t0, s->h.part_s[1] = bench_now() - t1;
 }
 
 /* Column sums of a [rows, cols] into out[cols]: a bias's gradient */
@@ -170,19 +229,38 @@ static void col_sums(const float *a, int64_t rows, int64_t cols, float *out)
 
 /* ---- linear ---------------------------------------------------------------------------------- */
 
+static bench_status linear_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                     int64_t *ws)
+{
+    (void)env, (void)w, (void)ws;
+    bwd_halves *h = xcalloc(1, sizeof *h);
+    layer_part_info parts[LAYER_MAX_PARTS];
+    h->split = layer_backward_parts(l, false, parts) == 2;
+    *state = h;
+    snprintf(impl, len, "sgemm (data: dY W; weights: dY^T X)%s", l->frozen ? "; frozen: no weights' gradient" : "");
+    return BENCH_OK;
+}
+
 static void linear_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
-    (void)env, (void)state;
+    (void)env;
+    bwd_halves *h = state;
     const float *x = ins[0], *dy = DOUT(l, ins), *w = w_;
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
     float *dx = out, *dw = dx + n * f;
+    double t0 = h->parts ? bench_now() : 0;
     if (!l->no_input_grad)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)f, (blasint)o, 1.0f, dy, (blasint)o,
                     w, (blasint)f, 0.0f, dx, (blasint)f);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)o, (blasint)f, (blasint)n, 1.0f, dy, (blasint)o, x,
-                (blasint)f, 0.0f, dw, (blasint)f);
-    if (l->p.bias)
-        col_sums(dy, n, o, dw + o * f);
+    double t1 = h->parts ? bench_now() : 0;
+    if (!l->frozen) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)o, (blasint)f, (blasint)n, 1.0f, dy, (blasint)o,
+                    x, (blasint)f, 0.0f, dw, (blasint)f);
+        if (l->p.bias)
+            col_sums(dy, n, o, dw + o * f);
+    }
+    if (h->parts)
+        h->part_s[0] = t1 - t0, h->part_s[1] = bench_now() - t1;
 }
 
 /* ---- batchnorm2d (training mode) ------------------------------------------------------------- */
@@ -981,8 +1059,12 @@ const backend_kernel cpu_multihead_attention_bwd_kernel = {.setup = mha_bwd_setu
 
 const backend_kernel cpu_attention_bwd_kernel = {.setup = attn_bwd_setup, .run = attn_bwd_run, .free = attn_bwd_free};
 
-const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free};
-const backend_kernel cpu_linear_bwd_kernel = {.run = linear_bwd_run, .impl = "sgemm (data: dY W; weights: dY^T X)"};
+const backend_kernel cpu_conv2d_bwd_kernel = {.setup = conv_bwd_setup, .run = conv_bwd_run, .free = conv_bwd_free,
+                                             .parts_enable = halves_enable, .parts_read = halves_read,
+                                             .parts = halves_parts};
+const backend_kernel cpu_linear_bwd_kernel = {.setup = linear_bwd_setup, .run = linear_bwd_run, .free = halves_free,
+                                             .parts_enable = halves_enable, .parts_read = halves_read,
+                                             .parts = halves_parts};
 const backend_kernel cpu_dropout_kernel = {.run = dropout_run, .impl = "the mask hashed per element (a view outside training)"};
 const backend_kernel cpu_dropout_bwd_kernel = {.run = dropout_bwd_run, .impl = "the mask hashed again per element"};
 const backend_kernel cpu_batchnorm2d_bwd_kernel = {

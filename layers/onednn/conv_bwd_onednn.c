@@ -17,6 +17,8 @@ typedef struct od_conv_bwd {
     dnnl_memory_t src, ddst_w, ddst_d, dsrc, dw, wei; /* what the primitives read and write */
     dnnl_primitive_t r_src, r_ddst_w, r_ddst_d, r_dsrc, r_dw; /* reorders, or NULL where plain */
     int64_t dx_floats, w_floats;
+    bool parts;                 /* time the two halves (the in-model view) */
+    double part_s[2];           /* backward weights, backward data (the order they run) */
 } od_conv_bwd;
 
 /* A plain view of the run's pointer and what the primitive wants (the view itself where
@@ -59,24 +61,28 @@ static bool od_conv_bwd_build(od_ctx *c, od_conv_bwd *s, const layer *l, const v
     bool ok = OD_SOFT(c, dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
                                                                     &src_any, &wei_any, p->bias ? &bias_any : NULL,
                                                                     &dst_any, strides, dil, pad, pad)) &&
-              OD_SOFT(c, dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL)) &&
-              OD_SOFT(c, dnnl_dilated_convolution_backward_weights_desc_init(
-                             &bw, dnnl_convolution_direct, &src_any, &wei_any, p->bias ? &bias_any : NULL, &dst_any,
-                             strides, dil, pad, pad)) &&
-              OD_SOFT(c, dnnl_primitive_desc_create(&wpd, &bw, NULL, c->engine, fpd));
+              OD_SOFT(c, dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
+    if (ok && !l->frozen)
+        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_weights_desc_init(&bw, dnnl_convolution_direct, &src_any,
+                                                                            &wei_any, p->bias ? &bias_any : NULL,
+                                                                            &dst_any, strides, dil, pad, pad)) &&
+             OD_SOFT(c, dnnl_primitive_desc_create(&wpd, &bw, NULL, c->engine, fpd));
     if (ok && !l->no_input_grad)
         ok = OD_SOFT(c, dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src_any,
                                                                          &wei_any, &dst_any, strides, dil, pad, pad)) &&
              OD_SOFT(c, dnnl_primitive_desc_create(&dpd, &bd, NULL, c->engine, fpd));
-    if (ok && OD_OK(c, dnnl_primitive_create(&s->bwd_w, wpd)))
+    ok = ok && (wpd || dpd); /* a frozen layer reading the model's input has no backward to run */
+    if (ok && wpd && OD_OK(c, dnnl_primitive_create(&s->bwd_w, wpd)))
         BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = s->bwd_w;
     if (ok && dpd && OD_OK(c, dnnl_primitive_create(&s->bwd_d, dpd)))
         BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = s->bwd_d;
-    ok = ok && s->bwd_w && (!dpd || s->bwd_d);
-    ok = ok && od_bwd_tensor(c, L, &src, od_query(wpd, dnnl_query_src_md), true, &s->src_u, &s->src, &s->r_src) &&
-         od_bwd_tensor(c, L, &dst, od_query(wpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_w, &s->r_ddst_w) &&
-         od_bwd_tensor(c, L, &wei, od_query(wpd, dnnl_query_diff_weights_md), false, &s->dw_u, &s->dw, &s->r_dw);
-    if (ok && p->bias) { /* a vector: plain either way */
+    ok = ok && (!wpd || s->bwd_w) && (!dpd || s->bwd_d);
+    if (ok && wpd)
+        ok = od_bwd_tensor(c, L, &src, od_query(wpd, dnnl_query_src_md), true, &s->src_u, &s->src, &s->r_src) &&
+             od_bwd_tensor(c, L, &dst, od_query(wpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_w,
+                           &s->r_ddst_w) &&
+             od_bwd_tensor(c, L, &wei, od_query(wpd, dnnl_query_diff_weights_md), false, &s->dw_u, &s->dw, &s->r_dw);
+    if (ok && wpd && p->bias) { /* a vector: plain either way */
         dnnl_memory_t own;
         ok = (s->db_u = od_pair(c, L, &bias, DNNL_MEMORY_NONE, dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 1),
                                 &own)) && !own;
@@ -84,20 +90,22 @@ static bool od_conv_bwd_build(od_ctx *c, od_conv_bwd *s, const layer *l, const v
     if (ok && dpd) {
         ok = od_bwd_tensor(c, L, &src, od_query(dpd, dnnl_query_diff_src_md), false, &s->dsrc_u, &s->dsrc, &s->r_dsrc) &&
              (s->wei = od_constant(c, L, w, &wei, od_query(dpd, dnnl_query_weights_md)));
-        if (ok && dnnl_memory_desc_equal(od_query(dpd, dnnl_query_diff_dst_md), od_query(wpd, dnnl_query_diff_dst_md)))
+        if (ok && wpd &&
+            dnnl_memory_desc_equal(od_query(dpd, dnnl_query_diff_dst_md), od_query(wpd, dnnl_query_diff_dst_md)))
             s->ddst_d = s->ddst_w; /* the same layout: one reorder serves both */
         else
             ok = ok && od_bwd_tensor(c, L, &dst, od_query(dpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_d,
                                      &s->r_ddst_d);
     }
     if (ok) {
-        dnnl_primitive_desc_query(wpd, dnnl_query_impl_info_str, 0, &wname);
+        if (wpd)
+            dnnl_primitive_desc_query(wpd, dnnl_query_impl_info_str, 0, &wname);
         if (dpd)
             dnnl_primitive_desc_query(dpd, dnnl_query_impl_info_str, 0, &dname);
         char a[16];
-        snprintf(impl, len, "weights %s, data %s (%s; plain tensors reordered %s)", wname, dpd ? dname : "none",
-                 od_layout(od_query(wpd, dnnl_query_src_md), a, sizeof a),
-                 s->r_src || s->r_ddst_w || s->r_dsrc ? "in and out" : "not at all");
+        snprintf(impl, len, "weights %s, data %s (%s; plain tensors reordered %s)", wpd ? wname : "none (frozen)",
+                 dpd ? dname : "none", od_layout(od_query(wpd ? wpd : dpd, wpd ? dnnl_query_src_md : dnnl_query_diff_src_md), a, sizeof a),
+                 s->r_src || s->r_ddst_w || s->r_ddst_d || s->r_dsrc ? "in and out" : "not at all");
     }
     if (fpd)
         dnnl_primitive_desc_destroy(fpd);
@@ -154,29 +162,58 @@ static void od_conv_bwd_run(void *env, const layer *l, void *state, const void *
         return;
     }
     float *dx = out, *dw = dx + s->dx_floats;
-    dnnl_memory_set_data_handle(s->src_u, (void *)in[0]);
+    double t0 = s->parts ? bench_now() : 0;
     dnnl_memory_set_data_handle(s->ddst_u, (void *)in[l->n_inputs + 1]);
-    dnnl_memory_set_data_handle(s->dw_u, dw);
-    if (s->db_u)
-        dnnl_memory_set_data_handle(s->db_u, dw + s->w_floats);
-    if (s->r_src)
-        od_exec2(c, s->r_src, s->src_u, s->src);
-    if (s->r_ddst_w)
-        od_exec2(c, s->r_ddst_w, s->ddst_u, s->ddst_w);
-    dnnl_exec_arg_t wa[4] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_DIFF_DST, s->ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, s->dw},
-                             {DNNL_ARG_DIFF_BIAS, s->db_u}};
-    OD_OK(c, dnnl_primitive_execute(s->bwd_w, c->stream, s->db_u ? 4 : 3, wa));
-    if (s->r_dw)
-        od_exec2(c, s->r_dw, s->dw, s->dw_u);
-    if (!s->bwd_d)
-        return;
-    dnnl_memory_set_data_handle(s->dsrc_u, dx);
-    if (s->r_ddst_d)
-        od_exec2(c, s->r_ddst_d, s->ddst_u, s->ddst_d);
-    dnnl_exec_arg_t da[3] = {{DNNL_ARG_DIFF_DST, s->ddst_d}, {DNNL_ARG_WEIGHTS, s->wei}, {DNNL_ARG_DIFF_SRC, s->dsrc}};
-    OD_OK(c, dnnl_primitive_execute(s->bwd_d, c->stream, 3, da));
-    if (s->r_dsrc)
-        od_exec2(c, s->r_dsrc, s->dsrc, s->dsrc_u);
+    if (s->bwd_w) {
+        dnnl_memory_set_data_handle(s->src_u, (void *)in[0]);
+        dnnl_memory_set_data_handle(s->dw_u, dw);
+        if (s->db_u)
+            dnnl_memory_set_data_handle(s->db_u, dw + s->w_floats);
+        if (s->r_src)
+            od_exec2(c, s->r_src, s->src_u, s->src);
+        if (s->r_ddst_w)
+            od_exec2(c, s->r_ddst_w, s->ddst_u, s->ddst_w);
+        dnnl_exec_arg_t wa[4] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_DIFF_DST, s->ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, s->dw},
+                                 {DNNL_ARG_DIFF_BIAS, s->db_u}};
+        OD_OK(c, dnnl_primitive_execute(s->bwd_w, c->stream, s->db_u ? 4 : 3, wa));
+        if (s->r_dw)
+            od_exec2(c, s->r_dw, s->dw, s->dw_u);
+    }
+    double t1 = s->parts ? bench_now() : 0;
+    if (s->bwd_d) {
+        dnnl_memory_set_data_handle(s->dsrc_u, dx);
+        if (s->r_ddst_d)
+            od_exec2(c, s->r_ddst_d, s->ddst_u, s->ddst_d);
+        dnnl_exec_arg_t da[3] = {{DNNL_ARG_DIFF_DST, s->ddst_d}, {DNNL_ARG_WEIGHTS, s->wei}, {DNNL_ARG_DIFF_SRC, s->dsrc}};
+        OD_OK(c, dnnl_primitive_execute(s->bwd_d, c->stream, 3, da));
+        if (s->r_dsrc)
+            od_exec2(c, s->r_dsrc, s->dsrc, s->dsrc_u);
+    }
+    if (s->parts)
+        s->part_s[0] = t1 - t0, s->part_s[1] = bench_now() - t1;
+}
+
+/* The two halves, each with its reorders, timed apart where both run (not through the
+ * cpu kernel: its own parts would come in its order) */
+static bool od_conv_bwd_parts_enable(void *env, void *state, bool on)
+{
+    (void)env;
+    od_conv_bwd *s = state;
+    s->parts = on && s->bwd_w && s->bwd_d;
+    return s->bwd_w && s->bwd_d;
+}
+
+static void od_conv_bwd_parts_read(void *env, void *state, double *seconds)
+{
+    (void)env;
+    memcpy(seconds, ((od_conv_bwd *)state)->part_s, sizeof ((od_conv_bwd *)state)->part_s);
+}
+
+static int od_conv_bwd_parts(void *env, void *state, const layer *l, layer_part_info *parts)
+{
+    (void)env;
+    od_conv_bwd *s = state;
+    return s->bwd_w && s->bwd_d ? layer_backward_parts(l, true, parts) : 0;
 }
 
 static void od_conv_bwd_free(void *env, void *state)
@@ -190,4 +227,6 @@ static void od_conv_bwd_free(void *env, void *state)
     free(s);
 }
 
-const backend_kernel od_conv_bwd_kernel = {.setup = od_conv_bwd_setup, .run = od_conv_bwd_run, .free = od_conv_bwd_free};
+const backend_kernel od_conv_bwd_kernel = {.setup = od_conv_bwd_setup, .run = od_conv_bwd_run, .free = od_conv_bwd_free,
+                                           .parts_enable = od_conv_bwd_parts_enable,
+                                           .parts_read = od_conv_bwd_parts_read, .parts = od_conv_bwd_parts};
