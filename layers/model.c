@@ -56,15 +56,39 @@ static int64_t sat_add(int64_t a, int64_t b)
     return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
+static void totals_add(model_totals *t, const layer *l)
+{
+    t->macs = sat_add(t->macs, l->macs);
+    t->flops = sat_add(t->flops, l->flops);
+    t->bytes = sat_add(t->bytes, l->bytes);
+}
+
 model_totals model_sum(const model *m)
 {
     model_totals t = {0, 0, 0, 0};
-    for (int i = 0; i < m->n_layers; i++) {
-        t.n_weights = sat_add(t.n_weights, m->layers[i].n_weights);
-        t.macs = sat_add(t.macs, m->layers[i].macs);
-        t.flops = sat_add(t.flops, m->layers[i].flops);
-        t.bytes = sat_add(t.bytes, m->layers[i].bytes);
+    bool train = m->pass == PASS_TRAIN, *runs = NULL, *input_grad = NULL;
+    if (train) {
+        runs = xmalloc((size_t)m->n_layers + 1), input_grad = xmalloc((size_t)m->n_layers + 1);
+        model_grad_flow(m, runs, input_grad);
     }
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        t.n_weights = sat_add(t.n_weights, l->n_weights);
+        if (!train) {
+            totals_add(&t, l);
+            continue;
+        }
+        layer f = *l; /* the step: every forward, and the backward of the layers that run one, as they run it */
+        f.pass = PASS_FORWARD;
+        layer_count(&f);
+        totals_add(&t, &f);
+        if (runs[i]) {
+            f.no_input_grad = !input_grad[i], f.pass = PASS_BACKWARD;
+            layer_count(&f);
+            totals_add(&t, &f);
+        }
+    }
+    free(runs), free(input_grad);
     return t;
 }
 

@@ -30,6 +30,10 @@ void model_free(model *m);
  * message in err) if a tensor would be too large to address. */
 bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen);
 
+/* The model's parameters and its layers' counts summed; for a train model, the training
+ * step's: every layer's forward, and the backward of those that run one in the step
+ * (model_grad_flow), without the gradients it does not compute (the first layer's input
+ * gradient, a frozen layer's weights'), so that the step's rate counts what ran. */
 model_totals model_sum(const model *m);
 
 /* The model-wide dtype: every layer's but those the config pinned to their own (a view,
