@@ -40,8 +40,10 @@ With --pass train, torch runs the step as our chained train row does: the module
 training mode, the input without a gradient, the forward, the loss (cross-entropy over
 the last linear's logits against random labels, else a weighted sum of the output with
 random weights), and the loss's backward; each aten::convolution_backward call beside
-the backward part of our convolution inside our step (its in-model part row), and the
-step's eager median beside our chained step's.
+the backward of our convolution inside our step (its in-model part rows: "backward", or
+"backward data" and "backward weights" summed), and the step's eager median beside our
+chained step's. --freeze PATTERNS freezes the same layers' parameters in torch as bench
+run --freeze does in ours (fine-tuning).
 
 What torch's figure holds: the whole aten call, as the profiler's CPU total counts it
 (its dispatch, any layout reorder inside the call, the output's allocation), on the
@@ -51,6 +53,7 @@ reorder inside torch's call, framework overhead, another kernel).
 
 Needs torch (Debian: python3-torch); runs with /usr/bin/python3."""
 import argparse
+import fnmatch
 import csv
 import io
 import os
@@ -117,6 +120,8 @@ def main():
                          "beside the backward rows of run.csv (bench run --pass backward); train: torch's eager "
                          "training step beside our chained one (bench run --pass train), its convolution_backward "
                          "calls beside our convolutions' backward inside the step")
+    ap.add_argument("--freeze", help="with --pass train: comma-separated shell patterns of layer names whose "
+                    "parameters torch freezes (requires_grad False), as bench run --freeze PATTERN")
     ap.add_argument("--out", help="the markdown table (default stdout)")
     ap.add_argument("--csv", help="the same as CSV")
     args = ap.parse_args()
@@ -144,7 +149,9 @@ def main():
     # ours: per backend, per layer index, the in-model and the alone median
     ours, backends = {}, []
     for r in torch_export.read_csv(args.bench, "--bench", prog="torch_profile_compare"):
-        train_part = args.pass_ == "train" and r["mode"] == "inmodel" and r.get("part") == "backward"
+        # a layer's backward inside the step: its part "backward", or its halves "backward data" and
+        # "backward weights" (conv2d, linear), summed below
+        train_part = args.pass_ == "train" and r["mode"] == "inmodel" and r.get("part", "").startswith("backward")
         if r["batch"] != batch or (r.get("part") and not train_part) or r.get("dtype", "fp32") != "fp32" or \
                 r["status"] != "ok" or r.get("pass", "forward") != args.pass_:
             continue
@@ -155,8 +162,12 @@ def main():
         side = "inmodel" if r["mode"] == "inmodel" else "chained" if r["kind"] == "model" else "alone"
         if r["kind"] == "model" and r["mode"] != "chained":
             continue
-        # the first alone row of a layer (a run of several --mode gives one per mode)
-        ours.setdefault(r["backend"], {}).setdefault((side, r["layer_index"]), float(r["median_us"]))
+        # the first alone row of a layer (a run of several --mode gives one per mode); a backward's halves summed
+        got = ours.setdefault(r["backend"], {})
+        if train_part:
+            got[(side, r["layer_index"])] = got.get((side, r["layer_index"]), 0.0) + float(r["median_us"])
+        else:
+            got.setdefault((side, r["layer_index"]), float(r["median_us"]))
     if args.backend:
         wanted = args.backend.split(",")
         missing = [b for b in wanted if b not in backends]
@@ -174,6 +185,12 @@ def main():
         x0.requires_grad_(not train)  # a backward run's every input gradient; a step's none for the input
         for _, m, _ in layers:
             m.train()
+    if args.freeze:  # fine-tuning: the matched layers' parameters learn nothing, as bench run --freeze
+        pats = [p for p in args.freeze.split(",") if p]
+        for r, m, _ in layers:
+            if any(fnmatch.fnmatchcase(r["layer_name"], p) for p in pats):
+                for w in m.parameters():
+                    w.requires_grad_(False)
     inputs = [[int(i) for i in r["inputs"].lstrip("'").split()] for r in rows]
 
     def forward():
@@ -259,6 +276,10 @@ def main():
         calls = t[1] / args.iters if t else 0
         cells = [key_text(key), str(len(idx)), f"{calls:g}", f"{per_call:.3f}" if per_call else "no torch call"]
         far = False
+        if train and not t and all(mean(b, "inmodel", idx) is None for b in backends):
+            # frozen with nothing before it learning (--freeze): neither side runs its backward
+            table.append((cells[:3] + ["no backward on either side"] + ["-"] * (4 * len(backends)) + [""], False))
+            continue
         for b in backends:
             inm, alone = mean(b, "inmodel", idx), mean(b, "alone", idx)
             cells += [f"{inm:.3f}" if inm else "-", f"{alone:.3f}" if alone else "-"]

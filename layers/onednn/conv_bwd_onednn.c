@@ -193,27 +193,30 @@ static void od_conv_bwd_run(void *env, const layer *l, void *state, const void *
         s->part_s[0] = t1 - t0, s->part_s[1] = bench_now() - t1;
 }
 
-/* The two halves, each with its reorders, timed apart where both run (not through the
- * cpu kernel: its own parts would come in its order) */
+/* The two halves, each with its reorders, timed apart where both run; the cpu kernel's
+ * where it runs (its order: data first) */
 static bool od_conv_bwd_parts_enable(void *env, void *state, bool on)
 {
-    (void)env;
     od_conv_bwd *s = state;
+    if (s->fallback)
+        return od_parts_enable(env, s->fallback, on);
     s->parts = on && s->bwd_w && s->bwd_d;
     return s->bwd_w && s->bwd_d;
 }
 
 static void od_conv_bwd_parts_read(void *env, void *state, double *seconds)
 {
-    (void)env;
+    if (((od_conv_bwd *)state)->fallback) {
+        od_parts_read(env, ((od_conv_bwd *)state)->fallback, seconds);
+        return;
+    }
     memcpy(seconds, ((od_conv_bwd *)state)->part_s, sizeof ((od_conv_bwd *)state)->part_s);
 }
 
 static int od_conv_bwd_parts(void *env, void *state, const layer *l, layer_part_info *parts)
 {
-    (void)env;
     od_conv_bwd *s = state;
-    return s->bwd_w && s->bwd_d ? layer_backward_parts(l, true, parts) : 0;
+    return s->fallback ? od_layer_parts(env, s->fallback, l, parts) : layer_backward_parts(l, true, parts);
 }
 
 static void od_conv_bwd_free(void *env, void *state)

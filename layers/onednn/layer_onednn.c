@@ -185,13 +185,16 @@ void od_layer_isolate(void *env, void *state, const void *const *in, char *impl,
     od_impl_layout(L, impl, len);
 }
 
-/* A oneDNN primitive with reorders around it runs as parts: each reorder, the primitive. */
+/* A oneDNN primitive with reorders around it runs as parts: each reorder, the primitive;
+ * a layer on the cpu backend's kernel, that kernel's parts. */
 int od_layer_parts(void *env, void *state, const layer *l, layer_part_info *parts)
 {
     (void)env;
     od_layer *L = state;
     static const char *const names[3] = {"reorder src", "reorder src1", "reorder dst"};
-    if (L->cpu || (L->isolated && !L->q) || !(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
+    if (L->cpu) /* the cpu kernel's own (a conv2d's or linear's backward halves) */
+        return backend_layer_parts(L->cpu, parts);
+    if ((L->isolated && !L->q) || !(L->reorder_in[0] || L->reorder_in[1] || L->reorder_out))
         return 0;
     int n = 0;
     for (int k = 0; k < 2; k++) /* int8: the max |x| pass and the quantizing reorder */
