@@ -143,10 +143,16 @@ int64_t layer_backward_floats(const layer *l)
  * linear: every multiply is by a weight). */
 static bool gemm_backward(const layer *l) { return l->kind == LAYER_CONV2D || l->kind == LAYER_LINEAR; }
 
+bool layer_backward_idle(const layer *l) { return l->no_input_grad && (l->n_weights == 0 || l->frozen); }
+
 static void backward_count(layer *l)
 {
     if (l->flops < 0 || l->macs < 0)
         return; /* out of range already: layer_count refuses it */
+    if (layer_backward_idle(l)) {
+        l->macs = l->flops = l->bytes = 0;
+        return;
+    }
     int64_t rest = l->flops - 2 * l->macs; /* both at most LAYER_MAX_COUNT */
     /* conv2d and linear without the input's gradient or the weights': that half's MACs go
      * (a frozen layer's bias sums too) */

@@ -238,10 +238,11 @@ typedef struct layer {
     dtype_t dtype;               /* of its inputs, weights and output (DTYPE_FP32: 0) */
     bool dtype_pinned;           /* the config gave this layer its own dtype: --dtype leaves it */
     layer_pass pass;             /* what a run computes; the counts below are its own (layer_count) */
-    bool no_input_grad;          /* a backward run need not write its inputs' gradients: a training
-                                    step's layer that reads only the model's input, for which torch
-                                    computes none (the kernels of conv2d and linear skip them, and
-                                    leave that part of their output unwritten) */
+    bool no_input_grad;          /* a backward run need not write its inputs' gradients: in a train
+                                    model, a layer none of whose inputs depends on weights that learn
+                                    (the first; any before the first unfrozen one), for which torch
+                                    computes none (model_set_pass; the kernels of conv2d and linear
+                                    skip them, and leave that part of their output unwritten) */
     bool frozen;                 /* its weights learn nothing (requires_grad: false, --freeze): a
                                     backward run need not write their gradient (conv2d and linear
                                     skip it; the other kinds' kernels write it, and nothing reads it);
@@ -389,6 +390,9 @@ void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, f
  * computes (no_input_grad, frozen) in the order a kernel runs them (weights_first) into
  * parts; returns how many: 2, 1 where it computes one half only, 0 for another kind. */
 int layer_backward_parts(const layer *l, bool weights_first, layer_part_info *parts);
+/* Whether l's backward computes nothing: no input gradient is wanted (no_input_grad) and
+ * it has no weights that learn (none, or frozen): a layer before anything learns. */
+bool layer_backward_idle(const layer *l);
 /* Whether the kind has a backward reference (layer_desc.backward). */
 bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */

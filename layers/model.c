@@ -109,10 +109,16 @@ void model_set_dtype(model *m, dtype_t t)
 void model_set_pass(model *m, layer_pass p)
 {
     m->pass = p;
-    for (int i = 0; i < m->n_layers; i++) {
+    bool *runs = xmalloc((size_t)m->n_layers + 1), *input_grad = xmalloc((size_t)m->n_layers + 1);
+    for (int i = 0; i < m->n_layers; i++)
         m->layers[i].pass = p;
+    model_grad_flow(m, runs, input_grad);
+    for (int i = 0; i < m->n_layers; i++) {
+        /* a train layer computes the gradients the step needs (a backward row alone, all) */
+        m->layers[i].no_input_grad = p == PASS_TRAIN && !input_grad[i];
         layer_count(&m->layers[i]);
     }
+    free(runs), free(input_grad);
 }
 
 dtype_t model_value_dtype(const model *m, int value)

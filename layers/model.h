@@ -39,7 +39,9 @@ model_totals model_sum(const model *m);
 /* The model-wide dtype: every layer's but those the config pinned to their own (a view,
  * flatten or dropout, keeps its input's); recounts their bytes. */
 void model_set_dtype(model *m, dtype_t t);
-/* Every layer's pass (layer.pass), recounted. */
+/* Every layer's pass (layer.pass), recounted. For PASS_TRAIN each layer also learns
+ * whether the step wants its inputs' gradients (layer.no_input_grad, model_grad_flow),
+ * so that a train row alone computes what the step does; other passes compute all. */
 void model_set_pass(model *m, layer_pass p);
 /* The dtype value v is stored in: its producer's (0, the input: its first reader's). */
 dtype_t model_value_dtype(const model *m, int value);

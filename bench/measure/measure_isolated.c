@@ -89,7 +89,9 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
 
 /* A train row's two kernels: the forward in training mode, writing its output where the
  * backward reads it (the input area after the inputs), then the backward into the
- * output area. impl names both. */
+ * output area, computing what the step's does (no input gradient where the step wants
+ * none; no backward at all where it computes nothing, layer_backward_idle). impl names
+ * both. */
 static bench_status train_row_setup(const backend *b, const layer *l, layer_unit *lu, char *why, size_t whylen,
                                     int64_t *workspace)
 {
@@ -100,11 +102,15 @@ static bench_status train_row_setup(const backend *b, const layer *l, layer_unit
     char fi[64] = "", bi[64] = "";
     int64_t fws = 0, bws = 0;
     bench_status st = backend_layer_setup(b, &lu->fwd, lu->w, &lu->t.state, fi, sizeof fi, &fws);
-    if (st == BENCH_OK)
+    bool idle = layer_backward_idle(l); /* the step runs its forward only */
+    if (st == BENCH_OK && !idle)
         st = backend_layer_setup(b, &lu->bwd, lu->w, &lu->t.bwd, bi, sizeof bi, &bws);
-    else
+    else if (st != BENCH_OK)
         snprintf(why, whylen, "%s", fi);
-    if (st == BENCH_OK) {
+    if (st == BENCH_OK && idle) {
+        snprintf(why, whylen, "%s; no backward: nothing up to it learns", fi);
+        *workspace = fws;
+    } else if (st == BENCH_OK) {
         snprintf(why, whylen, "%s, then backward %s", fi, bi);
         lu->t.bwd_out = lu->t.out;
         lu->t.out = (void *)lu->in[l->n_inputs];

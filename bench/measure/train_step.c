@@ -75,13 +75,11 @@ static bool own_setup(train_step *ts, layer_kind kind, const shape_t *in, int n_
 }
 
 /* Layer i's backward set up: its kernel, its output buffer. */
-static bench_status backward_setup(train_step *ts, int i, bool input_grad, char *why, size_t whylen)
+static bench_status backward_setup(train_step *ts, int i, char *why, size_t whylen)
 {
     const forward_net *net = ts->net;
     const layer *l = &net->m->layers[i];
-    ts->bl[i] = *l;
-    ts->bl[i].no_input_grad = !input_grad; /* nothing reads its inputs' gradients */
-    ts->bl[i] = layer_as_backward(&ts->bl[i]);
+    ts->bl[i] = layer_as_backward(l); /* no_input_grad where nothing reads its inputs' (model_set_pass) */
     char impl[96] = "";
     int64_t ws;
     bench_status st = backend_layer_setup(net->b, &ts->bl[i], net->weights[i], &ts->bstates[i], impl, sizeof impl, &ws);
@@ -236,7 +234,7 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
     model_grad_flow(m, runs, input_grad);
     for (int i = 0; *status == BENCH_OK && i < n; i++)
         if (runs[i])
-            *status = backward_setup(ts, i, input_grad[i], why, whylen);
+            *status = backward_setup(ts, i, why, whylen);
     if (*status == BENCH_OK && !loss_setup(ts, seed, why, whylen))
         *status = ts->dloss ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
     for (int i = n - 1; *status == BENCH_OK && i >= 0; i--) {
