@@ -209,7 +209,7 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MLA, od_cpu_kernel),
 };
 
-/* The backward (backend.h): conv2d on oneDNN's backward primitives, the other kinds on
+/* The backward (backend.h): conv2d and linear on oneDNN's backward primitives, the other kinds on
  * the cpu backend's backward kernels (impl "cpu kernel: ..."); fp32 only so far. */
 #define OD_NO_BWD16 "the onednn backend's backward runs in fp32 only so far"
 #define OD_BWD_ROW(kind, k)                                                                                    \
@@ -217,8 +217,8 @@ static const backend_kernel_table od_kernels = {
     [kind][DTYPE_FP16] = {NULL, OD_NO_BWD16}
 
 static const backend_kernel_table od_backward = {
-    OD_BWD_ROW(LAYER_CONV2D, od_conv_bwd_kernel),
-    OD_BWD_ROW(LAYER_LINEAR, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_CONV2D, od_gemm_bwd_kernel),
+    OD_BWD_ROW(LAYER_LINEAR, od_gemm_bwd_kernel),
     OD_BWD_ROW(LAYER_BATCHNORM2D, od_cpu_kernel),
     OD_BWD_ROW(LAYER_RELU, od_cpu_kernel),
     OD_BWD_ROW(LAYER_RELU6, od_cpu_kernel),

@@ -1,9 +1,10 @@
-/* conv2d's backward through oneDNN's convolution backward weights and backward data
- * primitives (what torch 1.13 runs on the CPU), each in the layouts it chooses: the
- * plain input and output gradient reordered into them at each run, the gradients
- * reordered back to plain, the weights for the data gradient reordered once, at setup,
- * as the forward's. A configuration oneDNN has no primitive for runs the cpu backend's
- * backward kernel. */
+/* conv2d's and linear's backward through oneDNN's backward weights and backward data
+ * primitives (convolution and inner product: what torch 1.13 runs on the CPU), each in
+ * the layouts it chooses: the plain input and output gradient reordered into them at
+ * each run, the gradients reordered back to plain, the weights for the data gradient
+ * reordered once, at setup, as the forward's. No weights primitive for a frozen layer,
+ * no data primitive where no input gradient is wanted. A configuration oneDNN has no
+ * primitive for runs the cpu backend's backward kernel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,41 +37,81 @@ static bool od_bwd_tensor(od_ctx *c, od_layer *L, const dnnl_memory_desc_t *plai
     return !own || *reorder;
 }
 
+/* The plain tensors of l's backward (fp32): src, dst, the weights, the bias; conv2d's
+ * as its shapes (grouped weights 5-d), linear's as [rows, F], [rows, O], [O, F] */
+static void od_bwd_plain(const layer *l, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst, dnnl_memory_desc_t *wei,
+                         dnnl_memory_desc_t *bias)
+{
+    const layer_params *p = &l->p;
+    if (l->kind == LAYER_LINEAR) {
+        int64_t f = l->in.d[l->in.rank - 1], o = p->out_features, rows = shape_numel(&l->in) / f;
+        int64_t sd[2] = {rows, f}, dd[2] = {rows, o}, wd[2] = {o, f};
+        od_plain(src, 2, sd, dnnl_f32), od_plain(dst, 2, dd, dnnl_f32), od_plain(wei, 2, wd, dnnl_f32);
+        od_plain(bias, 1, &o, dnnl_f32);
+        return;
+    }
+    int64_t g = p->groups, oc = p->out_channels, ic = l->in.d[1];
+    int64_t wd[5] = {g, oc / g, ic / g, p->kernel[0], p->kernel[1]};
+    od_plain_shape(src, &l->in, dnnl_f32), od_plain_shape(dst, &l->out, dnnl_f32);
+    od_plain(wei, g == 1 ? 4 : 5, g == 1 ? wd + 1 : wd, dnnl_f32);
+    od_plain(bias, 1, &oc, dnnl_f32);
+}
+
+static void od_any(dnnl_memory_desc_t *any, const dnnl_memory_desc_t *plain)
+{
+    dnnl_memory_desc_init_by_tag(any, plain->ndims, plain->dims, dnnl_f32, dnnl_format_tag_any);
+}
+
+/* The primitive descriptions: the forward's (training, the hint), backward weights (not
+ * for a frozen layer) and backward data (not where no input gradient is wanted), with
+ * oneDNN's layouts for each tensor; false where oneDNN has none (c->why says so). */
+static bool od_bwd_pds(od_ctx *c, const layer *l, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst,
+                       const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, dnnl_primitive_desc_t *fpd,
+                       dnnl_primitive_desc_t *wpd, dnnl_primitive_desc_t *dpd)
+{
+    const layer_params *p = &l->p;
+    dnnl_memory_desc_t sa, da, wa, ba;
+    od_any(&sa, src), od_any(&da, dst), od_any(&wa, wei), od_any(&ba, bias);
+    const dnnl_memory_desc_t *bp = p->bias ? &ba : NULL;
+    if (l->kind == LAYER_LINEAR) {
+        dnnl_inner_product_desc_t fd, bw, bd;
+        bool ok = OD_SOFT(c, dnnl_inner_product_forward_desc_init(&fd, dnnl_forward_training, &sa, &wa, bp, &da)) &&
+                  OD_SOFT(c, dnnl_primitive_desc_create(fpd, &fd, NULL, c->engine, NULL));
+        if (ok && !l->frozen)
+            ok = OD_SOFT(c, dnnl_inner_product_backward_weights_desc_init(&bw, &sa, &wa, bp, &da)) &&
+                 OD_SOFT(c, dnnl_primitive_desc_create(wpd, &bw, NULL, c->engine, *fpd));
+        if (ok && !l->no_input_grad)
+            ok = OD_SOFT(c, dnnl_inner_product_backward_data_desc_init(&bd, &sa, &wa, &da)) &&
+                 OD_SOFT(c, dnnl_primitive_desc_create(dpd, &bd, NULL, c->engine, *fpd));
+        return ok;
+    }
+    dnnl_dims_t strides = {p->stride[0], p->stride[1]}, dil = {p->dilation[0] - 1, p->dilation[1] - 1},
+                pad = {p->padding[0], p->padding[1]};
+    dnnl_convolution_desc_t fd, bw, bd;
+    bool ok = OD_SOFT(c, dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                                                    &sa, &wa, bp, &da, strides, dil, pad, pad)) &&
+              OD_SOFT(c, dnnl_primitive_desc_create(fpd, &fd, NULL, c->engine, NULL));
+    if (ok && !l->frozen)
+        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_weights_desc_init(&bw, dnnl_convolution_direct, &sa, &wa, bp,
+                                                                            &da, strides, dil, pad, pad)) &&
+             OD_SOFT(c, dnnl_primitive_desc_create(wpd, &bw, NULL, c->engine, *fpd));
+    if (ok && !l->no_input_grad)
+        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &sa, &wa, &da,
+                                                                         strides, dil, pad, pad)) &&
+             OD_SOFT(c, dnnl_primitive_desc_create(dpd, &bd, NULL, c->engine, *fpd));
+    return ok;
+}
+
 /* The two primitives, from the forward's description as their hint; false where oneDNN
  * has none (c->why says so) or a call failed. */
 static bool od_conv_bwd_build(od_ctx *c, od_conv_bwd *s, const layer *l, const void *w, char *impl, size_t len)
 {
-    const layer_params *p = &l->p;
     od_layer *L = &s->L;
-    int64_t g = p->groups, oc = p->out_channels, ic = l->in.d[1];
-    dnnl_memory_desc_t src, dst, wei, bias, src_any, dst_any, wei_any, bias_any;
-    od_plain_shape(&src, &l->in, dnnl_f32);
-    od_plain_shape(&dst, &l->out, dnnl_f32);
-    int64_t wd[5] = {g, oc / g, ic / g, p->kernel[0], p->kernel[1]};
-    od_plain(&wei, g == 1 ? 4 : 5, g == 1 ? wd + 1 : wd, dnnl_f32);
-    od_plain(&bias, 1, &oc, dnnl_f32);
-    dnnl_memory_desc_init_by_tag(&src_any, 4, src.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dst_any, 4, dst.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wei_any, wei.ndims, wei.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&bias_any, 1, bias.dims, dnnl_f32, dnnl_format_tag_any);
-    dnnl_dims_t strides = {p->stride[0], p->stride[1]}, dil = {p->dilation[0] - 1, p->dilation[1] - 1},
-                pad = {p->padding[0], p->padding[1]};
-    dnnl_convolution_desc_t fd, bd, bw;
+    dnnl_memory_desc_t src, dst, wei, bias;
+    od_bwd_plain(l, &src, &dst, &wei, &bias);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     const char *dname = "-", *wname = "?";
-    bool ok = OD_SOFT(c, dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
-                                                                    &src_any, &wei_any, p->bias ? &bias_any : NULL,
-                                                                    &dst_any, strides, dil, pad, pad)) &&
-              OD_SOFT(c, dnnl_primitive_desc_create(&fpd, &fd, NULL, c->engine, NULL));
-    if (ok && !l->frozen)
-        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_weights_desc_init(&bw, dnnl_convolution_direct, &src_any,
-                                                                            &wei_any, p->bias ? &bias_any : NULL,
-                                                                            &dst_any, strides, dil, pad, pad)) &&
-             OD_SOFT(c, dnnl_primitive_desc_create(&wpd, &bw, NULL, c->engine, fpd));
-    if (ok && !l->no_input_grad)
-        ok = OD_SOFT(c, dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src_any,
-                                                                         &wei_any, &dst_any, strides, dil, pad, pad)) &&
-             OD_SOFT(c, dnnl_primitive_desc_create(&dpd, &bd, NULL, c->engine, fpd));
+    bool ok = od_bwd_pds(c, l, &src, &dst, &wei, &bias, &fpd, &wpd, &dpd);
     ok = ok && (wpd || dpd); /* a frozen layer reading the model's input has no backward to run */
     if (ok && wpd && OD_OK(c, dnnl_primitive_create(&s->bwd_w, wpd)))
         BENCH_ASSERT(L->n_prims < OD_MAX_PRIMS), L->prims[L->n_prims++] = s->bwd_w;
@@ -82,7 +123,7 @@ static bool od_conv_bwd_build(od_ctx *c, od_conv_bwd *s, const layer *l, const v
              od_bwd_tensor(c, L, &dst, od_query(wpd, dnnl_query_diff_dst_md), true, &s->ddst_u, &s->ddst_w,
                            &s->r_ddst_w) &&
              od_bwd_tensor(c, L, &wei, od_query(wpd, dnnl_query_diff_weights_md), false, &s->dw_u, &s->dw, &s->r_dw);
-    if (ok && wpd && p->bias) { /* a vector: plain either way */
+    if (ok && wpd && l->p.bias) { /* a vector: plain either way */
         dnnl_memory_t own;
         ok = (s->db_u = od_pair(c, L, &bias, DNNL_MEMORY_NONE, dnnl_primitive_desc_query_md(wpd, dnnl_query_diff_weights_md, 1),
                                 &own)) && !own;
@@ -123,7 +164,7 @@ static bench_status od_conv_bwd_setup(void *env, const layer *l, const void *w, 
     od_conv_bwd *s = xcalloc(1, sizeof *s);
     s->L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs};
     s->dx_floats = shape_numel(&l->in);
-    s->w_floats = l->n_weight_floats - (l->p.bias ? l->p.out_channels : 0);
+    s->w_floats = l->n_weight_floats - (l->p.bias ? l->out.d[l->kind == LAYER_LINEAR ? l->out.rank - 1 : 1] : 0);
     snprintf(c->why, sizeof c->why, "no oneDNN primitive");
     if (od_conv_bwd_build(c, s, l, w, impl, len)) {
         *workspace_bytes = s->L.workspace;
@@ -230,6 +271,6 @@ static void od_conv_bwd_free(void *env, void *state)
     free(s);
 }
 
-const backend_kernel od_conv_bwd_kernel = {.setup = od_conv_bwd_setup, .run = od_conv_bwd_run, .free = od_conv_bwd_free,
+const backend_kernel od_gemm_bwd_kernel = {.setup = od_conv_bwd_setup, .run = od_conv_bwd_run, .free = od_conv_bwd_free,
                                            .parts_enable = od_conv_bwd_parts_enable,
                                            .parts_read = od_conv_bwd_parts_read, .parts = od_conv_bwd_parts};

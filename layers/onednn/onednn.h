@@ -227,7 +227,7 @@ extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kern
  * the scales of this run's input, before the quantizing reorder; their memories. */
 extern const backend_kernel od_conv_int8_kernel, od_linear_int8_kernel;
 /* conv2d's backward on oneDNN's backward weights and data primitives (conv_bwd_onednn.c) */
-extern const backend_kernel od_conv_bwd_kernel;
+extern const backend_kernel od_gemm_bwd_kernel;
 void od_quant_prepare(od_quant *q, const float *in);
 void od_quant_free(od_quant *q);
 
