@@ -91,11 +91,12 @@ static bool freeze_layers(model *m, const char *patterns, const char *config)
                 l->frozen = true, layer_count(l), n++;
         }
         if (!n)
-            log_msg("--freeze: '%s' matches no layer with weights in %s (bench list %s names them)", p, config, config);
+            log_msg("--freeze: '%.100s%s' matches no layer with weights in %s (bench list %s names them)", p,
+                    strlen(p) > 100 ? "..." : "", config, config);
         ok = n > 0;
     }
     if (ok && !n_patterns)
-        log_msg("--freeze: expected PATTERN[,PATTERN...], a shell pattern of layer names, got '%s'", patterns);
+        log_msg("--freeze: expected PATTERN[,PATTERN...], a shell pattern of layer names, got '%.100s'", patterns);
     free(all);
     ok = ok && n_patterns;
     return ok;
