@@ -191,6 +191,13 @@ typedef struct backend_kernel_entry {
 typedef backend_kernel_entry backend_kernel_table[LAYER_KIND_COUNT][DTYPE_COUNT];
 
 /* The layers: the kernel table and what applies to a whole forward. */
+/* An optimizer's update: which, its hyperparameters (torch's defaults but lr), the step t. */
+typedef struct backend_optimizer_args {
+    model_optimizer kind;
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t t;
+} backend_optimizer_args;
+
 typedef struct backend_layers_i {
     const backend_kernel_table *kernels;
     /* Optional: the env the kernels get (the CUDA backend's library handles and
@@ -227,13 +234,21 @@ typedef struct backend_layers_i {
      * gradients one after another, then the weights' (layer_backward_floats elements),
      * what layer_desc.backward computes. Without it, no backward runs on the backend. */
     const backend_kernel_table *backward;
+    /* Optional: an optimizer's update of a training step (--optimizer), queued like a
+     * layer's run: n fp32 parameters w (backend memory) from their gradient g, with its
+     * state m and v (AdamW's first and second moments, NULL for SGD): torch's
+     * single-tensor SGD without momentum (w -= lr g) and AdamW (w *= 1 - lr wd; m = b1 m
+     * + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 -
+     * b2^t)) + eps)). Without it, a step with an optimizer is not run on the backend. */
+    void (*optimizer_update)(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,
+                             int64_t n);
 } backend_layers_i;
 
 /* The version of this contract (backend_ops, its interfaces, the kernel table). A
  * module's table carries the version it was built against, and the registry refuses
  * one of another: a liblayerbench_<name>.so left by another build would otherwise be
  * called through a layout it does not have. Raised with every change to them. */
-#define BACKEND_API 2
+#define BACKEND_API 3
 
 typedef struct backend_ops {
     int api;                /* BACKEND_API as the backend was built: first, where every version has it */

@@ -87,6 +87,11 @@ model_totals model_sum(const model *m)
             layer_count(&f);
             totals_add(&t, &f);
         }
+        if (runs[i] && l->n_weights > 0 && !l->frozen) { /* the optimizer's update */
+            layer u = {.macs = 0};
+            model_optimizer_count(m->optimizer, l->n_weights, &u.flops, &u.bytes);
+            totals_add(&t, &u);
+        }
     }
     free(runs), free(input_grad);
     return t;
@@ -231,6 +236,21 @@ void model_last_readers(const model *m, int *last)
         }
 }
 
+const char *model_optimizer_name(model_optimizer o)
+{
+    static const char *const names[OPTIMIZER_COUNT] = {"none", "sgd", "adamw"};
+    return (unsigned)o < OPTIMIZER_COUNT ? names[o] : "?";
+}
+
+int model_optimizer_state(model_optimizer o) { return o == OPTIMIZER_ADAMW ? 2 : 0; }
+
+void model_optimizer_count(model_optimizer o, int64_t n, int64_t *flops, int64_t *bytes)
+{
+    int st = model_optimizer_state(o);
+    *flops = o == OPTIMIZER_NONE ? 0 : layer_count_mul(st ? 12 : 2, n); /* AdamW: about 12 a parameter */
+    *bytes = o == OPTIMIZER_NONE ? 0 : layer_count_mul(4 * (3 + 2 * st), n); /* w and g read, w written; m and v both */
+}
+
 void model_grad_flow(const model *m, bool *runs, bool *input_grad)
 {
     int n = m->n_layers;
@@ -289,6 +309,8 @@ void model_train_plan(const model *m, model_train_memory *tm)
             tm->weight_grad_bytes += es * l->n_weight_floats;
             live_span(delta, bwd_step(n, i), steps - 1, es * l->n_weight_floats);
         }
+        if (l->n_weights > 0 && !l->frozen) /* the optimizer's state of the weights that learn, kept across steps */
+            tm->optimizer_bytes += model_optimizer_state(m->optimizer) * 4 * l->n_weights;
         dies[i + 1] = bwd_step(n, i) > dies[i + 1] ? bwd_step(n, i) : dies[i + 1]; /* its output, for its backward */
         for (int k = 0; k < l->n_inputs; k++) {
             int s = model_storage_of(m, l->inputs[k]);
@@ -305,13 +327,13 @@ void model_train_plan(const model *m, model_train_memory *tm)
         if (model_storage_of(m, v) == v && first_grad[v] < steps && runs[v - 1])
             live_span(delta, first_grad[v], bwd_step(n, v - 1),
                       (int64_t)dtype_size(m->layers[v - 1].dtype) * shape_numel(&m->layers[v - 1].out));
-    int64_t live = tm->weight_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
+    int64_t live = tm->weight_bytes + tm->optimizer_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
                                                               shape_numel(model_value_shape(m, out))
                                                         : 0;
     for (int t = 0; t < steps; t++) {
         live += delta[t];
         if (t == n) /* at the loss: all but the weights and the loss's gradient (born then, for an output of its own) */
-            tm->kept_bytes = live - tm->weight_bytes - loss_grad;
+            tm->kept_bytes = live - tm->weight_bytes - tm->optimizer_bytes - loss_grad;
         if (live > tm->peak_bytes)
             tm->peak_bytes = live, tm->peak_step = t;
     }

@@ -6,6 +6,16 @@
 #include "layer.h"
 #include "util.h"
 
+/* A training step's optimizer (--optimizer): an update of every parameter tensor that
+ * learns, after the backward. */
+typedef enum model_optimizer { OPTIMIZER_NONE, OPTIMIZER_SGD, OPTIMIZER_ADAMW, OPTIMIZER_COUNT } model_optimizer;
+#define MODEL_OPTIMIZERS "none, sgd or adamw"
+/* "none", "sgd", "adamw"; the floats of state it keeps per parameter (AdamW: 2) */
+const char *model_optimizer_name(model_optimizer o);
+int model_optimizer_state(model_optimizer o);
+/* The FLOPs and bytes of o's update of n parameters (fp32) */
+void model_optimizer_count(model_optimizer o, int64_t n, int64_t *flops, int64_t *bytes);
+
 typedef struct model {
     char *name;          /* the config's name; owned */
     char *path;          /* the config file; owned */
@@ -13,6 +23,7 @@ typedef struct model {
     shape_t input;       /* model input, batch in d[0] */
     dtype_t dtype;       /* the model-wide dtype: the config's, or --dtype's */
     layer_pass pass;     /* what its layers' runs compute (--pass): every layer's pass */
+    model_optimizer optimizer; /* a train model's update after its backward (--optimizer) */
     layer *layers;       /* n_layers, in execution order; owned */
     int n_layers;
     char *note;          /* what was checked beside the config (a config.json's safetensors
@@ -33,7 +44,8 @@ bench_status model_set_batch(model *m, int64_t batch, char *err, size_t errlen);
 /* The model's parameters and its layers' counts summed; for a train model, the training
  * step's: every layer's forward, and the backward of those that run one in the step
  * (model_grad_flow), without the gradients it does not compute (the first layer's input
- * gradient, a frozen layer's weights'), so that the step's rate counts what ran. */
+ * gradient, a frozen layer's weights') and the optimizer's updates, so that the step's
+ * rate counts what ran. */
 model_totals model_sum(const model *m);
 
 /* The model-wide dtype: every layer's but those the config pinned to their own (a view,
@@ -96,10 +108,11 @@ void model_memory_plan(const model *m, model_memory *mm);
  * inputs and output, as layerbench's kernels do); an activation's gradient from the
  * backward of its last reader (the loss, for the model's output) to its own layer's
  * (one buffer where several readers add theirs); the weights' gradients from their
- * layer's backward to the end (an optimizer reads them). Workspaces and an optimizer's
- * state are not counted. */
+ * layer's backward to the end (an optimizer reads them); the optimizer's state
+ * (m->optimizer) throughout. Workspaces are not counted. */
 typedef struct model_train_memory {
     int64_t weight_bytes, weight_grad_bytes;
+    int64_t optimizer_bytes;         /* the optimizer's state (AdamW's two moments of each weight that learns) */
     int64_t kept_bytes;              /* the activations the forward keeps for the backward (at the loss) */
     int64_t peak_bytes;              /* weights, their gradients, activations and their gradients alive at once */
     int peak_step;                   /* when: i < n layer i's forward, n the loss, n + 1 + j the backward of layer n - 1 - j */

@@ -857,6 +857,24 @@ fi
 expect 2 "--freeze: 'nothing\*' matches no layer with weights" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --freeze 'nothing*'
 expect 2 "--freeze: expected PATTERN" -- "$BENCH" list "$SMOKE" --freeze ,
 expect 0 "training step +not run.*no weights the loss reaches learn" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --freeze '*'
+# --optimizer: one update of every parameter tensor that learns after the backward, each a
+# part (update) of its layer inside the step, its state in the step's memory; bench check
+# runs one step at a real learning rate and compares the change of the weights
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --optimizer adamw --csv "$T/opt.csv" --trace "$T/opt_trace.json" >"$T/opt.out" 2>&1 &&
+  ok || bad "run --optimizer adamw: $(tail -3 "$T/opt.out")"
+got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
+  v("mode") == "inmodel" && v("part") == "update" { n++ }
+  v("mode") == "chained" { impl = v("impl") }
+  END { print n == 7 && impl ~ /adamw update/ ? "ok" : n " update parts; " impl }' "$T/opt.csv")
+[ "$got" = ok ] && ok || bad "the optimizer's parts: $got"
+grep -q "memory of the training step.*adamw's state 8.7 KiB" "$T/opt.out" && [ "$(grep -c '"pass": "update"' "$T/opt_trace.json")" = 7 ] &&
+  ok || bad "the optimizer's memory or trace: $(grep 'memory of' "$T/opt.out" | cut -c1-200)"
+for o in sgd adamw; do
+  expect 0 "training step \(chained\) .* ok: the weights' gradients.*$o's update [0-9.e+-]+ \(tolerance" -- bash -c "'$BENCH' check '$SMOKE' --pass train --optimizer $o | tr '\n' ' '"
+done
+expect 2 "--optimizer sgd updates the weights after a training step's backward: give --pass train too" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --optimizer sgd
+expect 2 "--optimizer expects none, sgd or adamw" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --optimizer lion
+
 printf 'name: g\ninput: [4, 5, 5]\nlayers:\n  - {kind: relu, requires_grad: false}\n' >"$T/grad_relu.yaml"
 expect 2 "grad_relu.yaml:4:33: layer '0' \(relu\) has no weights: requires_grad: false applies" -- "$BENCH" list "$T/grad_relu.yaml"
 printf 'name: g\ninput: [4, 5, 5]\nlayers:\n  - {kind: conv2d, out_channels: 2, kernel_size: 1, requires_grad: no}\n' >"$T/grad_no.yaml"

@@ -394,6 +394,12 @@ static void test_memory_plan(void)
         EXPECT(tm.peak_bytes == 3752 + 2904 && tm.peak_step == 7 && tm.kept_bytes == 680 && tm.weight_grad_bytes == 2904,
                "train: peak %lld at step %d, kept %lld, weights' gradients %lld; expected 6656 at 7, 680, 2904",
                (long long)tm.peak_bytes, tm.peak_step, (long long)tm.kept_bytes, (long long)tm.weight_grad_bytes);
+        /* with AdamW, its two moments of the 726 weights (5808 B) throughout */
+        m->optimizer = OPTIMIZER_ADAMW;
+        model_train_plan(m, &tm);
+        EXPECT(tm.optimizer_bytes == 5808 && tm.peak_bytes == 6656 + 5808 && tm.peak_step == 7 && tm.kept_bytes == 680,
+               "adamw: state %lld, peak %lld at step %d, kept %lld; expected 5808, 12464 at 7, 680",
+               (long long)tm.optimizer_bytes, (long long)tm.peak_bytes, tm.peak_step, (long long)tm.kept_bytes);
         model_free(m);
     }
     /* the same with a frozen (requires_grad: false): nothing up to fc learns, so a and b

@@ -192,6 +192,7 @@ static void test_measure_set(void)
     for (size_t i = 0; i < sizeof a; i++) /* every byte its own value, padding too */
         raw[i] = (unsigned char)(i * 37 + 11);
     a.batch = 3, a.dtype = DTYPE_BF16, a.pass = PASS_BACKWARD, a.mode = MODE_COLD, a.index = 2, a.count = 3;
+    a.optimizer = OPTIMIZER_ADAMW;
     snprintf(a.backend, sizeof a.backend, "onednn");
     int skip[] = {4, -1, 7};
     a.skip = skip, a.n_skip = 3;

@@ -322,6 +322,7 @@ static bool set_routing(cli *c, const char *arg)
 static const char *const algo_names[] = {"search", "heuristic", NULL};
 static const char *const algo_for_names[] = {"forward", "alone", NULL};
 static const char *const phase_names[] = {"prefill", "decode", NULL};
+static const char *const optimizer_names[] = {"none", "sgd", "adamw", NULL}; /* model_optimizer's order */
 static const char *const conv_api_names[] = {"both", "legacy", "graph", NULL};
 
 #define F(field) offsetof(cli, field)
@@ -347,6 +348,12 @@ static const cli_option options[] = {
              "has several readers) with each layer's forward and backward inside it (cpu: fp32; a kind or backend "
              "without a backward kernel is a skipped row that says why); check: each layer's gradients against the "
              "reference backward, and for train the whole step's. A list does each, like --dtype (docs/training.md)"},
+    {"optimizer", "O", O_CHOICE, F(model.optimizer), .choices = optimizer_names, .commands = C_BACKENDS,
+     .help = "with --pass train: after the backward, one update of every parameter tensor that learns, as torch's "
+             "single-tensor optimizers do: sgd (w -= lr g) or adamw (its two moments kept per weight; torch's "
+             "defaults), each layer's update a part of its in-model row (update), its state in the step's memory. "
+             "Timed with a learning rate of 0 (the same reads, writes and arithmetic, the weights unchanged); bench "
+             "check runs one step at 1e-3 and compares the update (default none; docs/training.md)"},
     {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,
      .help = "each layer's error too (column rel_error): its output's relative L2 error against the fp32 reference "
              "on the same inputs and weights, rounded to its dtype, as bench check measures it (untimed, after each "

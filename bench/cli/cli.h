@@ -42,6 +42,7 @@ typedef struct cli_model {
     bool worker;             /* a worker process (cmd_worker, procs.h): its parent says the model's notes */
     double load_skew;        /* --routing skew:S */
     const char *freeze;      /* --freeze PATTERN[,PATTERN...]: the layers whose weights learn nothing; NULL: none */
+    int optimizer;           /* --optimizer: model_optimizer (0: none) */
 } cli_model;
 
 /* What opens the backends: check, run and sweep (cli_open_backends, backend_options). */

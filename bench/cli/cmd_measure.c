@@ -118,7 +118,8 @@ static void close_outputs(outputs *o)
  * backend's and the measurement's; procs_measure adds each set's own. */
 static measure_set worker_base(const cli *c, const char *algo_cache)
 {
-    measure_set s = {.shape = c->model.shape, .routing = c->model.routing, .load_skew = c->model.load_skew, .threads = c->be.threads,
+    measure_set s = {.shape = c->model.shape, .routing = c->model.routing, .load_skew = c->model.load_skew,
+                     .optimizer = c->model.optimizer, .threads = c->be.threads,
                      .algo_heuristic = c->be.algo_heuristic, .algo_alone = c->be.algo_alone, .conv_api = c->be.conv_api,
                      .mo = c->mo};
     s.str[SET_CONFIG] = c->model.config;
@@ -199,7 +200,8 @@ int cmd_worker(void)
         return 2;
     }
     cli c = {.model = {.config = s.str[SET_CONFIG], .shape = s.shape, .routing = s.routing, .load_skew = s.load_skew,
-                       .freeze = s.str[SET_FREEZE], .n_dtypes = 1, .dtypes = {s.dtype}, .worker = true},
+                       .freeze = s.str[SET_FREEZE], .optimizer = s.optimizer, .n_dtypes = 1, .dtypes = {s.dtype},
+                       .worker = true},
              .be = {.backend = s.backend, .threads = s.threads, .algo_heuristic = s.algo_heuristic,
                     .algo_alone = s.algo_alone, .conv_api = s.conv_api},
              .run = {.algo_cache = s.str[SET_ALGO_CACHE]}, .mo = s.mo};

@@ -135,6 +135,17 @@ int cli_load_model(const cli_model *c, int64_t batch, model **m)
             return 2;
         }
     }
+    (*m)->optimizer = (model_optimizer)c->optimizer;
+    bool train = c->worker;
+    for (int k = 0; k < c->n_passes; k++)
+        train |= c->passes[k] == PASS_TRAIN;
+    if (c->optimizer != OPTIMIZER_NONE && !train) {
+        log_msg("--optimizer %s updates the weights after a training step's backward: give --pass train too",
+                model_optimizer_name((model_optimizer)c->optimizer));
+        model_free(*m);
+        *m = NULL;
+        return 2;
+    }
     if (c->freeze && !freeze_layers(*m, c->freeze, c->config)) {
         model_free(*m);
         *m = NULL;

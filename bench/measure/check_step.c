@@ -170,6 +170,57 @@ static void compare_wgrads(const model *m, const backend *b, const train_step *t
     }
 }
 
+/* The optimizer's update (one step at a learning rate of 1e-3 from the reference's
+ * weights, which are the step's draw): each updated layer's change of its weights
+ * against the change the step's own gradient makes (SGD: -lr g; AdamW's first step: -lr
+ * (wd w + g / (|g| + eps))), in double. The step's gradients are compared on their own
+ * (compare_wgrads): a gradient that is zero but for rounding (a bias before a batch
+ * norm) would give AdamW's update, about lr g / |g|, any sign. The change is a small
+ * difference of two floats: the tolerance is 1e-4 plus twice the new weights' rounding
+ * (half a unit in the last place each) over the change's norm. The worst error against
+ * its tolerance into r. */
+static void compare_updates(const model *m, const backend *b, const forward_net *net, const train_step *ts,
+                            const ref_step *ref, check_result *r)
+{
+    const double lr = 1e-3, wd = 0.01, eps = 1e-8;
+    double worst = 0.0, worst_tol = 1e-4;
+    int at = -1;
+    for (int i = 0; r->status == BENCH_OK && i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        int64_t n = l->n_weights, all = layer_backward_floats(l), bad = 0;
+        if (!train_step_updates(ts, i))
+            continue;
+        float *got = bench_alloc_floats(n), *want = bench_alloc_floats(n), *grads = bench_alloc_floats(all);
+        bool ok = got && want && grads;
+        r->status = !ok ? BENCH_ERR_NOMEM
+                    : backend_download_values(b, DTYPE_FP32, got, net->weights[i], n) != BENCH_OK ||
+                              backend_download_values(b, l->dtype, grads, train_step_grads(ts, i), all) != BENCH_OK
+                        ? BENCH_ERR_BACKEND
+                        : BENCH_OK;
+        double round = 0.0, norm = 0.0;
+        for (int64_t k = 0; r->status == BENCH_OK && k < n; k++) {
+            double w = ref->weights[i][k], g = grads[all - l->n_weight_floats + k];
+            double d = m->optimizer == OPTIMIZER_SGD ? -lr * g : -lr * (wd * w + g / (fabs(g) + eps));
+            double ulp = fabs((double)got[k]) * 0x1p-23;
+            want[k] = (float)d, got[k] = (float)((double)got[k] - w);
+            round += ulp * ulp / 4, norm += d * d;
+        }
+        if (r->status == BENCH_OK) {
+            double err = check_rel_err(got, want, n, &bad), tol = 1e-4 + (norm > 0 ? 2 * sqrt(round / norm) : 0.0);
+            r->nonfinite += bad;
+            if (at < 0 || err / tol > worst / worst_tol)
+                worst = err, worst_tol = tol, at = i;
+        }
+        free(got), free(want), free(grads);
+    }
+    if (r->status != BENCH_OK || at < 0)
+        return;
+    snprintf(r->why + strlen(r->why), sizeof r->why - strlen(r->why), "; %s's update %.1e (tolerance %.1e), in '%s'",
+             model_optimizer_name(m->optimizer), worst, worst_tol, m->layers[at].name);
+    if (worst > worst_tol || r->nonfinite)
+        r->status = BENCH_ERR_CHECK;
+}
+
 /* The step's forward output against the reference's (its wiring: within the layers'
  * forward tolerances, as check_forward); then the reference takes the backend's forward
  * values as its own, so that the backward's masks (relu's sign, max pooling's argmax)
@@ -230,10 +281,13 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
     } else if ((r.status = forward_build(&net, m, b, seed, why, sizeof why)) == BENCH_OK &&
                (ts = train_step_build(&net, seed, &r.status, why, sizeof why))) {
         forward_queue(&net, false);
+        train_step_set_lr(ts, 1e-3f); /* a real change to compare (the timed steps run at 0) */
         train_step_queue(ts, false);
         if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK && take_forward(m, b, &net, &ref, &r)) {
             if (ref_backward(m, seed, &ref))
                 compare_wgrads(m, b, ts, &ref, &r);
+            if (r.status == BENCH_OK && m->optimizer != OPTIMIZER_NONE)
+                compare_updates(m, b, &net, ts, &ref, &r);
             else
                 r.status = BENCH_ERR_NOMEM, snprintf(r.why, sizeof r.why, "out of memory (for the reference step's gradients)");
         }

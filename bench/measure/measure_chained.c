@@ -12,7 +12,7 @@ typedef struct chain {
     const backend *b;
     forward_net net;
     train_step *train; /* a train model: the loss and the backward after the forward, or NULL */
-    int n_marks;      /* n_layers; a training step's 2 n_layers + 1 (train_step_queue) */
+    int n_marks;      /* n_layers; a training step's train_step_marks */
     dvec loss;        /* a training step: the loss's seconds inside it, one per kept sample */
     bool marks;       /* the backend records a mark after each layer */
     double *mark_buf; /* per call of this chunk: n_marks marks (seconds from the start) */
@@ -84,13 +84,18 @@ static double time_chain(void *user)
 static void train_kept(chain *c, const double *mk, double *pb)
 {
     int n = c->m->n_layers;
+    bool opt = c->n_marks > 2 * n + 1; /* layer i's update from mark 2n + i to 2n + 1 + i */
     for (int j = 0; j < c->n_parts; j++) {
         int i = c->parts[j].layer, b = 2 * n - i;
-        if (!c->part_src[j])
-            pb[j] = c->parts[j].index == 0 ? mk[i] - (i ? mk[i - 1] : 0.0) : mk[b] - mk[b - 1];
+        if (c->part_src[j])
+            continue;
+        pb[j] = c->parts[j].index == 0                  ? mk[i] - (i ? mk[i - 1] : 0.0)
+                : !strcmp(c->parts[j].info.name, "update") ? mk[2 * n + 1 + i] - mk[2 * n + i]
+                                                            : mk[b] - mk[b - 1];
     }
     for (int i = 0; i < n; i++)
-        dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0) + mk[2 * n - i] - mk[2 * n - i - 1]);
+        dvec_push(&c->inmodel[i], mk[i] - (i ? mk[i - 1] : 0.0) + mk[2 * n - i] - mk[2 * n - i - 1] +
+                                      (opt ? mk[2 * n + 1 + i] - mk[2 * n + i] : 0.0));
     dvec_push(&c->loss, mk[n] - mk[n - 1]);
 }
 
@@ -128,7 +133,8 @@ static void add_parts(chain *c, int i, int first, const layer_part_info *info, i
 }
 
 /* A training step's parts: each layer's forward, then its backward, whole or as its
- * kernel splits it (conv2d's and linear's data and weights halves). */
+ * kernel splits it (conv2d's and linear's data and weights halves), then its optimizer's
+ * update where there is one. */
 static void enable_train_parts(chain *c)
 {
     layer_part_info info[LAYER_MAX_PARTS];
@@ -148,6 +154,11 @@ static void enable_train_parts(chain *c)
             add_parts(c, i, 1, info, 1, NULL);
         else if (bs) /* none where it runs no backward (the loss does not reach it, or nothing in it learns) */
             add_parts(c, i, 1, &(layer_part_info){"backward", bs->l->flops, bs->l->bytes}, 1, NULL);
+        if (train_step_updates(c->train, i)) { /* the optimizer's: a few FLOPs a parameter, memory-bound */
+            layer_part_info u = {"update", 0, 0};
+            model_optimizer_count(c->m->optimizer, l->n_weights, &u.flops, &u.bytes);
+            add_parts(c, i, 1 + (np > 1 ? np : 1), &u, 1, NULL);
+        }
     }
 }
 
@@ -237,7 +248,10 @@ model_units *chained_setup(const model *m, const backend *b, const measure_optio
              !c->train ? "layer by layer"
              : train_step_loss(c->train) == LOSS_CROSS_ENTROPY ? "training step: forward, cross-entropy, backward"
                                                                 : "training step: forward, a weighted sum of the output, backward");
-    c->n_marks = c->train ? 2 * n + 1 : n;
+    if (c->train && m->optimizer != OPTIMIZER_NONE)
+        snprintf(res->chained.impl + strlen(res->chained.impl), sizeof res->chained.impl - strlen(res->chained.impl),
+                 ", %s update (learning rate 0 while timed)", model_optimizer_name(m->optimizer));
+    c->n_marks = c->train ? train_step_marks(c->train) : n;
     c->marks = ops->timing.marks_prepare && ops->timing.marks_prepare(b->ctx, c->n_marks) == BENCH_OK;
     if (c->marks) {
         c->inmodel = xcalloc((size_t)n, sizeof *c->inmodel);

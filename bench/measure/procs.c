@@ -152,7 +152,8 @@ bool procs_set_decode(const char *p, size_t n, measure_set *s)
     s->skip = xmalloc((size_t)(s->n_skip ? s->n_skip : 1) * sizeof *s->skip);
     get(&r, s->skip, (size_t)s->n_skip * sizeof *s->skip);
     return r.ok && s->str[SET_CONFIG] && s->count >= 1 && s->index >= 1 && s->index <= 2 * s->count &&
-           s->batch >= 1 && (unsigned)s->dtype < DTYPE_COUNT && (unsigned)s->pass < PASS_COUNT && s->mode > MODE_NONE && s->mode <= MODE_BATCH &&
+           s->batch >= 1 && (unsigned)s->dtype < DTYPE_COUNT && (unsigned)s->pass < PASS_COUNT &&
+           (unsigned)s->optimizer < OPTIMIZER_COUNT && s->mode > MODE_NONE && s->mode <= MODE_BATCH &&
            memchr(s->backend, 0, sizeof s->backend);
 }
 

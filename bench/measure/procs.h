@@ -59,6 +59,7 @@ typedef struct measure_set {
     cfg_shape shape;          /* a decoder's token shape (CFG_SHAPE_KEEP: the config's) */
     int routing;              /* --routing: MOE_* for every moe layer; -1: the config's */
     double load_skew;
+    int optimizer;            /* --optimizer: model_optimizer */
     /* the backend */
     char backend[16];
     int threads;

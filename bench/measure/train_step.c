@@ -40,6 +40,9 @@ struct train_step {
     const void *logits;
     void *dloss;              /* the loss's gradient, the last layer's output's (owned) */
     int64_t *labels, rows, classes;
+    backend_optimizer_args opt;     /* the update after the backward (kind OPTIMIZER_NONE: none) */
+    bool *updates;                  /* per layer: its weights learn, and the optimizer updates them */
+    void **moments;                 /* per layer: AdamW's m then v (2 n_weights floats), owned; NULL else */
 };
 
 train_loss train_step_loss(const train_step *ts) { return ts->loss; }
@@ -213,6 +216,47 @@ static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
     return own_setup(ts, LAYER_SOFTMAX, &l->out, 1, l->dtype, &ts->softmax, why, whylen);
 }
 
+/* The optimizer (m->optimizer): which layers it updates (those whose backward runs and
+ * whose weights learn), AdamW's moments zeroed; learning rate 0 until train_step_set_lr
+ * (the same work, the weights unchanged: thousands of timed steps do not train the model
+ * away from its draw). False with why where the backend has no update, or out of memory. */
+static bool optimizer_setup(train_step *ts, const bool *runs, bench_status *status, char *why, size_t whylen)
+{
+    const model *m = ts->net->m;
+    const backend *b = ts->net->b;
+    ts->opt = (backend_optimizer_args){m->optimizer, 0.0f, 0.9f, 0.999f, 1e-8f, 0.01f, 0};
+    if (m->optimizer == OPTIMIZER_NONE)
+        return true;
+    if (!b->ops->layers.optimizer_update) {
+        snprintf(why, whylen, "--optimizer %s: the %s backend has no optimizer update", model_optimizer_name(m->optimizer),
+                 b->ops->name);
+        *status = BENCH_ERR_UNSUPPORTED;
+        return false;
+    }
+    ts->updates = xcalloc((size_t)ts->n, sizeof *ts->updates);
+    ts->moments = xcalloc((size_t)ts->n, sizeof *ts->moments);
+    int states = model_optimizer_state(m->optimizer);
+    for (int i = 0; i < ts->n; i++) {
+        const layer *l = &m->layers[i];
+        ts->updates[i] = runs[i] && l->n_weights > 0 && !l->frozen;
+        if (!ts->updates[i] || !states)
+            continue;
+        float *zeros = xcalloc((size_t)(states * l->n_weights), sizeof *zeros);
+        ts->moments[i] = backend_alloc_values(b, DTYPE_FP32, states * l->n_weights, zeros);
+        free(zeros);
+        if (!ts->moments[i]) {
+            snprintf(why, whylen, "out of memory for the optimizer's state of layer '%s'", l->name);
+            *status = BENCH_ERR_NOMEM;
+            return false;
+        }
+    }
+    return true;
+}
+
+void train_step_set_lr(train_step *ts, float lr) { ts->opt.lr = lr; }
+int train_step_marks(const train_step *ts) { return 2 * ts->n + 1 + (ts->opt.kind != OPTIMIZER_NONE ? ts->n : 0); }
+bool train_step_updates(const train_step *ts, int i) { return ts->updates && ts->updates[i]; }
+
 train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status *status, char *why, size_t whylen)
 {
     const model *m = net->m;
@@ -237,6 +281,8 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
             *status = backward_setup(ts, i, why, whylen);
     if (*status == BENCH_OK && !loss_setup(ts, seed, why, whylen))
         *status = ts->dloss ? BENCH_ERR_BACKEND : BENCH_ERR_NOMEM;
+    if (*status == BENCH_OK)
+        optimizer_setup(ts, runs, status, why, whylen);
     for (int i = n - 1; *status == BENCH_OK && i >= 0; i--) {
         if (!runs[i])
             continue;
@@ -259,7 +305,7 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
     return ts;
 }
 
-void train_step_queue(const train_step *ts, bool marks)
+void train_step_queue(train_step *ts, bool marks)
 {
     const backend *b = ts->net->b;
     int n = ts->n;
@@ -281,6 +327,19 @@ void train_step_queue(const train_step *ts, bool marks)
         if (marks)
             b->ops->timing.timer_mark(b->ctx, 2 * n - i);
     }
+    if (ts->opt.kind == OPTIMIZER_NONE)
+        return;
+    ts->opt.t++;
+    for (int i = 0; i < n; i++) { /* the parameters in the model's order, as torch's optimizer holds them */
+        const layer *l = &ts->net->m->layers[i];
+        if (ts->updates[i]) {
+            float *g = (float *)ts->grads[i] + layer_backward_floats(l) - l->n_weight_floats, *mv = ts->moments[i];
+            b->ops->layers.optimizer_update(b->ctx, &ts->opt, ts->net->weights[i], g, mv, mv ? mv + l->n_weights : NULL,
+                                            l->n_weights);
+        }
+        if (marks)
+            b->ops->timing.timer_mark(b->ctx, 2 * n + 1 + i);
+    }
 }
 
 void train_step_free(train_step *ts)
@@ -300,6 +359,8 @@ void train_step_free(train_step *ts)
     backend_layer_free(b, ts->softmax);
     b->ops->device.release(b->ctx, ts->dloss);
     free(ts->bl), free(ts->bstates), free(ts->grads), free(ts->bargs), free(ts->sums), free(ts->owned);
-    free(ts->sum_bufs), free(ts->adds), free(ts->labels);
+    for (int i = 0; ts->moments && i < ts->n; i++)
+        b->ops->device.release(b->ctx, ts->moments[i]);
+    free(ts->sum_bufs), free(ts->adds), free(ts->labels), free(ts->updates), free(ts->moments);
     free(ts);
 }

@@ -3,8 +3,9 @@
  * reference): after forward_queue has run a train model's forward (every value kept,
  * batch norm on the batch's statistics), the loss and its gradient, then every layer's
  * backward in reverse order, each output's gradient summed first where several layers
- * read it (a residual, a concatenation's inputs, a branch), as autograd accumulates it.
- * Nothing here times or prints. */
+ * read it (a residual, a concatenation's inputs, a branch), as autograd accumulates it;
+ * then, with m->optimizer, one update of every parameter tensor that learns (the
+ * backend's optimizer_update). Nothing here times or prints. */
 #ifndef LAYERBENCH_TRAIN_STEP_H
 #define LAYERBENCH_TRAIN_STEP_H
 
@@ -36,10 +37,16 @@ void train_loss_weights(uint64_t seed, int64_t count, float *r);
  * with its own memory: the loss's labels are written in host memory), BENCH_ERR_NOMEM or
  * BENCH_ERR_BACKEND. */
 train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status *status, char *why, size_t whylen);
-/* Queues the loss and the backward once; with marks, mark n_layers after the loss and
- * mark n_layers + (n_layers - i) after layer i's backward (2 n_layers + 1 marks with the
- * forward's). */
-void train_step_queue(const train_step *ts, bool marks);
+/* Queues the loss, the backward and the optimizer's update once; with marks, mark
+ * n_layers after the loss, mark n_layers + (n_layers - i) after layer i's backward and,
+ * with an optimizer, mark 2 n_layers + 1 + i after layer i's update (train_step_marks
+ * marks with the forward's). */
+void train_step_queue(train_step *ts, bool marks);
+int train_step_marks(const train_step *ts);
+/* Whether the optimizer updates layer i's weights. */
+bool train_step_updates(const train_step *ts, int i);
+/* The optimizer's learning rate (0 from the build: the work without the change). */
+void train_step_set_lr(train_step *ts, float lr);
 void train_step_free(train_step *ts);
 
 train_loss train_step_loss(const train_step *ts);

@@ -524,8 +524,13 @@ static void print_train_memory(console *c, const model *m, int64_t ws)
 {
     model_train_memory tm;
     model_train_plan(m, &tm);
-    char v[32], a[32], b[32], d[32], e[32], when[300];
+    char v[32], a[32], b[32], d[32], e[32], o[32], opt[80], when[300];
     int n = m->n_layers;
+    if (m->optimizer == OPTIMIZER_NONE)
+        snprintf(opt, sizeof opt, "no optimizer state");
+    else
+        snprintf(opt, sizeof opt, "%s's state %s", model_optimizer_name(m->optimizer),
+                 bench_format_bytes(tm.optimizer_bytes, o, sizeof o));
     if (tm.peak_step < n)
         snprintf(when, sizeof when, "the forward of %s", tm.peak_step >= 0 ? m->layers[tm.peak_step].name : "-");
     else if (tm.peak_step == n)
@@ -535,9 +540,9 @@ static void print_train_memory(console *c, const model *m, int64_t ws)
     summary_line(c, "memory of the training step", bench_format_bytes(tm.peak_bytes + ws, v, sizeof v),
                  "(at most, during %s: weights %s, their gradients %s, activations kept for the backward %s at the "
                  "loss, and the activations' gradients; + the largest workspace %s; if each tensor is freed after "
-                 "its last use; no optimizer state)",
+                 "its last use; %s)",
                  when, bench_format_bytes(tm.weight_bytes, a, sizeof a), bench_format_bytes(tm.weight_grad_bytes, b, sizeof b),
-                 bench_format_bytes(tm.kept_bytes, d, sizeof d), bench_format_bytes(ws, e, sizeof e));
+                 bench_format_bytes(tm.kept_bytes, d, sizeof d), bench_format_bytes(ws, e, sizeof e), opt);
 }
 
 /* The roofline's ceilings and the forward's memory. */

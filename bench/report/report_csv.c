@@ -22,7 +22,7 @@
     X(layer_index, 1, "position in execution order, from 0; -1 for the model row")                              \
     X(layer_name, 1, "qualified name as in PyTorch's module paths (layer1.0.conv1); the model name for the model row") \
     X(kind, 1, "layer kind (conv2d, batchnorm2d, ...); model for the whole forward; copy for transfers")      \
-    X(part, 0, "in-model rows of a layer's parts (multihead_attention: in_proj, qk, softmax, av, out_proj, docs/outputs.md; in a train set every layer's forward and backward inside the step, a conv2d's or linear's backward as backward data and backward weights): the part, with layer_name the layer's name plus .part and macs, flops and bytes the part's; empty for every other row") \
+    X(part, 0, "in-model rows of a layer's parts (multihead_attention: in_proj, qk, softmax, av, out_proj, docs/outputs.md; in a train set every layer's forward and backward inside the step, a conv2d's or linear's backward as backward data and backward weights, and with --optimizer each update): the part, with layer_name the layer's name plus .part and macs, flops and bytes the part's; empty for every other row") \
     X(input_shape, 1, "input shape NxCxHxW or NxF; an add lists its first input")                              \
     X(output_shape, 1, "output shape")                                                                          \
     X(params, 1, "learnable parameters, as torch counts them")                                                  \

@@ -234,14 +234,16 @@ static void emit_timeline(trace *t, const run_result *res, const model_blocks *m
     free(s);
 }
 
-/* One complete event of a training step's timeline: layer i's forward or backward. */
-static void emit_step_span(trace *t, const run_result *res, int i, bool backward, int64_t ts, int64_t dur, int pid,
+/* One complete event of a training step's timeline: layer i's pass ("forward",
+ * "backward" or "update"). */
+static void emit_step_span(trace *t, const run_result *res, int i, const char *pass, int64_t ts, int64_t dur, int pid,
                            int tid)
 {
     const layer *l = &res->m->layers[i];
     strbuf *b = &t->events;
     char name[200];
-    snprintf(name, sizeof name, "%s%s", block_leaf_name(l->name), backward ? " (backward)" : "");
+    snprintf(name, sizeof name, "%s%s%s%s", block_leaf_name(l->name), strcmp(pass, "forward") ? " (" : "",
+             strcmp(pass, "forward") ? pass : "", strcmp(pass, "forward") ? ")" : "");
     strbuf_append(b, ",\n{\"name\": ", 11);
     strbuf_json(b, name);
     strbuf_printf(b, ", \"cat\": \"%s\", \"ph\": \"X\", ", layer_kind_name(l->kind));
@@ -250,25 +252,29 @@ static void emit_step_span(trace *t, const run_result *res, int i, bool backward
     us_field(b, "dur", dur);
     strbuf_printf(b, ", \"pid\": %d, \"tid\": %d, \"args\": {\"layer\": ", pid, tid);
     strbuf_json(b, l->name);
-    strbuf_printf(b, ", \"index\": %d, \"pass\": \"%s\"}}", i, backward ? "backward" : "forward");
+    strbuf_printf(b, ", \"index\": %d, \"pass\": \"%s\"}}", i, pass);
 }
 
 /* A training step's kept sample in the order it ran: each layer's forward (its part
  * "forward"), then each layer's backward (the rest of its time in the step: its part
- * "backward", or its halves "backward data" and "backward weights") in reverse, inside one span
+ * "backward", or its halves "backward data" and "backward weights") in reverse, then each
+ * optimizer update (part "update") in order, inside one span
  * of the step; the loss between them is left out (the chained row's note has it). */
 static void emit_step(trace *t, const run_result *res, int pid, int tid)
 {
     const model *m = res->m;
     int n = m->n_layers;
-    int64_t *f = xmalloc((size_t)(n ? n : 1) * 2 * sizeof *f), *g = f + n, total = 0;
-    for (int i = 0; i < 2 * n; i++)
+    int64_t *f = xmalloc((size_t)(n ? n : 1) * 3 * sizeof *f), *g = f + n, *u = g + n, total = 0;
+    for (int i = 0; i < 3 * n; i++)
         f[i] = -1;
+    for (int j = 0; j < res->n_parts; j++) /* an optimizer's update */
+        if (row_timed(&res->parts[j].r) && !strcmp(res->parts[j].info.name, "update"))
+            u[res->parts[j].layer] = to_ns(res->parts[j].sample), total += u[res->parts[j].layer];
     for (int j = 0; j < res->n_parts; j++) { /* the backward: the rest of the layer's time in the step */
         const part_result *p = &res->parts[j];
         int i = p->layer;
         if (row_timed(&p->r) && p->index == 0) {
-            f[i] = to_ns(p->sample), g[i] = to_ns(res->forward_sample[i]) - f[i];
+            f[i] = to_ns(p->sample), g[i] = to_ns(res->forward_sample[i]) - f[i] - (u[i] > 0 ? u[i] : 0);
             g[i] = g[i] < 0 ? 0 : g[i];
             total += f[i] + g[i];
         }
@@ -283,16 +289,20 @@ static void emit_step(trace *t, const run_result *res, int pid, int tid)
     strbuf_append(b, ", ", 2);
     us_field(b, "dur", total);
     strbuf_printf(b, ", \"pid\": %d, \"tid\": %d, \"args\": {\"timeline\": \"one training step, the sample whose "
-                     "layers add up to the median total: the forward, then the backward in reverse (the loss left out)\", "
+                     "layers add up to the median total: the forward, then the backward in reverse, then any optimizer updates "
+                     "(the loss left out)\", "
                      "\"backend\": \"%s\", \"batch\": %lld, \"chained_median_us\": %.4f}}",
                   pid, tid, res->backend, (long long)m->batch, res->chained.st.median * 1e6);
     int64_t ts = 0;
     for (int i = 0; i < n; i++)
         if (f[i] >= 0)
-            emit_step_span(t, res, i, false, ts, f[i], pid, tid), ts += f[i];
+            emit_step_span(t, res, i, "forward", ts, f[i], pid, tid), ts += f[i];
     for (int i = n - 1; i >= 0; i--)
         if (g[i] >= 0)
-            emit_step_span(t, res, i, true, ts, g[i], pid, tid), ts += g[i];
+            emit_step_span(t, res, i, "backward", ts, g[i], pid, tid), ts += g[i];
+    for (int i = 0; i < n; i++)
+        if (u[i] >= 0)
+            emit_step_span(t, res, i, "update", ts, u[i], pid, tid), ts += u[i];
     free(f);
 }
 

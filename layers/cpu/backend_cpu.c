@@ -639,5 +639,5 @@ const backend_ops backend_cpu_ops = {
                .marks_prepare = cpu_marks_prepare, .timer_mark = cpu_timer_mark, .marks_read = cpu_marks_read,
                .canary = cpu_canary, .stream = cpu_stream},
     .layers = {.kernels = &cpu_kernels, .choices_get = cpu_choices_get, .choices_put = cpu_choices_put,
-               .backward = &cpu_backward},
+               .backward = &cpu_backward, .optimizer_update = cpu_optimizer_update},
 };

@@ -1079,3 +1079,45 @@ const backend_kernel cpu_transpose_bwd_kernel = {.run = transpose_bwd_run, .impl
 const backend_kernel cpu_token_bwd_kernel = {.run = token_bwd_run, .impl = "row copies and sums over the batch"};
 const backend_kernel cpu_embedding_bwd_kernel = {.run = embedding_bwd_run,
                                                  .impl = "dense table gradient (zeroed then each token's row added)"};
+
+/* ---- the optimizer's update (backend_layers_i.optimizer_update) ------------------------------ */
+
+CPU_ISA_CLONES
+static void sgd_span(float *w, const float *g, int64_t n, float lr)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        w[i] -= lr * g[i];
+}
+
+CPU_ISA_CLONES
+static void adamw_span(float *w, const float *g, float *m, float *v, int64_t n, const backend_optimizer_args *a,
+                       float c1, float c2)
+{
+    float b1 = a->beta1, b2 = a->beta2, decay = 1.0f - a->lr * a->weight_decay;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        w[i] = w[i] * decay - a->lr * (m[i] * c1) / (sqrtf(v[i] * c2) + a->eps);
+    }
+}
+
+/* Over the thread pool in spans of 16K parameters: one read of w and g (and m and v), one
+ * write of w (and m and v), as torch's single-tensor loops do */
+void cpu_optimizer_update(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,
+                          int64_t n)
+{
+    (void)ctx;
+    const int64_t span = 16384;
+    int64_t spans = (n + span - 1) / span;
+    float c1 = 1.0f / (1.0f - powf(a->beta1, (float)a->t)), c2 = 1.0f / (1.0f - powf(a->beta2, (float)a->t));
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t k = 0; k < spans; k++) {
+            int64_t at = k * span, len = n - at < span ? n - at : span;
+            if (a->kind == OPTIMIZER_SGD)
+                sgd_span(w + at, g + at, len, a->lr);
+            else
+                adamw_span(w + at, g + at, m + at, v + at, len, a, c1, c2);
+        });
+}

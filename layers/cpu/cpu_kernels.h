@@ -93,6 +93,9 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
  * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */
 extern const backend_kernel cpu_via_f32_kernel;
 /* The backward kernels (backward_cpu.c; rope's in llm_cpu.c), fp32 */
+/* The training step's optimizer update (backend_layers_i.optimizer_update; backward_cpu.c). */
+void cpu_optimizer_update(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,
+                          int64_t n);
 extern const backend_kernel cpu_conv2d_bwd_kernel, cpu_linear_bwd_kernel, cpu_batchnorm2d_bwd_kernel, cpu_act_bwd_kernel,
     cpu_binary_bwd_kernel, cpu_pool_bwd_kernel, cpu_norm_bwd_kernel, cpu_softmax_bwd_kernel, cpu_embedding_bwd_kernel,
     cpu_rope_bwd_kernel, cpu_attention_bwd_kernel, cpu_multihead_attention_bwd_kernel, cpu_transpose_bwd_kernel,

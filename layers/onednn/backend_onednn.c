@@ -216,6 +216,13 @@ static const backend_kernel_table od_kernels = {
     [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {NULL, OD_NO_BWD16}, \
     [kind][DTYPE_FP16] = {NULL, OD_NO_BWD16}
 
+/* The optimizer's update: the cpu backend's loop (oneDNN has no optimizer primitive) */
+static void od_optimizer_update(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,
+                                int64_t n)
+{
+    backend_cpu_ops.layers.optimizer_update(((od_ctx *)ctx)->cpu, a, w, g, m, v, n);
+}
+
 static const backend_kernel_table od_backward = {
     OD_BWD_ROW(LAYER_CONV2D, od_gemm_bwd_kernel),
     OD_BWD_ROW(LAYER_LINEAR, od_gemm_bwd_kernel),
@@ -264,5 +271,6 @@ const backend_ops backend_onednn_ops = {
     .timing = {.timer_start = od_timer_start, .timer_stop = od_timer_stop, .flush_cache = od_flush_cache,
                .marks_prepare = od_marks_prepare, .timer_mark = od_timer_mark, .marks_read = od_marks_read,
                .canary = od_canary, .stream = od_stream},
-    .layers = {.kernels = &od_kernels, .model_link = od_model_link, .backward = &od_backward},
+    .layers = {.kernels = &od_kernels, .model_link = od_model_link, .backward = &od_backward,
+               .optimizer_update = od_optimizer_update},
 };
