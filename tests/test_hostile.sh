@@ -135,14 +135,25 @@ cp "$T/r.csv" "$T/r_nojson.csv"
 expect 0 "r_nojson.json is not there: nothing says which sets" -- B sweep "$SMOKE" "${RUN[@]}" --batch 1,2 --csv "$T/r_nojson.csv" --resume
 
 # ---- signals -----------------------------------------------------------------------------
-# SIGINT at once: a background job starts with SIGINT ignored, the handler comes first
+# SIGINT at once: a background job starts with SIGINT ignored, the handler comes first.
+# The signal goes as soon as the handler is there (SigCgt in /proc): before it, no
+# program could see it (under a sanitizer on a busy machine, 50 ms can pass before main)
+handler_up() {
+  local i m
+  for i in $(seq 1 1000); do
+    m=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+    [ -n "$m" ] && [ $(( 0x$m & 2 )) != 0 ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
 bash -c "exec '$BENCH' sweep '$SMOKE' ${RUN[*]} --batch 1,2,4 --csv '$T/sig.csv'" >/dev/null 2>&1 &
 pid=$!
-sleep 0.05
+handler_up $pid
 kill -INT $pid 2>/dev/null
 wait $pid
 rc=$?
-[ "$rc" = 130 ] && ok || bad "SIGINT 50 ms after the start: exit $rc, expected 130"
+[ "$rc" = 130 ] && ok || bad "SIGINT as soon as its handler is up: exit $rc, expected 130"
 
 # ... and a run stopped before it finished a set leaves the previous run's CSV and JSON as
 # they were (the two describe the same sets)
@@ -150,7 +161,7 @@ B run "$SMOKE" "${RUN[@]}" --csv "$T/prev.csv" >/dev/null 2>&1
 cp "$T/prev.csv" "$T/prev_keep.csv" && cp "$T/prev.json" "$T/prev_keep.json"
 bash -c "exec '$BENCH' run '$SMOKE' ${RUN[*]} --csv '$T/prev.csv'" >/dev/null 2>&1 &
 pid=$!
-sleep 0.05
+handler_up $pid
 kill -INT $pid 2>/dev/null
 wait $pid
 cmp -s "$T/prev.csv" "$T/prev_keep.csv" && cmp -s "$T/prev.json" "$T/prev_keep.json" && ok ||
