@@ -42,8 +42,11 @@ the last linear's logits against random labels, else a weighted sum of the outpu
 random weights), and the loss's backward; each aten::convolution_backward call beside
 the backward of our convolution inside our step (its in-model part rows: "backward", or
 "backward data" and "backward weights" summed), and the step's eager median beside our
-chained step's. --freeze PATTERNS freezes the same layers' parameters in torch as bench
-run --freeze does in ours (fine-tuning).
+chained step's; each step sets the parameters' gradients to None first (zero_grad), so
+that torch writes them afresh as ours are. --freeze PATTERNS freezes the same layers'
+parameters in torch as bench run --freeze does in ours (fine-tuning); --optimizer sgd or
+adamw adds torch's single-tensor optimizer step at a learning rate of 0, as bench run
+--optimizer times ours.
 
 What torch's figure holds: the whole aten call, as the profiler's CPU total counts it
 (its dispatch, any layout reorder inside the call, the output's allocation), on the
@@ -120,6 +123,9 @@ def main():
                          "beside the backward rows of run.csv (bench run --pass backward); train: torch's eager "
                          "training step beside our chained one (bench run --pass train), its convolution_backward "
                          "calls beside our convolutions' backward inside the step")
+    ap.add_argument("--optimizer", choices=("none", "sgd", "adamw"), default="none",
+                    help="with --pass train: torch's optimizer step after the backward (foreach=False, lr 0), as bench "
+                         "run --optimizer times ours")
     ap.add_argument("--freeze", help="with --pass train: comma-separated shell patterns of layer names whose "
                     "parameters torch freezes (requires_grad False), as bench run --freeze PATTERN")
     ap.add_argument("--out", help="the markdown table (default stdout)")
@@ -207,9 +213,17 @@ def main():
     grad_out = None
 
     labels = None
+    params = [w for _, m, _ in layers for w in m.parameters() if w.requires_grad]
+    optimizer = None
+    if args.optimizer != "none":  # single-tensor (foreach=False) at lr 0, as bench run --optimizer times it
+        make = torch.optim.SGD if args.optimizer == "sgd" else torch.optim.AdamW
+        optimizer = make(params, lr=0.0, foreach=False)
 
     def step():  # the forward; with --pass backward the backward of a fixed random gradient; train: a loss's
         nonlocal grad_out, labels
+        if train:  # gradients written afresh each step, as ours are (zero_grad(set_to_none=True))
+            for w in params:
+                w.grad = None
         y = forward()
         if train and layers[-1][0]["kind"] == "linear":
             if labels is None:
@@ -219,6 +233,8 @@ def main():
             if grad_out is None:
                 grad_out = torch.rand(y.shape) * 2 - 1
             (y * grad_out).sum().backward() if train else y.backward(grad_out)
+        if optimizer is not None:
+            optimizer.step()
 
     with torch.set_grad_enabled(backward):
         for _ in range(10):
