@@ -528,6 +528,8 @@ static void print_train_memory(console *c, const model *m, int64_t ws)
     int n = m->n_layers;
     if (m->optimizer == OPTIMIZER_NONE)
         snprintf(opt, sizeof opt, "no optimizer state");
+    else if (!tm.optimizer_bytes)
+        snprintf(opt, sizeof opt, "%s keeps no state", model_optimizer_name(m->optimizer));
     else
         snprintf(opt, sizeof opt, "%s's state %s", model_optimizer_name(m->optimizer),
                  bench_format_bytes(tm.optimizer_bytes, o, sizeof o));
