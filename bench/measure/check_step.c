@@ -284,12 +284,14 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
         train_step_set_lr(ts, 1e-3f); /* a real change to compare (the timed steps run at 0) */
         train_step_queue(ts, false);
         if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK && take_forward(m, b, &net, &ref, &r)) {
-            if (ref_backward(m, seed, &ref))
+            if (!ref_backward(m, seed, &ref)) {
+                r.status = BENCH_ERR_NOMEM;
+                snprintf(r.why, sizeof r.why, "out of memory (for the reference step's gradients)");
+            } else {
                 compare_wgrads(m, b, ts, &ref, &r);
-            if (r.status == BENCH_OK && m->optimizer != OPTIMIZER_NONE)
-                compare_updates(m, b, &net, ts, &ref, &r);
-            else
-                r.status = BENCH_ERR_NOMEM, snprintf(r.why, sizeof r.why, "out of memory (for the reference step's gradients)");
+                if (r.status == BENCH_OK && m->optimizer != OPTIMIZER_NONE)
+                    compare_updates(m, b, &net, ts, &ref, &r);
+            }
         }
     }
     if (r.status != BENCH_OK && r.status != BENCH_ERR_CHECK && !*r.why)
