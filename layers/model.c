@@ -311,6 +311,8 @@ void model_train_plan(const model *m, model_train_memory *tm)
         }
         if (l->n_weights > 0 && !l->frozen) /* the optimizer's state of the weights that learn, kept across steps */
             tm->optimizer_bytes += model_optimizer_state(m->optimizer) * 4 * l->n_weights;
+        if (l->n_weights > 0 && !l->frozen && m->optimizer != OPTIMIZER_NONE && dtype_storage(l->dtype) != DTYPE_FP32)
+            tm->master_bytes += 4 * l->n_weights; /* what the update changes, the weights rounded from it */
         dies[i + 1] = bwd_step(n, i) > dies[i + 1] ? bwd_step(n, i) : dies[i + 1]; /* its output, for its backward */
         for (int k = 0; k < l->n_inputs; k++) {
             int s = model_storage_of(m, l->inputs[k]);
@@ -327,13 +329,13 @@ void model_train_plan(const model *m, model_train_memory *tm)
         if (model_storage_of(m, v) == v && first_grad[v] < steps && runs[v - 1])
             live_span(delta, first_grad[v], bwd_step(n, v - 1),
                       (int64_t)dtype_size(m->layers[v - 1].dtype) * shape_numel(&m->layers[v - 1].out));
-    int64_t live = tm->weight_bytes + tm->optimizer_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
+    int64_t live = tm->weight_bytes + tm->optimizer_bytes + tm->master_bytes, loss_grad = out > 0 ? (int64_t)dtype_size(model_value_dtype(m, out)) *
                                                               shape_numel(model_value_shape(m, out))
                                                         : 0;
     for (int t = 0; t < steps; t++) {
         live += delta[t];
         if (t == n) /* at the loss: all but the weights and the loss's gradient (born then, for an output of its own) */
-            tm->kept_bytes = live - tm->weight_bytes - tm->optimizer_bytes - loss_grad;
+            tm->kept_bytes = live - tm->weight_bytes - tm->optimizer_bytes - tm->master_bytes - loss_grad;
         if (live > tm->peak_bytes)
             tm->peak_bytes = live, tm->peak_step = t;
     }

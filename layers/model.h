@@ -109,10 +109,12 @@ void model_memory_plan(const model *m, model_memory *mm);
  * backward of its last reader (the loss, for the model's output) to its own layer's
  * (one buffer where several readers add theirs); the weights' gradients from their
  * layer's backward to the end (an optimizer reads them); the optimizer's state
- * (m->optimizer) throughout. Workspaces are not counted. */
+ * (m->optimizer) and the fp32 master weights it updates for 16-bit ones throughout.
+ * Workspaces are not counted. */
 typedef struct model_train_memory {
     int64_t weight_bytes, weight_grad_bytes;
     int64_t optimizer_bytes;         /* the optimizer's state (AdamW's two moments of each weight that learns) */
+    int64_t master_bytes;            /* with an optimizer, the fp32 master weights of the 16-bit ones that learn */
     int64_t kept_bytes;              /* the activations the forward keeps for the backward (at the loss) */
     int64_t peak_bytes;              /* weights, their gradients, activations and their gradients alive at once */
     int peak_step;                   /* when: i < n layer i's forward, n the loss, n + 1 + j the backward of layer n - 1 - j */

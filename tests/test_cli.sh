@@ -752,7 +752,8 @@ grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner d
 # embedding's dense table gradient) whole in fp32
 expect 0 "backward \(each layer's gradients.*, 0 failed, 1 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
 expect 0 ", 0 failed, 0 skipped" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype fp32
-expect 0 "the cpu backend's backward kernels are fp32 only so far" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype bf16
+# bf16 and fp16: the fp32 kernels on fp32 copies, every gradient rounded to the dtype
+expect 0 "dtype bf16, backward.*, 0 failed, 0 skipped.*dtype fp16, backward.*, 0 failed, 0 skipped" -- bash -c "'$BENCH' check '$SRC/tests/data/llama_tiny_prefill.yaml' --pass backward --dtype bf16,fp16 | tr '\n' ' '"
 expect 2 "run it for one --pass at a time" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --stacks "$T/p.folded"
 # compare matches each pass with itself only; --resume keeps the finished pass's set
 for t in forward backward; do
@@ -874,6 +875,28 @@ for o in sgd adamw; do
 done
 expect 2 "--optimizer sgd updates the weights after a training step's backward: give --pass train too" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --optimizer sgd
 expect 2 "--optimizer expects none, sgd or adamw" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --optimizer lion
+# a step in bf16 (the cpu's fp32 backward kernels on fp32 copies), and its update through
+# fp32 master weights: the step checked, the masters' change compared; timed, the
+# backward's conversions are parts of their own and the masters are in the step's memory
+for o in none adamw; do
+  expect 0 "dtype bf16, train.*training step \(chained\) .* ok: the weights' gradients.*, 0 failed" -- bash -c "'$BENCH' check '$SMOKE' --pass train --dtype bf16 --optimizer $o | tr '\n' ' '"
+done
+"$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --dtype bf16 --optimizer sgd --csv "$T/bf16train.csv" >"$T/bf16train.out" 2>&1 &&
+  ok || bad "run --pass train --dtype bf16: $(tail -3 "$T/bf16train.out")"
+got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
+  v("mode") == "chained" { st = v("status") }
+  v("mode") == "inmodel" && v("part") ~ /^convert (to|from) fp32$/ { conv++ }
+  v("mode") != "chained" && v("mode") != "inmodel" && v("status") == "ok" { n++; via += v("impl") ~ /then backward (cpu kernel: )?fp32 copies/ }
+  END { good = st == "ok" && conv > 0 && n > 0 && via == n
+        print good ? "ok" : st " step; " conv " conversion parts; " via " of " n " rows on fp32 copies" }' "$T/bf16train.csv")
+[ "$got" = ok ] && ok || bad "bf16 train rows: $got"
+grep -q "memory of the training step.*sgd keeps no state, fp32 master weights" "$T/bf16train.out" && ok ||
+  bad "the bf16 step's memory: $(grep 'memory of' "$T/bf16train.out" | cut -c1-250)"
+# a step that cannot fit in the memory the run may take is refused before it is built: a
+# linear layer of 16.8 MB of weights under an 80 MiB limit (alone, its train row fits),
+# whose step with AdamW (weights, gradients, two moments, a packed copy) cannot
+printf 'name: huge\ninput: [2048]\nlayers:\n  - {kind: linear, out_features: 2048}\n' >"$T/huge.yaml"
+expect 0 "training step +not run +not run: the training step needs .* \(as planned, and a packed copy of the weights\) beside the isolated layers' .*, and .* is available" -- env LAYERBENCH_MEM_LIMIT=80M "$BENCH" run "$T/huge.yaml" "${FAST[@]}" --pass train --optimizer adamw
 
 printf 'name: g\ninput: [4, 5, 5]\nlayers:\n  - {kind: relu, requires_grad: false}\n' >"$T/grad_relu.yaml"
 expect 2 "grad_relu.yaml:4:33: layer '0' \(relu\) has no weights: requires_grad: false applies" -- "$BENCH" list "$T/grad_relu.yaml"

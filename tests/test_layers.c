@@ -625,33 +625,35 @@ done:
     free(ref), free(host_out);
 }
 
-/* One case's backward on a backend (fp32), as bench check --pass backward checks it
+/* One case's backward on a backend in dtype t, as bench check --pass backward checks it
  * (check.c): every input's gradient and the weights' against the reference backward on
- * the same inputs, training forward output and output gradient. */
-static void run_backward_case(const backend *b, const layer_case *c, uint64_t seed)
+ * the same inputs, training forward output and output gradient (rounded to t, as the
+ * backend holds them). */
+static void run_backward_case(const backend *b, const layer_case *c, uint64_t seed, dtype_t t)
 {
     layer l;
     if (!make_layer(c, &l))
         return;
+    l.dtype = t;
     l.pass = PASS_BACKWARD;
     layer_count(&l);
     if (!backend_kernel_of(b, &l).kernel || layer_is_view(&l))
         return; /* the table says why; a view's gradient is its output's */
     check_result r = check_layer(&l, b, seed);
     if (r.status == BENCH_ERR_UNSUPPORTED) { /* the kernel refused this configuration: it must say why */
-        printf("  backward %-18s %-34s unsupported: %s\n", layer_kind_name(l.kind), c->what, r.why);
+        printf("  backward %-18s %-34s %-4s unsupported: %s\n", layer_kind_name(l.kind), c->what, dtype_name(t), r.why);
         EXPECT(*r.why, "%s %s backward: unsupported without a reason", layer_kind_name(l.kind), c->what);
         return;
     }
-    EXPECT(r.status == BENCH_OK, "%s %s backward: relative error %.2e (tolerance %.1e), %lld not finite: %s",
-           layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
-    printf("  backward %-18s %-34s rel. error %.2e\n", layer_kind_name(l.kind), c->what, r.rel_err);
+    EXPECT(r.status == BENCH_OK, "%s %s backward %s: relative error %.2e (tolerance %.1e), %lld not finite: %s",
+           layer_kind_name(l.kind), c->what, dtype_name(t), r.rel_err, r.tolerance, (long long)r.nonfinite, r.why);
+    printf("  backward %-18s %-34s %-4s rel. error %.2e\n", layer_kind_name(l.kind), c->what, dtype_name(t), r.rel_err);
     if (l.n_weights > 0) { /* frozen (requires_grad: false): the inputs' gradients alone, as right */
         l.frozen = true;
         layer_count(&l);
         r = check_layer(&l, b, seed);
-        EXPECT(r.status == BENCH_OK, "%s %s backward, frozen: relative error %.2e (tolerance %.1e): %s",
-               layer_kind_name(l.kind), c->what, r.rel_err, r.tolerance, r.why);
+        EXPECT(r.status == BENCH_OK, "%s %s backward %s, frozen: relative error %.2e (tolerance %.1e): %s",
+               layer_kind_name(l.kind), c->what, dtype_name(t), r.rel_err, r.tolerance, r.why);
         l.frozen = false;
         layer_count(&l);
     }
@@ -662,9 +664,9 @@ static void run_backward_case(const backend *b, const layer_case *c, uint64_t se
     l.pass = PASS_TRAIN;
     layer_count(&l);
     r = check_layer(&l, b, seed);
-    EXPECT(r.status == BENCH_OK, "%s %s train: relative error %.2e (tolerance %.1e): %s", layer_kind_name(l.kind), c->what,
-           r.rel_err, r.tolerance, r.why);
-    printf("  train    %-18s %-34s %s\n", layer_kind_name(l.kind), c->what, r.why);
+    EXPECT(r.status == BENCH_OK, "%s %s train %s: relative error %.2e (tolerance %.1e): %s", layer_kind_name(l.kind),
+           c->what, dtype_name(t), r.rel_err, r.tolerance, r.why);
+    printf("  train    %-18s %-34s %-4s %s\n", layer_kind_name(l.kind), c->what, dtype_name(t), r.why);
 }
 
 /* Dropout's hashed mask drops about p of the elements, with no pattern a stride shows,
@@ -1063,9 +1065,11 @@ int main(int argc, char **argv)
         test_backward_coverage(&b);
         test_dropout_mask();
     }
-    /* every case's backward the backend has a kernel for (fp32) */
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        run_backward_case(&b, &cases[i], seed + i);
+    /* every case's backward the backend has a kernel for, in fp32, bf16 and fp16 */
+    static const dtype_t bwd_types[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
+    for (size_t t = 0; t < sizeof bwd_types / sizeof *bwd_types; t++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            run_backward_case(&b, &cases[i], seed + i, bwd_types[t]);
     backend_close(&b);
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search

@@ -345,13 +345,14 @@ static const cli_option options[] = {
              "weights from its output's gradient, each layer alone; or train: its forward in training mode (batch "
              "norm on the batch's statistics, dropout's mask) then its backward, each layer alone, and the whole "
              "training step chained (the forward, a loss, the backward in reverse, gradients summed where a value "
-             "has several readers) with each layer's forward and backward inside it (cpu: fp32; a kind or backend "
-             "without a backward kernel is a skipped row that says why); check: each layer's gradients against the "
+             "has several readers) with each layer's forward and backward inside it (fp32, bf16, fp16; a kind or "
+             "backend without a backward kernel is a skipped row that says why); check: each layer's gradients against the "
              "reference backward, and for train the whole step's. A list does each, like --dtype (docs/training.md)"},
     {"optimizer", "O", O_CHOICE, F(model.optimizer), .choices = optimizer_names, .commands = C_BACKENDS,
      .help = "with --pass train: after the backward, one update of every parameter tensor that learns, as torch's "
              "single-tensor optimizers do: sgd (w -= lr g) or adamw (its two moments kept per weight; torch's "
-             "defaults), each layer's update a part of its in-model row (update), its state in the step's memory. "
+             "defaults), each layer's update a part of its in-model row (update), its state in the step's memory; "
+             "16-bit weights are updated through fp32 master weights. "
              "Timed with a learning rate of 0 (the same reads, writes and arithmetic, the weights unchanged); bench "
              "check runs one step at 1e-3 and compares the update (default none; docs/training.md)"},
     {"error", NULL, O_FLAG, F(run.error), .commands = C_MEASURE,

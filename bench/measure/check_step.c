@@ -192,14 +192,17 @@ static void compare_updates(const model *m, const backend *b, const forward_net 
             continue;
         float *got = bench_alloc_floats(n), *want = bench_alloc_floats(n), *grads = bench_alloc_floats(all);
         bool ok = got && want && grads;
+        const void *updated = train_step_master(ts, i) ? (const void *)train_step_master(ts, i) : net->weights[i];
         r->status = !ok ? BENCH_ERR_NOMEM
-                    : backend_download_values(b, DTYPE_FP32, got, net->weights[i], n) != BENCH_OK ||
+                    : backend_download_values(b, DTYPE_FP32, got, updated, n) != BENCH_OK ||
                               backend_download_values(b, l->dtype, grads, train_step_grads(ts, i), all) != BENCH_OK
                         ? BENCH_ERR_BACKEND
                         : BENCH_OK;
         double round = 0.0, norm = 0.0;
         for (int64_t k = 0; r->status == BENCH_OK && k < n; k++) {
-            double w = ref->weights[i][k], g = grads[all - l->n_weight_floats + k];
+            float w16 = ref->weights[i][k]; /* the weights as the backend holds them (its master: widened) */
+            dtype_round(l->dtype, &w16, 1);
+            double w = w16, g = grads[all - l->n_weight_floats + k];
             double d = m->optimizer == OPTIMIZER_SGD ? -lr * g : -lr * (wd * w + g / (fabs(g) + eps));
             double ulp = fabs((double)got[k]) * 0x1p-23;
             want[k] = (float)d, got[k] = (float)((double)got[k] - w);

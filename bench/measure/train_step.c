@@ -43,11 +43,17 @@ struct train_step {
     backend_optimizer_args opt;     /* the update after the backward (kind OPTIMIZER_NONE: none) */
     bool *updates;                  /* per layer: its weights learn, and the optimizer updates them */
     void **moments;                 /* per layer: AdamW's m then v (2 n_weights floats), owned; NULL else */
+    float **master;                 /* per 16-bit layer the optimizer updates: its fp32 master weights, owned */
+    float *wide_grad;               /* the widest such layer's weights' gradient, widened to fp32 (owned) */
 };
 
 train_loss train_step_loss(const train_step *ts) { return ts->loss; }
 const void *train_step_grads(const train_step *ts, int i) { return ts->bstates[i] ? ts->grads[i] : NULL; }
 const backend_layer *train_step_backward(const train_step *ts, int i) { return ts->bstates[i]; }
+const float *train_step_master(const train_step *ts, int i) { return ts->master ? ts->master[i] : NULL; }
+
+/* A layer whose weights are 16-bit: the optimizer updates fp32 master weights of them */
+static bool master_weights(const layer *l) { return dtype_storage(l->dtype) != DTYPE_FP32; }
 
 /* A layer of kind over in (n_in inputs of that shape) in dtype t, set up on the
  * backend's forward kernels; false with why. */
@@ -235,10 +241,28 @@ static bool optimizer_setup(train_step *ts, const bool *runs, bench_status *stat
     }
     ts->updates = xcalloc((size_t)ts->n, sizeof *ts->updates);
     ts->moments = xcalloc((size_t)ts->n, sizeof *ts->moments);
+    ts->master = xcalloc((size_t)ts->n, sizeof *ts->master);
     int states = model_optimizer_state(m->optimizer);
+    int64_t widest = 0;
     for (int i = 0; i < ts->n; i++) {
         const layer *l = &m->layers[i];
         ts->updates[i] = runs[i] && l->n_weights > 0 && !l->frozen;
+        if (ts->updates[i] && master_weights(l)) { /* widened from the weights the kernels read */
+            float *host = bench_alloc_floats(l->n_weights);
+            if (!b->ops->device.convert) {
+                snprintf(why, whylen, "--optimizer %s in %s: the %s backend converts no dtypes",
+                         model_optimizer_name(m->optimizer), dtype_name(l->dtype), b->ops->name);
+                *status = BENCH_ERR_UNSUPPORTED;
+            } else if (!host || backend_download_values(b, l->dtype, host, ts->net->weights[i], l->n_weights) != BENCH_OK ||
+                       !(ts->master[i] = backend_alloc_values(b, DTYPE_FP32, l->n_weights, host))) {
+                snprintf(why, whylen, "out of memory for the fp32 master weights of layer '%s'", l->name);
+                *status = BENCH_ERR_NOMEM;
+            }
+            free(host);
+            if (*status != BENCH_OK)
+                return false;
+            widest = l->n_weights > widest ? l->n_weights : widest;
+        }
         if (!ts->updates[i] || !states)
             continue;
         float *zeros = xcalloc((size_t)(states * l->n_weights), sizeof *zeros);
@@ -249,6 +273,11 @@ static bool optimizer_setup(train_step *ts, const bool *runs, bench_status *stat
             *status = BENCH_ERR_NOMEM;
             return false;
         }
+    }
+    if (widest && !(ts->wide_grad = backend_alloc_values(b, DTYPE_FP32, widest, NULL))) {
+        snprintf(why, whylen, "out of memory for the optimizer's fp32 gradient");
+        *status = BENCH_ERR_NOMEM;
+        return false;
     }
     return true;
 }
@@ -312,9 +341,15 @@ void train_step_queue(train_step *ts, bool marks)
     if (ts->softmax) { /* d loss / d logits = softmax - one-hot of the label, row by row */
         backend_layer_run(ts->softmax, &ts->logits, ts->dloss);
         b->ops->device.sync(b->ctx);
-        float *d = ts->dloss;
-        for (int64_t r = 0; r < ts->rows; r++)
-            d[r * ts->classes + ts->labels[r]] -= 1.0f;
+        dtype_t t = ts->net->m->layers[model_storage_of(ts->net->m, n) - 1].dtype;
+        size_t es = dtype_size(t);
+        for (int64_t r = 0; r < ts->rows; r++) { /* in the logits' dtype */
+            void *at = (char *)ts->dloss + (r * ts->classes + ts->labels[r]) * (int64_t)es;
+            float x;
+            dtype_to_f32(t, &x, at, 1);
+            x -= 1.0f;
+            dtype_from_f32(t, at, &x, 1);
+        }
     }
     if (marks)
         b->ops->timing.timer_mark(b->ctx, n);
@@ -333,9 +368,16 @@ void train_step_queue(train_step *ts, bool marks)
     for (int i = 0; i < n; i++) { /* the parameters in the model's order, as torch's optimizer holds them */
         const layer *l = &ts->net->m->layers[i];
         if (ts->updates[i]) {
-            float *g = (float *)ts->grads[i] + layer_backward_floats(l) - l->n_weight_floats, *mv = ts->moments[i];
-            b->ops->layers.optimizer_update(b->ctx, &ts->opt, ts->net->weights[i], g, mv, mv ? mv + l->n_weights : NULL,
-                                            l->n_weights);
+            const void *g = (const char *)ts->grads[i] +
+                            (layer_backward_floats(l) - l->n_weight_floats) * (int64_t)dtype_size(l->dtype);
+            float *w = ts->master[i] ? ts->master[i] : ts->net->weights[i], *mv = ts->moments[i];
+            if (ts->master[i]) { /* 16-bit: the gradient widened, the master updated, the weights rounded from it */
+                b->ops->device.convert(b->ctx, ts->wide_grad, DTYPE_FP32, g, l->dtype, l->n_weights);
+                g = ts->wide_grad;
+            }
+            b->ops->layers.optimizer_update(b->ctx, &ts->opt, w, g, mv, mv ? mv + l->n_weights : NULL, l->n_weights);
+            if (ts->master[i])
+                b->ops->device.convert(b->ctx, ts->net->weights[i], l->dtype, w, DTYPE_FP32, l->n_weights);
         }
         if (marks)
             b->ops->timing.timer_mark(b->ctx, 2 * n + 1 + i);
@@ -360,7 +402,8 @@ void train_step_free(train_step *ts)
     b->ops->device.release(b->ctx, ts->dloss);
     free(ts->bl), free(ts->bstates), free(ts->grads), free(ts->bargs), free(ts->sums), free(ts->owned);
     for (int i = 0; ts->moments && i < ts->n; i++)
-        b->ops->device.release(b->ctx, ts->moments[i]);
-    free(ts->sum_bufs), free(ts->adds), free(ts->labels), free(ts->updates), free(ts->moments);
+        b->ops->device.release(b->ctx, ts->moments[i]), b->ops->device.release(b->ctx, ts->master[i]);
+    b->ops->device.release(b->ctx, ts->wide_grad);
+    free(ts->sum_bufs), free(ts->adds), free(ts->labels), free(ts->updates), free(ts->moments), free(ts->master);
     free(ts);
 }

@@ -5,7 +5,9 @@
  * backward in reverse order, each output's gradient summed first where several layers
  * read it (a residual, a concatenation's inputs, a branch), as autograd accumulates it;
  * then, with m->optimizer, one update of every parameter tensor that learns (the
- * backend's optimizer_update). Nothing here times or prints. */
+ * backend's optimizer_update; for 16-bit weights, of fp32 master weights, the gradient
+ * widened before and the weights rounded from the master after, by device.convert).
+ * Nothing here times or prints. */
 #ifndef LAYERBENCH_TRAIN_STEP_H
 #define LAYERBENCH_TRAIN_STEP_H
 
@@ -56,5 +58,9 @@ const void *train_step_grads(const train_step *ts, int i);
 /* Layer i's backward as set up (its layer as the kernel sees it: no_input_grad where
  * nothing reads its inputs' gradients), or NULL where it runs none. */
 const backend_layer *train_step_backward(const train_step *ts, int i);
+/* Layer i's fp32 master weights, which the optimizer updates where the layer's weights
+ * are 16-bit (the weights the kernels read are rounded from them after each update), or
+ * NULL (fp32 weights are updated in place). */
+const float *train_step_master(const train_step *ts, int i);
 
 #endif

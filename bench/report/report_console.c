@@ -533,6 +533,10 @@ static void print_train_memory(console *c, const model *m, int64_t ws)
     else
         snprintf(opt, sizeof opt, "%s's state %s", model_optimizer_name(m->optimizer),
                  bench_format_bytes(tm.optimizer_bytes, o, sizeof o));
+    if (tm.master_bytes) {
+        size_t at = strlen(opt);
+        snprintf(opt + at, sizeof opt - at, ", fp32 master weights %s", bench_format_bytes(tm.master_bytes, o, sizeof o));
+    }
     if (tm.peak_step < n)
         snprintf(when, sizeof when, "the forward of %s", tm.peak_step >= 0 ? m->layers[tm.peak_step].name : "-");
     else if (tm.peak_step == n)

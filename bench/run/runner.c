@@ -127,20 +127,27 @@ static void result_warnings(strbuf *list, const run_result *r, const measure_opt
     warn(list, line);
 }
 
-/* Whether the chained forward fits in the host's memory beside the isolated layers (a
- * model larger than memory is measured layer by layer: --dedupe sets up one of each set
- * of identical layers); else the reason, for its row. Device memory is checked when
- * the backends open (cli_fits_backends). */
+/* Whether the chained forward, or training step, fits in the host's memory beside the
+ * isolated layers (a model larger than memory is measured layer by layer: --dedupe sets
+ * up one of each set of identical layers); else the reason, for its row. A step as
+ * planned (model_train_plan: weights, their gradients, activations and theirs, the
+ * optimizer's state and master weights) and a packed copy of the weights, which the
+ * kernels keep. Device memory is checked when the backends open (cli_fits_backends). */
 static bool chained_fits(const model *m, const measure_options *mo, char *why, size_t len)
 {
-    int64_t avail = bench_mem_available(), iso = model_isolated_bytes(m, mo->dedupe), chain = model_chained_bytes(m);
+    bool train = m->pass == PASS_TRAIN;
+    model_train_memory tm = {0};
+    if (train)
+        model_train_plan(m, &tm);
+    int64_t avail = bench_mem_available(), iso = model_isolated_bytes(m, mo->dedupe);
+    int64_t chain = train ? tm.peak_bytes + tm.weight_bytes : model_chained_bytes(m);
     char a[32], b[32], c[32];
     if (avail < 0 || iso + chain <= avail)
         return true;
-    snprintf(why, len, "not run: the chained forward needs %s (weights and activations) beside the isolated layers' %s, "
-                       "and %s is available",
-             bench_format_bytes(chain, a, sizeof a), bench_format_bytes(iso, b, sizeof b),
-             bench_format_bytes(avail, c, sizeof c));
+    snprintf(why, len, "not run: the %s needs %s (%s) beside the isolated layers' %s, and %s is available",
+             train ? "training step" : "chained forward", bench_format_bytes(chain, a, sizeof a),
+             train ? "as planned, and a packed copy of the weights" : "weights and activations",
+             bench_format_bytes(iso, b, sizeof b), bench_format_bytes(avail, c, sizeof c));
     return false;
 }
 

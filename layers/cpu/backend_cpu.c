@@ -27,7 +27,7 @@
 
 static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_CONV2D, cpu_conv2d_kernel, cpu_conv2d_bf16_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_kernel, cpu_batchnorm2d_bf16_kernel, cpu_via_f32_kernel),
+    CPU_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_kernel, cpu_train16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_RELU, cpu_relu_kernel, cpu_relu_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_RELU6, cpu_relu6_kernel, cpu_relu6_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_SIGMOID, cpu_sigmoid_kernel, cpu_sigmoid_bf16_kernel, cpu_via_f32_kernel),
@@ -36,7 +36,7 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_adaptive_avgpool2d_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_FLATTEN, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
     CPU_ROW(LAYER_LINEAR, cpu_linear_kernel, cpu_linear_bf16_kernel, cpu_via_f32_kernel),
-    CPU_ROW(LAYER_DROPOUT, cpu_dropout_kernel, cpu_view_kernel, cpu_view_kernel),
+    CPU_ROW(LAYER_DROPOUT, cpu_dropout_kernel, cpu_train16_kernel, cpu_train16_kernel),
     CPU_ROW(LAYER_SOFTMAX, cpu_softmax_kernel, cpu_via_f32_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_ADD, cpu_add_kernel, cpu_add_bf16_kernel, cpu_via_f32_kernel),
     CPU_ROW(LAYER_MUL, cpu_mul_kernel, cpu_mul_bf16_kernel, cpu_via_f32_kernel),
@@ -78,11 +78,12 @@ static const backend_kernel_table cpu_kernels = {
     CPU_ROW(LAYER_MLA, cpu_mla_kernel, cpu_mla_kernel, cpu_via_f32_kernel),
 };
 
-/* The backward pass: fp32 kernels (backward_cpu.c); the other dtypes say why not */
-#define CPU_NO_BWD16 "the cpu backend's backward kernels are fp32 only so far"
+/* The backward pass: fp32 kernels (backward_cpu.c); bf16 and fp16 run them on fp32
+ * copies (cpu_bwd_via_f32_kernel, convert_cpu.c) */
 #define CPU_BWD_ROW(kind, f32)                                                                                 \
-    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {NULL, CPU_NO_TF32}, [kind][DTYPE_BF16] = {NULL, CPU_NO_BWD16}, \
-    [kind][DTYPE_FP16] = {NULL, CPU_NO_BWD16}, [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {NULL, CPU_NO_TF32},                                     \
+    [kind][DTYPE_BF16] = {&cpu_bwd_via_f32_kernel}, [kind][DTYPE_FP16] = {&cpu_bwd_via_f32_kernel},           \
+    [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
 
 static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_CONV2D, cpu_conv2d_bwd_kernel),
@@ -117,13 +118,18 @@ static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_MEAN, cpu_spread_bwd_kernel),
     CPU_BWD_ROW(LAYER_SCALE_SHIFT, cpu_spread_bwd_kernel),
     CPU_BWD_ROW(LAYER_DROPOUT, cpu_dropout_bwd_kernel),
-    CPU_BWD_ROW(LAYER_FLATTEN, cpu_view_kernel),
-    CPU_BWD_ROW(LAYER_RESHAPE, cpu_view_kernel),
+    CPU_ROW(LAYER_FLATTEN, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel), /* views: nothing to run */
+    CPU_ROW(LAYER_RESHAPE, cpu_view_kernel, cpu_view_kernel, cpu_view_kernel),
 };
 
 const backend_kernel *cpu_fp32_kernel(layer_kind kind)
 {
     return (unsigned)kind < LAYER_KIND_COUNT ? cpu_kernels[kind][DTYPE_FP32].kernel : NULL;
+}
+
+const backend_kernel *cpu_fp32_backward_kernel(layer_kind kind)
+{
+    return (unsigned)kind < LAYER_KIND_COUNT ? cpu_backward[kind][DTYPE_FP32].kernel : NULL;
 }
 
 /* The largest cache of CPU 0 (its last level): from sysfs, which gives the slice the
@@ -488,6 +494,7 @@ static void cpu_free(void *ctx)
     free(c->description);
     free(c->marks);
     free(c->flush);
+    free(c->scratch);
     free(c->choices.v);
     for (int i = 0; i < c->choices.n_given; i++)
         free(c->choices.given[i].key);

@@ -24,7 +24,14 @@ typedef struct cpu_ctx {
     char *description;
     struct probe *stream;   /* cpu_stream's arrays, from its first call on; NULL before */
     bool stream_tried;      /* ... and whether it tried to have them */
+    float *scratch;         /* the 16-bit backward's fp32 copies (cpu_bwd_via_f32_kernel), shared by
+                               every layer set up on the context: they run one at a time */
+    int64_t scratch_floats;
 } cpu_ctx;
+
+/* c->scratch holding at least n floats (its contents not kept); false when out of memory.
+ * Untimed: at setup. */
+bool cpu_scratch_reserve(cpu_ctx *c, int64_t n);
 
 /* Cold samples: writes twice the last-level cache (the backend's timing.flush_cache). */
 void cpu_env_flush_cache(void *ctx);

@@ -92,6 +92,10 @@ extern const backend_kernel cpu_conv2d_kernel, cpu_batchnorm2d_kernel, cpu_relu_
 /* bf16 and fp16 through fp32 copies of the tensors around the kind's fp32 kernel
  * (convert_cpu.c), where the kind has no kernel in the type; and that fp32 kernel. */
 extern const backend_kernel cpu_via_f32_kernel;
+/* ... and the backward's: the kind's fp32 backward kernel on fp32 copies (convert_cpu.c);
+ * a kind whose 16-bit forward is inference only (batch norm, dropout) in training mode. */
+extern const backend_kernel cpu_bwd_via_f32_kernel, cpu_train16_kernel;
+const backend_kernel *cpu_fp32_backward_kernel(layer_kind kind);
 /* The backward kernels (backward_cpu.c; rope's in llm_cpu.c), fp32 */
 /* The training step's optimizer update (backend_layers_i.optimizer_update; backward_cpu.c). */
 void cpu_optimizer_update(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,

@@ -209,12 +209,12 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MLA, od_cpu_kernel),
 };
 
-/* The backward (backend.h): conv2d and linear on oneDNN's backward primitives, the other kinds on
- * the cpu backend's backward kernels (impl "cpu kernel: ..."); fp32 only so far. */
-#define OD_NO_BWD16 "the onednn backend's backward runs in fp32 only so far"
+/* The backward (backend.h): conv2d and linear on oneDNN's backward primitives (bf16 too,
+ * where this oneDNN has them for the CPU), the other kinds on the cpu backend's backward
+ * kernels (impl "cpu kernel: ...", 16-bit on fp32 copies). */
 #define OD_BWD_ROW(kind, k)                                                                                    \
-    [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {NULL, OD_NO_BWD16}, \
-    [kind][DTYPE_FP16] = {NULL, OD_NO_BWD16}
+    [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {&k},             \
+    [kind][DTYPE_FP16] = {&k}
 
 /* The optimizer's update: the cpu backend's loop (oneDNN has no optimizer primitive) */
 static void od_optimizer_update(void *ctx, const backend_optimizer_args *a, float *w, const float *g, float *m, float *v,
