@@ -209,9 +209,10 @@ static const backend_kernel_table od_kernels = {
     OD_ROW(LAYER_MLA, od_cpu_kernel),
 };
 
-/* The backward (backend.h): conv2d and linear on oneDNN's backward primitives (bf16 too,
- * where this oneDNN has them for the CPU), the other kinds on the cpu backend's backward
- * kernels (impl "cpu kernel: ...", 16-bit on fp32 copies). */
+/* The backward (backend.h): conv2d and linear, batch and layer norm, the activations,
+ * pooling and softmax on oneDNN's backward primitives (bf16 too, where this oneDNN has
+ * them for the CPU), the other kinds on the cpu backend's backward kernels (impl "cpu
+ * kernel: ...", 16-bit on fp32 copies). */
 #define OD_BWD_ROW(kind, k)                                                                                    \
     [kind][DTYPE_FP32] = {&k}, [kind][DTYPE_TF32] = {NULL, OD_NO_TF32}, [kind][DTYPE_BF16] = {&k},             \
     [kind][DTYPE_FP16] = {&k}
@@ -226,23 +227,23 @@ static void od_optimizer_update(void *ctx, const backend_optimizer_args *a, floa
 static const backend_kernel_table od_backward = {
     OD_BWD_ROW(LAYER_CONV2D, od_gemm_bwd_kernel),
     OD_BWD_ROW(LAYER_LINEAR, od_gemm_bwd_kernel),
-    OD_BWD_ROW(LAYER_BATCHNORM2D, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_RELU, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_RELU6, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_SIGMOID, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_SILU, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_TANH, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_HARDSWISH, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_BATCHNORM2D, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_RELU, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_RELU6, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_SIGMOID, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_SILU, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_TANH, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_HARDSWISH, od_plain_bwd_kernel),
     OD_BWD_ROW(LAYER_HARDSIGMOID, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_GELU, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_GELU, od_plain_bwd_kernel),
     OD_BWD_ROW(LAYER_ADD, od_cpu_kernel),
     OD_BWD_ROW(LAYER_MUL, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_MAXPOOL2D, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_AVGPOOL2D, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_LAYERNORM, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_MAXPOOL2D, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_AVGPOOL2D, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, od_plain_bwd_kernel),
+    OD_BWD_ROW(LAYER_LAYERNORM, od_plain_bwd_kernel),
     OD_BWD_ROW(LAYER_RMSNORM, od_cpu_kernel),
-    OD_BWD_ROW(LAYER_SOFTMAX, od_cpu_kernel),
+    OD_BWD_ROW(LAYER_SOFTMAX, od_plain_bwd_kernel),
     OD_BWD_ROW(LAYER_EMBEDDING, od_cpu_kernel),
     OD_BWD_ROW(LAYER_ROPE, od_cpu_kernel),
     OD_BWD_ROW(LAYER_ATTENTION, od_cpu_kernel),

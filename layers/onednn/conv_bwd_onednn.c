@@ -193,8 +193,8 @@ static bench_status od_conv_bwd_setup(void *env, const layer *l, const void *w, 
         free(s);
         return BENCH_ERR_BACKEND;
     }
-    void *fb = NULL; /* the cpu backend's backward kernel (od_setup without a builder) */
-    bench_status st = od_setup(c, NULL, false, l, w, &fb, impl, len, workspace_bytes);
+    void *fb = NULL; /* the cpu backend's backward kernel */
+    bench_status st = od_setup_cpu(c, l, w, &fb, impl, len, workspace_bytes);
     s->fallback = fb;
     if (st != BENCH_OK) {
         free(s);

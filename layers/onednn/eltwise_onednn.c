@@ -5,21 +5,29 @@
 
 #include "onednn.h"
 
+bool od_eltwise_alg(const layer *l, bool from_dst, dnnl_alg_kind_t *alg, float *alpha, float *beta)
+{
+    *alpha = *beta = 0;
+    switch (l->kind) {
+    case LAYER_RELU: *alg = from_dst ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu; break;
+    case LAYER_RELU6: *alg = from_dst ? dnnl_eltwise_clip_v2_use_dst_for_bwd : dnnl_eltwise_clip_v2, *beta = 6; break;
+    case LAYER_SIGMOID: *alg = from_dst ? dnnl_eltwise_logistic_use_dst_for_bwd : dnnl_eltwise_logistic; break;
+    case LAYER_SILU: *alg = dnnl_eltwise_swish, *alpha = 1; break;
+    case LAYER_HARDSWISH: *alg = dnnl_eltwise_hardswish; break;
+    case LAYER_TANH: *alg = from_dst ? dnnl_eltwise_tanh_use_dst_for_bwd : dnnl_eltwise_tanh; break;
+    case LAYER_GELU: *alg = l->p.mode == GELU_TANH ? dnnl_eltwise_gelu_tanh : dnnl_eltwise_gelu_erf; break;
+    default: return false;
+    }
+    return true;
+}
+
 static bool od_eltwise(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
 {
     (void)w;
     dnnl_alg_kind_t alg;
-    float alpha = 0, beta = 0;
-    switch (l->kind) {
-    case LAYER_RELU: alg = dnnl_eltwise_relu; break;
-    case LAYER_RELU6: alg = dnnl_eltwise_clip_v2, beta = 6; break;
-    case LAYER_SIGMOID: alg = dnnl_eltwise_logistic; break;
-    case LAYER_SILU: alg = dnnl_eltwise_swish, alpha = 1; break;
-    case LAYER_HARDSWISH: alg = dnnl_eltwise_hardswish; break;
-    case LAYER_TANH: alg = dnnl_eltwise_tanh; break;
-    case LAYER_GELU: alg = l->p.mode == GELU_TANH ? dnnl_eltwise_gelu_tanh : dnnl_eltwise_gelu_erf; break;
-    default: return false;
-    }
+    float alpha, beta;
+    if (!od_eltwise_alg(l, false, &alg, &alpha, &beta))
+        return false;
     dnnl_memory_desc_t md;
     od_src_md(c, l, &l->in, 0, &md);
     dnnl_eltwise_desc_t d;

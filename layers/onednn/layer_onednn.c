@@ -29,7 +29,12 @@ bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer 
         if (c->failed)
             return BENCH_ERR_BACKEND;
     }
-    /* not a oneDNN primitive: the cpu backend's kernel */
+    return od_setup_cpu(c, l, w, state, impl, impl_len, workspace_bytes);
+}
+
+bench_status od_setup_cpu(od_ctx *c, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
+                          int64_t *workspace_bytes)
+{
     od_layer *L = xcalloc(1, sizeof *L);
     *L = (od_layer){.l = l, .w = w, .n_inputs = l->n_inputs};
     char cpu_impl[BACKEND_IMPL_LEN] = "";

@@ -188,6 +188,9 @@ bool od_plain_io(od_ctx *c, od_layer *L, const layer *l, const void *op_desc, ch
  * (OD_KERNEL). */
 bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer *l, const void *w, void **state,
                       char *impl, size_t impl_len, int64_t *workspace_bytes);
+/* ... the cpu backend's kernel, impl saying why (c->why, as the caller left it) */
+bench_status od_setup_cpu(od_ctx *c, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
+                          int64_t *workspace_bytes);
 /* Whether L passes values in oneDNN's layouts in a linked forward: a primitive of a
  * linkable family (OD_SETUP_LINKABLE: a layout of its own, convolution, or its input's,
  * eltwise, batch norm, pooling, binary), not int8 (it quantizes a plain fp32 input). */
@@ -228,6 +231,16 @@ extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kern
 extern const backend_kernel od_conv_int8_kernel, od_linear_int8_kernel;
 /* conv2d's backward on oneDNN's backward weights and data primitives (conv_bwd_onednn.c) */
 extern const backend_kernel od_gemm_bwd_kernel;
+/* The backward of batch norm, layer norm, the activations, pooling and softmax on oneDNN's
+ * backward primitives (bwd_onednn.c) */
+extern const backend_kernel od_plain_bwd_kernel;
+/* An activation's oneDNN algorithm and its alpha and beta (false: none); from_dst: the
+ * variant whose backward reads the output (relu, relu6, sigmoid, tanh) */
+bool od_eltwise_alg(const layer *l, bool from_dst, dnnl_alg_kind_t *alg, float *alpha, float *beta);
+/* A pooling layer's oneDNN algorithm, window, strides, dilation and padding; false (c->why
+ * says why) where oneDNN's pooling cannot express it */
+bool od_pool_params(od_ctx *c, const layer *l, dnnl_alg_kind_t *alg, dnnl_dim_t *k, dnnl_dim_t *s, dnnl_dim_t *dil,
+                    dnnl_dim_t *pl, dnnl_dim_t *pr);
 void od_quant_prepare(od_quant *q, const float *in);
 void od_quant_free(od_quant *q);
 

@@ -4,12 +4,11 @@
 
 #include "onednn.h"
 
-static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
+bool od_pool_params(od_ctx *c, const layer *l, dnnl_alg_kind_t *alg, dnnl_dim_t *k, dnnl_dim_t *s, dnnl_dim_t *dil,
+                    dnnl_dim_t *pl, dnnl_dim_t *pr)
 {
-    (void)w;
     const layer_params *p = &l->p;
-    dnnl_dims_t k, s, pl, pr, dil = {0, 0}; /* oneDNN reads DNNL_MAX_NDIMS of each */
-    dnnl_alg_kind_t alg;
+    dil[0] = dil[1] = 0;
     for (int a = 0; a < 2; a++) {
         int64_t in = l->in.d[2 + a], out = l->out.d[2 + a];
         if (l->kind == LAYER_ADAPTIVE_AVGPOOL2D) {
@@ -35,11 +34,21 @@ static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const void *w, char 
         }
     }
     if (l->kind == LAYER_MAXPOOL2D)
-        alg = dnnl_pooling_max;
+        *alg = dnnl_pooling_max;
     else if (l->kind == LAYER_AVGPOOL2D && p->count_include_pad)
-        alg = dnnl_pooling_avg_include_padding;
+        *alg = dnnl_pooling_avg_include_padding;
     else
-        alg = dnnl_pooling_avg_exclude_padding;
+        *alg = dnnl_pooling_avg_exclude_padding;
+    return true;
+}
+
+static bool od_pool(od_ctx *c, od_layer *L, const layer *l, const void *w, char *impl, size_t len)
+{
+    (void)w;
+    dnnl_dims_t k, s, pl, pr, dil; /* oneDNN reads DNNL_MAX_NDIMS of each */
+    dnnl_alg_kind_t alg;
+    if (!od_pool_params(c, l, &alg, k, s, dil, pl, pr))
+        return false;
     dnnl_memory_desc_t src, dst;
     od_src_md(c, l, &l->in, 0, &src);
     od_dst_md(c, l, &dst);
