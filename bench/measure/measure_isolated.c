@@ -99,7 +99,7 @@ static bench_status train_row_setup(const backend *b, const layer *l, layer_unit
     layer_count(&lu->fwd); /* the forward's own counts, which a kernel's setup may weigh */
     lu->fwd.pass = PASS_TRAIN;
     lu->bwd = layer_as_backward(l);
-    char fi[64] = "", bi[64] = "";
+    char fi[BACKEND_IMPL_LEN] = "", bi[BACKEND_IMPL_LEN] = "";
     int64_t fws = 0, bws = 0;
     bench_status st = backend_layer_setup(b, &lu->fwd, lu->w, &lu->t.state, fi, sizeof fi, &fws);
     bool idle = layer_backward_idle(l); /* the step runs its forward only */
@@ -216,7 +216,7 @@ void isolated_setup(const layer *l, int index, const backend *b, timing_mode mod
     }
     if (!isolated_weights(l, b, seed, lu, r))
         return;
-    char why[96] = "";
+    char why[BACKEND_IMPL_LEN] = "";
     bench_status st = l->pass == PASS_TRAIN ? train_row_setup(b, l, lu, why, sizeof why, &r->workspace_bytes)
                                             : backend_layer_setup(b, l, lu->w, &lu->t.state, why, sizeof why, &r->workspace_bytes);
     if (st == BENCH_ERR_UNSUPPORTED) {

@@ -174,8 +174,8 @@ static bool build(od_ctx *c, od_plain_bwd *s, const layer *l, const void *w, cha
             arg(s->ba, &s->n_ba, DNNL_ARG_DST, s->dst);
         arg(s->ba, &s->n_ba, DNNL_ARG_DIFF_DST, s->ddst), arg(s->ba, &s->n_ba, DNNL_ARG_DIFF_SRC, s->dsrc);
         s->n_vec = vec;
-        snprintf(impl, len, "%s%s%s", bname, s->fwd ? " (after the training forward again, " : "",
-                 s->fwd ? (maxpool ? "for its argmax)" : "for the batch's statistics)") : "");
+        snprintf(impl, len, "%s%s", bname, !s->fwd ? "" : maxpool ? " (after its forward again: argmax)"
+                                                                  : " (after its forward again: statistics)");
         if (s->fwd && strcmp(fname, bname))
             snprintf(impl + strlen(impl) - 1, len - strlen(impl) + 1, ": %s)", fname);
     }
