@@ -12,7 +12,7 @@ usage:
   and its convolution_backward calls beside our convolutions' backward inside the step)
 
 The model is rebuilt in PyTorch from `bench list --csv`, as scripts/torch_compare.py
-rebuilds it (the same modules, shapes and graph; float32, eval mode, on the CPU with
+rebuilds it (the same modules, shapes and graph; float32 (bf16 with --dtype bf16), eval mode, on the CPU with
 PyTorch on T threads, OpenBLAS inside it on --blas-threads, one by default). After 10
 forwards it runs --iters
 more under torch.profiler (record_shapes) and reads
@@ -128,6 +128,9 @@ def main():
                          "run --optimizer times ours")
     ap.add_argument("--freeze", help="with --pass train: comma-separated shell patterns of layer names whose "
                     "parameters torch freezes (requires_grad False), as bench run --freeze PATTERN")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="the model's dtype: fp32 (default), or bf16 (torch's modules and tensors cast to bfloat16, "
+                         "as model.to(torch.bfloat16) trains; our rows of that dtype)")
     ap.add_argument("--out", help="the markdown table (default stdout)")
     ap.add_argument("--csv", help="the same as CSV")
     args = ap.parse_args()
@@ -141,6 +144,7 @@ def main():
             torch_export.check_output(path, what, prog="torch_profile_compare")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    tdtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
 
     rows = torch_export.read_csv(args.layers, "--layers", prog="torch_profile_compare")
     if not rows:
@@ -149,7 +153,7 @@ def main():
     layers = []  # (row, module, key)
     for r in rows:
         p, x = tc.parse_parameters(r["parameters"]), tc.shape(r["input_shape"])
-        m = tc.make_module(r["kind"], p, x).eval()
+        m = tc.make_module(r["kind"], p, x).eval().to(tdtype)
         layers.append((r, m, group_key(r["kind"], x, weight_shape(r["kind"], p, x))))
 
     # ours: per backend, per layer index, the in-model and the alone median
@@ -158,7 +162,7 @@ def main():
         # a layer's backward inside the step: its part "backward", or its halves "backward data" and
         # "backward weights" (conv2d, linear), summed below
         train_part = args.pass_ == "train" and r["mode"] == "inmodel" and r.get("part", "").startswith("backward")
-        if r["batch"] != batch or (r.get("part") and not train_part) or r.get("dtype", "fp32") != "fp32" or \
+        if r["batch"] != batch or (r.get("part") and not train_part) or r.get("dtype", "fp32") != args.dtype or \
                 r["status"] != "ok" or r.get("pass", "forward") != args.pass_:
             continue
         if args.pass_ == "train" and r["kind"] != "model" and not train_part:
@@ -178,15 +182,15 @@ def main():
         wanted = args.backend.split(",")
         missing = [b for b in wanted if b not in backends]
         if missing:
-            sys.exit(f"torch_profile_compare: {args.bench} has no fp32 rows of backend {', '.join(missing)} at batch "
-                     f"{batch}")
+            sys.exit(f"torch_profile_compare: {args.bench} has no {args.dtype} rows of backend {', '.join(missing)} at "
+                     f"batch {batch}")
         backends = wanted
     if not backends:
-        sys.exit(f"torch_profile_compare: {args.bench} has no fp32 {args.pass_} rows at the layers' batch {batch}")
+        sys.exit(f"torch_profile_compare: {args.bench} has no {args.dtype} {args.pass_} rows at the layers' batch {batch}")
 
     backward, train = args.pass_ != "forward", args.pass_ == "train"
     kinds = BACKWARD_KINDS if backward else KINDS
-    x0 = torch.rand(tc.shape(rows[0]["input_shape"])) * 2 - 1
+    x0 = (torch.rand(tc.shape(rows[0]["input_shape"])) * 2 - 1).to(tdtype)
     if backward:  # batch norm on the batch's statistics, dropout's mask drawn
         x0.requires_grad_(not train)  # a backward run's every input gradient; a step's none for the input
         for _, m, _ in layers:
@@ -231,7 +235,7 @@ def main():
             torch.nn.functional.cross_entropy(y.reshape(-1, y.shape[-1]), labels.reshape(-1), reduction="sum").backward()
         elif backward:
             if grad_out is None:
-                grad_out = torch.rand(y.shape) * 2 - 1
+                grad_out = (torch.rand(y.shape) * 2 - 1).to(tdtype)
             (y * grad_out).sum().backward() if train else y.backward(grad_out)
         if optimizer is not None:
             optimizer.step()

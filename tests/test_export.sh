@@ -371,5 +371,29 @@ for r in rows[:-1]:
 assert "bf16" in rows[0]["layerbench_impl"].lower(), rows[0]  # the stem on the bf16 GEMM or its fp32 copies
 PY
 
+# torch_profile_compare --pass train --dtype bf16: torch's bf16 training step (the modules
+# cast to bfloat16) beside our bf16 step, each convolution's backward in torch's
+# profile matched to our two halves inside the step, by shape
+printf 'name: tb\ninput: [3, 16, 16]\nbatch: 2\nlayers:\n  - {kind: conv2d, name: c1, out_channels: 8, kernel_size: 3, padding: 1}\n  - {kind: batchnorm2d, name: bn}\n  - {kind: relu, name: r}\n  - {kind: conv2d, name: c2, out_channels: 4, kernel_size: 1, bias: false}\n  - {kind: adaptive_avgpool2d, name: gap, output_size: [1, 1]}\n  - {kind: flatten, name: f}\n  - {kind: linear, name: fc, out_features: 10}\n' >"$T/tb.yaml"
+"$BENCH" list "$T/tb.yaml" --csv "$T/tbl.csv" >/dev/null 2>&1 &&
+  "$BENCH" run "$T/tb.yaml" --pass train --dtype fp32,bf16 "${QUICK[@]}" --csv "$T/tbr.csv" >/dev/null 2>&1 &&
+  "$PY" "$SRC/scripts/torch_profile_compare.py" --layers "$T/tbl.csv" --bench "$T/tbr.csv" --threads 1 --iters 2 \
+    --pass train --dtype bf16 --backend cpu --csv "$T/tbp.csv" --out "$T/tbp.md" 2>"$T/tbp.err" &&
+  "$PY" - "$T/tbp.csv" "$T/tbr.csv" <<'PY' && ok || bad "torch_profile_compare --pass train --dtype bf16: $(tail -3 "$T/tbp.err")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ours = [r for r in csv.DictReader(open(sys.argv[2])) if r["mode"] == "inmodel" and r["kind"] == "conv2d" and
+        r["part"].startswith("backward")]
+halves = {}
+for r in ours:
+    halves.setdefault(r["dtype"], {}).setdefault(r["layer_index"], 0.0)
+    halves[r["dtype"]][r["layer_index"]] += float(r["median_us"])
+assert len(rows) == 2 and len(halves["bf16"]) == 2, (rows, halves)
+for r in rows:  # our figure is the bf16 halves' sum, not the fp32 one
+    assert float(r["torch us per call"]) > 0 and r["our layers"] == "1", r
+    assert any(abs(float(r["cpu in-model us"]) - v) <= 6e-4 + 1e-3 * v for v in halves["bf16"].values()), (r, halves)
+PY
+grep -q "training step" "$T/tbp.md" && ok || bad "torch_profile_compare --pass train: no step row: $(tail -3 "$T/tbp.md")"
+
 echo "test_export: $pass passed, $fail failed"
 [ $fail = 0 ]
