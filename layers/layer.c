@@ -99,6 +99,8 @@ void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, f
     *keep_scale = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p));
 }
 
+bool layer_learns(const layer *l) { return l->n_weights > 0 && !l->frozen; }
+
 bool layer_has_backward(const layer *l)
 {
     return layer_desc_get(l->kind)->backward != NULL;

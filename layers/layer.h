@@ -393,6 +393,9 @@ int layer_backward_parts(const layer *l, bool weights_first, layer_part_info *pa
 /* Whether l's backward computes nothing: no input gradient is wanted (no_input_grad) and
  * it has no weights that learn (none, or frozen): a layer before anything learns. */
 bool layer_backward_idle(const layer *l);
+/* Whether l's weights learn in a training step: it has weights and is not frozen
+ * (requires_grad: false, --freeze). */
+bool layer_learns(const layer *l);
 /* Whether the kind has a backward reference (layer_desc.backward). */
 bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */

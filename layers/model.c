@@ -87,7 +87,7 @@ model_totals model_sum(const model *m)
             layer_count(&f);
             totals_add(&t, &f);
         }
-        if (runs[i] && l->n_weights > 0 && !l->frozen) { /* the optimizer's update */
+        if (runs[i] && layer_learns(l)) { /* the optimizer's update */
             layer u = {.macs = 0};
             model_optimizer_count(m->optimizer, l->n_weights, &u.flops, &u.bytes);
             totals_add(&t, &u);
@@ -260,7 +260,7 @@ void model_grad_flow(const model *m, bool *runs, bool *input_grad)
         input_grad[i] = false;
         for (int k = 0; k < l->n_inputs; k++)
             input_grad[i] |= rg[l->inputs[k]];
-        rg[i + 1] = input_grad[i] || (l->n_weights > 0 && !l->frozen);
+        rg[i + 1] = input_grad[i] || layer_learns(l);
     }
     if (n > 0)
         need[model_storage_of(m, n)] = true;
@@ -309,9 +309,9 @@ void model_train_plan(const model *m, model_train_memory *tm)
             tm->weight_grad_bytes += es * l->n_weight_floats;
             live_span(delta, bwd_step(n, i), steps - 1, es * l->n_weight_floats);
         }
-        if (l->n_weights > 0 && !l->frozen) /* the optimizer's state of the weights that learn, kept across steps */
+        if (layer_learns(l)) /* the optimizer's state of the weights that learn, kept across steps */
             tm->optimizer_bytes += model_optimizer_state(m->optimizer) * 4 * l->n_weights;
-        if (l->n_weights > 0 && !l->frozen && m->optimizer != OPTIMIZER_NONE && dtype_storage(l->dtype) != DTYPE_FP32)
+        if (layer_learns(l) && m->optimizer != OPTIMIZER_NONE && dtype_storage(l->dtype) != DTYPE_FP32)
             tm->master_bytes += 4 * l->n_weights; /* what the update changes, the weights rounded from it */
         dies[i + 1] = bwd_step(n, i) > dies[i + 1] ? bwd_step(n, i) : dies[i + 1]; /* its output, for its backward */
         for (int k = 0; k < l->n_inputs; k++) {

@@ -246,7 +246,7 @@ static bool optimizer_setup(train_step *ts, const bool *runs, bench_status *stat
     int64_t widest = 0;
     for (int i = 0; i < ts->n; i++) {
         const layer *l = &m->layers[i];
-        ts->updates[i] = runs[i] && l->n_weights > 0 && !l->frozen;
+        ts->updates[i] = runs[i] && layer_learns(l);
         if (ts->updates[i] && master_weights(l)) { /* widened from the weights the kernels read */
             float *host = bench_alloc_floats(l->n_weights);
             if (!b->ops->device.convert) {

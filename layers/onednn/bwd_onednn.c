@@ -195,25 +195,13 @@ static bench_status od_plain_bwd_setup(void *env, const layer *l, const void *w,
     s->dx = shape_numel(&l->in);
     s->n_w = l->n_weight_floats;
     snprintf(c->why, sizeof c->why, "no oneDNN primitive");
-    if (l->n_inputs == 1 && build(c, s, l, w, impl, len)) {
-        *workspace_bytes = s->L.workspace;
+    bool built = l->n_inputs == 1 && build(c, s, l, w, impl, len);
+    bench_status st = od_built_or_cpu(c, &s->L, &s->fallback, built, workspace_bytes, impl, len);
+    if (st != BENCH_OK)
+        free(s);
+    else
         *state = s;
-        return BENCH_OK;
-    }
-    od_layer_clear(&s->L);
-    if (c->failed) {
-        free(s);
-        return BENCH_ERR_BACKEND;
-    }
-    void *fb = NULL; /* the cpu backend's backward kernel */
-    bench_status st = od_setup_cpu(c, l, w, &fb, impl, len, workspace_bytes);
-    s->fallback = fb;
-    if (st != BENCH_OK) {
-        free(s);
-        return st;
-    }
-    *state = s;
-    return BENCH_OK;
+    return st;
 }
 
 /* in: x, y, dy; out: dx, then the weights' gradient (scale's, shift's; zeros for batch

@@ -32,6 +32,22 @@ bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer 
     return od_setup_cpu(c, l, w, state, impl, impl_len, workspace_bytes);
 }
 
+bench_status od_built_or_cpu(od_ctx *c, od_layer *L, od_layer **fallback, bool built, int64_t *workspace_bytes,
+                             char *impl, size_t impl_len)
+{
+    if (built) {
+        *workspace_bytes = L->workspace;
+        return BENCH_OK;
+    }
+    od_layer_clear(L);
+    if (c->failed)
+        return BENCH_ERR_BACKEND;
+    void *fb = NULL;
+    bench_status st = od_setup_cpu(c, L->l, L->w, &fb, impl, impl_len, workspace_bytes);
+    *fallback = fb;
+    return st;
+}
+
 bench_status od_setup_cpu(od_ctx *c, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
                           int64_t *workspace_bytes)
 {

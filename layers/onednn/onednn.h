@@ -191,6 +191,11 @@ bench_status od_setup(od_ctx *c, od_build_fn *build, bool linkable, const layer 
 /* ... the cpu backend's kernel, impl saying why (c->why, as the caller left it) */
 bench_status od_setup_cpu(od_ctx *c, const layer *l, const void *w, void **state, char *impl, size_t impl_len,
                           int64_t *workspace_bytes);
+/* A backward kernel's setup after its builder (built: it made L's primitives): L's
+ * workspace; else L cleared and, unless a call failed, the cpu backend's kernel for L's
+ * layer into *fallback (impl says why). */
+bench_status od_built_or_cpu(od_ctx *c, od_layer *L, od_layer **fallback, bool built, int64_t *workspace_bytes,
+                             char *impl, size_t impl_len);
 /* Whether L passes values in oneDNN's layouts in a linked forward: a primitive of a
  * linkable family (OD_SETUP_LINKABLE: a layout of its own, convolution, or its input's,
  * eltwise, batch norm, pooling, binary), not int8 (it quantizes a plain fp32 input). */
@@ -229,7 +234,7 @@ extern const backend_kernel od_conv_kernel, od_eltwise_kernel, od_batchnorm_kern
 /* conv2d and linear in int8 (int8_onednn.c), and what they do around their primitive:
  * the scales of this run's input, before the quantizing reorder; their memories. */
 extern const backend_kernel od_conv_int8_kernel, od_linear_int8_kernel;
-/* conv2d's backward on oneDNN's backward weights and data primitives (conv_bwd_onednn.c) */
+/* conv2d's and linear's backward on oneDNN's backward weights and data primitives (gemm_bwd_onednn.c) */
 extern const backend_kernel od_gemm_bwd_kernel;
 /* The backward of batch norm, layer norm, the activations, pooling and softmax on oneDNN's
  * backward primitives (bwd_onednn.c) */

@@ -183,25 +183,13 @@ static bench_status od_conv_bwd_setup(void *env, const layer *l, const void *w, 
     s->dx_floats = shape_numel(&l->in);
     s->w_floats = l->n_weight_floats - (l->p.bias ? l->out.d[l->kind == LAYER_LINEAR ? l->out.rank - 1 : 1] : 0);
     snprintf(c->why, sizeof c->why, "no oneDNN primitive");
-    if (od_conv_bwd_build(c, s, l, w, impl, len)) {
-        *workspace_bytes = s->L.workspace;
+    bool built = od_conv_bwd_build(c, s, l, w, impl, len);
+    bench_status st = od_built_or_cpu(c, &s->L, &s->fallback, built, workspace_bytes, impl, len);
+    if (st != BENCH_OK)
+        free(s);
+    else
         *state = s;
-        return BENCH_OK;
-    }
-    od_layer_clear(&s->L);
-    if (c->failed) {
-        free(s);
-        return BENCH_ERR_BACKEND;
-    }
-    void *fb = NULL; /* the cpu backend's backward kernel */
-    bench_status st = od_setup_cpu(c, l, w, &fb, impl, len, workspace_bytes);
-    s->fallback = fb;
-    if (st != BENCH_OK) {
-        free(s);
-        return st;
-    }
-    *state = s;
-    return BENCH_OK;
+    return st;
 }
 
 static void od_exec2(od_ctx *c, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
