@@ -131,6 +131,14 @@ static bool build(od_ctx *c, od_plain_bwd *s, const layer *l, const void *w, cha
     const char *fname = "", *bname = "";
     bool ok = make(c, L, &fd, NULL, &fpd, norm || maxpool ? &s->fwd : NULL, &fname) &&
               make(c, L, &bd, fpd, &bpd, &s->bwd, &bname);
+    if (ok && l->kind == LAYER_BATCHNORM2D && !strncmp(bname, "ncsp", 4)) {
+        /* on plain NCHW, oneDNN 2.6 has its ncsp batch norm only: in ResNet-18's step at
+         * batch 8, its backward (with the forward again) took 36 ms against the cpu
+         * kernel's 6.7 in fp32, and 135 ms in bf16 against about 15 on fp32 copies
+         * (results/cpu-2core-zen5/training/odbwd_summary.txt) */
+        snprintf(c->why, sizeof c->why, "oneDNN's is its ncsp loop, 5x slower");
+        ok = false;
+    }
     /* the views of the run's pointers, each where its primitive reads it */
     ok = ok && (s->ddst = od_memory(c, L, pool ? &dst : &src, DNNL_MEMORY_NONE)) &&
          (s->dsrc = od_memory(c, L, &src, DNNL_MEMORY_NONE));

@@ -4,7 +4,8 @@
 # built from this commit (NEW, build/bench) and from ac21303 (OLD, where those kinds'
 # backward ran the cpu kernels; OLD=path/to/its/bench), two rounds alternating OLD, NEW
 # and torch 1.13's eager step on an otherwise idle machine. OPENBLAS_CORETYPE and
-# OPENBLAS_L2_SIZE unset, 2 threads. Run from the repository root after a Release build:
+# OPENBLAS_L2_SIZE unset, 2 threads; then BERT-base's step (layer norm, gelu) the same way.
+# Run from the repository root after a Release build:
 #   OLD=/path/to/ac21303/build/bench bash results/cpu-2core-zen5/training/run_onednn_bwd.sh
 set -eu
 : "${OLD:?give OLD=path to a bench built from ac21303}"
@@ -23,11 +24,27 @@ for r in 1 2; do
   $T --layers $D/resnet18_b8.layers.csv --bench $D/resnet18_b8.odbwd_new$r.csv --threads 2 --pass train --iters 10 \
       --out $D/resnet18_b8.odbwd_new$r.torch.md
 done
-# per set: the step's median, and the backward inside it of the kinds that moved to oneDNN
-for f in $D/resnet18_b8.odbwd_{old,new}{1,2}.csv; do
-  awk -F, -v f="$(basename $f)" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    $c["mode"] == "chained" { step = $c["median_us"] }
-    $c["mode"] == "inmodel" && $c["part"] ~ /^backward/ { b[$c["kind"]] += $c["median_us"] }
-    END { printf "%s: step %.1f ms; backward inside it: batchnorm2d %.2f, relu %.2f, maxpool2d %.2f ms\n", f,
-          step / 1e3, b["batchnorm2d"] / 1e3, b["relu"] / 1e3, b["maxpool2d"] / 1e3 }' $f
-done | tee $D/odbwd_summary.txt
+# BERT-base's step (128 tokens, batch 1): layer norm and gelu, old and new alternating
+for r in 1 2; do
+  for side in old new; do
+    bench=build/bench
+    [ $side = old ] && bench=$OLD
+    $E $bench run configs/bert_base.yaml --pass train --backend onednn --threads 2 \
+        --csv $D/bert_base.odbwd_$side$r.csv --no-progress > $D/bert_base.odbwd_$side$r.txt 2>&1
+  done
+done
+# per set: the step's median, and the backward (and forward) inside it of the kinds that
+# moved to oneDNN, summed over their layers
+/usr/bin/python3 - $D/{resnet18_b8,bert_base}.odbwd_{old,new}{1,2}.csv <<'PY' | tee $D/odbwd_summary.txt
+import csv, os, sys
+for f in sys.argv[1:]:
+    step, part = None, {}
+    for r in csv.DictReader(open(f)):
+        if r["mode"] == "chained":
+            step = float(r["median_us"])
+        elif r["mode"] == "inmodel" and r["kind"] in ("batchnorm2d", "relu", "maxpool2d", "layernorm", "gelu") and r["part"]:
+            k = (r["kind"], "backward" if r["part"].startswith("backward") else r["part"])
+            part[k] = part.get(k, 0.0) + float(r["median_us"])
+    print(f"{os.path.basename(f)}: step {step / 1e3:.1f} ms; inside it, " +
+          ", ".join(f"{k} {p} {v / 1e3:.2f}" for (k, p), v in sorted(part.items())) + " ms")
+PY
