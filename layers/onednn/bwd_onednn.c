@@ -135,7 +135,7 @@ static bool build(od_ctx *c, od_plain_bwd *s, const layer *l, const void *w, cha
         /* on plain NCHW, oneDNN 2.6 has its ncsp batch norm only: in ResNet-18's step at
          * batch 8, its backward (with the forward again) took 36 ms against the cpu
          * kernel's 6.7 in fp32, and 135 ms in bf16 against about 15 on fp32 copies
-         * (results/cpu-2core-zen5/training/odbwd_summary.txt) */
+         * (results/cpu-2core-zen5/training/odbwd_summary_bnprim.txt) */
         snprintf(c->why, sizeof c->why, "oneDNN's is its ncsp loop, 5x slower");
         ok = false;
     }
