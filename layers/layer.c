@@ -100,6 +100,7 @@ void layer_dropout_params(const layer *l, uint32_t *seed, uint32_t *threshold, f
 }
 
 bool layer_learns(const layer *l) { return l->n_weights > 0 && !l->frozen; }
+bool layer_master_weights(const layer *l) { return dtype_storage(l->dtype) != DTYPE_FP32; }
 
 bool layer_has_backward(const layer *l)
 {

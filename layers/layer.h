@@ -396,6 +396,9 @@ bool layer_backward_idle(const layer *l);
 /* Whether l's weights learn in a training step: it has weights and is not frozen
  * (requires_grad: false, --freeze). */
 bool layer_learns(const layer *l);
+/* Whether an optimizer updates l's weights through fp32 master weights, the weights the
+ * kernels read rounded from them: they are 16-bit. */
+bool layer_master_weights(const layer *l);
 /* Whether the kind has a backward reference (layer_desc.backward). */
 bool layer_has_backward(const layer *l);
 /* Whether the kind has a kv_len (tokens already in the KV cache): rope, attention, mla. */

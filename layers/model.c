@@ -311,7 +311,7 @@ void model_train_plan(const model *m, model_train_memory *tm)
         }
         if (layer_learns(l)) /* the optimizer's state of the weights that learn, kept across steps */
             tm->optimizer_bytes += model_optimizer_state(m->optimizer) * 4 * l->n_weights;
-        if (layer_learns(l) && m->optimizer != OPTIMIZER_NONE && dtype_storage(l->dtype) != DTYPE_FP32)
+        if (layer_learns(l) && m->optimizer != OPTIMIZER_NONE && layer_master_weights(l))
             tm->master_bytes += 4 * l->n_weights; /* what the update changes, the weights rounded from it */
         dies[i + 1] = bwd_step(n, i) > dies[i + 1] ? bwd_step(n, i) : dies[i + 1]; /* its output, for its backward */
         for (int k = 0; k < l->n_inputs; k++) {

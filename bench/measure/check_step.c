@@ -192,7 +192,8 @@ static void compare_updates(const model *m, const backend *b, const forward_net 
             continue;
         float *got = bench_alloc_floats(n), *want = bench_alloc_floats(n), *grads = bench_alloc_floats(all);
         bool ok = got && want && grads;
-        const void *updated = train_step_master(ts, i) ? (const void *)train_step_master(ts, i) : net->weights[i];
+        const float *master = train_step_master(ts, i);
+        const void *updated = master ? (const void *)master : net->weights[i];
         r->status = !ok ? BENCH_ERR_NOMEM
                     : backend_download_values(b, DTYPE_FP32, got, updated, n) != BENCH_OK ||
                               backend_download_values(b, l->dtype, grads, train_step_grads(ts, i), all) != BENCH_OK

@@ -39,6 +39,7 @@ struct train_step {
     backend_layer *softmax;   /* cross-entropy: softmax over the logits' last dim into dloss */
     const void *logits;
     void *dloss;              /* the loss's gradient, the last layer's output's (owned) */
+    dtype_t loss_dtype;       /* ... in the last layer's dtype */
     int64_t *labels, rows, classes;
     backend_optimizer_args opt;     /* the update after the backward (kind OPTIMIZER_NONE: none) */
     bool *updates;                  /* per layer: its weights learn, and the optimizer updates them */
@@ -51,9 +52,6 @@ train_loss train_step_loss(const train_step *ts) { return ts->loss; }
 const void *train_step_grads(const train_step *ts, int i) { return ts->bstates[i] ? ts->grads[i] : NULL; }
 const backend_layer *train_step_backward(const train_step *ts, int i) { return ts->bstates[i]; }
 const float *train_step_master(const train_step *ts, int i) { return ts->master ? ts->master[i] : NULL; }
-
-/* A layer whose weights are 16-bit: the optimizer updates fp32 master weights of them */
-static bool master_weights(const layer *l) { return dtype_storage(l->dtype) != DTYPE_FP32; }
 
 /* A layer of kind over in (n_in inputs of that shape) in dtype t, set up on the
  * backend's forward kernels; false with why. */
@@ -208,6 +206,7 @@ static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
     if (host)
         train_loss_weights(seed, count, host);
     ts->dloss = backend_alloc_values(ts->net->b, l->dtype, count, host);
+    ts->loss_dtype = l->dtype;
     free(host);
     if (!ts->dloss) {
         snprintf(why, whylen, "out of memory for the loss's gradient");
@@ -247,7 +246,7 @@ static bool optimizer_setup(train_step *ts, const bool *runs, bench_status *stat
     for (int i = 0; i < ts->n; i++) {
         const layer *l = &m->layers[i];
         ts->updates[i] = runs[i] && layer_learns(l);
-        if (ts->updates[i] && master_weights(l)) { /* widened from the weights the kernels read */
+        if (ts->updates[i] && layer_master_weights(l)) { /* widened from the weights the kernels read */
             float *host = bench_alloc_floats(l->n_weights);
             if (!b->ops->device.convert) {
                 snprintf(why, whylen, "--optimizer %s in %s: the %s backend converts no dtypes",
@@ -341,7 +340,7 @@ void train_step_queue(train_step *ts, bool marks)
     if (ts->softmax) { /* d loss / d logits = softmax - one-hot of the label, row by row */
         backend_layer_run(ts->softmax, &ts->logits, ts->dloss);
         b->ops->device.sync(b->ctx);
-        dtype_t t = ts->net->m->layers[model_storage_of(ts->net->m, n) - 1].dtype;
+        dtype_t t = ts->loss_dtype;
         size_t es = dtype_size(t);
         for (int64_t r = 0; r < ts->rows; r++) { /* in the logits' dtype */
             void *at = (char *)ts->dloss + (r * ts->classes + ts->labels[r]) * (int64_t)es;

@@ -154,9 +154,7 @@ static bool build(od_ctx *c, od_plain_bwd *s, const layer *l, const void *w, cha
          (s->dsrc = od_memory(c, L, &src, DNNL_MEMORY_NONE));
     if (ok && from_dst(l))
         ok = (s->dst = od_memory(c, L, &dst, DNNL_MEMORY_NONE)) != NULL;
-    else if (ok && !pool)
-        ok = (s->src = od_memory(c, L, &src, DNNL_MEMORY_NONE)) != NULL;
-    else if (ok && maxpool) /* the argmax: the forward again, from the input */
+    else if (ok && (!pool || maxpool)) /* max pooling's: for its forward again (the argmax) */
         ok = (s->src = od_memory(c, L, &src, DNNL_MEMORY_NONE)) != NULL;
     if (ok && s->fwd) { /* what the forward keeps, made again at each run */
         dnnl_memory_t y = od_memory(c, L, &dst, DNNL_MEMORY_ALLOCATE);
@@ -186,7 +184,7 @@ static bool build(od_ctx *c, od_plain_bwd *s, const layer *l, const void *w, cha
         }
     }
     if (ok) {
-        if (s->src && !(pool && maxpool))
+        if (s->src && !maxpool)
             arg(s->ba, &s->n_ba, DNNL_ARG_SRC, s->src);
         if (s->dst)
             arg(s->ba, &s->n_ba, DNNL_ARG_DST, s->dst);
