@@ -60,12 +60,14 @@ static void totals_add(model_totals *t, const layer *l)
 {
     t->macs = sat_add(t->macs, l->macs);
     t->flops = sat_add(t->flops, l->flops);
+    dtype_t d = layer_compute_dtype(l);
+    t->dtype_flops[d] = sat_add(t->dtype_flops[d], l->flops);
     t->bytes = sat_add(t->bytes, l->bytes);
 }
 
 model_totals model_sum(const model *m)
 {
-    model_totals t = {0, 0, 0, 0};
+    model_totals t = {0};
     bool train = m->pass == PASS_TRAIN, *runs = NULL, *input_grad = NULL;
     if (train) {
         runs = xmalloc((size_t)m->n_layers + 1), input_grad = xmalloc((size_t)m->n_layers + 1);

@@ -32,6 +32,8 @@ typedef struct model {
 
 typedef struct model_totals {
     int64_t n_weights, macs, flops, bytes;
+    int64_t dtype_flops[DTYPE_COUNT]; /* flops by the type each layer computes in (layer_compute_dtype;
+                                         an optimizer's update: fp32), for each type's own peak */
 } model_totals;
 
 /* Frees the model and everything it owns; model_free(NULL) is a no-op. */

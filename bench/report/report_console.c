@@ -623,6 +623,33 @@ static void print_measurement(console *c, const run_result *res)
 
 static void print_decoder(console *c, const run_result *res);
 
+/* The step's seconds at the measured peak: each type's FLOPs at that type's own ceiling
+ * (backend_peak_flops: a bf16 GEMM's where measured, else the fp32 one), so that a bf16
+ * step is not held against the sgemm's peak; which names the ceiling ("bf16 peak",
+ * "fp16's peak (fp32's)", "peaks" for several types). 0 where one is unknown. */
+static double step_peak_seconds(const model_totals *t, const backend_peaks *pk, char *which, size_t len)
+{
+    double s = 0;
+    int types = 0;
+    dtype_t one = DTYPE_FP32;
+    for (int d = 0; d < DTYPE_COUNT; d++) {
+        if (t->dtype_flops[d] <= 0)
+            continue;
+        double peak = backend_peak_flops(pk, (dtype_t)d);
+        if (peak <= 0)
+            return 0;
+        s += (double)t->dtype_flops[d] / peak;
+        types++, one = (dtype_t)d;
+    }
+    if (types > 1)
+        snprintf(which, len, "peaks (each type's)");
+    else if (one != DTYPE_FP32 && pk->dtype_flops_per_s[one] <= 0)
+        snprintf(which, len, "peak (fp32's: %s's not measured)", dtype_name(one));
+    else
+        snprintf(which, len, "%s peak", dtype_name(one));
+    return s;
+}
+
 static void print_summary(console *c, const run_result *res)
 {
     const layer_result *ch = &res->chained;
@@ -649,10 +676,12 @@ static void print_summary(console *c, const run_result *res)
         return;
     }
     if (train) { /* its rate against the measured peak (model FLOPs utilisation), and tokens for a decoder */
-        char extra[96] = "";
+        char extra[128] = "";
         int64_t tokens = model_tokens(res->m);
-        if (res->peaks.flops_per_s > 0)
-            snprintf(extra, sizeof extra, " = %.0f%% of the measured peak", 100 * t.flops / ch->st.median / res->peaks.flops_per_s);
+        char which[48];
+        double ideal = step_peak_seconds(&t, &res->peaks, which, sizeof which);
+        if (ideal > 0)
+            snprintf(extra, sizeof extra, " = %.0f%% of the measured %s", 100 * ideal / ch->st.median, which);
         if (tokens > 0)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %.0f tokens/s",
                      (double)(res->m->batch * tokens) / ch->st.median);
