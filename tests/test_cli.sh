@@ -752,6 +752,12 @@ grep -q "fp32, backward" "$T/pass.out" && ok || bad "the backward set's banner d
 # embedding's dense table gradient) whole in fp32
 expect 0 "backward \(each layer's gradients.*, 0 failed, 1 skipped" -- bash -c "'$BENCH' check '$SMOKE' --pass backward | tr '\n' ' '"
 expect 0 ", 0 failed, 0 skipped" -- "$BENCH" check "$SRC/tests/data/llama_tiny_prefill.yaml" --pass backward --dtype fp32
+# attention's two backward ways, each named in impl: the faster of both timed (the
+# default), the rule (--algo heuristic: causal, the blocks), or one forced
+LT=$SRC/tests/data/llama_tiny_prefill.yaml
+expect 0 "attention .*(plain: the scores kept per head|blocks: memory-efficient).*\(the faster of 2, timed warm\)" -- "$BENCH" run "$LT" "${QUICK[@]}" --pass backward
+expect 0 "attention .*blocks: memory-efficient, the scores recomputed by 64x64 blocks, 6 sgemm \(--algo heuristic: causal\)" -- "$BENCH" run "$LT" "${QUICK[@]}" --pass backward --algo heuristic
+expect 0 "attention .*plain: the scores kept per head, 5 sgemm .*\(LAYERBENCH_CPU_ATTN_BWD\)" -- env LAYERBENCH_CPU_ATTN_BWD=plain "$BENCH" run "$LT" "${QUICK[@]}" --pass backward
 # bf16 and fp16: the fp32 kernels on fp32 copies, every gradient rounded to the dtype
 expect 0 "dtype bf16, backward.*, 0 failed, 0 skipped.*dtype fp16, backward.*, 0 failed, 0 skipped" -- bash -c "'$BENCH' check '$SRC/tests/data/llama_tiny_prefill.yaml' --pass backward --dtype bf16,fp16 | tr '\n' ' '"
 expect 2 "run it for one --pass at a time" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass forward,backward --stacks "$T/p.folded"

@@ -273,6 +273,7 @@ ST tiny-llama wrong --shards 2 --misplace model.norm.weight &&
 # ---- the environment ------------------------------------------------------------------------
 expect 2 "LAYERBENCH_CPU_CONV_ALGO='wino': expected" -- env LAYERBENCH_CPU_CONV_ALGO=wino timeout 20 "$BENCH" run "$SMOKE" "${RUN[@]}"
 expect 2 "LAYERBENCH_CPU_CONV_ALGO='winograd:5x': expected" -- env LAYERBENCH_CPU_CONV_ALGO=winograd:5x timeout 20 "$BENCH" check "$SMOKE"
+expect 2 "LAYERBENCH_CPU_ATTN_BWD='flash': expected plain or blocks" -- env LAYERBENCH_CPU_ATTN_BWD=flash timeout 20 "$BENCH" check "$SMOKE"
 expect 2 "LAYERBENCH_CPU_GEMM_ISA='avx9': expected avx512, avx2 or generic" -- env LAYERBENCH_CPU_GEMM_ISA=avx9 timeout 20 "$BENCH" check "$SMOKE"
 expect 0 "OMP_WAIT_POLICY='spin' is neither ACTIVE nor PASSIVE" -- env OMP_WAIT_POLICY=spin timeout 60 "$BENCH" run "$SMOKE" "${RUN[@]}"
 

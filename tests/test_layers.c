@@ -110,6 +110,10 @@ static void attn_softcap32(layer_params *p) { p->num_heads = 8; p->num_kv_heads 
 /* gpt-oss: a sink per query head, with a window shorter than the cache, and at decode */
 static void attn_sinks(layer_params *p) { attn_window(p); p->sinks = true; }
 static void attn_sinks32(layer_params *p) { attn_softcap32(p); p->softcap = 0; p->sinks = true; }
+/* longer than the memory-efficient backward's 64-query, 64-key blocks: several blocks,
+ * the last partial, some wholly masked (causal, window) and skipped */
+static void attn_gqa_long(layer_params *p) { p->num_heads = 4; p->num_kv_heads = 2; p->head_dim = 8; }
+static void attn_window_long(layer_params *p) { attn_gqa_long(p); p->sliding_window = 70; p->softcap = 4; }
 static void attn_mqa_long(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 1; p->head_dim = 64; p->kv_len = 300; }
 /* the 16-key score blocks (head_dim a multiple of 16) with a tail of 13 keys, 4 queries a group */
 static void attn_gqa32(layer_params *p) { p->num_heads = 8; p->num_kv_heads = 2; p->head_dim = 32; p->kv_len = 44; }
@@ -428,6 +432,11 @@ static const layer_case cases[] = {
      MORE(S3(2, 77, 24), S3(2, 77, 24))},
     {"softcap 3, window 4, prefill (Gemma 2's)", LAYER_ATTENTION, S3(2, 11, 30), attn_softcap_prefill,
      MORE(S3(2, 11, 10), S3(2, 11, 10))},
+    {"GQA 4/2, causal, 150 tokens", LAYER_ATTENTION, S3(2, 150, 32), attn_gqa_long, MORE(S3(2, 150, 16), S3(2, 150, 16))},
+    {"window 70, softcap 4, 201 tokens", LAYER_ATTENTION, S3(1, 201, 32), attn_window_long,
+     MORE(S3(1, 201, 16), S3(1, 201, 16))},
+    {"cross-attention: 70 queries, 131 keys", LAYER_ATTENTION, S3(2, 70, 24), attn_mha_full,
+     MORE(S3(2, 131, 24), S3(2, 131, 24))},
     {"decode, 37 cached", LAYER_ATTENTION, S3(3, 1, 30), attn_decode, MORE(S3(3, 1, 10), S3(3, 1, 10))},
     {"window 6, 9 cached, 4 new", LAYER_ATTENTION, S3(2, 4, 30), attn_window, MORE(S3(2, 4, 10), S3(2, 4, 10))},
     {"softcap 3, scale 0.6, window", LAYER_ATTENTION, S3(2, 4, 30), attn_softcap, MORE(S3(2, 4, 10), S3(2, 4, 10))},
@@ -1071,6 +1080,22 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
             run_backward_case(&b, &cases[i], seed + i, bwd_types[t]);
     backend_close(&b);
+    /* attention's two backward ways, each forced (the search above kept the faster) */
+    static const char *const attn_ways[] = {"plain", "blocks"};
+    for (size_t a = 0; a < sizeof attn_ways / sizeof *attn_ways; a++) {
+        setenv("LAYERBENCH_CPU_ATTN_BWD", attn_ways[a], 1);
+        if (backend_open(ops, &bo, &b, err, sizeof err) != BENCH_OK) {
+            EXPECT(false, "the backend reopens");
+            break;
+        }
+        printf("attention's backward with LAYERBENCH_CPU_ATTN_BWD=%s\n", attn_ways[a]);
+        for (size_t t = 0; t < sizeof bwd_types / sizeof *bwd_types; t++)
+            for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+                if (cases[i].kind == LAYER_ATTENTION)
+                    run_backward_case(&b, &cases[i], seed + i, bwd_types[t]);
+        backend_close(&b);
+    }
+    unsetenv("LAYERBENCH_CPU_ATTN_BWD");
     if (strcmp(name, "cpu") == 0) {
         /* the CPU's convolution algorithms, each forced where it applies (the search
          * above keeps whichever was fastest), then the rule (--algo heuristic) */

@@ -204,6 +204,11 @@ static bench_status cpu_init(const backend_options *opt, void **ctx, char *err, 
                  algo);
         return BENCH_ERR_USAGE;
     }
+    const char *attn = getenv("LAYERBENCH_CPU_ATTN_BWD");
+    if (!cpu_attn_bwd_env_ok(attn)) {
+        snprintf(err, errlen, "LAYERBENCH_CPU_ATTN_BWD='%.40s': expected plain or blocks", attn);
+        return BENCH_ERR_USAGE;
+    }
     if (cpu_pgemm_env_problem(err, errlen))
         return BENCH_ERR_USAGE;
     /* OpenBLAS maps its buffers per thread and, when it cannot, waits forever: an

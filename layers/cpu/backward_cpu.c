@@ -829,45 +829,67 @@ static void embedding_bwd_run(void *env, const layer *l, void *state, const void
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-/* The plain backward (the scores kept whole per head, as eager attention's autograd
- * keeps them), per (sample, kv head) over the threads, each of its query heads in turn:
- * S = scale Q K^T (softcapped), P = softmax under the mask; dV += P^T dO; dP = dO V^T;
- * dS = P (dP - rowsum(P dP)) through the softcap; dQ = scale dS K; dK += scale dS^T Q. */
+/* Two ways, each named in the row's impl:
+ *  - plain (the scores kept whole per head, as eager attention's autograd keeps them), per
+ *    (sample, kv head) over the threads, each of its query heads in turn: S = scale Q K^T
+ *    (softcapped), P = softmax under the mask; dV += P^T dO; dP = dO V^T; dS = P (dP -
+ *    rowsum(P dP)) through the softcap; dQ = scale dS K; dK += scale dS^T Q. Five sgemm
+ *    over T x Tk scores, two such arrays per thread;
+ *  - blocks (memory-efficient, FlashAttention-2's backward): per block of ATTN_BR
+ *    queries, the rows' log-sum-exp L from the scores by blocks of ATTN_BC keys (the
+ *    forward does not keep it), D = rowsum(dO O) from the forward's output, then per key
+ *    block the scores again, P = exp(S - L), dV += P^T dO, dP = dO V^T, dS = P (dP - D),
+ *    dQ += scale dS K, dK += scale dS^T Q. The scores are computed twice (six products
+ *    to the plain one's five) and never held beyond a block: three ATTN_BR x ATTN_BC
+ *    blocks per thread, whatever the length. Blocks the mask hides wholly are skipped.
+ * LAYERBENCH_CPU_ATTN_BWD=plain|blocks forces one (tests, experiments); else --algo
+ * search times both (cpu_search_rounds) and keeps the faster, up to ATTN_SEARCH_SCORES
+ * scores in the layer; past it, and under --algo heuristic, the rule: blocks where the
+ * mask is causal (they skip the hidden half: 22-30% faster from 512 tokens on Zen 5),
+ * else plain (its five products: 12-20% faster) while its scores per thread stay within
+ * ATTN_PLAIN_RULE_BYTES. */
+typedef enum attn_bwd_way { ATTN_PLAIN, ATTN_BLOCKS, ATTN_WAYS } attn_bwd_way;
+static const char *const attn_bwd_way_names[ATTN_WAYS] = {"plain", "blocks"};
+
+#define ATTN_BR 64
+#define ATTN_BC 64
+
 typedef struct attn_bwd {
-    float *scratch; /* per thread: P and dS, T x Tk each */
+    float *scratch; /* per thread: plain: P and dS, T x Tk each; blocks: three blocks and L, D */
+    int64_t per_thread; /* floats */
     int threads;
+    attn_bwd_way way;
 } attn_bwd;
 
-/* The most scratch the plain backward takes: past it, a memory-efficient backward (not
- * built yet) is the way */
+/* The most scratch the plain backward takes: past it, only the memory-efficient one */
 #define ATTN_BWD_MAX_BYTES ((int64_t)1 << 30)
+/* The rule: plain (not causal) while its two score arrays per thread stay within this */
+#define ATTN_PLAIN_RULE_BYTES ((int64_t)64 << 20)
+/* The search times both ways (a dozen runs) up to this many scores (batch x heads x T x
+ * Tk: 512 tokens of Llama-3.2-1B's 32 heads, a backward of about 60 ms) */
+#define ATTN_SEARCH_SCORES ((int64_t)1 << 23)
 
-static bench_status attn_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
-                                   int64_t *ws)
+static int64_t attn_bwd_floats(const layer *l, attn_bwd_way way)
 {
-    (void)env, (void)w;
     int64_t t = l->in.d[1], tk = l->ins[1].d[1];
-    int threads = omp_get_max_threads();
-    int64_t bytes = (int64_t)threads * 2 * t * tk * (int64_t)sizeof(float);
-    if (l->p.kv_len || l->p.sinks) {
-        snprintf(impl, len, "the cpu backward takes no KV cache and no sinks yet (training has neither)");
-        return BENCH_ERR_UNSUPPORTED;
-    }
-    if (bytes > ATTN_BWD_MAX_BYTES) {
-        snprintf(impl, len, "the plain backward keeps %lld x %lld scores per thread (over 1 GiB); the memory-efficient "
-                            "one is not built yet", (long long)t, (long long)tk);
-        return BENCH_ERR_UNSUPPORTED;
-    }
+    return way == ATTN_PLAIN ? 2 * t * tk : 3 * ATTN_BR * ATTN_BC + 2 * ATTN_BR;
+}
+
+bool cpu_attn_bwd_env_ok(const char *e)
+{
+    return !e || !*e || strcmp(e, "plain") == 0 || strcmp(e, "blocks") == 0;
+}
+
+static attn_bwd *attn_bwd_new(const layer *l, attn_bwd_way way, int64_t *ws)
+{
     attn_bwd *s = xcalloc(1, sizeof *s);
-    s->threads = threads;
-    if (!(s->scratch = bench_alloc_floats(bytes / (int64_t)sizeof(float)))) {
+    s->threads = omp_get_max_threads(), s->way = way, s->per_thread = attn_bwd_floats(l, way);
+    if (!(s->scratch = bench_alloc_floats(s->threads * s->per_thread))) {
         free(s);
-        return BENCH_ERR_NOMEM;
+        return NULL;
     }
-    *ws = bytes;
-    snprintf(impl, len, "plain: the scores kept per head and sgemm (QK^T, dO V^T, dS K, dS^T Q, P^T dO)");
-    *state = s;
-    return BENCH_OK;
+    *ws = s->threads * s->per_thread * (int64_t)sizeof(float);
+    return s;
 }
 
 static void attn_bwd_free(void *env, void *state)
@@ -878,44 +900,77 @@ static void attn_bwd_free(void *env, void *state)
         free(s->scratch), free(s);
 }
 
+/* The keys [*j0, *j1) query t sees (layer_attention_sees: a contiguous range, moving
+ * forward with t; no cache in training) */
+static void attn_row_keys(const layer *l, int64_t t, int64_t tk, int64_t *j0, int64_t *j1)
+{
+    *j0 = 0, *j1 = tk;
+    if (l->p.causal) {
+        *j1 = t + 1 < tk ? t + 1 : tk;
+        if (l->p.sliding_window > 0 && t - l->p.sliding_window + 1 > 0)
+            *j0 = t - l->p.sliding_window + 1;
+    }
+}
+
 /* The scores' probabilities of one head into p [T, Tk] (masked ones 0), in place */
 static void attn_probs(const layer *l, float *p, int64_t t_len, int64_t tk)
 {
     float cap = (float)l->p.softcap;
     for (int64_t t = 0; t < t_len; t++) {
         float *row = p + t * tk, top = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < tk; j++) {
-            if (cap > 0)
-                row[j] = cap * tanhf(row[j] / cap);
-            row[j] = layer_attention_sees(l, t, j) ? row[j] : -INFINITY;
+        int64_t j0, j1;
+        attn_row_keys(l, t, tk, &j0, &j1);
+        if (cap > 0)
+            for (int64_t j = j0; j < j1; j++)
+                row[j] = cap * lb_tanhf(row[j] / cap);
+        for (int64_t j = j0; j < j1; j++)
             top = row[j] > top ? row[j] : top;
-        }
         for (int64_t j = 0; j < tk; j++)
-            sum += row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - top);
-        for (int64_t j = 0; j < tk; j++)
-            row[j] /= sum;
+            row[j] = j >= j0 && j < j1 ? lb_expf(row[j] - top) : 0.0f;
+        for (int64_t j = j0; j < j1; j++)
+            sum += row[j];
+        float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        for (int64_t j = j0; j < j1; j++)
+            row[j] *= inv;
     }
 }
 
-/* One query head hh of sample b: its gradients into dq (its own rows) and added into
- * dk and dv (its kv head's) */
-static void attn_bwd_head(const layer *l, const void *const *ins, float *grad, float *p, float *ds, int64_t b,
-                          int64_t hh)
+/* One head's tensors as the backward reads and writes them: rows of q, dO, O and dq
+ * strided by qs, of k, v, dk and dv by ks (the heads side by side) */
+typedef struct attn_head {
+    const float *q, *k, *v, *dout, *o;
+    float *dq, *dk, *dv;
+    int64_t qs, ks, t_len, tk, d;
+    float scale, cap;
+} attn_head;
+
+static attn_head attn_head_at(const layer *l, const void *const *ins, float *grad, int64_t b, int64_t hh)
 {
     int64_t t_len = l->in.d[1], tk = l->ins[1].d[1], h = l->p.num_heads, hkv = l->p.num_kv_heads, d = l->p.head_dim;
     int64_t g = hh / (h / hkv), qs = h * d, ks = hkv * d;
-    float scale = (float)(l->p.attn_scale > 0 ? l->p.attn_scale : 1.0 / sqrt((double)d)), cap = (float)l->p.softcap;
-    const float *q = (const float *)ins[0] + b * t_len * qs + hh * d, *k = (const float *)ins[1] + b * tk * ks + g * d;
-    const float *v = (const float *)ins[2] + b * tk * ks + g * d, *dout = DOUT(l, ins) + b * t_len * qs + hh * d;
-    float *dq = grad + b * t_len * qs + hh * d, *dk = grad + shape_numel(&l->ins[0]) + b * tk * ks + g * d;
-    float *dv = dk + shape_numel(&l->ins[1]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, scale, q, (blasint)qs,
-                k, (blasint)ks, 0.0f, p, (blasint)tk);
+    attn_head a = {.qs = qs, .ks = ks, .t_len = t_len, .tk = tk, .d = d, .cap = (float)l->p.softcap,
+                   .scale = (float)(l->p.attn_scale > 0 ? l->p.attn_scale : 1.0 / sqrt((double)d))};
+    a.q = (const float *)ins[0] + b * t_len * qs + hh * d, a.k = (const float *)ins[1] + b * tk * ks + g * d;
+    a.v = (const float *)ins[2] + b * tk * ks + g * d, a.dout = DOUT(l, ins) + b * t_len * qs + hh * d;
+    a.o = FOUT(l, ins) + b * t_len * qs + hh * d;
+    a.dq = grad + b * t_len * qs + hh * d, a.dk = grad + shape_numel(&l->ins[0]) + b * tk * ks + g * d;
+    a.dv = a.dk + shape_numel(&l->ins[1]);
+    return a;
+}
+
+/* The plain way for one query head: its gradients into dq (its own rows) and added into
+ * dk and dv (its kv head's) */
+static void attn_bwd_plain(const layer *l, const attn_head *a, float *p)
+{
+    int64_t t_len = a->t_len, tk = a->tk, d = a->d, qs = a->qs, ks = a->ks;
+    float *ds = p + t_len * tk;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, a->scale, a->q,
+                (blasint)qs, a->k, (blasint)ks, 0.0f, p, (blasint)tk);
     attn_probs(l, p, t_len, tk);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)d, (blasint)t_len, 1.0f, p, (blasint)tk,
-                dout, (blasint)qs, 1.0f, dv, (blasint)ks);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, 1.0f, dout,
-                (blasint)qs, v, (blasint)ks, 0.0f, ds, (blasint)tk);
+                a->dout, (blasint)qs, 1.0f, a->dv, (blasint)ks);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, 1.0f, a->dout,
+                (blasint)qs, a->v, (blasint)ks, 0.0f, ds, (blasint)tk);
     for (int64_t t = 0; t < t_len; t++) {
         float *pr = p + t * tk, *dr = ds + t * tk, dot = 0;
         for (int64_t j = 0; j < tk; j++)
@@ -923,25 +978,123 @@ static void attn_bwd_head(const layer *l, const void *const *ins, float *grad, f
         for (int64_t j = 0; j < tk; j++)
             dr[j] = pr[j] * (dr[j] - dot);
     }
-    if (cap > 0) { /* through the cap: d s = d capped (1 - tanh^2), tanh from the raw scores again */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, scale, q,
-                    (blasint)qs, k, (blasint)ks, 0.0f, p, (blasint)tk);
+    if (a->cap > 0) { /* through the cap: d s = d capped (1 - tanh^2), tanh from the raw scores again */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t_len, (blasint)tk, (blasint)d, a->scale, a->q,
+                    (blasint)qs, a->k, (blasint)ks, 0.0f, p, (blasint)tk);
         for (int64_t i = 0; i < t_len * tk; i++) {
-            float th = tanhf(p[i] / cap);
+            float th = lb_tanhf(p[i] / a->cap);
             ds[i] *= 1.0f - th * th;
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)t_len, (blasint)d, (blasint)tk, scale, ds,
-                (blasint)tk, k, (blasint)ks, 0.0f, dq, (blasint)qs);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)d, (blasint)t_len, scale, ds, (blasint)tk,
-                q, (blasint)qs, 1.0f, dk, (blasint)ks);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)t_len, (blasint)d, (blasint)tk, a->scale, ds,
+                (blasint)tk, a->k, (blasint)ks, 0.0f, a->dq, (blasint)qs);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)tk, (blasint)d, (blasint)t_len, a->scale, ds,
+                (blasint)tk, a->q, (blasint)qs, 1.0f, a->dk, (blasint)ks);
+}
+
+/* Scores of queries [t0, t0 + br) against keys [j0, j0 + bc) into s [br x ATTN_BC]:
+ * scaled and capped (the cap's tanh into th where given); each row's visible columns
+ * [c0[r], c1[r]) (the others -inf) */
+static void attn_block_scores(const layer *l, const attn_head *a, int64_t t0, int64_t br, int64_t j0, int64_t bc,
+                              float *s, float *th, int64_t *c0, int64_t *c1)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)br, (blasint)bc, (blasint)a->d, a->scale,
+                a->q + t0 * a->qs, (blasint)a->qs, a->k + j0 * a->ks, (blasint)a->ks, 0.0f, s, ATTN_BC);
+    for (int64_t r = 0; r < br; r++) {
+        int64_t k0, k1;
+        attn_row_keys(l, t0 + r, a->tk, &k0, &k1);
+        k0 = k0 - j0 < 0 ? 0 : k0 - j0 > bc ? bc : k0 - j0;
+        k1 = k1 - j0 < k0 ? k0 : k1 - j0 > bc ? bc : k1 - j0;
+        c0[r] = k0, c1[r] = k1;
+        float *row = s + r * ATTN_BC, *tr = th ? th + r * ATTN_BC : NULL;
+        for (int64_t c = 0; c < k0; c++)
+            row[c] = -INFINITY;
+        for (int64_t c = k1; c < bc; c++)
+            row[c] = -INFINITY;
+        if (a->cap > 0)
+            for (int64_t c = k0; c < k1; c++) {
+                float t = lb_tanhf(row[c] / a->cap);
+                if (tr)
+                    tr[c] = t;
+                row[c] = a->cap * t;
+            }
+    }
+}
+
+/* The blocks way for one query head (see above): dq's rows zeroed then summed into, dk
+ * and dv added into. x: the thread's scratch (three blocks, then L and D per query). */
+static void attn_bwd_blocks(const layer *l, const attn_head *a, float *x)
+{
+    int64_t t_len = a->t_len, tk = a->tk, d = a->d, qs = a->qs, ks = a->ks;
+    float *s = x, *ds = s + ATTN_BR * ATTN_BC, *th = ds + ATTN_BR * ATTN_BC, *lse = th + ATTN_BR * ATTN_BC;
+    float *dd = lse + ATTN_BR;
+    for (int64_t t = 0; t < t_len; t++)
+        memset(a->dq + t * qs, 0, (size_t)d * sizeof(float));
+    for (int64_t t0 = 0; t0 < t_len; t0 += ATTN_BR) {
+        int64_t br = t_len - t0 < ATTN_BR ? t_len - t0 : ATTN_BR, k0, k1, unused, c0[ATTN_BR], c1[ATTN_BR];
+        attn_row_keys(l, t0, tk, &k0, &unused); /* the keys the block's queries see between them */
+        attn_row_keys(l, t0 + br - 1, tk, &unused, &k1);
+        float top[ATTN_BR], sum[ATTN_BR];
+        for (int64_t r = 0; r < br; r++) {
+            top[r] = -INFINITY, sum[r] = 0;
+            const float *o = a->o + (t0 + r) * qs, *g = a->dout + (t0 + r) * qs;
+            float dot = 0;
+            for (int64_t i = 0; i < d; i++)
+                dot += o[i] * g[i];
+            dd[r] = dot;
+        }
+        for (int64_t j0 = k0; j0 < k1; j0 += ATTN_BC) { /* the rows' log-sum-exp, online */
+            int64_t bc = k1 - j0 < ATTN_BC ? k1 - j0 : ATTN_BC;
+            attn_block_scores(l, a, t0, br, j0, bc, s, NULL, c0, c1);
+            for (int64_t r = 0; r < br; r++) {
+                const float *row = s + r * ATTN_BC;
+                float m = top[r], acc = 0;
+                for (int64_t c = c0[r]; c < c1[r]; c++)
+                    m = row[c] > m ? row[c] : m;
+                if (c0[r] == c1[r])
+                    continue;
+                for (int64_t c = c0[r]; c < c1[r]; c++)
+                    acc += lb_expf(row[c] - m);
+                sum[r] = acc + (sum[r] > 0 ? sum[r] * lb_expf(top[r] - m) : 0.0f);
+                top[r] = m;
+            }
+        }
+        for (int64_t r = 0; r < br; r++) /* a row that sees nothing: every p 0 */
+            lse[r] = sum[r] > 0 ? top[r] + logf(sum[r]) : INFINITY;
+        for (int64_t j0 = k0; j0 < k1; j0 += ATTN_BC) {
+            int64_t bc = k1 - j0 < ATTN_BC ? k1 - j0 : ATTN_BC;
+            attn_block_scores(l, a, t0, br, j0, bc, s, th, c0, c1);
+            for (int64_t r = 0; r < br; r++) {
+                float *row = s + r * ATTN_BC;
+                for (int64_t c = 0; c < bc; c++)
+                    row[c] = c >= c0[r] && c < c1[r] ? lb_expf(row[c] - lse[r]) : 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)bc, (blasint)d, (blasint)br, 1.0f, s, ATTN_BC,
+                        a->dout + t0 * qs, (blasint)qs, 1.0f, a->dv + j0 * ks, (blasint)ks);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)br, (blasint)bc, (blasint)d, 1.0f,
+                        a->dout + t0 * qs, (blasint)qs, a->v + j0 * ks, (blasint)ks, 0.0f, ds, ATTN_BC);
+            for (int64_t r = 0; r < br; r++) {
+                float *dr = ds + r * ATTN_BC, *tr = th + r * ATTN_BC;
+                const float *pr = s + r * ATTN_BC;
+                for (int64_t c = 0; c < bc; c++)
+                    dr[c] = pr[c] * (dr[c] - dd[r]);
+                if (a->cap > 0)
+                    for (int64_t c = c0[r]; c < c1[r]; c++)
+                        dr[c] *= 1.0f - tr[c] * tr[c];
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)br, (blasint)d, (blasint)bc, a->scale, ds,
+                        ATTN_BC, a->k + j0 * ks, (blasint)ks, 1.0f, a->dq + t0 * qs, (blasint)qs);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)bc, (blasint)d, (blasint)br, a->scale, ds,
+                        ATTN_BC, a->q + t0 * qs, (blasint)qs, 1.0f, a->dk + j0 * ks, (blasint)ks);
+        }
+    }
 }
 
 static void attn_bwd_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
 {
     (void)env, (void)w;
     attn_bwd *s = state;
-    int64_t n = l->in.d[0], t_len = l->in.d[1], tk = l->ins[1].d[1], h = l->p.num_heads, hkv = l->p.num_kv_heads;
+    int64_t n = l->in.d[0], h = l->p.num_heads, hkv = l->p.num_kv_heads;
     int64_t per = h / hkv;
     float *grad = out, *dk = grad + shape_numel(&l->ins[0]);
     memset(dk, 0, (size_t)(shape_numel(&l->ins[1]) + shape_numel(&l->ins[2])) * sizeof *dk); /* summed into */
@@ -949,10 +1102,120 @@ static void attn_bwd_run(void *env, const layer *l, void *state, const void *con
      * OpenBLAS runs single-threaded inside a parallel region */
 #pragma omp parallel for schedule(dynamic) num_threads(s->threads) if (n * hkv > 1)
     for (int64_t i = 0; i < n * hkv; i++) {
-        float *p = s->scratch + (int64_t)omp_get_thread_num() * 2 * t_len * tk;
-        for (int64_t k = 0; k < per; k++)
-            attn_bwd_head(l, ins, grad, p, p + t_len * tk, i / hkv, i % hkv * per + k);
+        float *x = s->scratch + (int64_t)omp_get_thread_num() * s->per_thread;
+        for (int64_t k = 0; k < per; k++) {
+            attn_head a = attn_head_at(l, ins, grad, i / hkv, i % hkv * per + k);
+            if (s->way == ATTN_PLAIN)
+                attn_bwd_plain(l, &a, x);
+            else
+                attn_bwd_blocks(l, &a, x);
+        }
     }
+}
+
+/* Both ways timed on scratch tensors of the layer's shapes, in rounds (at most 0.3 s,
+ * each run warm: a backward reads what the forward just wrote); a tie goes to blocks,
+ * which keeps less. -1 when out of memory. */
+typedef struct attn_ways {
+    const layer *l;
+    attn_bwd **st;
+    const void *const *ins;
+    float *out;
+} attn_ways;
+
+static void attn_way_run(void *user, int k)
+{
+    attn_ways *x = user;
+    attn_bwd_run(NULL, x->l, x->st[k], x->ins, NULL, x->out);
+}
+
+static int attn_bwd_search(const layer *l)
+{
+    int64_t in_n = layer_backward_in_floats(l), out_n = layer_backward_floats(l), ws;
+    float *in = bench_alloc_floats(in_n), *out = bench_alloc_floats(out_n);
+    attn_bwd *st[ATTN_WAYS] = {NULL};
+    int pick = -1;
+    bool all = in && out;
+    for (int k = 0; all && k < ATTN_WAYS; k++)
+        all = (st[k] = attn_bwd_new(l, (attn_bwd_way)k, &ws)) != NULL;
+    if (all) {
+        const void *ins[LAYER_MAX_INPUTS + 2];
+        const float *at = in;
+        for (int k = 0; k < l->n_inputs; k++)
+            ins[k] = at, at += shape_numel(&l->ins[k]);
+        ins[l->n_inputs] = at, at += shape_numel(&l->out);
+        ins[l->n_inputs + 1] = at;
+        for (int64_t i = 0; i < in_n; i++)
+            in[i] = (float)(i % 17) * 0.0625f - 0.5f;
+        attn_ways x = {l, st, ins, out};
+        double best[ATTN_WAYS];
+        for (int k = 0; k < ATTN_WAYS; k++) /* warm, untimed */
+            attn_way_run(&x, k);
+        cpu_search_rounds(ATTN_WAYS, 0.3, NULL, attn_way_run, &x, best);
+        pick = best[ATTN_PLAIN] < best[ATTN_BLOCKS] * (1 - CPU_SEARCH_TIE) ? ATTN_PLAIN : ATTN_BLOCKS;
+        const char *e = getenv("LAYERBENCH_CPU_SEARCH_LOG");
+        if (e && *e && strcmp(e, "0") != 0)
+            bench_diag("cpu search %s backward: plain %.1f us, blocks %.1f us: %s kept\n", l->name,
+                       1e6 * best[ATTN_PLAIN], 1e6 * best[ATTN_BLOCKS], attn_bwd_way_names[pick]);
+    }
+    for (int k = 0; k < ATTN_WAYS; k++)
+        attn_bwd_free(NULL, st[k]);
+    free(in), free(out);
+    return pick;
+}
+
+static bench_status attn_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    (void)w;
+    if (l->p.kv_len || l->p.sinks) {
+        snprintf(impl, len, "the cpu backward takes no KV cache and no sinks yet (training has neither)");
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    int64_t t = l->in.d[1], tk = l->ins[1].d[1], threads = omp_get_max_threads();
+    int64_t plain_bytes = threads * attn_bwd_floats(l, ATTN_PLAIN) * (int64_t)sizeof(float);
+    const char *forced = getenv("LAYERBENCH_CPU_ATTN_BWD"), *why;
+    cpu_choices *search = cpu_env_choices(env);
+    attn_bwd_way way;
+    char whyb[80];
+    if (forced && *forced) {
+        way = strcmp(forced, "plain") == 0 ? ATTN_PLAIN : ATTN_BLOCKS;
+        why = "LAYERBENCH_CPU_ATTN_BWD";
+        if (way == ATTN_PLAIN && plain_bytes > ATTN_BWD_MAX_BYTES) {
+            snprintf(impl, len, "LAYERBENCH_CPU_ATTN_BWD=plain: the plain backward keeps %lld x %lld scores per thread "
+                                "(over 1 GiB)", (long long)t, (long long)tk);
+            return BENCH_ERR_UNSUPPORTED;
+        }
+    } else if (plain_bytes > ATTN_BWD_MAX_BYTES) {
+        way = ATTN_BLOCKS, why = "the plain one's scores would take over 1 GiB";
+    } else if (!search || l->in.d[0] * l->p.num_heads * t * tk > ATTN_SEARCH_SCORES) {
+        way = l->p.causal || plain_bytes > ATTN_PLAIN_RULE_BYTES ? ATTN_BLOCKS : ATTN_PLAIN;
+        snprintf(whyb, sizeof whyb, "%s: %s", search ? "the rule, too large to time both" : "--algo heuristic",
+                 l->p.causal ? "causal" : way == ATTN_PLAIN ? "not causal" : "over 64 MiB of scores");
+        why = whyb;
+    } else {
+        const cpu_choice *known = cpu_choice_find(search, l);
+        if (known && known->given && !(known->algo[0] >= 0 && known->algo[0] < ATTN_WAYS && known->algo[2] == ATTN_WAYS))
+            search->stale++, known = NULL; /* from --algo-cache, and not one of these ways */
+        int pick = known ? (int)known->algo[0] : attn_bwd_search(l);
+        if (pick < 0)
+            return BENCH_ERR_NOMEM;
+        if (!known)
+            cpu_choice_add(search, l, (const int64_t[3]){pick, 0, ATTN_WAYS});
+        way = (attn_bwd_way)pick;
+        snprintf(whyb, sizeof whyb, "the faster of %d, timed warm", ATTN_WAYS);
+        why = whyb;
+    }
+    attn_bwd *s = attn_bwd_new(l, way, ws);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    if (way == ATTN_PLAIN)
+        snprintf(impl, len, "plain: the scores kept per head, 5 sgemm (QK^T, dO V^T, dS K, dS^T Q, P^T dO) (%s)", why);
+    else
+        snprintf(impl, len, "blocks: memory-efficient, the scores recomputed by %dx%d blocks, 6 sgemm (%s)", ATTN_BR,
+                 ATTN_BC, why);
+    *state = s;
+    return BENCH_OK;
 }
 
 /* ---- multihead_attention ----------------------------------------------------------------------- */
