@@ -32,8 +32,9 @@ YAML
     for way in plain blocks; do
       $E LAYERBENCH_CPU_ATTN_BWD=$way build/bench run $C/attn.yaml --pass backward --threads 2 --no-peaks \
           --no-progress --processes 1 --csv $C/r.csv > /dev/null 2>&1
-      ms=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-             $c["name"] == "attn" && $c["mode"] == "warm" { printf "%.2f", $c["median_us"] / 1000 }' $C/r.csv)
+      ms=$(/usr/bin/python3 -c 'import csv, sys
+print(*["%.2f" % (float(r["median_us"]) / 1e3) for r in csv.DictReader(open(sys.argv[1]))
+        if r["layer_name"] == "attn" and r["mode"] == "warm"])' $C/r.csv)
       line="$line $way $ms"
     done
     ms=$($E /usr/bin/python3 - $t $causal <<'PY'
