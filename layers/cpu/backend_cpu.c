@@ -85,20 +85,25 @@ static const backend_kernel_table cpu_kernels = {
     [kind][DTYPE_BF16] = {&cpu_bwd_via_f32_kernel}, [kind][DTYPE_FP16] = {&cpu_bwd_via_f32_kernel},           \
     [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
 
+/* ... and a kind with 16-bit backward loops of its own */
+#define CPU_BWD_ROW16(kind, f32, k16)                                                                          \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {NULL, CPU_NO_TF32}, [kind][DTYPE_BF16] = {&k16},        \
+    [kind][DTYPE_FP16] = {&k16}, [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
+
 static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_CONV2D, cpu_conv2d_bwd_kernel),
     CPU_BWD_ROW(LAYER_LINEAR, cpu_linear_bwd_kernel),
     CPU_BWD_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_bwd_kernel),
-    CPU_BWD_ROW(LAYER_RELU, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_RELU6, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_SIGMOID, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_SILU, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_TANH, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_HARDSWISH, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_HARDSIGMOID, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_GELU, cpu_act_bwd_kernel),
-    CPU_BWD_ROW(LAYER_ADD, cpu_binary_bwd_kernel),
-    CPU_BWD_ROW(LAYER_MUL, cpu_binary_bwd_kernel),
+    CPU_BWD_ROW16(LAYER_RELU, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_RELU6, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_SIGMOID, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_SILU, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_TANH, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_HARDSWISH, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_HARDSIGMOID, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_GELU, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_ADD, cpu_binary_bwd_kernel, cpu_binary_bwd16_kernel),
+    CPU_BWD_ROW16(LAYER_MUL, cpu_binary_bwd_kernel, cpu_binary_bwd16_kernel),
     CPU_BWD_ROW(LAYER_MAXPOOL2D, cpu_pool_bwd_kernel),
     CPU_BWD_ROW(LAYER_AVGPOOL2D, cpu_pool_bwd_kernel),
     CPU_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cpu_pool_bwd_kernel),

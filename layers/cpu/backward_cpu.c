@@ -512,6 +512,129 @@ static void binary_bwd_run(void *env, const layer *l, void *state, const void *c
     }
 }
 
+/* ---- the activations, add and mul in bf16 and fp16 --------------------------------------------- */
+
+/* The fp32 loops above on BWD16_CHUNK elements at a time, widened from the layer's dtype
+ * into the thread's stack and the gradients rounded back: the tensors read and written
+ * once in 16 bits, where fp32 copies of them (cpu_bwd_via_f32_kernel) took longer than
+ * the backward itself (ResNet-18's relu in bf16: 10 ms of conversions to its 5). */
+#define BWD16_CHUNK 1024
+#define BWD16_BUFS 5
+
+/* Over the threads, chunk by chunk of n elements: the n_src 16-bit tensors src widened
+ * into bufs[0, n_src), fn computing in fp32 into bufs[n_src, n_src + n_dst), those
+ * rounded into the n_dst tensors dst (all of l's dtype). */
+typedef void (*bwd16_fn)(const layer *l, float *const *bufs, int64_t m);
+
+static void bwd16_chunks(const layer *l, int64_t n, const void *const *src, int n_src, void *const *dst, int n_dst,
+                         bwd16_fn fn)
+{
+    dtype_t t = l->dtype;
+    int64_t es = (int64_t)dtype_size(t);
+    CPU_OMP_IF(n > CPU_PARALLEL_MIN, "omp parallel",
+        {
+            int64_t lo, hi;
+            float buf[BWD16_BUFS][BWD16_CHUNK], *bufs[BWD16_BUFS];
+            for (int k = 0; k < BWD16_BUFS; k++)
+                bufs[k] = buf[k];
+            cpu_thread_span(n, &lo, &hi);
+            for (int64_t i = lo; i < hi; i += BWD16_CHUNK) {
+                int64_t m = hi - i < BWD16_CHUNK ? hi - i : BWD16_CHUNK;
+                for (int k = 0; k < n_src; k++)
+                    cpu_convert_span(bufs[k], DTYPE_FP32, (const char *)src[k] + i * es, t, m);
+                fn(l, bufs, m);
+                for (int k = 0; k < n_dst; k++)
+                    cpu_convert_span((char *)dst[k] + i * es, t, bufs[n_src + k], DTYPE_FP32, m);
+            }
+        });
+}
+
+/* x, dy -> dx */
+static void act_bwd16_chunk(const layer *l, float *const *b, int64_t m)
+{
+    act_bwd_span(l->kind, l->kind == LAYER_GELU && l->p.mode == GELU_TANH, b[0], b[1], b[2], m);
+}
+
+static void act_bwd16_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)state, (void)w;
+    const void *src[2] = {ins[0], ins[l->n_inputs + 1]};
+    void *dst[1] = {out};
+    bwd16_chunks(l, shape_numel(&l->in), src, 2, dst, 1, act_bwd16_chunk);
+}
+
+/* a, b, dy -> da = dy b, db = dy a */
+static void mul_bwd16_chunk(const layer *l, float *const *b, int64_t m)
+{
+    (void)l;
+    for (int64_t k = 0; k < m; k++)
+        b[3][k] = b[2][k] * b[1][k], b[4][k] = b[2][k] * b[0][k];
+}
+
+/* add's gradient is the output's, copied to each input; mul's the output's times the
+ * other input. Broadcast inputs: their sums over the repeated dimensions in fp32 (the
+ * state's, na + nb floats), one thread, then rounded. */
+static bench_status binary_bwd16_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                       int64_t *ws)
+{
+    (void)env, (void)w;
+    int64_t n = shape_numel(&l->out), na = shape_numel(&l->ins[0]), nb = shape_numel(&l->ins[1]);
+    *ws = 0;
+    if (na == n && nb == n) {
+        snprintf(impl, len, "direct, %s in and out, fp32 inside", dtype_name(l->dtype));
+        return BENCH_OK;
+    }
+    float *sums = bench_alloc_floats(na + nb);
+    if (!sums)
+        return BENCH_ERR_NOMEM;
+    *ws = (na + nb) * (int64_t)sizeof(float), *state = sums;
+    snprintf(impl, len, "direct, %s in and out, a broadcast input's sums in fp32 on one thread", dtype_name(l->dtype));
+    return BENCH_OK;
+}
+
+static void binary_bwd16_free(void *env, void *state)
+{
+    (void)env;
+    free(state);
+}
+
+static void binary_bwd16_run(void *env, const layer *l, void *state, const void *const *ins, const void *w, void *out)
+{
+    (void)env, (void)w;
+    dtype_t t = l->dtype;
+    int64_t n = shape_numel(&l->out), na = shape_numel(&l->ins[0]), nb = shape_numel(&l->ins[1]);
+    int64_t es = (int64_t)dtype_size(t);
+    const char *a = ins[0], *b = ins[1], *dy = ins[l->n_inputs + 1];
+    char *da = out, *db = da + na * es;
+    bool mul = l->kind == LAYER_MUL;
+    if (!state && !mul) { /* the same gradient, twice */
+        memcpy(da, dy, (size_t)(n * es));
+        memcpy(db, dy, (size_t)(n * es));
+        return;
+    }
+    if (!state) {
+        const void *src[3] = {a, b, dy};
+        void *dst[2] = {da, db};
+        bwd16_chunks(l, n, src, 3, dst, 2, mul_bwd16_chunk);
+        return;
+    }
+    float *sa = state, *sb = sa + na;
+    memset(sa, 0, (size_t)(na + nb) * sizeof *sa);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ia = layer_broadcast_index(&l->ins[0], &l->out, i), ib = layer_broadcast_index(&l->ins[1], &l->out, i);
+        float g, x, y;
+        cpu_convert_span(&g, DTYPE_FP32, dy + i * es, t, 1);
+        if (mul) {
+            cpu_convert_span(&x, DTYPE_FP32, a + ia * es, t, 1);
+            cpu_convert_span(&y, DTYPE_FP32, b + ib * es, t, 1);
+        }
+        sa[ia] += mul ? g * y : g;
+        sb[ib] += mul ? g * x : g;
+    }
+    cpu_convert_span(da, t, sa, DTYPE_FP32, na);
+    cpu_convert_span(db, t, sb, DTYPE_FP32, nb);
+}
+
 /* ---- pooling --------------------------------------------------------------------------------- */
 
 /* One plane of max pooling: each output's gradient to its window's first largest input
@@ -1334,6 +1457,10 @@ const backend_kernel cpu_batchnorm2d_bwd_kernel = {
     .run = bn_bwd_run, .impl = "per channel (the batch's statistics recomputed from the input)"};
 const backend_kernel cpu_act_bwd_kernel = {.run = act_bwd_run, .impl = "direct"};
 const backend_kernel cpu_binary_bwd_kernel = {.run = binary_bwd_run, .impl = "direct"};
+const backend_kernel cpu_act_bwd16_kernel = {.run = act_bwd16_run,
+                                            .impl = "direct, 16-bit in and out, fp32 inside by chunks of 1024"};
+const backend_kernel cpu_binary_bwd16_kernel = {.setup = binary_bwd16_setup, .run = binary_bwd16_run,
+                                               .free = binary_bwd16_free};
 const backend_kernel cpu_pool_bwd_kernel = {.run = pool_bwd_run, .impl = "direct per plane (max: the window searched again)"};
 const backend_kernel cpu_norm_bwd_kernel = {.setup = norm_bwd_setup, .run = norm_bwd_run, .free = norm_bwd_free};
 const backend_kernel cpu_softmax_bwd_kernel = {.run = softmax_bwd_run, .impl = "from the saved output"};

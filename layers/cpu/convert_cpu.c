@@ -33,7 +33,7 @@ CPU_ISA_CLONES static void narrow_bf16(uint16_t *dst, const float *src, int64_t 
     }
 }
 
-static void convert_span(void *dst, dtype_t to, const void *src, dtype_t from, int64_t n)
+void cpu_convert_span(void *dst, dtype_t to, const void *src, dtype_t from, int64_t n)
 {
     if (from == DTYPE_BF16 && dtype_storage(to) == DTYPE_FP32)
         widen_bf16(dst, src, n);
@@ -76,7 +76,7 @@ void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from
     (void)ctx;
     size_t in = dtype_size(from), out = dtype_size(to);
     if (n <= CPU_PARALLEL_MIN) {
-        convert_span(dst, to, src, from, n);
+        cpu_convert_span(dst, to, src, from, n);
         return;
     }
 #pragma omp parallel
@@ -84,7 +84,7 @@ void cpu_convert(void *ctx, void *dst, dtype_t to, const void *src, dtype_t from
         int64_t lo, hi;
         cpu_thread_span(n, &lo, &hi);
         if (hi > lo)
-            convert_span((char *)dst + lo * (int64_t)out, to, (const char *)src + lo * (int64_t)in, from, hi - lo);
+            cpu_convert_span((char *)dst + lo * (int64_t)out, to, (const char *)src + lo * (int64_t)in, from, hi - lo);
     }
 }
 

@@ -99,6 +99,12 @@ extern const backend_kernel cpu_via_f32_kernel;
 /* ... and the backward's: the kind's fp32 backward kernel on fp32 copies (convert_cpu.c);
  * a kind whose 16-bit forward is inference only (batch norm, dropout) in training mode. */
 extern const backend_kernel cpu_bwd_via_f32_kernel, cpu_train16_kernel;
+/* The activations' and add's and mul's backward reading and writing bf16 or fp16,
+ * computing in fp32 by chunks a thread's caches hold (backward_cpu.c) */
+extern const backend_kernel cpu_act_bwd16_kernel, cpu_binary_bwd16_kernel;
+/* n elements of src (dtype from) into dst (dtype to), on the calling thread: bf16 and
+ * fp32 in vectorised loops, the other pairs through dtype_convert (convert_cpu.c) */
+void cpu_convert_span(void *dst, dtype_t to, const void *src, dtype_t from, int64_t n);
 const backend_kernel *cpu_fp32_backward_kernel(layer_kind kind);
 /* The backward kernels (backward_cpu.c; rope's in llm_cpu.c), fp32 */
 /* The training step's optimizer update (backend_layers_i.optimizer_update; backward_cpu.c). */
