@@ -46,8 +46,8 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
  * backward reference, in the same order): the worst layer's relative error, against
  * the sum of the layers' backward tolerances. */
 check_result check_train_step(const model *m, const backend *b, uint64_t seed);
-/* The bytes that check takes: every value, weight and gradient, the reference's and the
- * step's. */
+/* The bytes that check takes: the reference's weights and values with one layer's
+ * gradients at a time, and the step's on the backend as planned (model_train_plan). */
 int64_t check_step_bytes(const model *m);
 
 /* How check_model runs. */

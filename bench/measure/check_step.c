@@ -114,60 +114,82 @@ static bool ref_forward(const model *m, uint64_t seed, ref_step *r)
     return true;
 }
 
-/* The reference step's backward: the loss's labels as the step's, the backward reference
- * of every layer whose backward runs (model_grad_flow) in reverse on the values in r->store. False when out of memory. */
-static bool ref_backward(const model *m, uint64_t seed, ref_step *r)
+/* Layer i's weights' gradient from the step on b against the reference's want: its
+ * relative error into r where it is the worst so far (*worst: that layer). */
+static void compare_wgrad(const model *m, const backend *b, const train_step *ts, int i, const float *want,
+                          check_result *r, int *worst)
 {
-    int n = m->n_layers, out = model_storage_of(m, n);
-    if (!(r->vgrad[out] = bench_alloc_floats(shape_numel(&m->layers[out - 1].out))))
+    const layer *l = &m->layers[i];
+    if (!want || !train_step_grads(ts, i) || l->frozen) /* a frozen layer's is not computed */
+        return;
+    int64_t all = layer_backward_floats(l), bad;
+    float *got = bench_alloc_floats(all);
+    if (!got) {
+        r->status = BENCH_ERR_NOMEM;
+        return;
+    }
+    r->status = backend_download_values(b, l->dtype, got, train_step_grads(ts, i), all);
+    double err = check_rel_err(got + all - l->n_weight_floats, want, l->n_weight_floats, &bad);
+    r->nonfinite += bad;
+    if (*worst < 0 || err > r->rel_err)
+        r->rel_err = err, *worst = i;
+    free(got);
+}
+
+/* The reference step's backward: the loss's labels as the step's, the backward reference
+ * of every layer whose backward runs (model_grad_flow) in reverse on the values in
+ * r->store, each layer's weights' gradient compared with the step's on b as soon as it
+ * is computed (compare_wgrad), then freed with the output's gradient it came from and,
+ * without an optimizer to check, the layer's weights: the reference holds its weights
+ * and values, and one layer's gradients at a time (Llama-3.2-1B's step in 14 GiB, not
+ * 36). The worst error into r; false when out of memory. */
+static bool ref_backward(const model *m, uint64_t seed, const backend *b, const train_step *ts, ref_step *ref,
+                         check_result *r)
+{
+    int n = m->n_layers, out = model_storage_of(m, n), worst = -1;
+    if (!(ref->vgrad[out] = bench_alloc_floats(shape_numel(&m->layers[out - 1].out))))
         return false;
-    ref_loss_grad(m, seed, r->store[out], r->vgrad[out]);
+    ref_loss_grad(m, seed, ref->store[out], ref->vgrad[out]);
     bool *runs = xmalloc((size_t)n * sizeof *runs), *input_grad = xmalloc((size_t)n * sizeof *input_grad), ok = true;
     model_grad_flow(m, runs, input_grad);
-    for (int i = n - 1; ok && i >= 0; i--)
-        ok = !runs[i] || ref_layer_backward(m, r, i);
+    r->status = BENCH_OK;
+    for (int i = n - 1; ok && r->status == BENCH_OK && i >= 0; i--) {
+        if (!runs[i])
+            continue;
+        ok = ref_layer_backward(m, ref, i);
+        if (ok)
+            compare_wgrad(m, b, ts, i, ref->wgrad[i], r, &worst);
+        free(ref->wgrad[i]), ref->wgrad[i] = NULL;
+        free(ref->vgrad[i + 1]), ref->vgrad[i + 1] = NULL; /* its producer was its last user */
+        if (m->optimizer == OPTIMIZER_NONE)
+            free(ref->weights[i]), ref->weights[i] = NULL;
+    }
     free(runs), free(input_grad);
+    if (ok && r->status == BENCH_OK) {
+        snprintf(r->why, sizeof r->why, "the weights' gradients, the worst in layer '%s'",
+                 worst >= 0 ? m->layers[worst].name : "-");
+        r->status = r->nonfinite == 0 && r->rel_err <= r->tolerance ? BENCH_OK : BENCH_ERR_CHECK;
+    }
     return ok;
 }
 
 int64_t check_step_bytes(const model *m)
 {
-    int64_t floats = shape_numel(&m->input);
-    for (int i = 0; i < m->n_layers; i++) { /* every value and its gradient, the weights and theirs */
+    /* the reference's fp32 weights and values, each value's gradient (at most all at once),
+     * and the largest layer's gradients (its inputs' and weights', and its download of
+     * the step's to compare) */
+    int64_t floats = shape_numel(&m->input), largest = 0;
+    for (int i = 0; i < m->n_layers; i++) {
         const layer *l = &m->layers[i];
-        floats += 2 * l->n_weight_floats + (layer_is_view(l) ? 0 : layer_backward_floats(l) + 2 * shape_numel(&l->out));
+        int64_t grads = layer_is_view(l) ? 0 : 2 * layer_backward_floats(l);
+        floats += l->n_weight_floats + (layer_is_view(l) ? 0 : 2 * shape_numel(&l->out));
+        largest = grads > largest ? grads : largest;
     }
-    return 2 * 4 * floats; /* the reference's, and the step's on the backend at most as large */
-}
-
-/* Each reached layer's weights' gradient from the step on b against the reference's:
- * the worst relative error of them, the layer it was in said in why. */
-static void compare_wgrads(const model *m, const backend *b, const train_step *ts, const ref_step *ref, check_result *r)
-{
-    int worst = -1;
-    r->status = BENCH_OK;
-    for (int i = 0; r->status == BENCH_OK && i < m->n_layers; i++) {
-        const layer *l = &m->layers[i];
-        if (!ref->wgrad[i] || !train_step_grads(ts, i) || l->frozen) /* a frozen layer's is not computed */
-            continue;
-        int64_t all = layer_backward_floats(l), bad;
-        float *got = bench_alloc_floats(all);
-        if (!got) {
-            r->status = BENCH_ERR_NOMEM;
-            break;
-        }
-        r->status = backend_download_values(b, l->dtype, got, train_step_grads(ts, i), all);
-        double err = check_rel_err(got + all - l->n_weight_floats, ref->wgrad[i], l->n_weight_floats, &bad);
-        r->nonfinite += bad;
-        if (worst < 0 || err > r->rel_err)
-            r->rel_err = err, worst = i;
-        free(got);
-    }
-    if (r->status == BENCH_OK) {
-        snprintf(r->why, sizeof r->why, "the weights' gradients, the worst in layer '%s'",
-                 worst >= 0 ? m->layers[worst].name : "-");
-        r->status = r->nonfinite == 0 && r->rel_err <= r->tolerance ? BENCH_OK : BENCH_ERR_CHECK;
-    }
+    /* the step's on the backend: as planned (model_train_plan), and a packed copy of the
+     * weights, as a run counts it */
+    model_train_memory tm = {0};
+    model_train_plan(m, &tm);
+    return 4 * (floats + largest) + tm.peak_bytes + tm.weight_bytes;
 }
 
 /* The optimizer's update (one step at a learning rate of 1e-3 from the reference's
@@ -288,13 +310,11 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
         train_step_set_lr(ts, 1e-3f); /* a real change to compare (the timed steps run at 0) */
         train_step_queue(ts, false);
         if ((r.status = b->ops->device.sync(b->ctx)) == BENCH_OK && take_forward(m, b, &net, &ref, &r)) {
-            if (!ref_backward(m, seed, &ref)) {
+            if (!ref_backward(m, seed, b, ts, &ref, &r)) {
                 r.status = BENCH_ERR_NOMEM;
                 snprintf(r.why, sizeof r.why, "out of memory (for the reference step's gradients)");
-            } else {
-                compare_wgrads(m, b, ts, &ref, &r);
-                if (r.status == BENCH_OK && m->optimizer != OPTIMIZER_NONE)
-                    compare_updates(m, b, &net, ts, &ref, &r);
+            } else if (r.status == BENCH_OK && m->optimizer != OPTIMIZER_NONE) {
+                compare_updates(m, b, &net, ts, &ref, &r);
             }
         }
     }
