@@ -87,6 +87,37 @@ static void prepare_batch(timed_layer *t, double single, layer_result *r)
     t->hold = t->launches <= HOLD_MAX_LAUNCHES;
 }
 
+/* "F, then backward B" into why: where both do not fit, each cut to its share of the
+ * room (the longer one first) and marked "...", so that the backward's impl is never the
+ * part lost. */
+static void train_row_impl(char *why, size_t whylen, const char *f, const char *b)
+{
+    static const char mid[] = ", then backward ";
+    size_t lf = strlen(f), lb = strlen(b), room = whylen - sizeof mid; /* the terminator in sizeof */
+    if (whylen <= sizeof mid + 8) { /* no room for both */
+        snprintf(why, whylen, "%.*s", (int)(whylen - 1), f);
+        return;
+    }
+    size_t half = room / 2, kf = lf, kb = lb;
+    if (lf + lb <= room)
+        ; /* both whole */
+    else if (kf > half && kb > half)
+        kf = half, kb = room - half;
+    else if (kf > half)
+        kf = room - kb;
+    else
+        kb = room - kf;
+    char *at = why; /* kf + kb + the middle + the terminator <= whylen */
+    memcpy(at, f, kf), at += kf;
+    if (kf < lf)
+        memcpy(at - 3, "...", 3);
+    memcpy(at, mid, sizeof mid - 1), at += sizeof mid - 1;
+    memcpy(at, b, kb), at += kb;
+    if (kb < lb)
+        memcpy(at - 3, "...", 3);
+    *at = '\0';
+}
+
 /* A train row's two kernels: the forward in training mode, writing its output where the
  * backward reads it (the input area after the inputs), then the backward into the
  * output area, computing what the step's does (no input gradient where the step wants
@@ -111,7 +142,7 @@ static bench_status train_row_setup(const backend *b, const layer *l, layer_unit
         snprintf(why, whylen, "%s; no backward: nothing up to it learns", fi);
         *workspace = fws;
     } else if (st == BENCH_OK) {
-        snprintf(why, whylen, "%s, then backward %s", fi, bi);
+        train_row_impl(why, whylen, fi, bi);
         lu->t.bwd_out = lu->t.out;
         lu->t.out = (void *)lu->in[l->n_inputs];
         *workspace = fws > bws ? fws : bws;
