@@ -4,8 +4,11 @@
  * (Hugging Face's tie_word_embeddings: lm_head shares embed_tokens' table), read as
  * ever but not counted again as parameters. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kind_util.h"
+#include "util.h"
 
 static const layer_param_spec linear_params[] = {
     {"out_features", LP_INT, P_OFF(out_features), true, 1, NULL},
@@ -57,34 +60,44 @@ static void linear_reference(const layer *l, const float *const *ins, const floa
         }
 }
 
-/* d in = d out W; d W = d out^T in; d bias = the sum of d out over the rows */
+/* d in = d out W; d W = d out^T in; d bias = the sum of d out over the rows. Each row of
+ * d in and of d W is summed in a double row, the loops running along the rows of W and
+ * of the input (a column-wise walk, 8 KiB strides over Llama's lm_head, made the
+ * reference of its backward take minutes). */
 static void linear_backward(const layer *l, const float *const *ins, const float *w, const float *out,
                             const float *dout, float *const *din, float *dw)
 {
     (void)out;
     const float *in = ins[0];
     int64_t f = l->in.d[l->in.rank - 1], n = shape_numel(&l->in) / f, o = l->p.out_features;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < f; i++) {
-            double acc = 0.0;
-            for (int64_t j = 0; j < o; j++)
-                acc += (double)dout[b * o + j] * w[j * f + i];
-            din[0][b * f + i] = (float)acc;
+    double *acc = xmalloc((size_t)f * sizeof *acc);
+    for (int64_t b = 0; b < n; b++) {
+        memset(acc, 0, (size_t)f * sizeof *acc);
+        for (int64_t j = 0; j < o; j++) {
+            double d = dout[b * o + j];
+            const float *wr = w + j * f;
+            for (int64_t i = 0; i < f; i++)
+                acc[i] += d * wr[i];
         }
-    for (int64_t j = 0; j < o; j++) {
-        for (int64_t i = 0; i < f; i++) {
-            double acc = 0.0;
-            for (int64_t b = 0; b < n; b++)
-                acc += (double)dout[b * o + j] * in[b * f + i];
-            dw[j * f + i] = (float)acc;
-        }
-        if (l->p.bias) {
-            double acc = 0.0;
-            for (int64_t b = 0; b < n; b++)
-                acc += dout[b * o + j];
-            dw[o * f + j] = (float)acc;
-        }
+        for (int64_t i = 0; i < f; i++)
+            din[0][b * f + i] = (float)acc[i];
     }
+    for (int64_t j = 0; j < o; j++) {
+        double bias = 0.0;
+        memset(acc, 0, (size_t)f * sizeof *acc);
+        for (int64_t b = 0; b < n; b++) {
+            double d = dout[b * o + j];
+            const float *xr = in + b * f;
+            for (int64_t i = 0; i < f; i++)
+                acc[i] += d * xr[i];
+            bias += d;
+        }
+        for (int64_t i = 0; i < f; i++)
+            dw[j * f + i] = (float)acc[i];
+        if (l->p.bias)
+            dw[o * f + j] = (float)bias;
+    }
+    free(acc);
 }
 
 /* int8: the weight [out_features, in_features], a scale per output feature; the bias stays fp32 */
