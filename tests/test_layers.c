@@ -729,6 +729,28 @@ static void test_checker(void)
     EXPECT(nonfinite == 1, "an unwritten (NaN) element must show");
 }
 
+/* A chain's tolerance (check_chain_tol): the layers' own summed, each dtype's rounding
+ * as the square root of its layers, and never so large that an error of order 1 (a
+ * residual's gradient left out) passes, however deep the model. */
+static void test_chain_tol(const backend *b)
+{
+    layer_case c = {"", LAYER_RELU, S2(3, 5), none};
+    layer l;
+    make_layer(&c, &l);
+    check_chain_tol one = {0}, four = {0}, deep = {0};
+    check_chain_tol_add(&one, b, &l, 0.0);
+    for (int i = 0; i < 4; i++)
+        check_chain_tol_add(&four, b, &l, 0.0);
+    double own = backend_tolerance(b, &l) - dtype_tolerance(DTYPE_FP32), r = dtype_tolerance(DTYPE_FP32);
+    EXPECT(fabs(check_chain_tol_total(&one) - (own + r)) < 1e-12, "one layer: its own tolerance");
+    EXPECT(fabs(check_chain_tol_total(&four) - (4 * own + 2 * r)) < 1e-12, "four layers: 4 own, 2 roundings");
+    l.dtype = DTYPE_BF16;
+    for (int i = 0; i < 2000; i++)
+        check_chain_tol_add(&deep, b, &l, 2e-5);
+    EXPECT(check_chain_tol_total(&deep) == CHECK_CHAIN_MAX && CHECK_CHAIN_MAX < 0.5,
+           "2000 bf16 layers: %.3g, capped", check_chain_tol_total(&deep));
+}
+
 /* FLOP and parameter counts of known layers, worked out by hand. */
 static void test_counts(void)
 {
@@ -1073,6 +1095,7 @@ int main(int argc, char **argv)
     if (strcmp(name, "cpu") == 0) {
         test_backward_coverage(&b);
         test_dropout_mask();
+        test_chain_tol(&b);
     }
     /* every case's backward the backend has a kernel for, in fp32, bf16 and fp16 */
     static const dtype_t bwd_types[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};

@@ -273,6 +273,21 @@ out:
     return result;
 }
 
+void check_chain_tol_add(check_chain_tol *c, const backend *b, const layer *l, double extra)
+{
+    dtype_t t = layer_compute_dtype(l);
+    c->own += backend_tolerance(b, l) - dtype_tolerance(t) + extra;
+    c->per_type[t]++;
+}
+
+double check_chain_tol_total(const check_chain_tol *c)
+{
+    double tol = c->own;
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        tol += dtype_tolerance((dtype_t)t) * sqrt((double)c->per_type[t]);
+    return tol < CHECK_CHAIN_MAX ? tol : CHECK_CHAIN_MAX;
+}
+
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref)
 {
     int n = m->n_layers;
@@ -282,17 +297,11 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
     forward_net net = {0};
     char why[224] = "";
     backend_clear_error(b);
-    /* each layer's own error adds up; its dtype's roundings, independent from layer to
-     * layer, grow as the square root of how many layers store that type */
-    int per_type[DTYPE_COUNT] = {0};
-    for (int i = 0; i < n; i++) {
-        const layer *l = &m->layers[i];
-        dtype_t t = layer_compute_dtype(l);
-        r.tolerance += backend_tolerance(b, l) - dtype_tolerance(t);
-        per_type[t] += !layer_is_view(l);
-    }
-    for (int t = 0; t < DTYPE_COUNT; t++)
-        r.tolerance += dtype_tolerance((dtype_t)t) * sqrt((double)per_type[t]);
+    check_chain_tol ct = {0};
+    for (int i = 0; i < n; i++)
+        if (!layer_is_view(&m->layers[i]))
+            check_chain_tol_add(&ct, b, &m->layers[i], 0.0);
+    r.tolerance = check_chain_tol_total(&ct);
     /* the same draws as reference_forward: the input, then each layer's weights */
     if (!ref || !(got = bench_alloc_floats(n_out)) ||
         (r.status = forward_build(&net, m, b, seed, why, sizeof why)) != BENCH_OK)

@@ -25,6 +25,21 @@ typedef struct check_result {
  * sums over a batch's pixels run in float where the reference's run in double */
 #define CHECK_BACKWARD_TOLERANCE 2e-5
 
+/* The tolerance of a chain of layers (the chained forward, the training step): each
+ * layer's own error adds up, but its dtype's roundings, independent from layer to layer,
+ * grow as the square root of how many layers round to that type. Layers are added one
+ * by one (extra: a part of the layer's own, beside the kernel's tolerance); the total
+ * stays under CHECK_CHAIN_MAX, so that an error of order 1 (a residual's gradient left
+ * out, a stale buffer) fails however deep the model (Llama-3.2-1B's bf16 step summed
+ * to 2.6). */
+#define CHECK_CHAIN_MAX 0.25
+typedef struct check_chain_tol {
+    double own;
+    int per_type[DTYPE_COUNT];
+} check_chain_tol;
+void check_chain_tol_add(check_chain_tol *c, const backend *b, const layer *l, double extra);
+double check_chain_tol_total(const check_chain_tol *c);
+
 /* Runs layer l once on b with random inputs (seeded) and compares with the reference.
  * A backward layer (l->pass): the backend's gradients against layer_desc.backward on the
  * same inputs, training forward output and a random output gradient, the worst of its
@@ -34,9 +49,9 @@ check_result check_layer(const layer *l, const backend *b, uint64_t seed);
 /* Runs m's chained forward once on b (every layer set up, then run on the previous
  * ones' outputs, views sharing their input's buffer, as the timed forward does) with
  * the input and weights drawn from seed, and compares the model's output with ref, the
- * reference forward from the same draws. The tolerance is the sum of the layers' own:
- * each layer's error reaches the output at most about that large, where a wrong
- * wiring or a stale buffer is off by O(1). ref NULL: out of memory. */
+ * reference forward from the same draws. The tolerance is the chain's of its layers
+ * (check_chain_tol): each layer's error reaches the output at most about that large,
+ * where a wrong wiring or a stale buffer is off by O(1). ref NULL: out of memory. */
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref);
 
 /* Runs m's chained training step once on b (m's pass PASS_TRAIN: the forward in training
@@ -44,7 +59,7 @@ check_result check_forward(const model *m, const backend *b, uint64_t seed, cons
  * several readers, train_step.h) from the draws of seed, and compares every layer's
  * weights' gradient with the reference step's (every layer's training reference, then its
  * backward reference, in the same order): the worst layer's relative error, against
- * the sum of the layers' backward tolerances. */
+ * the chain's tolerance of the backward layers that run (check_chain_tol). */
 check_result check_train_step(const model *m, const backend *b, uint64_t seed);
 /* The bytes that check takes: the reference's weights and values with one layer's
  * gradients at a time, and the step's on the backend as planned (model_train_plan). */

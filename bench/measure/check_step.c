@@ -256,12 +256,14 @@ static void compare_updates(const model *m, const backend *b, const forward_net 
 static bool take_forward(const model *m, const backend *b, const forward_net *net, ref_step *ref, check_result *r)
 {
     int n = m->n_layers, out = model_storage_of(m, n);
-    double tol = 0.0;
+    check_chain_tol ct = {0};
     for (int i = 0; i < n; i++) {
         layer fl = m->layers[i];
         fl.pass = PASS_FORWARD;
-        tol += layer_is_view(&m->layers[i]) ? 0.0 : backend_tolerance(b, &fl);
+        if (!layer_is_view(&fl))
+            check_chain_tol_add(&ct, b, &fl, 0.0);
     }
+    double tol = check_chain_tol_total(&ct);
     for (int v = 1; v <= n; v++) {
         if (!ref->store[v])
             continue;
@@ -291,10 +293,13 @@ check_result check_train_step(const model *m, const backend *b, uint64_t seed)
     char why[224] = "";
     bool *runs = xmalloc((size_t)m->n_layers + 1), *input_grad = xmalloc((size_t)m->n_layers + 1);
     model_grad_flow(m, runs, input_grad);
+    check_chain_tol ct = {0};
     for (int i = 0; i < m->n_layers; i++) { /* each layer's error adds up along the step */
         layer bl = layer_as_backward(&m->layers[i]);
-        r.tolerance += runs[i] ? backend_tolerance(b, &bl) + CHECK_BACKWARD_TOLERANCE : 0.0;
+        if (runs[i])
+            check_chain_tol_add(&ct, b, &bl, CHECK_BACKWARD_TOLERANCE);
     }
+    r.tolerance = check_chain_tol_total(&ct);
     free(runs), free(input_grad);
     ref_step ref = {0};
     forward_net net = {0};
