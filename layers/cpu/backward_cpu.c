@@ -968,8 +968,8 @@ static void embedding_bwd_run(void *env, const layer *l, void *state, const void
  * LAYERBENCH_CPU_ATTN_BWD=plain|blocks forces one (tests, experiments); else --algo
  * search times both (cpu_search_rounds) and keeps the faster, up to ATTN_SEARCH_SCORES
  * scores in the layer; past it, and under --algo heuristic, the rule: blocks where the
- * mask is causal (they skip the hidden half: 22-30% faster from 512 tokens on Zen 5),
- * else plain (its five products: 12-20% faster) while its scores per thread stay within
+ * mask is causal (they skip the hidden half: 16-34% faster from 512 tokens on a Zen 4),
+ * else plain (its five products: 9-21% faster) while its scores per thread stay within
  * ATTN_PLAIN_RULE_BYTES. */
 typedef enum attn_bwd_way { ATTN_PLAIN, ATTN_BLOCKS, ATTN_WAYS } attn_bwd_way;
 static const char *const attn_bwd_way_names[ATTN_WAYS] = {"plain", "blocks"};

@@ -8,9 +8,9 @@
 # runs it; autograd's backward timed alone, median of 10). OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset, 2 threads, an otherwise idle machine.
 # Run from the repository root after a Release build:
-#   bash results/cpu-2core-zen5/training/run_attn_bwd.sh
+#   bash results/cpu-2core-zen4/training/run_attn_bwd.sh
 set -eu
-D=results/cpu-2core-zen5/training
+D=results/cpu-2core-zen4/training
 E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"
 C=$(mktemp -d)
 trap 'rm -rf "$C"' EXIT
