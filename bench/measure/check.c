@@ -273,21 +273,6 @@ out:
     return result;
 }
 
-void check_chain_tol_add(check_chain_tol *c, const backend *b, const layer *l, double extra)
-{
-    dtype_t t = layer_compute_dtype(l);
-    c->own += backend_tolerance(b, l) - dtype_tolerance(t) + extra;
-    c->per_type[t]++;
-}
-
-double check_chain_tol_total(const check_chain_tol *c)
-{
-    double tol = c->own;
-    for (int t = 0; t < DTYPE_COUNT; t++)
-        tol += dtype_tolerance((dtype_t)t) * sqrt((double)c->per_type[t]);
-    return tol < CHECK_CHAIN_MAX ? tol : CHECK_CHAIN_MAX;
-}
-
 check_result check_forward(const model *m, const backend *b, uint64_t seed, const float *ref)
 {
     int n = m->n_layers;

@@ -998,11 +998,6 @@ static int64_t attn_bwd_floats(const layer *l, attn_bwd_way way)
     return way == ATTN_PLAIN ? 2 * t * tk : 3 * ATTN_BR * ATTN_BC + 2 * ATTN_BR;
 }
 
-bool cpu_attn_bwd_env_ok(const char *e)
-{
-    return !e || !*e || strcmp(e, "plain") == 0 || strcmp(e, "blocks") == 0;
-}
-
 static attn_bwd *attn_bwd_new(const layer *l, attn_bwd_way way, int64_t *ws)
 {
     attn_bwd *s = xcalloc(1, sizeof *s);

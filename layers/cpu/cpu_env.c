@@ -138,3 +138,8 @@ void cpu_thread_span(int64_t n, int64_t *lo, int64_t *hi)
     *lo = t * per < n ? t * per : n;
     *hi = *lo + per < n ? *lo + per : n;
 }
+
+bool cpu_attn_bwd_env_ok(const char *e)
+{
+    return !e || !*e || strcmp(e, "plain") == 0 || strcmp(e, "blocks") == 0;
+}

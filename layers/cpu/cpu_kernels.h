@@ -72,7 +72,7 @@ void cpu_choice_add(cpu_choices *c, const layer *l, const int64_t algo[3]);
 char *cpu_choice_key(const layer *l, char *buf, size_t len);
 
 /* Whether LAYERBENCH_CPU_ATTN_BWD's value e (attention's backward way: plain or blocks;
- * NULL or empty: chosen) is one. */
+ * NULL or empty: chosen) is one (cpu_env.c). */
 bool cpu_attn_bwd_env_ok(const char *e);
 
 /* The choices the kernels keep under --algo search (the default), from the env a kernel
