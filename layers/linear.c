@@ -64,6 +64,13 @@ static void linear_reference(const layer *l, const float *const *ins, const floa
  * d in and of d W is summed in a double row, the loops running along the rows of W and
  * of the input (a column-wise walk, 8 KiB strides over Llama's lm_head, made the
  * reference of its backward take minutes). */
+/* acc[0, f) += d x[0, f), in double */
+static void acc_row(double *acc, double d, const float *x, int64_t f)
+{
+    for (int64_t i = 0; i < f; i++)
+        acc[i] += d * x[i];
+}
+
 static void linear_backward(const layer *l, const float *const *ins, const float *w, const float *out,
                             const float *dout, float *const *din, float *dw)
 {
@@ -73,12 +80,8 @@ static void linear_backward(const layer *l, const float *const *ins, const float
     double *acc = xmalloc((size_t)f * sizeof *acc);
     for (int64_t b = 0; b < n; b++) {
         memset(acc, 0, (size_t)f * sizeof *acc);
-        for (int64_t j = 0; j < o; j++) {
-            double d = dout[b * o + j];
-            const float *wr = w + j * f;
-            for (int64_t i = 0; i < f; i++)
-                acc[i] += d * wr[i];
-        }
+        for (int64_t j = 0; j < o; j++)
+            acc_row(acc, dout[b * o + j], w + j * f, f);
         for (int64_t i = 0; i < f; i++)
             din[0][b * f + i] = (float)acc[i];
     }
@@ -86,11 +89,8 @@ static void linear_backward(const layer *l, const float *const *ins, const float
         double bias = 0.0;
         memset(acc, 0, (size_t)f * sizeof *acc);
         for (int64_t b = 0; b < n; b++) {
-            double d = dout[b * o + j];
-            const float *xr = in + b * f;
-            for (int64_t i = 0; i < f; i++)
-                acc[i] += d * xr[i];
-            bias += d;
+            acc_row(acc, dout[b * o + j], in + b * f, f);
+            bias += dout[b * o + j];
         }
         for (int64_t i = 0; i < f; i++)
             dw[j * f + i] = (float)acc[i];
