@@ -445,6 +445,7 @@ void chained_finish_inmodel(const model *m, model_units *mu, run_result *res)
     if (mu->c.train && train_step_loss(mu->c.train) == LOSS_CROSS_ENTROPY && mu->c.loss.n && row_timed(&res->chained)) {
         double med, lo, hi;
         stats_median_ci(mu->c.loss.v, mu->c.loss.n, &med, &lo, &hi);
-        measure_note_append(&res->chained, "the loss (softmax, less one at each label) took %.1f us of it (median)", med * 1e6);
+        measure_note_append(&res->chained, "the loss (softmax, then add the labels' negated one-hot) took %.1f us of it "
+                            "(median)", med * 1e6);
     }
 }

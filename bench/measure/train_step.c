@@ -30,17 +30,17 @@ struct train_step {
     const void ***bargs;      /* per layer: its inputs, its output, its output's gradient */
     grad_sum *sums;           /* in the order they run (layers descending) */
     int n_sums;
-    own_layer *owned;         /* the sums' add layers, one per summed value, and the loss's softmax last */
+    own_layer *owned;         /* the sums' add layers, one per summed value, then the loss's softmax and add */
     int n_owned;
     void **sum_bufs;          /* per summed value: its gradient's buffer, owned */
     backend_layer **adds;     /* per summed value: the add its sums run, owned */
     int n_sum_bufs;
     train_loss loss;
-    backend_layer *softmax;   /* cross-entropy: softmax over the logits' last dim into dloss */
+    backend_layer *softmax;   /* cross-entropy: softmax over the logits' last dim into probs, */
+    backend_layer *add;       /* ... then probs + minus_onehot into dloss */
     const void *logits;
+    void *probs, *minus_onehot; /* (owned) */
     void *dloss;              /* the loss's gradient, the last layer's output's (owned) */
-    dtype_t loss_dtype;       /* ... in the last layer's dtype */
-    int64_t *labels, rows, classes;
     backend_optimizer_args opt;     /* the update after the backward (kind OPTIMIZER_NONE: none) */
     bool *updates;                  /* per layer: its weights learn, and the optimizer updates them */
     void **moments;                 /* per layer: AdamW's m then v (2 n_weights floats), owned; NULL else */
@@ -53,15 +53,15 @@ const void *train_step_grads(const train_step *ts, int i) { return ts->bstates[i
 const backend_layer *train_step_backward(const train_step *ts, int i) { return ts->bstates[i]; }
 const float *train_step_master(const train_step *ts, int i) { return ts->master ? ts->master[i] : NULL; }
 
-/* A layer of kind over in (n_in inputs of that shape) in dtype t, set up on the
- * backend's forward kernels; false with why. */
-static bool own_setup(train_step *ts, layer_kind kind, const shape_t *in, int n_in, dtype_t t, backend_layer **state,
-                      char *why, size_t whylen)
+/* A layer of kind over in (n_in inputs of that shape) in dtype t, named name, set up on
+ * the backend's forward kernels; false with why. */
+static bool own_setup(train_step *ts, const char *name, layer_kind kind, const shape_t *in, int n_in, dtype_t t,
+                      backend_layer **state, char *why, size_t whylen)
 {
     own_layer *o = &ts->owned[ts->n_owned++];
     const layer_desc *d = layer_desc_get(kind);
     memset(o, 0, sizeof *o);
-    o->l.name = kind == LAYER_SOFTMAX ? "the loss's softmax" : "a gradient sum";
+    o->l.name = (char *)name;
     o->l.kind = kind, o->l.dtype = t, o->l.n_inputs = n_in;
     if (d->defaults)
         d->defaults(&o->l.p);
@@ -140,7 +140,7 @@ static const void *value_grad(train_step *ts, int v, const bool *runs, char *why
         backend_layer **add = &ts->adds[ts->n_sum_bufs];
         if (!buf) {
             snprintf(why, whylen, "out of memory for the gradient of layer '%s''s output", prod->name);
-        } else if (own_setup(ts, LAYER_ADD, &prod->out, 2, prod->dtype, add, why, whylen)) {
+        } else if (own_setup(ts, "a gradient sum", LAYER_ADD, &prod->out, 2, prod->dtype, add, why, whylen)) {
             for (int k = 1; k < nf; k++)
                 ts->sums[ts->n_sums++] = (grad_sum){v - 1, *add, {k == 1 ? from[0] : buf, from[k]}, buf};
             g = buf;
@@ -192,8 +192,10 @@ void train_loss_labels(uint64_t seed, int64_t rows, int64_t classes, int64_t *la
     }
 }
 
-/* The loss: cross-entropy where the last layer is a linear (its softmax set up, random
- * labels drawn), else the weighted sum (its gradient, the weights, written once). */
+/* The loss: cross-entropy where the last layer is a linear (random labels drawn; its
+ * gradient softmax(logits) - onehot(labels), as the backend's softmax and add over the
+ * one-hot's negation, written once, so that it runs in the backend's memory on any
+ * backend), else the weighted sum (its gradient, the weights, written once). */
 static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
 {
     const model *m = ts->net->m;
@@ -206,7 +208,6 @@ static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
     if (host)
         train_loss_weights(seed, count, host);
     ts->dloss = backend_alloc_values(ts->net->b, l->dtype, count, host);
-    ts->loss_dtype = l->dtype;
     free(host);
     if (!ts->dloss) {
         snprintf(why, whylen, "out of memory for the loss's gradient");
@@ -214,11 +215,23 @@ static bool loss_setup(train_step *ts, uint64_t seed, char *why, size_t whylen)
     }
     if (ts->loss == LOSS_SUM)
         return true;
-    ts->classes = l->out.d[l->out.rank - 1];
-    ts->rows = count / ts->classes;
-    ts->labels = xmalloc((size_t)ts->rows * sizeof *ts->labels);
-    train_loss_labels(seed, ts->rows, ts->classes, ts->labels);
-    return own_setup(ts, LAYER_SOFTMAX, &l->out, 1, l->dtype, &ts->softmax, why, whylen);
+    int64_t classes = l->out.d[l->out.rank - 1], rows = count / classes;
+    int64_t *labels = xmalloc((size_t)rows * sizeof *labels);
+    train_loss_labels(seed, rows, classes, labels);
+    float *onehot = xcalloc((size_t)count, sizeof *onehot);
+    for (int64_t r = 0; r < rows; r++)
+        onehot[r * classes + labels[r]] = -1.0f;
+    free(labels);
+    ts->minus_onehot = backend_alloc_values(ts->net->b, l->dtype, count, onehot);
+    ts->probs = backend_alloc_values(ts->net->b, l->dtype, count, NULL);
+    free(onehot);
+    if (!ts->minus_onehot || !ts->probs) {
+        snprintf(why, whylen, "out of memory for the loss's one-hot labels and probabilities");
+        return false;
+    }
+    return own_setup(ts, "the loss's softmax", LAYER_SOFTMAX, &l->out, 1, l->dtype, &ts->softmax, why, whylen) &&
+           own_setup(ts, "the loss's gradient (softmax - one-hot)", LAYER_ADD, &l->out, 2, l->dtype, &ts->add, why,
+                     whylen);
 }
 
 /* The optimizer (m->optimizer): which layers it updates (those whose backward runs and
@@ -294,14 +307,9 @@ train_step *train_step_build(const forward_net *net, uint64_t seed, bench_status
                        .bstates = xcalloc((size_t)n, sizeof *ts->bstates), .grads = xcalloc((size_t)n, sizeof *ts->grads),
                        .bargs = xcalloc((size_t)n, sizeof *ts->bargs),
                        .sums = xcalloc((size_t)n * LAYER_MAX_INPUTS + 1, sizeof *ts->sums),
-                       .owned = xcalloc((size_t)n + 1, sizeof *ts->owned),
+                       .owned = xcalloc((size_t)n + 2, sizeof *ts->owned),
                        .sum_bufs = xcalloc((size_t)n, sizeof *ts->sum_bufs), .adds = xcalloc((size_t)n, sizeof *ts->adds)};
     *status = train_step_trainable(m, why, whylen) ? BENCH_OK : BENCH_ERR_UNSUPPORTED;
-    if (*status == BENCH_OK && net->b->ops->device_memory) {
-        snprintf(why, whylen, "the training step's loss writes its labels in host memory: not on %s yet",
-                 net->b->ops->name);
-        *status = BENCH_ERR_UNSUPPORTED;
-    }
     bool *runs = xmalloc((size_t)n + 1), *input_grad = xmalloc((size_t)n + 1);
     model_grad_flow(m, runs, input_grad);
     for (int i = 0; *status == BENCH_OK && i < n; i++)
@@ -337,18 +345,10 @@ void train_step_queue(train_step *ts, bool marks)
 {
     const backend *b = ts->net->b;
     int n = ts->n;
-    if (ts->softmax) { /* d loss / d logits = softmax - one-hot of the label, row by row */
-        backend_layer_run(ts->softmax, &ts->logits, ts->dloss);
-        b->ops->device.sync(b->ctx);
-        dtype_t t = ts->loss_dtype;
-        size_t es = dtype_size(t);
-        for (int64_t r = 0; r < ts->rows; r++) { /* in the logits' dtype */
-            void *at = (char *)ts->dloss + (r * ts->classes + ts->labels[r]) * (int64_t)es;
-            float x;
-            dtype_to_f32(t, &x, at, 1);
-            x -= 1.0f;
-            dtype_from_f32(t, at, &x, 1);
-        }
+    if (ts->softmax) { /* d loss / d logits = softmax - one-hot of the label */
+        backend_layer_run(ts->softmax, &ts->logits, ts->probs);
+        const void *sum[2] = {ts->probs, ts->minus_onehot};
+        backend_layer_run(ts->add, sum, ts->dloss);
     }
     if (marks)
         b->ops->timing.timer_mark(b->ctx, n);
@@ -397,12 +397,13 @@ void train_step_free(train_step *ts)
         backend_layer_free(b, ts->adds[j]);
         b->ops->device.release(b->ctx, ts->sum_bufs[j]);
     }
-    backend_layer_free(b, ts->softmax);
+    backend_layer_free(b, ts->softmax), backend_layer_free(b, ts->add);
     b->ops->device.release(b->ctx, ts->dloss);
+    b->ops->device.release(b->ctx, ts->probs), b->ops->device.release(b->ctx, ts->minus_onehot);
     free(ts->bl), free(ts->bstates), free(ts->grads), free(ts->bargs), free(ts->sums), free(ts->owned);
     for (int i = 0; ts->moments && i < ts->n; i++)
         b->ops->device.release(b->ctx, ts->moments[i]), b->ops->device.release(b->ctx, ts->master[i]);
     b->ops->device.release(b->ctx, ts->wide_grad);
-    free(ts->sum_bufs), free(ts->adds), free(ts->labels), free(ts->updates), free(ts->moments), free(ts->master);
+    free(ts->sum_bufs), free(ts->adds), free(ts->updates), free(ts->moments), free(ts->master);
     free(ts);
 }
