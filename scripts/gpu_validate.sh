@@ -14,8 +14,10 @@
 #   4. bench run configs/resnet18.yaml --backend cuda --mode batch,cold at batch 1 and 32
 #      (both APIs' candidates), then scripts/torch_compare.py at both: every layer alone
 #      and the whole forward (eager and CUDA graph) in PyTorch beside layerbench's;
-#   5. bench check --backend cuda on every shipped config: FP32, TF32, bf16, fp16;
-#   6. bench run configs/resnet18.yaml --backend all at batch 1.
+#   5. training (its backward kernels never run before): bench check of ResNet-18 with
+#      --pass train, and its training step at batch 8;
+#   6. bench check --backend cuda on every shipped config: FP32, TF32, bf16, fp16;
+#   7. bench run configs/resnet18.yaml --backend all at batch 1.
 # A failing step is reported and the next one runs; the exit status is the number of
 # failed steps.
 # usage: scripts/gpu_validate.sh [TARBALL]   (TARBALL: also pack results/<gpu-name>/ into it)
@@ -105,6 +107,16 @@ for batch in 1 32; do
   tail -4 "$dir/torch_compare_batch$batch.log"
   rm -f "$dir/resnet18_layers_batch$batch.csv"
 done
+
+step "training on cuda (never run before): check and run ResNet-18 --pass train"
+if room 60; then
+  $B check configs/resnet18.yaml --backend cuda --pass train >"$dir/check_resnet18_train.txt" 2>&1 ||
+    fail "check resnet18 --pass train"
+  echo "check --pass train: $(tail -1 "$dir/check_resnet18_train.txt")"
+  $B run configs/resnet18.yaml --backend cuda --pass train --batch 8 --no-progress --algo-cache none \
+    --csv "$dir/resnet18_cuda_train_batch8.csv" >"$dir/resnet18_cuda_train_batch8.txt" 2>&1 || fail "run --pass train"
+  grep -E "training step median|not run" "$dir/resnet18_cuda_train_batch8.txt" | head -3
+fi
 
 step "bench check --backend cuda on every shipped config (fp32, tf32, bf16, fp16)"
 for dt in fp32 tf32 bf16 fp16; do

@@ -82,6 +82,36 @@ const backend_kernel *cuda_fp32_kernel(layer_kind kind)
     return (unsigned)kind < LAYER_KIND_COUNT ? cuda_kernels[kind][DTYPE_FP32].kernel : NULL;
 }
 
+/* The backward (backend.h; backward_cuda.c says how each runs): conv2d, linear and add on
+ * their own dtype; batch norm, the activations cuDNN has, pooling, softmax and mul in
+ * fp32, 16-bit on fp32 copies. A kind left out has no cuda backward yet (its rows say
+ * so); the views need none. */
+#define CUDA_BWD_ROW(kind, f32, half)                                                                          \
+    [kind][DTYPE_FP32] = {&f32}, [kind][DTYPE_TF32] = {&f32}, [kind][DTYPE_BF16] = {&half},                    \
+    [kind][DTYPE_FP16] = {&half}, [kind][DTYPE_INT8] = {NULL, CUDA_NO_INT8}
+
+static const backend_kernel_table cuda_backward = {
+    CUDA_BWD_ROW(LAYER_CONV2D, cuda_conv2d_bwd_kernel, cuda_conv2d_bwd_kernel),
+    CUDA_BWD_ROW(LAYER_LINEAR, cuda_linear_bwd_kernel, cuda_linear_bwd_kernel),
+    CUDA_BWD_ROW(LAYER_ADD, cuda_add_bwd_kernel, cuda_add_bwd_kernel),
+    CUDA_BWD_ROW(LAYER_MUL, cuda_mul_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_BATCHNORM2D, cuda_batchnorm2d_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_RELU, cuda_activation_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_RELU6, cuda_activation_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_SIGMOID, cuda_activation_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_SILU, cuda_activation_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_TANH, cuda_activation_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_MAXPOOL2D, cuda_pool_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_AVGPOOL2D, cuda_pool_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_ADAPTIVE_AVGPOOL2D, cuda_pool_bwd_kernel, cuda_via_f32_kernel),
+    CUDA_BWD_ROW(LAYER_SOFTMAX, cuda_softmax_bwd_kernel, cuda_via_f32_kernel),
+};
+
+const backend_kernel *cuda_fp32_backward_kernel(layer_kind kind)
+{
+    return (unsigned)kind < LAYER_KIND_COUNT ? cuda_backward[kind][DTYPE_FP32].kernel : NULL;
+}
+
 typedef struct cuda_ctx {
     cuda_env env;
     cudaEvent_t start, stop;
@@ -638,5 +668,6 @@ const backend_ops backend_cuda_ops = {
                .marks_read = cuda_marks_read, .graph_begin = cuda_graph_begin, .graph_end = cuda_graph_end,
                .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free},
     .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env, .choices_get = cuda_choices_get,
-               .choices_put = cuda_choices_put, .kernel_names = cuda_layer_kernel_names},
+               .choices_put = cuda_choices_put, .kernel_names = cuda_layer_kernel_names,
+               .backward = &cuda_backward},
 };

@@ -59,7 +59,7 @@ typedef struct candidate {
     int plan;              /* a graph-API engine: its index in conv_cuda.plans; -1: legacy */
 } candidate;
 
-static const char *bwd_algo_name(int a)
+const char *cuda_bwd_data_algo_name(int a)
 {
     switch (a) {
     case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "BWD_DATA_ALGO_0";
@@ -75,7 +75,7 @@ static const char *bwd_algo_name(int a)
 static const char *algo_name(bool transposed, int a)
 {
     if (transposed)
-        return bwd_algo_name(a);
+        return cuda_bwd_data_algo_name(a);
     switch (a) {
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
@@ -514,6 +514,26 @@ static int take_cached(cuda_env *env, const layer *l, conv_cuda *c, const void *
     return 1;
 }
 
+bool cuda_conv_filter_desc(cuda_env *env, const layer *l, int64_t k, int64_t cg, cudnnDataType_t type,
+                           cudnnFilterDescriptor_t *w)
+{
+    return CUDNN_OK(env, cudnnCreateFilterDescriptor(w)) &&
+           CUDNN_OK(env, cudnnSetFilter4dDescriptor(*w, type, CUDNN_TENSOR_NCHW, (int)k, (int)cg, (int)l->p.kernel[0],
+                                                    (int)l->p.kernel[1]));
+}
+
+bool cuda_conv_desc(cuda_env *env, const layer *l, cudnnConvolutionDescriptor_t *conv)
+{
+    const layer_params *p = &l->p;
+    return CUDNN_OK(env, cudnnCreateConvolutionDescriptor(conv)) &&
+           CUDNN_OK(env, cudnnSetConvolution2dDescriptor(*conv, (int)p->padding[0], (int)p->padding[1],
+                                                         (int)p->stride[0], (int)p->stride[1], (int)p->dilation[0],
+                                                         (int)p->dilation[1], CUDNN_CROSS_CORRELATION,
+                                                         CUDNN_DATA_FLOAT)) &&
+           CUDNN_OK(env, cudnnSetConvolutionGroupCount(*conv, (int)p->groups)) &&
+           CUDNN_OK(env, cudnnSetConvolutionMathType(*conv, env->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+}
+
 static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void **state, char *impl,
                                size_t impl_len, int64_t *workspace_bytes)
 {
@@ -553,16 +573,7 @@ static bench_status conv_setup(void *ctx, const layer *l, const void *w_, void *
          !CUDA_OK(env, cuda_convert_launch(env->stream, c->bias_f32, DTYPE_FP32, c->bias, l->dtype, p->out_channels)) ||
          !CUDA_OK(env, cudaStreamSynchronize(env->stream))))
         goto fail;
-    if (!CUDNN_OK(env, cudnnCreateFilterDescriptor(&c->w)) ||
-        !CUDNN_OK(env, cudnnSetFilter4dDescriptor(c->w, type, CUDNN_TENSOR_NCHW, (int)k, (int)cg,
-                                                  (int)p->kernel[0], (int)p->kernel[1])) ||
-        !CUDNN_OK(env, cudnnCreateConvolutionDescriptor(&c->conv)) ||
-        !CUDNN_OK(env, cudnnSetConvolution2dDescriptor(c->conv, (int)p->padding[0], (int)p->padding[1],
-                                                       (int)p->stride[0], (int)p->stride[1], (int)p->dilation[0],
-                                                       (int)p->dilation[1], CUDNN_CROSS_CORRELATION,
-                                                       CUDNN_DATA_FLOAT)) ||
-        !CUDNN_OK(env, cudnnSetConvolutionGroupCount(c->conv, (int)p->groups)) ||
-        !CUDNN_OK(env, cudnnSetConvolutionMathType(c->conv, env->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)))
+    if (!cuda_conv_filter_desc(env, l, k, cg, type, &c->w) || !cuda_conv_desc(env, l, &c->conv))
         goto fail;
     char why[256] = "", tag[CUDNN_ENGINE_TAG_LEN];
     if (env->engine_forced) { /* LAYERBENCH_CUDNN_ENGINE: this engine or nothing */

@@ -3,7 +3,8 @@
  * torch.nn.functional.linear in half precision, and the bias added by a kernel of ours
  * in fp32. Convolutions run on their 16-bit tensors too (conv2d_cuda.c, NCHW). Every
  * other kind, for now: its fp32 kernel on fp32 copies of its tensors, the conversions
- * on the device inside the timed run, and impl says "fp32 copies: ...".
+ * on the device inside the timed run, and impl says "fp32 copies: ..."; its backward
+ * likewise (every tensor it reads and the gradients it writes).
  * Written and compiled without a GPU: tests/test_layers.c runs every kind in bf16 and
  * fp16 on the next GPU (the cells are filled, so it does). */
 #include <limits.h>
@@ -82,12 +83,25 @@ const backend_kernel cuda_linear_half_kernel = {.setup = linear_half_setup, .run
 
 /* ---- any kind on fp32 copies ------------------------------------------------------------ */
 
+/* A backward (PASS_BACKWARD) reads its inputs, then the forward's output and its
+ * gradient, and writes layer_backward_floats elements. */
+#define VIA_MAX_IN (LAYER_MAX_INPUTS + 2)
+
 typedef struct via_f32 {
     const backend_kernel *inner;
     void *inner_state;
     layer l;                  /* the layer as fp32, which the inner kernel is set up on */
-    float *in[LAYER_MAX_INPUTS], *out, *w; /* device */
+    float *in[VIA_MAX_IN], *out, *w; /* device */
+    int n_in;
+    int64_t in_elems[VIA_MAX_IN], out_elems;
 } via_f32;
+
+/* The fp32 kernel a layer of l's kind and pass runs on: its forward's (training mode
+ * included) or its backward's. */
+static const backend_kernel *via_inner(const layer *l)
+{
+    return l->pass == PASS_BACKWARD ? cuda_fp32_backward_kernel(l->kind) : cuda_fp32_kernel(l->kind);
+}
 
 static void via_free(void *ctx, void *state)
 {
@@ -96,7 +110,7 @@ static void via_free(void *ctx, void *state)
         return;
     if (v->inner && v->inner->free && v->inner_state)
         v->inner->free(ctx, v->inner_state);
-    for (int k = 0; k < LAYER_MAX_INPUTS; k++)
+    for (int k = 0; k < VIA_MAX_IN; k++)
         if (v->in[k])
             cudaFree(v->in[k]);
     if (v->out)
@@ -110,22 +124,27 @@ static bench_status via_setup(void *ctx, const layer *l, const void *w, void **s
                               int64_t *ws)
 {
     cuda_env *env = ctx;
-    const backend_kernel *inner = cuda_fp32_kernel(l->kind);
+    const backend_kernel *inner = via_inner(l);
     if (!inner) {
         snprintf(impl, len, "no %s kernel", dtype_name(l->dtype));
         return BENCH_ERR_UNSUPPORTED;
     }
+    bool backward = l->pass == PASS_BACKWARD;
     via_f32 *v = calloc(1, sizeof *v);
     if (!v)
         return BENCH_ERR_NOMEM;
     v->inner = inner;
     v->l = *l;
     v->l.dtype = DTYPE_FP32;
-    int64_t copies = shape_numel(&l->out) + l->n_weight_floats;
-    bool ok = CUDA_OK(env, cudaMalloc((void **)&v->out, (size_t)shape_numel(&l->out) * sizeof(float)));
-    for (int k = 0; ok && k < l->n_inputs; k++) {
-        ok = CUDA_OK(env, cudaMalloc((void **)&v->in[k], (size_t)shape_numel(&l->ins[k]) * sizeof(float)));
-        copies += shape_numel(&l->ins[k]);
+    v->n_in = l->n_inputs + (backward ? 2 : 0);
+    for (int k = 0; k < v->n_in; k++)
+        v->in_elems[k] = shape_numel(k < l->n_inputs ? &l->ins[k] : &l->out);
+    v->out_elems = backward ? layer_backward_floats(l) : shape_numel(&l->out);
+    int64_t copies = v->out_elems + l->n_weight_floats;
+    bool ok = CUDA_OK(env, cudaMalloc((void **)&v->out, (size_t)v->out_elems * sizeof(float)));
+    for (int k = 0; ok && k < v->n_in; k++) {
+        ok = CUDA_OK(env, cudaMalloc((void **)&v->in[k], (size_t)v->in_elems[k] * sizeof(float)));
+        copies += v->in_elems[k];
     }
     if (ok && l->n_weight_floats)
         ok = CUDA_OK(env, cudaMalloc((void **)&v->w, (size_t)l->n_weight_floats * sizeof(float))) &&
@@ -158,15 +177,15 @@ static void via_run(void *ctx, const layer *l, void *state, const void *const *i
     cuda_env *env = ctx;
     (void)w;
     via_f32 *v = state;
-    for (int k = 0; k < l->n_inputs; k++)
-        CUDA_OK(env, cuda_convert_launch(env->stream, v->in[k], DTYPE_FP32, in[k], l->dtype, shape_numel(&l->ins[k])));
+    for (int k = 0; k < v->n_in; k++)
+        CUDA_OK(env, cuda_convert_launch(env->stream, v->in[k], DTYPE_FP32, in[k], l->dtype, v->in_elems[k]));
     v->inner->run(env, &v->l, v->inner_state, (const void *const *)v->in, v->w, v->out);
-    CUDA_OK(env, cuda_convert_launch(env->stream, out, l->dtype, v->out, DTYPE_FP32, shape_numel(&l->out)));
+    CUDA_OK(env, cuda_convert_launch(env->stream, out, l->dtype, v->out, DTYPE_FP32, v->out_elems));
 }
 
 static double via_tolerance(void *ctx, const layer *l)
 {
-    const backend_kernel *inner = cuda_fp32_kernel(l->kind);
+    const backend_kernel *inner = via_inner(l);
     layer l32 = *l;
     l32.dtype = DTYPE_FP32;
     return inner && inner->tolerance ? inner->tolerance(ctx, &l32) : layer_desc_get(l->kind)->tolerance;

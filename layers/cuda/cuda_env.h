@@ -122,6 +122,16 @@ bool cuda_tensor_desc_typed(cuda_env *env, cudnnTensorDescriptor_t *desc, const 
 /* cuDNN's data type of a dtype: float for fp32 and tf32, BFLOAT16, HALF. */
 cudnnDataType_t cuda_dnn_type(dtype_t t);
 
+/* A convolution's descriptors (conv2d_cuda.c), as cuDNN's forward convolution sees l:
+ * the filter of k output channels of cg inputs each, NCHW, of type type; and the
+ * convolution (padding, stride, dilation, groups; float compute; FMA math unless
+ * env->tf32). False if a call failed (env->failed says which). */
+bool cuda_conv_filter_desc(cuda_env *env, const layer *l, int64_t k, int64_t cg, cudnnDataType_t type,
+                           cudnnFilterDescriptor_t *w);
+bool cuda_conv_desc(cuda_env *env, const layer *l, cudnnConvolutionDescriptor_t *conv);
+/* The name of a cudnnConvolutionBwdDataAlgo_t ("BWD_DATA_ALGO_1"). */
+const char *cuda_bwd_data_algo_name(int a);
+
 /* The kernels call(user) launches, named from a CUDA graph capture of it
  * (kernels_cuda.c, the backend's kernel_names); false when they cannot be told. */
 bool cuda_kernel_names(cuda_env *env, void (*call)(void *user), void *user, char *buf, size_t len);
@@ -203,6 +213,8 @@ double cuda_float_tolerance(void *env, const layer *l);
  * device in the timed run, impl saying so; the fp32 kernel of a kind. */
 extern const backend_kernel cuda_linear_half_kernel, cuda_via_f32_kernel;
 const backend_kernel *cuda_fp32_kernel(layer_kind kind);
+/* ... and the fp32 kernel of a kind's backward (NULL where it has none) */
+const backend_kernel *cuda_fp32_backward_kernel(layer_kind kind);
 
 /* The kernels of the table in backend_cuda.c, one file per kind family. */
 extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_activation_kernel, cuda_pool_kernel,
@@ -211,5 +223,9 @@ extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_ac
     cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,
     cuda_pos_embedding_kernel, cuda_select_kernel;
 extern const backend_kernel cuda_mean_kernel, cuda_slice_kernel, cuda_layer_scale_kernel;
+/* The backward kernels (backend.h): conv2d and linear (backward_cuda.c, on their dtype),
+ * add, mul, batch norm, the activations cuDNN has, pooling and softmax. */
+extern const backend_kernel cuda_conv2d_bwd_kernel, cuda_linear_bwd_kernel, cuda_add_bwd_kernel, cuda_mul_bwd_kernel,
+    cuda_batchnorm2d_bwd_kernel, cuda_activation_bwd_kernel, cuda_pool_bwd_kernel, cuda_softmax_bwd_kernel;
 
 #endif

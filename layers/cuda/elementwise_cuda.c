@@ -9,12 +9,11 @@
 
 /* ---- batchnorm2d ------------------------------------------------------------------------ */
 
-static bench_status bn_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
-                             int64_t *ws)
+/* The descriptors of batch norm over l: x, y and the per-channel one (extra). */
+static bench_status bn_create(cuda_env *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                              const char *name)
 {
-    cuda_env *env = ctx;
     bench_status st;
-    (void)ws;
     if (l->p.eps < CUDNN_BN_MIN_EPSILON) {
         snprintf(impl, len, "eps below cuDNN's minimum %g", CUDNN_BN_MIN_EPSILON);
         return BENCH_ERR_UNSUPPORTED;
@@ -27,23 +26,86 @@ static bench_status bn_setup(void *ctx, const layer *l, const void *w, void **st
     s->c = (int)l->in.d[1];
     shape_t per_channel = {4, {1, l->in.d[1], 1, 1}};
     return cuda_simple_finish(env, s, cuda_tensor_desc(env, &s->extra, &per_channel, impl, len), state, impl, len,
-                  "cudnnBatchNormalizationForwardInference");
+                              name);
 }
 
-static void bn_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+static bench_status bn_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
+                             int64_t *ws)
+{
+    (void)ws;
+    return bn_create(ctx, l, w, state, impl, len,
+                     l->pass == PASS_TRAIN ? "cudnnBatchNormalizationForwardTraining"
+                                           : "cudnnBatchNormalizationForwardInference");
+}
+
+/* Inference: by the running statistics. Training (a layer of PASS_TRAIN): by the batch's,
+ * the running ones updated as torch does ((1 - momentum) r + momentum s, the variance
+ * unbiased, which cuDNN's exponentialAverageFactor is), in the weights the layer was
+ * given (allocated writable; the kernel table's const is the forward's promise). */
+static void bn_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
-    (void)l_, (void)w_;
+    (void)w_;
     const float *in = ins[0];
     cuda_simple *s = state;
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(env, cudnnBatchNormalizationForwardInference(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->x, in,
-                                                          s->y, out, s->extra, s->w, s->w + s->c, s->w + 2 * s->c,
-                                                          s->w + 3 * s->c, s->eps));
+    float *w = (float *)s->w;
+    if (l->pass == PASS_TRAIN)
+        CUDNN_OK(env, cudnnBatchNormalizationForwardTraining(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->x, in,
+                                                             s->y, out, s->extra, w, w + s->c, l->p.momentum,
+                                                             w + 2 * s->c, w + 3 * s->c, s->eps, NULL, NULL));
+    else
+        CUDNN_OK(env, cudnnBatchNormalizationForwardInference(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->x,
+                                                              in, s->y, out, s->extra, w, w + s->c, w + 2 * s->c,
+                                                              w + 3 * s->c, s->eps));
 }
+
+/* The backward of the training forward: the batch's statistics computed again from x
+ * (no saved ones are passed), gamma's and beta's gradients after the input's, zeros for
+ * the running statistics (they learn nothing), and for gamma and beta too without
+ * affine (the reference's). */
+static bench_status bn_bwd_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                 int64_t *ws)
+{
+    (void)ws;
+    return bn_create(ctx, l, w, state, impl, len, "cudnnBatchNormalizationBackward");
+}
+
+static void bn_bwd_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    cuda_env *env = ctx;
+    (void)w_;
+    cuda_simple *s = state;
+    const float one = 1.0f, zero = 0.0f;
+    float *dw = (float *)out + shape_numel(&l->in);
+    CUDNN_OK(env, cudnnBatchNormalizationBackward(env->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, s->x,
+                                                  ins[0], s->y, ins[2], s->x, out, s->extra, s->w, dw, dw + s->c, s->eps,
+                                                  NULL, NULL));
+    size_t c_bytes = (size_t)s->c * sizeof(float);
+    CUDA_OK(env, cudaMemsetAsync(l->p.affine ? dw + 2 * s->c : dw, 0, (l->p.affine ? 2 : 4) * c_bytes, env->stream));
+}
+
+const backend_kernel cuda_batchnorm2d_bwd_kernel = {.setup = bn_bwd_setup, .run = bn_bwd_run,
+                                                    .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
 
 /* ---- activations ------------------------------------------------------------------------ */
 
+/* relu, relu6 (clipped at 6), silu (swish, beta 1), tanh or sigmoid on cuDNN's
+ * activation descriptor */
+static bool act_desc(cuda_env *env, const layer *l, cuda_simple *s)
+{
+    cudnnActivationMode_t mode = l->kind == LAYER_RELU    ? CUDNN_ACTIVATION_RELU
+                                 : l->kind == LAYER_RELU6 ? CUDNN_ACTIVATION_CLIPPED_RELU
+                                 : l->kind == LAYER_SILU  ? CUDNN_ACTIVATION_SWISH
+                                 : l->kind == LAYER_TANH  ? CUDNN_ACTIVATION_TANH
+                                                          : CUDNN_ACTIVATION_SIGMOID;
+    return CUDNN_OK(env, cudnnCreateActivationDescriptor(&s->act)) &&
+           CUDNN_OK(env, cudnnSetActivationDescriptor(s->act, mode, CUDNN_PROPAGATE_NAN, 6.0)) &&
+           (mode != CUDNN_ACTIVATION_SWISH || CUDNN_OK(env, cudnnSetActivationDescriptorSwishBeta(s->act, 1.0)));
+}
+
+/* The forward, or the backward (a layer of PASS_BACKWARD) from x (ins[0]), y (ins[1]) and
+ * dy (ins[2]) */
 static bench_status act_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
@@ -53,16 +115,11 @@ static bench_status act_setup(void *ctx, const layer *l, const void *w, void **s
     cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
     if (!s)
         return st;
+    if (l->pass == PASS_BACKWARD)
+        return cuda_simple_finish(env, s, act_desc(env, l, s), state, impl, len, "cudnnActivationBackward");
     if (l->kind == LAYER_RELU) /* our float4 kernel (cuda_kernels.cu says why) */
         return cuda_simple_finish(env, s, true, state, impl, len, "relu: our float4 kernel");
-    cudnnActivationMode_t mode = l->kind == LAYER_RELU6 ? CUDNN_ACTIVATION_CLIPPED_RELU
-                                 : l->kind == LAYER_SILU  ? CUDNN_ACTIVATION_SWISH
-                                 : l->kind == LAYER_TANH  ? CUDNN_ACTIVATION_TANH
-                                                          : CUDNN_ACTIVATION_SIGMOID;
-    bool ok = CUDNN_OK(env, cudnnCreateActivationDescriptor(&s->act)) &&
-              CUDNN_OK(env, cudnnSetActivationDescriptor(s->act, mode, CUDNN_PROPAGATE_NAN, 6.0)) &&
-              (mode != CUDNN_ACTIVATION_SWISH || CUDNN_OK(env, cudnnSetActivationDescriptorSwishBeta(s->act, 1.0)));
-    return cuda_simple_finish(env, s, ok, state, impl, len, "cudnnActivationForward");
+    return cuda_simple_finish(env, s, act_desc(env, l, s), state, impl, len, "cudnnActivationForward");
 }
 
 static void act_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
@@ -77,6 +134,19 @@ static void act_run(void *ctx, const layer *l, void *state, const void *const *i
     else
         CUDNN_OK(env, cudnnActivationForward(env->cudnn, s->act, &one, s->x, in, &zero, s->y, out));
 }
+
+static void act_bwd_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
+{
+    cuda_env *env = ctx;
+    (void)l, (void)w_;
+    cuda_simple *s = state;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnActivationBackward(env->cudnn, s->act, &one, s->y, ins[1], s->y, ins[2], s->x, ins[0], &zero,
+                                          s->x, out));
+}
+
+const backend_kernel cuda_activation_bwd_kernel = {.setup = act_setup, .run = act_bwd_run,
+                                                   .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
 
 /* ---- add -------------------------------------------------------------------------------- */
 

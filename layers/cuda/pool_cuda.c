@@ -6,6 +6,7 @@
  * reference does (layers/pool.c), and uploaded once. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_env.h"
 
@@ -162,6 +163,43 @@ static void pool_run(void *ctx, const layer *l_, void *state, const void *const 
 
 const backend_kernel cuda_pool_kernel = {.setup = pool_setup, .run = pool_run, .free = pool_free,
                                          .tolerance = cuda_float_tolerance};
+
+/* The backward, where cuDNN describes the windows (cudnnPoolingBackward, from x, y and
+ * dy; max pooling's gradient to the window's maximum); where only our forward kernel
+ * does (dilation, ceil_mode, uneven adaptive windows), refused with the reason. */
+static bench_status pool_bwd_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                   int64_t *ws)
+{
+    cuda_env *env = ctx;
+    bench_status st = pool_setup(ctx, l, w, state, impl, len, ws);
+    if (st != BENCH_OK)
+        return st;
+    pool_cuda *p = *state;
+    if (p->tables) {
+        char why[BACKEND_IMPL_LEN];
+        const char *colon = strstr(impl, ": ");
+        snprintf(why, sizeof why, "%s", colon ? colon + 2 : impl);
+        snprintf(impl, len, "no cuda backward for windows cuDNN cannot describe (%s)", why);
+        pool_free(env, p);
+        *state = NULL, *ws = 0;
+        return BENCH_ERR_UNSUPPORTED;
+    }
+    snprintf(impl, len, "cudnnPoolingBackward");
+    return BENCH_OK;
+}
+
+static void pool_bwd_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+{
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
+    pool_cuda *p = state;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnPoolingBackward(env->cudnn, p->pool, &one, p->y, ins[1], p->y, ins[2], p->x, ins[0], &zero,
+                                       p->x, out));
+}
+
+const backend_kernel cuda_pool_bwd_kernel = {.setup = pool_bwd_setup, .run = pool_bwd_run, .free = pool_free,
+                                             .tolerance = cuda_float_tolerance};
 
 /* ---- mean: cudnnReduceTensor's average, the input seen as [outer, size, inner, 1] ------- */
 

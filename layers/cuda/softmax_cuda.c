@@ -1,4 +1,5 @@
-/* softmax through cuDNN: any dim, as [outer, n, inner, 1] in its channel mode. */
+/* softmax through cuDNN: any dim, as [outer, n, inner, 1] in its channel mode; its
+ * backward from the output and its gradient alone (dx = y (dy - sum(y dy))). */
 #include "cuda_env.h"
 
 static bench_status softmax_setup(void *ctx, const layer *l, const void *w, void **state, char *impl,
@@ -16,7 +17,8 @@ static bench_status softmax_setup(void *ctx, const layer *l, const void *w, void
     cuda_simple *s = cuda_simple_create(env, &folded, &folded, &st, impl, len);
     if (!s)
         return st;
-    return cuda_simple_finish(env, s, true, state, impl, len, "cudnnSoftmaxForward");
+    return cuda_simple_finish(env, s, true, state, impl, len,
+                              l->pass == PASS_BACKWARD ? "cudnnSoftmaxBackward" : "cudnnSoftmaxForward");
 }
 
 static void softmax_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
@@ -32,3 +34,17 @@ static void softmax_run(void *ctx, const layer *l_, void *state, const void *con
 
 const backend_kernel cuda_softmax_kernel = {.setup = softmax_setup, .run = softmax_run, .free = cuda_simple_free,
                                             .tolerance = cuda_float_tolerance};
+
+/* the backward: y is ins[1], dy ins[2] */
+static void softmax_bwd_run(void *ctx, const layer *l_, void *state, const void *const *ins, const void *w_, void *out)
+{
+    cuda_env *env = ctx;
+    (void)l_, (void)w_;
+    cuda_simple *s = state;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(env, cudnnSoftmaxBackward(env->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, s->y,
+                                       ins[1], s->y, ins[2], &zero, s->x, out));
+}
+
+const backend_kernel cuda_softmax_bwd_kernel = {.setup = softmax_setup, .run = softmax_bwd_run,
+                                                .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
