@@ -92,7 +92,7 @@ static const backend_kernel_table cpu_kernels = {
 
 static const backend_kernel_table cpu_backward = {
     CPU_BWD_ROW(LAYER_CONV2D, cpu_conv2d_bwd_kernel),
-    CPU_BWD_ROW(LAYER_LINEAR, cpu_linear_bwd_kernel),
+    CPU_BWD_ROW16(LAYER_LINEAR, cpu_linear_bwd_kernel, cpu_linear_bwd_bf16_kernel),
     CPU_BWD_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_bwd_kernel),
     CPU_BWD_ROW16(LAYER_RELU, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),
     CPU_BWD_ROW16(LAYER_RELU6, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),

@@ -281,6 +281,83 @@ BF_TARGET static void pair_channels(const uint16_t *x, int c, int64_t h, int64_t
         }
     }
 }
+
+/* One tile as bf_tile, of the GEMMs whose K runs in blocks (linear's backward): A's
+ * pairs a[m * lda + q], B one panel (nq pairs of 64 values), summed into c (fp32, ldc
+ * per row; added to what it holds where acc, else written) for the first nv columns. */
+BF_TARGET static inline __attribute__((always_inline)) void
+bf_tile_f32(int mr, const uint32_t *a, int64_t lda, const uint16_t *b, int64_t nq, float *c, int64_t ldc, int nv,
+            bool acc)
+{
+    __mmask16 k0 = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+    __mmask16 k1 = nv >= 32 ? 0xffff : nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1);
+    __m512 s[BF_MR][2];
+#pragma GCC unroll 8
+    for (int m = 0; m < BF_MR; m++) {
+        s[m][0] = m < mr && acc ? _mm512_maskz_loadu_ps(k0, c + m * ldc) : _mm512_setzero_ps();
+        s[m][1] = m < mr && acc ? _mm512_maskz_loadu_ps(k1, c + m * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t q = 0; q < nq; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * 64);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + q * 64 + 32);
+#pragma GCC unroll 8
+        for (int m = 0; m < BF_MR; m++) {
+            if (m < mr) {
+                __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[m * lda + q]);
+                s[m][0] = _mm512_dpbf16_ps(s[m][0], av, b0);
+                s[m][1] = _mm512_dpbf16_ps(s[m][1], av, b1);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < BF_MR; m++) {
+        if (m < mr) {
+            _mm512_mask_storeu_ps(c + m * ldc, k0, s[m][0]);
+            _mm512_mask_storeu_ps(c + m * ldc + 16, k1, s[m][1]);
+        }
+    }
+}
+
+/* Every row tile of m_rows rows of A against one panel, as bf_panel, summed in fp32 */
+BF_TARGET static void bf_panel_f32(int64_t m_rows, const uint32_t *a, int64_t lda, const uint16_t *b, int64_t nq,
+                                   float *c, int64_t ldc, int nv, bool acc)
+{
+    int64_t m = 0;
+    for (; m + BF_MR <= m_rows; m += BF_MR)
+        bf_tile_f32(BF_MR, a + m * lda, lda, b, nq, c + m * ldc, ldc, nv, acc);
+    switch (m_rows - m) {
+#define BF_TAIL(r)                                                                                             \
+    case r:                                                                                                    \
+        bf_tile_f32(r, a + m * lda, lda, b, nq, c + m * ldc, ldc, nv, acc);                                    \
+        break;
+        BF_TAIL(1) BF_TAIL(2) BF_TAIL(3) BF_TAIL(4) BF_TAIL(5) BF_TAIL(6) BF_TAIL(7)
+#undef BF_TAIL
+    default: break;
+    }
+}
+
+/* B[K][N] (row-major, ld elements a row) packed into panels of 32 columns, [N/32][K
+ * pairs][32][2], zeros past the last row and column: rows [k0, k1) of it (k0 even). */
+BF_TARGET static void bf_pack_panels(const uint16_t *src, int64_t k, int64_t n, int64_t ld, uint16_t *bp, int64_t k0,
+                                     int64_t k1)
+{
+    int64_t kp = (k + 1) / 2, np = (n + BF_NR - 1) / BF_NR;
+    for (int64_t q = k0 / 2; q < (k1 + 1) / 2; q++) {
+        const uint16_t *r0 = src + 2 * q * ld, *r1 = 2 * q + 1 < k ? r0 + ld : NULL;
+        for (int64_t j = 0; j < np; j++) {
+            uint32_t *d = (uint32_t *)(bp + (j * kp + q) * 64);
+            int64_t c0 = j * BF_NR, nv = n - c0 < BF_NR ? n - c0 : BF_NR;
+            for (int h = 0; h < 2; h++) { /* 16 columns at a time */
+                int64_t left = nv - 16 * h;
+                __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + c0 + 16 * h));
+                __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + c0 + 16 * h))
+                                : _mm512_setzero_si512();
+                _mm512_storeu_si512(d + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        }
+    }
+}
 #else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
 static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y, int64_t o,
                     int64_t j0, int64_t j1)
@@ -302,6 +379,15 @@ static void bf_panel(int64_t m_rows, const uint32_t *a, int64_t lda, const uint1
 static void pair_channels(const uint16_t *x, int c, int64_t h, int64_t w, uint16_t *xp, int64_t wq, const bf_phase *ph)
 {
     (void)x, (void)c, (void)h, (void)w, (void)xp, (void)wq, (void)ph;
+}
+static void bf_panel_f32(int64_t m_rows, const uint32_t *a, int64_t lda, const uint16_t *b, int64_t nq, float *c,
+                         int64_t ldc, int nv, bool acc)
+{
+    (void)m_rows, (void)a, (void)lda, (void)b, (void)nq, (void)c, (void)ldc, (void)nv, (void)acc;
+}
+static void bf_pack_panels(const uint16_t *src, int64_t k, int64_t n, int64_t ld, uint16_t *bp, int64_t k0, int64_t k1)
+{
+    (void)src, (void)k, (void)n, (void)ld, (void)bp, (void)k0, (void)k1;
 }
 #endif
 
@@ -688,3 +774,234 @@ const backend_kernel cpu_conv2d_bf16_kernel = {.setup = bf_setup, .run = bf_run,
                                                .tolerance = bf_tolerance};
 const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run, .free = bf_free,
                                                .tolerance = bf_tolerance};
+
+/* ---- linear's backward in bf16 ------------------------------------------------------------ */
+
+/* linear's backward on the same tiles: the input's gradient dX = dY W with A = dY's rows
+ * (pairs of outputs, read in place: out_features even) and B = W packed once at setup;
+ * the weights' dW = dY^T X with A = dY^T (pairs of rows) and B = X, both packed at each
+ * run; the bias's as column sums of dY in fp32. Where K (out_features for dX, the rows
+ * for dW) is more than BF_KB pairs, each tile sums it in blocks of BF_KB pairs into fp32
+ * partial sums (BF_MB rows by a range of panels per work item, so that a block of A and
+ * the panels' slices stay in the caches), rounded to bf16 at the end; else each tile's
+ * sums go to bf16 at once, as the forward's. Where the kernel does not take the layer
+ * (fp16, a CPU without AVX512_BF16, an odd out_features), fp32 copies around the fp32
+ * kernel (cpu_bwd_via_f32_kernel), and impl says why. */
+#define BF_KB 256
+#define BF_MB 64
+
+/* C[m][n] = A[m][K] B[K][n] over the threads: A's rows as kp pairs (lda pairs a row), B
+ * packed by bf_pack_panels; C bf16 (ldc elements a row); cf: fp32 [m][n] where kp >
+ * BF_KB. Work items: blocks of BF_MB rows times ranges of panels, twice as many as the
+ * threads where the rows allow. */
+static void bf_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t lda, const uint16_t *bp, uint16_t *c,
+                    int64_t ldc, float *cf)
+{
+    int64_t np = (n + BF_NR - 1) / BF_NR, nmb = (m + BF_MB - 1) / BF_MB, threads = omp_get_max_threads();
+    int64_t chunks = nmb >= 2 * threads ? 1 : (2 * threads + nmb - 1) / nmb;
+    chunks = chunks > np ? np : chunks;
+    int64_t items = nmb * chunks;
+    bool blocked = kp > BF_KB;
+    CPU_OMP_IF(m * n * kp > CPU_PARALLEL_MIN, "omp parallel for schedule(dynamic, 1)",
+        for (int64_t it = 0; it < items; it++) {
+            int64_t r0 = it / chunks * BF_MB, rows = m - r0 < BF_MB ? m - r0 : BF_MB;
+            int64_t j0 = it % chunks * np / chunks, j1 = (it % chunks + 1) * np / chunks;
+            const uint32_t *ar = a + r0 * lda;
+            for (int64_t q0 = 0; q0 < kp; q0 += blocked ? BF_KB : kp) {
+                int64_t nq = blocked && kp - q0 > BF_KB ? BF_KB : kp - q0;
+                for (int64_t j = j0; j < j1; j++) {
+                    int nv = (int)(n - j * BF_NR < BF_NR ? n - j * BF_NR : BF_NR);
+                    const uint16_t *b = bp + (j * kp + q0) * 64;
+                    if (blocked)
+                        bf_panel_f32(rows, ar + q0, lda, b, nq, cf + r0 * n + j * BF_NR, n, nv, q0 > 0);
+                    else
+                        bf_panel(rows, ar, lda, b, bf_no_offset, 1, kp, 64, c + r0 * ldc + j * BF_NR, ldc, nv, NULL,
+                                 NULL);
+                }
+            }
+            int64_t c0 = j0 * BF_NR, c1 = j1 * BF_NR < n ? j1 * BF_NR : n;
+            for (int64_t r = r0; blocked && r < r0 + rows; r++)
+                cpu_convert_span(c + r * ldc + c0, DTYPE_BF16, cf + r * n + c0, DTYPE_FP32, c1 - c0);
+        });
+}
+
+/* rows [2 lo, 2 hi) of b ([k][n], ld n) into its panels, over the threads */
+static void bf_pack_all(const uint16_t *b, int64_t k, int64_t n, uint16_t *bp)
+{
+    int64_t kp = (k + 1) / 2;
+    CPU_OMP_IF(k * n > CPU_PARALLEL_MIN, "omp parallel", {
+        int64_t lo, hi;
+        cpu_thread_span(kp, &lo, &hi);
+        if (hi > lo)
+            bf_pack_panels(b, k, n, n, bp, 2 * lo, 2 * hi > k ? k : 2 * hi);
+    });
+}
+
+/* at[j][q] = the pair (y[2q][j], y[2q + 1][j]) (zero past the last row): y^T ([rows][o])
+ * as A's rows of pairs, 64 columns of y at a time so that each row of at is written in
+ * order */
+static void bf_pack_pairs_t(const uint16_t *y, int64_t rows, int64_t o, uint32_t *at)
+{
+    int64_t rp = (rows + 1) / 2;
+    CPU_OMP_IF(rows * o > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t j0 = 0; j0 < o; j0 += 64) {
+            int64_t j1 = o - j0 < 64 ? o : j0 + 64;
+            for (int64_t q = 0; q < rp; q++) {
+                const uint16_t *r0 = y + 2 * q * o, *r1 = 2 * q + 1 < rows ? r0 + o : NULL;
+                for (int64_t j = j0; j < j1; j++)
+                    at[j * rp + q] = (uint32_t)r0[j] | (r1 ? (uint32_t)r1[j] << 16 : 0u);
+            }
+        });
+}
+
+typedef struct bf_bwd {
+    void *via;         /* fp32 copies: cpu_bwd_via_f32_kernel's state, where the kernel does not take l */
+    uint16_t *wp;      /* W packed as B of dX (K = out_features) */
+    uint16_t *xp;      /* per run: X packed as B of dW (K = rows) */
+    uint32_t *at;      /* per run: dY^T as A of dW, [out_features][row pairs] */
+    float *cf, *db;    /* fp32: a blocked GEMM's sums; the bias's */
+    bool split, parts; /* both halves run; their timing is on */
+    double part_s[2];  /* backward data, backward weights */
+} bf_bwd;
+
+static void bf_bwd_free(void *env, void *state)
+{
+    bf_bwd *s = state;
+    if (!s)
+        return;
+    if (s->via)
+        cpu_bwd_via_f32_kernel.free(env, s->via);
+    free(s->wp), free(s->xp), free(s->at), free(s->cf), free(s->db);
+    free(s);
+}
+
+/* Why the kernel does not take linear l's backward (NULL: it does). */
+static const char *bf_bwd_refuses(const layer *l)
+{
+    if (l->dtype != DTYPE_BF16)
+        return "the kernel is bf16 only";
+    if (!cpu_has_bf16())
+        return getenv("LAYERBENCH_CPU_NO_BF16") ? "LAYERBENCH_CPU_NO_BF16 set" : "this CPU has no AVX512_BF16";
+    if (l->p.out_features % 2)
+        return "an odd out_features: no bf16 GEMM kernel";
+    return NULL;
+}
+
+static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
+                                 int64_t *ws)
+{
+    bf_bwd *s = calloc(1, sizeof *s);
+    if (!s)
+        return BENCH_ERR_NOMEM;
+    const char *why = bf_bwd_refuses(l);
+    if (why) {
+        char inner[BACKEND_IMPL_LEN];
+        bench_status st = cpu_bwd_via_f32_kernel.setup(env, l, w, &s->via, inner, sizeof inner, ws);
+        snprintf(impl, len, "%s (%s)", inner, why);
+        if (st != BENCH_OK) {
+            free(s);
+            return st;
+        }
+        *state = s;
+        return BENCH_OK;
+    }
+    int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f, o = l->p.out_features;
+    int64_t rp = (rows + 1) / 2, np = (f + BF_NR - 1) / BF_NR, cf = 0;
+    bool data = !l->no_input_grad, weights = !l->frozen, ok = true;
+    layer_part_info parts[LAYER_MAX_PARTS];
+    s->split = layer_backward_parts(l, false, parts) == 2;
+    if (data) {
+        ok = (s->wp = malloc((size_t)(np * (o / 2) * 64) * sizeof *s->wp)) != NULL;
+        if (ok)
+            bf_pack_all(w, o, f, s->wp);
+        cf = o / 2 > BF_KB ? rows * f : 0;
+    }
+    if (ok && weights) {
+        ok = (s->xp = malloc((size_t)(np * rp * 64) * sizeof *s->xp)) != NULL &&
+             (s->at = malloc((size_t)(o * rp) * sizeof *s->at)) != NULL &&
+             (!l->p.bias || (s->db = bench_alloc_floats(o)) != NULL);
+        cf = rp > BF_KB && o * f > cf ? o * f : cf;
+    }
+    if (ok && cf)
+        ok = (s->cf = bench_alloc_floats(cf)) != NULL;
+    if (!ok) {
+        bf_bwd_free(env, s);
+        return BENCH_ERR_NOMEM;
+    }
+    *ws = 2 * (data ? np * (o / 2) * 64 : 0) + (weights ? 2 * np * rp * 64 + 4 * o * rp + (l->p.bias ? 4 * o : 0) : 0) +
+          4 * cf;
+    snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d (data: dY W, W packed at setup; weights: dY^T X, packed per run)%s",
+             BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
+    *state = s;
+    return BENCH_OK;
+}
+
+static void bf_bwd_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
+{
+    bf_bwd *s = state;
+    if (s->via) {
+        cpu_bwd_via_f32_kernel.run(env, l, s->via, in, w, out);
+        return;
+    }
+    int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f, o = l->p.out_features, rp = (rows + 1) / 2;
+    const uint16_t *x = in[0], *dy = in[l->n_inputs + 1];
+    uint16_t *dx = out, *dw = dx + rows * f;
+    double t0 = s->parts ? bench_now() : 0;
+    if (!l->no_input_grad)
+        bf_gemm(rows, f, o / 2, (const uint32_t *)dy, o / 2, s->wp, dx, f, s->cf);
+    double t1 = s->parts ? bench_now() : 0;
+    if (!l->frozen) {
+        bf_pack_pairs_t(dy, rows, o, s->at);
+        bf_pack_all(x, rows, f, s->xp);
+        bf_gemm(o, f, rp, s->at, rp, s->xp, dw, f, s->cf);
+        if (s->db) { /* each thread its columns, row by row */
+            float *db = s->db;
+            CPU_OMP_IF(rows * o > CPU_PARALLEL_MIN, "omp parallel", {
+                int64_t lo, hi;
+                cpu_thread_span(o, &lo, &hi);
+                for (int64_t j = lo; j < hi; j++)
+                    db[j] = 0.0f;
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t j = lo; j < hi; j++)
+                        db[j] += dtype_bf16_to_f32(dy[r * o + j]);
+                if (hi > lo)
+                    cpu_convert_span(dw + o * f + lo, DTYPE_BF16, db + lo, DTYPE_FP32, hi - lo);
+            });
+        }
+    }
+    if (s->parts)
+        s->part_s[0] = t1 - t0, s->part_s[1] = bench_now() - t1;
+}
+
+static int bf_bwd_parts(void *env, void *state, const layer *l, layer_part_info *parts)
+{
+    bf_bwd *s = state;
+    return s->via ? cpu_bwd_via_f32_kernel.parts(env, s->via, l, parts) : layer_backward_parts(l, false, parts);
+}
+
+static bool bf_bwd_parts_enable(void *env, void *state, bool on)
+{
+    bf_bwd *s = state;
+    if (s->via)
+        return cpu_bwd_via_f32_kernel.parts_enable(env, s->via, on);
+    s->parts = on && s->split;
+    return s->split;
+}
+
+static void bf_bwd_parts_read(void *env, void *state, double *seconds)
+{
+    bf_bwd *s = state;
+    if (s->via)
+        cpu_bwd_via_f32_kernel.parts_read(env, s->via, seconds);
+    else
+        memcpy(seconds, s->part_s, sizeof s->part_s);
+}
+
+static double bf_bwd_tolerance(void *env, const layer *l)
+{
+    return cpu_bwd_via_f32_kernel.tolerance(env, l);
+}
+
+const backend_kernel cpu_linear_bwd_bf16_kernel = {.setup = bf_bwd_setup, .run = bf_bwd_run, .free = bf_bwd_free,
+                                                   .parts = bf_bwd_parts, .parts_enable = bf_bwd_parts_enable,
+                                                   .parts_read = bf_bwd_parts_read, .tolerance = bf_bwd_tolerance};
