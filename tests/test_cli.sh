@@ -890,8 +890,8 @@ for o in sgd adamw; do
 done
 expect 2 "--optimizer sgd updates the weights after a training step's backward: give --pass train too" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --optimizer sgd
 expect 2 "--optimizer expects none, sgd or adamw" -- "$BENCH" run "$SMOKE" "${FAST[@]}" --pass train --optimizer lion
-# a step in bf16 (the cpu's fp32 backward kernels on fp32 copies; linear's on the bf16
-# GEMM tiles where the CPU has AVX512_BF16), and its update through
+# a step in bf16 (the cpu's fp32 backward kernels on fp32 copies; linear's and conv2d's on
+# the bf16 GEMM tiles where the CPU has AVX512_BF16), and its update through
 # fp32 master weights: the step checked, the masters' change compared; timed, the
 # backward's conversions are parts of their own (the element-wise kinds' loops read and
 # write bf16 themselves) and the masters are in the step's memory
@@ -911,7 +911,7 @@ got=$(awk "$COLS_Q"' function v(k) { return f[c[k]] }
   v("mode") == "inmodel" && v("part") ~ /^convert (to|from) fp32$/ { conv++ }
   v("mode") != "chained" && v("mode") != "inmodel" && v("status") == "ok" { n++
     own = v("kind") ~ /^(relu|relu6|sigmoid|silu|tanh|hardswish|hardsigmoid|gelu|add|mul)$/
-    gemm = v("kind") == "linear" && v("impl") ~ /then backward (cpu kernel: )?gemm bf16 vdpbf16ps/
+    gemm = v("kind") ~ /^(linear|conv2d)$/ && v("impl") ~ /then backward (cpu kernel: )?(im2col \+ )?gemm bf16 vdpbf16ps/
     via += !own && !gemm && v("impl") ~ /then backward (cpu kernel: )?fp32 copies/
     native += (own && v("impl") ~ /then backward (cpu kernel: )?direct, (16-bit|bf16) in and out/) || gemm }
   END { good = st == "ok" && conv > 0 && n > 0 && via + native == n && native > 0

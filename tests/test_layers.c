@@ -46,6 +46,8 @@ static void c_1x1(layer_params *p) { p->out_channels = 13; PAIR(kernel, 1, 1); }
 /* more output channels and pixels than one register tile (14 or 6 rows, 32 or 16 columns) */
 static void c_wide(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
 static void c_wide_s2(layer_params *p) { p->out_channels = 45; PAIR(kernel, 3, 3); PAIR(stride, 2, 2); PAIR(padding, 1, 1); }
+/* more output channels than one k block (512) of the bf16 backward's data GEMM */
+static void c_oc515(layer_params *p) { p->out_channels = 515; PAIR(kernel, 3, 3); PAIR(padding, 1, 1); }
 /* strides the bf16 kernel splits into phases: 3 with padding that is not a multiple of
  * it, a 4x4 patchify (ConvNeXt's stem), and 5, past its largest (im2col then) */
 static void c_s3(layer_params *p) { p->out_channels = 11; PAIR(kernel, 5, 4); PAIR(stride, 3, 3); PAIR(padding, 2, 1); }
@@ -295,6 +297,7 @@ static const layer_case cases[] = {
     {"kernel as large as the input", LAYER_CONV2D, S4(2, 3, 5, 4), c_full},
     {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
     {"45 channels, 75 wide (several tiles)", LAYER_CONV2D, S4(2, 6, 9, 75), c_wide},
+    {"515 out channels, 5x7 (bf16 backward: the data GEMM's K in 2 blocks)", LAYER_CONV2D, S4(2, 3, 5, 7), c_oc515},
     {"45 channels, stride 2, 71 wide", LAYER_CONV2D, S4(1, 5, 11, 71), c_wide_s2},
     {"5x4 stride 3, padding 2x1, odd sizes", LAYER_CONV2D, S4(2, 7, 20, 23), c_s3},
     {"4x4 stride 4 patchify, 3 channels", LAYER_CONV2D, S4(1, 3, 36, 44), c_patch4},

@@ -91,7 +91,7 @@ static const backend_kernel_table cpu_kernels = {
     [kind][DTYPE_FP16] = {&k16}, [kind][DTYPE_INT8] = {NULL, CPU_NO_INT8}
 
 static const backend_kernel_table cpu_backward = {
-    CPU_BWD_ROW(LAYER_CONV2D, cpu_conv2d_bwd_kernel),
+    CPU_BWD_ROW16(LAYER_CONV2D, cpu_conv2d_bwd_kernel, cpu_conv2d_bwd_bf16_kernel),
     CPU_BWD_ROW16(LAYER_LINEAR, cpu_linear_bwd_kernel, cpu_linear_bwd_bf16_kernel),
     CPU_BWD_ROW(LAYER_BATCHNORM2D, cpu_batchnorm2d_bwd_kernel),
     CPU_BWD_ROW16(LAYER_RELU, cpu_act_bwd_kernel, cpu_act_bwd16_kernel),

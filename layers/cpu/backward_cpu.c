@@ -102,7 +102,7 @@ static int halves_parts(void *env, void *state, const layer *l, layer_part_info 
 }
 
 /* Output columns [*x0, *x1) of a row whose tap j reads inside the input's wd columns */
-static void tap_span(const layer *l, int64_t j, int64_t *x0, int64_t *x1)
+void cpu_tap_span(const layer *l, int64_t j, int64_t *x0, int64_t *x1)
 {
     const layer_params *p = &l->p;
     int64_t off = j * p->dilation[1] - p->padding[1], ow = l->out.d[3], wd = l->in.d[3];
@@ -125,7 +125,7 @@ static void col_channel(const layer *l, float *x, float *col, int64_t ci, bool b
         for (int64_t j = 0; j < kw; j++) {
             float *dst = col + ((ci * kh + i) * kw + j) * oh * ow;
             int64_t x0, x1, sx = p->stride[1], off = j * p->dilation[1] - p->padding[1];
-            tap_span(l, j, &x0, &x1);
+            cpu_tap_span(l, j, &x0, &x1);
             for (int64_t y = 0; y < oh; y++) {
                 int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
                 float *d = dst + y * ow, *row = src + iy * wd + off;
@@ -149,7 +149,7 @@ static void col_channel(const layer *l, float *x, float *col, int64_t ci, bool b
         }
 }
 
-static void col_move(const layer *l, float *x, float *col, int64_t cg, bool back)
+void cpu_col_move(const layer *l, float *x, float *col, int64_t cg, bool back)
 {
     int64_t work = cg * l->p.kernel[0] * l->p.kernel[1] * l->out.d[2] * l->out.d[3];
     CPU_OMP_IF(work > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
@@ -169,7 +169,7 @@ static void conv_bwd_data(const layer *l, conv_bwd *s, const float *w, const flo
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)ohw, (blasint)ocg, 1.0f,
                         w + gi * ocg * k, (blasint)k, dy + (b * oc + gi * ocg) * ohw, (blasint)ohw, 0.0f, s->dcol,
                         (blasint)ohw);
-            col_move(l, dx + (b * c + gi * cg) * hw, s->dcol, cg, true);
+            cpu_col_move(l, dx + (b * c + gi * cg) * hw, s->dcol, cg, true);
         }
 }
 
@@ -181,7 +181,7 @@ static void conv_bwd_weights(const layer *l, conv_bwd *s, const float *x, const 
     int64_t k = cg * l->p.kernel[0] * l->p.kernel[1];
     for (int64_t b = 0; b < n; b++)
         for (int64_t gi = 0; gi < g; gi++) {
-            col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
+            cpu_col_move(l, (float *)x + (b * c + gi * cg) * hw, s->col, cg, false);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)k, (blasint)ohw, 1.0f,
                         dy + (b * oc + gi * ocg) * ohw, (blasint)ohw, s->col, (blasint)ohw, b ? 1.0f : 0.0f,
                         dw + gi * ocg * k, (blasint)k);

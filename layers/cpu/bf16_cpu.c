@@ -775,7 +775,7 @@ const backend_kernel cpu_conv2d_bf16_kernel = {.setup = bf_setup, .run = bf_run,
 const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run, .free = bf_free,
                                                .tolerance = bf_tolerance};
 
-/* ---- linear's backward in bf16 ------------------------------------------------------------ */
+/* ---- linear's and conv2d's backward in bf16 ------------------------------------------------- */
 
 /* linear's backward on the same tiles: the input's gradient dX = dY W with A = dY's rows
  * (pairs of outputs, read in place: out_features even) and B = W packed once at setup;
@@ -785,23 +785,31 @@ const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run,
  * partial sums (BF_MB rows by a range of panels per work item, so that a block of A and
  * the panels' slices stay in the caches), rounded to bf16 at the end; else each tile's
  * sums go to bf16 at once, as the forward's. Where the kernel does not take the layer
- * (fp16, a CPU without AVX512_BF16, an odd out_features), fp32 copies around the fp32
- * kernel (cpu_bwd_via_f32_kernel), and impl says why. */
+ * (fp16, a CPU without AVX512_BF16, an odd out_features, a grouped convolution), fp32
+ * copies around the fp32 kernel (cpu_bwd_via_f32_kernel), and impl says why.
+ * conv2d (groups 1), per sample, as the fp32 kernel's im2col: the columns' gradient
+ * W^T dY with A = W^T (pairs of output channels, packed once at setup) and B = dY
+ * packed, summed in fp32 and added back into the input's gradient by the fp32 col2im,
+ * rounded once per sample; the weights' as dW^T = col dY^T with A = the sample's im2col
+ * in bf16 (pairs of output positions, read in place, a zero column past an odd count)
+ * and B = dY^T packed, summed over the batch in fp32, transposed and rounded at the end;
+ * the bias's sums in fp32. */
 #define BF_KB 256
 #define BF_MB 64
 
 /* C[m][n] = A[m][K] B[K][n] over the threads: A's rows as kp pairs (lda pairs a row), B
- * packed by bf_pack_panels; C bf16 (ldc elements a row); cf: fp32 [m][n] where kp >
- * BF_KB. Work items: blocks of BF_MB rows times ranges of panels, twice as many as the
- * threads where the rows allow. */
+ * packed by bf_pack_panels; C bf16 (ldc elements a row), with cf fp32 [m][n] where kp >
+ * BF_KB; or, c NULL, into cf alone (fp32, added to what it holds where acc). Work items:
+ * blocks of BF_MB rows times ranges of panels, twice as many as the threads where the
+ * rows allow. */
 static void bf_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t lda, const uint16_t *bp, uint16_t *c,
-                    int64_t ldc, float *cf)
+                    int64_t ldc, float *cf, bool acc)
 {
     int64_t np = (n + BF_NR - 1) / BF_NR, nmb = (m + BF_MB - 1) / BF_MB, threads = omp_get_max_threads();
     int64_t chunks = nmb >= 2 * threads ? 1 : (2 * threads + nmb - 1) / nmb;
     chunks = chunks > np ? np : chunks;
     int64_t items = nmb * chunks;
-    bool blocked = kp > BF_KB;
+    bool blocked = kp > BF_KB || !c;
     CPU_OMP_IF(m * n * kp > CPU_PARALLEL_MIN, "omp parallel for schedule(dynamic, 1)",
         for (int64_t it = 0; it < items; it++) {
             int64_t r0 = it / chunks * BF_MB, rows = m - r0 < BF_MB ? m - r0 : BF_MB;
@@ -813,14 +821,14 @@ static void bf_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t *a, int64_t
                     int nv = (int)(n - j * BF_NR < BF_NR ? n - j * BF_NR : BF_NR);
                     const uint16_t *b = bp + (j * kp + q0) * 64;
                     if (blocked)
-                        bf_panel_f32(rows, ar + q0, lda, b, nq, cf + r0 * n + j * BF_NR, n, nv, q0 > 0);
+                        bf_panel_f32(rows, ar + q0, lda, b, nq, cf + r0 * n + j * BF_NR, n, nv, q0 > 0 || acc);
                     else
                         bf_panel(rows, ar, lda, b, bf_no_offset, 1, kp, 64, c + r0 * ldc + j * BF_NR, ldc, nv, NULL,
                                  NULL);
                 }
             }
             int64_t c0 = j0 * BF_NR, c1 = j1 * BF_NR < n ? j1 * BF_NR : n;
-            for (int64_t r = r0; blocked && r < r0 + rows; r++)
+            for (int64_t r = r0; blocked && c && r < r0 + rows; r++)
                 cpu_convert_span(c + r * ldc + c0, DTYPE_BF16, cf + r * n + c0, DTYPE_FP32, c1 - c0);
         });
 }
@@ -854,12 +862,75 @@ static void bf_pack_pairs_t(const uint16_t *y, int64_t rows, int64_t o, uint32_t
         });
 }
 
+/* y [rows][n] as B of a GEMM whose K runs along n (a convolution's dY^T, K its output
+ * positions): panels of 32 rows, [rows/32][n pairs][32][2], each pair two neighbours in
+ * one row of y, zeros past an odd n and the last row */
+static void bf_pack_rows_panels(const uint16_t *y, int64_t rows, int64_t n, uint16_t *bp)
+{
+    int64_t pq = (n + 1) / 2, np = (rows + BF_NR - 1) / BF_NR;
+    CPU_OMP_IF(rows * n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t jp = 0; jp < np; jp++) {
+            uint32_t *d = (uint32_t *)(bp + jp * pq * 64);
+            for (int64_t i = 0; i < BF_NR; i++) {
+                int64_t r = jp * BF_NR + i;
+                if (r >= rows) {
+                    for (int64_t q = 0; q < pq; q++)
+                        d[q * BF_NR + i] = 0u;
+                    continue;
+                }
+                const uint16_t *src = y + r * n;
+                for (int64_t q = 0; q < n / 2; q++)
+                    d[q * BF_NR + i] = (uint32_t)src[2 * q] | (uint32_t)src[2 * q + 1] << 16;
+                if (n % 2)
+                    d[(pq - 1) * BF_NR + i] = src[n - 1];
+            }
+        });
+}
+
+/* One sample's im2col in bf16 into col [c kh kw][pp] (pp: the output's positions, made
+ * even by a zero column), as cpu_col_move's */
+static void bf_im2col(const layer *l, const uint16_t *x, uint16_t *col, int64_t pp)
+{
+    const layer_params *p = &l->p;
+    int64_t c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
+    int64_t kh = p->kernel[0], kw = p->kernel[1], np = oh * ow;
+    CPU_OMP_IF(c * kh * kw * np > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    uint16_t *dst = col + ((ci * kh + i) * kw + j) * pp;
+                    int64_t x0, x1, sx = p->stride[1], off = j * p->dilation[1] - p->padding[1];
+                    cpu_tap_span(l, j, &x0, &x1);
+                    for (int64_t y = 0; y < oh; y++) {
+                        int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                        uint16_t *d = dst + y * ow;
+                        if (iy < 0 || iy >= h) {
+                            memset(d, 0, (size_t)ow * sizeof *d);
+                            continue;
+                        }
+                        const uint16_t *row = x + (ci * h + iy) * wd;
+                        for (int64_t xo = 0; xo < x0; xo++)
+                            d[xo] = 0;
+                        for (int64_t xo = x0; xo < x1; xo++)
+                            d[xo] = row[xo * sx + off];
+                        for (int64_t xo = x1; xo < ow; xo++)
+                            d[xo] = 0;
+                    }
+                    if (pp > np)
+                        dst[np] = 0;
+                });
+}
+
 typedef struct bf_bwd {
     void *via;         /* fp32 copies: cpu_bwd_via_f32_kernel's state, where the kernel does not take l */
-    uint16_t *wp;      /* W packed as B of dX (K = out_features) */
-    uint16_t *xp;      /* per run: X packed as B of dW (K = rows) */
-    uint32_t *at;      /* per run: dY^T as A of dW, [out_features][row pairs] */
-    float *cf, *db;    /* fp32: a blocked GEMM's sums; the bias's */
+    uint16_t *wp;      /* linear: W packed as B of dX (K = out_features) */
+    uint16_t *xp;      /* per run: linear: X packed as B of dW (K = rows); conv2d: a sample's dY as B of the
+                          columns' gradient, then its dY^T as B of dW^T */
+    uint32_t *at;      /* per run: linear: dY^T as A of dW, [out_features][row pairs] */
+    uint32_t *wt;      /* conv2d: W^T as A of the columns' gradient, [K][out channel pairs] (setup) */
+    uint16_t *col;     /* conv2d: a sample's im2col, [K][positions, even] */
+    float *dcol, *dxf; /* conv2d, fp32: a sample's columns' gradient [K][positions], its input's gradient */
+    float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW^T summed over the batch); the bias's */
     bool split, parts; /* both halves run; their timing is on */
     double part_s[2];  /* backward data, backward weights */
 } bf_bwd;
@@ -871,20 +942,76 @@ static void bf_bwd_free(void *env, void *state)
         return;
     if (s->via)
         cpu_bwd_via_f32_kernel.free(env, s->via);
-    free(s->wp), free(s->xp), free(s->at), free(s->cf), free(s->db);
-    free(s);
+    free(s->wp), free(s->xp), free(s->at), free(s->wt), free(s->col), free(s->dcol), free(s->dxf), free(s->cf);
+    free(s->db), free(s);
 }
 
-/* Why the kernel does not take linear l's backward (NULL: it does). */
+/* Why the kernel does not take l's backward (NULL: it does). */
 static const char *bf_bwd_refuses(const layer *l)
 {
     if (l->dtype != DTYPE_BF16)
         return "the kernel is bf16 only";
     if (!cpu_has_bf16())
         return getenv("LAYERBENCH_CPU_NO_BF16") ? "LAYERBENCH_CPU_NO_BF16 set" : "this CPU has no AVX512_BF16";
-    if (l->p.out_features % 2)
+    if (l->kind == LAYER_LINEAR && l->p.out_features % 2)
         return "an odd out_features: no bf16 GEMM kernel";
+    if (l->kind == LAYER_CONV2D && l->p.groups != 1)
+        return "grouped: no bf16 kernel";
     return NULL;
+}
+
+/* linear's buffers (the weights packed); its fp32 floats for cf into *cf; false when out of memory */
+static bool bf_linear_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, int64_t *ws)
+{
+    int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f, o = l->p.out_features;
+    int64_t rp = (rows + 1) / 2, np = (f + BF_NR - 1) / BF_NR, cf = 0;
+    bool data = !l->no_input_grad, weights = !l->frozen, ok = true;
+    if (data) {
+        ok = (s->wp = malloc((size_t)(np * (o / 2) * 64) * sizeof *s->wp)) != NULL;
+        if (ok)
+            bf_pack_all(w, o, f, s->wp);
+        cf = o / 2 > BF_KB ? rows * f : 0;
+    }
+    if (ok && weights) {
+        ok = (s->xp = malloc((size_t)(np * rp * 64) * sizeof *s->xp)) != NULL &&
+             (s->at = malloc((size_t)(o * rp) * sizeof *s->at)) != NULL &&
+             (!l->p.bias || (s->db = bench_alloc_floats(o)) != NULL);
+        cf = rp > BF_KB && o * f > cf ? o * f : cf;
+    }
+    if (ok && cf)
+        ok = (s->cf = bench_alloc_floats(cf)) != NULL;
+    *ws = 2 * (data ? np * (o / 2) * 64 : 0) + (weights ? 2 * np * rp * 64 + 4 * o * rp + (l->p.bias ? 4 * o : 0) : 0) +
+          4 * cf;
+    return ok;
+}
+
+/* conv2d's (groups 1): W^T as pairs, the columns, their gradient, dW^T's sums */
+static bool bf_conv_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, int64_t *ws)
+{
+    const layer_params *p = &l->p;
+    int64_t c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = p->out_channels, np = l->out.d[2] * l->out.d[3];
+    int64_t k = c * p->kernel[0] * p->kernel[1], pp = np + np % 2, ocp = (oc + 1) / 2, xp = 0;
+    bool data = !l->no_input_grad, weights = !l->frozen, ok = true;
+    *ws = 0;
+    if (data) {
+        ok = (s->wt = malloc((size_t)(k * ocp) * sizeof *s->wt)) != NULL &&
+             (s->dcol = bench_alloc_floats(k * np)) != NULL && (s->dxf = bench_alloc_floats(c * hw)) != NULL;
+        if (ok)
+            bf_pack_pairs_t(w, oc, k, s->wt);
+        xp = (np + BF_NR - 1) / BF_NR * ocp * 64;
+        *ws += 4 * (k * ocp + k * np + c * hw);
+    }
+    if (ok && weights) {
+        ok = (s->col = malloc((size_t)(k * pp) * sizeof *s->col)) != NULL && (s->cf = bench_alloc_floats(k * oc)) != NULL &&
+             (!p->bias || (s->db = bench_alloc_floats(oc)) != NULL);
+        int64_t t = (oc + BF_NR - 1) / BF_NR * (pp / 2) * 64;
+        xp = t > xp ? t : xp;
+        *ws += 2 * k * pp + 4 * (k * oc + oc);
+    }
+    if (ok && xp)
+        ok = (s->xp = malloc((size_t)xp * sizeof *s->xp)) != NULL;
+    *ws += 2 * xp;
+    return ok;
 }
 
 static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void **state, char *impl, size_t len,
@@ -905,35 +1032,64 @@ static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void 
         *state = s;
         return BENCH_OK;
     }
-    int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f, o = l->p.out_features;
-    int64_t rp = (rows + 1) / 2, np = (f + BF_NR - 1) / BF_NR, cf = 0;
-    bool data = !l->no_input_grad, weights = !l->frozen, ok = true;
     layer_part_info parts[LAYER_MAX_PARTS];
     s->split = layer_backward_parts(l, false, parts) == 2;
-    if (data) {
-        ok = (s->wp = malloc((size_t)(np * (o / 2) * 64) * sizeof *s->wp)) != NULL;
-        if (ok)
-            bf_pack_all(w, o, f, s->wp);
-        cf = o / 2 > BF_KB ? rows * f : 0;
-    }
-    if (ok && weights) {
-        ok = (s->xp = malloc((size_t)(np * rp * 64) * sizeof *s->xp)) != NULL &&
-             (s->at = malloc((size_t)(o * rp) * sizeof *s->at)) != NULL &&
-             (!l->p.bias || (s->db = bench_alloc_floats(o)) != NULL);
-        cf = rp > BF_KB && o * f > cf ? o * f : cf;
-    }
-    if (ok && cf)
-        ok = (s->cf = bench_alloc_floats(cf)) != NULL;
-    if (!ok) {
+    bool conv = l->kind == LAYER_CONV2D;
+    if (!(conv ? bf_conv_bwd_setup(l, w, s, ws) : bf_linear_bwd_setup(l, w, s, ws))) {
         bf_bwd_free(env, s);
         return BENCH_ERR_NOMEM;
     }
-    *ws = 2 * (data ? np * (o / 2) * 64 : 0) + (weights ? 2 * np * rp * 64 + 4 * o * rp + (l->p.bias ? 4 * o : 0) : 0) +
-          4 * cf;
-    snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d (data: dY W, W packed at setup; weights: dY^T X, packed per run)%s",
-             BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
+    if (conv)
+        snprintf(impl, len, "im2col + gemm bf16 vdpbf16ps %dx%d per sample (data: W^T dY then col2im in fp32; "
+                 "weights: col dY^T summed in fp32)%s", BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
+    else
+        snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d (data: dY W, W packed at setup; weights: dY^T X, packed per "
+                 "run)%s", BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
     *state = s;
     return BENCH_OK;
+}
+
+/* conv2d: per sample, the columns' gradient W^T dY (fp32) added back into the input's
+ * gradient (col2im in fp32, rounded once); the columns' products with dY^T summed over
+ * the batch into dW^T, transposed and rounded at the end; the bias's sums in fp32 */
+static void bf_conv_bwd_run(void *env, const layer *l, bf_bwd *s, const uint16_t *x, const uint16_t *dy, uint16_t *out)
+{
+    const layer_params *p = &l->p;
+    int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = p->out_channels;
+    int64_t np = l->out.d[2] * l->out.d[3], k = c * p->kernel[0] * p->kernel[1], pp = np + np % 2, ocp = (oc + 1) / 2;
+    uint16_t *dw = out + n * c * hw;
+    double t0 = s->parts ? bench_now() : 0;
+    for (int64_t b = 0; !l->no_input_grad && b < n; b++) {
+        bf_pack_all(dy + b * oc * np, oc, np, s->xp);
+        bf_gemm(k, np, ocp, s->wt, ocp, s->xp, NULL, 0, s->dcol, false);
+        memset(s->dxf, 0, (size_t)(c * hw) * sizeof *s->dxf);
+        cpu_col_move(l, s->dxf, s->dcol, c, true);
+        cpu_convert(env, out + b * c * hw, DTYPE_BF16, s->dxf, DTYPE_FP32, c * hw);
+    }
+    double t1 = s->parts ? bench_now() : 0;
+    if (!l->frozen) {
+        for (int64_t b = 0; b < n; b++) {
+            bf_im2col(l, x + b * c * hw, s->col, pp);
+            bf_pack_rows_panels(dy + b * oc * np, oc, np, s->xp);
+            bf_gemm(k, oc, pp / 2, (const uint32_t *)s->col, pp / 2, s->xp, NULL, 0, s->cf, b > 0);
+        }
+        const float *cf = s->cf;
+        float *db = s->db;
+        CPU_OMP_IF(k * oc > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+            for (int64_t o = 0; o < oc; o++) {
+                for (int64_t kk = 0; kk < k; kk++)
+                    dw[o * k + kk] = dtype_f32_to_bf16(cf[kk * oc + o]);
+                if (db) {
+                    float sum = 0.0f;
+                    for (int64_t b = 0; b < n; b++)
+                        for (int64_t i = 0; i < np; i++)
+                            sum += dtype_bf16_to_f32(dy[(b * oc + o) * np + i]);
+                    dw[oc * k + o] = dtype_f32_to_bf16(sum);
+                }
+            });
+    }
+    if (s->parts)
+        s->part_s[0] = t1 - t0, s->part_s[1] = bench_now() - t1;
 }
 
 static void bf_bwd_run(void *env, const layer *l, void *state, const void *const *in, const void *w, void *out)
@@ -943,17 +1099,21 @@ static void bf_bwd_run(void *env, const layer *l, void *state, const void *const
         cpu_bwd_via_f32_kernel.run(env, l, s->via, in, w, out);
         return;
     }
+    if (l->kind == LAYER_CONV2D) {
+        bf_conv_bwd_run(env, l, s, in[0], in[l->n_inputs + 1], out);
+        return;
+    }
     int64_t f = l->in.d[l->in.rank - 1], rows = shape_numel(&l->in) / f, o = l->p.out_features, rp = (rows + 1) / 2;
     const uint16_t *x = in[0], *dy = in[l->n_inputs + 1];
     uint16_t *dx = out, *dw = dx + rows * f;
     double t0 = s->parts ? bench_now() : 0;
     if (!l->no_input_grad)
-        bf_gemm(rows, f, o / 2, (const uint32_t *)dy, o / 2, s->wp, dx, f, s->cf);
+        bf_gemm(rows, f, o / 2, (const uint32_t *)dy, o / 2, s->wp, dx, f, s->cf, false);
     double t1 = s->parts ? bench_now() : 0;
     if (!l->frozen) {
         bf_pack_pairs_t(dy, rows, o, s->at);
         bf_pack_all(x, rows, f, s->xp);
-        bf_gemm(o, f, rp, s->at, rp, s->xp, dw, f, s->cf);
+        bf_gemm(o, f, rp, s->at, rp, s->xp, dw, f, s->cf, false);
         if (s->db) { /* each thread its columns, row by row */
             float *db = s->db;
             CPU_OMP_IF(rows * o > CPU_PARALLEL_MIN, "omp parallel", {
@@ -1003,5 +1163,8 @@ static double bf_bwd_tolerance(void *env, const layer *l)
 }
 
 const backend_kernel cpu_linear_bwd_bf16_kernel = {.setup = bf_bwd_setup, .run = bf_bwd_run, .free = bf_bwd_free,
+                                                   .parts = bf_bwd_parts, .parts_enable = bf_bwd_parts_enable,
+                                                   .parts_read = bf_bwd_parts_read, .tolerance = bf_bwd_tolerance};
+const backend_kernel cpu_conv2d_bwd_bf16_kernel = {.setup = bf_bwd_setup, .run = bf_bwd_run, .free = bf_bwd_free,
                                                    .parts = bf_bwd_parts, .parts_enable = bf_bwd_parts_enable,
                                                    .parts_read = bf_bwd_parts_read, .tolerance = bf_bwd_tolerance};

@@ -121,8 +121,14 @@ void cpu_bn_train_forward(const layer *l, const float *x, const float *w, float 
 /* conv2d and linear in bf16 on vdpbf16ps (bf16_cpu.c), on fp32 copies where the CPU
  * lacks AVX512_BF16 or LAYERBENCH_CPU_NO_BF16 is set; and whether it has it. */
 extern const backend_kernel cpu_conv2d_bf16_kernel, cpu_linear_bf16_kernel;
-/* linear's backward in bf16 on the same GEMM tiles (bf16_cpu.c), on fp32 copies where it cannot */
-extern const backend_kernel cpu_linear_bwd_bf16_kernel;
+/* linear's and conv2d's backward in bf16 on the same GEMM tiles (bf16_cpu.c), on fp32
+ * copies where they cannot */
+extern const backend_kernel cpu_linear_bwd_bf16_kernel, cpu_conv2d_bwd_bf16_kernel;
+/* conv2d's columns (backward_cpu.c): output columns [*x0, *x1) of a row whose tap j
+ * (along the width) reads inside the input; and im2col of a group's input x [cg, H, W]
+ * into col [cg kh kw, OH OW], or back (col2im: col's values added into x) */
+void cpu_tap_span(const layer *l, int64_t j, int64_t *x0, int64_t *x1);
+void cpu_col_move(const layer *l, float *x, float *col, int64_t cg, bool back);
 /* The element-wise kinds reading and writing bf16, computing in fp32 (elementwise_cpu.c). */
 extern const backend_kernel cpu_batchnorm2d_bf16_kernel, cpu_relu_bf16_kernel, cpu_relu6_bf16_kernel, cpu_sigmoid_bf16_kernel, cpu_silu_bf16_kernel,
     cpu_hardsigmoid_bf16_kernel, cpu_hardswish_bf16_kernel, cpu_tanh_bf16_kernel, cpu_add_bf16_kernel,
