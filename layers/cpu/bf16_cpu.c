@@ -358,6 +358,33 @@ BF_TARGET static void bf_pack_panels(const uint16_t *src, int64_t k, int64_t n, 
         }
     }
 }
+
+/* y [rows][n] (rows at most 32, ld elements apart, ld even) as one panel of B of a GEMM
+ * whose K runs along n: [n pairs][32][2], each pair two neighbours in one row of y, zeros
+ * past an odd n and past the last row. 16 pairs of 16 rows at a time by gathers. */
+BF_TARGET static void bf_pack_rows_panel(const uint16_t *y, int64_t rows, int64_t n, int64_t ld, uint16_t *bp)
+{
+    int64_t pq = (n + 1) / 2, full = n / 2;
+    uint32_t *d = (uint32_t *)bp;
+    const int *base = (const int *)y;
+    __m512i idx[2];
+    __mmask16 live[2];
+    for (int h = 0; h < 2; h++) {
+        int ix[16];
+        for (int i = 0; i < 16; i++)
+            ix[i] = (int)((16 * h + i) * (ld / 2));
+        idx[h] = _mm512_loadu_si512(ix);
+        int64_t left = rows - 16 * h;
+        live[h] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+    }
+    for (int64_t q = 0; q < full; q++)
+        for (int h = 0; h < 2; h++)
+            _mm512_storeu_si512(d + q * BF_NR + 16 * h,
+                                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[h], idx[h], base + q, 4));
+    if (n % 2)
+        for (int i = 0; i < BF_NR; i++)
+            d[(pq - 1) * BF_NR + i] = i < rows ? y[i * ld + n - 1] : 0u;
+}
 #else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
 static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y, int64_t o,
                     int64_t j0, int64_t j1)
@@ -388,6 +415,10 @@ static void bf_panel_f32(int64_t m_rows, const uint32_t *a, int64_t lda, const u
 static void bf_pack_panels(const uint16_t *src, int64_t k, int64_t n, int64_t ld, uint16_t *bp, int64_t k0, int64_t k1)
 {
     (void)src, (void)k, (void)n, (void)ld, (void)bp, (void)k0, (void)k1;
+}
+static void bf_pack_rows_panel(const uint16_t *y, int64_t rows, int64_t n, int64_t ld, uint16_t *bp)
+{
+    (void)y, (void)rows, (void)n, (void)ld, (void)bp;
 }
 #endif
 
@@ -790,10 +821,11 @@ const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run,
  * conv2d (groups 1), per sample, as the fp32 kernel's im2col: the columns' gradient
  * W^T dY with A = W^T (pairs of output channels, packed once at setup) and B = dY
  * packed, summed in fp32 and added back into the input's gradient by the fp32 col2im,
- * rounded once per sample; the weights' as dW^T = col dY^T with A = the sample's im2col
- * in bf16 (pairs of output positions, read in place, a zero column past an odd count)
- * and B = dY^T packed, summed over the batch in fp32, transposed and rounded at the end;
- * the bias's sums in fp32. */
+ * rounded once per sample (a 1x1 stride-1 convolution's product is the input's gradient
+ * itself); the weights' as dW = dY col^T with A = dY (pairs of output positions, read
+ * in place; copied with a zero past an odd count) and B = the sample's im2col in bf16,
+ * written 32 rows at a time straight into panels (gathers), summed over the batch in
+ * fp32 and rounded at the end; the bias's sums in fp32. */
 #define BF_KB 256
 #define BF_MB 64
 
@@ -862,63 +894,48 @@ static void bf_pack_pairs_t(const uint16_t *y, int64_t rows, int64_t o, uint32_t
         });
 }
 
-/* y [rows][n] as B of a GEMM whose K runs along n (a convolution's dY^T, K its output
- * positions): panels of 32 rows, [rows/32][n pairs][32][2], each pair two neighbours in
- * one row of y, zeros past an odd n and the last row */
-static void bf_pack_rows_panels(const uint16_t *y, int64_t rows, int64_t n, uint16_t *bp)
-{
-    int64_t pq = (n + 1) / 2, np = (rows + BF_NR - 1) / BF_NR;
-    CPU_OMP_IF(rows * n > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t jp = 0; jp < np; jp++) {
-            uint32_t *d = (uint32_t *)(bp + jp * pq * 64);
-            for (int64_t i = 0; i < BF_NR; i++) {
-                int64_t r = jp * BF_NR + i;
-                if (r >= rows) {
-                    for (int64_t q = 0; q < pq; q++)
-                        d[q * BF_NR + i] = 0u;
-                    continue;
-                }
-                const uint16_t *src = y + r * n;
-                for (int64_t q = 0; q < n / 2; q++)
-                    d[q * BF_NR + i] = (uint32_t)src[2 * q] | (uint32_t)src[2 * q + 1] << 16;
-                if (n % 2)
-                    d[(pq - 1) * BF_NR + i] = src[n - 1];
-            }
-        });
-}
-
-/* One sample's im2col in bf16 into col [c kh kw][pp] (pp: the output's positions, made
- * even by a zero column), as cpu_col_move's */
-static void bf_im2col(const layer *l, const uint16_t *x, uint16_t *col, int64_t pp)
+/* Row kk (channel ci, tap i, j) of one sample's im2col in bf16 into dst (pp elements:
+ * the output's positions, then zeros), as cpu_col_move's */
+static void bf_im2col_row(const layer *l, const uint16_t *x, int64_t kk, uint16_t *dst, int64_t pp)
 {
     const layer_params *p = &l->p;
-    int64_t c = l->in.d[1], h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3];
-    int64_t kh = p->kernel[0], kw = p->kernel[1], np = oh * ow;
-    CPU_OMP_IF(c * kh * kw * np > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-        for (int64_t ci = 0; ci < c; ci++)
-            for (int64_t i = 0; i < kh; i++)
-                for (int64_t j = 0; j < kw; j++) {
-                    uint16_t *dst = col + ((ci * kh + i) * kw + j) * pp;
-                    int64_t x0, x1, sx = p->stride[1], off = j * p->dilation[1] - p->padding[1];
-                    cpu_tap_span(l, j, &x0, &x1);
-                    for (int64_t y = 0; y < oh; y++) {
-                        int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
-                        uint16_t *d = dst + y * ow;
-                        if (iy < 0 || iy >= h) {
-                            memset(d, 0, (size_t)ow * sizeof *d);
-                            continue;
-                        }
-                        const uint16_t *row = x + (ci * h + iy) * wd;
-                        for (int64_t xo = 0; xo < x0; xo++)
-                            d[xo] = 0;
-                        for (int64_t xo = x0; xo < x1; xo++)
-                            d[xo] = row[xo * sx + off];
-                        for (int64_t xo = x1; xo < ow; xo++)
-                            d[xo] = 0;
-                    }
-                    if (pp > np)
-                        dst[np] = 0;
-                });
+    int64_t h = l->in.d[2], wd = l->in.d[3], oh = l->out.d[2], ow = l->out.d[3], kh = p->kernel[0], kw = p->kernel[1];
+    int64_t ci = kk / (kh * kw), i = kk / kw % kh, j = kk % kw;
+    int64_t x0, x1, sx = p->stride[1], off = j * p->dilation[1] - p->padding[1];
+    cpu_tap_span(l, j, &x0, &x1);
+    for (int64_t y = 0; y < oh; y++) {
+        int64_t iy = y * p->stride[0] - p->padding[0] + i * p->dilation[0];
+        uint16_t *d = dst + y * ow;
+        if (iy < 0 || iy >= h) {
+            memset(d, 0, (size_t)ow * sizeof *d);
+            continue;
+        }
+        const uint16_t *row = x + (ci * h + iy) * wd;
+        for (int64_t xo = 0; xo < x0; xo++)
+            d[xo] = 0;
+        for (int64_t xo = x0; xo < x1; xo++)
+            d[xo] = row[xo * sx + off];
+        for (int64_t xo = x1; xo < ow; xo++)
+            d[xo] = 0;
+    }
+    for (int64_t e = oh * ow; e < pp; e++)
+        dst[e] = 0;
+}
+
+/* One sample's im2col (K = c kh kw rows of pp) straight into B's panels for dW = dY
+ * col^T (K of that GEMM: the positions), 32 rows at a time through each thread's tmp
+ * [32][pp] */
+static void bf_im2col_panels(const layer *l, const uint16_t *x, uint16_t *bp, uint16_t *tmp, int64_t pp)
+{
+    int64_t k = l->in.d[1] * l->p.kernel[0] * l->p.kernel[1], np = (k + BF_NR - 1) / BF_NR;
+    CPU_OMP_IF(k * pp > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+        for (int64_t jp = 0; jp < np; jp++) {
+            uint16_t *t = tmp + (int64_t)omp_get_thread_num() * BF_NR * pp;
+            int64_t rows = k - jp * BF_NR < BF_NR ? k - jp * BF_NR : BF_NR;
+            for (int64_t r = 0; r < rows; r++)
+                bf_im2col_row(l, x, jp * BF_NR + r, t + r * pp, pp);
+            bf_pack_rows_panel(t, rows, pp, pp, bp + jp * (pp / 2) * 64);
+        });
 }
 
 typedef struct bf_bwd {
@@ -928,7 +945,9 @@ typedef struct bf_bwd {
                           columns' gradient, then its dY^T as B of dW^T */
     uint32_t *at;      /* per run: linear: dY^T as A of dW, [out_features][row pairs] */
     uint32_t *wt;      /* conv2d: W^T as A of the columns' gradient, [K][out channel pairs] (setup) */
-    uint16_t *col;     /* conv2d: a sample's im2col, [K][positions, even] */
+    uint16_t *col;     /* conv2d: a sample's im2col as B's panels of dW = dY col^T */
+    uint16_t *tmp;     /* conv2d: per thread, 32 rows of the im2col */
+    uint16_t *ay;      /* conv2d: a sample's dY with its rows made even (an odd count of positions) */
     float *dcol, *dxf; /* conv2d, fp32: a sample's columns' gradient [K][positions], its input's gradient */
     float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW^T summed over the batch); the bias's */
     bool split, parts; /* both halves run; their timing is on */
@@ -942,8 +961,8 @@ static void bf_bwd_free(void *env, void *state)
         return;
     if (s->via)
         cpu_bwd_via_f32_kernel.free(env, s->via);
-    free(s->wp), free(s->xp), free(s->at), free(s->wt), free(s->col), free(s->dcol), free(s->dxf), free(s->cf);
-    free(s->db), free(s);
+    free(s->wp), free(s->xp), free(s->at), free(s->wt), free(s->col), free(s->tmp), free(s->ay), free(s->dcol);
+    free(s->dxf), free(s->cf), free(s->db), free(s);
 }
 
 /* Why the kernel does not take l's backward (NULL: it does). */
@@ -985,28 +1004,40 @@ static bool bf_linear_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, in
     return ok;
 }
 
-/* conv2d's (groups 1): W^T as pairs, the columns, their gradient, dW^T's sums */
+/* Whether conv2d l's columns are its input (1x1, stride 1, no padding): the data half's
+ * product is the input's gradient itself, no col2im */
+static bool bf_conv_is_pointwise(const layer *l)
+{
+    const layer_params *p = &l->p;
+    return p->kernel[0] == 1 && p->kernel[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 && p->padding[0] == 0 &&
+           p->padding[1] == 0;
+}
+
+/* conv2d's (groups 1): W^T as pairs, the columns' gradient, the im2col's panels, dW's sums */
 static bool bf_conv_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, int64_t *ws)
 {
     const layer_params *p = &l->p;
     int64_t c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = p->out_channels, np = l->out.d[2] * l->out.d[3];
     int64_t k = c * p->kernel[0] * p->kernel[1], pp = np + np % 2, ocp = (oc + 1) / 2, xp = 0;
-    bool data = !l->no_input_grad, weights = !l->frozen, ok = true;
+    int64_t kpan = (k + BF_NR - 1) / BF_NR * BF_NR, threads = omp_get_max_threads();
+    bool data = !l->no_input_grad, weights = !l->frozen, ok = true, pointwise = bf_conv_is_pointwise(l);
     *ws = 0;
     if (data) {
+        int64_t dcol = pointwise && ocp <= BF_KB ? 0 : k * np;
         ok = (s->wt = malloc((size_t)(k * ocp) * sizeof *s->wt)) != NULL &&
-             (s->dcol = bench_alloc_floats(k * np)) != NULL && (s->dxf = bench_alloc_floats(c * hw)) != NULL;
+             (!dcol || (s->dcol = bench_alloc_floats(dcol)) != NULL) &&
+             (pointwise || (s->dxf = bench_alloc_floats(c * hw)) != NULL);
         if (ok)
             bf_pack_pairs_t(w, oc, k, s->wt);
         xp = (np + BF_NR - 1) / BF_NR * ocp * 64;
-        *ws += 4 * (k * ocp + k * np + c * hw);
+        *ws += 4 * (k * ocp + dcol + (pointwise ? 0 : c * hw));
     }
     if (ok && weights) {
-        ok = (s->col = malloc((size_t)(k * pp) * sizeof *s->col)) != NULL && (s->cf = bench_alloc_floats(k * oc)) != NULL &&
-             (!p->bias || (s->db = bench_alloc_floats(oc)) != NULL);
-        int64_t t = (oc + BF_NR - 1) / BF_NR * (pp / 2) * 64;
-        xp = t > xp ? t : xp;
-        *ws += 2 * k * pp + 4 * (k * oc + oc);
+        ok = (s->col = malloc((size_t)(kpan * pp) * sizeof *s->col)) != NULL &&
+             (s->tmp = malloc((size_t)(threads * BF_NR * pp) * sizeof *s->tmp)) != NULL &&
+             (np == pp || (s->ay = calloc((size_t)(oc * pp), sizeof *s->ay)) != NULL) &&
+             (s->cf = bench_alloc_floats(oc * k)) != NULL && (!p->bias || (s->db = bench_alloc_floats(oc)) != NULL);
+        *ws += 2 * (kpan * pp + threads * BF_NR * pp + (np == pp ? 0 : oc * pp)) + 4 * (oc * k + oc);
     }
     if (ok && xp)
         ok = (s->xp = malloc((size_t)xp * sizeof *s->xp)) != NULL;
@@ -1040,8 +1071,9 @@ static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void 
         return BENCH_ERR_NOMEM;
     }
     if (conv)
-        snprintf(impl, len, "im2col + gemm bf16 vdpbf16ps %dx%d per sample (data: W^T dY then col2im in fp32; "
-                 "weights: col dY^T summed in fp32)%s", BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
+        snprintf(impl, len, "im2col + gemm bf16 vdpbf16ps %dx%d per sample (data: W^T dY%s; weights: dY col^T summed "
+                 "in fp32)%s", BF_MR, BF_NR, bf_conv_is_pointwise(l) ? "" : " then col2im in fp32",
+                 l->frozen ? "; frozen: no weights' gradient" : "");
     else
         snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d (data: dY W, W packed at setup; weights: dY^T X, packed per "
                  "run)%s", BF_MR, BF_NR, l->frozen ? "; frozen: no weights' gradient" : "");
@@ -1050,17 +1082,23 @@ static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void 
 }
 
 /* conv2d: per sample, the columns' gradient W^T dY (fp32) added back into the input's
- * gradient (col2im in fp32, rounded once); the columns' products with dY^T summed over
- * the batch into dW^T, transposed and rounded at the end; the bias's sums in fp32 */
+ * gradient (col2im in fp32, rounded once; a pointwise convolution's is the gradient
+ * itself); dW = dY col^T summed over the batch in fp32, rounded at the end; the bias's
+ * sums in fp32 */
 static void bf_conv_bwd_run(void *env, const layer *l, bf_bwd *s, const uint16_t *x, const uint16_t *dy, uint16_t *out)
 {
     const layer_params *p = &l->p;
     int64_t n = l->in.d[0], c = l->in.d[1], hw = l->in.d[2] * l->in.d[3], oc = p->out_channels;
     int64_t np = l->out.d[2] * l->out.d[3], k = c * p->kernel[0] * p->kernel[1], pp = np + np % 2, ocp = (oc + 1) / 2;
     uint16_t *dw = out + n * c * hw;
+    bool pointwise = bf_conv_is_pointwise(l);
     double t0 = s->parts ? bench_now() : 0;
     for (int64_t b = 0; !l->no_input_grad && b < n; b++) {
         bf_pack_all(dy + b * oc * np, oc, np, s->xp);
+        if (pointwise) {
+            bf_gemm(k, np, ocp, s->wt, ocp, s->xp, out + b * c * hw, np, s->dcol, false);
+            continue;
+        }
         bf_gemm(k, np, ocp, s->wt, ocp, s->xp, NULL, 0, s->dcol, false);
         memset(s->dxf, 0, (size_t)(c * hw) * sizeof *s->dxf);
         cpu_col_move(l, s->dxf, s->dcol, c, true);
@@ -1069,24 +1107,28 @@ static void bf_conv_bwd_run(void *env, const layer *l, bf_bwd *s, const uint16_t
     double t1 = s->parts ? bench_now() : 0;
     if (!l->frozen) {
         for (int64_t b = 0; b < n; b++) {
-            bf_im2col(l, x + b * c * hw, s->col, pp);
-            bf_pack_rows_panels(dy + b * oc * np, oc, np, s->xp);
-            bf_gemm(k, oc, pp / 2, (const uint32_t *)s->col, pp / 2, s->xp, NULL, 0, s->cf, b > 0);
+            const uint16_t *yb = dy + b * oc * np;
+            if (s->ay) { /* rows of pp: the pairs of an odd count of positions end in a zero */
+                for (int64_t o = 0; o < oc; o++)
+                    memcpy(s->ay + o * pp, yb + o * np, (size_t)np * sizeof *yb);
+                yb = s->ay;
+            }
+            bf_im2col_panels(l, x + b * c * hw, s->col, s->tmp, pp);
+            bf_gemm(oc, k, pp / 2, (const uint32_t *)yb, pp / 2, s->col, NULL, 0, s->cf, b > 0);
         }
-        const float *cf = s->cf;
+        cpu_convert(env, dw, DTYPE_BF16, s->cf, DTYPE_FP32, oc * k);
         float *db = s->db;
-        CPU_OMP_IF(k * oc > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-            for (int64_t o = 0; o < oc; o++) {
-                for (int64_t kk = 0; kk < k; kk++)
-                    dw[o * k + kk] = dtype_f32_to_bf16(cf[kk * oc + o]);
-                if (db) {
+        if (db) {
+            CPU_OMP_IF(n * oc * np > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+                for (int64_t o = 0; o < oc; o++) {
                     float sum = 0.0f;
                     for (int64_t b = 0; b < n; b++)
                         for (int64_t i = 0; i < np; i++)
                             sum += dtype_bf16_to_f32(dy[(b * oc + o) * np + i]);
-                    dw[oc * k + o] = dtype_f32_to_bf16(sum);
-                }
-            });
+                    db[o] = sum;
+                });
+            cpu_convert_span(dw + oc * k, DTYPE_BF16, db, DTYPE_FP32, oc);
+        }
     }
     if (s->parts)
         s->part_s[0] = t1 - t0, s->part_s[1] = bench_now() - t1;
