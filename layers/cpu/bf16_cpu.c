@@ -359,12 +359,12 @@ BF_TARGET static void bf_pack_panels(const uint16_t *src, int64_t k, int64_t n, 
     }
 }
 
-/* y [rows][n] (rows at most 32, ld elements apart, ld even) as one panel of B of a GEMM
- * whose K runs along n: [n pairs][32][2], each pair two neighbours in one row of y, zeros
- * past an odd n and past the last row. 16 pairs of 16 rows at a time by gathers. */
+/* y [rows][n] (rows at most 32, ld elements apart; n and ld even) as one panel of B of a
+ * GEMM whose K runs along n: [n pairs][32][2], each pair two neighbours in one row of y,
+ * zeros past the last row. A pair of each of 16 rows at a time by a gather. */
 BF_TARGET static void bf_pack_rows_panel(const uint16_t *y, int64_t rows, int64_t n, int64_t ld, uint16_t *bp)
 {
-    int64_t pq = (n + 1) / 2, full = n / 2;
+    int64_t full = n / 2;
     uint32_t *d = (uint32_t *)bp;
     const int *base = (const int *)y;
     __m512i idx[2];
@@ -381,9 +381,6 @@ BF_TARGET static void bf_pack_rows_panel(const uint16_t *y, int64_t rows, int64_
         for (int h = 0; h < 2; h++)
             _mm512_storeu_si512(d + q * BF_NR + 16 * h,
                                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[h], idx[h], base + q, 4));
-    if (n % 2)
-        for (int i = 0; i < BF_NR; i++)
-            d[(pq - 1) * BF_NR + i] = i < rows ? y[i * ld + n - 1] : 0u;
 }
 #else /* cpu_has_bf16() is false: the layers run on fp32 copies, never here */
 static void bf_gemv(int n, const uint16_t *x, int64_t f, const uint16_t *w, const float *bias, uint16_t *y, int64_t o,
