@@ -939,14 +939,14 @@ typedef struct bf_bwd {
     void *via;         /* fp32 copies: cpu_bwd_via_f32_kernel's state, where the kernel does not take l */
     uint16_t *wp;      /* linear: W packed as B of dX (K = out_features) */
     uint16_t *xp;      /* per run: linear: X packed as B of dW (K = rows); conv2d: a sample's dY as B of the
-                          columns' gradient, then its dY^T as B of dW^T */
+                          columns' gradient */
     uint32_t *at;      /* per run: linear: dY^T as A of dW, [out_features][row pairs] */
     uint32_t *wt;      /* conv2d: W^T as A of the columns' gradient, [K][out channel pairs] (setup) */
     uint16_t *col;     /* conv2d: a sample's im2col as B's panels of dW = dY col^T */
     uint16_t *tmp;     /* conv2d: per thread, 32 rows of the im2col */
     uint16_t *ay;      /* conv2d: a sample's dY with its rows made even (an odd count of positions) */
     float *dcol, *dxf; /* conv2d, fp32: a sample's columns' gradient [K][positions], its input's gradient */
-    float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW^T summed over the batch); the bias's */
+    float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW summed over the batch); the bias's */
     bool split, parts; /* both halves run; their timing is on */
     double part_s[2];  /* backward data, backward weights */
 } bf_bwd;

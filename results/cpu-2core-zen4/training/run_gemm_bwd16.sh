@@ -42,10 +42,13 @@ for f in sys.argv[1:]:
             r["layer_name"], float(r["median_us"]) / 1e3, float(r["flops"]) / float(r["median_us"]) / 1e3)
             for r in alone)))
         continue
-    # the step, and the convolutions' backward inside it (their parts but the forward)
+    # the step, and the convolutions inside it: their backward (its parts, conversions
+    # included), and its forward, data and weights halves apart
     step = [r for r in rows if r["mode"] == "chained"][0]
-    conv = sum(float(r["median_us"] or 0) for r in rows
-               if r["mode"] == "inmodel" and r["kind"] == "conv2d" and r["part"] not in ("", "forward"))
-    print("%-30s step %7.1f ms; conv2d's backward inside it %6.1f ms" % (
-        name, float(step["median_us"]) / 1e3, conv / 1e3))
+    def conv(parts):
+        return sum(float(r["median_us"] or 0) for r in rows
+                   if r["mode"] == "inmodel" and r["kind"] == "conv2d" and parts(r["part"])) / 1e3
+    print("%-30s step %7.1f ms; conv2d's backward inside it %6.1f ms (forward %5.1f, data %5.1f, weights %5.1f)" % (
+        name, float(step["median_us"]) / 1e3, conv(lambda p: p not in ("", "forward")), conv(lambda p: p == "forward"),
+        conv(lambda p: p == "backward data"), conv(lambda p: p in ("backward weights", "backward"))))
 PY
