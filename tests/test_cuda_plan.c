@@ -1,14 +1,21 @@
-/* The cuda backend's backward plans (layers/cuda/cuda_plan.c), which need no GPU: each
- * GEMM of linear's backward plan run on the host as cuBLAS would run it (column-major,
- * op(A) and op(B) as the call says) against the plain-C reference backward, on awkward
- * shapes, with and without a bias, frozen and without an input gradient; the parts a
- * plan leaves out left unwritten; a plan with one transpose flipped caught; dimensions
- * past cuBLAS's int refused; and where each gradient lies in a backward's output. */
+/* What the cuda backend decides without a GPU, run on the host:
+ * - its backward plans (layers/cuda/cuda_plan.c): each GEMM of linear's backward plan run
+ *   as cuBLAS would run it (column-major, op(A) and op(B) as the call says) against the
+ *   plain-C reference backward, on awkward shapes, with and without a bias, frozen and
+ *   without an input gradient; the parts a plan leaves out left unwritten; a plan with
+ *   one transpose flipped caught; dimensions past cuBLAS's int refused; and where each
+ *   gradient lies in a backward's output;
+ * - the decoder kinds' arithmetic (layers/cuda/llm_cuda_math.h): the token ids an
+ *   embedding reads, the keys each query sees, and the attention kernel's whole order of
+ *   work (keys split over blocks and warps, an online softmax per warp, the merges, the
+ *   sinks) against the reference attention, on causal, grouped-query, windowed,
+ *   cached, soft-capped, sink and cross-attention layers; a wrong mask caught. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_plan.h"
+#include "llm_cuda_math.h"
 #include "test_util.h"
 
 /* C = op(A) op(B) column-major, as cublasGemmEx with beta 0, summed in double */
@@ -172,9 +179,193 @@ static void offsets(void)
            (long long)cuda_bwd_offset(&l, 2), (long long)cuda_bwd_offset(&l, 3));
 }
 
+/* ---- the decoder kinds' arithmetic ------------------------------------------------------ */
+
+static void token_ids(void)
+{
+    layer l = {.kind = LAYER_EMBEDDING};
+    int bad = 0;
+    for (int64_t v = 1; v <= 130; v += 43) {
+        l.p.num_embeddings = v;
+        for (int i = -1000; i <= 1000; i++) {
+            float x = (float)i / 1000.0f;
+            bad += lb_token_id(x, v) != layer_token_id(&l, x);
+            bad += lb_token_id(nextafterf(x, 2.0f), v) != layer_token_id(&l, nextafterf(x, 2.0f));
+        }
+    }
+    EXPECT(bad == 0, "%d token ids differ from layer_token_id", bad);
+}
+
+typedef struct attn_case {
+    const char *what;
+    int64_t n, t, tk, h, hkv, d, s, window;
+    bool causal, sinks;
+    double softcap;
+    int sms;
+} attn_case;
+
+static bool make_attention(layer *l, const attn_case *c, shape_t *ins)
+{
+    static int inputs[3];
+    const layer_desc *d = layer_desc_get(LAYER_ATTENTION);
+    char err[256];
+    memset(l, 0, sizeof *l);
+    l->name = "attn";
+    l->kind = LAYER_ATTENTION;
+    d->defaults(&l->p);
+    l->p.num_heads = c->h, l->p.num_kv_heads = c->hkv, l->p.head_dim = c->d, l->p.kv_len = c->s;
+    l->p.sliding_window = c->window, l->p.causal = c->causal, l->p.sinks = c->sinks, l->p.softcap = c->softcap;
+    ins[0] = (shape_t){3, {c->n, c->t, c->h * c->d}};
+    ins[1] = ins[2] = (shape_t){3, {c->n, c->tk, c->hkv * c->d}};
+    l->in = ins[0];
+    l->n_inputs = 3, l->inputs = inputs, l->ins = ins;
+    if (d->infer(l, err, sizeof err) != 0) {
+        printf("  %s: %s\n", c->what, err);
+        return false;
+    }
+    return layer_count(l) == 0;
+}
+
+static lb_attn attn_of(const layer *l)
+{
+    lb_attn a = {l->in.d[0], l->in.d[1], l->ins[1].d[1], l->p.num_heads, l->p.num_kv_heads, l->p.head_dim,
+                 l->p.kv_len, layer_attention_cached(l), l->p.sliding_window, l->p.causal,
+                 (float)(1.0 / sqrt((double)l->p.head_dim)), (float)l->p.softcap};
+    return a;
+}
+
+/* The attention kernels' order of work on the host (cuda_kernels.cu's attention_kernel and
+ * attention_merge_kernel): per query, its keys split over splits blocks and each block's
+ * share over warps, an online softmax per warp, the warps merged per block, the blocks
+ * merged, the sink last. The dot products sum in a different order than the warp's
+ * shuffles, in fp32 as they do. */
+static void host_attention(const lb_attn *a, int splits, int warps, const float *const *ins, const float *cache,
+                           const float *sinks, float *out)
+{
+    float wacc[LB_ATTN_LANE_DIMS * 32], bacc[LB_ATTN_LANE_DIMS * 32], acc[LB_ATTN_LANE_DIMS * 32];
+    for (int64_t query = 0; query < a->n * a->t * a->h; query++) {
+        int64_t hh = query % a->h, tt = (query / a->h) % a->t, b = query / (a->h * a->t);
+        int64_t g = hh / (a->h / a->hkv), qo = ((b * a->t + tt) * a->h + hh) * a->d, lo, hi;
+        const float *q = ins[0] + qo;
+        lb_attn_keys(a, tt, &lo, &hi);
+        float m = -INFINITY, l = 0, f, f2;
+        for (int64_t i = 0; i < a->d; i++)
+            acc[i] = 0;
+        for (int sp = 0; sp < splits; sp++) {
+            int64_t from, to;
+            lb_split(lo, hi, sp, splits, &from, &to);
+            float bm = -INFINITY, bl = 0;
+            for (int64_t i = 0; i < a->d; i++)
+                bacc[i] = 0;
+            for (int w = 0; w < warps; w++) {
+                int64_t first, last;
+                lb_split(from, to, w, warps, &first, &last);
+                float wm = -INFINITY, wl = 0;
+                for (int64_t i = 0; i < a->d; i++)
+                    wacc[i] = 0;
+                for (int64_t j = first; j <= last; j++) {
+                    int cached;
+                    int64_t ko = lb_attn_kv_at(a, 0, b, g, j, &cached);
+                    const float *k = (cached ? cache : ins[1]) + ko;
+                    float dot = 0, p;
+                    for (int64_t i = 0; i < a->d; i++)
+                        dot += q[i] * k[i];
+                    f = lb_online_push(&wm, &wl, lb_attn_score(a, dot), &p);
+                    int64_t vo = lb_attn_kv_at(a, 1, b, g, j, &cached);
+                    const float *v = (cached ? cache : ins[2]) + vo;
+                    for (int64_t i = 0; i < a->d; i++)
+                        wacc[i] = wacc[i] * f + p * v[i];
+                }
+                f = lb_online_merge(&bm, &bl, wm, wl, &f2);
+                for (int64_t i = 0; i < a->d; i++)
+                    bacc[i] = bacc[i] * f + wacc[i] * f2;
+            }
+            f = lb_online_merge(&m, &l, bm, bl, &f2);
+            for (int64_t i = 0; i < a->d; i++)
+                acc[i] = acc[i] * f + bacc[i] * f2;
+        }
+        f = 1;
+        if (sinks)
+            f = lb_online_merge(&m, &l, sinks[hh], 1.0f, &f2);
+        for (int64_t i = 0; i < a->d; i++)
+            out[qo + i] = acc[i] * f / l;
+    }
+}
+
+static void attention_order(void)
+{
+    const attn_case cases[] = {
+        {"prefill, causal, grouped-query", 2, 7, 7, 4, 2, 16, 0, 0, true, false, 0, 132},
+        {"decode after 1000 cached, 1 kv head", 1, 1, 1, 4, 1, 64, 1000, 0, true, false, 0, 132},
+        {"window 16 over a cache of 40", 2, 5, 5, 2, 2, 8, 40, 16, true, false, 0, 132},
+        {"softcap and sinks, head_dim 40, 600 cached", 1, 3, 3, 4, 2, 40, 600, 0, true, true, 30.0, 132},
+        {"cross-attention, 9 keys", 2, 3, 9, 3, 3, 24, 0, 0, false, false, 0, 132},
+        {"head_dim 256, window 512 over 700 cached", 1, 1, 1, 2, 1, 256, 700, 512, true, false, 0, 8},
+        {"decode, batch 3, few multiprocessors", 3, 1, 1, 2, 2, 32, 2047, 0, true, true, 0, 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        layer l;
+        shape_t ins_s[3];
+        EXPECT(make_attention(&l, &cases[c], ins_s), "attention case %zu builds", c);
+        if (l.kind != LAYER_ATTENTION || !l.ins)
+            continue;
+        lb_attn a = attn_of(&l);
+        /* the keys each query sees: the reference's mask exactly */
+        int bad = 0;
+        for (int64_t t = 0; t < a.t; t++) {
+            int64_t lo, hi;
+            lb_attn_keys(&a, t, &lo, &hi);
+            for (int64_t j = 0; j < a.s + a.tk; j++)
+                bad += (j >= lo && j <= hi) != layer_attention_sees(&l, t, j);
+        }
+        EXPECT(bad == 0, "%s: %d (query, key) pairs seen differently from the reference", cases[c].what, bad);
+        int splits, warps;
+        lb_attn_grid(&a, cases[c].sms, &splits, &warps);
+        int64_t nq = shape_numel(&l.ins[0]), nk = shape_numel(&l.ins[1]), nw = l.n_weight_floats;
+        float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
+        float *v = malloc(sizeof(float) * (size_t)nk), *w = malloc(sizeof(float) * (size_t)(nw ? nw : 1));
+        float *ref = malloc(sizeof(float) * (size_t)nq), *got = malloc(sizeof(float) * (size_t)nq);
+        layer_rng rng;
+        layer_rng_seed(&rng, 11 + c);
+        layer_fill_uniform(q, nq, -1, 1, &rng);
+        layer_fill_uniform(k, nk, -1, 1, &rng);
+        layer_fill_uniform(v, nk, -1, 1, &rng);
+        layer_fill_uniform(w, nw, -1, 1, &rng);
+        const float *ins[3] = {q, k, v};
+        layer_desc_get(LAYER_ATTENTION)->reference(&l, ins, w, ref);
+        host_attention(&a, splits, warps, ins, w, layer_attention_sinks(&l, w), got);
+        double e = rel_err(got, ref, nq);
+        printf("  attention: %s: %d split(s) x %d warp(s), rel. error %.2e\n", cases[c].what, splits, warps, e);
+        EXPECT(e < 1e-5, "%s: relative error %.3e", cases[c].what, e);
+        /* the test can fail: with a window one key shorter (it reads nothing the cache lacks),
+         * or without the causal mask, it must */
+        if (a.window > 1 || (a.causal && a.s == 0)) {
+            lb_attn wrong = a;
+            if (a.window > 1)
+                wrong.window = a.window - 1;
+            else
+                wrong.causal = 0;
+            host_attention(&wrong, splits, warps, ins, w, layer_attention_sinks(&l, w), got);
+            double ew = rel_err(got, ref, nq);
+            EXPECT(ew > 1e-2, "%s: a wrong mask passed (%.3e)", cases[c].what, ew);
+        }
+        free(q), free(k), free(v), free(w), free(ref), free(got);
+    }
+    /* the launch's shape: a decode step on a large GPU is split; a prefill is not */
+    lb_attn dec = {1, 1, 1, 32, 8, 64, 1024, 1024, 0, 1, 0.125f, 0};
+    int splits, warps;
+    lb_attn_grid(&dec, 132, &splits, &warps);
+    EXPECT(splits == 4 && warps == 8, "Llama-3.2-1B's decode at 1024: %d splits x %d warps, want 4 x 8", splits, warps);
+    lb_attn pre = {1, 128, 128, 32, 8, 64, 0, 0, 0, 1, 0.125f, 0};
+    lb_attn_grid(&pre, 132, &splits, &warps);
+    EXPECT(splits == 1 && warps == 2, "a 128-token prefill: %d splits x %d warps, want 1 x 2", splits, warps);
+}
+
 int main(void)
 {
     linear_plans();
     offsets();
+    token_ids();
+    attention_order();
     return test_summary("test_cuda_plan");
 }

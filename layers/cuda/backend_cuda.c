@@ -12,11 +12,12 @@
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
 /* tf32 is fp32 storage: every kind's fp32 kernel, the GEMM kinds in tensor-core math.
- * bf16 and fp16: linear on cublasGemmEx, the views (nothing runs), the rest on fp32
- * copies (convert_cuda.c). */
+ * bf16 and fp16: linear on cublasGemmEx, conv2d on cuDNN, the decoder kinds on our kernels
+ * in the layer's dtype, the views (nothing runs), the rest on fp32 copies (convert_cuda.c). */
 #define CUDA_NO_INT8 "the cuda backend has no int8 kernels"
 /* A kind the cuda backend has no kernel for yet: every cell an unsupported row saying why. */
-#define CUDA_NO_LLM "the decoder kinds have no cuda kernels yet (cpu and onednn run them)"
+#define CUDA_NO_MOE "moe has no cuda kernel yet (cpu and onednn run it)"
+#define CUDA_NO_MLA "mla has no cuda kernel yet (cpu and onednn run it)"
 #define CUDA_NONE(kind, why)                                                                                   \
     [kind][DTYPE_FP32] = {NULL, why}, [kind][DTYPE_TF32] = {NULL, why}, [kind][DTYPE_BF16] = {NULL, why},     \
     [kind][DTYPE_FP16] = {NULL, why}, [kind][DTYPE_INT8] = {NULL, why}
@@ -54,11 +55,11 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_CLASS_TOKEN, cuda_class_token_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_POS_EMBEDDING, cuda_pos_embedding_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_SELECT, cuda_select_kernel, cuda_via_f32_kernel),
-    CUDA_NONE(LAYER_EMBEDDING, CUDA_NO_LLM),
-    CUDA_NONE(LAYER_RMSNORM, CUDA_NO_LLM),
-    CUDA_NONE(LAYER_ROPE, CUDA_NO_LLM),
-    CUDA_NONE(LAYER_ATTENTION, CUDA_NO_LLM),
-    CUDA_NONE(LAYER_MOE, CUDA_NO_LLM),
+    CUDA_ROW(LAYER_EMBEDDING, cuda_llm_kernel, cuda_llm_kernel),
+    CUDA_ROW(LAYER_RMSNORM, cuda_llm_kernel, cuda_llm_kernel),
+    CUDA_ROW(LAYER_ROPE, cuda_llm_kernel, cuda_llm_kernel),
+    CUDA_ROW(LAYER_ATTENTION, cuda_llm_kernel, cuda_llm_kernel),
+    CUDA_NONE(LAYER_MOE, CUDA_NO_MOE),
     CUDA_ROW(LAYER_MEAN, cuda_mean_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_CHANNEL_SHUFFLE, cuda_transpose_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_SLICE, cuda_slice_kernel, cuda_via_f32_kernel),
@@ -73,7 +74,7 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_NONE(LAYER_MODEL_INPUT, "model_input has no kernel on cuda yet"),
     CUDA_NONE(LAYER_SCALE_SHIFT, "scale_shift has no kernel on cuda yet"),
     CUDA_NONE(LAYER_MATMUL, "matmul has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_MLA, CUDA_NO_LLM),
+    CUDA_NONE(LAYER_MLA, CUDA_NO_MLA),
     CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
 };
 

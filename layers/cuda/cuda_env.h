@@ -167,6 +167,22 @@ cudaError_t cuda_add_periodic_launch(cudaStream_t s, const float *in, const floa
 cudaError_t cuda_class_token_launch(cudaStream_t st, const float *in, const float *token, float *out, int64_t n,
                                     int64_t s, int64_t d);
 
+/* The decoder kinds (llm_cuda.c, kernels in cuda_kernels.cu) on tensors of dtype t (the
+ * dtype_t value): embedding's rows gathered for n token ids; rmsnorm over rows of d with
+ * weight w + offset; rope of [rows = n * tokens, heads * d] with cs the (cos, sin) of each
+ * (token, pair); attention (llm_cuda_math.h's lb_attn; cache: the KV cache, sinks: the
+ * heads' sinks or NULL; part: splits x queries x (d + 2) floats when splits > 1). */
+cudaError_t cuda_embedding_launch(cudaStream_t s, const void *ids, const void *table, void *out, int t, int64_t n,
+                                  int64_t d, int64_t vocab);
+cudaError_t cuda_rmsnorm_launch(cudaStream_t s, const void *in, const void *w, void *out, int t, int64_t rows,
+                                int64_t d, float eps, float offset);
+cudaError_t cuda_rope_launch(cudaStream_t s, const void *in, void *out, int t, const float *cs, int64_t rows,
+                             int64_t tokens, int64_t heads, int64_t d, int interleaved);
+struct lb_attn;
+cudaError_t cuda_attention_launch(cudaStream_t s, const void *q, const void *k, const void *v, const void *cache,
+                                  const void *sinks, void *out, float *part, int t, const struct lb_attn *a,
+                                  int splits, int warps);
+
 /* dtypes (cuda_kernels.cu): n elements converted from one type to another (the dtype_t
  * values: fp32 or tf32, bf16, fp16), and an fp32 bias added to each of rows rows of cols
  * elements of type t, rounded back. */
@@ -223,6 +239,8 @@ extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_ac
     cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,
     cuda_pos_embedding_kernel, cuda_select_kernel;
 extern const backend_kernel cuda_mean_kernel, cuda_slice_kernel, cuda_layer_scale_kernel;
+/* embedding, rmsnorm, rope and attention (llm_cuda.c), on every dtype */
+extern const backend_kernel cuda_llm_kernel;
 /* The backward kernels (backend.h): conv2d and linear (backward_cuda.c, on their dtype),
  * add, mul, batch norm, the activations cuDNN has, pooling and softmax. */
 extern const backend_kernel cuda_conv2d_bwd_kernel, cuda_linear_bwd_kernel, cuda_add_bwd_kernel, cuda_mul_bwd_kernel,

@@ -1,10 +1,13 @@
 // The few kernels of our own for what cuDNN has no operation for: hardswish and
 // hardsigmoid (element-wise), upsample's gather, whose source rows, columns and weights
-// the host works out once at setup exactly as torch does (layers/upsample.c), and the
-// pooling windows cuDNN cannot describe.
+// the host works out once at setup exactly as torch does (layers/upsample.c), the
+// pooling windows cuDNN cannot describe, the transformer kinds' layernorm, gelu and moves,
+// and the decoder kinds (embedding, rmsnorm, rope, attention: llm_cuda.c).
 // Grid-stride loops; the launchers return the launch's error.
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include "llm_cuda_math.h"
 
 __device__ __forceinline__ float hsig(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 
@@ -370,5 +373,212 @@ extern "C" cudaError_t cuda_bias_channels_launch(cudaStream_t s, void *y, int t,
                                                  int64_t c, int64_t hw)
 {
     bias_channels_kernel<<<blocks_for(n * c * hw), 256, 0, s>>>(y, t, bias, n * c * hw, c, hw);
+    return cudaGetLastError();
+}
+
+// ---- the decoder kinds (layers/llm.c says what each computes) -----------------------------
+// On the layer's own dtype (t, as load_as_float reads it), sums in fp32. The arithmetic
+// that decides what is read and how it is combined lives in llm_cuda_math.h, which the host
+// tests against the plain-C reference (tests/test_cuda_plan.c).
+
+// embedding: one block per token id (grid-stride), its row copied by the block's threads
+__global__ void embedding_kernel(const void *ids, const void *table, void *out, int t, int64_t n, int64_t d,
+                                 int64_t vocab)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        int64_t row = lb_token_id(load_as_float(ids, i, t), vocab);
+        for (int64_t k = threadIdx.x; k < d; k += blockDim.x)
+            store_from_float(out, i * d + k, t, load_as_float(table, row * d + k, t));
+    }
+}
+
+extern "C" cudaError_t cuda_embedding_launch(cudaStream_t s, const void *ids, const void *table, void *out, int t,
+                                             int64_t n, int64_t d, int64_t vocab)
+{
+    unsigned grid = (unsigned)(n < 65535 ? n : 65535);
+    embedding_kernel<<<grid ? grid : 1, 256, 0, s>>>(ids, table, out, t, n, d, vocab);
+    return cudaGetLastError();
+}
+
+// rmsnorm: one block of 256 threads per row (grid-stride), x / rms(x) * (w + offset)
+__global__ void rmsnorm_kernel(const void *in, const void *w, void *out, int t, int64_t rows, int64_t d, float eps,
+                               float offset)
+{
+    __shared__ float shared[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float q = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+            float x = load_as_float(in, r * d + i, t);
+            q += x * x;
+        }
+        float inv = rsqrtf(block_sum(q, shared) / (float)d + eps);
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+            store_from_float(out, r * d + i, t,
+                             load_as_float(in, r * d + i, t) * inv * (load_as_float(w, i, t) + offset));
+    }
+}
+
+extern "C" cudaError_t cuda_rmsnorm_launch(cudaStream_t s, const void *in, const void *w, void *out, int t,
+                                           int64_t rows, int64_t d, float eps, float offset)
+{
+    unsigned grid = (unsigned)(rows < (1 << 20) ? rows : (1 << 20));
+    rmsnorm_kernel<<<grid ? grid : 1, 256, 0, s>>>(in, w, out, t, rows, d, eps, offset);
+    return cudaGetLastError();
+}
+
+// rope: one thread per pair of a head's dimensions; cs holds each (token, pair)'s cosine
+// then sine, the attention factor in them, computed on the host as the reference does
+__global__ void rope_kernel(const void *in, void *out, int t, const float *__restrict__ cs, int64_t rows,
+                            int64_t tokens, int64_t heads, int64_t d, int interleaved)
+{
+    int64_t half = d / 2, pairs = rows * heads * half;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < pairs; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e % half, head = e / half, tok = (head / heads) % tokens;
+        int64_t base = head * d, u = interleaved ? 2 * i : i, v = interleaved ? 2 * i + 1 : i + half;
+        float c = cs[(tok * half + i) * 2], sn = cs[(tok * half + i) * 2 + 1];
+        float xu = load_as_float(in, base + u, t), xv = load_as_float(in, base + v, t);
+        store_from_float(out, base + u, t, xu * c - xv * sn);
+        store_from_float(out, base + v, t, xv * c + xu * sn);
+    }
+}
+
+extern "C" cudaError_t cuda_rope_launch(cudaStream_t s, const void *in, void *out, int t, const float *cs,
+                                        int64_t rows, int64_t tokens, int64_t heads, int64_t d, int interleaved)
+{
+    rope_kernel<<<blocks_for(rows * heads * (d / 2)), 256, 0, s>>>(in, out, t, cs, rows, tokens, heads, d,
+                                                                    interleaved);
+    return cudaGetLastError();
+}
+
+// attention: block (query, split) of a.n * a.t * a.h queries, each query's keys split over
+// gridDim.y blocks (flash-decoding: batch 1's decode step fills the GPU), and a block's
+// share over its warps; a warp's lanes hold the head's dimensions (LB_ATTN_LANE_DIMS each),
+// every key's dot product reduced through shuffles, an online softmax per
+// warp. The warps merge in shared memory; one split writes the output, more write their
+// (max, sum, accumulator) into part for attention_merge_kernel.
+__global__ void attention_kernel(const void *q, const void *k, const void *v, const void *cache, const void *sinks,
+                                 void *out, float *part, int t, lb_attn a)
+{
+    extern __shared__ float sh[]; // per warp: d accumulators, max, sum
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    int64_t query = blockIdx.x, hh = query % a.h, tt = (query / a.h) % a.t, b = query / (a.h * a.t);
+    int64_t g = hh / (a.h / a.hkv), qo = ((b * a.t + tt) * a.h + hh) * a.d;
+    float qv[LB_ATTN_LANE_DIMS], acc[LB_ATTN_LANE_DIMS];
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+        int64_t i = lane + 32 * r;
+        qv[r] = i < a.d ? load_as_float(q, qo + i, t) : 0.0f;
+        acc[r] = 0.0f;
+    }
+    int64_t lo, hi, from, to, first, last;
+    lb_attn_keys(&a, tt, &lo, &hi);
+    lb_split(lo, hi, blockIdx.y, gridDim.y, &from, &to);
+    lb_split(from, to, warp, warps, &first, &last);
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = first; j <= last; j++) {
+        int cached;
+        int64_t ko = lb_attn_kv_at(&a, 0, b, g, j, &cached);
+        const void *kp = cached ? cache : k;
+        float dot = 0.0f;
+        for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+            int64_t i = lane + 32 * r;
+            if (i < a.d)
+                dot += qv[r] * load_as_float(kp, ko + i, t);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        float p, f = lb_online_push(&m, &l, lb_attn_score(&a, dot), &p);
+        int64_t vo = lb_attn_kv_at(&a, 1, b, g, j, &cached);
+        const void *vp = cached ? cache : v;
+        for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+            int64_t i = lane + 32 * r;
+            if (i < a.d)
+                acc[r] = acc[r] * f + p * load_as_float(vp, vo + i, t);
+        }
+    }
+    float *mine = sh + warp * (a.d + 2);
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+        int64_t i = lane + 32 * r;
+        if (i < a.d)
+            mine[i] = acc[r];
+    }
+    if (lane == 0)
+        mine[a.d] = m, mine[a.d + 1] = l;
+    __syncthreads();
+    if (warp)
+        return;
+    float big_m = -INFINITY, big_l = 0.0f;
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++)
+        acc[r] = 0.0f;
+    for (int w = 0; w < warps; w++) {
+        const float *theirs = sh + w * (a.d + 2);
+        float f2, f = lb_online_merge(&big_m, &big_l, theirs[a.d], theirs[a.d + 1], &f2);
+        for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+            int64_t i = lane + 32 * r;
+            if (i < a.d)
+                acc[r] = acc[r] * f + theirs[i] * f2;
+        }
+    }
+    if (gridDim.y > 1) { // this split's share, merged by attention_merge_kernel
+        float *p = part + (query * gridDim.y + blockIdx.y) * (a.d + 2);
+        for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+            int64_t i = lane + 32 * r;
+            if (i < a.d)
+                p[i] = acc[r];
+        }
+        if (lane == 0)
+            p[a.d] = big_m, p[a.d + 1] = big_l;
+        return;
+    }
+    float f = 1.0f, f2;
+    if (sinks) // the head's sink: a logit in the denominator only
+        f = lb_online_merge(&big_m, &big_l, load_as_float(sinks, hh, t), 1.0f, &f2);
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+        int64_t i = lane + 32 * r;
+        if (i < a.d)
+            store_from_float(out, qo + i, t, acc[r] * f / big_l);
+    }
+}
+
+// the splits of each query merged, one warp per query
+__global__ void attention_merge_kernel(const float *__restrict__ part, const void *sinks, void *out, int t, lb_attn a,
+                                       int splits)
+{
+    int lane = threadIdx.x & 31;
+    int64_t query = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (query >= a.n * a.t * a.h)
+        return;
+    int64_t hh = query % a.h, tt = (query / a.h) % a.t, b = query / (a.h * a.t), qo = ((b * a.t + tt) * a.h + hh) * a.d;
+    float acc[LB_ATTN_LANE_DIMS], m = -INFINITY, l = 0.0f, f2, f;
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++)
+        acc[r] = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float *p = part + (query * splits + s) * (a.d + 2);
+        f = lb_online_merge(&m, &l, p[a.d], p[a.d + 1], &f2);
+        for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+            int64_t i = lane + 32 * r;
+            if (i < a.d)
+                acc[r] = acc[r] * f + p[i] * f2;
+        }
+    }
+    f = 1.0f;
+    if (sinks)
+        f = lb_online_merge(&m, &l, load_as_float(sinks, hh, t), 1.0f, &f2);
+    for (int r = 0; r < LB_ATTN_LANE_DIMS; r++) {
+        int64_t i = lane + 32 * r;
+        if (i < a.d)
+            store_from_float(out, qo + i, t, acc[r] * f / l);
+    }
+}
+
+extern "C" cudaError_t cuda_attention_launch(cudaStream_t s, const void *q, const void *k, const void *v,
+                                             const void *cache, const void *sinks, void *out, float *part, int t,
+                                             const lb_attn *a, int splits, int warps)
+{
+    int64_t queries = a->n * a->t * a->h;
+    dim3 grid((unsigned)queries, (unsigned)splits);
+    size_t shared = (size_t)warps * (size_t)(a->d + 2) * sizeof(float);
+    attention_kernel<<<grid, 32 * warps, shared, s>>>(q, k, v, cache, sinks, out, part, t, *a);
+    if (splits > 1 && cudaPeekAtLastError() == cudaSuccess)
+        attention_merge_kernel<<<(unsigned)((queries + 7) / 8), 256, 0, s>>>(part, sinks, out, t, *a, splits);
     return cudaGetLastError();
 }
