@@ -133,6 +133,10 @@ typedef struct cuda_ctx {
     int sm_clock_start;         /* MHz from NVML, -1 if unavailable */
     int sm_clock_max;
     unsigned long long reasons_seen; /* clock event reasons seen after layers ran */
+    bool stream_tried;          /* the read probe (cuda_stream): its buffer, kept from the first call */
+    void *stream_buf;
+    size_t stream_bytes;
+    float *stream_sink;
     cudaEvent_t *marks;         /* in-model view: one event per mark */
     int n_marks;
     char *description;
@@ -305,6 +309,8 @@ static void cuda_free(void *ctx)
         cudnnDestroy(c->env.cudnn);
     cudaFree(c->flush);
     cudaFree(c->cublas_workspace);
+    cudaFree(c->stream_buf);
+    cudaFree(c->stream_sink);
     if (c->hold_host)
         cudaFreeHost((void *)c->hold_host);
     for (int i = 0; i < c->n_marks; i++)
@@ -626,6 +632,50 @@ static bench_status cuda_peaks(void *ctx, backend_peaks *pk)
     return BENCH_OK;
 }
 
+/* timing.stream: a read-only pass over a buffer of at least 1 GiB and 16 times the L2 (a
+ * quarter of the free memory at most; none below 4 times the L2), each thread summing 16
+ * bytes a load, as a decode step reads its weights and KV cache; kept from the first
+ * call. A warm-up pass, then the best of three, in bytes read per second; 0 where it
+ * cannot run. */
+static double cuda_stream(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    cuda_env *env = &c->env;
+    if (!c->stream_tried) {
+        c->stream_tried = true;
+        size_t free_b = 0, total_b = 0, l2 = c->l2_bytes > 0 ? (size_t)c->l2_bytes : ((size_t)64 << 20);
+        size_t want = ((size_t)1 << 30) > 16 * l2 ? ((size_t)1 << 30) : 16 * l2;
+        if (CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)) && want > free_b / 4)
+            want = free_b / 4 / 4096 * 4096;
+        if (want >= 4 * l2 && CUDA_OK(env, cudaMalloc(&c->stream_buf, want)) &&
+            CUDA_OK(env, cudaMalloc((void **)&c->stream_sink, sizeof(float))) &&
+            CUDA_OK(env, cudaMemsetAsync(c->stream_buf, 0, want, env->stream)))
+            c->stream_bytes = want;
+        else
+            cuda_env_clear(env);
+    }
+    if (!c->stream_bytes)
+        return 0.0;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env->device);
+    float best = 1e30f, ms = 0;
+    bool ok = true;
+    for (int r = 0; ok && r < 4; r++) {
+        ok = CUDA_OK(env, cudaEventRecord(c->start, env->stream)) &&
+             CUDA_OK(env, cuda_read_launch(env->stream, c->stream_buf, (int64_t)(c->stream_bytes / 16), c->stream_sink,
+                                           sms > 0 ? 8 * sms : 1024)) &&
+             CUDA_OK(env, cudaEventRecord(c->stop, env->stream)) && CUDA_OK(env, cudaEventSynchronize(c->stop)) &&
+             CUDA_OK(env, cudaEventElapsedTime(&ms, c->start, c->stop));
+        if (ok && r > 0 && ms < best)
+            best = ms;
+    }
+    if (!ok) {
+        cuda_env_clear(env);
+        return 0.0;
+    }
+    return (double)c->stream_bytes / (best * 1e-3);
+}
+
 /* --algo-cache: each convolution's choice under its key (cudnn_conv_key_format), as
  * "graph TAG" or "legacy ALGO MATH" (cudnn_choice_format) */
 static int cuda_choices_get(void *ctx, void (*emit)(void *user, const char *key, const char *value), void *user)
@@ -667,7 +717,7 @@ const backend_ops backend_cuda_ops = {
     .timing = {.timer_start = cuda_timer_start, .timer_stop = cuda_timer_stop, .hold = cuda_hold,
                .flush_cache = cuda_flush_cache, .marks_prepare = cuda_marks_prepare, .timer_mark = cuda_timer_mark,
                .marks_read = cuda_marks_read, .graph_begin = cuda_graph_begin, .graph_end = cuda_graph_end,
-               .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free},
+               .graph_launch = cuda_graph_launch, .graph_free = cuda_graph_free, .stream = cuda_stream},
     .layers = {.kernels = &cuda_kernels, .kernel_env = cuda_kernel_env, .choices_get = cuda_choices_get,
                .choices_put = cuda_choices_put, .kernel_names = cuda_layer_kernel_names,
                .backward = &cuda_backward},

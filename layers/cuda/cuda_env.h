@@ -192,6 +192,11 @@ cudaError_t cuda_bias_rows_launch(cudaStream_t s, void *y, int t, const float *b
 cudaError_t cuda_bias_channels_launch(cudaStream_t s, void *y, int t, const float *bias, int64_t n, int64_t c,
                                       int64_t hw);
 
+/* timing.stream's read (cuda_kernels.cu): n16 16-byte vectors of buf summed by blocks
+ * blocks of 256 threads, the sum written to *sink only when it is NaN (never, for the
+ * zeros the buffer holds: the loads cannot be left out) */
+cudaError_t cuda_read_launch(cudaStream_t s, const void *buf, int64_t n16, float *sink, int blocks);
+
 /* Holding the stream (backend hold): a one-thread kernel spins until the host writes
  * *release (host-mapped memory), or until timeout_ns have passed, then sets
  * *timed_out. Defined in cuda_hold.cu; returns the launch's error. */
