@@ -9,7 +9,11 @@
  *   embedding reads, the keys each query sees, and the attention kernel's whole order of
  *   work (keys split over blocks and warps, an online softmax per warp, the merges, the
  *   sinks) against the reference attention, on causal, grouped-query, windowed,
- *   cached, soft-capped, sink and cross-attention layers; a wrong mask caught. */
+ *   cached, soft-capped, sink and cross-attention layers; a wrong mask caught;
+ * - the moving kinds' sources (layers/cuda/index_cuda_math.h, with cuda_move_plan's
+ *   parameters): roll, patch_merge, window_partition and window_merge read on the
+ *   reference's output of an input that holds each element's own index; numpy
+ *   broadcasting's index against layer_broadcast_index. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,11 +365,105 @@ static void attention_order(void)
     EXPECT(splits == 1 && warps == 2, "a 128-token prefill: %d splits x %d warps, want 1 x 2", splits, warps);
 }
 
+/* ---- the moves and broadcasting ---------------------------------------------------------- */
+
+static bool make_one(layer *l, layer_kind kind, shape_t in, void (*set)(layer_params *))
+{
+    static int inputs[1];
+    static shape_t ins[1];
+    const layer_desc *d = layer_desc_get(kind);
+    char err[256];
+    memset(l, 0, sizeof *l);
+    l->name = "move";
+    l->kind = kind;
+    if (d->defaults)
+        d->defaults(&l->p);
+    set(&l->p);
+    l->in = ins[0] = in;
+    l->n_inputs = 1, l->inputs = inputs, l->ins = ins;
+    if (d->infer(l, err, sizeof err) != 0) {
+        printf("  %s: %s\n", d->name, err);
+        return false;
+    }
+    return layer_count(l) == 0;
+}
+
+static void roll_2(layer_params *p)
+{
+    int64_t s[] = {2, -3, 5}, d[] = {2, 1, -1};
+    memcpy(p->roll_shifts, s, sizeof s), memcpy(p->roll_dims, d, sizeof d);
+}
+static void roll_1(layer_params *p)
+{
+    int64_t s[] = {1, 9}, d[] = {1, 2};
+    memcpy(p->roll_shifts, s, sizeof s), memcpy(p->roll_dims, d, sizeof d);
+}
+static void no_params(layer_params *p) { (void)p; }
+static void windows_3x2(layer_params *p) { p->window_size[0] = 3, p->window_size[1] = 2; }
+static void merge_3x2(layer_params *p)
+{
+    p->window_size[0] = 3, p->window_size[1] = 2, p->partitions[0] = 2, p->partitions[1] = 3;
+}
+
+static void moves(void)
+{
+    const struct {
+        const char *what;
+        layer_kind kind;
+        shape_t in;
+        void (*set)(layer_params *);
+    } cases[] = {
+        {"roll of two dims, one negative", LAYER_ROLL, {4, {2, 5, 7, 3}}, roll_2},
+        {"roll by more than the size", LAYER_ROLL, {3, {1, 4, 6}}, roll_1},
+        {"patch_merge of odd H and W (padded)", LAYER_PATCH_MERGE, {4, {2, 5, 3, 4}}, no_params},
+        {"patch_merge of even H and W", LAYER_PATCH_MERGE, {4, {1, 4, 6, 2}}, no_params},
+        {"window_partition 3x2", LAYER_WINDOW_PARTITION, {4, {2, 3, 6, 6}}, windows_3x2},
+        {"window_merge 3x2", LAYER_WINDOW_MERGE, {4, {2, 6, 6, 5}}, merge_3x2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        layer l;
+        EXPECT(make_one(&l, cases[c].kind, cases[c].in, cases[c].set), "%s builds", cases[c].what);
+        lb_move m;
+        char why[128] = "";
+        EXPECT(cuda_move_plan(&l, &m, why, sizeof why), "%s: %s", cases[c].what, why);
+        int64_t n_in = shape_numel(&l.in), n_out = shape_numel(&l.out);
+        float *in = malloc(sizeof(float) * (size_t)n_in), *ref = malloc(sizeof(float) * (size_t)n_out);
+        for (int64_t i = 0; i < n_in; i++)
+            in[i] = (float)(i + 1); /* 0 stays the padding's */
+        const float *ins[1] = {in};
+        layer_desc_get(l.kind)->reference(&l, ins, NULL, ref);
+        int bad = 0;
+        for (int64_t o = 0; o < n_out; o++) {
+            int64_t src = lb_move_source(&m, o);
+            bad += (src < -1 || src >= n_in) || ref[o] != (src < 0 ? 0.0f : (float)(src + 1));
+        }
+        printf("  move: %s: %lld elements, %d differ\n", cases[c].what, (long long)n_out, bad);
+        EXPECT(bad == 0, "%s: %d of %lld elements read another source than the reference", cases[c].what, bad,
+               (long long)n_out);
+        free(in), free(ref);
+    }
+    layer conv = {.kind = LAYER_CONV2D};
+    lb_move m;
+    char why[128] = "";
+    EXPECT(!cuda_move_plan(&conv, &m, why, sizeof why) && strstr(why, "not a move"), "conv2d refused: '%s'", why);
+
+    /* broadcasting: [2, 1, 4, 1] and [1, 3, 1, 5] to [2, 3, 4, 5], both ways round */
+    shape_t a = {4, {2, 1, 4, 1}}, b = {4, {1, 3, 1, 5}}, out = {4, {2, 3, 4, 5}};
+    lb_dims da = cuda_lb_dims(&a), db = cuda_lb_dims(&b), dout = cuda_lb_dims(&out);
+    int bad = 0;
+    for (int64_t o = 0; o < shape_numel(&out); o++)
+        bad += lb_broadcast_index(&da, &dout, o) != layer_broadcast_index(&a, &out, o) ||
+               lb_broadcast_index(&db, &dout, o) != layer_broadcast_index(&b, &out, o) ||
+               lb_broadcast_index(&dout, &dout, o) != o;
+    EXPECT(bad == 0, "%d broadcast indices differ from layer_broadcast_index", bad);
+}
+
 int main(void)
 {
     linear_plans();
     offsets();
     token_ids();
     attention_order();
+    moves();
     return test_summary("test_cuda_plan");
 }

@@ -562,7 +562,7 @@ static void run_case(const backend *b, const layer_case *c, uint64_t seed, dtype
     const layer_desc *d = layer_desc_get(l.kind);
     const char *kn = d->name, *tn = dtype_name(dt);
     /* a cell the backend's table leaves empty is an unsupported row with its reason (the
-     * moe, mla, the window kinds and groupnorm on cuda): said, and the reason checked; never run */
+     * moe, mla and window_attention on cuda): said, and the reason checked; never run */
     backend_kernel_entry kr = backend_kernel_of(b, &l);
     if (!kr.kernel) {
         printf("  %-20s %-34s %s no kernel on %s: %s\n", kn, c->what, tn, b->ops->name,

@@ -12,8 +12,9 @@
 /* The kernel table: (kind, dtype) -> kernel. Adding a kind or a dtype fills its cells
  * here (docs/architecture.md); a cell left empty is an unsupported row. */
 /* tf32 is fp32 storage: every kind's fp32 kernel, the GEMM kinds in tensor-core math.
- * bf16 and fp16: linear on cublasGemmEx, conv2d on cuDNN, the decoder kinds on our kernels
- * in the layer's dtype, the views (nothing runs), the rest on fp32 copies (convert_cuda.c). */
+ * bf16 and fp16: linear and matmul on cuBLAS's Ex GEMMs, conv2d on cuDNN, the decoder,
+ * window and norm kinds of llm_cuda.c and vision_cuda.c on our kernels in the layer's
+ * dtype, the views (nothing runs), the rest on fp32 copies (convert_cuda.c). */
 #define CUDA_NO_INT8 "the cuda backend has no int8 kernels"
 /* A kind the cuda backend has no kernel for yet: every cell an unsupported row saying why. */
 #define CUDA_NO_MOE "moe has no cuda kernel yet (cpu and onednn run it)"
@@ -65,17 +66,17 @@ static const backend_kernel_table cuda_kernels = {
     CUDA_ROW(LAYER_SLICE, cuda_slice_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_PERMUTE, cuda_transpose_kernel, cuda_via_f32_kernel),
     CUDA_ROW(LAYER_LAYER_SCALE, cuda_layer_scale_kernel, cuda_via_f32_kernel),
-    CUDA_NONE(LAYER_ROLL, "roll has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_PATCH_MERGE, "patch_merge has no kernel on cuda yet"),
+    CUDA_ROW(LAYER_ROLL, cuda_move_kernel, cuda_move_kernel),
+    CUDA_ROW(LAYER_PATCH_MERGE, cuda_move_kernel, cuda_move_kernel),
     CUDA_NONE(LAYER_WINDOW_ATTENTION, "window_attention has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_WINDOW_PARTITION, "window_partition has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_WINDOW_MERGE, "window_merge has no kernel on cuda yet"),
+    CUDA_ROW(LAYER_WINDOW_PARTITION, cuda_move_kernel, cuda_move_kernel),
+    CUDA_ROW(LAYER_WINDOW_MERGE, cuda_move_kernel, cuda_move_kernel),
     CUDA_ROW(LAYER_RESHAPE, cuda_view_kernel, cuda_view_kernel),
     CUDA_NONE(LAYER_MODEL_INPUT, "model_input has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_SCALE_SHIFT, "scale_shift has no kernel on cuda yet"),
-    CUDA_NONE(LAYER_MATMUL, "matmul has no kernel on cuda yet"),
+    CUDA_ROW(LAYER_SCALE_SHIFT, cuda_scale_shift_kernel, cuda_scale_shift_kernel),
+    CUDA_ROW(LAYER_MATMUL, cuda_matmul_kernel, cuda_matmul_kernel),
     CUDA_NONE(LAYER_MLA, CUDA_NO_MLA),
-    CUDA_NONE(LAYER_GROUPNORM, "groupnorm has no kernel on cuda yet (cuDNN's legacy API has no group norm)"),
+    CUDA_ROW(LAYER_GROUPNORM, cuda_groupnorm_kernel, cuda_groupnorm_kernel),
 };
 
 const backend_kernel *cuda_fp32_kernel(layer_kind kind)

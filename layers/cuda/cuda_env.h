@@ -183,6 +183,20 @@ cudaError_t cuda_attention_launch(cudaStream_t s, const void *q, const void *k, 
                                   const void *sinks, void *out, float *part, int t, const struct lb_attn *a,
                                   int splits, int warps);
 
+/* The kinds of Swin, MaxViT, UNet and DiT (vision_cuda.c, kernels in cuda_kernels.cu):
+ * the moves (index_cuda_math.h's lb_move) over n output elements of dtype t; add (mul 0)
+ * or mul (1) of two fp32 inputs broadcast to dout; groupnorm of [n, groups x cg,
+ * spatial] with gamma and beta after each other in w (affine); scale x + shift. */
+struct lb_move;
+struct lb_dims;
+cudaError_t cuda_move_launch(cudaStream_t s, const void *in, void *out, int t, const struct lb_move *m, int64_t n);
+cudaError_t cuda_broadcast_launch(cudaStream_t s, const float *a, const float *b, float *out, int mul,
+                                  const struct lb_dims *da, const struct lb_dims *db, const struct lb_dims *dout);
+cudaError_t cuda_groupnorm_launch(cudaStream_t s, const void *in, const void *w, void *out, int t, int64_t n,
+                                  int64_t groups, int64_t cg, int64_t spatial, float eps, int affine);
+cudaError_t cuda_scale_shift_launch(cudaStream_t s, const void *in, void *out, int t, float scale, float shift,
+                                    int64_t n);
+
 /* dtypes (cuda_kernels.cu): n elements converted from one type to another (the dtype_t
  * values: fp32 or tf32, bf16, fp16), and an fp32 bias added to each of rows rows of cols
  * elements of type t, rounded back. */
@@ -244,8 +258,10 @@ extern const backend_kernel cuda_conv2d_kernel, cuda_batchnorm2d_kernel, cuda_ac
     cuda_gelu_kernel, cuda_multihead_attention_kernel, cuda_transpose_kernel, cuda_class_token_kernel,
     cuda_pos_embedding_kernel, cuda_select_kernel;
 extern const backend_kernel cuda_mean_kernel, cuda_slice_kernel, cuda_layer_scale_kernel;
-/* embedding, rmsnorm, rope and attention (llm_cuda.c), on every dtype */
-extern const backend_kernel cuda_llm_kernel;
+/* embedding, rmsnorm, rope and attention (llm_cuda.c), on every dtype; roll, patch_merge,
+ * window_partition, window_merge, groupnorm, scale_shift and matmul (vision_cuda.c) */
+extern const backend_kernel cuda_llm_kernel, cuda_move_kernel, cuda_groupnorm_kernel, cuda_scale_shift_kernel,
+    cuda_matmul_kernel;
 /* The backward kernels (backend.h): conv2d and linear (backward_cuda.c, on their dtype),
  * add, mul, batch norm, the activations cuDNN has, pooling and softmax. */
 extern const backend_kernel cuda_conv2d_bwd_kernel, cuda_linear_bwd_kernel, cuda_add_bwd_kernel, cuda_mul_bwd_kernel,

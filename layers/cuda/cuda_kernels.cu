@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "index_cuda_math.h"
 #include "llm_cuda_math.h"
 
 __device__ __forceinline__ float hsig(float x) { return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
@@ -599,5 +600,99 @@ __global__ void read_kernel(const float4 *__restrict__ p, int64_t n16, float *si
 extern "C" cudaError_t cuda_read_launch(cudaStream_t s, const void *buf, int64_t n16, float *sink, int blocks)
 {
     read_kernel<<<blocks > 0 ? blocks : 1, 256, 0, s>>>((const float4 *)buf, n16, sink);
+    return cudaGetLastError();
+}
+
+// ---- the kinds of Swin, MaxViT, UNet and DiT (vision_cuda.c) ------------------------------
+// The moves (roll, patch_merge, window_partition, window_merge): a thread per output
+// element, copied in the layer's dtype from the element index_cuda_math.h names (0 for
+// patch_merge's padding), which the host tests against the references.
+__global__ void move_kernel(const void *in, void *out, int t, lb_move m, int64_t n)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n; o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t src = lb_move_source(&m, o);
+        store_from_float(out, o, t, src < 0 ? 0.0f : load_as_float(in, src, t));
+    }
+}
+
+extern "C" cudaError_t cuda_move_launch(cudaStream_t s, const void *in, void *out, int t, const lb_move *m, int64_t n)
+{
+    move_kernel<<<blocks_for(n), 256, 0, s>>>(in, out, t, *m, n);
+    return cudaGetLastError();
+}
+
+// add and mul with numpy broadcasting, fp32: a thread per output element
+__global__ void broadcast_kernel(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ out,
+                                 int mul, lb_dims da, lb_dims db, lb_dims dout, int64_t n)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n; o += (int64_t)gridDim.x * blockDim.x) {
+        float x = a[lb_broadcast_index(&da, &dout, o)], y = b[lb_broadcast_index(&db, &dout, o)];
+        out[o] = mul ? x * y : x + y;
+    }
+}
+
+extern "C" cudaError_t cuda_broadcast_launch(cudaStream_t s, const float *a, const float *b, float *out, int mul,
+                                             const lb_dims *da, const lb_dims *db, const lb_dims *dout)
+{
+    int64_t n = 1;
+    for (int i = 0; i < dout->rank; i++)
+        n *= dout->d[i];
+    broadcast_kernel<<<blocks_for(n), 256, 0, s>>>(a, b, out, mul, *da, *db, *dout, n);
+    return cudaGetLastError();
+}
+
+// groupnorm: one block of 256 threads per (sample, group) (grid-stride), whose channels
+// are one contiguous run of run = C / groups x spatial elements: the mean, then the
+// variance (two passes, as layernorm), then each element scaled with its channel's
+// gamma and beta (affine) in the layer's dtype t
+__global__ void groupnorm_kernel(const void *in, const void *w, void *out, int t, int64_t blocks, int64_t groups,
+                                 int64_t cg, int64_t spatial, int64_t c, float eps, int affine)
+{
+    __shared__ float shared[32];
+    int64_t run = cg * spatial;
+    for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+        int64_t base = blk * run;
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < run; i += blockDim.x)
+            s += load_as_float(in, base + i, t);
+        float mean = block_sum(s, shared) / (float)run;
+        float q = 0.0f;
+        for (int64_t i = threadIdx.x; i < run; i += blockDim.x) {
+            float v = load_as_float(in, base + i, t) - mean;
+            q += v * v;
+        }
+        float rstd = rsqrtf(block_sum(q, shared) / (float)run + eps);
+        for (int64_t i = threadIdx.x; i < run; i += blockDim.x) {
+            float y = (load_as_float(in, base + i, t) - mean) * rstd;
+            if (affine) {
+                int64_t ch = (blk % groups) * cg + i / spatial;
+                y = y * load_as_float(w, ch, t) + load_as_float(w, c + ch, t);
+            }
+            store_from_float(out, base + i, t, y);
+        }
+    }
+}
+
+extern "C" cudaError_t cuda_groupnorm_launch(cudaStream_t s, const void *in, const void *w, void *out, int t, int64_t n,
+                                             int64_t groups, int64_t cg, int64_t spatial, float eps, int affine)
+{
+    int64_t blocks = n * groups;
+    unsigned grid = (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
+    groupnorm_kernel<<<grid ? grid : 1, 256, 0, s>>>(in, w, out, t, blocks, groups, cg, spatial, groups * cg, eps,
+                                                     affine);
+    return cudaGetLastError();
+}
+
+// scale_shift: scale x + shift, element-wise in the layer's dtype
+__global__ void scale_shift_kernel(const void *in, void *out, int t, float scale, float shift, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        store_from_float(out, i, t, load_as_float(in, i, t) * scale + shift);
+}
+
+extern "C" cudaError_t cuda_scale_shift_launch(cudaStream_t s, const void *in, void *out, int t, float scale,
+                                               float shift, int64_t n)
+{
+    scale_shift_kernel<<<blocks_for(n), 256, 0, s>>>(in, out, t, scale, shift, n);
     return cudaGetLastError();
 }

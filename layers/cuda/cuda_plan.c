@@ -1,6 +1,7 @@
-/* The cuda backend's backward plans (cuda_plan.h). */
+/* The cuda backend's plans (cuda_plan.h). */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_plan.h"
 
@@ -33,4 +34,42 @@ int cuda_linear_bwd_plan(const layer *l, cuda_gemm_call calls[3], char *why, siz
                                           rows, o, "backward weights"};
     }
     return n;
+}
+
+lb_dims cuda_lb_dims(const shape_t *s)
+{
+    lb_dims d;
+    memset(&d, 0, sizeof d);
+    d.rank = s->rank;
+    for (int i = 0; i < s->rank; i++)
+        d.d[i] = s->d[i];
+    return d;
+}
+
+bool cuda_move_plan(const layer *l, lb_move *m, char *why, size_t why_len)
+{
+    memset(m, 0, sizeof *m);
+    if (l->in.rank > LB_MAX_RANK || l->out.rank > LB_MAX_RANK) {
+        snprintf(why, why_len, "rank above the move kernel's %d", LB_MAX_RANK);
+        return false;
+    }
+    switch (l->kind) {
+    case LAYER_ROLL:
+        m->kind = LB_MOVE_ROLL, m->in = cuda_lb_dims(&l->in);
+        for (int64_t k = 0; k < l->p.roll_dims[0]; k++) /* dims made positive, shifts [0, size) by its infer */
+            m->shift[l->p.roll_dims[1 + k]] = l->p.roll_shifts[1 + k];
+        return true;
+    case LAYER_PATCH_MERGE:
+        m->kind = LB_MOVE_PATCH_MERGE, m->in = cuda_lb_dims(&l->in);
+        return true;
+    case LAYER_WINDOW_PARTITION:
+    case LAYER_WINDOW_MERGE:
+        m->kind = l->kind == LAYER_WINDOW_MERGE ? LB_MOVE_WINDOW_MERGE : LB_MOVE_WINDOW_PARTITION;
+        m->in = cuda_lb_dims(l->kind == LAYER_WINDOW_MERGE ? &l->out : &l->in); /* the map [N, C, H, W] */
+        m->w0 = l->p.window_size[0], m->w1 = l->p.window_size[1];
+        return true;
+    default:
+        snprintf(why, why_len, "%s is not a move", layer_kind_name(l->kind));
+        return false;
+    }
 }

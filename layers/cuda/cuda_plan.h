@@ -1,6 +1,7 @@
-/* The cuda backend's backward plans, as plain C with no CUDA header, so that they build
- * and are unit-tested on any machine (tests/test_cuda_plan.c runs them on the host
- * against the plain-C reference backward):
+/* The cuda backend's plans, as plain C with no CUDA header, so that they build and are
+ * unit-tested on any machine (tests/test_cuda_plan.c runs them on the host against the
+ * plain-C references):
+ *   - a moving kind's lb_move (index_cuda_math.h), the kernel's parameters, from its layer;
  *   - where a backward run writes each gradient in its one output buffer (backend.h:
  *     the inputs' one after another, then the weights');
  *   - linear's backward as the column-major GEMMs cuBLAS runs (backward_cuda.c): the
@@ -11,7 +12,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "index_cuda_math.h"
 #include "layer.h"
+
+/* a shape as index_cuda_math.h's kernels take it (its rank at most LB_MAX_RANK) */
+lb_dims cuda_lb_dims(const shape_t *s);
+
+/* The move kernel's parameters for roll, patch_merge, window_partition or window_merge;
+ * false (why says so) for another kind or a rank past LB_MAX_RANK. */
+bool cuda_move_plan(const layer *l, lb_move *m, char *why, size_t why_len);
 
 /* Offsets, in elements, of input k's gradient (k < l->n_inputs) and of the weights'
  * (k == l->n_inputs) in a backward run's output. */

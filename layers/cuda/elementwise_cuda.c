@@ -1,11 +1,13 @@
 /* Memory-bound kinds: through cuDNN batchnorm2d (inference), relu / relu6 / sigmoid /
- * silu (cuDNN's swish) / tanh, add and mul (cudnnOpTensor, mul broadcasting one
- * input); hardswish and hardsigmoid through our own kernel (cuda_kernels.cu); concat as
+ * silu (cuDNN's swish) / tanh, mul (cudnnOpTensor, broadcasting one 4-d input); add of
+ * equal shapes on our float4 kernel, add and mul with any other broadcasting on our
+ * broadcasting kernel (index_cuda_math.h); hardswish and hardsigmoid through our own kernel (cuda_kernels.cu); concat as
  * one strided device copy per input; and the views (flatten, dropout, stochastic_depth:
  * nothing to run). */
 #include <stdlib.h>
 
 #include "cuda_env.h"
+#include "cuda_plan.h"
 
 /* ---- batchnorm2d ------------------------------------------------------------------------ */
 
@@ -148,30 +150,54 @@ static void act_bwd_run(void *ctx, const layer *l, void *state, const void *cons
 const backend_kernel cuda_activation_bwd_kernel = {.setup = act_setup, .run = act_bwd_run,
                                                    .free = cuda_simple_free, .tolerance = cuda_float_tolerance};
 
-/* ---- add -------------------------------------------------------------------------------- */
+/* ---- add: our float4 kernel; with broadcasting, our broadcasting kernel (mul's too) ------ */
+
+/* add's or mul's broadcasting: the three shapes as the kernel takes them (index_cuda_math.h) */
+typedef struct broadcast_cuda {
+    lb_dims a, b, out;
+} broadcast_cuda;
+
+static broadcast_cuda *broadcast_plan(const layer *l, char *impl, size_t len, bench_status *st)
+{
+    *st = BENCH_ERR_UNSUPPORTED;
+    if (l->out.rank > LB_MAX_RANK) {
+        snprintf(impl, len, "rank above the broadcasting kernel's %d", LB_MAX_RANK);
+        return NULL;
+    }
+    broadcast_cuda *b = calloc(1, sizeof *b);
+    *st = BENCH_ERR_NOMEM;
+    if (!b)
+        return NULL;
+    b->a = cuda_lb_dims(&l->ins[0]), b->b = cuda_lb_dims(&l->ins[1]), b->out = cuda_lb_dims(&l->out);
+    snprintf(impl, len, "%s: our broadcasting kernel", layer_kind_name(l->kind));
+    *st = BENCH_OK;
+    return b;
+}
 
 static bench_status add_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
                               int64_t *ws)
 {
-    cuda_env *env = ctx;
-    (void)w, (void)ws;
+    (void)ctx, (void)w, (void)ws;
+    *state = NULL;
     if (!shape_equal(&l->ins[0], &l->ins[1])) {
-        snprintf(impl, len, "add with broadcasting has no cuda kernel yet");
-        return BENCH_ERR_UNSUPPORTED;
-    }
-    bench_status st;
-    cuda_simple *s = cuda_simple_create(env, &l->in, &l->out, &st, impl, len);
-    if (!s)
+        bench_status st;
+        *state = broadcast_plan(l, impl, len, &st);
         return st;
+    }
     /* our float4 kernel (cuda_kernels.cu says why) */
-    return cuda_simple_finish(env, s, true, state, impl, len, "add: our float4 kernel");
+    snprintf(impl, len, "add: our float4 kernel");
+    return BENCH_OK;
 }
 
 static void add_run(void *ctx, const layer *l, void *state, const void *const *ins, const void *w_, void *out)
 {
     cuda_env *env = ctx;
-    (void)state, (void)w_;
-    CUDA_OK(env, cuda_add_launch(env->stream, ins[0], ins[1], out, shape_numel(&l->out)));
+    (void)w_;
+    broadcast_cuda *b = state;
+    if (b)
+        CUDA_OK(env, cuda_broadcast_launch(env->stream, ins[0], ins[1], out, 0, &b->a, &b->b, &b->out));
+    else
+        CUDA_OK(env, cuda_add_launch(env->stream, ins[0], ins[1], out, shape_numel(&l->out)));
 }
 
 /* ---- hardswish, hardsigmoid: our kernel ------------------------------------------------- */
@@ -247,6 +273,7 @@ const backend_kernel cuda_layer_scale_kernel = {.setup = layer_scale_setup, .run
 typedef struct mul_cuda {
     cuda_simple *s;   /* x: the full operand (and output), extra: the broadcast one */
     int full;         /* which input is the full one */
+    broadcast_cuda *b; /* else: our broadcasting kernel */
 } mul_cuda;
 
 static bench_status mul_setup(void *ctx, const layer *l, const void *w, void **state, char *impl, size_t len,
@@ -255,11 +282,19 @@ static bench_status mul_setup(void *ctx, const layer *l, const void *w, void **s
     cuda_env *env = ctx;
     (void)w, (void)ws;
     int full = shape_equal(&l->ins[0], &l->out) ? 0 : shape_equal(&l->ins[1], &l->out) ? 1 : -1;
-    if (full < 0 || l->out.rank != 4) {
-        snprintf(impl, len, "cuDNN's OpTensor broadcasts one 4-d input only");
-        return BENCH_ERR_UNSUPPORTED;
-    }
     bench_status st;
+    if (full < 0 || l->out.rank != 4) { /* cuDNN's OpTensor broadcasts one 4-d input only */
+        mul_cuda *m = calloc(1, sizeof *m);
+        if (!m)
+            return BENCH_ERR_NOMEM;
+        m->b = broadcast_plan(l, impl, len, &st);
+        if (!m->b) {
+            free(m);
+            return st;
+        }
+        *state = m;
+        return BENCH_OK;
+    }
     cuda_simple *s = cuda_simple_create(env, &l->out, &l->out, &st, impl, len);
     if (!s)
         return st;
@@ -290,6 +325,10 @@ static void mul_run(void *ctx, const layer *l_, void *state, const void *const *
     (void)l_, (void)w_;
     mul_cuda *m = state;
     const float one = 1.0f, zero = 0.0f;
+    if (m->b) {
+        CUDA_OK(env, cuda_broadcast_launch(env->stream, ins[0], ins[1], out, 1, &m->b->a, &m->b->b, &m->b->out));
+        return;
+    }
     CUDNN_OK(env, cudnnOpTensor(env->cudnn, m->s->op, &one, m->s->x, ins[m->full], &one, m->s->extra, ins[1 - m->full],
                                 &zero, m->s->y, out));
 }
@@ -299,7 +338,7 @@ static void mul_free(void *ctx, void *state)
     cuda_env *env = ctx;
     mul_cuda *m = state;
     if (m)
-        cuda_simple_free(env, m->s);
+        cuda_simple_free(env, m->s), free(m->b);
     free(m);
 }
 
@@ -373,7 +412,7 @@ const backend_kernel cuda_batchnorm2d_kernel = {.setup = bn_setup, .run = bn_run
                                                 .tolerance = cuda_float_tolerance};
 const backend_kernel cuda_activation_kernel = {.setup = act_setup, .run = act_run, .free = cuda_simple_free,
                                                .tolerance = cuda_float_tolerance};
-const backend_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = cuda_simple_free,
+const backend_kernel cuda_add_kernel = {.setup = add_setup, .run = add_run, .free = plain_free,
                                         .tolerance = cuda_float_tolerance};
 const backend_kernel cuda_view_kernel = {.setup = view_setup, .run = view_run, .free = view_free,
                                          .tolerance = cuda_float_tolerance};

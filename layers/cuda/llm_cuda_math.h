@@ -11,10 +11,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#ifndef LB_HD
 #ifdef __CUDACC__
 #define LB_HD __host__ __device__ __forceinline__
 #else
 #define LB_HD static inline
+#endif
 #endif
 
 /* floor((x + 1) / 2 * vocab) clamped to the table, in double as layer_token_id */
