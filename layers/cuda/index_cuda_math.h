@@ -8,13 +8,7 @@
 
 #include <stdint.h>
 
-#ifndef LB_HD
-#ifdef __CUDACC__
-#define LB_HD __host__ __device__ __forceinline__
-#else
-#define LB_HD static inline
-#endif
-#endif
+#include "lb_hd.h"
 
 #define LB_MAX_RANK 8
 

@@ -11,13 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef LB_HD
-#ifdef __CUDACC__
-#define LB_HD __host__ __device__ __forceinline__
-#else
-#define LB_HD static inline
-#endif
-#endif
+#include "lb_hd.h"
 
 /* floor((x + 1) / 2 * vocab) clamped to the table, in double as layer_token_id */
 LB_HD int64_t lb_token_id(float x, int64_t vocab)
