@@ -162,7 +162,7 @@ room 30 && check llama1b_prefill configs/hf/Llama-3.2-1B bf16 --tokens 64 --dedu
 # torch_side DTYPE BATCH: bench run of ResNet-18 on cuda, then scripts/torch_compare.py beside it
 torch_side() {
   local dt=$1 batch=$2 tag=resnet18_cuda_$1_batch$2
-  $B run configs/resnet18.yaml --backend cuda --dtype "$dt" --batch "$batch" --no-progress --algo-cache none \
+  $B run configs/resnet18.yaml --backend cuda --dtype "$dt" --batch "$batch" --mode batch --no-progress --algo-cache none \
     --csv "$dir/$tag.csv" >"$dir/$tag.txt" 2>&1 || { gone "$dir/$tag.txt"; fail "run $dt batch $batch"; return; }
   grep -E "chained forward median" "$dir/$tag.txt" | head -1
   $B list configs/resnet18.yaml --batch "$batch" --csv "$dir/layers_$tag.csv" >/dev/null
