@@ -298,6 +298,8 @@ static const layer_case cases[] = {
     {"large 3x3 (parallel paths)", LAYER_CONV2D, S4(2, 32, 37, 41), c_3x3},
     {"45 channels, 75 wide (several tiles)", LAYER_CONV2D, S4(2, 6, 9, 75), c_wide},
     {"515 out channels, 5x7 (bf16 backward: the data GEMM's K in 2 blocks)", LAYER_CONV2D, S4(2, 3, 5, 7), c_oc515},
+    {"64 channels, 99x99 (bf16 backward: the weights' im2col in groups of 2 samples and 1, odd positions)",
+     LAYER_CONV2D, S4(3, 64, 99, 99), c_3x3},
     {"45 channels, stride 2, 71 wide", LAYER_CONV2D, S4(1, 5, 11, 71), c_wide_s2},
     {"5x4 stride 3, padding 2x1, odd sizes", LAYER_CONV2D, S4(2, 7, 20, 23), c_s3},
     {"4x4 stride 4 patchify, 3 channels", LAYER_CONV2D, S4(1, 3, 36, 44), c_patch4},

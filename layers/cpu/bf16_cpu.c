@@ -819,10 +819,11 @@ const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run,
  * W^T dY with A = W^T (pairs of output channels, packed once at setup) and B = dY
  * packed, summed in fp32 and added back into the input's gradient by the fp32 col2im,
  * rounded once per sample (a 1x1 stride-1 convolution's product is the input's gradient
- * itself); the weights' as dW = dY col^T with A = dY (pairs of output positions, read
- * in place; copied with a zero past an odd count) and B = the sample's im2col in bf16,
- * written 32 rows at a time straight into panels (gathers), summed over the batch in
- * fp32 and rounded at the end; the bias's sums in fp32. */
+ * itself); the weights' as dW = dY col^T over a group of samples at once (as many as
+ * keep the im2col within 32 MiB): A = dY (pairs of output positions, the group's samples
+ * side by side, each made even with a zero) and B = the group's im2col in bf16, written 32
+ * rows at a time straight into panels (gathers), summed over the groups in fp32 and
+ * rounded at the end; the bias's sums in fp32. */
 #define BF_KB 256
 #define BF_MB 64
 
@@ -919,20 +920,32 @@ static void bf_im2col_row(const layer *l, const uint16_t *x, int64_t kk, uint16_
         dst[e] = 0;
 }
 
-/* One sample's im2col (K = c kh kw rows of pp) straight into B's panels for dW = dY
- * col^T (K of that GEMM: the positions), 32 rows at a time through each thread's tmp
- * [32][pp] */
-static void bf_im2col_panels(const layer *l, const uint16_t *x, uint16_t *bp, uint16_t *tmp, int64_t pp)
+/* The im2col of gn samples (K = c kh kw rows, each of the samples' pp positions one after
+ * another) straight into B's panels for dW = dY col^T (K of that GEMM: the positions),
+ * 32 rows at a time through each thread's tmp [32][gn pp] */
+static void bf_im2col_panels(const layer *l, const uint16_t *x, int64_t gn, uint16_t *bp, uint16_t *tmp, int64_t pp)
 {
-    int64_t k = l->in.d[1] * l->p.kernel[0] * l->p.kernel[1], np = (k + BF_NR - 1) / BF_NR;
-    CPU_OMP_IF(k * pp > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+    int64_t k = l->in.d[1] * l->p.kernel[0] * l->p.kernel[1], np = (k + BF_NR - 1) / BF_NR, row = gn * pp;
+    int64_t sample = l->in.d[1] * l->in.d[2] * l->in.d[3];
+    CPU_OMP_IF(k * row > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
         for (int64_t jp = 0; jp < np; jp++) {
-            uint16_t *t = tmp + (int64_t)omp_get_thread_num() * BF_NR * pp;
+            uint16_t *t = tmp + (int64_t)omp_get_thread_num() * BF_NR * row;
             int64_t rows = k - jp * BF_NR < BF_NR ? k - jp * BF_NR : BF_NR;
             for (int64_t r = 0; r < rows; r++)
-                bf_im2col_row(l, x, jp * BF_NR + r, t + r * pp, pp);
-            bf_pack_rows_panel(t, rows, pp, pp, bp + jp * (pp / 2) * 64);
+                for (int64_t b = 0; b < gn; b++)
+                    bf_im2col_row(l, x + b * sample, jp * BF_NR + r, t + r * row + b * pp, pp);
+            bf_pack_rows_panel(t, rows, row, row, bp + jp * (row / 2) * 64);
         });
+}
+
+/* The samples whose im2col the weights' half packs at once: as many as keep its panels
+ * within BF_COL_BYTES (at least one), so that dW's fp32 sums are read and written once a
+ * group rather than once a sample (512 x 4608 of them for ResNet's last layers) */
+#define BF_COL_BYTES ((int64_t)32 << 20)
+static int64_t bf_col_group(const layer *l, int64_t kpan, int64_t pp)
+{
+    int64_t g = BF_COL_BYTES / (kpan * pp * 2);
+    return g < 1 ? 1 : g > l->in.d[0] ? l->in.d[0] : g;
 }
 
 typedef struct bf_bwd {
@@ -942,9 +955,9 @@ typedef struct bf_bwd {
                           columns' gradient */
     uint32_t *at;      /* per run: linear: dY^T as A of dW, [out_features][row pairs] */
     uint32_t *wt;      /* conv2d: W^T as A of the columns' gradient, [K][out channel pairs] (setup) */
-    uint16_t *col;     /* conv2d: a sample's im2col as B's panels of dW = dY col^T */
-    uint16_t *tmp;     /* conv2d: per thread, 32 rows of the im2col */
-    uint16_t *ay;      /* conv2d: a sample's dY with its rows made even (an odd count of positions) */
+    uint16_t *col;     /* conv2d: a group of samples' im2col as B's panels of dW = dY col^T (bf_col_group) */
+    uint16_t *tmp;     /* conv2d: per thread, 32 rows of the group's im2col */
+    uint16_t *ay;      /* conv2d: the group's dY as A, [out channels][samples' positions, each made even] */
     float *dcol, *dxf; /* conv2d, fp32: a sample's columns' gradient [K][positions], its input's gradient */
     float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW summed over the batch); the bias's */
     bool split, parts; /* both halves run; their timing is on */
@@ -1030,11 +1043,12 @@ static bool bf_conv_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, int6
         *ws += 4 * (k * ocp + dcol + (pointwise ? 0 : c * hw));
     }
     if (ok && weights) {
-        ok = (s->col = malloc((size_t)(kpan * pp) * sizeof *s->col)) != NULL &&
-             (s->tmp = malloc((size_t)(threads * BF_NR * pp) * sizeof *s->tmp)) != NULL &&
-             (np == pp || (s->ay = calloc((size_t)(oc * pp), sizeof *s->ay)) != NULL) &&
+        int64_t row = bf_col_group(l, kpan, pp) * pp; /* the group's positions */
+        ok = (s->col = malloc((size_t)(kpan * row) * sizeof *s->col)) != NULL &&
+             (s->tmp = malloc((size_t)(threads * BF_NR * row) * sizeof *s->tmp)) != NULL &&
+             (s->ay = calloc((size_t)(oc * row), sizeof *s->ay)) != NULL &&
              (s->cf = bench_alloc_floats(oc * k)) != NULL && (!p->bias || (s->db = bench_alloc_floats(oc)) != NULL);
-        *ws += 2 * (kpan * pp + threads * BF_NR * pp + (np == pp ? 0 : oc * pp)) + 4 * (oc * k + oc);
+        *ws += 2 * (kpan * row + threads * BF_NR * row + oc * row) + 4 * (oc * k + oc);
     }
     if (ok && xp)
         ok = (s->xp = malloc((size_t)xp * sizeof *s->xp)) != NULL;
@@ -1068,8 +1082,8 @@ static bench_status bf_bwd_setup(void *env, const layer *l, const void *w, void 
         return BENCH_ERR_NOMEM;
     }
     if (conv)
-        snprintf(impl, len, "im2col + gemm bf16 vdpbf16ps %dx%d per sample (data: W^T dY%s; weights: dY col^T summed "
-                 "in fp32)%s", BF_MR, BF_NR, bf_conv_is_pointwise(l) ? "" : " then col2im in fp32",
+        snprintf(impl, len, "im2col + gemm bf16 vdpbf16ps %dx%d (data: W^T dY per sample%s; weights: dY col^T over "
+                 "groups of samples, summed in fp32)%s", BF_MR, BF_NR, bf_conv_is_pointwise(l) ? "" : " then col2im in fp32",
                  l->frozen ? "; frozen: no weights' gradient" : "");
     else
         snprintf(impl, len, "gemm bf16 vdpbf16ps %dx%d (data: dY W, W packed at setup; weights: dY^T X, packed per "
@@ -1103,15 +1117,20 @@ static void bf_conv_bwd_run(void *env, const layer *l, bf_bwd *s, const uint16_t
     }
     double t1 = s->parts ? bench_now() : 0;
     if (!l->frozen) {
-        for (int64_t b = 0; b < n; b++) {
-            const uint16_t *yb = dy + b * oc * np;
-            if (s->ay) { /* rows of pp: the pairs of an odd count of positions end in a zero */
+        int64_t kpan = (k + BF_NR - 1) / BF_NR * BF_NR, g = bf_col_group(l, kpan, pp);
+        for (int64_t b0 = 0; b0 < n; b0 += g) {
+            int64_t gn = n - b0 < g ? n - b0 : g, row = gn * pp;
+            /* A: each channel's positions of the group's samples side by side, each sample's
+             * made even with a zero */
+            CPU_OMP_IF(oc * row > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
                 for (int64_t o = 0; o < oc; o++)
-                    memcpy(s->ay + o * pp, yb + o * np, (size_t)np * sizeof *yb);
-                yb = s->ay;
-            }
-            bf_im2col_panels(l, x + b * c * hw, s->col, s->tmp, pp);
-            bf_gemm(oc, k, pp / 2, (const uint32_t *)yb, pp / 2, s->col, NULL, 0, s->cf, b > 0);
+                    for (int64_t b = 0; b < gn; b++) {
+                        memcpy(s->ay + o * row + b * pp, dy + ((b0 + b) * oc + o) * np, (size_t)np * sizeof *dy);
+                        if (pp != np)
+                            s->ay[o * row + b * pp + np] = 0;
+                    });
+            bf_im2col_panels(l, x + b0 * c * hw, gn, s->col, s->tmp, pp);
+            bf_gemm(oc, k, row / 2, (const uint32_t *)s->ay, row / 2, s->col, NULL, 0, s->cf, b0 > 0);
         }
         cpu_convert(env, dw, DTYPE_BF16, s->cf, DTYPE_FP32, oc * k);
         float *db = s->db;
