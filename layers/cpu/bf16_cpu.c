@@ -819,8 +819,8 @@ const backend_kernel cpu_linear_bf16_kernel = {.setup = bf_setup, .run = bf_run,
  * W^T dY with A = W^T (pairs of output channels, packed once at setup) and B = dY
  * packed, summed in fp32 and added back into the input's gradient by the fp32 col2im,
  * rounded once per sample (a 1x1 stride-1 convolution's product is the input's gradient
- * itself); the weights' as dW = dY col^T over a group of samples at once (as many as
- * keep the im2col within 32 MiB): A = dY (pairs of output positions, the group's samples
+ * itself); the weights' as dW = dY col^T over a group of samples at once (a layer of few
+ * positions: bf_col_group): A = dY (pairs of output positions, the group's samples
  * side by side, each made even with a zero) and B = the group's im2col in bf16, written 32
  * rows at a time straight into panels (gathers), summed over the groups in fp32 and
  * rounded at the end; the bias's sums in fp32. */
@@ -938,14 +938,17 @@ static void bf_im2col_panels(const layer *l, const uint16_t *x, int64_t gn, uint
         });
 }
 
-/* The samples whose im2col the weights' half packs at once: as many as keep its panels
- * within BF_COL_BYTES (at least one), so that dW's fp32 sums are read and written once a
- * group rather than once a sample (512 x 4608 of them for ResNet's last layers) */
-#define BF_COL_BYTES ((int64_t)32 << 20)
-static int64_t bf_col_group(const layer *l, int64_t kpan, int64_t pp)
+/* The samples whose im2col the weights' half packs at once: enough for BF_COL_POSITIONS
+ * positions (one sample where it has that many), so that a layer of few positions (7 x 7
+ * in ResNet's last) runs one GEMM of K = the group's positions rather than one of K = 25
+ * pairs per sample, whose fp32 sums (512 x 4608) each sample read and wrote again; no
+ * more, so that the threads' 32 rows of it stay in the caches (all of a batch's 12544
+ * positions of ResNet's first convolution at once took 1.7x its time a sample at a time) */
+#define BF_COL_POSITIONS 512
+static int64_t bf_col_group(const layer *l, int64_t pp)
 {
-    int64_t g = BF_COL_BYTES / (kpan * pp * 2);
-    return g < 1 ? 1 : g > l->in.d[0] ? l->in.d[0] : g;
+    int64_t g = (BF_COL_POSITIONS + pp - 1) / pp;
+    return g > l->in.d[0] ? l->in.d[0] : g;
 }
 
 typedef struct bf_bwd {
@@ -957,7 +960,8 @@ typedef struct bf_bwd {
     uint32_t *wt;      /* conv2d: W^T as A of the columns' gradient, [K][out channel pairs] (setup) */
     uint16_t *col;     /* conv2d: a group of samples' im2col as B's panels of dW = dY col^T (bf_col_group) */
     uint16_t *tmp;     /* conv2d: per thread, 32 rows of the group's im2col */
-    uint16_t *ay;      /* conv2d: the group's dY as A, [out channels][samples' positions, each made even] */
+    uint16_t *ay;      /* conv2d: the group's dY as A, [out channels][samples' positions, each made even]
+                          (none where a group is one sample of even positions: dY read in place) */
     float *dcol, *dxf; /* conv2d, fp32: a sample's columns' gradient [K][positions], its input's gradient */
     float *cf, *db;    /* fp32: a blocked GEMM's sums (conv2d: dW summed over the batch); the bias's */
     bool split, parts; /* both halves run; their timing is on */
@@ -1043,12 +1047,12 @@ static bool bf_conv_bwd_setup(const layer *l, const uint16_t *w, bf_bwd *s, int6
         *ws += 4 * (k * ocp + dcol + (pointwise ? 0 : c * hw));
     }
     if (ok && weights) {
-        int64_t row = bf_col_group(l, kpan, pp) * pp; /* the group's positions */
+        int64_t row = bf_col_group(l, pp) * pp; /* the group's positions */
         ok = (s->col = malloc((size_t)(kpan * row) * sizeof *s->col)) != NULL &&
              (s->tmp = malloc((size_t)(threads * BF_NR * row) * sizeof *s->tmp)) != NULL &&
-             (s->ay = calloc((size_t)(oc * row), sizeof *s->ay)) != NULL &&
+             (row == np || (s->ay = malloc((size_t)(oc * row) * sizeof *s->ay)) != NULL) &&
              (s->cf = bench_alloc_floats(oc * k)) != NULL && (!p->bias || (s->db = bench_alloc_floats(oc)) != NULL);
-        *ws += 2 * (kpan * row + threads * BF_NR * row + oc * row) + 4 * (oc * k + oc);
+        *ws += 2 * (kpan * row + threads * BF_NR * row + (row == np ? 0 : oc * row)) + 4 * (oc * k + oc);
     }
     if (ok && xp)
         ok = (s->xp = malloc((size_t)xp * sizeof *s->xp)) != NULL;
@@ -1117,20 +1121,24 @@ static void bf_conv_bwd_run(void *env, const layer *l, bf_bwd *s, const uint16_t
     }
     double t1 = s->parts ? bench_now() : 0;
     if (!l->frozen) {
-        int64_t kpan = (k + BF_NR - 1) / BF_NR * BF_NR, g = bf_col_group(l, kpan, pp);
+        int64_t g = bf_col_group(l, pp);
         for (int64_t b0 = 0; b0 < n; b0 += g) {
             int64_t gn = n - b0 < g ? n - b0 : g, row = gn * pp;
-            /* A: each channel's positions of the group's samples side by side, each sample's
-             * made even with a zero */
-            CPU_OMP_IF(oc * row > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
-                for (int64_t o = 0; o < oc; o++)
-                    for (int64_t b = 0; b < gn; b++) {
-                        memcpy(s->ay + o * row + b * pp, dy + ((b0 + b) * oc + o) * np, (size_t)np * sizeof *dy);
-                        if (pp != np)
-                            s->ay[o * row + b * pp + np] = 0;
-                    });
+            /* A: one sample of even positions, dY in place; else each channel's positions of
+             * the group's samples side by side, each sample's made even with a zero */
+            const uint16_t *a = dy + b0 * oc * np;
+            if (gn > 1 || pp != np) {
+                a = s->ay;
+                CPU_OMP_IF(oc * row > CPU_PARALLEL_MIN, "omp parallel for schedule(static)",
+                    for (int64_t o = 0; o < oc; o++)
+                        for (int64_t b = 0; b < gn; b++) {
+                            memcpy(s->ay + o * row + b * pp, dy + ((b0 + b) * oc + o) * np, (size_t)np * sizeof *dy);
+                            if (pp != np)
+                                s->ay[o * row + b * pp + np] = 0;
+                        });
+            }
             bf_im2col_panels(l, x + b0 * c * hw, gn, s->col, s->tmp, pp);
-            bf_gemm(oc, k, row / 2, (const uint32_t *)s->ay, row / 2, s->col, NULL, 0, s->cf, b0 > 0);
+            bf_gemm(oc, k, row / 2, (const uint32_t *)a, row / 2, s->col, NULL, 0, s->cf, b0 > 0);
         }
         cpu_convert(env, dw, DTYPE_BF16, s->cf, DTYPE_FP32, oc * k);
         float *db = s->db;
