@@ -32,10 +32,18 @@ tarball=${1:-}
 cur=""      # the step running: its name, start, failures, what it left out, whether any of it ran
 cur_t=0 cur_fail=0 cur_left=0 cur_ran=0 cur_notes=""
 elapsed() { echo $(($(date +%s) - t0)); }
-# pack: the folder into TARBALL, written aside and renamed, so a cut leaves a whole one
+# pack: the folder into TARBALL, written into a new file of its own beside it (mktemp:
+# never through a link or over another run's) and renamed, so a cut leaves a whole one
 pack() {
   [ -n "$tarball" ] || return 0
-  tar czf "$tarball.part" "$dir" 2>/dev/null && mv -f "$tarball.part" "$tarball"
+  local part
+  part=$(mktemp "$tarball.XXXXXX") || { echo "gpu_validate: cannot write beside $tarball" >&2; return 0; }
+  if tar czf "$part" "$dir" 2>/dev/null; then
+    mv -f "$part" "$tarball"
+  else
+    rm -f "$part"
+    echo "gpu_validate: packing into $tarball failed (a full disk?): it holds the last whole pack; $dir holds all" >&2
+  fi
 }
 # ends the step running: its lines in summary.txt (its outcome, then what it found), then the pack
 step_end() {
@@ -108,6 +116,9 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 dir=results/$slug
 mkdir -p "$dir"
+# one run at a time writes the folder (a second would interleave its files and summary)
+exec 9<"$dir"
+flock -n 9 || { echo "gpu_validate: another run is writing $dir" >&2; exit 2; }
 : >"$dir/summary.txt"
 echo "gpu_validate: $gpu -> $dir (budget ${budget} s)"
 

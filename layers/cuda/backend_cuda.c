@@ -644,11 +644,12 @@ static double cuda_stream(void *ctx)
     cuda_env *env = &c->env;
     if (!c->stream_tried) {
         c->stream_tried = true;
-        size_t free_b = 0, total_b = 0, l2 = c->l2_bytes > 0 ? (size_t)c->l2_bytes : ((size_t)64 << 20);
+        size_t l2 = c->l2_bytes > 0 ? (size_t)c->l2_bytes : ((size_t)64 << 20);
         size_t want = ((size_t)1 << 30) > 16 * l2 ? ((size_t)1 << 30) : 16 * l2;
-        if (CUDA_OK(env, cudaMemGetInfo(&free_b, &total_b)) && want > free_b / 4)
-            want = free_b / 4 / 4096 * 4096;
-        if (want >= 4 * l2 && CUDA_OK(env, cudaMalloc(&c->stream_buf, want)) &&
+        int64_t avail = cuda_mem_available(c);
+        if (avail >= 0 && want > (size_t)avail / 4)
+            want = (size_t)avail / 4 / 4096 * 4096;
+        if (avail >= 0 && want >= 4 * l2 && CUDA_OK(env, cudaMalloc(&c->stream_buf, want)) &&
             CUDA_OK(env, cudaMalloc((void **)&c->stream_sink, sizeof(float))) &&
             CUDA_OK(env, cudaMemsetAsync(c->stream_buf, 0, want, env->stream)))
             c->stream_bytes = want;

@@ -1,9 +1,9 @@
 /* Memory-bound kinds: through cuDNN batchnorm2d (inference), relu / relu6 / sigmoid /
  * silu (cuDNN's swish) / tanh, mul (cudnnOpTensor, broadcasting one 4-d input); add of
  * equal shapes on our float4 kernel, add and mul with any other broadcasting on our
- * broadcasting kernel (index_cuda_math.h); hardswish and hardsigmoid through our own kernel (cuda_kernels.cu); concat as
- * one strided device copy per input; and the views (flatten, dropout, stochastic_depth:
- * nothing to run). */
+ * broadcasting kernel (index_cuda_math.h); hardswish and hardsigmoid through our own
+ * kernel (cuda_kernels.cu); concat as one strided device copy per input; and the views
+ * (flatten, dropout, stochastic_depth: nothing to run). */
 #include <stdlib.h>
 
 #include "cuda_env.h"
